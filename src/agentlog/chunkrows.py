@@ -1,0 +1,418 @@
+"""Chunk-row storage codec (spec §15): lossless packing of streamed delta runs.
+
+Providers stream token-sized deltas, so a log holds long runs of ``assistant/chunk`` events whose JSON
+envelopes dwarf their payloads. Persistence therefore packs each run of consecutive, same-block delta
+events into one *storage row* (``text-chunks``, ``reasoning-chunks`` or ``tool-call-chunks``) and expands
+rows back into the exact original events when reading.
+
+Rows are a storage vocabulary, never session events: their bare (slash-less) tags cannot collide with an
+event type, and they never enter ``Session.events``.
+
+Two design rules carry the correctness argument:
+
+* **The encoder whitelists exact shapes.** An event packs only when its whole shape (envelope keys, data
+  keys, chunk keys, primitive types, integer seq/time) is recognised; anything else is written verbatim.
+  Unknown fields or future chunk variants therefore cost compression, never data.
+* **The decoder validates before it expands** and raises :class:`~agentlog.errors.ChunkRowError` on a
+  malformed row-tagged value, because treating a corrupt row as an ordinary event would silently drop a
+  whole run.
+
+Both functions are pure (no I/O, no state) and do a single pass over their input, because persistence
+runs the encoder on every flushed batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, TypeGuard
+
+from agentlog.errors import ChunkRowError
+
+__all__ = [
+    "MIN_RUN",
+    "ChunkRow",
+    "StorageRecord",
+    "TextChunkRow",
+    "TextRunData",
+    "ToolCallChunkRow",
+    "ToolCallRunData",
+    "decode_storage_record",
+    "pack_chunk_runs",
+]
+
+MIN_RUN: Final = 3
+"""Fewest members a run needs before it packs.
+
+Below three, a row's own envelope rivals the event lines it would replace. It is a format constant, not
+a tunable: packed and unpacked layouts decode identically, so changing it never invalidates stored logs.
+"""
+
+_MAX_SAFE: Final = 2**53 - 1  # JS Number.MAX_SAFE_INTEGER: logs must stay readable by the original harness
+
+_CHUNK_EVENT: Final = "assistant/chunk"
+_TEXT_DELTA: Final = "text-delta"
+_REASONING_DELTA: Final = "reasoning-delta"
+_TOOL_CALL_DELTA: Final = "tool-call-delta"
+_TEXT_ROW: Final = "text-chunks"
+_REASONING_ROW: Final = "reasoning-chunks"
+_TOOL_CALL_ROW: Final = "tool-call-chunks"
+
+_ENVELOPE_WHY: Final = "envelope must be exactly {type, seq0, time0, data}"
+_TOOL_DATA_WHY: Final = "data must be exactly {turn, step, index, id, name?, dt, args}"
+_TEXT_DATA_WHY: Final = "data must be exactly {turn, step, index, dt, texts}"
+
+
+class TextRunData(TypedDict):
+    """Payload of a text/reasoning row: one ``texts`` entry per member, never joined.
+
+    Members stay separate because token boundaries are data: joining them would not round-trip.
+    """
+
+    turn: float
+    step: float
+    index: float
+    dt: list[int]
+    texts: list[str]
+
+
+class ToolCallRunData(TypedDict):
+    """Payload of a tool-call row: the run-constant call identity plus each member's arguments fragment.
+
+    ``name`` is present iff every member carried it with one value; a run mixing presence never packs.
+    """
+
+    turn: float
+    step: float
+    index: float
+    dt: list[int]
+    id: str
+    name: NotRequired[str]
+    args: list[str]
+
+
+class TextChunkRow(TypedDict):
+    """A packed text or reasoning run; member ``k`` is seq ``seq0 + k``, time ``time0 + sum(dt[:k])``."""
+
+    type: Literal["text-chunks", "reasoning-chunks"]
+    seq0: int
+    time0: int
+    data: TextRunData
+
+
+class ToolCallChunkRow(TypedDict):
+    """A packed tool-call-delta run; member placement as for :class:`TextChunkRow`."""
+
+    type: Literal["tool-call-chunks"]
+    seq0: int
+    time0: int
+    data: ToolCallRunData
+
+
+ChunkRow: TypeAlias = TextChunkRow | ToolCallChunkRow
+StorageRecord: TypeAlias = Mapping[str, Any] | ChunkRow
+"""One durable log line's value: a session event written verbatim, or a packed chunk row."""
+
+
+class _Absent:
+    """Marker for a tool-call delta without ``name``: absent and ``None`` must stay distinguishable."""
+
+    __slots__ = ()
+
+
+_ABSENT: Final = _Absent()
+
+# What classification extracts from a packable delta, so the run logic never re-reads or re-checks it:
+# (kind, seq, time, turn, step, index, call id or None, name or _ABSENT, member payload).
+_Delta: TypeAlias = tuple[str, int, int, float, float, float, str | None, str | _Absent, str]
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    """A JSON number the encoder may copy into a row: ``int`` or finite ``float``, never ``bool``.
+
+    The spec only asks for a "number". Non-finite floats are refused as a port decision: JSON would write
+    them as ``null``, which the decoder rejects, so packing one would turn a readable log unreadable.
+    """
+    if type(value) is int:
+        return True
+    return type(value) is float and isinstance(value, float) and math.isfinite(value)
+
+
+def _same_number(a: float, b: float) -> bool:
+    """Whether two whitelisted numbers serialise identically, so one row value can stand for both.
+
+    Python, unlike JS, writes ``1`` and ``1.0`` (and ``0.0``/``-0.0``) differently although they compare
+    equal; a run mixing them would decode with the first member's spelling, so it must not continue.
+    """
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
+        return False
+    return type(a) is int or math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def _classify(event: object) -> _Delta | None:
+    """Return the packable facts of a whitelisted delta event, or ``None`` to store it verbatim.
+
+    Inputs come from live appends and from parsed files alike, so every check is structural. Integer
+    seq/time are required because gaps are stored as differences: only integer arithmetic round-trips.
+    Exact key counts (rather than "has these keys") are what make any extra field disqualify.
+    """
+    if not isinstance(event, dict) or len(event) != 4 or event.get("type") != _CHUNK_EVENT:
+        return None
+    seq = event.get("seq")
+    time = event.get("time")
+    data = event.get("data")
+    # With exactly four keys, finding seq, time and data (type was matched above) proves the key set.
+    if type(seq) is not int or seq < 0 or seq > _MAX_SAFE:
+        return None
+    if type(time) is not int or time < -_MAX_SAFE or time > _MAX_SAFE:
+        return None
+    if not isinstance(data, dict) or len(data) != 3:
+        return None
+    turn = data.get("turn")
+    step = data.get("step")
+    chunk = data.get("chunk")
+    if not (_is_number(turn) and _is_number(step) and isinstance(chunk, dict)):
+        return None
+    index = chunk.get("index")
+    if not _is_number(index):
+        return None
+    kind = chunk.get("type")
+    size = len(chunk)
+    if kind == _TEXT_DELTA or kind == _REASONING_DELTA:
+        text = chunk.get("text")
+        if size != 3 or type(text) is not str:
+            return None
+        kind = _TEXT_DELTA if kind == _TEXT_DELTA else _REASONING_DELTA  # the interned constant
+        return (kind, seq, time, turn, step, index, None, _ABSENT, text)
+    if kind == _TOOL_CALL_DELTA:
+        call_id = chunk.get("id")
+        args = chunk.get("argumentsDelta")
+        if type(call_id) is not str or type(args) is not str:
+            return None
+        name: str | _Absent = _ABSENT
+        if size == 5:
+            given = chunk.get("name")
+            if type(given) is not str:
+                return None
+            name = given
+        elif size != 4:
+            return None
+        return (_TOOL_CALL_DELTA, seq, time, turn, step, index, call_id, name, args)
+    # block-start/end, usage, finish and any future chunk variant stay one event per line.
+    return None
+
+
+def _emit(
+    out: list[StorageRecord],
+    run: list[Mapping[str, Any]],
+    first: _Delta,
+    dt: list[int],
+    payloads: list[str],
+) -> None:
+    """Append a finished run to ``out``: one row when it reaches ``MIN_RUN``, else its events verbatim."""
+    if len(run) < MIN_RUN:
+        out.extend(run)
+        return
+    kind, seq0, time0, turn, step, index, call_id, name, _ = first
+    if kind == _TOOL_CALL_DELTA:
+        assert call_id is not None
+        tool_data: ToolCallRunData
+        if isinstance(name, str):
+            tool_data = {
+                "turn": turn,
+                "step": step,
+                "index": index,
+                "dt": dt,
+                "id": call_id,
+                "name": name,
+                "args": payloads,
+            }
+        else:
+            tool_data = {
+                "turn": turn,
+                "step": step,
+                "index": index,
+                "dt": dt,
+                "id": call_id,
+                "args": payloads,
+            }
+        out.append({"type": _TOOL_CALL_ROW, "seq0": seq0, "time0": time0, "data": tool_data})
+        return
+    text_data: TextRunData = {"turn": turn, "step": step, "index": index, "dt": dt, "texts": payloads}
+    tag: Literal["text-chunks", "reasoning-chunks"] = _TEXT_ROW if kind == _TEXT_DELTA else _REASONING_ROW
+    out.append({"type": tag, "seq0": seq0, "time0": time0, "data": text_data})
+
+
+def pack_chunk_runs(events: Iterable[Mapping[str, Any]]) -> list[StorageRecord]:
+    """Encode one batch for storage, packing every run of ``MIN_RUN``+ consecutive same-block deltas.
+
+    A delta extends the current run iff it has the same kind, the next seq, a time gap that is itself a
+    safe integer (so a JS reader reconstructs the exact timestamp), and the same turn, step, block index
+    and — for tool calls — the same id and the same presence and value of ``name``. Everything else is
+    returned verbatim (the very same objects), in order. Stateless, so batches split at flush boundaries
+    simply pack per batch.
+    """
+    out: list[StorageRecord] = []
+    run: list[Mapping[str, Any]] = []
+    first: _Delta | None = None  # facts of the current run's first member (its row values)
+    dt: list[int] = []
+    payloads: list[str] = []
+    last_seq = 0
+    last_time = 0
+    for event in events:
+        delta = _classify(event)
+        if delta is None:
+            if first is not None:
+                _emit(out, run, first, dt, payloads)
+                first = None
+            out.append(event)
+            continue
+        kind, seq, time, turn, step, index, call_id, name, payload = delta
+        if first is not None:
+            gap = time - last_time
+            if (
+                kind == first[0]
+                and seq == last_seq + 1
+                and -_MAX_SAFE <= gap <= _MAX_SAFE
+                and (turn is first[3] or _same_number(turn, first[3]))
+                and (step is first[4] or _same_number(step, first[4]))
+                and (index is first[5] or _same_number(index, first[5]))
+                and call_id == first[6]
+                and name == first[7]  # _ABSENT equals only itself: presence and value both match
+            ):
+                run.append(event)
+                dt.append(gap)
+                payloads.append(payload)
+                last_seq = seq
+                last_time = time
+                continue
+            _emit(out, run, first, dt, payloads)
+        first = delta
+        run = [event]
+        dt = []
+        payloads = [payload]
+        last_seq = seq
+        last_time = time
+    if first is not None:
+        _emit(out, run, first, dt, payloads)
+    return out
+
+
+def _malformed(tag: str, why: str) -> ChunkRowError:
+    """Build the uniform diagnostic; callers ``raise`` it so type checkers see the control flow."""
+    return ChunkRowError(f"malformed {tag} storage row: {why}")
+
+
+def _is_safe_int(value: object) -> bool:
+    """``Number.isSafeInteger`` for Python: an exact ``int`` (``bool`` and integral floats excluded)."""
+    return type(value) is int and -_MAX_SAFE <= value <= _MAX_SAFE
+
+
+def decode_storage_record(value: object) -> list[Any]:
+    """Decode one parsed storage line into the session event(s) it stores, in log order.
+
+    A value that is not a dict, or whose ``type`` is not a row tag, is returned as ``[value]`` without any
+    validation (ordinary events are checked later by the session's seed validation). A row-tagged value is
+    validated completely — the eleven checks of §15.3, in order, first failure wins — and raises
+    :class:`ChunkRowError` rather than being passed through, since a corrupt row would otherwise drop a
+    whole run silently. Expanded events are fresh plain dicts.
+    """
+    if not isinstance(value, dict):
+        return [value]
+    tag = value.get("type")
+    if tag == _TOOL_CALL_ROW:
+        tool = True
+    elif tag == _TEXT_ROW or tag == _REASONING_ROW:
+        tool = False
+    else:
+        return [value]
+    tag = str(tag)  # normalise a str subclass for the message
+
+    # 1-4: envelope.
+    if len(value) != 4 or "seq0" not in value or "time0" not in value or "data" not in value:
+        raise _malformed(tag, _ENVELOPE_WHY)
+    seq0 = value["seq0"]
+    if type(seq0) is not int or seq0 < 0 or seq0 > _MAX_SAFE:
+        raise _malformed(tag, "seq0 must be a non-negative safe integer")
+    time0 = value["time0"]
+    if type(time0) is not int or time0 < -_MAX_SAFE or time0 > _MAX_SAFE:
+        raise _malformed(tag, "time0 must be a safe integer")
+    data = value["data"]
+    if not isinstance(data, dict):
+        raise _malformed(tag, "data must be an object")
+
+    # 5: exact data keys (and, for tool calls, the call identity's types).
+    has_common = "turn" in data and "step" in data and "index" in data and "dt" in data
+    name: object = _ABSENT
+    if tool:
+        size = len(data)
+        has_tool = has_common and "id" in data and "args" in data
+        with_name = size == 7 and has_tool and "name" in data
+        if not with_name and not (size == 6 and has_tool):
+            raise _malformed(tag, _TOOL_DATA_WHY)
+        call_id = data["id"]
+        if with_name:
+            name = data["name"]
+        if not isinstance(call_id, str) or not (name is _ABSENT or isinstance(name, str)):
+            raise _malformed(tag, "id (and name when present) must be strings")
+        payload_key = "args"
+    else:
+        if len(data) != 5 or not has_common or "texts" not in data:
+            raise _malformed(tag, _TEXT_DATA_WHY)
+        call_id = None
+        payload_key = "texts"
+
+    # 6-9: field types and arity.
+    turn = data["turn"]
+    step = data["step"]
+    index = data["index"]
+    numbers = (int, float)  # exact types: bool is not a JSON number here
+    if type(turn) not in numbers or type(step) not in numbers or type(index) not in numbers:
+        raise _malformed(tag, "turn/step/index must be numbers")
+    payload = data[payload_key]
+    if not isinstance(payload, list) or not payload or not all(type(item) is str for item in payload):
+        raise _malformed(tag, f"{payload_key} must be a non-empty string array")
+    dt = data["dt"]
+    if not isinstance(dt, list) or not all(_is_safe_int(gap) for gap in dt):
+        raise _malformed(tag, "dt must be an array of safe integers")
+    members = len(payload)
+    if len(dt) != members - 1:
+        raise _malformed(tag, f"dt length {len(dt)} does not match {members} members")
+
+    # 10-11: reconstruction bounds. An encoder only packs safe member seqs/times, so leaving the safe
+    # range means the row is outside any encoder's image (and a JS reader would round it).
+    if seq0 + members - 1 > _MAX_SAFE:
+        raise _malformed(tag, "member seqs must stay safe integers")
+    # Expansion and check 11 share one loop; raising discards the partial list, so nothing leaks.
+    chunk_type = _TOOL_CALL_DELTA if tool else (_TEXT_DELTA if tag == _TEXT_ROW else _REASONING_DELTA)
+    events: list[Any] = []
+    time = time0
+    for k, member in enumerate(payload):
+        if k:
+            time += dt[k - 1]
+            if time < -_MAX_SAFE or time > _MAX_SAFE:
+                raise _malformed(tag, "member times must stay safe integers")
+        chunk: dict[str, Any]
+        if not tool:
+            chunk = {"type": chunk_type, "index": index, "text": member}
+        elif name is _ABSENT:
+            chunk = {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": member}
+        else:
+            chunk = {
+                "type": chunk_type,
+                "index": index,
+                "id": call_id,
+                "name": name,
+                "argumentsDelta": member,
+            }
+        events.append(
+            {
+                "type": _CHUNK_EVENT,
+                "seq": seq0 + k,
+                "time": time,
+                "data": {"turn": turn, "step": step, "chunk": chunk},
+            }
+        )
+    return events

@@ -1,0 +1,126 @@
+"""Typed errors.
+
+Every refusal agentlog makes is an :class:`AgentlogError` with a stable ``code`` so callers (and the
+command-line tool's ``--json`` output) can branch on the code instead of parsing messages. Messages
+start with the original harness's exact text so logs stay comparable across implementations; detail
+that the original did not give (a JSON path, a remedy) follows after ``": "``.
+"""
+
+from __future__ import annotations
+
+
+class AgentlogError(Exception):
+    """Base class of every error agentlog raises on purpose."""
+
+    code: str = "AGENTLOG_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class FrozenError(AgentlogError, TypeError):
+    """Committed data is immutable; a TypeError subclass so generic immutability checks still work."""
+
+    code = "FROZEN"
+
+
+class NonJsonValueError(AgentlogError, ValueError):
+    """A value is not lossless JSON; ``path`` points at the offending value (``$`` is the root)."""
+
+    code = "NON_JSON_VALUE"
+
+    def __init__(self, message: str, *, path: str = "$", reason: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
+class SessionHeaderError(AgentlogError, ValueError):
+    code = "INVALID_HEADER"
+
+
+class InvalidSeedError(AgentlogError, ValueError):
+    """A seed (restored or borrowed log) failed validation; ``index`` is the offending position."""
+
+    code = "INVALID_SEED"
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class InvalidEventError(AgentlogError, ValueError):
+    code = "INVALID_EVENT"
+
+
+class LegacyFormatError(InvalidEventError):
+    code = "UNSUPPORTED_LEGACY_FORMAT"
+
+
+class MessageShapeError(AgentlogError, ValueError):
+    code = "INVALID_MESSAGE"
+
+
+class SurfaceError(AgentlogError, ValueError):
+    code = "INVALID_SURFACE"
+
+
+class EventDataError(AgentlogError, ValueError):
+    code = "INVALID_EVENT_DATA"
+
+
+class EventTypeError(AgentlogError, ValueError):
+    code = "EVENT_TYPE_CONFLICT"
+
+
+class ReentrantAppendError(AgentlogError, RuntimeError):
+    code = "REENTRANT_APPEND"
+
+
+class SessionExistsError(AgentlogError, ValueError):
+    code = "SESSION_ALREADY_EXISTS"
+
+
+class SessionAttachedError(AgentlogError, RuntimeError):
+    code = "SESSION_ALREADY_ATTACHED"
+
+
+class SessionAnnouncedError(AgentlogError, RuntimeError):
+    code = "SESSION_ALREADY_ANNOUNCED"
+
+
+class SessionNotLiveError(AgentlogError, RuntimeError):
+    code = "SESSION_NOT_LIVE"
+
+
+class SessionForkError(AgentlogError, ValueError):
+    """Fork refusal; ``code`` is one of the original's five fork codes."""
+
+    code = "SESSION_FORK_ERROR"
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message, code=code)
+
+
+class InvariantError(AgentlogError, ValueError):
+    code = "INVARIANT"
+
+    def __init__(self, text: str, package_name: str = "@deepseek-ai/dsh-session") -> None:
+        super().__init__(f'invariant violated by "{package_name}": {text}')
+        self.package_name = package_name
+        self.text = text
+
+
+class ChunkRowError(AgentlogError, ValueError):
+    code = "MALFORMED_STORAGE_ROW"
+
+
+def describe_error(err: BaseException) -> str:
+    """Stable rendering of an exception for log lines (the original's ``String(error)``)."""
+    return f"{type(err).__name__}: {err}"

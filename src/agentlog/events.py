@@ -1,0 +1,415 @@
+"""The event envelope, the core vocabulary and the event-type registry.
+
+An :class:`Event` is the committed, immutable record of one thing that happened. It *is* a frozen
+``dict`` with the wire keys (``type, seq, time, data, sourceEventSeqs?, surfaceOp?, ignorable?``) so
+it compares equal to the wire form and serializes without conversion; the properties are only
+conveniences. Its JSON bytes are computed at most once and kept, so persistence never serializes an
+event twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+from .errors import EventDataError, EventTypeError
+from .jsonvalue import FrozenDict, register_frozen_dict_type
+
+SESSION_FORMAT_VERSION = 0
+"""Stamped into every header; an unknown future version is refused by readers."""
+
+
+class Event(FrozenDict):
+    """A committed session event (a frozen wire dict)."""
+
+    __slots__ = ("_json",)
+
+    @property
+    def type(self) -> str:
+        return self["type"]  # type: ignore[no-any-return]
+
+    @property
+    def seq(self) -> int:
+        return self["seq"]  # type: ignore[no-any-return]
+
+    @property
+    def time(self) -> int:
+        return self["time"]  # type: ignore[no-any-return]
+
+    @property
+    def data(self) -> Any:
+        return self["data"]
+
+    @property
+    def surface_op(self) -> Any:
+        return self.get("surfaceOp")
+
+    @property
+    def source_event_seqs(self) -> Any:
+        return self.get("sourceEventSeqs")
+
+    @property
+    def ignorable(self) -> bool:
+        return self.get("ignorable") is True
+
+    @property
+    def json_bytes(self) -> bytes:
+        """The event's compact JSON text, serialized once and cached."""
+        try:
+            return self._json  # type: ignore[no-any-return]
+        except AttributeError:
+            data = orjson.dumps(self)
+            object.__setattr__(self, "_json", data)
+            return data
+
+
+
+register_frozen_dict_type(Event)
+
+# --- vocabulary -----------------------------------------------------------------------------------
+
+SURFACE_EVENT_TYPES: frozenset[str] = frozenset({"user/message", "assistant/message", "tool/result"})
+
+CORE_EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        "turn/start",
+        "turn/end",
+        "step/start",
+        "step/end",
+        "user/message",
+        "assistant/chunk",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "todo/write",
+        "request/header",
+        "request/context",
+        "session/end-seed",
+    }
+)
+
+KNOWN_SESSION_EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        "agent-preset/selected",
+        "agent/inbox/spliced",
+        "approval/asked",
+        "approval/decided",
+        "approval/policy",
+        "assistant/chunk",
+        "assistant/message",
+        "command/done",
+        "command/run",
+        "compaction/end",
+        "compaction/prune",
+        "compaction/start",
+        "compaction/summary",
+        "feedback/record",
+        "goal/change",
+        "hook/invoked",
+        "hook/result",
+        "llm/retry",
+        "llm/retry-started",
+        "permission/preset",
+        "plan/mode",
+        "request/context",
+        "request/header",
+        "sandbox/mode",
+        "schedule/change",
+        "session/end-seed",
+        "session/title",
+        "session/title-llm-request",
+        "step/end",
+        "step/start",
+        "subagent/descriptor",
+        "team/member",
+        "team/message/delivered",
+        "team/message/queued",
+        "team/task",
+        "todo/write",
+        "tool-workflow/agent-end",
+        "tool-workflow/agent-start",
+        "tool-workflow/run-end",
+        "tool-workflow/run-start",
+        "tool/call",
+        "tool/code-dispatch",
+        "tool/code-dispatch-start",
+        "tool/result",
+        "turn/end",
+        "turn/start",
+        "user/message",
+        "web/deepseek-search-llm-request",
+    }
+)
+assert len(KNOWN_SESSION_EVENT_TYPES) == 48
+
+# --- registry ------------------------------------------------------------------------------------
+
+DataValidator = Callable[[Any], object]
+"""Called with the frozen data; raising or returning ``False`` refuses the event."""
+
+
+class EventTypeInfo:
+    __slots__ = ("ignorable", "name", "validator")
+
+    def __init__(self, name: str, ignorable: bool, validator: DataValidator | None) -> None:
+        self.name = name
+        self.ignorable = ignorable
+        self.validator = validator
+
+
+class EventTypes:
+    """Which event types a reader understands, and how to check plugin-owned data.
+
+    The kernel accepts any type string (the original does too); the registry exists so persistence can
+    refuse logs with unknown non-ignorable types, and so a plugin's own events are validated on append
+    and on load by the plugin's validator instead of by hand-written checks scattered around.
+    """
+
+    def __init__(self, known: Iterable[str] = KNOWN_SESSION_EVENT_TYPES) -> None:
+        self._types: dict[str, EventTypeInfo] = {name: EventTypeInfo(name, False, None) for name in known}
+        self._validators: dict[str, DataValidator] = {}
+
+    def register(self, type: str, *, ignorable: bool = False, validator: DataValidator | None = None) -> None:
+        if not isinstance(type, str) or not type:
+            raise EventTypeError("event type must be a non-empty string")
+        if type in SURFACE_EVENT_TYPES or type in CORE_EVENT_TYPES:
+            raise EventTypeError(f'event type "{type}" is owned by the session kernel and cannot be re-registered')
+        existing = self._types.get(type)
+        if existing is not None and (existing.ignorable != ignorable or existing.validator is not validator):
+            if existing.validator is not None or existing.ignorable:
+                raise EventTypeError(f'event type "{type}" is already registered with different settings')
+        self._types[type] = EventTypeInfo(type, ignorable, validator)
+        if validator is not None:
+            self._validators[type] = validator
+        else:
+            self._validators.pop(type, None)
+
+    def unregister(self, type: str) -> None:
+        if type in CORE_EVENT_TYPES:
+            raise EventTypeError(f'event type "{type}" is owned by the session kernel and cannot be unregistered')
+        self._types.pop(type, None)
+        self._validators.pop(type, None)
+
+    def is_known(self, type: str) -> bool:
+        return type in self._types
+
+    def is_ignorable(self, type: str) -> bool:
+        info = self._types.get(type)
+        return info is not None and info.ignorable
+
+    def info(self, type: str) -> EventTypeInfo | None:
+        return self._types.get(type)
+
+    def types(self) -> frozenset[str]:
+        return frozenset(self._types)
+
+    @property
+    def validators(self) -> dict[str, DataValidator]:
+        """Types with a data validator (hot path: one dict lookup per append)."""
+        return self._validators
+
+    def validate(self, type: str, data: Any) -> None:
+        validator = self._validators.get(type)
+        if validator is None:
+            return
+        try:
+            verdict = validator(data)
+        except EventDataError:
+            raise
+        except Exception as err:  # the plugin's own words, wrapped in our typed error
+            raise EventDataError(f'session event "{type}" carries invalid data: {err}') from err
+        if verdict is False:
+            raise EventDataError(f'session event "{type}" carries invalid data')
+
+
+event_types = EventTypes()
+"""The default registry, shared by sessions that are not given one."""
+
+
+# --- typed data of the core events ---------------------------------------------------------------
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ReasoningBlock(TypedDict):
+    type: Literal["reasoning"]
+    text: str
+
+
+class ToolCallBlock(TypedDict):
+    type: Literal["tool-call"]
+    id: str
+    name: str
+    arguments: str
+
+
+class ToolResultBlock(TypedDict):
+    type: Literal["tool-result"]
+    toolCallId: str
+    content: list[Any]
+    isError: NotRequired[bool]
+
+
+class ImageAttachmentRef(TypedDict):
+    attachmentId: str
+    mediaType: Literal["image/png", "image/jpeg", "image/webp", "image/gif"]
+    bytes: int
+    width: int
+    height: int
+    name: NotRequired[str]
+    originalDimensions: NotRequired[dict[str, int]]
+
+
+class ImageBlock(TypedDict):
+    type: Literal["image"]
+    attachment: ImageAttachmentRef
+
+
+ContentBlock = TextBlock | ReasoningBlock | ToolCallBlock | ToolResultBlock | ImageBlock | dict[str, Any]
+
+
+class MessageSource(TypedDict, total=False):
+    kind: str
+    plugin: str
+    form: str
+    provider: str
+    model: str
+    replayState: Any
+    callId: str
+
+
+class Message(TypedDict):
+    id: str
+    role: Literal["system", "user", "assistant"]
+    content: list[Any]
+    source: MessageSource
+
+
+class TokenUsage(TypedDict):
+    inputTokens: int
+    outputTokens: int
+    cacheReadTokens: NotRequired[int]
+    cacheWriteTokens: NotRequired[int]
+    reasoningTokens: NotRequired[int]
+
+
+class LlmFailure(TypedDict):
+    message: str
+    code: str
+    status: NotRequired[int]
+    providerRetryAfterMs: NotRequired[int]
+    requestId: NotRequired[str]
+
+
+class TurnStartData(TypedDict):
+    turn: int
+
+
+class TurnEndReason(TypedDict, total=False):
+    kind: str
+    reason: dict[str, Any]
+    error: LlmFailure
+
+
+class TurnEndData(TypedDict):
+    turn: int
+    reason: TurnEndReason
+
+
+class StepData(TypedDict):
+    turn: int
+    step: int
+
+
+class AssistantChunkData(TypedDict):
+    turn: int
+    step: int
+    chunk: dict[str, Any]
+
+
+class AssistantMessageData(TypedDict):
+    turn: int
+    step: int
+    message: Message
+    usage: NotRequired[TokenUsage]
+    interrupted: NotRequired[Literal[True]]
+
+
+class ToolCallData(TypedDict):
+    turn: int
+    step: int
+    callId: str
+    name: str
+    arguments: str
+
+
+class ToolErrorIdentity(TypedDict):
+    name: str
+    code: str
+
+
+class ToolResultData(TypedDict):
+    turn: int
+    step: int
+    message: Message
+    error: NotRequired[ToolErrorIdentity]
+    meta: NotRequired[Any]
+
+
+class TodoItem(TypedDict):
+    content: str
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class TodoWriteData(TypedDict):
+    todos: list[TodoItem]
+
+
+class LlmCallConfig(TypedDict):
+    provider: str
+    model: str
+    reasoningEffort: NotRequired[str]
+    temperature: NotRequired[float]
+    maxTokens: NotRequired[int]
+    stop: NotRequired[list[str]]
+
+
+class ToolSchema(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class EpochHeader(TypedDict):
+    config: LlmCallConfig
+    adapterDefaults: NotRequired[dict[str, bool]]
+    system: NotRequired[str]
+    tools: NotRequired[list[ToolSchema]]
+
+
+class RequestHeaderData(TypedDict):
+    header: EpochHeader
+    reason: Literal["initial", "resume", "change"]
+
+
+class RequestContextData(TypedDict):
+    provider: str
+    model: str
+    contextWindow: NotRequired[int]
+
+
+class SessionHeader(TypedDict):
+    version: int
+    id: str
+    createdAt: int
+    cwd: NotRequired[str]
+    parentSession: NotRequired[str]
+    seedLength: NotRequired[int]
+    origin: NotRequired[Literal["subagent"]]
+    delegationDepth: NotRequired[int]
+    agentPreset: NotRequired[str]

@@ -1,0 +1,175 @@
+"""Optional relational invariant checker: turn/step enclosure, numbering and same-step tool pairing.
+
+Storage validity (JSON, surface, seeds) is always enforced by the session itself. These relational
+rules are opt-in because they constrain how an agent loop *uses* the log; a loop under test turns
+them on so a structural bug is caught at the append that introduces it, not when a resumed session
+later confuses the model. Validation runs in a pre-commit interceptor (a violation vetoes the append)
+and the staged transition is applied only once the event is actually committed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import InvariantError
+from .session import Session
+from .store import SessionStore
+
+PACKAGE_NAME = "@deepseek-ai/dsh-session"
+
+_STEP_SCOPED = frozenset({"step/end", "assistant/chunk", "assistant/message", "tool/call"})
+_TURN_SCOPED = frozenset({"todo/write", "request/header", "request/context"})
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Trace:
+    last_seq: int = -1
+    open_turn: Any = None
+    open_step: Any = None
+    next_turn: int = 1
+    next_step: int = 1
+    pending_calls: frozenset[str] = field(default_factory=frozenset)
+
+
+def _fail(text: str) -> InvariantError:
+    return InvariantError(text, PACKAGE_NAME)
+
+
+def advance(trace: Trace, event: Mapping[str, Any]) -> Trace:
+    """The trace after ``event``, or :class:`InvariantError` for the first rule it breaks. Pure."""
+    seq = event["seq"]
+    etype = event["type"]
+    data = event.get("data")
+    get = data.get if isinstance(data, Mapping) else (lambda key, default=None: default)
+    if seq <= trace.last_seq:
+        raise _fail(f"seq must strictly increase: saw {seq} after {trace.last_seq}")
+    t = replace(trace, last_seq=seq)
+    if etype == "turn/start":
+        turn = get("turn")
+        if t.open_turn is not None:
+            raise _fail(f"turn/start {_show(turn)} while turn {_show(t.open_turn)} is still open")
+        if turn != t.next_turn:
+            raise _fail(f"turn/start expected turn {t.next_turn}, got {_show(turn)}")
+        return replace(t, open_turn=turn, next_step=1)
+    if etype == "turn/end":
+        turn = get("turn")
+        if t.open_turn != turn or t.open_turn is None:
+            raise _fail(f"turn/end {_show(turn)} does not match open turn {_show(t.open_turn)}")
+        if t.open_step is not None:
+            raise _fail(f"turn/end {_show(turn)} while step {_show(t.open_step)} is still open")
+        return replace(t, open_turn=None, next_turn=t.next_turn + 1)
+    if etype == "step/start":
+        turn, step = get("turn"), get("step")
+        if t.open_turn != turn or t.open_turn is None:
+            raise _fail(f"step/start in turn {_show(turn)} but open turn is {_show(t.open_turn)}")
+        if t.open_step is not None:
+            raise _fail(f"step/start {_show(step)} while step {_show(t.open_step)} is still open")
+        if step != t.next_step:
+            raise _fail(f"step/start expected step {t.next_step} in turn {_show(turn)}, got {_show(step)}")
+        return replace(t, open_step=step)
+    if etype == "tool/result" and event.get("surfaceOp") != "append":
+        if t.open_turn is None:
+            raise _fail("tool/result surface replacement appended outside any open turn")
+        return t
+    if etype in _STEP_SCOPED or etype == "tool/result":
+        turn, step = get("turn"), get("step")
+        if t.open_turn is None or t.open_step is None or turn != t.open_turn or step != t.open_step:
+            raise _fail(
+                f"{etype} names turn {_show(turn)}/step {_show(step)} but open is turn "
+                f"{_show(t.open_turn)}/step {_show(t.open_step)}"
+            )
+        if etype == "step/end":
+            return replace(t, open_step=None, next_step=t.next_step + 1, pending_calls=frozenset())
+        if etype == "tool/call":
+            return replace(t, pending_calls=t.pending_calls | {get("callId")})
+        if etype == "tool/result":
+            message = get("message")
+            source = message.get("source") if isinstance(message, Mapping) else None
+            call_id = source.get("callId") if isinstance(source, Mapping) else None
+            if call_id not in t.pending_calls and not _is_not_started_repair(event):
+                raise _fail(f"tool/result for {_show(call_id)} with no prior tool/call in this step")
+            return replace(t, pending_calls=t.pending_calls - {call_id})
+        return t
+    if etype in _TURN_SCOPED:
+        if t.open_turn is None:
+            raise _fail(f"{etype} appended outside any open turn (core execution events must be turn-enclosed)")
+        return t
+    return t
+
+
+def _is_not_started_repair(event: Mapping[str, Any]) -> bool:
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        return False
+    error = data.get("error")
+    message = data.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    first = content[0] if isinstance(content, list) and content else None
+    return (
+        isinstance(first, Mapping)
+        and first.get("isError") is True
+        and isinstance(error, Mapping)
+        and error.get("code") == "TOOL_NOT_STARTED"
+    )
+
+
+def replay(events: Iterable[Mapping[str, Any]], trace: Trace | None = None) -> Trace:
+    state = trace or Trace()
+    for event in events:
+        state = advance(state, event)
+    return state
+
+
+class SessionInvariants:
+    """Installs the relational checks on a store (all sessions, present and future)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+        self._traces: weakref.WeakKeyDictionary[Session, Trace] = weakref.WeakKeyDictionary()
+        # One append is in flight per session at most (appends cannot reenter), so one slot each.
+        self._staged: weakref.WeakKeyDictionary[Session, tuple[Any, Trace]] = weakref.WeakKeyDictionary()
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    def install(self) -> SessionInvariants:
+        if self._unsubscribe:
+            return self
+        for session in self._store.list():
+            self._traces[session] = replay(session.events)
+        self._unsubscribe = [
+            self._store.on_created(self._on_created),
+            self._store.before_event(self._before_event),
+            self._store.on_event(self._after_event),
+        ]
+        return self
+
+    def dispose(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
+        self._staged.clear()
+
+    def trace(self, session: Session) -> Trace | None:
+        return self._traces.get(session)
+
+    def _on_created(self, session: Session) -> None:
+        self._traces[session] = replay(session.events)
+
+    def _before_event(self, session: Session, candidate: Any) -> None:
+        current = self._traces.get(session)
+        if current is None:
+            current = replay(session.events)
+            self._traces[session] = current
+        # A veto by a later interceptor leaves the staged transition unused; the next append replaces it.
+        self._staged[session] = (candidate, advance(current, candidate))
+
+    def _after_event(self, session: Session, event: Any) -> None:
+        staged = self._staged.pop(session, None)
+        if staged is not None and staged[0] is event:
+            self._traces[session] = staged[1]

@@ -1,0 +1,411 @@
+"""The lossless-JSON gate: validate, copy and freeze in one non-recursive pass.
+
+Everything that enters a session's log passes through :func:`snapshot_json`. The gate guarantees
+three things at once, in a single walk over the value:
+
+* the value is JSON that survives a round trip through any conforming writer/reader unchanged
+  (so ``NaN``, infinities, ``-0.0``, integers beyond the JavaScript safe range, lone surrogates,
+  tuples, sets, non-string keys and arbitrary objects are refused, with the path to the culprit);
+* the result is detached from the caller (later mutation of the input changes nothing);
+* the result is deeply immutable (:class:`FrozenDict` / :class:`FrozenList`), while still being a
+  real ``dict`` / ``list`` so it compares equal to plain containers and ``orjson`` serializes it
+  natively without a conversion step.
+
+The walk uses an explicit stack so nesting depth is bounded by memory, not by the interpreter's
+recursion limit (the original accepts 20,000-deep values; so do we).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, NoReturn, TypeAlias
+
+from .errors import FrozenError, NonJsonValueError
+
+JsonValue: TypeAlias = Any
+"""A lossless JSON value (None, bool, int, float, str, list, dict with str keys)."""
+
+MAX_SAFE_INTEGER = 2**53 - 1
+_NEG_SAFE = -MAX_SAFE_INTEGER
+_INF = math.inf
+_NEG_INF = -math.inf
+
+# Cycles can only be detected against the ancestor path. Tracking the path costs a set operation per
+# container, so it starts only below this depth: a cyclic value descends forever, so it always gets
+# there, and the precise first repetition is then located once for the error message.
+_CYCLE_TRACK_DEPTH = 64
+
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise FrozenError(f"{type(self).__name__} is immutable: committed session data cannot be modified")
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that refuses mutation. Equal to, and serialized like, a plain dict."""
+
+    __slots__ = ()
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse  # type: ignore[assignment]
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that refuses mutation. Equal to, and serialized like, a plain list."""
+
+    __slots__ = ()
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __iadd__ = _refuse  # type: ignore[assignment]
+    __imul__ = _refuse  # type: ignore[assignment]
+    append = _refuse
+    extend = _refuse
+    insert = _refuse
+    pop = _refuse
+    remove = _refuse
+    clear = _refuse
+    sort = _refuse
+    reverse = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+
+
+EMPTY_FROZEN_DICT = FrozenDict()
+EMPTY_FROZEN_LIST = FrozenList()
+
+# Container types the gate walks. Subclasses that agentlog itself defines (the frozen event) are added
+# by their module; any other dict/list subclass is refused because it may carry behaviour or state
+# that a JSON round trip would drop.
+_DICT_TYPES: set[type] = {dict, FrozenDict}
+_LIST_TYPES: set[type] = {list, FrozenList}
+
+
+def register_frozen_dict_type(cls: type) -> None:
+    """Let the gate accept an agentlog-owned ``FrozenDict`` subclass as a plain JSON object."""
+    _DICT_TYPES.add(cls)
+
+
+def _is_text_ok(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _format_key(key: object) -> str:
+    if isinstance(key, int):
+        return f"[{key}]"
+    text = str(key)
+    if text.isidentifier():
+        return f".{text}"
+    return "[" + repr(text) + "]"
+
+
+def _path_of(stack: list[tuple[Any, Any, Any, Any]], last: object = None, has_last: bool = False) -> str:
+    parts = ["$"]
+    for _src, _it, out, key in stack:
+        parts.append(_format_key(len(out) if key is _LIST else key))
+    if has_last:
+        parts.append(_format_key(last))
+    return "".join(parts)
+
+
+def _scalar_reason(value: object) -> str | None:
+    """Why a non-container value is not lossless JSON, or None if it is fine."""
+    t = type(value)
+    if value is None or t is bool:
+        return None
+    if t is str:
+        return None if _is_text_ok(value) else "string contains a lone surrogate (not encodable as UTF-8)"  # type: ignore[arg-type]
+    if t is int:
+        if _NEG_SAFE <= value <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+            return None
+        return f"integer {value} is outside the safe range ±(2**53-1)"
+    if t is float:
+        if value != value:
+            return "NaN is not representable in JSON"
+        if value == _INF or value == _NEG_INF:
+            return f"{value} is not representable in JSON"
+        if value == 0.0 and math.copysign(1.0, value) < 0:  # type: ignore[arg-type]
+            return "-0.0 would be rewritten to 0 by JSON"
+        return None
+    if t is tuple:
+        return "tuple is not a JSON array (use a list)"
+    if isinstance(value, dict):
+        return f"{t.__name__} is a dict subclass, not a plain JSON object"
+    if isinstance(value, list):
+        return f"{t.__name__} is a list subclass, not a plain JSON array"
+    return f"{t.__module__}.{t.__qualname__} is not a JSON value"
+
+
+class _ListFrame:
+    """Sentinel used as the frame key of list frames."""
+
+
+_LIST: Any = _ListFrame()
+
+
+def _fail(stack: list[tuple[Any, Any, Any, Any]], reason: str, last: object = None, has_last: bool = False) -> NoReturn:
+    path = _path_of(stack, last, has_last)
+    raise NonJsonValueError(f"{path}: {reason}", path=path, reason=reason)
+
+
+def _fail_cycle(stack: list[tuple[Any, Any, Any, Any]], child: object, child_key: object) -> NoReturn:
+    # Locate the shallowest position where an object re-enters its own ancestry.
+    objs = [frame[0] for frame in stack] + [child]
+    first: dict[int, int] = {}
+    for pos, obj in enumerate(objs):
+        if id(obj) in first:
+            trimmed = stack[:pos]
+            path = _path_of(trimmed)
+            origin = _path_of(stack[: first[id(obj)]])
+            reason = f"cycle: the value at {path} is its own ancestor {origin}"
+            raise NonJsonValueError(f"{path}: {reason}", path=path, reason=reason)
+        first[id(obj)] = pos
+    _fail(stack, "cycle detected", child_key, True)  # pragma: no cover - the loop always finds it
+
+
+def snapshot_json(value: object) -> Any:
+    """Return a detached, deeply frozen copy of ``value``, or raise :class:`NonJsonValueError`.
+
+    Scalars are returned as they are (they are immutable); containers are copied. Aliased
+    sub-values (a DAG) are copied once per occurrence; cycles are refused.
+    """
+    t = type(value)
+    if t in _DICT_TYPES or t in _LIST_TYPES:
+        return _snapshot_container(value)
+    reason = _scalar_reason(value)
+    if reason is not None:
+        raise NonJsonValueError(f"$: {reason}", path="$", reason=reason)
+    return value
+
+
+def _snapshot_container(root: Any) -> Any:  # noqa: C901 - one hot loop on purpose
+    dict_types = _DICT_TYPES
+    list_types = _LIST_TYPES
+    frozen_dict = FrozenDict
+    frozen_list = FrozenList
+    safe = MAX_SAFE_INTEGER
+    neg_safe = _NEG_SAFE
+    inf = _INF
+    neg_inf = _NEG_INF
+    list_key = _LIST
+    stack: list[tuple[Any, Any, Any, Any]] = []
+    deep_ids: set[int] = set()
+    track = _CYCLE_TRACK_DEPTH
+
+    src: Any = root
+    out: Any
+    it: Iterator[Any]
+    is_dict = type(root) in dict_types
+    if is_dict:
+        out = {}
+        it = iter(root.items())
+    else:
+        out = []
+        it = iter(root)
+
+    while True:
+        if is_dict:
+            for k, v in it:
+                if type(k) is not str:
+                    _fail(stack, f"object key {k!r} ({type(k).__name__}) is not a string")
+                if not k.isascii() and not _is_text_ok(k):
+                    _fail(stack, f"object key {k!r} contains a lone surrogate")
+                tv = type(v)
+                if tv is str:
+                    if not v.isascii() and not _is_text_ok(v):
+                        _fail(stack, "string contains a lone surrogate (not encodable as UTF-8)", k, True)
+                    out[k] = v
+                elif tv is int:
+                    if v > safe or v < neg_safe:
+                        _fail(stack, f"integer {v} is outside the safe range ±(2**53-1)", k, True)
+                    out[k] = v
+                elif v is None or tv is bool:
+                    out[k] = v
+                elif tv is float:
+                    if v != v or v == inf or v == neg_inf or (v == 0.0 and math.copysign(1.0, v) < 0):
+                        _fail(stack, _scalar_reason(v) or "invalid float", k, True)
+                    out[k] = v
+                elif tv in dict_types:
+                    stack.append((src, it, out, k))
+                    if len(stack) >= track:
+                        if id(v) in deep_ids:
+                            _fail_cycle(stack, v, k)
+                        deep_ids.add(id(src))
+                    src = v
+                    out = {}
+                    it = iter(v.items())
+                    break
+                elif tv in list_types:
+                    stack.append((src, it, out, k))
+                    if len(stack) >= track:
+                        if id(v) in deep_ids:
+                            _fail_cycle(stack, v, k)
+                        deep_ids.add(id(src))
+                    src = v
+                    out = []
+                    it = iter(v)
+                    is_dict = False
+                    break
+                else:
+                    _fail(stack, _scalar_reason(v) or "not a JSON value", k, True)
+            else:
+                result: Any = frozen_dict(out)
+                if not stack:
+                    return result
+                if len(stack) >= track:
+                    deep_ids.discard(id(stack[-1][0]))
+                src, it, out, key = stack.pop()
+                if key is list_key:
+                    out.append(result)
+                    is_dict = False
+                else:
+                    out[key] = result
+        else:
+            for v in it:
+                tv = type(v)
+                if tv is str:
+                    if not v.isascii() and not _is_text_ok(v):
+                        _fail(stack, "string contains a lone surrogate (not encodable as UTF-8)", len(out), True)
+                    out.append(v)
+                elif tv is int:
+                    if v > safe or v < neg_safe:
+                        _fail(stack, f"integer {v} is outside the safe range ±(2**53-1)", len(out), True)
+                    out.append(v)
+                elif v is None or tv is bool:
+                    out.append(v)
+                elif tv is float:
+                    if v != v or v == inf or v == neg_inf or (v == 0.0 and math.copysign(1.0, v) < 0):
+                        _fail(stack, _scalar_reason(v) or "invalid float", len(out), True)
+                    out.append(v)
+                elif tv in dict_types:
+                    stack.append((src, it, out, list_key))
+                    if len(stack) >= track:
+                        if id(v) in deep_ids:
+                            _fail_cycle(stack, v, len(out))
+                        deep_ids.add(id(src))
+                    src = v
+                    out = {}
+                    it = iter(v.items())
+                    is_dict = True
+                    break
+                elif tv in list_types:
+                    stack.append((src, it, out, list_key))
+                    if len(stack) >= track:
+                        if id(v) in deep_ids:
+                            _fail_cycle(stack, v, len(out))
+                        deep_ids.add(id(src))
+                    src = v
+                    out = []
+                    it = iter(v)
+                    break
+                else:
+                    _fail(stack, _scalar_reason(v) or "not a JSON value", len(out), True)
+            else:
+                result = frozen_list(out)
+                if not stack:
+                    return result
+                if len(stack) >= track:
+                    deep_ids.discard(id(stack[-1][0]))
+                src, it, out, key = stack.pop()
+                if key is list_key:
+                    out.append(result)
+                else:
+                    out[key] = result
+                    is_dict = True
+
+
+def is_json_value(value: object) -> bool:
+    """True when :func:`snapshot_json` would accept ``value``."""
+    try:
+        snapshot_json(value)
+    except NonJsonValueError:
+        return False
+    return True
+
+
+def thaw(value: Any) -> Any:
+    """Return a plain, mutable deep copy of a JSON value (frozen or not). Iterative."""
+    if not isinstance(value, (dict, list)):
+        return value
+    root: Any = {} if isinstance(value, dict) else []
+    work: list[tuple[Any, Any]] = [(value, root)]
+    while work:
+        src, dst = work.pop()
+        if isinstance(src, dict):
+            for k, v in src.items():
+                if isinstance(v, (dict, list)):
+                    child: Any = {} if isinstance(v, dict) else []
+                    dst[k] = child
+                    work.append((v, child))
+                else:
+                    dst[k] = v
+        else:
+            for v in src:
+                if isinstance(v, (dict, list)):
+                    child = {} if isinstance(v, dict) else []
+                    dst.append(child)
+                    work.append((v, child))
+                else:
+                    dst.append(v)
+    return root
+
+
+def freeze_in_place(value: Any) -> Any:
+    """Freeze an exclusively owned graph of plain containers, returning the frozen equivalent.
+
+    Python cannot freeze a ``dict`` in place, so "in place" means: each container is replaced by a
+    frozen container holding the very same children, without validating or copying scalars. Used by
+    the restore path, whose graphs come straight from a JSON parser and are owned by nobody else.
+    Iterative, so any depth works.
+    """
+    t = type(value)
+    if t is not dict and t is not list:
+        return value
+    # Post-order: children are frozen before their parent is rebuilt around them.
+    stack: list[tuple[Any, Iterator[Any], Any]] = []
+    src: Any = value
+    it: Iterator[Any] = iter(list(value.items()) if t is dict else list(enumerate(value)))
+    while True:
+        for key, child in it:
+            ct = type(child)
+            if ct is dict or ct is list:
+                stack.append((src, it, key))
+                src = child
+                it = iter(list(child.items()) if ct is dict else list(enumerate(child)))
+                break
+        else:
+            frozen: Any = FrozenDict(src) if type(src) is dict else FrozenList(src)
+            if not stack:
+                return frozen
+            parent, it, key = stack.pop()
+            # The parent is still a plain container owned by us: swap in the frozen child.
+            parent[key] = frozen
+            src = parent

@@ -1,0 +1,115 @@
+"""Crash repair: close a turn that a crash left open, so the next request is well-formed.
+
+A model request must never contain a tool call without its result. After a crash the log may end
+inside a turn with calls that were requested (and perhaps started) but never answered. The closers
+answer each such call with an error result that tells the model what is known — "not started" (safe
+to retry) or "outcome unknown" (it may have had side effects) — then close the open step and turn.
+Pure: the persistence layer decides where the closers are committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .jsonvalue import snapshot_json
+
+TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
+TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+
+TOOL_OUTCOME_UNKNOWN_TEXT = (
+    "The tool call was interrupted after it was recorded, but no result was durably recorded. "
+    "Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the "
+    "operation is read-only or idempotent; if it may have side effects, first verify external state "
+    "or ask the user. Do not retry blindly."
+)
+TOOL_NOT_STARTED_TEXT = (
+    "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed."
+)
+
+
+def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
+    """The synthetic events that close an interrupted turn at the end of ``events`` (``[]`` if balanced)."""
+    open_turn: Any = None
+    open_step: Any = None
+    pending: dict[str, dict[str, Any]] = {}
+    for event in events:
+        etype = event["type"]
+        data = event["data"]
+        if etype == "turn/start":
+            open_turn = data["turn"]
+            open_step = None
+            pending.clear()
+        elif etype == "turn/end":
+            open_turn = None
+            open_step = None
+            pending.clear()
+        elif etype == "step/start":
+            open_step = data["step"]
+        elif etype == "step/end":
+            pending.clear()
+            open_step = None
+        elif etype == "assistant/message":
+            message = data.get("message") if isinstance(data, dict) else None
+            content = message.get("content") if isinstance(message, dict) else None
+            for block in content or ():
+                if isinstance(block, dict) and block.get("type") == "tool-call":
+                    # Re-registering keeps the call's original position but forgets its start record.
+                    pending[block.get("id")] = {"step": data.get("step")}  # type: ignore[index]
+        elif etype == "tool/call":
+            call = pending.get(data.get("callId")) if isinstance(data, dict) else None
+            if call is not None:
+                call["callSeq"] = event["seq"]
+        elif etype == "tool/result":
+            message = data.get("message") if isinstance(data, dict) else None
+            source = message.get("source") if isinstance(message, dict) else None
+            if isinstance(source, dict):
+                pending.pop(source.get("callId"), None)  # type: ignore[arg-type]
+    if open_turn is None or not events:
+        return []
+    last = events[-1]
+    seq = last["seq"] + 1
+    when = last["time"]
+    closers: list[dict[str, Any]] = []
+    for call_id, call in pending.items():
+        started = "callSeq" in call
+        message = snapshot_json(
+            {
+                "id": f"interrupted-tool-result-{call_id}-{seq}",
+                "role": "user",
+                "source": {"kind": "tool", "callId": call_id},
+                "content": [
+                    {
+                        "type": "tool-result",
+                        "toolCallId": call_id,
+                        "isError": True,
+                        "content": [
+                            {"type": "text", "text": TOOL_OUTCOME_UNKNOWN_TEXT if started else TOOL_NOT_STARTED_TEXT}
+                        ],
+                    }
+                ],
+            }
+        )
+        error = (
+            {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
+            if started
+            else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
+        )
+        closer: dict[str, Any] = {
+            "type": "tool/result",
+            "seq": seq,
+            "time": when,
+            "data": {"turn": open_turn, "step": call["step"], "message": message, "error": error},
+            "surfaceOp": "append",
+        }
+        if started:
+            closer["sourceEventSeqs"] = [call["callSeq"]]
+        closers.append(closer)
+        seq += 1
+    if open_step is not None:
+        closers.append({"type": "step/end", "seq": seq, "time": when, "data": {"turn": open_turn, "step": open_step}})
+        seq += 1
+    closers.append(
+        {"type": "turn/end", "seq": seq, "time": when, "data": {"turn": open_turn, "reason": {"kind": "interrupted"}}}
+    )
+    return closers

@@ -1,0 +1,562 @@
+"""The session: an append-only, validated event log and what is derived from it.
+
+Appending is the only way to change a session. ``append`` snapshots the payload through the JSON gate,
+checks the surface rules, commits, then notifies observers; a refused append changes nothing. Reads
+(``events``, ``derive_messages``, ``request_header``) are incremental: each call costs O(new events),
+and returns an immutable snapshot that later appends do not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import time as _time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, overload
+
+from .errors import (
+    AgentlogError,
+    EventDataError,
+    FrozenError,
+    InvalidEventError,
+    InvalidSeedError,
+    LegacyFormatError,
+    NonJsonValueError,
+    ReentrantAppendError,
+    SessionHeaderError,
+    SurfaceError,
+    describe_error,
+)
+from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types
+from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _snapshot_container, snapshot_json
+from .request_header import canonical_header, fold_request_header
+from .seeds import (
+    check_legacy_request_header,
+    check_seed_envelope,
+    event_from_restored,
+    restore_header,
+    snapshot_header,
+)
+from .surface import SurfaceManager
+
+if TYPE_CHECKING:
+    from .store import _Entry
+
+logger = logging.getLogger("agentlog")
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Integer Unix epoch milliseconds (the original's ``Date.now()``)."""
+    return _time.time_ns() // 1_000_000
+
+
+class SeqOutOfRangeError(AgentlogError, IndexError):
+    code = "SEQ_OUT_OF_RANGE"
+
+
+# --- immutable snapshot sequences -----------------------------------------------------------------
+
+
+class _Snapshot(Sequence[Any]):
+    """An immutable prefix view of an append-only list: O(1) to create, never changes afterwards."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[Any], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self._items[: self._n][index]
+        n = self._n
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"{type(self).__name__} index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(self._items, self._n)
+
+    def __reversed__(self) -> Iterator[Any]:
+        items = self._items
+        return (items[i] for i in range(self._n - 1, -1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Snapshot):
+            return self._n == other._n and all(a == b for a, b in zip(self, other, strict=True))
+        if isinstance(other, (list, tuple)):
+            return self._n == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
+
+    def to_list(self) -> list[Any]:
+        """A plain list of the (frozen) items, e.g. for ``orjson.dumps``."""
+        return self._items[: self._n]
+
+    def _refuse(self, *args: object) -> NoReturn:
+        raise FrozenError(f"{type(self).__name__} is an immutable snapshot; copy it with list() to reorder")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+
+class EventsView(_Snapshot):
+    """The log as it was when read: frozen events, never grows."""
+
+    __slots__ = ()
+
+
+class MessageList(_Snapshot):
+    """Derived model-visible messages as they were when derived: frozen messages, never changes."""
+
+    __slots__ = ()
+
+
+# --- projection -----------------------------------------------------------------------------------
+
+
+def derive_event_message(event: Mapping[str, Any]) -> Any:
+    """The message an event contributes to the model's history, or ``None``. Identity-preserving."""
+    etype = event.get("type")
+    if etype == "user/message":
+        return event.get("data")
+    if etype == "assistant/message":
+        message = event["data"].get("message")
+        if not message or not message.get("content"):
+            return None
+        return message
+    if etype == "tool/result":
+        return event["data"].get("message")
+    return None
+
+
+class _MessageCache:
+    """Derived messages, projected once per surface node; rebuilt only after a replacement."""
+
+    __slots__ = ("_done", "_gen", "_items", "_view")
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._done = 0
+        self._gen = 0
+        self._view: MessageList | None = None
+
+    def derive(self, surface: SurfaceManager, log: list[Event]) -> MessageList:
+        nodes = surface._folded_nodes()
+        gen = surface._gen
+        if gen != self._gen:
+            self._items = []
+            self._done = 0
+            self._gen = gen
+            self._view = None
+        total = len(nodes)
+        if self._done < total:
+            items = self._items
+            for seq in nodes[self._done :]:
+                message = derive_event_message(log[seq])
+                if message is not None:
+                    items.append(message)
+            self._done = total
+        view = self._view
+        if view is None or view._n != len(self._items):
+            view = self._view = MessageList(self._items, len(self._items))
+        return view
+
+
+# --- the session ----------------------------------------------------------------------------------
+
+_MISSING: Any = object()
+_LEGACY_TYPES = frozenset({"request/header", "request/header-delta"})
+_CREATE_TOKEN = object()
+
+
+class Session:
+    """One agent session's log. Build with :meth:`create` or :meth:`from_restore`."""
+
+    __slots__ = (
+        "_attachment",
+        "_events_view",
+        "_first_live",
+        "_header",
+        "_log",
+        "_messages",
+        "_now",
+        "_rc_cache",
+        "_rc_pos",
+        "_registry",
+        "_rh_cache",
+        "_rh_pos",
+        "_surface",
+        "_validators",
+        "__weakref__",
+    )
+
+    def __init__(self, token: object, session_id: str, now: Clock | None, registry: EventTypes | None) -> None:
+        if token is not _CREATE_TOKEN:
+            raise TypeError("use Session.create(...) or Session.from_restore(...)")
+        if not isinstance(session_id, str) or not session_id:
+            raise SessionHeaderError("session id must be a non-empty string")
+        self._now: Clock = now or wall_clock_ms
+        self._registry = registry or event_types
+        self._validators = self._registry.validators
+        self._log: list[Event] = []
+        self._surface = SurfaceManager(self._log, 0)
+        self._header: FrozenDict = EMPTY_FROZEN_DICT
+        self._first_live = 0
+        self._events_view: EventsView | None = None
+        self._messages = _MessageCache()
+        self._rh_cache: Any = None
+        self._rh_pos = 0
+        self._rc_cache: Any = None
+        self._rc_pos = 0
+        self._attachment: _Entry | None = None
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        id: str,
+        seed: Sequence[Any] | None = None,
+        header: Mapping[str, Any] | None = None,
+        *,
+        now: Clock | None = None,
+        registry: EventTypes | None = None,
+    ) -> Session:
+        """A detached session from borrowed data: the seed and header are validated and deep-copied."""
+        session = cls(_CREATE_TOKEN, id, now, registry)
+        if seed is not None:
+            session._load_seed(seed, restore=False)
+        candidate: Any = header
+        if header is None:
+            candidate = {"version": SESSION_FORMAT_VERSION, "id": id, "createdAt": session._now()}
+        session._header = snapshot_header(candidate, id)
+        if seed is not None:
+            session._mark_end_seed()
+        return session
+
+    @classmethod
+    def from_restore(
+        cls,
+        id: str,
+        seed: Sequence[Any],
+        header: Any,
+        *,
+        now: Clock | None = None,
+        registry: EventTypes | None = None,
+    ) -> Session:
+        """A session from freshly parsed persistence data, which the caller hands over (not copied)."""
+        session = cls(_CREATE_TOKEN, id, now, registry)
+        session._header = restore_header(header, id)
+        session._load_seed(seed, restore=True)
+        session._mark_end_seed()
+        return session
+
+    def _load_seed(self, seed: Sequence[Any], *, restore: bool) -> None:
+        log = self._log
+        surface = self._surface
+        validators = self._validators
+        for index, entry in enumerate(seed):
+            if restore:
+                check_seed_envelope(entry, index)
+            else:
+                try:
+                    entry = snapshot_json(entry)
+                except NonJsonValueError as err:
+                    raise InvalidSeedError(
+                        f"seed event at index {index} is not losslessly JSON-serializable: {err}", index=index
+                    ) from None
+                check_seed_envelope(entry, index)
+            etype = entry["type"]
+            check_legacy_request_header(etype, entry["data"], f"seed event at index {index}", InvalidSeedError)
+            if entry["seq"] != index:
+                raise InvalidSeedError(
+                    f"seed event at index {index} has seq {entry['seq']} (expected {index}); "
+                    "seed must be contiguous from 0",
+                    index=index,
+                )
+            if etype in validators:
+                try:
+                    self._registry.validate(etype, entry["data"])
+                except EventDataError as err:
+                    raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
+            event = event_from_restored(entry) if restore else Event(entry)
+            try:
+                plan = surface.validate_next(event)
+            except SurfaceError as err:
+                raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
+            except Exception as err:  # a plugin validator failing without our error type
+                text = str(err) or "invalid surface metadata"
+                raise InvalidSeedError(f"invalid seed event at index {index}: {text}", index=index) from err
+            log.append(event)
+            surface._commit(event, plan)
+        self._first_live = len(log)
+
+    def _mark_end_seed(self) -> None:
+        log = self._log
+        if not log or log[-1]["type"] != "session/end-seed":
+            self.append("session/end-seed", {})
+
+    # -- identity ----------------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self._header["id"]  # type: ignore[no-any-return]
+
+    @property
+    def header(self) -> FrozenDict:
+        return self._header
+
+    @property
+    def first_live_seq(self) -> int:
+        return self._first_live
+
+    @property
+    def seq(self) -> int:
+        """The next seq (= the log's length)."""
+        return len(self._log)
+
+    @property
+    def events(self) -> EventsView:
+        view = self._events_view
+        if view is None:
+            view = self._events_view = EventsView(self._log, len(self._log))
+        return view
+
+    @property
+    def surface(self) -> SurfaceManager:
+        return self._surface
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id!r} events={len(self._log)}>"
+
+    # -- append ------------------------------------------------------------------------------------
+    def append(self, type: str, data: Any, intent: Mapping[str, Any] | None = None) -> Event:
+        """Validate, commit and publish one event; return the committed (frozen) event.
+
+        ``intent`` (``{"surfaceOp": ..., "sourceEventSeqs": [...]}``) is required for the three surface
+        types and refused for every other type. Nothing changes when this raises.
+        """
+        if type.__class__ is not str:
+            raise InvalidEventError(f"session event type must be a string, got {type!r}")
+        try:
+            data_copy = _snapshot_container(data) if data.__class__ is dict else snapshot_json(data)
+        except NonJsonValueError as err:
+            raise InvalidEventError(
+                f'session event "{type}" carries non-JSON-serializable data: {err}'
+            ) from None
+        if type in _LEGACY_TYPES:
+            check_legacy_request_header(type, data_copy, f'session event "{type}"', LegacyFormatError)
+        if type in self._validators:
+            self._registry.validate(type, data_copy)
+        log = self._log
+        seq = len(log)
+        if intent is None:
+            record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
+        else:
+            record = self._with_surface_metadata(type, seq, data_copy, intent)
+        entry = self._attachment
+        if entry is not None and entry.appending:
+            raise ReentrantAppendError("session append cannot reenter while another append is being published")
+        record["time"] = self._now()
+        event = Event(record)
+        surface = self._surface
+        if intent is not None or type in SURFACE_EVENT_TYPES:
+            plan = surface.validate_next(event)
+        else:
+            plan = None
+        if entry is None:
+            log.append(event)
+            self._events_view = None
+            surface._commit(event, plan)
+            return event
+        self._publish(entry, event, plan)
+        return event
+
+    def _with_surface_metadata(
+        self, type: str, seq: int, data_copy: Any, intent: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        if not isinstance(intent, Mapping):
+            raise InvalidEventError(f'session event "{type}" surface intent must be a mapping')
+        record: dict[str, Any] = {"type": type, "seq": seq, "time": 0, "data": data_copy}
+        sources = intent.get("sourceEventSeqs", _MISSING)
+        op = intent.get("surfaceOp", _MISSING)
+        try:
+            if sources is not _MISSING:
+                record["sourceEventSeqs"] = snapshot_json(sources)
+            if op is not _MISSING:
+                record["surfaceOp"] = snapshot_json(op)
+        except NonJsonValueError as err:
+            raise InvalidEventError(
+                f'session event "{type}" carries non-JSON-serializable surface metadata: {err}'
+            ) from None
+        return record
+
+    def _publish(self, entry: _Entry, event: Event, plan: Any) -> None:
+        store = entry.store
+        entry.appending = True
+        try:
+            listeners = store._resolve(entry, "event", (self, event))
+            self._log.append(event)
+            self._events_view = None
+            self._surface._commit(event, plan)
+            for listener in listeners:
+                try:
+                    result = listener(self, event)
+                except Exception as err:
+                    logger.warning(
+                        'session "%s": session/event listener threw: %s', self.id, describe_error(err)
+                    )
+                    continue
+                if inspect.isawaitable(result):
+                    _observe_async(result, f'session "{self.id}": session/event listener rejected: ')
+        finally:
+            entry.appending = False
+            if entry.detach_requested and not entry.announcing:
+                store._detach_entered(entry)
+
+    # -- derived views -----------------------------------------------------------------------------
+    def derive_messages(self) -> MessageList:
+        """The model-visible history now: O(new surface nodes) per call, a full rebuild only after a replace."""
+        return self._messages.derive(self._surface, self._log)
+
+    @staticmethod
+    def derive_event_message(event: Mapping[str, Any]) -> Any:
+        return derive_event_message(event)
+
+    def request_header(self) -> Any:
+        """The current canonical request header (frozen), or ``None`` before the first ``request/header``."""
+        log = self._log
+        pos = self._rh_pos
+        if pos < len(log):
+            state = self._rh_cache
+            for index in range(len(log) - 1, pos - 1, -1):
+                if log[index]["type"] == "request/header":
+                    state = _header_of(log[index])
+                    break
+            self._rh_cache = state
+            self._rh_pos = len(log)
+        return self._rh_cache
+
+    def request_context(self) -> Any:
+        """The latest ``request/context`` record (frozen), or ``None``."""
+        log = self._log
+        pos = self._rc_pos
+        if pos < len(log):
+            for index in range(len(log) - 1, pos - 1, -1):
+                if log[index]["type"] == "request/context":
+                    self._rc_cache = _context_of(log[index])
+                    break
+            self._rc_pos = len(log)
+        return self._rc_cache
+
+    def at(self, seq: int) -> SessionView:
+        """A read-only view of this session as it was right after event ``seq`` was committed."""
+        if type(seq) is not int or not 0 <= seq < len(self._log):
+            last = len(self._log) - 1
+            raise SeqOutOfRangeError(
+                f'seq {seq!r} is not in session "{self.id}" (last seq: {last if last >= 0 else "none"})'
+            )
+        return SessionView(self, self._log[: seq + 1])
+
+
+def _header_of(event: Mapping[str, Any]) -> Any:
+    data = event.get("data")
+    header = data.get("header") if isinstance(data, Mapping) else None
+    if not isinstance(header, Mapping):
+        return None
+    return FrozenDict(canonical_header(header))
+
+
+def _context_of(event: Mapping[str, Any]) -> Any:
+    data = event.get("data")
+    return FrozenDict(data) if isinstance(data, dict) else data
+
+
+class SessionView:
+    """What a session looked like after one event: same fold, same projection, frozen prefix."""
+
+    __slots__ = ("_log", "_messages", "_session", "_surface")
+
+    def __init__(self, session: Session, prefix: list[Event]) -> None:
+        self._session = session
+        self._log = prefix
+        self._surface = SurfaceManager(prefix, 0)
+        self._messages = _MessageCache()
+
+    @property
+    def id(self) -> str:
+        return self._session.id
+
+    @property
+    def header(self) -> FrozenDict:
+        return self._session.header
+
+    @property
+    def seq(self) -> int:
+        """The seq of the last event in this view."""
+        return len(self._log) - 1
+
+    @property
+    def events(self) -> EventsView:
+        return EventsView(self._log, len(self._log))
+
+    @property
+    def surface(self) -> SurfaceManager:
+        return self._surface
+
+    def derive_messages(self) -> MessageList:
+        return self._messages.derive(self._surface, self._log)
+
+    def request_header(self) -> Any:
+        header = fold_request_header(self._log)
+        return None if header is None else FrozenDict(header)
+
+    def request_context(self) -> Any:
+        for event in reversed(self._log):
+            if event["type"] == "request/context":
+                return _context_of(event)
+        return None
+
+    def __repr__(self) -> str:
+        return f"<SessionView {self.id!r} at seq {self.seq}>"
+
+
+def _observe_async(awaitable: Any, prefix: str) -> None:
+    """Run a listener's awaitable in the current loop and log (never raise) its failure."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        close = getattr(awaitable, "close", None)
+        if callable(close):
+            close()
+        logger.warning("%sRuntimeError: listener returned an awaitable outside a running event loop", prefix)
+        return
+    future = asyncio.ensure_future(awaitable, loop=loop)
+
+    def _done(fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            return
+        err = fut.exception()
+        if err is not None:
+            logger.warning("%s%s", prefix, describe_error(err))
+
+    future.add_done_callback(_done)

@@ -1,0 +1,455 @@
+"""The session store: live sessions, their lifecycle hooks, flush barriers and forks.
+
+Hooks are plain callables. Their failure policy follows the original exactly, because persistence and
+instrumentation rely on it: a ``created`` listener that raises vetoes the session (and the rollback is
+paired with a ``disposed`` notification); ``event`` and ``disposed`` listener failures are contained
+and logged; ``flush`` runs every listener, waits for all, then raises the first failure; a
+``before_event`` interceptor that raises vetoes the append before anything is committed.
+
+A :class:`Scope` is both an *owner lifetime* (disposing it detaches the sessions it created) and a
+*carrier* (its hooks hear only the sessions created or entered through it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .errors import (
+    AgentlogError,
+    SessionAnnouncedError,
+    SessionAttachedError,
+    SessionExistsError,
+    SessionForkError,
+    SessionNotLiveError,
+    describe_error,
+)
+from .events import SESSION_FORMAT_VERSION
+from .jsonvalue import MAX_SAFE_INTEGER
+from .session import Clock, Session, _observe_async, wall_clock_ms
+
+logger = logging.getLogger("agentlog")
+
+_META_KEYS = ("cwd", "parentSession", "seedLength", "origin", "delegationDepth", "agentPreset")
+_HOOKS = ("created", "event", "flush", "disposed", "before_event")
+
+
+class _Entry:
+    __slots__ = (
+        "announced",
+        "announcing",
+        "appending",
+        "detach_requested",
+        "detached",
+        "id",
+        "scope",
+        "session",
+        "store",
+    )
+
+    def __init__(self, store: SessionStore, session: Session, scope: Scope | None) -> None:
+        self.store = store
+        self.id = session.id
+        self.session = session
+        self.scope = scope
+        self.announced = False
+        self.announcing = False
+        self.appending = False
+        self.detach_requested = False
+        self.detached = False
+
+
+class _Hooks:
+    """Registration surface shared by the store (global hooks) and scopes (carrier-bound hooks)."""
+
+    _store: SessionStore
+    _scope: Scope | None
+
+    def _add(self, hook: str, fn: Callable[..., Any]) -> Callable[[], None]:
+        if not callable(fn):
+            raise TypeError(f"{hook} hook must be callable")
+        record = (self._scope, fn)
+        listeners = self._store._listeners[hook]
+        listeners.append(record)
+        removed = False
+
+        def unsubscribe() -> None:
+            nonlocal removed
+            if not removed:
+                removed = True
+                try:
+                    listeners.remove(record)
+                except ValueError:
+                    pass
+
+        if self._scope is not None:
+            self._scope._unsubscribers.append(unsubscribe)
+        return unsubscribe
+
+    def on_created(self, fn: Callable[[Session], Any]) -> Callable[[], None]:
+        """Called once when a session is announced; raising vetoes (rolls back) the creation."""
+        return self._add("created", fn)
+
+    def on_event(self, fn: Callable[[Session, Any], Any]) -> Callable[[], None]:
+        """Called after each commit; failures are logged and never affect the append."""
+        return self._add("event", fn)
+
+    def on_flush(self, fn: Callable[[Session], Any]) -> Callable[[], None]:
+        """Called by ``flush``/``aflush``; every listener runs, the first failure is raised."""
+        return self._add("flush", fn)
+
+    def on_disposed(self, fn: Callable[[Session], Any]) -> Callable[[], None]:
+        """Called once after an announced session left the store; failures are logged."""
+        return self._add("disposed", fn)
+
+    def before_event(self, fn: Callable[[Session, Any], Any]) -> Callable[[], None]:
+        """Pre-commit interceptor: sees the frozen candidate before it is logged; raising vetoes it."""
+        return self._add("before_event", fn)
+
+
+class Scope(_Hooks):
+    """An owner lifetime and listener carrier. ``dispose()`` detaches what it owns and drops its hooks."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+        self._scope = self
+        self._detaches: list[Callable[[], None]] = []
+        self._unsubscribers: list[Callable[[], None]] = []
+        self.disposed = False
+
+    def create(
+        self,
+        id: str | None = None,
+        *,
+        seed: Sequence[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Session:
+        return self._store.create(id, seed=seed, meta=meta, owner=self)
+
+    def enter(self, session: Session) -> Callable[[], None]:
+        detach = self._store._enter(session, self)
+        self._detaches.append(detach)
+        return detach
+
+    def add_disposer(self, fn: Callable[[], None]) -> None:
+        if self.disposed:
+            fn()
+        else:
+            self._detaches.append(fn)
+
+    def dispose(self) -> None:
+        if self.disposed:
+            return
+        self.disposed = True
+        while self._detaches:
+            self._detaches.pop()()
+        while self._unsubscribers:
+            self._unsubscribers.pop()()
+
+    def __enter__(self) -> Scope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.dispose()
+
+
+class SessionStore(_Hooks):
+    """An in-memory registry of live sessions (persistence listens to its hooks)."""
+
+    def __init__(self, *, now: Clock | None = None) -> None:
+        self._store = self
+        self._scope = None
+        self._now: Clock = now or wall_clock_ms
+        self._entries: dict[str, _Entry] = {}
+        self._listeners: dict[str, list[tuple[Scope | None, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
+        self._counter = itertools.count(1)
+
+    # -- building ----------------------------------------------------------------------------------
+    def _mint_id(self) -> str:
+        while True:
+            candidate = f"session-{next(self._counter)}"
+            if candidate not in self._entries:
+                return candidate
+
+    def prepare(
+        self,
+        id: str | None = None,
+        *,
+        seed: Sequence[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        restore: bool = False,
+    ) -> Session:
+        """Build a session without registering or announcing it.
+
+        With ``restore=True`` the seed and ``meta`` (the full stored header) come from persistence and
+        are handed over without a copy.
+        """
+        if id is None:
+            id = self._mint_id()
+        elif id in self._entries:
+            raise SessionExistsError(f'session "{id}" already exists')
+        if restore:
+            return Session.from_restore(id, seed if seed is not None else [], meta, now=self._now)
+        meta = meta or {}
+        header: dict[str, Any] = {
+            "version": SESSION_FORMAT_VERSION,
+            "id": id,
+            "createdAt": meta["createdAt"] if "createdAt" in meta else self._now(),
+        }
+        for key in _META_KEYS:
+            if key in meta:
+                header[key] = meta[key]
+        return Session.create(id, seed, header, now=self._now)
+
+    def enter(self, session: Session) -> Callable[[], None]:
+        """Register ``session`` (without announcing it); return its idempotent detach function."""
+        return self._enter(session, None)
+
+    def _enter(self, session: Session, scope: Scope | None) -> Callable[[], None]:
+        if session.id in self._entries:
+            raise SessionExistsError(f'session "{session.id}" already exists')
+        if session._attachment is not None:
+            raise SessionAttachedError(f'session "{session.id}" is already attached to a store')
+        entry = _Entry(self, session, scope)
+        self._entries[entry.id] = entry
+        session._attachment = entry
+        called = False
+
+        def detach() -> None:
+            nonlocal called
+            if called:
+                return
+            called = True
+            if entry.announcing or entry.appending:
+                entry.detach_requested = True
+            else:
+                self._detach_entered(entry)
+
+        return detach
+
+    def _detach_entered(self, entry: _Entry) -> None:
+        entry.detach_requested = False
+        if self._entries.get(entry.id) is not entry:
+            return
+        del self._entries[entry.id]
+        entry.session._attachment = None
+        entry.detached = True
+        if entry.announced:
+            self._emit_disposed(entry)
+
+    def _live_entry(self, session: Session) -> _Entry:
+        entry = session._attachment
+        if entry is None or entry.store is not self or self._entries.get(session.id) is not entry:
+            raise SessionNotLiveError(f'session "{session.id}" is not live in this store')
+        return entry
+
+    def announce(self, session: Session) -> None:
+        """Publish ``session/created``; a listener that raises vetoes it (the caller rolls back)."""
+        entry = self._live_entry(session)
+        if entry.announced or entry.announcing:
+            raise SessionAnnouncedError(f'session "{session.id}" was already announced')
+        entry.announced = True
+        entry.announcing = True
+        try:
+            for listener in self._resolve(entry, "created", (session,)):
+                result = listener(session)
+                if inspect.isawaitable(result):
+                    _observe_async(result, f'session "{session.id}": session/created listener rejected: ')
+        finally:
+            entry.announcing = False
+            if entry.detach_requested and not entry.appending:
+                self._detach_entered(entry)
+
+    def create(
+        self,
+        id: str | None = None,
+        *,
+        seed: Sequence[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        owner: Scope | None = None,
+    ) -> Session:
+        """Prepare, register and announce a session; roll back (with a paired disposal) if vetoed."""
+        session = self.prepare(id, seed=seed, meta=meta)
+        detach = self._enter(session, owner)
+        if owner is not None:
+            owner.add_disposer(detach)
+        try:
+            self.announce(session)
+        except BaseException:
+            detach()
+            raise
+        return session
+
+    def dispose(self, session: Session) -> None:
+        """Detach a live session (emits ``session/disposed`` if it was announced)."""
+        entry = session._attachment
+        if entry is None or entry.store is not self:
+            return
+        if entry.announcing or entry.appending:
+            entry.detach_requested = True
+        else:
+            self._detach_entered(entry)
+
+    def get(self, id: str) -> Session | None:
+        entry = self._entries.get(id)
+        return entry.session if entry is not None else None
+
+    def list(self) -> list[Session]:
+        return [entry.session for entry in self._entries.values()]
+
+    def scope(self) -> Scope:
+        return Scope(self)
+
+    # -- dispatch ----------------------------------------------------------------------------------
+    def _resolve(self, entry: _Entry, hook: str, args: tuple[Any, ...]) -> list[Callable[..., Any]]:
+        """The listener snapshot for one dispatch; ``event`` resolution runs the interceptors first."""
+        scope = entry.scope
+        if hook == "event":
+            for owner, interceptor in list(self._listeners["before_event"]):
+                if owner is None or owner is scope:
+                    interceptor(*args)
+        return [fn for owner, fn in self._listeners[hook] if owner is None or owner is scope]
+
+    def _emit_disposed(self, entry: _Entry) -> None:
+        session = entry.session
+        try:
+            listeners = self._resolve(entry, "disposed", (session,))
+        except Exception as err:
+            logger.warning('session "%s": session/disposed dispatch threw: %s', entry.id, describe_error(err))
+            return
+        for listener in listeners:
+            try:
+                result = listener(session)
+            except Exception as err:
+                logger.warning('session "%s": session/disposed listener threw: %s', entry.id, describe_error(err))
+                continue
+            if inspect.isawaitable(result):
+                _observe_async(result, f'session "{entry.id}": session/disposed listener rejected: ')
+
+    def _start_flush(self, session: Session) -> list[tuple[Any, Any]]:
+        entry = self._live_entry(session)
+        outcomes: list[tuple[Any, Any]] = []  # (kind, value): ("ok", result) / ("err", exc) / ("await", aw)
+        for listener in self._resolve(entry, "flush", (session,)):
+            try:
+                result = listener(session)
+            except Exception as err:
+                outcomes.append(("err", err))
+                continue
+            outcomes.append(("await", result) if inspect.isawaitable(result) else ("ok", result))
+        return outcomes
+
+    def flush(self, session: Session) -> bool:
+        """Run every flush listener, wait for all, raise the first failure; True if any participated."""
+        outcomes = self._start_flush(session)
+        pending = [value for kind, value in outcomes if kind == "await"]
+        if pending:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                settled = iter(asyncio.run(_settle(pending)))
+            else:
+                for aw in pending:
+                    close = getattr(aw, "close", None)
+                    if callable(close):
+                        close()
+                raise AgentlogError(
+                    "an async flush listener cannot be awaited by flush() inside a running event loop; "
+                    "use 'await store.aflush(session)'",
+                    code="ASYNC_FLUSH_IN_LOOP",
+                )
+            outcomes = [
+                _settled(next(settled)) if kind == "await" else (kind, value) for kind, value in outcomes
+            ]
+        for kind, value in outcomes:
+            if kind == "err":
+                raise value
+        return bool(outcomes)
+
+    async def aflush(self, session: Session) -> bool:
+        """Async form of :meth:`flush` (listeners may be coroutines; all settle before raising)."""
+        outcomes = self._start_flush(session)
+        pending = [value for kind, value in outcomes if kind == "await"]
+        if pending:
+            settled = iter(await _settle(pending))
+            outcomes = [
+                _settled(next(settled)) if kind == "await" else (kind, value) for kind, value in outcomes
+            ]
+        for kind, value in outcomes:
+            if kind == "err":
+                raise value
+        return bool(outcomes)
+
+    # -- fork ----------------------------------------------------------------------------------------
+    def fork(self, source: Session | str, boundary: int | None = None, child_id: str | None = None) -> Session:
+        """Create a live child from a closed-turn prefix of a live session (lineage in its header)."""
+        if child_id is not None and child_id in self._entries:
+            raise SessionForkError(f'session "{child_id}" already exists', "SESSION_ALREADY_EXISTS")
+        if isinstance(source, str):
+            entry = self._entries.get(source)
+            if entry is None:
+                raise SessionForkError(f'session "{source}" not found', "SESSION_NOT_FOUND")
+            live = entry.session
+        elif isinstance(source, Session):
+            entry = self._entries.get(source.id)
+            if entry is None:
+                raise SessionForkError(f'session "{source.id}" not found', "SESSION_NOT_FOUND")
+            if entry.session is not source:
+                raise SessionForkError(
+                    f'session "{source.id}" is not the live store instance', "SESSION_NOT_LIVE"
+                )
+            live = source
+        else:
+            raise SessionForkError(f"fork source must be a session or a session id, got {source!r}", "SESSION_NOT_FOUND")
+        sid = live.id
+        events = live._log
+        if boundary is None:
+            if not events:
+                seed: list[Any] = []
+            else:
+                boundary = events[-1]["seq"]
+        if boundary is not None:
+            if type(boundary) is not int or not 0 <= boundary <= MAX_SAFE_INTEGER:
+                shown = boundary if not isinstance(boundary, float) or not boundary.is_integer() else int(boundary)
+                raise SessionForkError(
+                    f'fork boundary for session "{sid}" must be a non-negative safe integer, got {shown}',
+                    "INVALID_BOUNDARY",
+                )
+            if boundary >= len(events):
+                last = events[-1]["seq"] if events else "none"
+                raise SessionForkError(
+                    f'fork boundary {boundary} does not exist in session "{sid}" (last seq: {last})',
+                    "INVALID_BOUNDARY",
+                )
+            if events[boundary]["seq"] != boundary:
+                raise SessionForkError(
+                    f'fork boundary {boundary} does not match a contiguous event seq in session "{sid}"',
+                    "INVALID_BOUNDARY",
+                )
+            for index in range(boundary, -1, -1):
+                etype = events[index]["type"]
+                if etype == "turn/end":
+                    break
+                if etype == "turn/start":
+                    turn = events[index]["data"].get("turn") if isinstance(events[index]["data"], dict) else None
+                    raise SessionForkError(
+                        f'fork boundary {boundary} in session "{sid}" ends inside open turn {turn}', "OPEN_TURN"
+                    )
+            seed = list(events[: boundary + 1])
+        meta: dict[str, Any] = {}
+        if "cwd" in live.header:
+            meta["cwd"] = live.header["cwd"]
+        meta["parentSession"] = sid
+        meta["seedLength"] = len(seed)
+        return self.create(child_id, seed=seed, meta=meta)
+
+
+async def _settle(awaitables: list[Any]) -> list[Any]:
+    return await asyncio.gather(*awaitables, return_exceptions=True)
+
+
+def _settled(result: Any) -> tuple[str, Any]:
+    return ("err", result) if isinstance(result, BaseException) else ("ok", result)

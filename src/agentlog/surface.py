@@ -1,0 +1,361 @@
+"""The surface: which logged messages the model currently sees.
+
+The log never changes; compaction *shadows* a range of surface entries with a replacement event.
+One pure planning function (:func:`plan_surface_event`) validates an event against the current
+state and returns a plan; :func:`apply_plan` performs it. The live :class:`SurfaceManager` and the
+offline :func:`fold_surface` both use exactly these two functions, so live and replayed state cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, overload
+
+from .errors import FrozenError, SurfaceError
+from .events import SURFACE_EVENT_TYPES
+from .jsonvalue import MAX_SAFE_INTEGER
+
+APPEND = "append"
+
+_MISSING: Any = object()
+
+
+def replace_op(start: int, end: int) -> dict[str, Any]:
+    """A ``surfaceOp`` that shadows the current surface nodes from seq ``start`` to seq ``end`` (inclusive)."""
+    return {"op": "replace", "start": start, "end": end}
+
+
+def is_surface_eligible_type(type: object) -> bool:
+    return type in SURFACE_EVENT_TYPES
+
+
+def is_surface_event(event: Mapping[str, Any]) -> bool:
+    return event.get("type") in SURFACE_EVENT_TYPES and "surfaceOp" in event
+
+
+def is_append_surface_event(event: Mapping[str, Any]) -> bool:
+    return is_surface_event(event) and event["surfaceOp"] == APPEND
+
+
+def is_replacement_surface_event(event: Mapping[str, Any]) -> bool:
+    return is_surface_event(event) and event["surfaceOp"] != APPEND
+
+
+def _is_safe_nonneg(v: object) -> bool:
+    return type(v) is int and 0 <= v <= MAX_SAFE_INTEGER  # type: ignore[operator]
+
+
+def _raise(message: str) -> NoReturn:
+    raise SurfaceError(message)
+
+
+# A plan is None (the event does not touch the surface), ("append", seq) or
+# ("replace", seq, start, end, start_idx, end_idx, shadowed).
+Plan = tuple[Any, ...] | None
+
+
+def _check_sources(event: Mapping[str, Any], etype: str, seq: int, shadowed: Sequence[int]) -> None:
+    sources = event.get("sourceEventSeqs", _MISSING)
+    source_set: set[int] | frozenset[int] = frozenset()
+    if sources is not _MISSING:
+        if not isinstance(sources, list):
+            _raise(f"sourceEventSeqs on event at seq {seq} must be an array when present")
+        if not sources and etype != "assistant/message":
+            _raise("sourceEventSeqs must not be empty except on assistant/message")
+        for v in sources:
+            if type(v) is not int or v < 0 or v > MAX_SAFE_INTEGER:
+                _raise(f'session event "{etype}" sourceEventSeqs must densely contain non-negative safe integers')
+        source_set = set(sources)
+        if len(source_set) != len(sources):
+            _raise("sourceEventSeqs must not contain duplicates")
+        if sources and max(sources) >= seq:
+            for v in sources:
+                if v >= seq:
+                    _raise(f"sourceEventSeqs must reference earlier events: {v} >= current seq {seq}")
+    if shadowed:
+        missing = [s for s in shadowed if s not in source_set]
+        if missing:
+            _raise(
+                "surface replace: sourceEventSeqs must include every shadowed surface node; missing "
+                + ", ".join(str(s) for s in missing)
+            )
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON structural equality with JavaScript semantics (``True`` is not ``1``; ``1 == 1.0``)."""
+    work = [(a, b)]
+    while work:
+        x, y = work.pop()
+        tx, ty = type(x), type(y)
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or len(x) != len(y):
+                return False
+            for k, v in x.items():
+                if k not in y:
+                    return False
+                work.append((v, y[k]))
+        elif isinstance(x, list):
+            if not isinstance(y, list) or len(x) != len(y):
+                return False
+            work.extend(zip(x, y, strict=True))
+        elif tx is bool or ty is bool:
+            if tx is not ty or x is not y:
+                return False
+        elif isinstance(x, (int, float)):
+            if not isinstance(y, (int, float)) or x != y:
+                return False
+        elif tx is not ty or x != y:
+            return False
+    return True
+
+
+def _content_blind(data: Any) -> Any:
+    """``data`` with the result block's inner content blanked, for the content-only rewrite rule."""
+    if not isinstance(data, dict):
+        return data
+    message = data.get("message")
+    if not isinstance(message, dict):
+        return data
+    content = message.get("content")
+    first: Any = None
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool-result":
+                first = {**block, "content": None}
+                break
+    return {**data, "message": {**message, "content": [first]}}
+
+
+def plan_surface_event(
+    nodes: Sequence[int],
+    event: Mapping[str, Any],
+    expected_seq: int,
+    window: Sequence[Mapping[str, Any]],
+    base_seq: int = 0,
+) -> Plan:
+    """Validate ``event`` as the next event after the state ``nodes``; return its plan. Pure."""
+    seq = event.get("seq")
+    etype = event.get("type")
+    if seq != expected_seq or type(seq) is not int:
+        _raise(f"session event seq {seq} is not contiguous; expected {expected_seq}")
+    if etype not in SURFACE_EVENT_TYPES:
+        if "surfaceOp" in event:
+            _raise(f'session event "{etype}" is not surface-eligible and cannot carry surfaceOp')
+        if "sourceEventSeqs" in event:
+            _raise(f'session event "{etype}" is not surface-eligible and cannot carry sourceEventSeqs')
+        return None
+    op = event.get("surfaceOp", _MISSING)
+    if op is _MISSING:
+        _raise(f'session event "{etype}" is surface-eligible and requires a surfaceOp marker')
+    if op == APPEND and type(op) is str:
+        _check_sources(event, etype, seq, ())
+        return ("append", seq)
+    if not isinstance(op, dict):
+        _raise(f'session event "{etype}" carries an invalid surfaceOp')
+    if (
+        len(op) != 3
+        or op.get("op") != "replace"
+        or type(op.get("op")) is not str
+        or not _is_safe_nonneg(op.get("start"))
+        or not _is_safe_nonneg(op.get("end"))
+    ):
+        _raise(f'session event "{etype}" carries an invalid replace surfaceOp')
+    start: int = op["start"]
+    end: int = op["end"]
+    try:
+        start_idx = nodes.index(start)
+    except ValueError:
+        _raise(f"surface replace: start seq {start} not found in surface")
+    try:
+        end_idx = nodes.index(end)
+    except ValueError:
+        _raise(f"surface replace: end seq {end} not found in surface")
+    if start_idx > end_idx:
+        _raise(
+            f"surface replace: start seq {start} (index {start_idx}) is after end seq {end} (index {end_idx})"
+        )
+    shadowed = list(nodes[start_idx : end_idx + 1])
+    _check_sources(event, etype, seq, shadowed)
+    if etype == "tool/result":
+        if len(shadowed) != 1:
+            _raise("tool/result surface replacement must rewrite exactly one current node")
+        target_pos = shadowed[0] - base_seq
+        target = window[target_pos] if 0 <= target_pos < len(window) else None
+        if target is None or target.get("type") != "tool/result":
+            _raise("tool/result surface replacement must target a current tool/result")
+        if not _json_equal(_content_blind(event.get("data")), _content_blind(target.get("data"))):
+            _raise("tool/result surface replacement may change only content")
+    return ("replace", seq, start, end, start_idx, end_idx, shadowed)
+
+
+def apply_plan(nodes: list[int], plan: Plan) -> int:
+    """Apply a plan to ``nodes`` in place; return how many replacements it made (0 or 1)."""
+    if plan is None:
+        return 0
+    if plan[0] == "append":
+        nodes.append(plan[1])
+        return 0
+    nodes[plan[4] : plan[5] + 1] = [plan[1]]
+    return 1
+
+
+class NodesView(Sequence[int]):
+    """Read-only live view of a surface's node list (stable identity; reflects every later append)."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: SurfaceManager) -> None:
+        self._manager = manager
+
+    def _live(self) -> list[int]:
+        return self._manager._folded_nodes()
+
+    def __len__(self) -> int:
+        return len(self._live())
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        return self._live()[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self._live()))
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._live()
+
+    def index(self, value: Any, start: int = 0, stop: int = MAX_SAFE_INTEGER) -> int:
+        return self._live().index(value, start, stop)
+
+    def __eq__(self, other: object) -> bool:
+        live = self._live()
+        if isinstance(other, NodesView):
+            return live == other._live()
+        if isinstance(other, (list, tuple)):
+            return live == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NodesView({self._live()!r})"
+
+    def _refuse(self, *args: object) -> NoReturn:
+        raise FrozenError("surface nodes are read-only; change the surface by appending events")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = _refuse
+
+
+class SurfaceManager:
+    """Incremental owner of one surface over a live, append-only window of events.
+
+    ``window`` is a reference to the log list (the session appends to it); ``base_seq`` is the seq of
+    ``window[0]`` so a loaded tail of a long log can be folded without materialising its head.
+    """
+
+    __slots__ = ("_base", "_gen", "_last", "_nodes", "_pending", "_view", "_window")
+
+    def __init__(self, window: list[Any], base_seq: int = 0) -> None:
+        self._window = window
+        self._base = base_seq
+        self._nodes: list[int] = []
+        self._gen = 0
+        self._last = base_seq - 1
+        self._pending: tuple[Any, int, Plan] | None = None
+        self._view = NodesView(self)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _folded_nodes(self) -> list[int]:
+        if self._last != self._base + len(self._window) - 1:
+            self._process_delta()
+        return self._nodes
+
+    @property
+    def nodes(self) -> NodesView:
+        """The current surface (read-only, live, same object on every access)."""
+        if self._last != self._base + len(self._window) - 1:
+            self._process_delta()
+        return self._view
+
+    @property
+    def replace_generation(self) -> int:
+        if self._last != self._base + len(self._window) - 1:
+            self._process_delta()
+        return self._gen
+
+    @property
+    def base_seq(self) -> int:
+        return self._base
+
+    # -- transitions ---------------------------------------------------------------------------
+    def validate_next(self, candidate: Mapping[str, Any]) -> Plan:
+        """Plan ``candidate`` as the next event; raise on violation; never change the fold state."""
+        if self._last != self._base + len(self._window) - 1:
+            self._process_delta()
+        plan = plan_surface_event(
+            self._nodes, candidate, self._base + len(self._window), self._window, self._base
+        )
+        self._pending = (candidate, self._base + len(self._window), plan)
+        return plan
+
+    def _commit(self, event: Any, plan: Plan) -> None:
+        """Fast path for the owning session: ``event`` was just appended with an already validated plan."""
+        seq = self._last + 1
+        if seq != self._base + len(self._window) - 1 or self._window[seq - self._base] is not event:
+            self._process_delta()
+            return
+        if plan is not None:
+            if plan[0] == "append":
+                self._nodes.append(plan[1])
+            else:
+                self._gen += apply_plan(self._nodes, plan)
+        self._last = seq
+        self._pending = None
+
+    def _process_delta(self) -> None:
+        window = self._window
+        base = self._base
+        end = base + len(window) - 1
+        while self._last < end:
+            seq = self._last + 1
+            event = window[seq - base]
+            pending = self._pending
+            if pending is not None and pending[0] is event and pending[1] == seq:
+                plan = pending[2]
+            else:
+                plan = plan_surface_event(self._nodes, event, seq, window, base)
+            self._gen += apply_plan(self._nodes, plan)
+            self._last = seq
+            if pending is not None and pending[1] <= seq:
+                self._pending = None
+
+
+@dataclass(frozen=True)
+class SurfaceFoldReplacement:
+    seq: int
+    start: int
+    end: int
+    shadowed_seqs: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SurfaceFoldResult:
+    nodes: list[int]
+    replacements: list[SurfaceFoldReplacement]
+
+
+def fold_surface(events: Sequence[Mapping[str, Any]]) -> SurfaceFoldResult:
+    """Replay a whole log from seq 0 with fresh state, reporting every replacement it made."""
+    nodes: list[int] = []
+    replacements: list[SurfaceFoldReplacement] = []
+    for index, event in enumerate(events):
+        plan = plan_surface_event(nodes, event, index, events, 0)
+        if plan is not None and plan[0] == "replace":
+            replacements.append(SurfaceFoldReplacement(plan[1], plan[2], plan[3], list(plan[6])))
+        apply_plan(nodes, plan)
+    return SurfaceFoldResult(list(nodes), replacements)
