@@ -118,13 +118,28 @@ def _is_text_ok(s: str) -> bool:
     return True
 
 
+def json_quote(text: str) -> str:
+    """``text`` as a double-quoted JSON string literal (lone surrogates escaped, never raising)."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif code < 0x20 or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
 def _format_key(key: object) -> str:
     if isinstance(key, int):
         return f"[{key}]"
     text = str(key)
     if text.isidentifier():
         return f".{text}"
-    return "[" + repr(text) + "]"
+    return "[" + json_quote(text) + "]"
 
 
 def _path_of(stack: list[tuple[Any, Any, Any, Any]], last: object = None, has_last: bool = False) -> str:
@@ -199,11 +214,99 @@ def snapshot_json(value: object) -> Any:
     """
     t = type(value)
     if t in _DICT_TYPES or t in _LIST_TYPES:
-        return _snapshot_container(value)
+        return snapshot_container(value)
     reason = _scalar_reason(value)
     if reason is not None:
         raise NonJsonValueError(f"$: {reason}", path="$", reason=reason)
     return value
+
+
+# --- the accelerator ------------------------------------------------------------------------------
+#
+# Nearly every value an agent logs is small and shallow and entirely valid. For those, a plain
+# recursive copy is markedly faster in CPython than the explicit-stack walk. The accelerator handles
+# only that case: at the first thing it does not like (an invalid or unusual value, or more than
+# _FAST_DEPTH levels) it gives up and the canonical iterative walk below redoes the whole value, so
+# results and error messages are exactly the walk's, and no input can exhaust the interpreter stack.
+
+_FAST_DEPTH = 24
+
+
+class _GiveUp(Exception):
+    pass
+
+
+_GIVE_UP = _GiveUp()
+
+
+def _fast_dict(src: Any, depth: int) -> FrozenDict:
+    if depth > _FAST_DEPTH:
+        raise _GIVE_UP
+    out = {}
+    for k, v in src.items():
+        if k.__class__ is not str:
+            raise _GIVE_UP
+        if not k.isascii():
+            k.encode("utf-8")
+        tv = v.__class__
+        if tv is str:
+            if not v.isascii():
+                v.encode("utf-8")
+        elif tv is int:
+            if v > MAX_SAFE_INTEGER or v < _NEG_SAFE:
+                raise _GIVE_UP
+        elif tv in _DICT_TYPES:
+            v = _fast_dict(v, depth + 1)
+        elif tv in _LIST_TYPES:
+            v = _fast_list(v, depth + 1)
+        elif tv is float:
+            if v - v != 0.0 or (v == 0.0 and math.copysign(1.0, v) < 0.0):
+                raise _GIVE_UP
+        elif v is not None and tv is not bool:
+            raise _GIVE_UP
+        out[k] = v
+    return FrozenDict(out)
+
+
+def _fast_list(src: Any, depth: int) -> FrozenList:
+    if depth > _FAST_DEPTH:
+        raise _GIVE_UP
+    out = []
+    for v in src:
+        tv = v.__class__
+        if tv is str:
+            if not v.isascii():
+                v.encode("utf-8")
+        elif tv is int:
+            if v > MAX_SAFE_INTEGER or v < _NEG_SAFE:
+                raise _GIVE_UP
+        elif tv in _DICT_TYPES:
+            v = _fast_dict(v, depth + 1)
+        elif tv in _LIST_TYPES:
+            v = _fast_list(v, depth + 1)
+        elif tv is float:
+            if v - v != 0.0 or (v == 0.0 and math.copysign(1.0, v) < 0.0):
+                raise _GIVE_UP
+        elif v is not None and tv is not bool:
+            raise _GIVE_UP
+        out.append(v)
+    return FrozenList(out)
+
+
+def snapshot_dict(src: Any) -> Any:
+    """:func:`snapshot_json` for a value already known to be a ``dict`` (the append hot path)."""
+    try:
+        return _fast_dict(src, 0)
+    except (_GiveUp, UnicodeEncodeError, RecursionError):
+        return _snapshot_container(src)
+
+
+def snapshot_container(src: Any) -> Any:
+    """:func:`snapshot_json` for a value already known to be a dict or list of an accepted type."""
+    try:
+        return _fast_dict(src, 0) if type(src) in _DICT_TYPES else _fast_list(src, 0)
+    except (_GiveUp, UnicodeEncodeError, RecursionError):
+        return _snapshot_container(src)
 
 
 def _snapshot_container(root: Any) -> Any:  # noqa: C901 - one hot loop on purpose

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
-
 from .jsonvalue import FrozenDict
 
 _MISSING: Any = object()
@@ -66,12 +64,22 @@ def _marker(header: Mapping[str, Any], key: str) -> Any:
     return defaults.get(key, _MISSING)
 
 
-def _tool_text(tool: Any) -> bytes:
-    # Order-sensitive JSON text, as the original compares JSON.stringify output.
-    try:
-        return orjson.dumps(tool)
-    except TypeError:
-        return repr(tool).encode()
+def _same_json_text(a: Any, b: Any) -> bool:
+    """Would ``JSON.stringify`` write ``a`` and ``b`` identically? (key order matters; ``1 == 1.0``)."""
+    work = [(a, b)]
+    while work:
+        x, y = work.pop()
+        if isinstance(x, dict):
+            if not isinstance(y, dict) or list(x) != list(y):
+                return False
+            work.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list):
+            if not isinstance(y, list) or len(x) != len(y):
+                return False
+            work.extend(zip(x, y, strict=True))
+        elif not _same_scalar(x, y):
+            return False
+    return True
 
 
 def header_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -90,7 +98,7 @@ def header_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     tools_b = b.get("tools") or []
     if len(tools_a) != len(tools_b):
         return False
-    return all(_tool_text(x) == _tool_text(y) for x, y in zip(tools_a, tools_b, strict=True))
+    return all(_same_json_text(x, y) for x, y in zip(tools_a, tools_b, strict=True))
 
 
 def fold_request_header(events: Iterable[Mapping[str, Any]], base: Any = None) -> Any:

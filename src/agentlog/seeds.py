@@ -179,11 +179,13 @@ def check_request_header_shape(data: Any, index: int) -> None:
             raise InvalidSeedError(f"seed request/header at index {index} has invalid adapterDefaults", index=index)
 
 
-def check_legacy_request_header(etype: Any, data: Any, location: str, error: type[AgentlogError]) -> None:
+def legacy_request_header_problem(etype: Any, data: Any, location: str) -> str | None:
+    """The refusal text for a removed request-header vocabulary, or None."""
     if etype == "request/header-delta":
-        raise error(f"{location} uses unsupported legacy request/header-delta format")
+        return f"{location} uses unsupported legacy request/header-delta format"
     if etype == "request/header" and isinstance(data, dict) and data.get("reason") == "fallback":
-        raise error(f'{location} uses unsupported legacy request/header reason "fallback"')
+        return f'{location} uses unsupported legacy request/header reason "fallback"'
+    return None
 
 
 def check_seed_envelope(entry: Any, index: int) -> None:

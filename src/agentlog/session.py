@@ -30,10 +30,10 @@ from .errors import (
     describe_error,
 )
 from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types
-from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _snapshot_container, snapshot_json
+from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, snapshot_dict, snapshot_json
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
-    check_legacy_request_header,
+    legacy_request_header_problem,
     check_seed_envelope,
     event_from_restored,
     restore_header,
@@ -284,7 +284,9 @@ class Session:
                     ) from None
                 check_seed_envelope(entry, index)
             etype = entry["type"]
-            check_legacy_request_header(etype, entry["data"], f"seed event at index {index}", InvalidSeedError)
+            problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
+            if problem is not None:
+                raise InvalidSeedError(problem, index=index)
             if entry["seq"] != index:
                 raise InvalidSeedError(
                     f"seed event at index {index} has seq {entry['seq']} (expected {index}); "
@@ -358,13 +360,15 @@ class Session:
         if type.__class__ is not str:
             raise InvalidEventError(f"session event type must be a string, got {type!r}")
         try:
-            data_copy = _snapshot_container(data) if data.__class__ is dict else snapshot_json(data)
+            data_copy = snapshot_dict(data) if data.__class__ is dict else snapshot_json(data)
         except NonJsonValueError as err:
             raise InvalidEventError(
                 f'session event "{type}" carries non-JSON-serializable data: {err}'
             ) from None
         if type in _LEGACY_TYPES:
-            check_legacy_request_header(type, data_copy, f'session event "{type}"', LegacyFormatError)
+            problem = legacy_request_header_problem(type, data_copy, f'session event "{type}"')
+            if problem is not None:
+                raise LegacyFormatError(problem)
         if type in self._validators:
             self._registry.validate(type, data_copy)
         log = self._log
