@@ -35,15 +35,10 @@ def chunk_event(seq: int, time: Any, chunk: Any, turn: Any = 1, step: Any = 1) -
 
 def delta_run(kind: str, count: int, seq0: int = 0, index: int = 0) -> list[Event]:
     """``count`` contiguous deltas of one kind, 10 ms apart from t=1000, texts ``t0``, ``t1``…"""
-    return [
-        chunk_event(seq0 + k, 1000 + 10 * k, {"type": kind, "index": index, "text": f"t{k}"})
-        for k in range(count)
-    ]
+    return [chunk_event(seq0 + k, 1000 + 10 * k, {"type": kind, "index": index, "text": f"t{k}"}) for k in range(count)]
 
 
-def tool_delta(
-    seq: int, time: int, call_id: str, args: str, *, name: str | None = None, index: int = 0
-) -> Event:
+def tool_delta(seq: int, time: int, call_id: str, args: str, *, name: str | None = None, index: int = 0) -> Event:
     chunk: dict[str, Any] = {"type": "tool-call-delta", "index": index, "id": call_id}
     if name is not None:
         chunk["name"] = name
@@ -392,9 +387,7 @@ def test_chunk_rows__throws_on_empty_member_list() -> None:
 
 def test_chunk_rows__throws_on_dt_arity_mismatch() -> None:
     # spec 19.13 #247
-    raises_malformed(
-        text_row(dt=[1, 2], texts=["a", "b"]), "text-chunks", "dt length 2 does not match 2 members"
-    )
+    raises_malformed(text_row(dt=[1, 2], texts=["a", "b"]), "text-chunks", "dt length 2 does not match 2 members")
 
 
 def test_chunk_rows__throws_on_non_finite_dt_gap() -> None:
@@ -406,9 +399,7 @@ def test_chunk_rows__throws_on_non_finite_dt_gap() -> None:
 
 def test_chunk_rows__throws_on_fractional_dt_gap() -> None:
     # spec 19.13 #249
-    raises_malformed(
-        text_row(dt=[0.5], texts=["a", "b"]), "text-chunks", "dt must be an array of safe integers"
-    )
+    raises_malformed(text_row(dt=[0.5], texts=["a", "b"]), "text-chunks", "dt must be an array of safe integers")
 
 
 def test_chunk_rows__throws_on_member_seq_leaving_safe_range() -> None:
@@ -416,9 +407,7 @@ def test_chunk_rows__throws_on_member_seq_leaving_safe_range() -> None:
     row = text_row(seq0=MAX_SAFE, dt=[0, 0], texts=["a", "b", "c"])
     raises_malformed(row, "text-chunks", "member seqs must stay safe integers")
     # The last member may sit exactly on the bound.
-    assert [
-        e["seq"] for e in decode_storage_record(text_row(seq0=MAX_SAFE - 2, dt=[0, 0], texts=["a", "b", "c"]))
-    ] == [
+    assert [e["seq"] for e in decode_storage_record(text_row(seq0=MAX_SAFE - 2, dt=[0, 0], texts=["a", "b", "c"]))] == [
         MAX_SAFE - 2,
         MAX_SAFE - 1,
         MAX_SAFE,
@@ -493,17 +482,21 @@ _templates = st.one_of(
 # Mostly realistic clocks (so runs form), sometimes the full safe range (so the gap-overflow guard and
 # negative gaps are exercised: two safe endpoints can differ by more than a double subtracts exactly).
 _times = st.one_of(st.integers(995, 1100), st.integers(995, 9000), st.integers(-MAX_SAFE, MAX_SAFE))
-# A "flipped" member (about one in eight) differs from its segment in the way hardest to spot: text and
-# reasoning deltas swap kind, tool-call deltas toggle whether `name` is present.
+# A few members differ from their segment in the ways hardest to spot. Flip 1: text and reasoning deltas
+# swap kind, tool-call deltas toggle whether `name` is present. Flip 2: text/reasoning deltas move to the
+# next block index, tool-call deltas switch call id. Flip 0 is the common case: no difference.
 _members = st.lists(
-    st.tuples(_times, st.text(max_size=3), st.integers(0, 7).map(lambda n: n == 0)), min_size=1, max_size=6
+    st.tuples(_times, st.text(max_size=3), st.integers(0, 15).map(lambda n: n if n < 3 else 0)),
+    min_size=1,
+    max_size=6,
 )
 _segments = st.tuples(st.integers(0, 1), st.integers(0, 1), _templates, _members)
 _FLIPPED_KIND = {"text-delta": "reasoning-delta", "reasoning-delta": "text-delta"}
+_FLIPPED_ID = {"c1": "c2", "c2": "c1"}
 
 
 def _member_event(
-    seq: int, time: int, turn: int, step: int, template: tuple[str, dict[str, Any]], text: str, flipped: bool
+    seq: int, time: int, turn: int, step: int, template: tuple[str, dict[str, Any]], text: str, flip: int
 ) -> Event:
     """One event in the canonical key order an append produces (the codec matches key sets, not order)."""
     kind, fields = template
@@ -511,13 +504,13 @@ def _member_event(
         return {"type": "step/end", "seq": seq, "time": time, "data": {"turn": turn, "step": step}}
     if kind in _FLIPPED_KIND:
         chunk: dict[str, Any] = {
-            "type": _FLIPPED_KIND[kind] if flipped else kind,
-            "index": fields["index"],
+            "type": _FLIPPED_KIND[kind] if flip == 1 else kind,
+            "index": fields["index"] + (flip == 2),
             "text": text,
         }
     elif kind == "tool-call-delta":
-        chunk = {"type": kind, "index": fields["index"], "id": fields["id"]}
-        if ("name" in fields) != flipped:
+        chunk = {"type": kind, "index": fields["index"], "id": _FLIPPED_ID[fields["id"]] if flip == 2 else fields["id"]}
+        if ("name" in fields) != (flip == 1):
             chunk["name"] = fields.get("name", "write")
         chunk["argumentsDelta"] = text
     else:
@@ -526,13 +519,13 @@ def _member_event(
 
 
 def _to_batch(
-    segments: list[tuple[int, int, tuple[str, dict[str, Any]], list[tuple[int, str, bool]]]],
+    segments: list[tuple[int, int, tuple[str, dict[str, Any]], list[tuple[int, str, int]]]],
 ) -> list[Event]:
     """Contiguous seqs from 0, normalised through JSON so the batch is exactly what a log reader holds."""
     batch: list[Event] = []
     for turn, step, template, members in segments:
-        for time, text, flipped in members:
-            batch.append(_member_event(len(batch), time, turn, step, template, text, flipped))
+        for time, text, flip in members:
+            batch.append(_member_event(len(batch), time, turn, step, template, text, flip))
     normalised: list[Event] = json_round_trip(batch)
     return normalised
 
@@ -571,10 +564,7 @@ def test_chunk_rows__port_accepts_frozen_style_dict_subclass_events() -> None:
     class Frozen(dict[str, Any]):
         pass
 
-    events = [
-        Frozen(e, data=Frozen(e["data"], chunk=Frozen(e["data"]["chunk"])))
-        for e in delta_run("text-delta", 3)
-    ]
+    events = [Frozen(e, data=Frozen(e["data"], chunk=Frozen(e["data"]["chunk"]))) for e in delta_run("text-delta", 3)]
     packed = pack_chunk_runs(events)
     assert len(packed) == 1
     assert type(packed[0]) is dict
@@ -624,9 +614,7 @@ def test_chunk_rows__port_bools_are_not_numbers_in_rows() -> None:
     # port decision, spec §15.3: a JSON `true` is not a number
     raises_malformed(text_row(index=True), "text-chunks", "turn/step/index must be numbers")
     raises_malformed(text_row(seq0=True), "text-chunks", "seq0 must be a non-negative safe integer")
-    raises_malformed(
-        text_row(dt=[False], texts=["a", "b"]), "text-chunks", "dt must be an array of safe integers"
-    )
+    raises_malformed(text_row(dt=[False], texts=["a", "b"]), "text-chunks", "dt must be an array of safe integers")
     decoded = decode_storage_record(text_row(turn=1.5, step=0, index=2.0))
     assert decoded[0]["data"] == {
         "turn": 1.5,

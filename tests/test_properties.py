@@ -148,9 +148,7 @@ class LogBuilder:
                 self._append("step/start", {"turn": self.turn, "step": self.step})
         elif kind == "chunk":
             chunk = {"type": "text-delta", "index": 0, "text": text}
-            self._append(
-                "assistant/chunk", {"turn": max(self.turn, 1), "step": max(self.step, 1), "chunk": chunk}
-            )
+            self._append("assistant/chunk", {"turn": max(self.turn, 1), "step": max(self.step, 1), "chunk": chunk})
         elif kind == "tool_call":
             self._append(
                 "tool/call",
@@ -459,9 +457,7 @@ def invalid_attempt(session: Session, kind: str, a: int, b: int) -> tuple[str, A
         shadow = nodes[i : j + 1]
         sources = shadow[: b % len(shadow)] + shadow[b % len(shadow) + 1 :]
         surface_intent = (
-            intent(replace(nodes[i], nodes[j]), sources)
-            if sources
-            else {"surfaceOp": replace(nodes[i], nodes[j])}
+            intent(replace(nodes[i], nodes[j]), sources) if sources else {"surfaceOp": replace(nodes[i], nodes[j])}
         )
         return surface_type, message, surface_intent, SurfaceError
     if kind == "future_source":
@@ -563,7 +559,4 @@ def test_properties__every_rejected_append_leaves_the_session_exactly_as_before(
     event = session.append("user/message", user_msg("after", id="after"), intent(APPEND))
     assert event.seq == expected.seq
     assert list(session.surface.nodes) == [*expected.nodes, event.seq]
-    assert (
-        session.derive_messages()
-        == Session.create("scratch", list(session.events), now=now).derive_messages()
-    )
+    assert session.derive_messages() == Session.create("scratch", list(session.events), now=now).derive_messages()

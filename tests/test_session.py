@@ -135,9 +135,7 @@ def test_session__derives_message_history_from_the_event_log() -> None:
     session = Session.create("s1", now=now)
     session.append("turn/start", {"turn": 1})
     session.append("user/message", user_msg("hello"), intent(APPEND))
-    session.append(
-        "assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "hi"}}
-    )
+    session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "hi"}})
     session.append(
         "assistant/message",
         assistant_data(
@@ -250,9 +248,7 @@ def test_session__rejects_pre_provider_request_headers_and_assistant_messages_on
     request_header = seed_event(
         "request/header", 0, {"header": {"config": {"model": "old-model"}}, "reason": "initial"}, time=1
     )
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed request/header at index 0 lacks provider/model")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed request/header at index 0 lacks provider/model")):
         Session.create("old-header", [request_header], now=now)
 
     old_assistant = seed_event(
@@ -268,9 +264,7 @@ def test_session__rejects_pre_provider_request_headers_and_assistant_messages_on
         Session.create("old-assistant", [old_assistant], now=now)
 
     malformed_header = seed_event("request/header", 0, {"header": "old-header"}, time=1)
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed request/header at index 0 lacks provider/model")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed request/header at index 0 lacks provider/model")):
         Session.create("malformed-header", [malformed_header], now=now)
 
     plugin_event = seed_event("plugin/event", 0, None, time=1)
@@ -401,18 +395,14 @@ def test_session__validates_message_shape_before_adopting_ownership() -> None:
         "time": 1,
         "data": {"id": "wrong-role", "role": "assistant", "content": [], "source": {"kind": "user"}},
     }
-    with pytest.raises(
-        MessageShapeError, match=re.escape('session event at seq 0 message must have role "user"')
-    ):
+    with pytest.raises(MessageShapeError, match=re.escape('session event at seq 0 message must have role "user"')):
         adopt_session_event(malformed)
     # validation happens before ownership: nothing was frozen
     malformed["data"]["content"].append(text_block("still mutable"))
 
 
 def _request_header_event(config: dict[str, Any], **header_extra: Any) -> dict[str, Any]:
-    return seed_event(
-        "request/header", 0, {"header": {"config": config, **header_extra}, "reason": "initial"}, time=1
-    )
+    return seed_event("request/header", 0, {"header": {"config": config, **header_extra}, "reason": "initial"}, time=1)
 
 
 def test_session__round_trips_a_non_empty_reasoning_effort_and_rejects_invalid_durable_values() -> None:
@@ -625,14 +615,10 @@ def test_session__reads_a_nested_seed_data_getter_once_and_stores_its_first_json
     # JSON gate, so no drifted value can ever be stored.
     data = DriftingDict("value", "accepted", 2**60)
     seed = [seed_event("test/unstable", 0, {"outer": data}, time=1)]
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed event at index 0 is not losslessly JSON-serializable")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed event at index 0 is not losslessly JSON-serializable")):
         Session.create("seed-nested-drift", seed, now=now)
     # and the same payload as a plain dict (the only container with a stable read) is stored verbatim
-    session = Session.create(
-        "seed-nested-plain", [seed_event("test/unstable", 0, {"value": "accepted"})], now=now
-    )
+    session = Session.create("seed-nested-plain", [seed_event("test/unstable", 0, {"value": "accepted"})], now=now)
     assert session.events[0].data == {"value": "accepted"}
 
 
@@ -647,22 +633,16 @@ def test_session__rejects_non_json_surface_metadata_in_a_seed_event() -> None:
             surfaceOp={"op": "replace", "start": 2**60, "end": 2},
         )
     ]
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed event at index 0 is not losslessly JSON-serializable")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed event at index 0 is not losslessly JSON-serializable")):
         Session.create("seed-bad-metadata", seed, now=now)
 
 
 def test_session__rejects_exotic_seed_metadata_before_cloning_can_erase_its_prototype() -> None:
     # spec 19.1 #27
     seed = [
-        seed_event(
-            "user/message", 0, user_msg("hello"), time=1, surfaceOp=ExoticObject(op="replace", start=0, end=0)
-        )
+        seed_event("user/message", 0, user_msg("hello"), time=1, surfaceOp=ExoticObject(op="replace", start=0, end=0))
     ]
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed event at index 0 is not losslessly JSON-serializable")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed event at index 0 is not losslessly JSON-serializable")):
         Session.create("seed-exotic-metadata", seed, now=now)
 
 
@@ -698,9 +678,7 @@ def test_session__reads_a_nested_seed_metadata_getter_once_and_stores_its_first_
         seed_event("user/message", 0, user_msg("source"), time=1, surfaceOp=APPEND),
         seed_event("user/message", 1, user_msg("hello"), time=2, surfaceOp=drifting, sourceEventSeqs=[0]),
     ]
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed event at index 1 is not losslessly JSON-serializable")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed event at index 1 is not losslessly JSON-serializable")):
         Session.create("seed-unstable-metadata", seed, now=now)
 
     seed[1]["surfaceOp"] = replace(0, 0)
@@ -712,9 +690,7 @@ def test_session__reads_a_nested_seed_metadata_getter_once_and_stores_its_first_
 def _replace_seed() -> list[dict[str, Any]]:
     return [
         seed_event("user/message", 0, user_msg("source"), time=1, surfaceOp=APPEND),
-        seed_event(
-            "user/message", 1, user_msg("hello"), time=2, surfaceOp=replace(0, 0), sourceEventSeqs=[0]
-        ),
+        seed_event("user/message", 1, user_msg("hello"), time=2, surfaceOp=replace(0, 0), sourceEventSeqs=[0]),
     ]
 
 
@@ -745,9 +721,7 @@ def test_session__adds_seed_context_when_surface_validation_throws_a_non_error_v
     # spec 19.1 #32 — Python can only raise exceptions; the analogue of a non-Error throw is a failure
     # that carries no message.
     _patch_validate_next(monkeypatch, RuntimeError())
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("invalid seed event at index 1: invalid surface metadata")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("invalid seed event at index 1: invalid surface metadata")):
         Session.create("seed-non-error-metadata-failure", _replace_seed(), now=now)
 
 
@@ -822,9 +796,7 @@ def test_session__rejects_exotic_surface_metadata_before_cloning_can_erase_its_p
         InvalidEventError,
         match=re.escape('session event "user/message" carries non-JSON-serializable surface metadata'),
     ):
-        session.append(
-            "user/message", user_msg("hello"), {"surfaceOp": ExoticObject(op="replace", start=0, end=0)}
-        )
+        session.append("user/message", user_msg("hello"), {"surfaceOp": ExoticObject(op="replace", start=0, end=0)})
     assert list(session.events) == []
 
 
@@ -850,9 +822,7 @@ def test_session__rejects_invalid_plain_surface_metadata_shapes_at_append() -> N
     # spec 19.1 #39
     session = Session.create("append-invalid-surface-shape", now=now)
     data = {"content": [text_block("hello")], "source": {"kind": "user"}}
-    with pytest.raises(
-        SurfaceError, match=re.escape('session event "user/message" carries an invalid surfaceOp')
-    ):
+    with pytest.raises(SurfaceError, match=re.escape('session event "user/message" carries an invalid surfaceOp')):
         session.append("user/message", data, {"surfaceOp": "invalid"})
     with pytest.raises(
         SurfaceError, match=re.escape('session event "user/message" carries an invalid replace surfaceOp')
@@ -860,9 +830,7 @@ def test_session__rejects_invalid_plain_surface_metadata_shapes_at_append() -> N
         session.append("user/message", data, {"surfaceOp": {"op": "replace", "start": -1, "end": 0}})
     with pytest.raises(
         SurfaceError,
-        match=re.escape(
-            'session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'
-        ),
+        match=re.escape('session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'),
     ):
         session.append("user/message", data, {"surfaceOp": "append", "sourceEventSeqs": [0, -1]})
     assert list(session.events) == []
@@ -922,9 +890,7 @@ def test_session__iteratively_freezes_deeply_nested_restored_event_data() -> Non
         tail = child
     event = {"type": "test/deep-restore", "seq": 0, "time": 1, "data": data}
 
-    session = Session.from_restore(
-        "deep-restore", [event], {"version": 0, "id": "deep-restore", "createdAt": 1}
-    )
+    session = Session.from_restore("deep-restore", [event], {"version": 0, "id": "deep-restore", "createdAt": 1})
 
     node: Any = session.events[0]
     assert node.type == "test/deep-restore"
@@ -1022,9 +988,7 @@ class ExoticHeaderDict(dict):  # type: ignore[type-arg]
 def test_session__rejects_an_exotic_non_json_or_mismatched_supplied_header() -> None:
     # spec 19.1 #45
     exotic = ExoticObject(version=0, id="header-invalid", createdAt=123)
-    with pytest.raises(
-        SessionHeaderError, match=re.escape("session header is not losslessly JSON-serializable")
-    ):
+    with pytest.raises(SessionHeaderError, match=re.escape("session header is not losslessly JSON-serializable")):
         Session.create("header-invalid", None, exotic, now=now)  # type: ignore[arg-type]
     with pytest.raises(SessionHeaderError, match=re.escape("session header is not a plain JSON record")):
         Session.from_restore("header-invalid", [], exotic)  # type: ignore[arg-type]
@@ -1035,9 +999,7 @@ def test_session__rejects_an_exotic_non_json_or_mismatched_supplied_header() -> 
             Session.from_restore("header-invalid", [], bad)  # type: ignore[arg-type]
     # BigInt parentSession → int beyond 2**53-1: the snapshot path's JSON check catches it first,
     # the restore path (no JSON check) reaches rule 6.
-    with pytest.raises(
-        SessionHeaderError, match=re.escape("session header is not losslessly JSON-serializable")
-    ):
+    with pytest.raises(SessionHeaderError, match=re.escape("session header is not losslessly JSON-serializable")):
         Session.create("header-invalid", None, header("header-invalid", parentSession=2**60), now=now)
     with pytest.raises(SessionHeaderError, match=re.escape("session header parentSession must be a string")):
         Session.from_restore("header-invalid", [], header("header-invalid", parentSession=2**60))
@@ -1114,9 +1076,7 @@ _ENVELOPE_BASE = {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}
 )
 def test_session__rejects_seed_records_with_invalid_fixed_envelope_fields(event: dict[str, Any]) -> None:
     # spec 19.1 #47
-    with pytest.raises(
-        InvalidSeedError, match=re.escape("seed event at index 0 has an invalid event envelope")
-    ):
+    with pytest.raises(InvalidSeedError, match=re.escape("seed event at index 0 has an invalid event envelope")):
         Session.create("bad-envelope", [event], now=now)
 
 

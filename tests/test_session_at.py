@@ -51,9 +51,7 @@ _STEPS: list[Callable[[Session], Any]] = [
         ),
         intent(APPEND, [5]),
     ),
-    lambda s: s.append(
-        "tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": "{}"}
-    ),
+    lambda s: s.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": "{}"}),
     lambda s: s.append("tool/result", tool_result_data("c1", "long tool output"), intent(APPEND, [7])),
     lambda s: s.append("step/end", {"turn": 1, "step": 1}),
     # 10
@@ -153,8 +151,7 @@ def test_session_at__queried_views_taken_before_a_later_replace_stay_correct() -
     session = build(15)  # up to the empty assistant message, before any replacement
     early = [session.at(seq) for seq in range(15)]
     recorded = [
-        (list(v.surface.nodes), v.surface.replace_generation, v.derive_messages(), v.request_header())
-        for v in early
+        (list(v.surface.nodes), v.surface.replace_generation, v.derive_messages(), v.request_header()) for v in early
     ]
     events_before = list(session.events)
 

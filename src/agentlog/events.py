@@ -25,6 +25,7 @@ class Event(FrozenDict):
     """A committed session event (a frozen wire dict)."""
 
     __slots__ = ("_json",)
+    _json: bytes
 
     @property
     def type(self) -> str:
@@ -58,7 +59,7 @@ class Event(FrozenDict):
     def json_bytes(self) -> bytes:
         """The event's compact JSON text, serialized once and cached."""
         try:
-            return self._json  # type: ignore[no-any-return]
+            return self._json
         except AttributeError:
             data = orjson.dumps(self)
             object.__setattr__(self, "_json", data)

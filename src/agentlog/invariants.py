@@ -35,7 +35,7 @@ class Trace:
     open_step: Any = None
     next_turn: int = 1
     next_step: int = 1
-    pending_calls: frozenset[str] = field(default_factory=frozenset)
+    pending_calls: frozenset[Any] = field(default_factory=frozenset)
 
 
 def _fail(text: str) -> InvariantError:

@@ -48,7 +48,7 @@ class FrozenDict(dict[str, Any]):
 
     __setitem__ = _refuse
     __delitem__ = _refuse
-    __ior__ = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse
     clear = _refuse
     pop = _refuse
     popitem = _refuse
@@ -73,8 +73,8 @@ class FrozenList(list[Any]):
 
     __setitem__ = _refuse
     __delitem__ = _refuse
-    __iadd__ = _refuse  # type: ignore[assignment]
-    __imul__ = _refuse  # type: ignore[assignment]
+    __iadd__ = _refuse
+    __imul__ = _refuse
     append = _refuse
     extend = _refuse
     insert = _refuse
@@ -167,7 +167,7 @@ def _scalar_reason(value: object) -> str | None:
             return "NaN is not representable in JSON"
         if value == _INF or value == _NEG_INF:
             return f"{value} is not representable in JSON"
-        if value == 0.0 and math.copysign(1.0, value) < 0:  # type: ignore[arg-type]
+        if value == 0.0 and math.copysign(1.0, value) < 0:
             return "-0.0 would be rewritten to 0 by JSON"
         return None
     if t is tuple:
@@ -309,7 +309,7 @@ def snapshot_container(src: Any) -> Any:
         return _snapshot_container(src)
 
 
-def _snapshot_container(root: Any) -> Any:  # noqa: C901 - one hot loop on purpose
+def _snapshot_container(root: Any) -> Any:
     dict_types = _DICT_TYPES
     list_types = _LIST_TYPES
     frozen_dict = FrozenDict

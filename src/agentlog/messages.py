@@ -92,7 +92,9 @@ def user_message(
     }
 
 
-def plugin_message(content: str | Sequence[Any], *, plugin: str, form: str | None = None, id: str | None = None) -> Message:
+def plugin_message(
+    content: str | Sequence[Any], *, plugin: str, form: str | None = None, id: str | None = None
+) -> Message:
     """Injected context (a user-role message whose source names the plugin that produced it)."""
     source: dict[str, Any] = {"kind": "plugin", "plugin": plugin}
     if form is not None:

@@ -32,7 +32,7 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     """The synthetic events that close an interrupted turn at the end of ``events`` (``[]`` if balanced)."""
     open_turn: Any = None
     open_step: Any = None
-    pending: dict[str, dict[str, Any]] = {}
+    pending: dict[Any, dict[str, Any]] = {}
     for event in events:
         etype = event["type"]
         data = event["data"]
@@ -55,7 +55,7 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
             for block in content or ():
                 if isinstance(block, dict) and block.get("type") == "tool-call":
                     # Re-registering keeps the call's original position but forgets its start record.
-                    pending[block.get("id")] = {"step": data.get("step")}  # type: ignore[index]
+                    pending[block.get("id")] = {"step": data.get("step")}
         elif etype == "tool/call":
             call = pending.get(data.get("callId")) if isinstance(data, dict) else None
             if call is not None:
@@ -64,7 +64,7 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
             message = data.get("message") if isinstance(data, dict) else None
             source = message.get("source") if isinstance(message, dict) else None
             if isinstance(source, dict):
-                pending.pop(source.get("callId"), None)  # type: ignore[arg-type]
+                pending.pop(source.get("callId"), None)
     if open_turn is None or not events:
         return []
     last = events[-1]

@@ -40,11 +40,11 @@ def js_string(value: Any) -> str:
 
 
 def is_safe_int(value: object) -> bool:
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
 def is_nonneg_safe_int(value: object) -> bool:
-    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
 def _nonempty_str(value: object) -> bool:

@@ -33,9 +33,9 @@ from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTyp
 from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, snapshot_dict, snapshot_json
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
-    legacy_request_header_problem,
     check_seed_envelope,
     event_from_restored,
+    legacy_request_header_problem,
     restore_header,
     snapshot_header,
 )
@@ -191,6 +191,7 @@ class Session:
     """One agent session's log. Build with :meth:`create` or :meth:`from_restore`."""
 
     __slots__ = (
+        "__weakref__",
         "_attachment",
         "_events_view",
         "_first_live",
@@ -205,7 +206,6 @@ class Session:
         "_rh_pos",
         "_surface",
         "_validators",
-        "__weakref__",
     )
 
     def __init__(self, token: object, session_id: str, now: Clock | None, registry: EventTypes | None) -> None:

@@ -13,6 +13,7 @@ A :class:`Scope` is both an *owner lifetime* (disposing it detaches the sessions
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import itertools
 import logging
@@ -298,14 +299,14 @@ class SessionStore(_Hooks):
         entry = self._entries.get(id)
         return entry.session if entry is not None else None
 
-    def list(self) -> list[Session]:
+    def list(self) -> builtins.list[Session]:
         return [entry.session for entry in self._entries.values()]
 
     def scope(self) -> Scope:
         return Scope(self)
 
     # -- dispatch ----------------------------------------------------------------------------------
-    def _resolve(self, entry: _Entry, hook: str, args: tuple[Any, ...]) -> list[Callable[..., Any]]:
+    def _resolve(self, entry: _Entry, hook: str, args: tuple[Any, ...]) -> builtins.list[Callable[..., Any]]:
         """The listener snapshot for one dispatch; ``event`` resolution runs the interceptors first."""
         scope = entry.scope
         if hook == "event":
@@ -330,9 +331,9 @@ class SessionStore(_Hooks):
             if inspect.isawaitable(result):
                 _observe_async(result, f'session "{entry.id}": session/disposed listener rejected: ')
 
-    def _start_flush(self, session: Session) -> list[tuple[Any, Any]]:
+    def _start_flush(self, session: Session) -> builtins.list[tuple[Any, Any]]:
         entry = self._live_entry(session)
-        outcomes: list[tuple[Any, Any]] = []  # (kind, value): ("ok", result) / ("err", exc) / ("await", aw)
+        outcomes: builtins.list[tuple[Any, Any]] = []  # (kind, value): ("ok", result) / ("err", exc) / ("await", aw)
         for listener in self._resolve(entry, "flush", (session,)):
             try:
                 result = listener(session)
@@ -403,17 +404,21 @@ class SessionStore(_Hooks):
                 )
             live = source
         else:
-            raise SessionForkError(f"fork source must be a session or a session id, got {source!r}", "SESSION_NOT_FOUND")
+            raise SessionForkError(
+                f"fork source must be a session or a session id, got {source!r}", "SESSION_NOT_FOUND"
+            )
         sid = live.id
         events = live._log
         if boundary is None:
             if not events:
-                seed: list[Any] = []
+                seed: builtins.list[Any] = []
             else:
                 boundary = events[-1]["seq"]
         if boundary is not None:
             if type(boundary) is not int or not 0 <= boundary <= MAX_SAFE_INTEGER:
-                shown = boundary if not isinstance(boundary, float) or not boundary.is_integer() else int(boundary)
+                shown: object = boundary
+                if isinstance(shown, float) and shown.is_integer():
+                    shown = int(shown)
                 raise SessionForkError(
                     f'fork boundary for session "{sid}" must be a non-negative safe integer, got {shown}',
                     "INVALID_BOUNDARY",
@@ -438,7 +443,7 @@ class SessionStore(_Hooks):
                     raise SessionForkError(
                         f'fork boundary {boundary} in session "{sid}" ends inside open turn {turn}', "OPEN_TURN"
                     )
-            seed = list(events[: boundary + 1])
+            seed = builtins.list(events[: boundary + 1])
         meta: dict[str, Any] = {}
         if "cwd" in live.header:
             meta["cwd"] = live.header["cwd"]
@@ -447,7 +452,7 @@ class SessionStore(_Hooks):
         return self.create(child_id, seed=seed, meta=meta)
 
 
-async def _settle(awaitables: list[Any]) -> list[Any]:
+async def _settle(awaitables: builtins.list[Any]) -> builtins.list[Any]:
     return await asyncio.gather(*awaitables, return_exceptions=True)
 
 

@@ -44,7 +44,7 @@ def is_replacement_surface_event(event: Mapping[str, Any]) -> bool:
 
 
 def _is_safe_nonneg(v: object) -> bool:
-    return type(v) is int and 0 <= v <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    return type(v) is int and 0 <= v <= MAX_SAFE_INTEGER
 
 
 def _raise(message: str) -> NoReturn:
