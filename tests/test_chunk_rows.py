@@ -545,7 +545,8 @@ def test_chunk_rows__json_serialized_pack_then_decode_reproduces_every_batch_exa
     members = 0
     for record in packed:
         if record["type"] in ("text-chunks", "reasoning-chunks", "tool-call-chunks"):
-            payload = record["data"]["args" if record["type"] == "tool-call-chunks" else "texts"]
+            data: dict[str, Any] = dict(record["data"])
+            payload = data["args" if record["type"] == "tool-call-chunks" else "texts"]
             assert len(payload) >= MIN_RUN
             members += len(payload)
         else:
