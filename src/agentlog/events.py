@@ -9,13 +9,14 @@ event twice.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
 from .errors import EventDataError, EventTypeError
-from .jsonvalue import FrozenDict, register_frozen_dict_type
+from .jsonvalue import FrozenDict, _speedups, register_frozen_dict_type, seal_as
 
 SESSION_FORMAT_VERSION = 0
 """Stamped into every header; an unknown future version is refused by readers."""
@@ -68,6 +69,16 @@ class Event(FrozenDict):
 
 
 register_frozen_dict_type(Event)
+
+
+def _new_event(record: dict[str, Any]) -> Event:
+    return seal_as(Event, record)  # type: ignore[no-any-return]
+
+
+new_event: Callable[[dict[str, Any]], Event] = (
+    functools.partial(_speedups.seal, Event) if _speedups is not None else _new_event
+)
+"""Seal a wire record whose values are already frozen into a committed :class:`Event`."""
 
 # --- vocabulary -----------------------------------------------------------------------------------
 

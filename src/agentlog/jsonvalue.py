@@ -18,6 +18,7 @@ recursion limit (the original accepts 20,000-deep values; so do we).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from typing import Any, NoReturn, TypeAlias
 
@@ -108,6 +109,7 @@ _LIST_TYPES: set[type] = {list, FrozenList}
 def register_frozen_dict_type(cls: type) -> None:
     """Let the gate accept an agentlog-owned ``FrozenDict`` subclass as a plain JSON object."""
     _DICT_TYPES.add(cls)
+    _configure_speedups()
 
 
 def _is_text_ok(s: str) -> bool:
@@ -293,20 +295,57 @@ def _fast_list(src: Any, depth: int) -> FrozenList:
     return FrozenList(out)
 
 
-def snapshot_dict(src: Any) -> Any:
-    """:func:`snapshot_json` for a value already known to be a ``dict`` (the append hot path)."""
-    try:
-        return _fast_dict(src, 0)
-    except (_GiveUp, UnicodeEncodeError, RecursionError):
-        return _snapshot_container(src)
-
-
-def snapshot_container(src: Any) -> Any:
-    """:func:`snapshot_json` for a value already known to be a dict or list of an accepted type."""
+def _py_snapshot_container(src: Any) -> Any:
     try:
         return _fast_dict(src, 0) if type(src) in _DICT_TYPES else _fast_list(src, 0)
     except (_GiveUp, UnicodeEncodeError, RecursionError):
         return _snapshot_container(src)
+
+
+def _c_snapshot_container(src: Any) -> Any:
+    result = _c_snapshot(src)
+    if result is _GIVE_UP:
+        return _snapshot_container(src)
+    return result
+
+
+# The C accelerator (agentlog/_speedups.c) does the same as the Python accelerator, and additionally
+# builds the frozen containers untracked by the cycle collector. AGENTLOG_PURE_PYTHON=1 disables it.
+_speedups: Any = None
+if not os.environ.get("AGENTLOG_PURE_PYTHON"):
+    try:
+        from . import _speedups  # type: ignore[attr-defined, no-redef]
+    except ImportError:  # no compiler at install time: the pure-Python gate gives the same results
+        _speedups = None
+
+ACCELERATED = _speedups is not None
+_c_snapshot: Any = _speedups.snapshot if ACCELERATED else None
+
+
+def _configure_speedups() -> None:
+    if _speedups is not None:
+        _speedups.configure(
+            FrozenDict,
+            FrozenList,
+            tuple(t for t in _DICT_TYPES if t is not dict),
+            tuple(t for t in _LIST_TYPES if t is not list),
+            _GIVE_UP,
+        )
+
+
+_configure_speedups()
+
+snapshot_container = _c_snapshot_container if ACCELERATED else _py_snapshot_container
+"""Gate for a value already known to be a dict or list of an accepted type."""
+snapshot_dict = snapshot_container
+"""Gate for a value already known to be a ``dict`` (the append hot path)."""
+
+
+def seal_as(cls: type, record: dict[str, Any]) -> Any:
+    """An instance of the frozen dict subclass ``cls`` holding ``record``'s (already frozen) items."""
+    if _speedups is not None:
+        return _speedups.seal(cls, record)
+    return cls(record)
 
 
 def _snapshot_container(root: Any) -> Any:

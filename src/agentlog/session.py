@@ -29,7 +29,7 @@ from .errors import (
     SurfaceError,
     describe_error,
 )
-from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types
+from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types, new_event
 from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, snapshot_dict, snapshot_json
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
@@ -381,7 +381,7 @@ class Session:
         if entry is not None and entry.appending:
             raise ReentrantAppendError("session append cannot reenter while another append is being published")
         record["time"] = self._now()
-        event = Event(record)
+        event = new_event(record)
         surface = self._surface
         if intent is not None or type in SURFACE_EVENT_TYPES:
             plan = surface.validate_next(event)

@@ -1,0 +1,270 @@
+/*
+ * agentlog._speedups: an optional C accelerator for the lossless-JSON gate.
+ *
+ * Why it exists: a session holds hundreds of thousands of small frozen containers. Built from
+ * Python, every one of them is a GC-tracked dict/list subclass, and CPython's full collections then
+ * spend more time traversing the log than the appends themselves take. Frozen JSON containers can
+ * never be part of a reference cycle (they only hold scalars and frozen containers completed before
+ * them), so they need no cycle collection at all: built here, they are created already populated and
+ * then untracked.
+ *
+ * Contract: snapshot(v) either returns a detached frozen copy of v that the pure-Python walk in
+ * jsonvalue.py would also return, or returns the configured GIVE_UP sentinel. It gives up at the first
+ * value it does not handle (anything invalid or unusual, or nesting deeper than MAX_DEPTH); the Python
+ * walk then redoes the whole value and produces the exact result or error. So this file never decides
+ * what is valid JSON on its own: it only accepts the plainly valid subset, faster.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+
+#define MAX_DEPTH 48
+#define MAX_SAFE 9007199254740991LL
+
+static PyTypeObject *frozen_dict_type = NULL;
+static PyTypeObject *frozen_list_type = NULL;
+static PyObject *dict_types = NULL; /* tuple of accepted dict types */
+static PyObject *list_types = NULL; /* tuple of accepted list types */
+static PyObject *give_up = NULL;    /* sentinel returned when the Python walk must decide */
+static PyObject *empty_tuple = NULL;
+
+static int
+type_in(PyTypeObject *t, PyObject *types)
+{
+    if (types == NULL) {
+        return 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(types);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((PyObject *)t == PyTuple_GET_ITEM(types, i)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* 1 when the str has no lone surrogate (so it is encodable as UTF-8), else 0. */
+static int
+str_ok(PyObject *s)
+{
+    if (PyUnicode_IS_ASCII(s)) {
+        return 1;
+    }
+    int kind = PyUnicode_KIND(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        return 1;
+    }
+    if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *p = PyUnicode_2BYTE_DATA(s);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (p[i] >= 0xD800 && p[i] <= 0xDFFF) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    const Py_UCS4 *q = PyUnicode_4BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (q[i] >= 0xD800 && q[i] <= 0xDFFF) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* New reference to the frozen copy; NULL with no error set = give up; NULL with error = failure. */
+static PyObject *snap(PyObject *v, int depth);
+
+static PyObject *
+snap_dict(PyObject *src, int depth)
+{
+    PyObject *out = PyDict_Type.tp_new(frozen_dict_type, empty_tuple, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(src, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !str_ok(key)) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *child = snap(value, depth + 1);
+        if (child == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        int rc = PyDict_SetItem(out, key, child);
+        Py_DECREF(child);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    PyObject_GC_UnTrack(out);
+    return out;
+}
+
+static PyObject *
+snap_list(PyObject *src, int depth)
+{
+    PyObject *out = PyType_GenericNew(frozen_list_type, empty_tuple, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(src);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* No Python code runs during the walk, so the source cannot change size under us; re-check anyway. */
+        if (i >= PyList_GET_SIZE(src)) {
+            break;
+        }
+        PyObject *child = snap(PyList_GET_ITEM(src, i), depth + 1);
+        if (child == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        int rc = PyList_Append(out, child);
+        Py_DECREF(child);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    PyObject_GC_UnTrack(out);
+    return out;
+}
+
+static PyObject *
+snap(PyObject *v, int depth)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyUnicode_Type) {
+        if (!str_ok(v)) {
+            return NULL;
+        }
+        Py_INCREF(v);
+        return v;
+    }
+    if (t == &PyLong_Type) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow != 0 || x > MAX_SAFE || x < -MAX_SAFE) {
+            return NULL;
+        }
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        Py_INCREF(v);
+        return v;
+    }
+    if (v == Py_None || t == &PyBool_Type) {
+        Py_INCREF(v);
+        return v;
+    }
+    if (t == &PyFloat_Type) {
+        double d = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(d) || (d == 0.0 && signbit(d))) {
+            return NULL;
+        }
+        Py_INCREF(v);
+        return v;
+    }
+    if (depth >= MAX_DEPTH) {
+        return NULL;
+    }
+    if (t == &PyDict_Type || type_in(t, dict_types)) {
+        return snap_dict(v, depth);
+    }
+    if (t == &PyList_Type || type_in(t, list_types)) {
+        return snap_list(v, depth);
+    }
+    return NULL;
+}
+
+static PyObject *
+snapshot(PyObject *module, PyObject *value)
+{
+    if (frozen_dict_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
+        return NULL;
+    }
+    PyObject *result = snap(value, 0);
+    if (result == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_INCREF(give_up);
+        return give_up;
+    }
+    return result;
+}
+
+/* seal(cls, mapping): a new, untracked instance of the dict subclass cls holding mapping's items.
+ * Only for mappings whose values are already frozen JSON (the event envelope). */
+static PyObject *
+seal(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "seal(cls, dict) expected");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    if (!PyType_IsSubtype(cls, &PyDict_Type)) {
+        PyErr_SetString(PyExc_TypeError, "seal: cls must be a dict subclass");
+        return NULL;
+    }
+    PyObject *out = PyDict_Type.tp_new(cls, empty_tuple, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (PyDict_Update(out, args[1]) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyObject_GC_UnTrack(out);
+    return out;
+}
+
+static PyObject *
+configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "configure(frozen_dict, frozen_list, dict_types, list_types, give_up)");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
+    Py_INCREF(args[3]);
+    Py_INCREF(args[4]);
+    Py_XSETREF(frozen_dict_type, (PyTypeObject *)args[0]);
+    Py_XSETREF(frozen_list_type, (PyTypeObject *)args[1]);
+    Py_XSETREF(dict_types, args[2]);
+    Py_XSETREF(list_types, args[3]);
+    Py_XSETREF(give_up, args[4]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"snapshot", (PyCFunction)snapshot, METH_O, "Frozen copy of a plainly valid JSON value, or GIVE_UP."},
+    {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "agentlog._speedups", "Optional C accelerator for the JSON gate.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&moduledef);
+}
