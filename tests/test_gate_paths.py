@@ -119,3 +119,33 @@ def test_gate_paths__surrogates_in_wide_strings_are_refused_by_every_path() -> N
         _agree([text])
     for text in ["€uro", "😀", "é", "中文"]:
         _agree({"k": text, text: [text]})
+
+
+@SETTINGS
+@given(st.lists(json_values(), max_size=4) | st.dictionaries(st.text(max_size=6), json_values(), max_size=4))
+def test_gate_paths__freeze_tree_matches_the_python_freeze(value: Any) -> None:
+    expected = jv.freeze_in_place(jv.thaw(value))
+    actual = jv.freeze_tree(jv.thaw(value))
+    assert json_mismatch(actual, expected) is None
+    _assert_frozen_types(actual)
+
+
+@pytest.mark.parametrize("depth", [10, 47, 48, 49, 20_000])
+def test_gate_paths__freeze_tree_handles_any_depth(depth: int) -> None:
+    frozen = jv.freeze_tree(nest_dicts(depth, leaf=[1, {"x": None}]))
+    node = frozen
+    for _ in range(depth):
+        assert type(node) is FrozenDict
+        node = node["a"]
+    assert node == [1, {"x": None}]
+    assert type(node) is FrozenList
+
+
+def test_gate_paths__freeze_tree_keeps_a_container_with_a_foreign_object_visible_to_the_collector() -> None:
+    class Foreign:
+        pass
+
+    frozen = jv.freeze_tree({"plain": [1, 2], "foreign": [Foreign()]})
+    assert not gc.is_tracked(frozen["plain"]) or not jv.ACCELERATED
+    assert gc.is_tracked(frozen["foreign"])
+    assert gc.is_tracked(frozen)

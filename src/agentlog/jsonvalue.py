@@ -520,6 +520,19 @@ def thaw(value: Any) -> Any:
     return root
 
 
+def freeze_tree(value: Any) -> Any:
+    """Frozen equivalent of an exclusively owned, freshly parsed JSON graph (no validation).
+
+    The restore path's counterpart of :func:`snapshot_json`: persistence hands over graphs that came
+    straight from a JSON parser, so their leaves need no checks, only freezing.
+    """
+    if _speedups is not None and (type(value) is dict or type(value) is list):
+        result = _speedups.freeze_tree(value)
+        if result is not _GIVE_UP:
+            return result
+    return freeze_in_place(value)
+
+
 def freeze_in_place(value: Any) -> Any:
     """Freeze an exclusively owned graph of plain containers, returning the frozen equivalent.
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import AgentlogError, InvalidSeedError, MessageShapeError, SessionHeaderError
-from .events import SESSION_FORMAT_VERSION, Event
-from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze_in_place, snapshot_json, thaw
+from .events import SESSION_FORMAT_VERSION, Event, new_event
+from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze_in_place, freeze_tree, snapshot_json, thaw
 
 _MISSING: Any = object()
 
@@ -106,7 +106,7 @@ def restore_header(header: Any, session_id: str) -> FrozenDict:
     if isinstance(header, dict) and type(header) not in (dict, FrozenDict):
         raise SessionHeaderError("session header is not a plain JSON record")
     check_header_fields(header, session_id)
-    frozen = freeze_in_place(header)
+    frozen = freeze_tree(header)
     return frozen if isinstance(frozen, FrozenDict) else FrozenDict(frozen)
 
 
@@ -246,14 +246,14 @@ def snapshot_session_event(event: Mapping[str, Any]) -> dict[str, Any]:
 def event_from_restored(entry: dict[str, Any]) -> Event:
     """Freeze a validated restored entry (a fresh parsed graph) into an :class:`Event` without copying leaves."""
     frozen: dict[str, Any] = dict(entry)
-    frozen["data"] = freeze_in_place(entry["data"])
+    frozen["data"] = freeze_tree(entry["data"])
     op = entry.get("surfaceOp", _MISSING)
     if op is not _MISSING and type(op) is dict:
-        frozen["surfaceOp"] = freeze_in_place(op)
+        frozen["surfaceOp"] = freeze_tree(op)
     sources = entry.get("sourceEventSeqs", _MISSING)
     if sources is not _MISSING and type(sources) is list:
-        frozen["sourceEventSeqs"] = freeze_in_place(sources)
-    return Event(frozen)
+        frozen["sourceEventSeqs"] = freeze_tree(sources)
+    return new_event(frozen)
 
 
 class SessionPreparation:

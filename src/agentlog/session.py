@@ -298,7 +298,7 @@ class Session:
                     self._registry.validate(etype, entry["data"])
                 except EventDataError as err:
                     raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
-            event = event_from_restored(entry) if restore else Event(entry)
+            event = event_from_restored(entry) if restore else new_event(entry)
             try:
                 plan = surface.validate_next(event)
             except SurfaceError as err:
