@@ -124,3 +124,53 @@ class ChunkRowError(AgentlogError, ValueError):
 def describe_error(err: BaseException) -> str:
     """Stable rendering of an exception for log lines (the original's ``String(error)``)."""
     return f"{type(err).__name__}: {err}"
+
+
+# --- persistence ---------------------------------------------------------------------------------
+
+
+class PersistenceError(AgentlogError):
+    """A storage operation failed (I/O, a refused write); nothing committed was lost."""
+
+    code = "PERSISTENCE_ERROR"
+
+
+class SessionNotFoundError(PersistenceError, LookupError):
+    code = "SESSION_NOT_FOUND"
+
+
+class SessionPersistenceCorruptionError(PersistenceError):
+    """Stored bytes are damaged (bad magic, failed checksum, unparsable committed line, seq gap...).
+
+    ``location`` names the file (or database) and ``offset`` the byte offset or line where the damage
+    was found, when known. The stored data is left exactly as it was.
+    """
+
+    code = "SESSION_CORRUPT"
+
+    def __init__(self, message: str, *, location: str | None = None, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.location = location
+        self.offset = offset
+
+
+class SessionFormatUnsupportedError(PersistenceError):
+    """The log is intact but this build cannot interpret it (future version, unknown required event type)."""
+
+    code = "SESSION_FORMAT_UNSUPPORTED"
+
+    def __init__(self, message: str, *, location: str | None = None) -> None:
+        super().__init__(message)
+        self.location = location
+
+
+class SessionLockedError(PersistenceError):
+    """Another writer (process or store) holds the session open for writing."""
+
+    code = "SESSION_LOCKED"
+
+
+class SessionCollisionError(PersistenceError):
+    """A live session's id collides with different persisted or live state."""
+
+    code = "SESSION_COLLISION"

@@ -13,9 +13,8 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
-import orjson
-
 from .errors import EventDataError, EventTypeError
+from .jsoncodec import dumps
 from .jsonvalue import FrozenDict, _speedups, register_frozen_dict_type, seal_as
 
 SESSION_FORMAT_VERSION = 0
@@ -62,7 +61,7 @@ class Event(FrozenDict):
         try:
             return self._json
         except AttributeError:
-            data = orjson.dumps(self)
+            data = dumps(self)
             object.__setattr__(self, "_json", data)
             return data
 

@@ -1,0 +1,196 @@
+"""JSON text for storage: orjson speed, with iterative fallbacks for what orjson refuses.
+
+Whatever the JSON gate accepts must persist and load back unchanged. orjson refuses to *write* values
+nested deeper than 254 levels and to *read* text nested deeper than 1024; the gate accepts any depth.
+For those rare values this module falls back to explicit-stack encoders and parsers, so depth is
+bounded by ``max_depth`` (a typed error beyond it), never by the interpreter's recursion limit.
+
+Output is compact JSON with keys in insertion order, as the original writes it. Numbers differ from
+the original's bytes in one way only: an integral float is written ``1.0`` (the original writes ``1``);
+both parse to the same value in either implementation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+
+from .errors import AgentlogError
+
+DEFAULT_MAX_DEPTH = 100_000
+"""Nesting accepted by :func:`loads` (the gate accepts deeper values only when memory allows)."""
+
+
+class JsonDecodeError(AgentlogError, ValueError):
+    """Stored text is not valid JSON, or exceeds the reader's limits."""
+
+    code = "INVALID_JSON"
+
+
+# --- encoding --------------------------------------------------------------------------------------
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes of a gate-accepted value, at any nesting depth."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as err:
+        if "Recursion limit" not in str(err):
+            raise
+    return _dumps_iterative(value)
+
+
+def _scalar_bytes(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def _dumps_iterative(value: Any) -> bytes:
+    out: list[bytes] = []
+    # Work items: ("v", value) to emit a value, or ("raw", bytes) to emit literal text.
+    work: list[tuple[str, Any]] = [("v", value)]
+    while work:
+        kind, item = work.pop()
+        if kind == "raw":
+            out.append(item)
+            continue
+        if isinstance(item, dict):
+            if not item:
+                out.append(b"{}")
+                continue
+            out.append(b"{")
+            entries = list(item.items())
+            work.append(("raw", b"}"))
+            for index in range(len(entries) - 1, -1, -1):
+                key, child = entries[index]
+                work.append(("v", child))
+                work.append(("raw", (b"," if index else b"") + orjson.dumps(key) + b":"))
+            continue
+        if isinstance(item, list):
+            if not item:
+                out.append(b"[]")
+                continue
+            out.append(b"[")
+            work.append(("raw", b"]"))
+            for index in range(len(item) - 1, -1, -1):
+                work.append(("v", item[index]))
+                if index:
+                    work.append(("raw", b","))
+            continue
+        out.append(_scalar_bytes(item))
+    return b"".join(out)
+
+
+# --- decoding --------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def loads(data: bytes | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Parse JSON text of any nesting up to ``max_depth``; raise :class:`JsonDecodeError` otherwise."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        if "depth limit" not in str(err):
+            raise JsonDecodeError(f"invalid JSON: {err}") from None
+    text = data.decode("utf-8", errors="replace") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    return _loads_iterative(text, max_depth)
+
+
+def _loads_iterative(text: str, max_depth: int) -> Any:
+    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    n = len(text)
+    # Stack of open containers: (container, pending_key_or_None)
+    stack: list[list[Any]] = []
+    result: Any = None
+    have_result = False
+
+    def fail(message: str) -> JsonDecodeError:
+        return JsonDecodeError(f"invalid JSON at char {pos}: {message}")
+
+    while True:
+        if pos >= n:
+            raise fail("unexpected end of text")
+        ch = text[pos]
+        value: Any
+        is_value = True
+        if ch == "{" or ch == "[":
+            if len(stack) >= max_depth:
+                raise JsonDecodeError(f"JSON nesting exceeds {max_depth} levels at char {pos}")
+            container: Any = {} if ch == "{" else []
+            stack.append([container, None])
+            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            closer = "}" if ch == "{" else "]"
+            if pos < n and text[pos] == closer:
+                stack.pop()
+                value = container
+                pos += 1
+            else:
+                if ch == "{":
+                    if pos >= n or text[pos] != '"':
+                        raise fail("expected an object key")
+                    key, pos = scanstring(text, pos + 1, True)
+                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != ":":
+                        raise fail("expected ':'")
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    stack[-1][1] = key
+                continue
+        elif ch == '"':
+            try:
+                value, pos = scanstring(text, pos + 1, True)
+            except json.JSONDecodeError as err:
+                raise fail(err.msg) from None
+        elif text.startswith("true", pos):
+            value, pos = True, pos + 4
+        elif text.startswith("false", pos):
+            value, pos = False, pos + 5
+        elif text.startswith("null", pos):
+            value, pos = None, pos + 4
+        else:
+            match = _NUMBER.match(text, pos)
+            if match is None or match.end() == pos:
+                raise fail("unexpected character")
+            literal = match.group(0)
+            value = float(literal) if match.group(1) or match.group(2) else int(literal)
+            pos = match.end()
+        # Attach the completed value, then close as many containers as the text closes.
+        while is_value:
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if not stack:
+                if pos != n:
+                    raise fail("extra data after the value")
+                result, have_result = value, True
+                break
+            top = stack[-1]
+            if isinstance(top[0], dict):
+                top[0][top[1]] = value
+            else:
+                top[0].append(value)
+            if pos >= n:
+                raise fail("unexpected end of text")
+            sep = text[pos]
+            if sep == ",":
+                pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                if isinstance(top[0], dict):
+                    if pos >= n or text[pos] != '"':
+                        raise fail("expected an object key")
+                    key, pos = scanstring(text, pos + 1, True)
+                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if pos >= n or text[pos] != ":":
+                        raise fail("expected ':'")
+                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    top[1] = key
+                break
+            expected = "}" if isinstance(top[0], dict) else "]"
+            if sep != expected:
+                raise fail(f"expected ',' or '{expected}'")
+            pos += 1
+            value = stack.pop()[0]
+        if have_result:
+            return result

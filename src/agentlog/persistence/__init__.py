@@ -1,0 +1,1 @@
+"""Durable sessions: a coordinator over narrow storage backends (memory, JSONL raw/zstd, SQLite)."""

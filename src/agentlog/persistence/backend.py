@@ -1,0 +1,109 @@
+"""The narrow backend protocol every storage implementation provides.
+
+The coordinator owns every policy (batching, ordering, repair, validation, caching); a backend only
+moves bytes. That keeps each backend small enough to be checked by one shared conformance suite, and a
+new backend (PostgreSQL, say) implements these primitives and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..events import Event
+from ..jsoncodec import dumps
+
+WireEvent = Mapping[str, Any]
+"""An event in wire form: an :class:`~agentlog.events.Event` or a plain dict with the same keys."""
+
+
+@dataclass
+class StoredPrefix:
+    """The valid contiguous stored prefix of one session, freshly parsed (owned by the caller).
+
+    ``torn_marker`` is ``None`` when the stored artifact ends cleanly; otherwise it is the backend's
+    private description of the torn tail that :meth:`Backend.commit_repair` must remove.
+    """
+
+    meta: dict[str, Any]
+    events: list[dict[str, Any]]
+    revision: str
+    torn_marker: Any = None
+
+
+@dataclass
+class SessionListing:
+    """One stored session as listing sees it. A damaged or foreign header is reported, not hidden."""
+
+    id: str
+    header: dict[str, Any] | None
+    revision: str | None = None
+    location: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None
+
+
+@dataclass
+class RawArtifact:
+    meta: dict[str, Any]
+    filename: str
+    content: str
+
+
+class WriterLock(Protocol):
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Storage primitives. All methods are synchronous and may block on I/O."""
+
+    name: str
+    supports_raw_artifacts: bool
+
+    def load_stored(self, session_id: str) -> StoredPrefix | None:
+        """The valid stored prefix, or ``None`` when no artifact exists. Never writes."""
+        ...
+
+    def read_revision(self, session_id: str) -> str | None:
+        """The current revision without loading the log; ``None`` when absent."""
+        ...
+
+    def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
+        """Durably append a contiguous batch; the first batch materializes the header atomically with it."""
+        ...
+
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+        """Remove the torn tail named by ``torn_marker`` (if any), then append ``closers``."""
+        ...
+
+    def list_sessions(self) -> list[SessionListing]:
+        """Every materialized session, headers only (no full-log parse), sorted by id."""
+        ...
+
+    def read_raw(self, session_id: str) -> RawArtifact | None:
+        """The stored artifact's logical text (backends without raw artifacts raise)."""
+        ...
+
+    def locate(self, meta: Mapping[str, Any]) -> str | None:
+        """Where the session's artifact lives (pure, no I/O); ``None`` when not file-based."""
+        ...
+
+    def lock_writer(self, meta: Mapping[str, Any]) -> WriterLock:
+        """Take the advisory single-writer lock of a session, or raise ``SessionLockedError`` at once."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def event_json(event: WireEvent) -> bytes:
+    """The event's JSON bytes, reusing those the kernel already produced for committed events."""
+    if type(event) is Event:
+        return event.json_bytes
+    return dumps(event)

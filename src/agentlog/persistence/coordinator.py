@@ -1,0 +1,738 @@
+"""The persistence coordinator: durable sessions over any backend.
+
+Policies live here, bytes live in the backend. The coordinator listens to a :class:`SessionStore`:
+every committed event is queued (``on_event`` never blocks the producer), queued events are written
+behind in batches (one fixed window of ``batch_delay_ms`` from the first queued event), and
+``flush`` is a barrier that drains the current batch and every batch admitted while it runs, raising
+the first failure. A failed batch is kept, in order, and retried: no seq is lost or written twice.
+
+Cold reads validate everything (identity, format version, legacy shapes, unknown event types, every
+kernel seed rule), close an interrupted turn with the kernel's repair closers, and commit the repair
+through the backend — under the session's writer lock, so a log another process is writing is never
+"repaired" underneath it.
+
+Threads: a single background thread runs the batch deadlines; ``flush`` writes in the caller's thread.
+Per session, a write lock orders every write; per id, a re-entrant lock orders every storage operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import (
+    AgentlogError,
+    InvalidSeedError,
+    LegacyFormatError,
+    MessageShapeError,
+    PersistenceError,
+    SessionCollisionError,
+    SessionFormatUnsupportedError,
+    SessionHeaderError,
+    SessionLockedError,
+    SessionNotFoundError,
+    SessionPersistenceCorruptionError,
+    SurfaceError,
+    describe_error,
+)
+from ..events import Event, EventTypes, event_types
+from ..jsonvalue import FrozenDict, snapshot_json, thaw
+from ..repair import interrupted_turn_closers
+from ..seeds import SessionPreparation, check_header_fields
+from ..session import EventsView, Session
+from ..store import SessionStore
+from . import legacy
+from .backend import Backend, SessionListing, WireEvent, event_json
+
+logger = logging.getLogger("agentlog")
+
+DEFAULT_BATCH_DELAY_MS = 200
+MAX_BATCH_DELAY_MS = 2_147_483_647
+DEFAULT_PREPARED_CACHE_SIZE = 5
+
+
+class InvalidOptionError(AgentlogError, ValueError):
+    code = "INVALID_OPTION"
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """An immutable logical view of a stored session: its header and its (balanced) events."""
+
+    meta: FrozenDict
+    events: EventsView
+
+
+# --- write-behind -----------------------------------------------------------------------------------
+
+
+class _Scheduler:
+    """One daemon thread that fires batch deadlines (a heap of monotonic times)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _WriteBehind]] = []
+        self._counter = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def schedule(self, when: float, target: _WriteBehind) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            heapq.heappush(self._heap, (when, next(self._counter), target))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="agentlog-write-behind", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    timeout = None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic())
+                    self._cond.wait(timeout)
+                if self._closed:
+                    return
+                when, _, target = heapq.heappop(self._heap)
+            target._deadline_reached(when)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+
+class _WriteBehind:
+    """Buffered, ordered writes of one live session."""
+
+    def __init__(self, coordinator: PersistenceCoordinator, session: Session) -> None:
+        self.coordinator = coordinator
+        self.session = session
+        self.pending: list[Any] = []
+        self.state_lock = threading.Lock()
+        self.write_lock = threading.Lock()
+        self.deadline: float | None = None
+        self.paused = False
+        self.init_error: BaseException | None = None
+        self.writer_lock: Any = None
+        self.retired = False
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.pending) or self.write_lock.locked()
+
+    def enqueue(self, events: Sequence[Any]) -> None:
+        with self.state_lock:
+            self.pending.extend(events)
+            if self.deadline is None and self.pending:
+                self.paused = False
+                self.deadline = time.monotonic() + self.coordinator._delay
+                self.coordinator._scheduler.schedule(self.deadline, self)
+
+    def _deadline_reached(self, when: float) -> None:
+        with self.state_lock:
+            if self.deadline != when or self.paused:
+                return  # superseded by a flush or a newer window
+        try:
+            self._drain(background=True)
+        except Exception:  # already logged by _drain
+            pass
+
+    def cancel_wait(self) -> None:
+        with self.state_lock:
+            self.deadline = None
+
+    def _drain(self, *, background: bool) -> None:
+        with self.write_lock:
+            while True:
+                with self.state_lock:
+                    batch = self.pending
+                    self.pending = []
+                    self.deadline = None
+                    self.paused = False
+                if not batch:
+                    return
+                try:
+                    self.coordinator._write_live_batch(self, batch)
+                except BaseException as err:
+                    with self.state_lock:
+                        self.pending = batch + self.pending
+                        self.paused = True
+                        self.deadline = None
+                    if background:
+                        logger.warning(
+                            '%s: background write for session "%s" failed (buffered events retained): %s',
+                            self.coordinator.backend.name,
+                            self.session.id,
+                            describe_error(err),
+                        )
+                    raise
+                if background:
+                    # A background write drains only what its window admitted; later events keep their own.
+                    with self.state_lock:
+                        if self.pending and self.deadline is None:
+                            self.deadline = time.monotonic() + self.coordinator._delay
+                            self.coordinator._scheduler.schedule(self.deadline, self)
+                    return
+
+    def flush(self) -> None:
+        if self.init_error is not None:
+            self.cancel_wait()
+            raise self.init_error
+        self._drain(background=False)
+
+
+# --- state ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    meta: dict[str, Any]
+    cursor: int
+    materialized: bool
+    owner: Session | None = None
+
+
+@dataclass
+class _Source:
+    """A validated, balanced stored session (not yet committed)."""
+
+    meta: FrozenDict
+    events: EventsView  # balanced log, without the end-seed marker
+    session: Session
+    revision: str
+    torn_marker: Any
+    closers: list[dict[str, Any]]
+
+
+_WRAPPED = (InvalidSeedError, MessageShapeError, SessionHeaderError, SurfaceError, LegacyFormatError)
+
+
+class PersistenceCoordinator:
+    """Makes the sessions of a :class:`SessionStore` durable through a storage backend."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        backend: Backend,
+        *,
+        batch_delay_ms: int = DEFAULT_BATCH_DELAY_MS,
+        prepared_cache_size: int = DEFAULT_PREPARED_CACHE_SIZE,
+        registry: EventTypes | None = None,
+    ) -> None:
+        if type(prepared_cache_size) is not int or prepared_cache_size < 1:
+            raise InvalidOptionError("preparedSessionCacheSize must be a positive safe integer")
+        if type(batch_delay_ms) is not int or not 1 <= batch_delay_ms <= MAX_BATCH_DELAY_MS:
+            raise InvalidOptionError("writeBatchMaxDelayMs must be an integer between 1 and 2147483647")
+        self.store = store
+        self.backend = backend
+        self._delay = batch_delay_ms / 1000.0
+        self._registry = registry or event_types
+        self._mutex = threading.RLock()
+        self._id_locks: dict[str, threading.RLock] = {}
+        self._states: dict[str, _State] = {}
+        self._live: dict[int, _WriteBehind] = {}
+        self._reserved: dict[str, Session] = {}
+        self._cache: OrderedDict[str, _Source] = OrderedDict()
+        self._cache_size = prepared_cache_size
+        self._scheduler = _Scheduler()
+        self._closed = False
+        self._unsubscribe = [
+            store.on_created(self._on_created),
+            store.on_event(self._on_event),
+            store.on_flush(self._on_flush),
+            store.on_disposed(self._on_disposed),
+        ]
+        for session in store.list():  # sessions that were live before persistence was attached
+            self._init_for(session)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _id_lock(self, session_id: str) -> threading.RLock:
+        with self._mutex:
+            lock = self._id_locks.get(session_id)
+            if lock is None:
+                lock = self._id_locks[session_id] = threading.RLock()
+            return lock
+
+    def _location(self, meta: Mapping[str, Any]) -> str | None:
+        try:
+            return self.backend.locate(meta)
+        except AgentlogError:
+            return None
+
+    def _corruption(self, session_id: str, meta: Mapping[str, Any], err: BaseException) -> Exception:
+        location = self._location(meta)
+        where = f" — {location}" if location else ""
+        return SessionPersistenceCorruptionError(
+            f'stored session "{session_id}" failed validation: {describe_error(err)}{where}. '
+            "The stored log was not modified.",
+            location=location,
+        )
+
+    # -- cold reads ------------------------------------------------------------------------------------
+    def _validate(self, session_id: str, stored: Any) -> _Source:
+        meta = stored.meta
+        if not isinstance(meta, dict) or meta.get("id") != session_id:
+            header_id = meta.get("id") if isinstance(meta, dict) else None
+            raise SessionPersistenceCorruptionError(
+                f'stored session identity mismatch: requested "{session_id}", header contains "{header_id}"',
+                location=self._location(meta) if isinstance(meta, dict) else None,
+            )
+        try:
+            legacy.assert_version(session_id, meta)
+        except SessionFormatUnsupportedError as err:
+            location = self._location(meta)
+            if location and "(raw log:" not in str(err):
+                raise SessionFormatUnsupportedError(f"{err} (raw log: {location})", location=location) from None
+            raise
+        try:
+            legacy.assert_supported_events(session_id, stored.events)
+            events = legacy.normalize_stored_events(session_id, stored.events)
+        except _WRAPPED as err:
+            raise self._corruption(session_id, meta, err) from err
+        try:
+            legacy.assert_events_known(session_id, events, self._registry)
+        except SessionFormatUnsupportedError as err:
+            location = self._location(meta)
+            if location and "(raw log:" not in str(err):
+                raise SessionFormatUnsupportedError(f"{err} (raw log: {location})", location=location) from None
+            raise
+        try:
+            closers = interrupted_turn_closers(events) if events else []
+            balanced = [*events, *closers]
+            session = self.store.prepare(session_id, seed=balanced, meta=meta, restore=True)
+        except _WRAPPED as err:
+            raise self._corruption(session_id, meta, err) from err
+        view = EventsView(session._log, len(balanced))
+        return _Source(
+            meta=session.header,
+            events=view,
+            session=session,
+            revision=stored.revision,
+            torn_marker=stored.torn_marker,
+            closers=closers,
+        )
+
+    def _read_source(self, session_id: str) -> _Source:
+        stored = self.backend.load_stored(session_id)
+        if stored is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        return self._validate(session_id, stored)
+
+    def _repaired_source(self, session_id: str) -> _Source:
+        """Read, and if needed durably repair then re-read, a cold session (caller holds the id lock)."""
+        while True:
+            source = self._read_source(session_id)
+            if source.torn_marker is None and not source.closers:
+                return source
+            lock = self.backend.lock_writer(source.meta)
+            try:
+                if self.backend.read_revision(session_id) != source.revision:
+                    continue
+                self.backend.commit_repair(thaw(source.meta), source.torn_marker, source.closers)
+            finally:
+                lock.release()
+
+    def _live_session(self, session_id: str) -> Session | None:
+        session = self.store.get(session_id)
+        if session is not None and id(session) in self._live:
+            return session
+        return None
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        """A balanced, immutable view of a session; cold recovery is committed durably first."""
+        live = self._live_session(session_id)
+        if live is not None:
+            return self._load_live(live)
+        with self._id_lock(session_id):
+            source = self._cache.pop(session_id, None)
+            if source is None or self.backend.read_revision(session_id) != source.revision or source.closers:
+                source = self._repaired_source(session_id)
+            self._remember_ownerless(session_id, source)
+            return SessionSnapshot(source.meta, source.events)
+
+    def _load_live(self, session: Session) -> SessionSnapshot:
+        events = session.events
+        self.flush(session)
+        state = self._states.get(session.id)
+        if state is None or not len(events):
+            raise SessionNotFoundError(f'session "{session.id}" not found')
+        if interrupted_turn_closers(events):
+            raise PersistenceError(
+                f'cannot load session "{session.id}" while its live turn is open; '
+                "use the live Session or wait for the turn to close"
+            )
+        return SessionSnapshot(FrozenDict(state.meta), events)
+
+    def inspect(self, session_id: str) -> SessionSnapshot:
+        """A logical view without committing anything: cold views are balanced in memory only."""
+        live = self._live_session(session_id)
+        if live is not None:
+            return SessionSnapshot(live.header, live.events)
+        with self._id_lock(session_id):
+            source = self._cache.get(session_id)
+            if source is None or self.backend.read_revision(session_id) != source.revision:
+                source = self._read_source(session_id)
+                self._cache_put(session_id, source)
+            else:
+                self._cache.move_to_end(session_id)
+            return SessionSnapshot(source.meta, source.events)
+
+    def _cache_put(self, session_id: str, source: _Source) -> None:
+        self._cache[session_id] = source
+        self._cache.move_to_end(session_id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def _remember_ownerless(self, session_id: str, source: _Source) -> None:
+        state = self._states.get(session_id)
+        if state is not None and state.owner is not None:
+            raise SessionCollisionError(f'session "{session_id}" already has a live persistence owner')
+        self._states[session_id] = _State(thaw(source.meta), len(source.events), True)
+
+    def read_from(self, session_id: str, from_seq: int) -> SessionSnapshot:
+        """The durable events with ``seq >= from_seq``, as stored (no repair, no closers)."""
+        if type(from_seq) is not int or from_seq < 0:
+            raise InvalidOptionError(f"readFrom fromSeq must be a non-negative safe integer, got {from_seq}")
+        with self._id_lock(session_id):
+            stored = self.backend.load_stored(session_id)
+            if stored is None:
+                raise SessionNotFoundError(f'session "{session_id}" not found')
+            meta = stored.meta
+            if meta.get("id") != session_id:
+                raise SessionPersistenceCorruptionError(
+                    f'stored session identity mismatch: requested "{session_id}", header contains "{meta.get("id")}"'
+                )
+            legacy.assert_version(session_id, meta)
+            legacy.assert_supported_events(session_id, stored.events)
+            events = legacy.normalize_stored_events(session_id, stored.events)
+            legacy.assert_events_known(session_id, events, self._registry)
+            suffix = [snapshot_json(event) for event in events[from_seq:]]
+            return SessionSnapshot(snapshot_json(meta), EventsView(suffix, len(suffix)))
+
+    def prepare(self, session_id: str) -> SessionPreparation:
+        """An unpublished Session restored from storage (repair committed); publish it with the store."""
+        if self._live_session(session_id) is not None:
+            raise PersistenceError(f'cannot prepare session "{session_id}" while it is live')
+        with self._id_lock(session_id):
+            source = self._cache.pop(session_id, None)
+            if (
+                source is None
+                or source.closers
+                or source.torn_marker is not None
+                or self.backend.read_revision(session_id) != source.revision
+                or len(source.session.events) != len(source.events) + 1
+            ):
+                source = self._repaired_source(session_id)
+            self._remember_ownerless(session_id, source)
+            session = source.session
+            self._reserved[session_id] = session
+
+        def release() -> None:
+            with self._mutex:
+                if self._reserved.get(session_id) is session:
+                    del self._reserved[session_id]
+
+        return SessionPreparation.create(session, release)
+
+    def resume(self, session_id: str) -> Session:
+        """Restore a stored session and make it live in the store (it keeps being persisted)."""
+        preparation = self.prepare(session_id)
+        session: Session = preparation.session
+        detach = self.store.enter(session)
+        try:
+            self.store.announce(session)
+        except BaseException:
+            detach()
+            preparation.dispose()
+            raise
+        return session
+
+    def list(self) -> builtins.list[SessionListing]:
+        """Every materialized session (headers only; damaged or foreign headers are reported)."""
+        return self.backend.list_sessions()
+
+    # -- public writes (ownerless) -----------------------------------------------------------------------
+    def create(self, meta: Mapping[str, Any]) -> None:
+        """Register a session's header without writing anything (the first append materializes it)."""
+        try:
+            header = thaw(snapshot_json(dict(meta)))
+        except AgentlogError:
+            raise InvalidOptionError("session metadata must be losslessly JSON-serializable") from None
+        created = header.get("createdAt")
+        if type(created) is not int or created < 0:
+            raise InvalidOptionError("session metadata createdAt must be a non-negative safe integer")
+        session_id = header.get("id")
+        if not isinstance(session_id, str):
+            raise InvalidOptionError("session metadata id must be a string")
+        check_header_fields(header, session_id)
+        with self._id_lock(session_id):
+            if session_id in self._states or session_id in self._reserved:
+                raise PersistenceError(f'session "{session_id}" already exists in this backend')
+            if self.backend.read_revision(session_id) is not None:
+                raise PersistenceError(
+                    f'session "{session_id}" already has a persisted log on disk; load/resume it instead of creating'
+                )
+            self._states[session_id] = _State(header, 0, False)
+
+    def append(self, session_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Durably append wire events to a session that is not live here (adopting it from storage)."""
+        try:
+            batch = [snapshot_json(dict(event)) for event in events]
+        except AgentlogError:
+            raise PersistenceError(
+                "session event batch is not losslessly JSON-serializable because it contains non-JSON-serializable data"
+            ) from None
+        with self._id_lock(session_id):
+            legacy.assert_supported_events(session_id, batch)
+            if not batch:
+                return
+            if session_id in self._reserved:
+                raise PersistenceError(
+                    f'cannot append session "{session_id}" while its persisted preparation is reserved'
+                )
+            state = self._states.get(session_id)
+            if state is None:
+                source = self._repaired_source(session_id)
+                self._remember_ownerless(session_id, source)
+                state = self._states[session_id]
+            if state.owner is not None:
+                raise SessionCollisionError(f'session "{session_id}" is live; append through the live Session')
+            lock = self.backend.lock_writer(state.meta)
+            try:
+                self._append_core(session_id, state, batch)
+            finally:
+                lock.release()
+
+    def _append_core(self, session_id: str, state: _State, events: Sequence[WireEvent]) -> None:
+        legacy.assert_supported_events(session_id, events)
+        if not events:
+            return
+        for index, event in enumerate(events):
+            if event["seq"] != state.cursor + index:
+                raise PersistenceError(
+                    f'append seq mismatch for "{session_id}": expected {state.cursor + index} at index {index}, '
+                    f"got {event['seq']}"
+                )
+        self.backend.append_batch(state.meta, events, state.materialized)
+        state.materialized = True
+        state.cursor += len(events)
+        self._cache.pop(session_id, None)
+
+    # -- the live write path -------------------------------------------------------------------------------
+    def _on_created(self, session: Session) -> None:
+        self._init_for(session)
+
+    def _init_for(self, session: Session) -> _WriteBehind:
+        live = self._live.get(id(session))
+        if live is not None:
+            return live
+        live = _WriteBehind(self, session)
+        session_id = session.id
+        with self._id_lock(session_id):
+            reserved = self._reserved.get(session_id)
+            if reserved is not None and reserved is not session:
+                raise SessionCollisionError(
+                    f'cannot publish session "{session_id}": persisted state already owns this identity'
+                )
+            # Fail at once (vetoing the publication) when another writer holds the session.
+            live.writer_lock = self.backend.lock_writer(session.header)
+            try:
+                seed_from = self._attach(session, reserved is session)
+            except SessionLockedError:
+                live.writer_lock.release()
+                raise
+            except AgentlogError as err:
+                live.init_error = err
+                seed_from = None
+            self._live[id(session)] = live
+        if seed_from is not None:
+            tail = builtins.list(session.events)[seed_from:]
+            if tail:
+                live.enqueue(tail)
+        return live
+
+    def _attach(self, session: Session, prepared: bool) -> int:
+        """Bind ``session`` as the owner of its id; return the seq from which its events must be written."""
+        session_id = session.id
+        state = self._states.get(session_id)
+        if prepared:
+            del self._reserved[session_id]
+            assert state is not None and state.owner is None
+            if session.first_live_seq != state.cursor:
+                raise PersistenceError(f'session "{session_id}" preparation no longer matches its persistence state')
+            state.owner = session
+            return state.cursor
+        if state is not None:
+            if state.owner is session:
+                return len(session.events)
+            if state.owner is None:
+                if state.meta.get("cwd") != session.header.get("cwd"):
+                    raise SessionCollisionError(
+                        f'session "{session_id}" is already persisted at a different cwd '
+                        f"(persisted: {state.meta.get('cwd')}, live: {session.header.get('cwd')}) (id collision)"
+                    )
+                if state.cursor:
+                    self._require_prefix(
+                        session,
+                        state.cursor,
+                        "is already persisted with "
+                        f"{state.cursor} event(s) that do not match this live session (id collision)",
+                    )
+                state.owner = session
+                return state.cursor
+            other = self._live.get(id(state.owner))
+            if not state.materialized and (other is None or not other.has_work):
+                del self._states[session_id]
+                state = None
+            else:
+                raise SessionCollisionError(
+                    f'session "{session_id}" is already bound to a different live session in this backend (id collision)'
+                )
+        stored = self.backend.load_stored(session_id)
+        if stored is not None:
+            return self._adopt(session, stored)
+        if self.backend.read_revision(session_id) is not None:
+            raise PersistenceError(f'session "{session_id}" already has a persisted log on disk')
+        self._states[session_id] = _State(thaw(session.header), 0, False, session)
+        return 0
+
+    def _require_prefix(self, session: Session, count: int, problem: str) -> None:
+        stored = self.backend.load_stored(session.id)
+        events = legacy.normalize_stored_events(session.id, stored.events) if stored is not None else []
+        seed = session.events
+        if len(events) < count or len(seed) < count:
+            raise SessionCollisionError(f'session "{session.id}" {problem}')
+        for index in range(count):
+            if event_json(seed[index]) != event_json(snapshot_json(events[index])):
+                raise SessionCollisionError(f'session "{session.id}" {problem}')
+
+    def _adopt(self, session: Session, stored: Any) -> int:
+        """A live session whose log already exists (a hot reload): its seed must cover the stored prefix."""
+        session_id = session.id
+        meta = stored.meta
+        if meta.get("id") != session_id:
+            raise SessionPersistenceCorruptionError(
+                f'stored session identity mismatch: requested "{session_id}", header contains "{meta.get("id")}"'
+            )
+        if meta.get("cwd") != session.header.get("cwd"):
+            raise SessionCollisionError(
+                f'session "{session_id}" is already persisted at a different cwd '
+                f"(persisted: {meta.get('cwd')}, live: {session.header.get('cwd')}) (id collision)"
+            )
+        legacy.assert_version(session_id, meta)
+        legacy.assert_supported_events(session_id, stored.events)
+        events = legacy.normalize_stored_events(session_id, stored.events)
+        legacy.assert_events_known(session_id, events, self._registry)
+        seed = session.events
+        collision = (
+            f'session "{session_id}" already has a persisted log on disk that does not match this live session '
+            "(id collision)"
+        )
+        if len(seed) < len(events):
+            raise SessionCollisionError(collision)
+        for index, event in enumerate(events):
+            if event_json(seed[index]) != event_json(snapshot_json(event)):
+                raise SessionCollisionError(collision)
+        if stored.torn_marker is not None:
+            self.backend.commit_repair(meta, stored.torn_marker, [])
+        self._states[session_id] = _State(meta, len(events), True, session)
+        return len(events)
+
+    def _on_event(self, session: Session, event: Event) -> None:
+        live = self._live.get(id(session))
+        if live is None:
+            live = self._init_for(session)
+            return  # initialization enqueued everything not yet stored, this event included
+        if not live.retired:
+            live.enqueue((event,))
+
+    def _write_live_batch(self, live: _WriteBehind, batch: builtins.list[Any]) -> None:
+        session = live.session
+        with self._id_lock(session.id):
+            state = self._states.get(session.id)
+            if state is None or state.owner is not session:
+                raise PersistenceError(f'session "{session.id}" lost its persistence state')
+            fresh = [event for event in batch if event["seq"] >= state.cursor]
+            self._append_core(session.id, state, fresh)
+
+    def _on_flush(self, session: Session) -> None:
+        self.flush(session)
+
+    def flush(self, session: Session) -> None:
+        """Make every event committed so far durable (a barrier); raise the first failure."""
+        live = self._live.get(id(session))
+        if live is None:
+            live = self._init_for(session)
+        live.flush()
+
+    async def aflush(self, session: Session) -> None:
+        """:meth:`flush` for asyncio code (the blocking write runs in a worker thread)."""
+        await asyncio.to_thread(self.flush, session)
+
+    def _on_disposed(self, session: Session) -> None:
+        live = self._live.get(id(session))
+        if live is None:
+            return
+        self._retire(session, live)
+
+    def _retire(self, session: Session, live: _WriteBehind) -> None:
+        try:
+            live.flush()
+        except Exception as err:
+            logger.warning('%s: session "%s" retirement failed: %s', self.backend.name, session.id, describe_error(err))
+            return
+        with self._id_lock(session.id):
+            live.retired = True
+            self._live.pop(id(session), None)
+            state = self._states.get(session.id)
+            if state is not None and state.owner is session:
+                del self._states[session.id]
+            if live.writer_lock is not None:
+                live.writer_lock.release()
+                live.writer_lock = None
+
+    # -- teardown -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop listening, drain every live session's buffer, then close the backend."""
+        if self._closed:
+            return
+        self._closed = True
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        errors: builtins.list[BaseException] = []
+        for live in builtins.list(self._live.values()):
+            try:
+                live.flush()
+            except Exception as err:
+                errors.append(err)
+            if live.writer_lock is not None:
+                live.writer_lock.release()
+                live.writer_lock = None
+        self._live.clear()
+        self._scheduler.close()
+        if errors:
+            raise PersistenceError(
+                f"{self.backend.name} dispose failed: " + "; ".join(describe_error(e) for e in errors)
+            ) from errors[0]
+        self.backend.close()
+
+    def __enter__(self) -> PersistenceCoordinator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""In-memory backend: the reference implementation of the backend protocol.
+
+It stores each event's JSON bytes (not the objects), so loads hand out fresh parsed graphs exactly as a
+file or database backend would, and it is used to run the shared conformance suite without I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import PersistenceError, SessionLockedError
+from ..jsoncodec import dumps, loads
+from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+
+
+class _Record:
+    __slots__ = ("events", "header", "revision")
+
+    def __init__(self, header: bytes) -> None:
+        self.header = header
+        self.events: list[bytes] = []
+        self.revision = 0
+
+
+class _Lock:
+    def __init__(self, owner: MemoryBackend, session_id: str) -> None:
+        self._owner = owner
+        self._id = session_id
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            with self._owner._mutex:
+                self._owner._locks.discard(self._id)
+
+
+class MemoryBackend:
+    name = "session-persistence-memory"
+    supports_raw_artifacts = False
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._records: dict[str, _Record] = {}
+        self._locks: set[str] = set()
+        self._store_id = uuid.uuid4().hex
+        self._incarnations = itertools.count(1)
+
+    def _revision(self, session_id: str, record: _Record) -> str:
+        return f"memory:{self._store_id}:{session_id}:{id(record)}:{record.revision}"
+
+    def load_stored(self, session_id: str) -> StoredPrefix | None:
+        with self._mutex:
+            record = self._records.get(session_id)
+            if record is None:
+                return None
+            header, lines, revision = record.header, list(record.events), self._revision(session_id, record)
+        return StoredPrefix(meta=loads(header), events=[loads(line) for line in lines], revision=revision)
+
+    def read_revision(self, session_id: str) -> str | None:
+        with self._mutex:
+            record = self._records.get(session_id)
+            return None if record is None else self._revision(session_id, record)
+
+    def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
+        if not events:
+            return
+        session_id = meta["id"]
+        lines = [event_json(event) for event in events]
+        with self._mutex:
+            record = self._records.get(session_id)
+            if not materialized:
+                if record is not None:
+                    raise PersistenceError(
+                        f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
+                    )
+                record = self._records[session_id] = _Record(dumps(dict(meta)))
+            elif record is None:
+                raise PersistenceError(f'session "{session_id}" has no stored log to append to')
+            expected = len(record.events)
+            first = events[0]["seq"]
+            if first != expected:
+                raise PersistenceError(
+                    f"session {session_id} append starts at seq {first}, stored next seq is {expected}"
+                )
+            record.events.extend(lines)
+            record.revision += 1
+
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+        if torn_marker is not None:
+            raise PersistenceError("the memory backend never reports a torn tail")
+        if closers:
+            self.append_batch(meta, closers, True)
+
+    def list_sessions(self) -> list[SessionListing]:
+        with self._mutex:
+            items = [(sid, rec.header, self._revision(sid, rec)) for sid, rec in self._records.items()]
+        return [SessionListing(id=sid, header=loads(header), revision=rev) for sid, header, rev in sorted(items)]
+
+    def read_raw(self, session_id: str) -> RawArtifact | None:
+        raise PersistenceError("this session persistence backend does not expose raw artifacts")
+
+    def locate(self, meta: Mapping[str, Any]) -> str | None:
+        return None
+
+    def lock_writer(self, meta: Mapping[str, Any]) -> _Lock:
+        session_id = meta["id"]
+        with self._mutex:
+            if session_id in self._locks:
+                raise SessionLockedError(f'session "{session_id}" is already open for writing')
+            self._locks.add(session_id)
+        return _Lock(self, session_id)
+
+    def close(self) -> None:
+        return None
+
+    # Test support: raw stored lines (what a file would hold), so tests can assert byte equality.
+    def stored_lines(self, session_id: str) -> list[bytes]:
+        with self._mutex:
+            record = self._records.get(session_id)
+            return [] if record is None else list(record.events)
