@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
-
 from .errors import AgentlogError
+
+scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 
 DEFAULT_MAX_DEPTH = 100_000
 """Nesting accepted by :func:`loads` (the gate accepts deeper values only when memory allows)."""

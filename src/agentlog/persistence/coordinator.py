@@ -601,7 +601,8 @@ class PersistenceCoordinator:
                 state = None
             else:
                 raise SessionCollisionError(
-                    f'session "{session_id}" is already bound to a different live session in this backend (id collision)'
+                    f'session "{session_id}" is already bound to a different live session in this backend '
+                    "(id collision)"
                 )
         stored = self.backend.load_stored(session_id)
         if stored is not None:
