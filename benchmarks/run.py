@@ -5,6 +5,8 @@ Usage:
 
 Subcommands:
     kernel   in-memory kernel figures: M1 append, M2 incremental derive, M6 compaction, peak RSS
+    persist  --backend jsonl-zstd|jsonl-none|sqlite --style bulk|step: M3 write, M4 cold restore
+    list     --backend ... --sessions 1000: M5 listing in a fresh process
 
 Each subcommand prints an aligned plain-text table and, as the LAST line of stdout, exactly one
 JSON object with its figures (medians over --repeat runs), so scripts can ``tail -n 1`` it.
@@ -249,8 +251,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+try:
+    from persist import add_list_parser, add_persist_parser
+except ImportError:  # run as ``python -m benchmarks.run``
+    from benchmarks.persist import add_list_parser, add_persist_parser
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     add_kernel_parser,
+    add_persist_parser,
+    add_list_parser,
 ]
 
 

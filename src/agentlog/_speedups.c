@@ -291,6 +291,82 @@ freeze_tree(PyObject *module, PyObject *value)
     return result;
 }
 
+
+/* freeze_owned(v): freeze an exclusively owned, freshly parsed graph IN PLACE, without allocating.
+ *
+ * The restore path's contract is that the caller hands over graphs nobody else references (they come
+ * straight from a JSON parser). Instead of copying every container, each plain dict/list is turned
+ * into its frozen subclass by switching its type: FrozenDict/FrozenList add no instance fields, so the
+ * memory layout is the dict's/list's own. The type's reference count is taken for each instance, as
+ * heap-type instances require. Returns 0 done, 1 give up (too deep; the Python path takes over and
+ * treats already-frozen children as done), -1 error. A container is untracked only when all of its
+ * children are untracked. */
+static int
+freeze_owned(PyObject *v, int depth, int *untracked)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t != &PyDict_Type && t != &PyList_Type) {
+        if (PyObject_IS_GC(v) && PyObject_GC_IsTracked(v)) {
+            *untracked = 0;
+        }
+        return 0;
+    }
+    if (depth >= MAX_DEPTH) {
+        return 1;
+    }
+    int all_untracked = 1;
+    if (t == &PyDict_Type) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(v, &pos, &key, &value)) {
+            int rc = freeze_owned(value, depth + 1, &all_untracked);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        Py_INCREF(frozen_dict_type);
+        Py_SET_TYPE(v, frozen_dict_type);
+    }
+    else {
+        Py_ssize_t n = PyList_GET_SIZE(v);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int rc = freeze_owned(PyList_GET_ITEM(v, i), depth + 1, &all_untracked);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        Py_INCREF(frozen_list_type);
+        Py_SET_TYPE(v, frozen_list_type);
+    }
+    if (all_untracked) {
+        PyObject_GC_UnTrack(v);
+    }
+    else {
+        *untracked = 0;
+    }
+    return 0;
+}
+
+static PyObject *
+freeze_owned_tree(PyObject *module, PyObject *value)
+{
+    if (frozen_dict_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
+        return NULL;
+    }
+    int untracked = 1;
+    int rc = freeze_owned(value, 0, &untracked);
+    if (rc < 0) {
+        return NULL;
+    }
+    if (rc > 0) {
+        Py_INCREF(give_up);
+        return give_up;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
 /* seal(cls, mapping): a new, untracked instance of the dict subclass cls holding mapping's items.
  * Only for mappings whose values are already frozen JSON (the event envelope). */
 static PyObject *
@@ -338,9 +414,175 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+
+/* restore_events(entries, special_types, event_cls) -> (events, specials, stop)
+ *
+ * The restore path's per-event work for the common case, in one pass: for entry i (a plain dict from
+ * a JSON parser) check the envelope (keys within the seven envelope keys, `type` a str, `seq == i`,
+ * `time` a safe integer, `data` present, `ignorable` absent or true), freeze `data`, `surfaceOp` and
+ * `sourceEventSeqs`, and seal an untracked event of class event_cls with the entry's key order.
+ * Entries that need Python-level checks (their type is in special_types, or they carry surface keys)
+ * are still converted, and their indices are returned in `specials`. At the first entry this function
+ * does not handle it stops: `stop` is that index (or len(entries)); the caller validates the rest with
+ * the canonical Python path, which produces the exact error.
+ */
+static PyObject *k_type, *k_seq, *k_time, *k_data, *k_surface_op, *k_sources, *k_ignorable;
+
+static int
+is_envelope_key(PyObject *key)
+{
+    return key == k_type || key == k_seq || key == k_time || key == k_data || key == k_surface_op ||
+           key == k_sources || key == k_ignorable;
+}
+
+static PyObject *
+restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type) expected");
+        return NULL;
+    }
+    if (frozen_dict_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
+        return NULL;
+    }
+    PyObject *entries = args[0], *special_types = args[1];
+    PyTypeObject *event_cls = (PyTypeObject *)args[2];
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *events = PyList_New(0);
+    PyObject *specials = PyList_New(0);
+    if (events == NULL || specials == NULL) {
+        Py_XDECREF(events);
+        Py_XDECREF(specials);
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    for (; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyDict_CheckExact(entry)) {
+            break;
+        }
+        PyObject *type = PyDict_GetItemWithError(entry, k_type);
+        PyObject *seq = PyDict_GetItemWithError(entry, k_seq);
+        PyObject *time = PyDict_GetItemWithError(entry, k_time);
+        PyObject *data = PyDict_GetItemWithError(entry, k_data);
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+        if (type == NULL || !PyUnicode_CheckExact(type) || seq == NULL || !PyLong_CheckExact(seq) || time == NULL ||
+            !PyLong_CheckExact(time) || data == NULL) {
+            break;
+        }
+        int overflow = 0;
+        long long seq_v = PyLong_AsLongLongAndOverflow(seq, &overflow);
+        if (overflow || seq_v != (long long)i) {
+            break;
+        }
+        long long time_v = PyLong_AsLongLongAndOverflow(time, &overflow);
+        if (overflow || time_v > MAX_SAFE || time_v < -MAX_SAFE) {
+            break;
+        }
+        int special = 0;
+        int bad = 0;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        /* Keys are interned by the parser only sometimes; compare by value when identity fails. */
+        while (PyDict_Next(entry, &pos, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                bad = 1;
+                break;
+            }
+            if (!is_envelope_key(key)) {
+                if (PyUnicode_Compare(key, k_type) == 0 || PyUnicode_Compare(key, k_seq) == 0 ||
+                    PyUnicode_Compare(key, k_time) == 0 || PyUnicode_Compare(key, k_data) == 0) {
+                    continue;
+                }
+                if (PyUnicode_Compare(key, k_surface_op) == 0 || PyUnicode_Compare(key, k_sources) == 0) {
+                    special = 1;
+                    continue;
+                }
+                if (PyUnicode_Compare(key, k_ignorable) == 0) {
+                    if (value != Py_True) {
+                        bad = 1;
+                        break;
+                    }
+                    continue;
+                }
+                bad = 1;
+                break;
+            }
+            if (key == k_surface_op || key == k_sources) {
+                special = 1;
+            }
+            else if (key == k_ignorable && value != Py_True) {
+                bad = 1;
+                break;
+            }
+        }
+        if (bad) {
+            break;
+        }
+        int contains = PySet_Contains(special_types, type);
+        if (contains < 0) {
+            goto error;
+        }
+        special |= contains;
+        PyObject *event = PyDict_Type.tp_new(event_cls, empty_tuple, NULL);
+        if (event == NULL) {
+            goto error;
+        }
+        pos = 0;
+        int failed = 0;
+        int untracked = 1;
+        while (PyDict_Next(entry, &pos, &key, &value)) {
+            int frc = freeze_owned(value, 0, &untracked);
+            if (frc != 0) {
+                failed = frc < 0 ? 1 : 2; /* 2: too deep for the fast path, Python handles this entry */
+                break;
+            }
+            if (PyDict_SetItem(event, key, value) < 0) {
+                failed = 1;
+                break;
+            }
+        }
+        if (failed) {
+            Py_DECREF(event);
+            if (failed == 1) {
+                goto error;
+            }
+            break;
+        }
+        if (untracked) {
+            PyObject_GC_UnTrack(event);
+        }
+        int rc = PyList_Append(events, event);
+        Py_DECREF(event);
+        if (rc < 0) {
+            goto error;
+        }
+        if (special) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(specials, index) < 0) {
+                Py_XDECREF(index);
+                goto error;
+            }
+            Py_DECREF(index);
+        }
+    }
+    return Py_BuildValue("(NNn)", events, specials, i);
+error:
+    Py_DECREF(events);
+    Py_DECREF(specials);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"snapshot", (PyCFunction)snapshot, METH_O, "Frozen copy of a plainly valid JSON value, or GIVE_UP."},
     {"freeze_tree", (PyCFunction)freeze_tree, METH_O, "Frozen copy of a parsed JSON graph (no validation), or GIVE_UP."},
+    {"restore_events", (PyCFunction)(void (*)(void))restore_events, METH_FASTCALL,
+     "Envelope-check, freeze and seal restored events; report the ones needing Python checks."},
+    {"freeze_owned_tree", (PyCFunction)freeze_owned_tree, METH_O,
+     "Freeze an exclusively owned parsed graph in place (no copy), or GIVE_UP."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {NULL, NULL, 0, NULL},
@@ -355,6 +597,16 @@ PyInit__speedups(void)
 {
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL) {
+        return NULL;
+    }
+    k_type = PyUnicode_InternFromString("type");
+    k_seq = PyUnicode_InternFromString("seq");
+    k_time = PyUnicode_InternFromString("time");
+    k_data = PyUnicode_InternFromString("data");
+    k_surface_op = PyUnicode_InternFromString("surfaceOp");
+    k_sources = PyUnicode_InternFromString("sourceEventSeqs");
+    k_ignorable = PyUnicode_InternFromString("ignorable");
+    if (!k_type || !k_seq || !k_time || !k_data || !k_surface_op || !k_sources || !k_ignorable) {
         return NULL;
     }
     return PyModule_Create(&moduledef);

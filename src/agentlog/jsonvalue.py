@@ -524,10 +524,11 @@ def freeze_tree(value: Any) -> Any:
     """Frozen equivalent of an exclusively owned, freshly parsed JSON graph (no validation).
 
     The restore path's counterpart of :func:`snapshot_json`: persistence hands over graphs that came
-    straight from a JSON parser, so their leaves need no checks, only freezing.
+    straight from a JSON parser, so their leaves need no checks, only freezing. With the accelerator the
+    containers are frozen in place (no copy); the returned value is then ``value`` itself.
     """
     if _speedups is not None and (type(value) is dict or type(value) is list):
-        result = _speedups.freeze_tree(value)
+        result = _speedups.freeze_owned_tree(value)
         if result is not _GIVE_UP:
             return result
     return freeze_in_place(value)
@@ -544,7 +545,9 @@ def freeze_in_place(value: Any) -> Any:
     t = type(value)
     if t is not dict and t is not list:
         return value
-    # Post-order: children are frozen before their parent is rebuilt around them.
+    # Post-order: children are frozen before their parent is rebuilt around them. ``active`` holds the
+    # containers on the current path, so a (non-JSON) cyclic graph is refused instead of looping.
+    active: set[int] = {id(value)}
     stack: list[tuple[Any, Iterator[Any], Any]] = []
     src: Any = value
     it: Iterator[Any] = iter(list(value.items()) if t is dict else list(enumerate(value)))
@@ -552,11 +555,15 @@ def freeze_in_place(value: Any) -> Any:
         for key, child in it:
             ct = type(child)
             if ct is dict or ct is list:
+                if id(child) in active:
+                    raise NonJsonValueError("$: cycle: a restored value contains itself", path="$", reason="cycle")
+                active.add(id(child))
                 stack.append((src, it, key))
                 src = child
                 it = iter(list(child.items()) if ct is dict else list(enumerate(child)))
                 break
         else:
+            active.discard(id(src))
             frozen: Any = FrozenDict(src) if type(src) is dict else FrozenList(src)
             if not stack:
                 return frozen

@@ -30,7 +30,7 @@ from .errors import (
     describe_error,
 )
 from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types, new_event
-from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, snapshot_dict, snapshot_json
+from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _speedups, snapshot_dict, snapshot_json
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
     check_seed_envelope,
@@ -183,6 +183,9 @@ class _MessageCache:
 # --- the session ----------------------------------------------------------------------------------
 
 _MISSING: Any = object()
+_RESTORE_SPECIAL_TYPES = frozenset(
+    {"user/message", "assistant/message", "tool/result", "request/header", "request/header-delta"}
+)
 _LEGACY_TYPES = frozenset({"request/header", "request/header-delta"})
 _CREATE_TOKEN = object()
 
@@ -269,46 +272,76 @@ class Session:
         return session
 
     def _load_seed(self, seed: Sequence[Any], *, restore: bool) -> None:
+        start = 0
+        if restore and _speedups is not None and type(seed) is list:
+            start = self._load_restored_fast(seed)
+        for index in range(start, len(seed)):
+            self._load_entry(index, seed[index], restore)
+        self._first_live = len(self._log)
+
+    def _load_entry(self, index: int, entry: Any, restore: bool, event: Event | None = None) -> None:
+        """Validate seed entry ``index`` with every layer and commit it (``event``: already frozen form)."""
+        if restore:
+            check_seed_envelope(entry, index)
+        else:
+            try:
+                entry = snapshot_json(entry)
+            except NonJsonValueError as err:
+                raise InvalidSeedError(
+                    f"seed event at index {index} is not losslessly JSON-serializable: {err}", index=index
+                ) from None
+            check_seed_envelope(entry, index)
+        etype = entry["type"]
+        problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
+        if problem is not None:
+            raise InvalidSeedError(problem, index=index)
+        if entry["seq"] != index:
+            raise InvalidSeedError(
+                f"seed event at index {index} has seq {entry['seq']} (expected {index}); "
+                "seed must be contiguous from 0",
+                index=index,
+            )
+        if etype in self._validators:
+            try:
+                self._registry.validate(etype, entry["data"])
+            except EventDataError as err:
+                raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
+        if event is None:
+            event = event_from_restored(entry) if restore else new_event(entry)
+        surface = self._surface
+        try:
+            plan = surface.validate_next(event)
+        except SurfaceError as err:
+            raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
+        except Exception as err:  # a plugin validator failing without our error type
+            text = str(err) or "invalid surface metadata"
+            raise InvalidSeedError(f"invalid seed event at index {index}: {text}", index=index) from err
+        self._log.append(event)
+        surface._commit(event, plan)
+
+    def _load_restored_fast(self, seed: list[Any]) -> int:
+        """Restore the plainly valid part of a parsed seed in C; return where the Python path resumes.
+
+        The accelerator checks every envelope, freezes and seals each event. Events of the types that
+        have further rules (messages, request headers, registered validators, surface metadata) are
+        reported back and go through :meth:`_load_entry` with the same checks as always; the rest are
+        log-only events whose remaining rule (no surface transition) holds by construction.
+        """
+        special = _RESTORE_SPECIAL_TYPES | self._validators.keys()
+        events, specials, stop = _speedups.restore_events(seed, frozenset(special), Event)
         log = self._log
         surface = self._surface
-        validators = self._validators
-        for index, entry in enumerate(seed):
-            if restore:
-                check_seed_envelope(entry, index)
-            else:
-                try:
-                    entry = snapshot_json(entry)
-                except NonJsonValueError as err:
-                    raise InvalidSeedError(
-                        f"seed event at index {index} is not losslessly JSON-serializable: {err}", index=index
-                    ) from None
-                check_seed_envelope(entry, index)
-            etype = entry["type"]
-            problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
-            if problem is not None:
-                raise InvalidSeedError(problem, index=index)
-            if entry["seq"] != index:
-                raise InvalidSeedError(
-                    f"seed event at index {index} has seq {entry['seq']} (expected {index}); "
-                    "seed must be contiguous from 0",
-                    index=index,
-                )
-            if etype in validators:
-                try:
-                    self._registry.validate(etype, entry["data"])
-                except EventDataError as err:
-                    raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
-            event = event_from_restored(entry) if restore else new_event(entry)
-            try:
-                plan = surface.validate_next(event)
-            except SurfaceError as err:
-                raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
-            except Exception as err:  # a plugin validator failing without our error type
-                text = str(err) or "invalid surface metadata"
-                raise InvalidSeedError(f"invalid seed event at index {index}: {text}", index=index) from err
-            log.append(event)
-            surface._commit(event, plan)
-        self._first_live = len(log)
+        done = 0
+        for index in specials:
+            if index > done:
+                log.extend(events[done:index])
+                surface._skip_log_only(index - 1)
+            self._load_entry(index, seed[index], True, events[index])
+            done = index + 1
+        if stop > done:
+            log.extend(events[done:stop])
+            surface._skip_log_only(stop - 1)
+        return stop  # type: ignore[no-any-return]
 
     def _mark_end_seed(self) -> None:
         log = self._log

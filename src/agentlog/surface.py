@@ -317,6 +317,14 @@ class SurfaceManager:
         self._last = seq
         self._pending = None
 
+    def _skip_log_only(self, seq: int) -> None:
+        """Advance over committed events known to be log-only without surface metadata (no transition)."""
+        if self._last != seq:
+            if self._pending is not None:
+                self._process_delta()
+            else:
+                self._last = seq
+
     def _process_delta(self) -> None:
         window = self._window
         base = self._base

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import gc
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +72,23 @@ class SessionSnapshot:
 
     meta: FrozenDict
     events: EventsView
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cycle collector while a stored log is parsed and restored.
+
+    A cold load creates hundreds of thousands of containers that cannot form cycles (they come from a
+    JSON parser). Left on, CPython's full collections would traverse the growing heap several times
+    during one load and cost more than the parse. Collection resumes (if it was on) when the load ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # --- write-behind -----------------------------------------------------------------------------------
@@ -328,10 +347,11 @@ class PersistenceCoordinator:
         )
 
     def _read_source(self, session_id: str) -> _Source:
-        stored = self.backend.load_stored(session_id)
-        if stored is None:
-            raise SessionNotFoundError(f'session "{session_id}" not found')
-        return self._validate(session_id, stored)
+        with gc_paused():
+            stored = self.backend.load_stored(session_id)
+            if stored is None:
+                raise SessionNotFoundError(f'session "{session_id}" not found')
+            return self._validate(session_id, stored)
 
     def _repaired_source(self, session_id: str) -> _Source:
         """Read, and if needed durably repair then re-read, a cold session (caller holds the id lock)."""

@@ -1,0 +1,213 @@
+"""Persistence benchmarks: M3 durable write, M4 cold restore, M5 list (shared/bench/WORKLOAD.md).
+
+M4 and M5 run in a fresh interpreter (``python benchmarks/persist.py _restore|_list ...``) so nothing
+the writer cached can help the reader; the timer starts after imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import agentlog as al
+from agentlog.persistence.coordinator import PersistenceCoordinator
+
+BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
+
+
+def make_backend(kind: str, root: str) -> Any:
+    if kind == "sqlite":
+        from agentlog.persistence.sqlite import SqliteBackend
+
+        return SqliteBackend(os.path.join(root, "sessions.sqlite3"))
+    from agentlog.persistence.jsonl import JsonlBackend
+
+    return JsonlBackend(root, compression="zstd" if kind == "jsonl-zstd" else "none")
+
+
+def stored_bytes(root: str) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith(".lock"):
+                continue
+            total += os.path.getsize(os.path.join(dirpath, name))
+    return total
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write_session(kind: str, root: str, workload: Sequence[Any], style: str, session_id: str = "bench") -> float:
+    """Append the workload through a live session; return seconds including the final flush."""
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, make_backend(kind, root))
+    session = store.create(session_id, meta={"cwd": "/bench"})
+    append = session.append
+    flush = store.flush
+    gc.collect()
+    start = time.perf_counter()
+    if style == "bulk":
+        for type_, data, intent in workload:
+            append(type_, data, intent)
+        flush(session)
+    else:
+        for type_, data, intent in workload:
+            append(type_, data, intent)
+            if type_ == "step/end":
+                flush(session)
+        flush(session)
+    elapsed = time.perf_counter() - start
+    coordinator.close()
+    return elapsed
+
+
+def restore_in_fresh_process(kind: str, root: str, session_id: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "_restore", kind, root, session_id],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _restore_main(kind: str, root: str, session_id: str) -> None:
+    gc.collect()
+    start = time.perf_counter()
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, make_backend(kind, root))
+    session = coordinator.prepare(session_id).session
+    messages = session.derive_messages()
+    elapsed = time.perf_counter() - start
+    print(json.dumps({"M4_seconds": elapsed, "events": session.seq, "messages": len(messages), "rss": peak_rss_mb()}))
+
+
+def cmd_persist(args: argparse.Namespace) -> dict[str, Any]:
+    from workload import build_workload
+
+    workload = build_workload(args.turns)
+    runs: list[dict[str, float]] = []
+    for run in range(args.repeat):
+        root = tempfile.mkdtemp(prefix="agentlog-bench-")
+        try:
+            seconds = write_session(args.backend, root, workload, args.style)
+            size = stored_bytes(root)
+            restored = restore_in_fresh_process(args.backend, root, "bench")
+            if restored["events"] != len(workload) + 1:  # + the end-seed marker of the restored session
+                raise SystemExit(f"M4: restored {restored['events']} events, expected {len(workload) + 1}")
+            runs.append(
+                {
+                    "M3_events_per_s": len(workload) / seconds,
+                    "M4_seconds": restored["M4_seconds"],
+                    "bytes_per_event": size / len(workload),
+                    "reader_rss": restored["rss"],
+                }
+            )
+            print(
+                f"run {run + 1}/{args.repeat}: M3 {runs[-1]['M3_events_per_s']:,.0f} events/s  "
+                f"M4 {restored['M4_seconds']:.4f} s  {size / len(workload):.1f} B/event",
+                file=sys.stderr,
+            )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    rss = max(peak_rss_mb(), max(r["reader_rss"] for r in runs))
+    rows = [
+        [f"M3 durable write ({args.style})", f"{med('M3_events_per_s'):,.0f}", "events/s"],
+        ["M4 cold restore + derive (fresh process)", f"{med('M4_seconds'):.4f}", "s"],
+        ["bytes on disk per event", f"{med('bytes_per_event'):.1f}", "B"],
+        ["peak RSS (writer or reader process)", f"{rss:.1f}", "MB"],
+    ]
+    print(f"agentlog persist — backend {args.backend}, W({args.turns}) = {len(workload):,} events, {args.repeat} run(s)")
+    width = max(len(r[0]) for r in rows)
+    for label, value, unit in rows:
+        print(f"{label.ljust(width)}  {value:>12}  {unit}")
+    return {
+        "M3_events_per_s": round(med("M3_events_per_s"), 1),
+        "M4_seconds": round(med("M4_seconds"), 6),
+        "bytes_per_event": round(med("bytes_per_event"), 2),
+        "peak_rss_mb": round(rss, 1),
+    }
+
+
+def _list_main(kind: str, root: str) -> None:
+    gc.collect()
+    start = time.perf_counter()
+    backend = make_backend(kind, root)
+    listings = backend.list_sessions()
+    elapsed = time.perf_counter() - start
+    print(json.dumps({"M5_seconds": elapsed, "sessions": len(listings)}))
+
+
+def cmd_list(args: argparse.Namespace) -> dict[str, Any]:
+    from workload import build_workload
+
+    workload = build_workload(5)
+    root = tempfile.mkdtemp(prefix="agentlog-bench-list-")
+    try:
+        store = al.SessionStore()
+        coordinator = PersistenceCoordinator(store, make_backend(args.backend, root))
+        for index in range(args.sessions):
+            session = store.create(f"s{index:05d}", meta={"cwd": f"/bench/p{index % 10}"})
+            for type_, data, intent in workload:
+                session.append(type_, data, intent)
+            store.flush(session)
+            store.dispose(session)
+        coordinator.close()
+        results = []
+        for _ in range(args.repeat):
+            out = subprocess.run(
+                [sys.executable, __file__, "_list", args.backend, root], check=True, capture_output=True, text=True
+            )
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if result["sessions"] != args.sessions:
+                raise SystemExit(f"M5: listed {result['sessions']} sessions, expected {args.sessions}")
+            results.append(result["M5_seconds"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    m5 = statistics.median(results)
+    print(f"agentlog list — backend {args.backend}, {args.sessions} stored W(5) sessions, {args.repeat} run(s)")
+    print(f"M5 list (fresh process, headers only)  {m5:.4f}  s  (min {min(results):.4f}, max {max(results):.4f})")
+    return {"M5_seconds": round(m5, 6)}
+
+
+def add_persist_parser(sub: Any) -> None:
+    p = sub.add_parser("persist", help="M3 durable write, M4 cold restore, bytes/event, peak RSS")
+    p.add_argument("--backend", choices=BACKENDS, default="jsonl-zstd")
+    p.add_argument("--style", choices=("bulk", "step"), default="bulk")
+    p.add_argument("--turns", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.set_defaults(func=cmd_persist)
+
+
+def add_list_parser(sub: Any) -> None:
+    p = sub.add_parser("list", help="M5: list stored W(5) sessions in a fresh process")
+    p.add_argument("--backend", choices=BACKENDS, default="jsonl-zstd")
+    p.add_argument("--sessions", type=int, default=1000)
+    p.add_argument("--repeat", type=int, default=5)
+    p.set_defaults(func=cmd_list)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if sys.argv[1] == "_restore":
+        _restore_main(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "_list":
+        _list_main(sys.argv[2], sys.argv[3])
