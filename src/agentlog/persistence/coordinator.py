@@ -38,7 +38,6 @@ from ..errors import (
     MessageShapeError,
     PersistenceError,
     SessionCollisionError,
-    SessionFormatUnsupportedError,
     SessionHeaderError,
     SessionLockedError,
     SessionNotFoundError,
@@ -49,7 +48,7 @@ from ..errors import (
 from ..events import Event, EventTypes, event_types
 from ..jsonvalue import FrozenDict, snapshot_json, thaw
 from ..repair import interrupted_turn_closers
-from ..seeds import SessionPreparation, check_header_fields
+from ..seeds import SessionPreparation, check_header_fields, check_message_event_shape, js_string
 from ..session import EventsView, Session
 from ..store import SessionStore
 from . import legacy
@@ -236,9 +235,21 @@ class _Source:
     revision: str
     torn_marker: Any
     closers: list[dict[str, Any]]
+    holder: int | None = None  # thread holding the reservation of this source, if reserved
 
 
 _WRAPPED = (InvalidSeedError, MessageShapeError, SessionHeaderError, SurfaceError, LegacyFormatError)
+
+
+def _js_opt(value: Any) -> str:
+    """An optional header field as the original prints it (absent is ``undefined``)."""
+    return "undefined" if value is None else str(value)
+
+
+def _adopt_stored(event: Any) -> Any:
+    """Message-shape validation of one stored event (the suffix read has no Session to do it)."""
+    check_message_event_shape(event, f"session event at seq {js_string(event.get('seq'))}", MessageShapeError)
+    return event
 
 
 class PersistenceCoordinator:
@@ -262,10 +273,11 @@ class PersistenceCoordinator:
         self._delay = batch_delay_ms / 1000.0
         self._registry = registry or event_types
         self._mutex = threading.RLock()
-        self._id_locks: dict[str, threading.RLock] = {}
+        self._id_locks: dict[str, list[Any]] = {}
         self._states: dict[str, _State] = {}
         self._live: dict[int, _WriteBehind] = {}
-        self._reserved: dict[str, Session] = {}
+        self._reserved: dict[str, _Source] = {}
+        self._cond = threading.Condition(self._mutex)
         self._cache: OrderedDict[str, _Source] = OrderedDict()
         self._cache_size = prepared_cache_size
         self._scheduler = _Scheduler()
@@ -280,12 +292,23 @@ class PersistenceCoordinator:
             self._init_for(session)
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _id_lock(self, session_id: str) -> threading.RLock:
+    @contextlib.contextmanager
+    def _serialized(self, session_id: str) -> Iterator[None]:
+        """Run one storage operation for ``session_id`` after every earlier one for the same id."""
         with self._mutex:
-            lock = self._id_locks.get(session_id)
-            if lock is None:
-                lock = self._id_locks[session_id] = threading.RLock()
-            return lock
+            entry = self._id_locks.get(session_id)
+            if entry is None:
+                entry = self._id_locks[session_id] = [threading.RLock(), 0]
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._mutex:
+                entry[1] -= 1
+                if entry[1] == 0 and self._id_locks.get(session_id) is entry:
+                    del self._id_locks[session_id]
+                    self._cond.notify_all()
 
     def _location(self, meta: Mapping[str, Any]) -> str | None:
         try:
@@ -311,29 +334,19 @@ class PersistenceCoordinator:
                 f'stored session identity mismatch: requested "{session_id}", header contains "{header_id}"',
                 location=self._location(meta) if isinstance(meta, dict) else None,
             )
-        try:
-            legacy.assert_version(session_id, meta)
-        except SessionFormatUnsupportedError as err:
-            location = self._location(meta)
-            if location and "(raw log:" not in str(err):
-                raise SessionFormatUnsupportedError(f"{err} (raw log: {location})", location=location) from None
-            raise
+        location = self._location(meta)
+        legacy.assert_version(session_id, meta, location=location)
         try:
             legacy.assert_supported_events(session_id, stored.events)
             events = legacy.normalize_stored_events(session_id, stored.events)
         except _WRAPPED as err:
             raise self._corruption(session_id, meta, err) from err
-        try:
-            legacy.assert_events_known(session_id, events, self._registry)
-        except SessionFormatUnsupportedError as err:
-            location = self._location(meta)
-            if location and "(raw log:" not in str(err):
-                raise SessionFormatUnsupportedError(f"{err} (raw log: {location})", location=location) from None
-            raise
+        legacy.assert_events_known(session_id, events, self._registry, location=location)
         try:
             closers = interrupted_turn_closers(events) if events else []
             balanced = [*events, *closers]
-            session = self.store.prepare(session_id, seed=balanced, meta=meta, restore=True)
+            # Built directly (not through the store): a throw-away view must not collide with a live id.
+            session = Session.from_restore(session_id, balanced, meta, registry=self._registry)
         except _WRAPPED as err:
             raise self._corruption(session_id, meta, err) from err
         view = EventsView(session._log, len(balanced))
@@ -353,19 +366,25 @@ class PersistenceCoordinator:
                 raise SessionNotFoundError(f'session "{session_id}" not found')
             return self._validate(session_id, stored)
 
-    def _repaired_source(self, session_id: str) -> _Source:
-        """Read, and if needed durably repair then re-read, a cold session (caller holds the id lock)."""
+    def _repaired_source(self, session_id: str, source: _Source | None = None) -> _Source:
+        """Read (or take ``source``, a current cached read), durably repair if needed, and re-read.
+
+        The repair is committed under the session's writer lock and only if the stored revision is
+        still the one that was read; the repaired graph is then read back rather than pairing the old
+        view with the new revision. The caller holds the id's serialization.
+        """
         while True:
-            source = self._read_source(session_id)
+            if source is None:
+                source = self._read_source(session_id)
             if source.torn_marker is None and not source.closers:
                 return source
             lock = self.backend.lock_writer(source.meta)
             try:
-                if self.backend.read_revision(session_id) != source.revision:
-                    continue
-                self.backend.commit_repair(thaw(source.meta), source.torn_marker, source.closers)
+                if self.backend.read_revision(session_id) == source.revision:
+                    self.backend.commit_repair(thaw(source.meta), source.torn_marker, source.closers)
             finally:
                 lock.release()
+            source = None
 
     def _live_session(self, session_id: str) -> Session | None:
         session = self.store.get(session_id)
@@ -375,15 +394,18 @@ class PersistenceCoordinator:
 
     def load(self, session_id: str) -> SessionSnapshot:
         """A balanced, immutable view of a session; cold recovery is committed durably first."""
-        live = self._live_session(session_id)
-        if live is not None:
-            return self._load_live(live)
-        with self._id_lock(session_id):
-            source = self._cache.pop(session_id, None)
-            if source is None or self.backend.read_revision(session_id) != source.revision or source.closers:
-                source = self._repaired_source(session_id)
-            self._remember_ownerless(session_id, source)
-            return SessionSnapshot(source.meta, source.events)
+        while True:
+            live = self._live_session(session_id)
+            if live is not None:
+                return self._load_live(live)
+            self._wait_unreserved(session_id)
+            with self._serialized(session_id):
+                if self._live_session(session_id) is not None or session_id in self._reserved:
+                    continue  # became live or reserved while we waited: take that path instead
+                source = self._current_or_repaired(session_id)
+                self._cache.pop(session_id, None)  # load never keeps the cache entry
+                self._remember_ownerless(session_id, source)
+                return SessionSnapshot(source.meta, source.events)
 
     def _load_live(self, session: Session) -> SessionSnapshot:
         events = session.events
@@ -403,7 +425,13 @@ class PersistenceCoordinator:
         live = self._live_session(session_id)
         if live is not None:
             return SessionSnapshot(live.header, live.events)
-        with self._id_lock(session_id):
+        with self._serialized(session_id):
+            live = self._live_session(session_id)
+            if live is not None:
+                return SessionSnapshot(live.header, live.events)
+            reserved = self._reserved.get(session_id)
+            if reserved is not None:
+                return SessionSnapshot(reserved.meta, reserved.events)  # held by a preparation: its view
             source = self._cache.get(session_id)
             if source is None or self.backend.read_revision(session_id) != source.revision:
                 source = self._read_source(session_id)
@@ -418,6 +446,17 @@ class PersistenceCoordinator:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
+    def _current_or_repaired(self, session_id: str) -> _Source:
+        """The cached source if it is still current and needs no repair, else a fresh repaired read."""
+        source = self._cache.pop(session_id, None)
+        if (
+            source is not None
+            and len(source.session.events) == len(source.events) + 1
+            and self.backend.read_revision(session_id) == source.revision
+        ):
+            return self._repaired_source(session_id, source)
+        return self._repaired_source(session_id)
+
     def _remember_ownerless(self, session_id: str, source: _Source) -> None:
         state = self._states.get(session_id)
         if state is not None and state.owner is not None:
@@ -428,7 +467,7 @@ class PersistenceCoordinator:
         """The durable events with ``seq >= from_seq``, as stored (no repair, no closers)."""
         if type(from_seq) is not int or from_seq < 0:
             raise InvalidOptionError(f"readFrom fromSeq must be a non-negative safe integer, got {from_seq}")
-        with self._id_lock(session_id):
+        with self._serialized(session_id), gc_paused():
             stored = self.backend.load_stored(session_id)
             if stored is None:
                 raise SessionNotFoundError(f'session "{session_id}" not found')
@@ -437,35 +476,64 @@ class PersistenceCoordinator:
                 raise SessionPersistenceCorruptionError(
                     f'stored session identity mismatch: requested "{session_id}", header contains "{meta.get("id")}"'
                 )
-            legacy.assert_version(session_id, meta)
+            location = self._location(meta)
+            legacy.assert_version(session_id, meta, location=location)
             legacy.assert_supported_events(session_id, stored.events)
-            events = legacy.normalize_stored_events(session_id, stored.events)
-            legacy.assert_events_known(session_id, events, self._registry)
+            events = legacy.normalize_stored_events(session_id, stored.events, adopt=_adopt_stored)
+            legacy.assert_events_known(session_id, events, self._registry, location=location)
             suffix = [snapshot_json(event) for event in events[from_seq:]]
             return SessionSnapshot(snapshot_json(meta), EventsView(suffix, len(suffix)))
 
+    def _wait_unreserved(self, session_id: str) -> None:
+        with self._cond:
+            while session_id in self._reserved:
+                if self._reserved[session_id].holder == threading.get_ident():
+                    raise PersistenceError(
+                        f'session "{session_id}" is reserved by a preparation this thread has not released'
+                    )
+                self._cond.wait()
+
     def prepare(self, session_id: str) -> SessionPreparation:
-        """An unpublished Session restored from storage (repair committed); publish it with the store."""
-        if self._live_session(session_id) is not None:
-            raise PersistenceError(f'cannot prepare session "{session_id}" while it is live')
-        with self._id_lock(session_id):
-            source = self._cache.pop(session_id, None)
-            if (
-                source is None
-                or source.closers
-                or source.torn_marker is not None
-                or self.backend.read_revision(session_id) != source.revision
-                or len(source.session.events) != len(source.events) + 1
-            ):
-                source = self._repaired_source(session_id)
-            self._remember_ownerless(session_id, source)
-            session = source.session
-            self._reserved[session_id] = session
+        """An unpublished Session restored from storage (repair committed); publish it with the store.
+
+        While the preparation is held, the id is reserved: appends to it are refused and a second
+        ``prepare`` (from another thread) waits, then reuses the very same Session if it was released
+        unchanged. ``dispose()`` the preparation, or publish its session, to end the reservation.
+        """
+        while True:
+            if self._live_session(session_id) is not None:
+                raise PersistenceError(f'cannot prepare session "{session_id}" while it is live')
+            self._wait_unreserved(session_id)
+            with self._serialized(session_id):
+                # Reservations are only made while holding this id's serialization, so none can appear
+                # between this check and the one below.
+                if session_id in self._reserved or self._live_session(session_id) is not None:
+                    continue
+                source = self._current_or_repaired(session_id)
+                with self._cond:
+                    self._cache.pop(session_id, None)
+                    self._remember_ownerless(session_id, source)
+                    source.holder = threading.get_ident()
+                    self._reserved[session_id] = source
+                break
+        session = source.session
 
         def release() -> None:
-            with self._mutex:
-                if self._reserved.get(session_id) is session:
-                    del self._reserved[session_id]
+            with self._cond:
+                if self._reserved.get(session_id) is not source:
+                    return
+                del self._reserved[session_id]
+                state = self._states.get(session_id)
+                reusable = (
+                    state is not None
+                    and state.owner is None
+                    and len(session.events) == len(source.events) + 1
+                    and session._attachment is None
+                )
+                if reusable:
+                    source.holder = None
+                    self._cache_put(session_id, source)
+                self._cond.notify_all()
 
         return SessionPreparation.create(session, release)
 
@@ -500,7 +568,7 @@ class PersistenceCoordinator:
         if not isinstance(session_id, str):
             raise InvalidOptionError("session metadata id must be a string")
         check_header_fields(header, session_id)
-        with self._id_lock(session_id):
+        with self._serialized(session_id):
             if session_id in self._states or session_id in self._reserved:
                 raise PersistenceError(f'session "{session_id}" already exists in this backend')
             if self.backend.read_revision(session_id) is not None:
@@ -517,7 +585,7 @@ class PersistenceCoordinator:
             raise PersistenceError(
                 "session event batch is not losslessly JSON-serializable because it contains non-JSON-serializable data"
             ) from None
-        with self._id_lock(session_id):
+        with self._serialized(session_id):
             legacy.assert_supported_events(session_id, batch)
             if not batch:
                 return
@@ -563,16 +631,16 @@ class PersistenceCoordinator:
             return live
         live = _WriteBehind(self, session)
         session_id = session.id
-        with self._id_lock(session_id):
+        with self._serialized(session_id):
             reserved = self._reserved.get(session_id)
-            if reserved is not None and reserved is not session:
+            if reserved is not None and reserved.session is not session:
                 raise SessionCollisionError(
                     f'cannot publish session "{session_id}": persisted state already owns this identity'
                 )
             # Fail at once (vetoing the publication) when another writer holds the session.
             live.writer_lock = self.backend.lock_writer(session.header)
             try:
-                seed_from = self._attach(session, reserved is session)
+                seed_from = self._attach(session, reserved is not None and reserved.session is session)
             except SessionLockedError:
                 live.writer_lock.release()
                 raise
@@ -591,7 +659,9 @@ class PersistenceCoordinator:
         session_id = session.id
         state = self._states.get(session_id)
         if prepared:
-            del self._reserved[session_id]
+            with self._cond:
+                del self._reserved[session_id]
+                self._cond.notify_all()
             assert state is not None and state.owner is None
             if session.first_live_seq != state.cursor:
                 raise PersistenceError(f'session "{session_id}" preparation no longer matches its persistence state')
@@ -604,7 +674,8 @@ class PersistenceCoordinator:
                 if state.meta.get("cwd") != session.header.get("cwd"):
                     raise SessionCollisionError(
                         f'session "{session_id}" is already persisted at a different cwd '
-                        f"(persisted: {state.meta.get('cwd')}, live: {session.header.get('cwd')}) (id collision)"
+                        f"(persisted: {_js_opt(state.meta.get('cwd'))}, live: {_js_opt(session.header.get('cwd'))}) "
+                        "(id collision)"
                     )
                 if state.cursor:
                     self._require_prefix(
@@ -653,7 +724,8 @@ class PersistenceCoordinator:
         if meta.get("cwd") != session.header.get("cwd"):
             raise SessionCollisionError(
                 f'session "{session_id}" is already persisted at a different cwd '
-                f"(persisted: {meta.get('cwd')}, live: {session.header.get('cwd')}) (id collision)"
+                f"(persisted: {_js_opt(meta.get('cwd'))}, live: {_js_opt(session.header.get('cwd'))}) "
+                "(id collision)"
             )
         legacy.assert_version(session_id, meta)
         legacy.assert_supported_events(session_id, stored.events)
@@ -684,7 +756,7 @@ class PersistenceCoordinator:
 
     def _write_live_batch(self, live: _WriteBehind, batch: builtins.list[Any]) -> None:
         session = live.session
-        with self._id_lock(session.id):
+        with self._serialized(session.id):
             state = self._states.get(session.id)
             if state is None or state.owner is not session:
                 raise PersistenceError(f'session "{session.id}" lost its persistence state')
@@ -712,12 +784,19 @@ class PersistenceCoordinator:
         self._retire(session, live)
 
     def _retire(self, session: Session, live: _WriteBehind) -> None:
+        """Flush a disposed session, then release its id. A write failure keeps it for ``close()`` to retry."""
         try:
             live.flush()
         except Exception as err:
-            logger.warning('%s: session "%s" retirement failed: %s', self.backend.name, session.id, describe_error(err))
-            return
-        with self._id_lock(session.id):
+            logger.warning(
+                '%s: session "%s" retirement failed: %s', self.backend.name, session.id, describe_error(err)
+            )
+            if live.init_error is not None and live.writer_lock is not None:
+                # It never owned the id (an id collision): its writer lock guards nothing, let others in.
+                live.writer_lock.release()
+                live.writer_lock = None
+            return  # kept in the live set: close() retries and reports it
+        with self._serialized(session.id):
             live.retired = True
             self._live.pop(id(session), None)
             state = self._states.get(session.id)
@@ -729,28 +808,36 @@ class PersistenceCoordinator:
 
     # -- teardown -------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop listening, drain every live session's buffer, then close the backend."""
+        """Stop listening, drain every live buffer and in-flight operation, then close the backend."""
         if self._closed:
             return
         self._closed = True
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-        errors: builtins.list[BaseException] = []
-        for live in builtins.list(self._live.values()):
-            try:
-                live.flush()
-            except Exception as err:
-                errors.append(err)
-            if live.writer_lock is not None:
-                live.writer_lock.release()
-                live.writer_lock = None
-        self._live.clear()
-        self._scheduler.close()
+        errors: list[BaseException] = []
+        try:
+            for live in builtins.list(self._live.values()):
+                if live.init_error is None:
+                    try:
+                        live.flush()
+                    except Exception as err:
+                        errors.append(err)
+                else:
+                    errors.append(live.init_error)
+                if live.writer_lock is not None:
+                    live.writer_lock.release()
+                    live.writer_lock = None
+            self._live.clear()
+            with self._cond:  # wait for detached public operations (appends, loads) to finish
+                while self._id_locks:
+                    self._cond.wait(0.05)
+            self._scheduler.close()
+        finally:
+            self.backend.close()
         if errors:
             raise PersistenceError(
                 f"{self.backend.name} dispose failed: " + "; ".join(describe_error(e) for e in errors)
             ) from errors[0]
-        self.backend.close()
 
     def __enter__(self) -> PersistenceCoordinator:
         return self
