@@ -1,0 +1,984 @@
+"""JSONL storage backend: one append-only transcript file per session (spec §4).
+
+Layout: ``<root>/--<project_key(cwd)>--/<encode_segment(id)>/session.jsonl[.zstd]`` (``_no-cwd`` instead
+of the project directory when the header has no cwd). The file holds one header line, then storage
+records (events verbatim, or packed chunk rows, see :mod:`agentlog.chunkrows`), either as plain text
+(``compression="none"``) or as a concatenation of independent checksummed Zstandard frames, one per
+durable batch (``compression="zstd"``, the default).
+
+Durability model, and why it is safe without a journal:
+
+* The first batch is published atomically together with the header: written and fsynced under a
+  temporary name, then ``link``-ed into place (``link`` fails with EEXIST instead of overwriting, so a
+  racing writer cannot clobber a published log). A crash leaves either no log or a complete one.
+* Every later batch is appended at EOF and fsynced; a failed write or fsync truncates back to the prior
+  size, so the caller can retry the same batch without a seq gap. Prior bytes are never rewritten.
+* A crash can therefore only leave a torn *tail*. Reading keeps the committed prefix and reports the
+  tail in a :class:`TornMarker`; only :meth:`JsonlBackend.commit_repair` ever truncates. Damage inside
+  the committed region (a checksum failure in an earlier frame, an unparsable line followed by a
+  ``turn/end``) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the file
+  untouched.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import fcntl
+import functools
+import gc
+import os
+import re
+import secrets
+import struct
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from ..chunkrows import pack_chunk_runs
+from ..errors import (
+    AgentlogError,
+    PersistenceError,
+    SessionFormatUnsupportedError,
+    SessionLockedError,
+    SessionPersistenceCorruptionError,
+)
+from ..jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
+from ._scanner import (
+    DEFAULT_MAX_LINE_BYTES,
+    ReaderLimitError,
+    SessionLogScanner,
+    header_line,
+    parse_header_line,
+    scan_log,
+)
+from ._zstdframes import (
+    ZSTD_MAGIC_BYTES,
+    FrameScan,
+    FrameTooLargeError,
+    compress_frame,
+    decompress_frame,
+    decompress_torn_frame,
+    scan_zstd_frames,
+)
+from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_LINE_BYTES",
+    "AppendRollbackError",
+    "JsonlBackend",
+    "TornMarker",
+    "encode_segment",
+    "project_key",
+    "scan_zstd_frames",
+]
+
+DEFAULT_MAX_FRAME_BYTES: Final = 256 * 1024 * 1024
+LOGICAL_FILENAME: Final = "session.jsonl"
+NO_CWD_DIR: Final = "_no-cwd"
+LOCKS_DIR: Final = ".locks"
+
+_SUFFIXES: Final = {"zstd": ".jsonl.zstd", "none": ".jsonl"}
+_HEADER_READ_CHUNK: Final = 8192
+_SAFE_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_SAFE_SEGMENT: Final = re.compile(r"[A-Za-z0-9._-]+\Z")
+_ESCAPE: Final = re.compile(r"~([0-9A-F]{4})")
+_SEPARATORS: Final = frozenset((0x2F, 0x5C, 0x3A))  # / \ :
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+
+_REMEDY: Final = (
+    "The file was not modified; restore it from a backup or export the readable prefix with 'agentlog export'."
+)
+_LIMIT_REMEDY: Final = (
+    "The file was not modified; if it is trusted, open it with larger max_line_bytes, max_frame_bytes or "
+    "max_depth limits."
+)
+_IDENTITY_REMEDY: Final = (
+    "The file was not modified; move the session directory back to the place its header names, or restore it "
+    "from a backup."
+)
+
+
+# --- path encoding ---------------------------------------------------------------------------------
+
+
+def _utf16_units(text: str) -> tuple[int, ...]:
+    data = text.encode("utf-16-le", "surrogatepass")
+    return struct.unpack(f"<{len(data) // 2}H", data)
+
+
+def encode_segment(raw: str) -> str:
+    """Injective escaping of a session id into one safe path component (spec §4.2).
+
+    Works on UTF-16 code units (so ids round-trip exactly as the reference encodes them): safe ASCII
+    stays literal, everything else — separators, NUL, ``~`` itself, non-ASCII, each surrogate half —
+    becomes ``~XXXX``. ``.`` and ``..`` are escaped too, so no id can name the directory itself or its
+    parent: nothing can escape the root.
+    """
+    if raw == "":
+        raise ValueError("cannot encode an empty path segment")
+    if raw == ".":
+        return "~002E"
+    if raw == "..":
+        return "~002E~002E"
+    if _SAFE_SEGMENT.match(raw):
+        return raw
+    return "".join(
+        chr(unit) if unit < 0x80 and chr(unit) in _SAFE_CHARS else f"~{unit:04X}" for unit in _utf16_units(raw)
+    )
+
+
+def _decode_segment(name: str) -> str:
+    """Best-effort inverse of :func:`encode_segment`, to name a session whose header is unreadable."""
+    units: list[int] = []
+    pos = 0
+    for match in _ESCAPE.finditer(name):
+        units.extend(ord(ch) for ch in name[pos : match.start()])
+        units.append(int(match.group(1), 16))
+        pos = match.end()
+    units.extend(ord(ch) for ch in name[pos:])
+    if any(unit > 0xFFFF for unit in units):
+        return name
+    return struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "surrogatepass")
+
+
+@functools.lru_cache(maxsize=1024)
+def project_key(cwd: str) -> str:
+    """Readable, bounded, intentionally lossy project directory name for a cwd (spec §4.2).
+
+    Runs of ``/``, ``\\`` and ``:`` become one ``-``; safe characters stay; others are ``~XXXX``.
+    Different cwds may collide (``/a/b-c`` and ``/a-b/c``) — the session directory below keeps them
+    apart, and identity checks compare the header's full path, not the key. Memoized: listing a
+    thousand sessions of one project computes it once.
+    """
+    if not cwd:
+        raise ValueError("cannot encode an empty project path")
+    out: list[str] = []
+    in_separator = False
+    for unit in _utf16_units(cwd):
+        if unit in _SEPARATORS:
+            if not in_separator:
+                out.append("-")
+                in_separator = True
+            continue
+        in_separator = False
+        out.append(chr(unit) if unit < 0x80 and chr(unit) in _SAFE_CHARS else f"~{unit:04X}")
+    slug = "".join(out).lstrip("-") or "root"
+    return f"--{slug[:251]}--"
+
+
+# --- small file-system helpers ---------------------------------------------------------------------
+
+
+def _revision(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _exists(path: str) -> bool:
+    """ENOENT means absent; any other failure (ENOTDIR, EACCES) is a real storage fault and propagates."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        written = os.write(fd, view[done:])
+        if written <= 0:
+            raise OSError(5, "short write")
+        done += written
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _same_file(path: str, other: str) -> bool:
+    """Whether two paths resolve to the same file (symlinked project directories, case aliases)."""
+    try:
+        return os.path.realpath(path, strict=True) == os.path.realpath(other, strict=True)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic collector while a log is parsed into ~10^5 fresh dicts.
+
+    Allocation-triggered collections re-traverse the whole growing graph, which made a cold load of a
+    100k-event log ~2.5x slower. Parsed JSON graphs are acyclic, so nothing collectable accumulates;
+    the collector is re-enabled (if it was on) as soon as parsing ends.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+# --- public types ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TornMarker:
+    """What :meth:`JsonlBackend.commit_repair` removes: the file is cut at ``truncate_to``, then the
+    complete records recovered from a torn zstd frame are re-appended as a fresh checksummed frame."""
+
+    truncate_to: int
+    recovered_events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class AppendRollbackError(PersistenceError):
+    """An append failed and truncating the partial bytes failed too; ``errors`` holds both."""
+
+    def __init__(self, message: str, errors: tuple[BaseException, BaseException]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class _FileLock:
+    """An ``flock`` held on an open descriptor; releasing closes it (idempotent, thread-safe)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._mutex = threading.Lock()
+
+    def release(self) -> None:
+        with self._mutex:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+
+# --- the backend -----------------------------------------------------------------------------------
+
+
+class JsonlBackend:
+    """File-per-session backend (spec §4). Thread-safe; every method may block on I/O.
+
+    ``max_frame_bytes`` caps one frame's decompressed size, ``max_line_bytes`` one line, ``max_depth``
+    one line's nesting (as in :func:`agentlog.jsoncodec.loads`, which always accepts what orjson parses
+    natively, i.e. up to 1024 levels). A stored file beyond a limit is refused with a typed
+    :class:`~agentlog.errors.SessionPersistenceCorruptionError` instead of exhausting memory; the limits
+    protect readers only, writers never check them.
+    """
+
+    name = "session-persistence-jsonl"
+    supports_raw_artifacts = True
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        compression: Literal["zstd", "none"] = "zstd",
+        pack_chunks: bool = True,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        if compression not in _SUFFIXES:
+            raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
+        for label, limit in (
+            ("max_frame_bytes", max_frame_bytes),
+            ("max_line_bytes", max_line_bytes),
+            ("max_depth", max_depth),
+        ):
+            if type(limit) is not int or limit < 1:
+                raise ValueError(f"{label} must be a positive integer, got {limit!r}")
+        # Resolved once, so a later chdir cannot move the store (and locate() stays pure).
+        self.root = os.path.abspath(os.fspath(root))
+        self.compression = compression
+        self.pack_chunks = pack_chunks
+        self.max_frame_bytes = max_frame_bytes
+        self.max_line_bytes = max_line_bytes
+        self.max_depth = max_depth
+        self._zstd = compression == "zstd"
+        self._suffix = _SUFFIXES[compression]
+        self._opposite = _SUFFIXES["none" if self._zstd else "zstd"]
+        self._mutex = threading.Lock()
+        self._preflight_error: str | None = None
+        self._preflight_done = False
+        # A root that exists but cannot be listed (a regular file, EACCES) is a configuration error
+        # worth reporting at construction; a missing root is created by the first materialization.
+        try:
+            with os.scandir(self.root):
+                pass
+        except FileNotFoundError:
+            pass
+
+    # --- paths ---------------------------------------------------------------------------------
+
+    def _project_dir(self, cwd: object) -> str:
+        if cwd is None:
+            return NO_CWD_DIR
+        if not isinstance(cwd, str):
+            raise ValueError("cwd is not a string")
+        return project_key(cwd)
+
+    def _path_for(self, session_id: object, cwd: object, suffix: str | None = None) -> str:
+        if not isinstance(session_id, str):
+            raise ValueError("session id is not a string")
+        return os.path.join(
+            self.root, self._project_dir(cwd), encode_segment(session_id), "session" + (suffix or self._suffix)
+        )
+
+    def _log_path(self, meta: Mapping[str, Any]) -> str:
+        """The transcript path a header names; refuses (before any I/O) what cannot name one."""
+        session_id = meta.get("id")
+        cwd = meta.get("cwd")
+        if not isinstance(session_id, str) or not session_id:
+            raise PersistenceError(f"session id must be a non-empty string, got {session_id!r}")
+        if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
+            raise PersistenceError(f'session header cwd must be an absolute path, got "{cwd}"')
+        return self._path_for(session_id, cwd)
+
+    def _encoded_id(self, session_id: str) -> str:
+        try:
+            return encode_segment(session_id)
+        except ValueError as err:
+            raise PersistenceError(str(err)) from None
+
+    # --- errors --------------------------------------------------------------------------------
+
+    def _corrupt(self, text: str, path: str, offset: int, *, limit: bool = False) -> SessionPersistenceCorruptionError:
+        remedy = _LIMIT_REMEDY if limit else _REMEDY
+        return SessionPersistenceCorruptionError(
+            f"{text} — {path}, byte {offset}. {remedy}", location=path, offset=offset
+        )
+
+    def _located(
+        self, err: SessionPersistenceCorruptionError, path: str, offset: int | None = None
+    ) -> SessionPersistenceCorruptionError:
+        """Re-issue a bare scanner/frame error with the file, physical offset and a remedy."""
+        at = err.offset if offset is None else offset
+        limit = isinstance(err, (ReaderLimitError, FrameTooLargeError))
+        return self._corrupt(err.message, path, at or 0, limit=limit)
+
+    def _mismatch(self, path: str) -> PersistenceError:
+        return PersistenceError(
+            f"session artifact {dumps(path).decode()} uses {self._opposite}, but this backend is configured for "
+            f"compression {dumps(self.compression).decode()}; use a separate root or select the matching "
+            "compression mode"
+        )
+
+    @staticmethod
+    def _legacy(path: str) -> PersistenceError:
+        return PersistenceError(
+            f"session artifact {dumps(path).decode()} uses the unsupported flat-file layout; use a separate root "
+            "or move it into a project/session directory before loading"
+        )
+
+    @staticmethod
+    def _duplicate(session_id: str) -> PersistenceError:
+        return PersistenceError(f'duplicate JSONL session id "{session_id}" appears in multiple project directories')
+
+    # --- discovery -----------------------------------------------------------------------------
+
+    def _project_dirs(self) -> list[str]:
+        """Real directories under the root (symlinks are not traversed), sorted; the lock dir is skipped."""
+        try:
+            with os.scandir(self.root) as entries:
+                names = [e.name for e in entries if e.name != LOCKS_DIR and e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+        names.sort()
+        return names
+
+    def _session_dirs(self, project: str) -> list[str]:
+        """Session directories of a project; a flat ``<id>.jsonl*`` file means the obsolete layout."""
+        names: list[str] = []
+        legacy: list[str] = []
+        with os.scandir(project) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    names.append(entry.name)
+                elif entry.name.endswith((".jsonl", ".jsonl.zstd")) and entry.is_file(follow_symlinks=False):
+                    legacy.append(entry.name)
+        if legacy:
+            raise self._legacy(os.path.join(project, min(legacy)))
+        names.sort()
+        return names
+
+    def _preflight(self) -> None:
+        """Root-encoding check, once per instance (result cached, rejection included — spec §4.9).
+
+        A root holds one encoding; silently reading half of it would hide sessions. Later operations
+        re-check the opposite suffix per directory they touch, so artifacts appearing later are caught.
+        """
+        with self._mutex:
+            if not self._preflight_done:
+                try:
+                    for project in self._project_dirs():
+                        project_path = os.path.join(self.root, project)
+                        for session in self._session_dirs(project_path):
+                            opposite = os.path.join(project_path, session, "session" + self._opposite)
+                            if _exists(opposite):
+                                raise self._mismatch(opposite)
+                except PersistenceError as err:
+                    self._preflight_error = err.message
+                self._preflight_done = True
+            if self._preflight_error is not None:
+                raise PersistenceError(self._preflight_error)
+
+    def _find_log(self, session_id: str) -> str | None:
+        """The transcript of ``session_id`` in any project directory (ids are unique per root)."""
+        encoded = self._encoded_id(session_id)
+        found: list[str] = []
+        for project in self._project_dirs():
+            project_path = os.path.join(self.root, project)
+            for suffix in (".jsonl.zstd", ".jsonl"):
+                flat = os.path.join(project_path, encoded + suffix)
+                if _exists(flat):
+                    raise self._legacy(flat)
+            session_dir = os.path.join(project_path, encoded)
+            if not _exists(session_dir):
+                continue
+            opposite = os.path.join(session_dir, "session" + self._opposite)
+            if _exists(opposite):
+                raise self._mismatch(opposite)
+            path = os.path.join(session_dir, "session" + self._suffix)
+            if _exists(path):
+                found.append(path)
+        if len(found) > 1:
+            raise self._duplicate(session_id)
+        return found[0] if found else None
+
+    def _check_identity(self, path: str, meta: Mapping[str, Any], expected_id: str | None) -> None:
+        """The header must name this very file (spec §4.9): catches moved or hand-copied logs before repair."""
+        header_id = meta.get("id")
+        if expected_id is not None and header_id != expected_id:
+            raise SessionPersistenceCorruptionError(
+                f'corrupt session log "{path}": requested id "{expected_id}" does not match header id '
+                f'"{header_id}". {_IDENTITY_REMEDY}',
+                location=path,
+            )
+        try:
+            expected = self._path_for(header_id, meta.get("cwd"))
+        except ValueError:
+            raise SessionPersistenceCorruptionError(
+                f'corrupt session log "{path}": header id cannot name a storage path. {_IDENTITY_REMEDY}',
+                location=path,
+            ) from None
+        if path != expected and not _same_file(path, expected):
+            raise SessionPersistenceCorruptionError(
+                f'corrupt session log "{path}": header id "{header_id}" and cwd identify "{expected}". '
+                f"{_IDENTITY_REMEDY}",
+                location=path,
+            )
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def _read_stable(self, path: str) -> tuple[bytes, str] | None:
+        """Whole-file read bracketed by two stats, retried until they agree (spec §4.7 step 3).
+
+        The revision then names exactly the bytes returned, which is what lets the coordinator
+        compare it later to decide whether a cached view is still current.
+        """
+        while True:
+            try:
+                before = os.stat(path)
+            except FileNotFoundError:
+                return None
+            with open(path, "rb") as handle:
+                data = handle.read()
+            after = os.stat(path)
+            if _stat_key(before) == _stat_key(after):
+                return data, _revision(before)
+
+    def _scan_frames(self, data: bytes, path: str, max_frames: int | None = None) -> FrameScan:
+        try:
+            return scan_zstd_frames(data, max_frames)
+        except SessionPersistenceCorruptionError as err:
+            raise self._located(err, path) from err
+
+    def _decode_raw(self, data: bytes, path: str) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
+        try:
+            result = scan_log(data, max_line_bytes=self.max_line_bytes, max_depth=self.max_depth)
+        except SessionPersistenceCorruptionError as err:
+            raise self._located(err, path) from err
+        marker = TornMarker(result.committed_bytes) if result.committed_bytes < len(data) else None
+        return result.meta, result.events, marker
+
+    def _header_scanner(self, view: memoryview, frame: tuple[int, int], path: str) -> SessionLogScanner:
+        start, end = frame
+        try:
+            text = decompress_frame(view[start:end], start, self.max_frame_bytes)
+        except SessionPersistenceCorruptionError as err:
+            raise self._located(err, path) from err
+        if not text.endswith(b"\n") or text.count(b"\n") != 1:
+            raise self._corrupt(
+                "corrupt Zstandard session log: first frame is not exactly one header line", path, start
+            )
+        try:
+            return SessionLogScanner(text, max_line_bytes=self.max_line_bytes, max_depth=self.max_depth)
+        except SessionPersistenceCorruptionError as err:
+            raise self._located(err, path, start) from err
+
+    def _decode_zstd(self, data: bytes, path: str) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
+        """``readZstdPrefix`` (spec §4.7.2): complete frames must be flawless; only the last may be torn."""
+        scan = self._scan_frames(data, path)
+        if not scan.frames:
+            raise self._corrupt("empty or header-less Zstandard session log", path, 0)
+        view = memoryview(data)
+        scanner = self._header_scanner(view, scan.frames[0], path)
+        # Logical (decoded-text) start of each event frame, to report damage at its physical frame.
+        logical_starts: list[int] = []
+        physical_starts: list[int] = []
+
+        def physical(logical: int | None) -> int:
+            index = bisect.bisect_right(logical_starts, logical or 0) - 1
+            return physical_starts[index] if index >= 0 else 0
+
+        for start, end in scan.frames[1:]:
+            try:
+                text = decompress_frame(view[start:end], start, self.max_frame_bytes)
+            except SessionPersistenceCorruptionError as err:
+                raise self._located(err, path) from err
+            logical_starts.append(scanner.checkpoint().input_bytes)
+            physical_starts.append(start)
+            try:
+                scanner.write(text)
+            except SessionPersistenceCorruptionError as err:
+                raise self._located(err, path, physical(err.offset)) from err
+        checkpoint = scanner.checkpoint()
+        if checkpoint.committed_bytes != checkpoint.input_bytes:
+            raise self._corrupt(
+                "corrupt Zstandard session log: complete frame contains a torn JSONL record",
+                path,
+                physical(checkpoint.committed_bytes),
+            )
+        if scan.torn_start is None:
+            result = scanner.finish()
+            return result.meta, result.events, None
+        torn = scan.torn_start
+        later = self._frame_after(view, torn)
+        if later is not None:
+            raise self._corrupt(
+                f"corrupt Zstandard session log: frame at byte {torn} is incomplete, yet a complete frame "
+                f"follows at byte {later}",
+                path,
+                torn,
+            )
+        try:
+            text = decompress_torn_frame(view[torn:], torn, self.max_frame_bytes)
+            scanner.write(text)
+        except SessionPersistenceCorruptionError as err:
+            raise self._located(err, path, torn) from err
+        result = scanner.finish()
+        # Detached copies: the coordinator may normalise the returned events in place, and the marker's
+        # events are re-written verbatim by the repair.
+        recovered = [loads(dumps(event)) for event in result.events[checkpoint.event_count :]]
+        return result.meta, result.events, TornMarker(torn, recovered)
+
+    def _frame_after(self, view: memoryview, torn: int) -> int | None:
+        """Where a complete, valid frame starts inside a supposedly torn final region, if anywhere.
+
+        A crash can only tear the *last* write, so its region is a prefix of one frame. If a complete
+        frame that decodes with a valid checksum follows, the "torn" frame is really a damaged earlier
+        frame (e.g. a flipped block-size bit made it look longer) and truncating it would destroy
+        committed batches. Raw blocks cannot hide the magic (0xFD never occurs in UTF-8), so a false
+        positive needs a checksummed frame to appear by chance inside compressed bytes.
+        """
+        data = view.obj if isinstance(view.obj, bytes) else bytes(view)
+        position = data.find(ZSTD_MAGIC_BYTES, torn + 1)
+        while position >= 0:
+            try:
+                scan = scan_zstd_frames(view[position:], 1)
+                if scan.frames:
+                    end = position + scan.frames[0][1]
+                    decompress_frame(view[position:end], position, self.max_frame_bytes)
+                    return position
+            except SessionPersistenceCorruptionError:
+                pass
+            position = data.find(ZSTD_MAGIC_BYTES, position + 1)
+        return None
+
+    def load_stored(self, session_id: str) -> StoredPrefix | None:
+        """The valid stored prefix (spec §4.7). Never writes; damage raises, a torn tail is reported."""
+        self._preflight()
+        path = self._find_log(session_id)
+        if path is None:
+            return None
+        read = self._read_stable(path)
+        if read is None:
+            return None
+        data, revision = read
+        try:
+            with _gc_paused():
+                meta, events, marker = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
+        except SessionFormatUnsupportedError as err:
+            raise SessionFormatUnsupportedError(f"{err.message} (raw log: {path})", location=path) from None
+        self._check_identity(path, meta, session_id)
+        return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=marker)
+
+    def read_revision(self, session_id: str) -> str | None:
+        self._preflight()
+        path = self._find_log(session_id)
+        if path is None:
+            return None
+        try:
+            return _revision(os.stat(path))
+        except FileNotFoundError:
+            return None
+
+    def read_raw(self, session_id: str) -> RawArtifact | None:
+        """The decoded logical text, exactly as stored (packed rows, key order); a torn frame is omitted."""
+        self._preflight()
+        path = self._find_log(session_id)
+        if path is None:
+            return None
+        read = self._read_stable(path)
+        if read is None:
+            return None
+        data, _ = read
+        if self._zstd:
+            scan = self._scan_frames(data, path)
+            if not scan.frames:
+                raise self._corrupt("empty or header-less Zstandard session log", path, 0)
+            view = memoryview(data)
+            try:
+                text = b"".join(decompress_frame(view[s:e], s, self.max_frame_bytes) for s, e in scan.frames)
+            except SessionPersistenceCorruptionError as err:
+                raise self._located(err, path) from err
+        else:
+            text = data
+        newline = text.find(b"\n")
+        first = text if newline < 0 else text[:newline]
+        try:
+            meta = parse_header_line(first, max_depth=self.max_depth)
+        except SessionFormatUnsupportedError as err:
+            raise SessionFormatUnsupportedError(f"{err.message} (raw log: {path})", location=path) from None
+        except SessionPersistenceCorruptionError:
+            meta = None
+        if meta is None or meta["id"] != session_id:
+            raise self._corrupt(f'corrupt session log: invalid header line in "{path}"', path, 0)
+        return RawArtifact(meta=meta, filename=LOGICAL_FILENAME, content=text.decode("utf-8", "replace"))
+
+    # --- listing -------------------------------------------------------------------------------
+
+    def _read_header_line(self, fd: int, path: str) -> bytes:
+        """The first line only (no full-log parse): 8 KiB reads until a newline or a complete frame."""
+        limit = self.max_line_bytes + 65536
+        buffer = bytearray()
+        while True:
+            chunk = os.read(fd, _HEADER_READ_CHUNK)
+            buffer += chunk
+            if self._zstd:
+                scan = self._scan_frames(bytes(buffer), path, 1)
+                if scan.frames:
+                    start, end = scan.frames[0]
+                    try:
+                        text = decompress_frame(bytes(buffer[start:end]), start, self.max_frame_bytes)
+                    except FrameTooLargeError as err:
+                        raise self._located(err, path) from err
+                    except SessionPersistenceCorruptionError as err:
+                        raise SessionPersistenceCorruptionError(
+                            f"corrupt Zstandard session log: header frame failed validation — {path}, byte 0. "
+                            f"{_REMEDY}",
+                            location=path,
+                            offset=0,
+                        ) from err.__cause__
+                    if not text.endswith(b"\n") or text.count(b"\n") != 1:
+                        raise self._corrupt(
+                            "corrupt Zstandard session log: first frame is not exactly one header line", path, 0
+                        )
+                    return text[:-1]
+                if not chunk:
+                    raise self._corrupt("empty or header-less Zstandard session log", path, 0)
+            else:
+                newline = buffer.find(b"\n")
+                if newline >= 0:
+                    return bytes(buffer[:newline])
+                if not chunk:
+                    raise self._corrupt("empty or header-less session log", path, 0)
+            if len(buffer) > limit:
+                raise self._corrupt(
+                    f"corrupt session log: the header line is longer than the {self.max_line_bytes}-byte limit",
+                    path,
+                    0,
+                    limit=True,
+                )
+
+    def _list_one(self, path: str, dir_name: str) -> SessionListing | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return None  # no transcript (yet): a session directory holds nothing else we list
+        line = b""
+        meta: dict[str, Any] | None = None
+        try:
+            revision = _revision(os.fstat(fd))
+            try:
+                line = self._read_header_line(fd, path)
+                meta = parse_header_line(line, max_depth=self.max_depth)
+                self._check_identity(path, meta, None)
+            except SessionFormatUnsupportedError as err:
+                raw = _loads_or_none(line, self.max_depth)
+                header = raw if isinstance(raw, dict) else None
+                raw_id = header.get("id") if header is not None else None
+                return SessionListing(
+                    id=raw_id if isinstance(raw_id, str) else _decode_segment(dir_name),
+                    header=header,
+                    revision=revision,
+                    location=path,
+                    error_code=err.code,
+                    error_message=f"{err.message} (raw log: {path})",
+                )
+            except SessionPersistenceCorruptionError as err:
+                located = err if err.location is not None else self._located(err, path)
+                return SessionListing(
+                    id=meta["id"] if meta is not None else _decode_segment(dir_name),
+                    header=meta,
+                    revision=revision,
+                    location=path,
+                    error_code=located.code,
+                    error_message=located.message,
+                )
+            return SessionListing(id=meta["id"], header=meta, revision=revision, location=path)
+        finally:
+            os.close(fd)
+
+    def list_sessions(self) -> list[SessionListing]:
+        """Every stored session from its header alone, sorted by id; never writes.
+
+        A session whose header is damaged or foreign is reported with an ``error_code`` rather than
+        hidden or allowed to fail the whole listing. Root-level misconfiguration (opposite encoding,
+        flat legacy files, one id in two project directories) still raises: it is not one session's
+        problem, and guessing would hide data.
+        """
+        listings: list[SessionListing] = []
+        for project in self._project_dirs():
+            project_path = os.path.join(self.root, project)
+            for name in self._session_dirs(project_path):
+                session_dir = os.path.join(project_path, name)
+                opposite = os.path.join(session_dir, "session" + self._opposite)
+                if _exists(opposite):
+                    raise self._mismatch(opposite)
+                listing = self._list_one(os.path.join(session_dir, "session" + self._suffix), name)
+                if listing is not None:
+                    listings.append(listing)
+        seen: set[str] = set()
+        for listing in listings:
+            if listing.header is not None:
+                if listing.id in seen:
+                    raise self._duplicate(listing.id)
+                seen.add(listing.id)
+        listings.sort(key=lambda item: (item.id, item.location or ""))
+        return listings
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _batch_text(self, events: Sequence[WireEvent]) -> bytes:
+        """One batch's logical text, newline-terminated: one bytes object built by a single join.
+
+        Verbatim events reuse their cached JSON bytes; only packed rows are serialized here. Packing
+        returns verbatim events as the very same objects, in order, so identity tells them apart.
+        """
+        if self.pack_chunks:
+            records = pack_chunk_runs(events)
+            if len(records) == len(events):
+                lines = [event_json(event) for event in events]
+            else:
+                lines = []
+                index = 0
+                count = len(events)
+                for record in records:
+                    if index < count and record is events[index]:
+                        lines.append(event_json(record))
+                        index += 1
+                    else:
+                        lines.append(dumps(record))
+                        data: Any = record["data"]
+                        index += len(data["texts"] if "texts" in data else data["args"])
+        else:
+            lines = [event_json(event) for event in events]
+        lines.append(b"")
+        return b"\n".join(lines)
+
+    def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
+        """Durably append one batch; the first one publishes header and batch atomically (spec §4.5–4.6)."""
+        if not events:
+            return
+        path = self._log_path(meta)
+        self._preflight()
+        body = self._batch_text(events)
+        if materialized:
+            self._append_lines(path, body, meta["id"])
+        else:
+            self._materialize(meta, path, body)
+
+    def _mkdir_durable(self, path: str) -> None:
+        """``mkdir -p`` with mode 0700 that fsyncs the parent of every directory it creates."""
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if os.path.isdir(path):
+                return
+            raise
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                raise
+            self._mkdir_durable(parent)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                if os.path.isdir(path):
+                    return
+                raise
+        _fsync_dir(os.path.dirname(path))
+
+    def _materialize(self, meta: Mapping[str, Any], path: str, body: bytes) -> None:
+        session_dir = os.path.dirname(path)
+        opposite = os.path.join(session_dir, "session" + self._opposite)
+        if _exists(opposite):
+            raise self._mismatch(opposite)
+        header = dumps(header_line(meta)) + b"\n"
+        content = compress_frame(header) + compress_frame(body) if self._zstd else header + body
+        self._mkdir_durable(self.root)
+        self._mkdir_durable(os.path.dirname(session_dir))
+        self._mkdir_durable(session_dir)
+        refusal = f'refusing to materialize "{meta["id"]}": a log already exists on disk (load/resume it instead)'
+        if _exists(path):
+            raise PersistenceError(refusal)
+        temp = f"{path}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _O_CLOEXEC, 0o600)
+        try:
+            try:
+                _write_all(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(temp, path)  # unlike rename, never replaces a log another writer published
+            except FileExistsError as err:
+                raise PersistenceError(refusal) from err
+            _fsync_dir(session_dir)
+        finally:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+
+    def _append_lines(self, path: str, body: bytes, session_id: str) -> None:
+        """``appendLines``: write + fsync at EOF, or roll back to the prior size so a retry is clean."""
+        payload = compress_frame(body) if self._zstd else body
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | _O_CLOEXEC)
+        except FileNotFoundError as err:
+            # Unlike the reference (which would create a header-less file), a vanished log is an error.
+            raise PersistenceError(f'session "{session_id}" has no stored log to append to ({path})') from err
+        try:
+            size = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            _write_all(fd, payload)
+            os.fsync(fd)
+        except BaseException as err:
+            os.close(fd)
+            self._roll_back(path, size, err)
+            raise
+        os.close(fd)
+
+    @staticmethod
+    def _roll_back(path: str, size: int, err: BaseException) -> None:
+        """Truncate a failed append's partial bytes; if even that fails, report both errors."""
+        try:
+            fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as rollback_err:
+            raise AppendRollbackError(
+                f'failed to roll back append to "{path}": {_describe(err)}; rollback: {_describe(rollback_err)}',
+                (err, rollback_err),
+            ) from err
+
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+        """Cut the torn tail, then append recovered events + closers as ONE batch (spec §4.8).
+
+        Two fsynced steps, not atomic: a crash between them leaves a shorter but valid log, and the next
+        load simply recomputes the closers.
+        """
+        path = self._log_path(meta)
+        batch: list[WireEvent] = []
+        if torn_marker is not None:
+            if not isinstance(torn_marker, TornMarker):
+                raise PersistenceError(f"not a JSONL torn marker: {torn_marker!r}")
+            fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+            try:
+                os.ftruncate(fd, torn_marker.truncate_to)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            batch.extend(torn_marker.recovered_events)
+        batch.extend(closers)
+        if batch:
+            self._append_lines(path, self._batch_text(batch), meta["id"])
+
+    # --- misc ----------------------------------------------------------------------------------
+
+    def locate(self, meta: Mapping[str, Any]) -> str | None:
+        """The absolute transcript path (pure: no I/O; the file may not exist yet)."""
+        return self._log_path(meta)
+
+    def lock_writer(self, meta: Mapping[str, Any]) -> _FileLock:
+        """Advisory single-writer lock: ``flock`` on ``<root>/.locks/<encoded id>.lock``.
+
+        ``flock`` locks belong to the open file description, so a second backend instance in the same
+        process conflicts just like another process; the kernel drops the lock if the holder dies.
+        """
+        session_id = meta.get("id")
+        if not isinstance(session_id, str):
+            raise PersistenceError(f"session id must be a non-empty string, got {session_id!r}")
+        lock_dir = os.path.join(self.root, LOCKS_DIR)
+        lock_path = os.path.join(lock_dir, self._encoded_id(session_id) + ".lock")
+        os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SessionLockedError(f'session "{session_id}" is already open for writing') from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return _FileLock(fd)
+
+    def close(self) -> None:
+        """Nothing to release: every file handle is closed by the operation that opened it."""
+
+
+def _loads_or_none(line: bytes, max_depth: int) -> Any:
+    try:
+        return loads(line, max_depth=max_depth)
+    except AgentlogError:
+        return None
