@@ -27,6 +27,9 @@ static PyObject *dict_types = NULL; /* tuple of accepted dict types */
 static PyObject *list_types = NULL; /* tuple of accepted list types */
 static PyObject *give_up = NULL;    /* sentinel returned when the Python walk must decide */
 static PyObject *empty_tuple = NULL;
+/* Interned wire keys, created at module init. */
+static PyObject *k_type, *k_seq, *k_time, *k_data, *k_surface_op, *k_sources, *k_ignorable;
+static PyObject *k_turn, *k_step, *k_chunk, *k_index, *k_text, *k_id, *k_name, *k_arguments_delta, *v_chunk_type;
 
 static int
 type_in(PyTypeObject *t, PyObject *types)
@@ -367,6 +370,139 @@ freeze_owned_tree(PyObject *module, PyObject *value)
     return value;
 }
 
+
+/* expand_row(tool, chunk_type, seq0, time0, turn, step, index, dt, payload, call_id, name, event_cls)
+ *
+ * Expand one packed chunk row (already validated by chunkrows.decode_storage_record, checks 1-10)
+ * into frozen, untracked events of class event_cls, building each member's event, data and chunk
+ * directly in their final frozen form. Returns None when a member time leaves the safe-integer range
+ * (check 11): the Python expansion then raises the exact error. `name` is None when the row has none.
+ */
+
+static PyObject *
+frozen_dict_new(PyTypeObject *cls)
+{
+    return PyDict_Type.tp_new(cls, empty_tuple, NULL);
+}
+
+static PyObject *
+expand_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 12 || !PyList_Check(args[7]) || !PyList_Check(args[8]) || !PyType_Check(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "expand_row: bad arguments");
+        return NULL;
+    }
+    int tool = PyObject_IsTrue(args[0]);
+    PyObject *chunk_type = args[1];
+    long long seq0 = PyLong_AsLongLong(args[2]);
+    long long time = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *turn = args[4], *step = args[5], *index = args[6], *dt = args[7], *payload = args[8];
+    PyObject *call_id = args[9], *name = args[10];
+    PyTypeObject *event_cls = (PyTypeObject *)args[11];
+    Py_ssize_t n = PyList_GET_SIZE(payload);
+    /* Checks 7-10 of the row codec: decline (None) on any failure so the Python path reports it. */
+    if (n == 0 || PyList_GET_SIZE(dt) != n - 1 || seq0 < 0 || seq0 + (long long)n - 1 > MAX_SAFE) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(payload, k))) {
+            Py_RETURN_NONE;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n - 1; k++) {
+        PyObject *gap = PyList_GET_ITEM(dt, k);
+        int overflow = 0;
+        long long g = PyLong_CheckExact(gap) ? PyLong_AsLongLongAndOverflow(gap, &overflow) : 0;
+        if (!PyLong_CheckExact(gap) || overflow || g > MAX_SAFE || g < -MAX_SAFE) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (k > 0) {
+            int overflow = 0;
+            long long gap = PyLong_AsLongLongAndOverflow(PyList_GET_ITEM(dt, k - 1), &overflow);
+            if (overflow || (gap == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+            time += gap;
+            if (time > MAX_SAFE || time < -MAX_SAFE) {
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+        }
+        PyObject *chunk = frozen_dict_new(frozen_dict_type);
+        PyObject *data = frozen_dict_new(frozen_dict_type);
+        PyObject *event = frozen_dict_new(event_cls);
+        PyObject *seq_obj = PyLong_FromLongLong(seq0 + k);
+        PyObject *time_obj = PyLong_FromLongLong(time);
+        PyObject *member = PyList_GET_ITEM(payload, k);
+        int rc = (chunk && data && event && seq_obj && time_obj) ? 0 : -1;
+        if (rc == 0) {
+            rc = PyDict_SetItem(chunk, k_type, chunk_type);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(chunk, k_index, index);
+        }
+        if (rc == 0 && tool) {
+            rc = PyDict_SetItem(chunk, k_id, call_id);
+            if (rc == 0 && name != Py_None) {
+                rc = PyDict_SetItem(chunk, k_name, name);
+            }
+            if (rc == 0) {
+                rc = PyDict_SetItem(chunk, k_arguments_delta, member);
+            }
+        }
+        else if (rc == 0) {
+            rc = PyDict_SetItem(chunk, k_text, member);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(data, k_turn, turn);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(data, k_step, step);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(data, k_chunk, chunk);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(event, k_type, v_chunk_type);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(event, k_seq, seq_obj);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(event, k_time, time_obj);
+        }
+        if (rc == 0) {
+            rc = PyDict_SetItem(event, k_data, data);
+        }
+        Py_XDECREF(chunk);
+        Py_XDECREF(data);
+        Py_XDECREF(seq_obj);
+        Py_XDECREF(time_obj);
+        if (rc < 0) {
+            Py_XDECREF(event);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject_GC_UnTrack(chunk);
+        PyObject_GC_UnTrack(data);
+        PyObject_GC_UnTrack(event);
+        PyList_SET_ITEM(out, k, event);
+    }
+    return out;
+}
+
 /* seal(cls, mapping): a new, untracked instance of the dict subclass cls holding mapping's items.
  * Only for mappings whose values are already frozen JSON (the event envelope). */
 static PyObject *
@@ -426,7 +562,6 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * does not handle it stops: `stop` is that index (or len(entries)); the caller validates the rest with
  * the canonical Python path, which produces the exact error.
  */
-static PyObject *k_type, *k_seq, *k_time, *k_data, *k_surface_op, *k_sources, *k_ignorable;
 
 static int
 is_envelope_key(PyObject *key)
@@ -459,6 +594,19 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t i = 0;
     for (; i < n; i++) {
         PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (Py_TYPE(entry) == event_cls) {
+            /* Already a sealed event (expanded from a validated packed chunk row): a log-only chunk
+             * without surface keys by construction; only its position needs checking. */
+            PyObject *eseq = PyDict_GetItemWithError(entry, k_seq);
+            if (eseq == NULL || !PyLong_CheckExact(eseq) || PyLong_AsSsize_t(eseq) != i) {
+                PyErr_Clear();
+                break;
+            }
+            if (PyList_Append(events, entry) < 0) {
+                goto error;
+            }
+            continue;
+        }
         if (!PyDict_CheckExact(entry)) {
             break;
         }
@@ -583,6 +731,8 @@ static PyMethodDef methods[] = {
      "Envelope-check, freeze and seal restored events; report the ones needing Python checks."},
     {"freeze_owned_tree", (PyCFunction)freeze_owned_tree, METH_O,
      "Freeze an exclusively owned parsed graph in place (no copy), or GIVE_UP."},
+    {"expand_row", (PyCFunction)(void (*)(void))expand_row, METH_FASTCALL,
+     "Expand a validated packed chunk row into frozen, untracked events."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {NULL, NULL, 0, NULL},
@@ -607,6 +757,19 @@ PyInit__speedups(void)
     k_sources = PyUnicode_InternFromString("sourceEventSeqs");
     k_ignorable = PyUnicode_InternFromString("ignorable");
     if (!k_type || !k_seq || !k_time || !k_data || !k_surface_op || !k_sources || !k_ignorable) {
+        return NULL;
+    }
+    k_turn = PyUnicode_InternFromString("turn");
+    k_step = PyUnicode_InternFromString("step");
+    k_chunk = PyUnicode_InternFromString("chunk");
+    k_index = PyUnicode_InternFromString("index");
+    k_text = PyUnicode_InternFromString("text");
+    k_id = PyUnicode_InternFromString("id");
+    k_name = PyUnicode_InternFromString("name");
+    k_arguments_delta = PyUnicode_InternFromString("argumentsDelta");
+    v_chunk_type = PyUnicode_InternFromString("assistant/chunk");
+    if (!k_turn || !k_step || !k_chunk || !k_index || !k_text || !k_id || !k_name || !k_arguments_delta ||
+        !v_chunk_type) {
         return NULL;
     }
     return PyModule_Create(&moduledef);

@@ -28,6 +28,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, TypeGuard
 
 from agentlog.errors import ChunkRowError
+from agentlog.events import Event as _Event
+from agentlog.jsonvalue import _speedups
+
+_expand_row: Any = _speedups.expand_row if _speedups is not None else None
 
 __all__ = [
     "MIN_RUN",
@@ -317,7 +321,8 @@ def decode_storage_record(value: object) -> list[Any]:
     validation (ordinary events are checked later by the session's seed validation). A row-tagged value is
     validated completely — the eleven checks of §15.3, in order, first failure wins — and raises
     :class:`ChunkRowError` rather than being passed through, since a corrupt row would otherwise drop a
-    whole run silently. Expanded events are fresh plain dicts.
+    whole run silently. Expanded events are fresh plain dicts, or, with the C accelerator, already
+    frozen :class:`~agentlog.events.Event` objects (equal to the plain form) that a restore adopts as is.
     """
     if not isinstance(value, dict):
         return [value]
@@ -372,9 +377,29 @@ def decode_storage_record(value: object) -> list[Any]:
     if type(turn) not in numbers or type(step) not in numbers or type(index) not in numbers:
         raise _malformed(tag, "turn/step/index must be numbers")
     payload = data[payload_key]
+    dt = data["dt"]
+    chunk_type = _TOOL_CALL_DELTA if tool else (_TEXT_DELTA if tag == _TEXT_ROW else _REASONING_DELTA)
+    if _expand_row is not None and type(payload) is list and type(dt) is list:
+        # Checks 7-11 and the expansion in one C pass, building the members directly as frozen events.
+        # On anything it does not accept it declines, and the Python checks below report exactly what.
+        expanded = _expand_row(
+            tool,
+            chunk_type,
+            seq0,
+            time0,
+            turn,
+            step,
+            index,
+            dt,
+            payload,
+            call_id,
+            None if name is _ABSENT else name,
+            _Event,
+        )
+        if expanded is not None:
+            return expanded  # type: ignore[no-any-return]
     if not isinstance(payload, list) or not payload or not all(type(item) is str for item in payload):
         raise _malformed(tag, f"{payload_key} must be a non-empty string array")
-    dt = data["dt"]
     if not isinstance(dt, list) or not all(_is_safe_int(gap) for gap in dt):
         raise _malformed(tag, "dt must be an array of safe integers")
     members = len(payload)
@@ -386,7 +411,7 @@ def decode_storage_record(value: object) -> list[Any]:
     if seq0 + members - 1 > _MAX_SAFE:
         raise _malformed(tag, "member seqs must stay safe integers")
     # Expansion and check 11 share one loop; raising discards the partial list, so nothing leaks.
-    chunk_type = _TOOL_CALL_DELTA if tool else (_TEXT_DELTA if tag == _TEXT_ROW else _REASONING_DELTA)
+
     events: list[Any] = []
     time = time0
     for k, member in enumerate(payload):

@@ -9,10 +9,13 @@ Pure: the persistence layer decides where the closers are committed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
 from .jsonvalue import snapshot_json
+
+_TURN_BOUNDARIES = frozenset({"turn/start", "turn/end"})
 
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
@@ -33,7 +36,14 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     open_turn: Any = None
     open_step: Any = None
     pending: dict[Any, dict[str, Any]] = {}
-    for event in events:
+    # Every turn boundary resets the whole scan state, so only the events from the last one matter:
+    # a balanced log costs one look at its last event instead of a pass over its history.
+    start = 0
+    for index in range(len(events) - 1, -1, -1):
+        if events[index]["type"] in _TURN_BOUNDARIES:
+            start = index
+            break
+    for event in itertools.islice(events, start, None):
         etype = event["type"]
         data = event["data"]
         if etype == "turn/start":
