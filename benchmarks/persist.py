@@ -135,7 +135,9 @@ def cmd_persist(args: argparse.Namespace) -> dict[str, Any]:
         ["bytes on disk per event", f"{med('bytes_per_event'):.1f}", "B"],
         ["peak RSS (writer or reader process)", f"{rss:.1f}", "MB"],
     ]
-    print(f"agentlog persist — backend {args.backend}, W({args.turns}) = {len(workload):,} events, {args.repeat} run(s)")
+    print(
+        f"agentlog persist — backend {args.backend}, W({args.turns}) = {len(workload):,} events, {args.repeat} run(s)"
+    )
     width = max(len(r[0]) for r in rows)
     for label, value, unit in rows:
         print(f"{label.ljust(width)}  {value:>12}  {unit}")
