@@ -103,7 +103,15 @@ class Backend(Protocol):
 
 
 def event_json(event: WireEvent) -> bytes:
-    """The event's JSON bytes, reusing those the kernel already produced for committed events."""
+    """The event's JSON bytes, serialized once.
+
+    A committed event that already carries its bytes (someone asked for ``json_bytes``) reuses them.
+    Otherwise the bytes are produced here without being cached on the event: once durable they are
+    never needed again, and keeping them would double the memory of a long session.
+    """
     if type(event) is Event:
-        return event.json_bytes
+        try:
+            return event._json
+        except AttributeError:
+            pass
     return dumps(event)

@@ -59,6 +59,7 @@ logger = logging.getLogger("agentlog")
 DEFAULT_BATCH_DELAY_MS = 200
 MAX_BATCH_DELAY_MS = 2_147_483_647
 DEFAULT_PREPARED_CACHE_SIZE = 5
+MAX_BATCH_EVENTS = 8192
 
 
 class InvalidOptionError(AgentlogError, ValueError):
@@ -616,9 +617,13 @@ class PersistenceCoordinator:
                     f'append seq mismatch for "{session_id}": expected {state.cursor + index} at index {index}, '
                     f"got {event['seq']}"
                 )
-        self.backend.append_batch(state.meta, events, state.materialized)
-        state.materialized = True
-        state.cursor += len(events)
+        # A very large buffer (a bulk import, a long unflushed run) is written as several bounded
+        # batches: memory stays proportional to the batch, and each one is durable on its own.
+        for start in range(0, len(events), MAX_BATCH_EVENTS):
+            part = events[start : start + MAX_BATCH_EVENTS]
+            self.backend.append_batch(state.meta, part, state.materialized)
+            state.materialized = True
+            state.cursor += len(part)
         self._cache.pop(session_id, None)
 
     # -- the live write path -------------------------------------------------------------------------------
