@@ -48,7 +48,10 @@ def _write_sessions(root: Path, kind: str, compression: str, count: int = 3, ope
                     "turn": 1,
                     "step": 1,
                     "message": al.assistant_message(
-                        [al.tool_call_block("c1", "read_file", "{}")], provider="deepseek", model="deepseek-chat", id="a"
+                        [al.tool_call_block("c1", "read_file", "{}")],
+                        provider="deepseek",
+                        model="deepseek-chat",
+                        id="a",
                     ),
                 },
                 {"surfaceOp": "append"},

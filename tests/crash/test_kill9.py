@@ -60,7 +60,11 @@ def turn_events(turn: int) -> list[tuple[str, Any, Any]]:
             },
             {"surfaceOp": "append"},
         ),
-        ("tool/call", {"turn": turn, "step": 1, "callId": call, "name": "read_file", "arguments": '{"path": "a"}'}, None),
+        (
+            "tool/call",
+            {"turn": turn, "step": 1, "callId": call, "name": "read_file", "arguments": '{"path": "a"}'},
+            None,
+        ),
         (
             "tool/result",
             {"turn": turn, "step": 1, "message": al.tool_result_message(call, "x" * 200, id=f"r{turn}")},

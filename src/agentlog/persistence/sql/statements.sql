@@ -1,0 +1,125 @@
+-- Every statement the SQLite session backend runs (spec §5.3-§5.7). Values are bound as
+-- parameters; nothing here is assembled or interpolated at run time. Each statement starts with a
+-- "-- name: <key>" line; sqlite.py loads them by key.
+
+-- name: trusted_schema_off
+PRAGMA trusted_schema = OFF;
+
+-- name: trusted_schema
+PRAGMA trusted_schema;
+
+-- name: mmap_size_off
+PRAGMA mmap_size = 0;
+
+-- name: mmap_size
+PRAGMA mmap_size;
+
+-- name: foreign_keys_on
+PRAGMA foreign_keys = ON;
+
+-- name: synchronous_full
+PRAGMA synchronous = FULL;
+
+-- name: synchronous
+PRAGMA synchronous;
+
+-- name: journal_mode_wal
+PRAGMA journal_mode = WAL;
+
+-- name: journal_mode_delete
+PRAGMA journal_mode = DELETE;
+
+-- name: journal_mode_truncate
+PRAGMA journal_mode = TRUNCATE;
+
+-- name: journal_mode_persist
+PRAGMA journal_mode = PERSIST;
+
+-- name: user_version
+PRAGMA user_version;
+
+-- name: application_id
+PRAGMA application_id;
+
+-- name: set_application_id
+PRAGMA application_id = 1146308688;
+
+-- name: set_user_version
+PRAGMA user_version = 17;
+
+-- name: count_user_objects
+SELECT COUNT(*) AS count FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*';
+
+-- name: schema_objects
+SELECT type, name, tbl_name, sql FROM sqlite_schema WHERE name NOT GLOB 'sqlite_*' ORDER BY type, name;
+
+-- name: begin_immediate
+BEGIN IMMEDIATE;
+
+-- name: begin_deferred
+BEGIN;
+
+-- name: commit
+COMMIT;
+
+-- name: rollback
+ROLLBACK;
+
+-- name: insert_store_identity
+INSERT INTO persistence_state (singleton, store_id) VALUES (1, ?);
+
+-- name: select_store_identity
+SELECT store_id FROM persistence_state WHERE singleton = 1;
+
+-- name: select_session
+SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset,
+       incarnation, revision
+FROM sessions WHERE id = ?;
+
+-- name: select_sessions
+SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset,
+       incarnation, revision
+FROM sessions;
+
+-- name: upsert_session
+INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth,
+                      agent_preset, incarnation, revision)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+ON CONFLICT (id) DO UPDATE SET
+  version = excluded.version,
+  created_at = excluded.created_at,
+  cwd = excluded.cwd,
+  parent_session = excluded.parent_session,
+  seed_length = excluded.seed_length,
+  origin = excluded.origin,
+  delegation_depth = excluded.delegation_depth,
+  agent_preset = excluded.agent_preset;
+
+-- name: bump_revision
+UPDATE sessions SET revision = revision + 1 WHERE id = ?;
+
+-- name: select_rows
+SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
+FROM events WHERE session_id = ? ORDER BY seq;
+
+-- name: select_rows_from
+SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
+FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq;
+
+-- name: select_tail_rows
+SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
+FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 2;
+
+-- name: select_packed_predecessors
+SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
+FROM events
+WHERE session_id = ? AND seq >= ? AND seq < ? AND ignorable = 0
+  AND type IN ('text-chunks', 'reasoning-chunks', 'tool-call-chunks')
+ORDER BY seq;
+
+-- name: insert_event
+INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: delete_events_from
+DELETE FROM events WHERE session_id = ? AND seq >= ?;
