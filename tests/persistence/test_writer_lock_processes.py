@@ -95,3 +95,30 @@ def test_writer_lock__a_killed_writer_leaves_no_stale_lock(tmp_path: Path) -> No
         assert coordinator.resume("shared").seq == 3
     finally:
         coordinator.close()
+
+
+EXIT_WITHOUT_FLUSH = textwrap.dedent(
+    """
+    import sys
+    import agentlog as al
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.jsonl import JsonlBackend
+
+    store = al.SessionStore()
+    PersistenceCoordinator(store, JsonlBackend(sys.argv[1]), batch_delay_ms=60_000)
+    session = store.create("exiting", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    # no flush, no close: a normal interpreter exit must still drain the write-behind buffer
+    """
+)
+
+
+def test_write_behind__a_normal_exit_drains_unflushed_events(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-c", EXIT_WITHOUT_FLUSH, str(tmp_path)], check=True, timeout=60)
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, _backend("jsonl", tmp_path))
+    try:
+        assert [event["type"] for event in coordinator.load("exiting").events] == ["turn/start", "turn/end"]
+    finally:
+        coordinator.close()

@@ -18,6 +18,7 @@ Per session, a write lock orders every write; per id, a re-entrant lock orders e
 from __future__ import annotations
 
 import asyncio
+import atexit
 import builtins
 import contextlib
 import gc
@@ -26,6 +27,7 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -242,6 +244,15 @@ class _Source:
 _WRAPPED = (InvalidSeedError, MessageShapeError, SessionHeaderError, SurfaceError, LegacyFormatError)
 
 
+def _drain_at_exit(reference: weakref.ReferenceType[PersistenceCoordinator]) -> None:
+    coordinator = reference()
+    if coordinator is not None:
+        try:
+            coordinator.close()
+        except Exception as err:  # nothing can be raised to anyone at exit: report it
+            logger.warning("persistence drain at exit failed: %s", describe_error(err))
+
+
 def _js_opt(value: Any) -> str:
     """An optional header field as the original prints it (absent is ``undefined``)."""
     return "undefined" if value is None else str(value)
@@ -291,6 +302,11 @@ class PersistenceCoordinator:
         ]
         for session in store.list():  # sessions that were live before persistence was attached
             self._init_for(session)
+        # Write-behind must not turn a normal interpreter exit into data loss: drain at exit (the
+        # weak reference lets an abandoned coordinator be collected as usual).
+        reference = weakref.ref(self)
+        self._atexit = lambda: _drain_at_exit(reference)
+        atexit.register(self._atexit)
 
     # -- helpers -------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -817,6 +833,7 @@ class PersistenceCoordinator:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._atexit)
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         errors: list[BaseException] = []
