@@ -10,33 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._js import UNDEFINED, js_string
 from .errors import AgentlogError, InvalidSeedError, MessageShapeError, SessionHeaderError
 from .events import SESSION_FORMAT_VERSION, Event, new_event
 from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze_in_place, freeze_tree, snapshot_json, thaw
 
-_MISSING: Any = object()
+_MISSING: Any = UNDEFINED
 
 ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
 MESSAGE_EVENT_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
-
-
-def js_string(value: Any) -> str:
-    """Render a value the way JavaScript's ``String(value)`` would (used in exact error texts)."""
-    if value is _MISSING:
-        return "undefined"
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
-    if isinstance(value, list):
-        return ",".join(js_string(v) for v in value)
-    if isinstance(value, dict):
-        return "[object Object]"
-    return str(value)
 
 
 def is_safe_int(value: object) -> bool:

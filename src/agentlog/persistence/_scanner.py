@@ -24,11 +24,11 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from .._js import js_string
 from ..chunkrows import decode_storage_record
 from ..errors import ChunkRowError, SessionFormatUnsupportedError, SessionPersistenceCorruptionError
 from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, loads
 from ..jsonvalue import MAX_SAFE_INTEGER
-from ..seeds import js_string
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._js import js_string
 from ..errors import (
     AgentlogError,
     InvalidSeedError,
@@ -50,7 +51,7 @@ from ..errors import (
 from ..events import Event, EventTypes, event_types
 from ..jsonvalue import FrozenDict, snapshot_json, thaw
 from ..repair import interrupted_turn_closers
-from ..seeds import SessionPreparation, check_header_fields, check_message_event_shape, js_string
+from ..seeds import SessionPreparation, check_header_fields, check_message_event_shape
 from ..session import EventsView, Session
 from ..store import SessionStore
 from . import legacy

@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeGuard
 
+from .._js import UNDEFINED as _UNDEFINED
+from .._js import js_string as _js_string
 from ..errors import LegacyFormatError, MessageShapeError, SessionFormatUnsupportedError
 from ..events import SESSION_FORMAT_VERSION, EventTypes, event_types
 from ..jsonvalue import MAX_SAFE_INTEGER
@@ -38,81 +40,8 @@ __all__ = [
 ]
 
 
-class _Undefined:
-    """JavaScript's ``undefined``: a key that is absent (distinct from JSON ``null``)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "undefined"
-
-
-_UNDEFINED: Final = _Undefined()
-
 Adopt = Callable[[dict[str, Any]], dict[str, Any]]
 """Per-event validation run right after an event's migration (the original's ``adoptSessionEvent``)."""
-
-
-# --- JavaScript rendering (exact error texts) ------------------------------------------------------
-
-
-def _js_number(value: float) -> str:
-    """ECMAScript ``Number::toString(value)``: shortest round-trip digits, JS exponent thresholds."""
-    if isinstance(value, int):
-        if -(2**53) <= value <= 2**53:
-            return str(value)
-        try:
-            value = float(value)  # JS numbers are doubles: a huge integer lost its low digits
-        except OverflowError:
-            return "Infinity" if value > 0 else "-Infinity"
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "0"  # includes -0, which String() renders as "0"
-    if value < 0:
-        return "-" + _js_number(-value)
-    # value = 0.d1d2...dk × 10^n, with the shortest digits Python's repr already computes.
-    mantissa, _, exponent = repr(value).partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    n = len(whole) + (int(exponent) if exponent else 0)
-    stripped = digits.lstrip("0")
-    n -= len(digits) - len(stripped)
-    digits = stripped.rstrip("0")
-    k = len(digits)
-    if k <= n <= 21:
-        return digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return f"{digits[:n]}.{digits[n:]}"
-    if -6 < n <= 0:
-        return "0." + "0" * -n + digits
-    e = n - 1
-    sign = "+" if e >= 0 else "-"
-    head = digits if k == 1 else f"{digits[0]}.{digits[1:]}"
-    return f"{head}e{sign}{abs(e)}"
-
-
-def _js_string(value: object) -> str:
-    """JavaScript's ``String(value)`` for a parsed JSON value (or :data:`_UNDEFINED`)."""
-    if value is _UNDEFINED:
-        return "undefined"
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)):
-        return _js_number(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join("" if item is None or item is _UNDEFINED else _js_string(item) for item in value)
-    if isinstance(value, Mapping):
-        return "[object Object]"
-    return str(value)
 
 
 _JS_WHITESPACE = (
