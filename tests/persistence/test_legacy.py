@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from _json_strategies import json_values
 from agentlog import Session
+from agentlog._js import js_number
 from agentlog.errors import (
     InvalidEventError,
     LegacyFormatError,
@@ -28,7 +29,6 @@ from agentlog.errors import (
     SessionFormatUnsupportedError,
 )
 from agentlog.events import KNOWN_SESSION_EVENT_TYPES, EventTypes
-from agentlog.persistence import legacy
 from agentlog.persistence.legacy import (
     assert_events_known,
     assert_supported_events,
@@ -1228,7 +1228,7 @@ def test_assert_version_location_suffix() -> None:
     ],
 )
 def test_js_number_rendering(value: float, expected: str) -> None:
-    assert legacy._js_number(value) == expected
+    assert js_number(value) == expected
 
 
 # --- property: current-format events pass through as the same objects ------------------------------
