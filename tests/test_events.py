@@ -38,8 +38,12 @@ def test_events__committed_event_is_a_frozen_wire_dict_with_properties() -> None
         event["seq"] = 5  # type: ignore[index]
     with pytest.raises(TypeError):
         event.data["content"][0]["text"] = "changed"
-    with pytest.raises(AttributeError):
+    with pytest.raises(FrozenError):
         event.extra = 1  # type: ignore[attr-defined]
+    cached = event.json_bytes
+    with pytest.raises(FrozenError):
+        event._json = b"{}"  # the bytes persistence writes cannot be swapped
+    assert event.json_bytes is cached
 
 
 def test_events__json_bytes_are_compact_wire_json_computed_once() -> None:

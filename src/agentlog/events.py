@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .errors import EventDataError, EventTypeError
+from .errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
 from .jsonvalue import FrozenDict, _speedups, register_frozen_dict_type, seal_as
 
@@ -26,6 +26,14 @@ class Event(FrozenDict):
 
     __slots__ = ("_json",)
     _json: bytes
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # The cached bytes are what persistence writes: nobody may replace them (the cache itself is
+        # filled with object.__setattr__ by json_bytes).
+        raise FrozenError(f"Event is immutable: cannot set attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenError(f"Event is immutable: cannot delete attribute {name!r}")
 
     @property
     def type(self) -> str:
