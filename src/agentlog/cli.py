@@ -170,16 +170,9 @@ def ls_command(
         console.print(f"more: agentlog ls --cursor {next_cursor}")
 
 
-def _inspect(storage: Backend, session_id: str) -> Any:
-    coordinator = PersistenceCoordinator(SessionStore(), storage)
-    try:
-        snapshot = coordinator.inspect(session_id)
-        source = coordinator._cache.get(session_id)
-        if source is None:  # pragma: no cover - inspect always caches a cold read
-            raise SessionNotFoundError(f'session "{session_id}" not found')
-        return snapshot, source.session
-    finally:
-        coordinator._scheduler.close()
+def _reader(storage: Backend) -> PersistenceCoordinator:
+    """A coordinator used only to read (no session is made live, so nothing is written or locked)."""
+    return PersistenceCoordinator(SessionStore(), storage)
 
 
 @app.command("export")
@@ -192,19 +185,22 @@ def export_command(
 ) -> None:
     """Print one JSON document: header, events, surface, derived messages, request header and context."""
     try:
-        storage = open_backend(store, backend, compression)
-        snapshot, session = _inspect(storage, session_id)
+        reader = _reader(open_backend(store, backend, compression))
+        try:
+            snapshot = reader.inspect(session_id)
+            view = reader.view(session_id)
+        finally:
+            reader.close()
     except AgentlogError as err:
         _fail(err, as_json)
     document = {
         "header": thaw(snapshot.meta),
         "events": thaw(snapshot.events.to_list()),
-        "surface": list(session.surface.nodes),
-        "messages": thaw(session.derive_messages().to_list()),
-        "requestHeader": thaw(session.request_header()),
-        "requestContext": thaw(session.request_context()),
+        "surface": list(view.surface.nodes),
+        "messages": thaw(view.derive_messages().to_list()),
+        "requestHeader": thaw(view.request_header()),
+        "requestContext": thaw(view.request_context()),
     }
-    storage.close()
     _emit_json(document)
 
 
@@ -220,6 +216,7 @@ def verify_command(
     try:
         storage = open_backend(store, backend, compression)
         ids = list(session_ids) if session_ids else [item.id for item in storage.list_sessions()]
+        reader = _reader(storage)
     except AgentlogError as err:
         _fail(err, as_json)
     results: list[dict[str, Any]] = []
@@ -229,9 +226,9 @@ def verify_command(
     ) as progress:
         task = progress.add_task("verify", total=len(ids))
         for session_id in ids:
-            results.append(_verify_one(storage, session_id))
+            results.append(_verify_one(reader, session_id))
             progress.advance(task)
-    storage.close()
+    reader.close()
     failed = [r for r in results if r["status"] == "failed"]
     if as_json:
         _emit_json({"sessions": results, "ok": not failed})
@@ -248,13 +245,13 @@ def verify_command(
         raise typer.Exit(code=1)
 
 
-def _verify_one(storage: Backend, session_id: str) -> dict[str, Any]:
+def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, Any]:
     result: dict[str, Any] = {"id": session_id, "status": "ok", "events": None, "error": None, "note": None}
     try:
-        stored = storage.load_stored(session_id)
+        stored = reader.backend.load_stored(session_id)
         if stored is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
-        _inspect(storage, session_id)
+        reader.view(session_id)  # every validation layer and the surface replay
     except AgentlogError as err:
         result["status"] = "failed"
         result["error"] = {"code": err.code, "message": str(err)}

@@ -52,7 +52,7 @@ from ..events import Event, EventTypes, event_types
 from ..jsonvalue import FrozenDict, snapshot_json, thaw
 from ..repair import interrupted_turn_closers
 from ..seeds import SessionPreparation, check_header_fields, check_message_event_shape
-from ..session import EventsView, Session
+from ..session import EventsView, Session, SessionView
 from ..store import SessionStore
 from . import legacy
 from .backend import Backend, SessionListing, WireEvent, event_json
@@ -252,6 +252,10 @@ def _drain_at_exit(reference: weakref.ReferenceType[PersistenceCoordinator]) -> 
             coordinator.close()
         except Exception as err:  # nothing can be raised to anyone at exit: report it
             logger.warning("persistence drain at exit failed: %s", describe_error(err))
+
+
+def _empty_view(session: Session) -> SessionView:
+    raise SessionNotFoundError(f'session "{session.id}" has no events to view')
 
 
 def _js_opt(value: Any) -> str:
@@ -457,6 +461,23 @@ class PersistenceCoordinator:
             else:
                 self._cache.move_to_end(session_id)
             return SessionSnapshot(source.meta, source.events)
+
+    def view(self, session_id: str) -> SessionView:
+        """A read-only view of a stored session *as a session*: surface, derived messages, request
+        header — without publishing or committing anything (a cold view is balanced in memory only).
+
+        It answers "what would the model see if this session were resumed now?" for inspection tools;
+        to continue the session, use :meth:`resume`.
+        """
+        snapshot = self.inspect(session_id)
+        live = self._live_session(session_id)
+        if live is not None:
+            return live.at(live.seq - 1) if live.seq else _empty_view(live)
+        with self._serialized(session_id):
+            source = self._reserved.get(session_id) or self._cache.get(session_id)
+            if source is None or source.events is not snapshot.events:
+                source = self._read_source(session_id)
+            return source.session.at(len(source.events) - 1) if len(source.events) else _empty_view(source.session)
 
     def _cache_put(self, session_id: str, source: _Source) -> None:
         self._cache[session_id] = source
@@ -810,9 +831,7 @@ class PersistenceCoordinator:
         try:
             live.flush()
         except Exception as err:
-            logger.warning(
-                '%s: session "%s" retirement failed: %s', self.backend.name, session.id, describe_error(err)
-            )
+            logger.warning('%s: session "%s" retirement failed: %s', self.backend.name, session.id, describe_error(err))
             if live.init_error is not None and live.writer_lock is not None:
                 # It never owned the id (an id collision): its writer lock guards nothing, let others in.
                 live.writer_lock.release()
