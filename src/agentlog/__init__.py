@@ -4,6 +4,7 @@ The log stores what happened; the surface decides what the model sees now; every
 (messages, transcripts, forks, repairs) is derived from the two.
 """
 
+from .checkpoint import CheckpointPolicy
 from .chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
 from .errors import (
     AgentlogError,
@@ -17,13 +18,19 @@ from .errors import (
     LegacyFormatError,
     MessageShapeError,
     NonJsonValueError,
+    PersistenceError,
     ReentrantAppendError,
     SessionAnnouncedError,
     SessionAttachedError,
+    SessionCollisionError,
     SessionExistsError,
     SessionForkError,
+    SessionFormatUnsupportedError,
     SessionHeaderError,
+    SessionLockedError,
+    SessionNotFoundError,
     SessionNotLiveError,
+    SessionPersistenceCorruptionError,
     SurfaceError,
 )
 from .events import (
@@ -53,6 +60,8 @@ from .messages import (
     tool_result_message,
     user_message,
 )
+from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot
+from .persistence.memory import MemoryBackend
 from .repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from .request_header import call_config_equals, canonical_header, fold_request_header, header_equals
 from .seeds import SessionPreparation, adopt_session_event, snapshot_session_event
@@ -80,6 +89,22 @@ from .surface import (
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "JsonlBackend": ("agentlog.persistence.jsonl", "JsonlBackend"),
+    "SqliteBackend": ("agentlog.persistence.sqlite", "SqliteBackend"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """File backends load on first use, so ``import agentlog`` stays light (no sqlite3/zstd import)."""
+    if name in _LAZY:
+        import importlib
+
+        module_name, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module_name), attribute)
+    raise AttributeError(f"module 'agentlog' has no attribute {name!r}")
+
+
 __all__ = [
     "APPEND",
     "CORE_EVENT_TYPES",
@@ -91,6 +116,7 @@ __all__ = [
     "TOOL_NOT_STARTED",
     "TOOL_OUTCOME_UNKNOWN",
     "AgentlogError",
+    "CheckpointPolicy",
     "ChunkRowError",
     "Event",
     "EventDataError",
@@ -103,24 +129,35 @@ __all__ = [
     "InvalidEventError",
     "InvalidSeedError",
     "InvariantError",
+    "JsonlBackend",
     "LegacyFormatError",
+    "MemoryBackend",
     "MessageList",
     "MessageShapeError",
     "NonJsonValueError",
+    "PersistenceCoordinator",
+    "PersistenceError",
     "ReentrantAppendError",
     "Scope",
     "SeqOutOfRangeError",
     "Session",
     "SessionAnnouncedError",
     "SessionAttachedError",
+    "SessionCollisionError",
     "SessionExistsError",
     "SessionForkError",
+    "SessionFormatUnsupportedError",
     "SessionHeaderError",
     "SessionInvariants",
+    "SessionLockedError",
+    "SessionNotFoundError",
     "SessionNotLiveError",
+    "SessionPersistenceCorruptionError",
     "SessionPreparation",
+    "SessionSnapshot",
     "SessionStore",
     "SessionView",
+    "SqliteBackend",
     "SurfaceError",
     "SurfaceFoldReplacement",
     "SurfaceFoldResult",

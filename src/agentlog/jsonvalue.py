@@ -17,6 +17,7 @@ recursion limit (the original accepts 20,000-deep values; so do we).
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Iterator
@@ -314,7 +315,7 @@ def _c_snapshot_container(src: Any) -> Any:
 _speedups: Any = None
 if not os.environ.get("AGENTLOG_PURE_PYTHON"):
     try:
-        from . import _speedups  # type: ignore[attr-defined, no-redef]
+        _speedups = importlib.import_module("agentlog._speedups")
     except ImportError:  # no compiler at install time: the pure-Python gate gives the same results
         _speedups = None
 
