@@ -1,0 +1,61 @@
+"""The LLM provider layer: a provider-neutral streaming contract, the assembler, and an
+OpenAI-compatible (DeepSeek by default) provider plus a scripted local model server for tests and demos.
+
+``agentlog.llm`` itself imports neither ``openai`` nor ``http.server``: the types and the assembler are
+what the agent loop and replay code need, and they stay cheap to import. ``OpenAICompatibleProvider``
+and ``DemoModelServer`` load their modules on first access.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .assembler import AssembledResponse, Assembler, assemble, collect
+from .types import (
+    DEFAULT_RETRYABLE_CODES,
+    FAILURE_CODES,
+    FinishChunk,
+    FinishReason,
+    GenerateRequest,
+    LlmError,
+    MissingApiKeyError,
+    Provider,
+    StreamChunk,
+    failure_chunk,
+)
+
+if TYPE_CHECKING:
+    from .demo_server import DemoModelServer
+    from .openai_compat import OpenAICompatibleProvider
+
+__all__ = [
+    "DEFAULT_RETRYABLE_CODES",
+    "FAILURE_CODES",
+    "AssembledResponse",
+    "Assembler",
+    "DemoModelServer",
+    "FinishChunk",
+    "FinishReason",
+    "GenerateRequest",
+    "LlmError",
+    "MissingApiKeyError",
+    "OpenAICompatibleProvider",
+    "Provider",
+    "StreamChunk",
+    "assemble",
+    "collect",
+    "failure_chunk",
+]
+
+_LAZY = {"OpenAICompatibleProvider": ".openai_compat", "DemoModelServer": ".demo_server"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

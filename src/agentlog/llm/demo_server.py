@@ -1,0 +1,516 @@
+"""A scripted model behind a real OpenAI-compatible HTTP endpoint, on loopback only.
+
+Tests and ``agentlog demo`` need a model that answers predictably and offline, yet exercises the *real*
+client path: HTTP, SSE framing, status codes, headers, lost connections. So instead of mocking the
+``openai`` client, this serves ``POST /v1/chat/completions`` (and ``/chat/completions``) from a
+``ThreadingHTTPServer`` on ``127.0.0.1``, streaming chunks in the exact wire format of the OpenAI /
+DeepSeek streaming API. What it answers is a *script*: one item per request, in order::
+
+    with DemoModelServer([
+        Reply(reasoning="The user wants the file.", tool_calls=[ToolCall("read_file", {"path": "README.md"})]),
+        "It is a README.",                                    # a plain string is Reply(text=...)
+        ErrorReply(429, retry_after=2),                       # an HTTP error, with Retry-After
+        Reply("partial answ", ending="drop"),                 # connection lost mid-stream
+        Hang(seconds=5),                                      # no response at all (client times out)
+        lambda request: f"You said {len(request.body['messages'])} things",   # computed from the request
+    ]) as server:
+        provider = OpenAICompatibleProvider(base_url=server.base_url, api_key="demo")
+
+Every request body is recorded (``server.requests``) so tests can assert on exactly what the client
+sent. Responses carry ``x-agentlog-demo: scripted`` and ``system_fingerprint: "agentlog-demo"`` so a
+transcript can never be mistaken for a real model's. The server binds loopback only, every wait is
+bounded, and ``stop()`` (or leaving the ``with`` block) closes open connections and joins its threads.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final, Literal, TypeAlias
+
+LOOPBACK: Final = "127.0.0.1"
+CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
+DEMO_LABEL: Final = "agentlog-demo"
+
+Ending = Literal["done", "eof", "drop"]
+"""How a stream ends: ``done`` sends ``data: [DONE]`` (normal); ``eof`` ends the body cleanly without it
+(a truncated stream → ``STREAM_CLOSED``); ``drop`` closes the socket mid-body (→ ``TRANSPORT``)."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A scripted tool call; ``arguments`` is raw JSON text or a mapping (serialized for you)."""
+
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    id: str | None = None
+
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Reported token counts, in the wire's (DeepSeek's) convention: ``prompt_tokens`` includes cache hits."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def wire(self) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+            usage["prompt_cache_hit_tokens"] = self.cached_tokens
+            usage["prompt_cache_miss_tokens"] = self.prompt_tokens - self.cached_tokens
+        if self.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return usage
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A streamed assistant reply: reasoning, then text, then tool calls, then the finish chunk and usage.
+
+    Text, reasoning and tool-call arguments are split into ``chunk_chars``-sized fragments, one SSE
+    event each, as a real model streams them. ``finish_reason`` defaults to ``tool_calls`` when there are
+    tool calls, else ``stop``. ``usage="auto"`` estimates counts (≈4 characters a token); ``None`` sends
+    no usage chunk. ``cut_after`` sends only the first N events before ``ending`` applies, to simulate a
+    stream that breaks off early. ``delay_s`` paces events (to test idle timeouts and aborts).
+    """
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    usage: Usage | Literal["auto"] | None = "auto"
+    finish_reason: str | None = None
+    chunk_chars: int = 8
+    interleave_tool_calls: bool = False
+    ending: Ending = "done"
+    cut_after: int | None = None
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RawStream:
+    """SSE ``data`` payloads sent verbatim (malformed JSON, in-stream error objects, odd servers)."""
+
+    events: Sequence[str]
+    ending: Ending = "done"
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """An HTTP error: ``{"error": {message, type, param, code}}`` unless ``body`` (JSON value or raw
+    ``str``/``bytes``) replaces it. ``retry_after`` becomes the ``Retry-After`` header (seconds or a date)."""
+
+    status: int
+    message: str | None = None
+    retry_after: str | float | None = None
+    type: str | None = None
+    code: str | None = None
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Say nothing for ``seconds`` (bounded; cut short by ``stop()``), then close the connection.
+    ``after_headers`` first sends the 200 headers and one role chunk: a stream that stalls mid-body."""
+
+    seconds: float = 30.0
+    after_headers: bool = False
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as received: headers lower-cased, ``body`` parsed JSON."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+
+
+ScriptItem: TypeAlias = Reply | RawStream | ErrorReply | Hang | str | Callable[[RecordedRequest], "ScriptItem"]
+"""One scripted answer; a callable computes it from the request it answers."""
+
+_ERROR_TYPES: Final = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "insufficient_balance",
+    403: "permission_error",
+    404: "not_found_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(size, 1)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def reply_payloads(
+    reply: Reply, *, model: str, completion_id: str, created: int, include_usage: bool, prompt_chars: int, ordinal: int
+) -> list[str]:
+    """The SSE ``data`` payloads (JSON text, without ``[DONE]``) a real endpoint would stream for ``reply``."""
+
+    def event(delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, Any] | None = None) -> str:
+        chunk: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": DEMO_LABEL,
+            "choices": []
+            if delta is None
+            else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if usage is not None:
+            chunk["usage"] = usage
+        return json.dumps(chunk, ensure_ascii=False)
+
+    events = [event({"role": "assistant", "content": ""})]
+    events += [event({"content": None, "reasoning_content": p}) for p in _pieces(reply.reasoning, reply.chunk_chars)]
+    events += [event({"content": p}) for p in _pieces(reply.text, reply.chunk_chars)]
+    per_call: list[list[str]] = []
+    for index, call in enumerate(reply.tool_calls):
+        call_id = call.id if call.id is not None else f"call_{ordinal}_{index}"
+        opening = {"index": index, "id": call_id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        fragments = [event({"tool_calls": [opening]})]
+        fragments += [
+            event({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+            for p in _pieces(call.arguments_text(), reply.chunk_chars)
+        ]
+        per_call.append(fragments)
+    if reply.interleave_tool_calls:
+        longest = max((len(f) for f in per_call), default=0)
+        events += [f[i] for i in range(longest) for f in per_call if i < len(f)]
+    else:
+        events += [e for fragments in per_call for e in fragments]
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    events.append(event({"content": ""}, finish))
+    usage = reply.usage
+    if usage == "auto":
+        completion_chars = (
+            len(reply.text) + len(reply.reasoning) + sum(len(c.arguments_text()) for c in reply.tool_calls)
+        )
+        usage = Usage(
+            prompt_tokens=max(prompt_chars // 4, 1),
+            completion_tokens=max(completion_chars // 4, 1),
+            reasoning_tokens=len(reply.reasoning) // 4 if reply.reasoning else None,
+        )
+    if include_usage and isinstance(usage, Usage):
+        events.append(event(None, usage=usage.wire()))
+    return events
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: DemoModelServer
+
+    def __init__(self, owner: DemoModelServer, port: int) -> None:
+        self.owner = owner
+        self._lock = threading.Lock()
+        self._active: dict[socket.socket, threading.Thread] = {}
+        super().__init__((LOOPBACK, port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), daemon=True, name="demo-model-conn"
+        )
+        with self._lock:
+            self._active[request] = thread
+        thread.start()
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._active.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        error = sys.exc_info()[1]
+        if error is not None and not isinstance(error, OSError):
+            self.owner.errors.append(f"{type(error).__name__}: {error}")
+
+    def close_connections(self) -> list[threading.Thread]:
+        with self._lock:
+            active = list(self._active.items())
+        for sock, _ in active:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return [thread for _, thread in active]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    timeout = 30  # an idle keep-alive connection never outlives a test run by much
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # tests and the demo stay quiet; requests are recorded on the server instead
+
+    def do_GET(self) -> None:
+        self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found_error"}})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        path = self.path.split("?", 1)[0]
+        if path not in CHAT_PATHS:
+            self._json(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
+            return
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            self._json(400, {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}})
+            return
+        request = RecordedRequest(
+            method="POST", path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
+        )
+        ordinal, item = self.server.owner._take(request)
+        self._serve(item, request, ordinal)
+
+    # --- responses ---
+
+    def _request_id(self, ordinal: int) -> str:
+        return f"{DEMO_LABEL}-req-{ordinal}"
+
+    def _json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        if isinstance(payload, bytes):
+            data = payload
+        elif isinstance(payload, str):
+            data = payload.encode()
+        else:
+            data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-agentlog-demo", "scripted")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _serve(self, item: ScriptItem, request: RecordedRequest, ordinal: int) -> None:
+        stopping = self.server.owner._stopping
+        if isinstance(item, ErrorReply):
+            self._error(item, ordinal)
+        elif isinstance(item, Hang):
+            if item.after_headers:
+                self._start_stream(ordinal)
+                self._event(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
+            stopping.wait(item.seconds)
+            self._drop()
+        elif isinstance(item, (Reply, RawStream)):
+            body = request.body if isinstance(request.body, dict) else {}
+            if isinstance(item, Reply):
+                options = body.get("stream_options")
+                payloads = reply_payloads(
+                    item,
+                    model=self.server.owner.model or str(body.get("model") or DEMO_LABEL),
+                    completion_id=f"{DEMO_LABEL}-{ordinal}",
+                    created=int(time.time()),
+                    include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+                    prompt_chars=len(json.dumps(body.get("messages", []), ensure_ascii=False)),
+                    ordinal=ordinal,
+                )
+                if item.cut_after is not None:
+                    payloads = payloads[: item.cut_after]
+            else:
+                payloads = list(item.events)
+            self._stream(payloads, item.ending, item.delay_s, ordinal)
+        else:  # pragma: no cover - _take resolves everything else
+            raise TypeError(f"unsupported script item {item!r}")
+
+    def _error(self, item: ErrorReply, ordinal: int) -> None:
+        headers = {"x-request-id": self._request_id(ordinal), **item.headers}
+        if item.retry_after is not None:
+            value = item.retry_after
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            headers["Retry-After"] = str(value)
+        body = item.body
+        if body is None:
+            try:
+                phrase = HTTPStatus(item.status).phrase
+            except ValueError:
+                phrase = "Error"
+            default_type = "server_error" if item.status >= 500 else _ERROR_TYPES.get(item.status, "api_error")
+            body = {
+                "error": {
+                    "message": item.message or phrase,
+                    "type": item.type or default_type,
+                    "param": None,
+                    "code": item.code,
+                }
+            }
+        self._json(item.status, body, headers)
+
+    def _start_stream(self, ordinal: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", self._request_id(ordinal))
+        self.send_header("x-agentlog-demo", "scripted")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _event(self, payload: str) -> None:
+        self._chunk(f"data: {payload}\n\n".encode())
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _stream(self, payloads: Sequence[str], ending: Ending, delay_s: float, ordinal: int) -> None:
+        stopping = self.server.owner._stopping
+        self._start_stream(ordinal)
+        for payload in payloads:
+            if delay_s > 0 and stopping.wait(delay_s):
+                self._drop()
+                return
+            self._event(payload)
+        if ending == "drop":
+            self._drop()
+            return
+        if ending == "done":
+            self._event("[DONE]")
+        self._chunk(b"")  # the terminating zero-length chunk: the body ends cleanly
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True  # the client went away (or the server is stopping)
+
+
+class DemoModelServer:
+    """A scripted OpenAI-compatible model on ``127.0.0.1`` (see the module docstring).
+
+    ``model`` overrides the model name in streamed chunks (default: echo the request's). When the script
+    runs out the server answers 400 with a message saying so — a non-retryable failure, so a demo whose
+    script is too short stops at once instead of retrying.
+    """
+
+    def __init__(self, script: Iterable[ScriptItem] = (), *, port: int = 0, model: str | None = None) -> None:
+        self.model = model
+        self.errors: list[str] = []
+        self._script: deque[ScriptItem] = deque(script)
+        self._requests: list[RecordedRequest] = []
+        self._served = 0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._port = port
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---
+
+    def start(self) -> DemoModelServer:
+        if self._httpd is not None:
+            return self
+        self._stopping.clear()
+        self._httpd = _Server(self, self._port)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name="demo-model-server"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, release hanging replies, close open connections and join the threads."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        for handler in httpd.close_connections():
+            handler.join(timeout=5)
+        httpd.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> DemoModelServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- addresses ---
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("DemoModelServer is not running")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (``http://127.0.0.1:<port>/v1``) to hand to a client."""
+        return f"http://{LOOPBACK}:{self.port}/v1"
+
+    # --- script and records ---
+
+    def push(self, *items: ScriptItem) -> None:
+        """Append replies to the script (also while running)."""
+        with self._lock:
+            self._script.extend(items)
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every chat-completions request received so far, in arrival order (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    def _take(self, request: RecordedRequest) -> tuple[int, Reply | RawStream | ErrorReply | Hang]:
+        with self._lock:
+            self._requests.append(request)
+            self._served += 1
+            ordinal = self._served
+            item: ScriptItem | None = self._script.popleft() if self._script else None
+        if item is None:
+            return ordinal, ErrorReply(
+                400,
+                message=f"{DEMO_LABEL}: the scripted model has no reply left (request {ordinal})",
+                type="demo_script_exhausted",
+            )
+        for _ in range(16):  # a callable may return another callable; bounded
+            if isinstance(item, str):
+                return ordinal, Reply(text=item)
+            if isinstance(item, (Reply, RawStream, ErrorReply, Hang)):
+                return ordinal, item
+            item = item(request)
+        raise TypeError("script callables nest too deeply")
