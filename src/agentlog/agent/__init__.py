@@ -1,7 +1,7 @@
-"""The agent's tool layer: tool definitions, one-call execution and the §6.6 batch scheduler.
+"""The agent: its loop over the session log, its durable inbox, and its tools.
 
-Kept apart from the session kernel on purpose: nothing here appends events. The agent loop calls
-:func:`schedule_calls` and records ``tool/call`` / ``tool/result`` itself.
+The tool layer (tool definitions, one-call execution, the §6.6 batch scheduler) appends no events
+itself: the loop (:class:`Agent`) records ``tool/call`` / ``tool/result`` and everything else.
 """
 
 from .builtin_tools import (
@@ -12,6 +12,8 @@ from .builtin_tools import (
     WriteFileTool,
     builtin_registry,
 )
+from .inbox import Inbox, InboxError
+from .loop import Agent, AgentError, AgentOptions, ReconstructionError, RetryPolicy, TurnOutcome
 from .tools import (
     CallResult,
     ExecutionMode,
@@ -33,12 +35,19 @@ from .tools import (
 )
 
 __all__ = [
+    "Agent",
+    "AgentError",
+    "AgentOptions",
     "CallResult",
     "CwdPolicy",
     "ExecutionMode",
     "FunctionTool",
+    "Inbox",
+    "InboxError",
     "ListDirTool",
     "ReadFileTool",
+    "ReconstructionError",
+    "RetryPolicy",
     "RunCommandTool",
     "Tool",
     "ToolCall",
@@ -48,6 +57,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRegistry",
     "ToolSchedulerError",
+    "TurnOutcome",
     "WriteFileTool",
     "aborted_before_dispatch_outcome",
     "batch_concludes_turn",
