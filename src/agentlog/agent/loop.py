@@ -190,6 +190,8 @@ class Agent:
             raise
         except LlmError as err:
             ending, error = {"kind": "error", "error": thaw(err.failure)}, err
+        except AgentlogError as err:  # our own typed refusals keep their stable code in the log
+            ending, error = {"kind": "error", "error": {"message": str(err), "code": err.code}}, err
         except Exception as err:
             ending, error = {"kind": "error", "error": {"message": describe_error(err), "code": "UNKNOWN"}}, err
         finally:
