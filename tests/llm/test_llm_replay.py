@@ -205,7 +205,7 @@ def test_a_changed_system_prompt_is_a_mismatch_naming_system(recording: Recordin
     assert (error.call, error.field, error.recorded, error.now) == (1, "system", SYSTEM, "You are verbose.")
     assert provider.served == 0  # a refused request consumes nothing
     assert _turn_end_error(session)["kind"] == "error"
-    assert "REPLAY" not in _turn_end_error(session)["error"]["code"]  # the loop logs foreign errors as UNKNOWN
+    assert _turn_end_error(session)["error"]["code"] == "REPLAY_MISMATCH"  # the typed code reaches the log
     assert "call 1: system differs" in _turn_end_error(session)["error"]["message"]
 
 
