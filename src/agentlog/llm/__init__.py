@@ -27,6 +27,7 @@ from .types import (
 if TYPE_CHECKING:
     from .demo_server import DemoModelServer
     from .openai_compat import OpenAICompatibleProvider
+    from .replay import ReplayExhaustedError, ReplayMismatchError, ReplayProvider
 
 __all__ = [
     "DEFAULT_RETRYABLE_CODES",
@@ -41,13 +42,22 @@ __all__ = [
     "MissingApiKeyError",
     "OpenAICompatibleProvider",
     "Provider",
+    "ReplayExhaustedError",
+    "ReplayMismatchError",
+    "ReplayProvider",
     "StreamChunk",
     "assemble",
     "collect",
     "failure_chunk",
 ]
 
-_LAZY = {"OpenAICompatibleProvider": ".openai_compat", "DemoModelServer": ".demo_server"}
+_LAZY = {
+    "OpenAICompatibleProvider": ".openai_compat",
+    "DemoModelServer": ".demo_server",
+    "ReplayProvider": ".replay",
+    "ReplayMismatchError": ".replay",
+    "ReplayExhaustedError": ".replay",
+}
 
 
 def __getattr__(name: str) -> Any:
