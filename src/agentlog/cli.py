@@ -1,19 +1,27 @@
-"""The ``agentlog`` command: inspect stored sessions.
+"""The ``agentlog`` command: inspect stored sessions, and run an agent over them.
 
-Every command reads only (``ls``, ``export`` and ``verify`` never write and never take a writer lock),
-prints a readable table for people and, with ``--json``, a machine-readable document for scripts. On
-failure the exit code is non-zero and, with ``--json``, ``{"error": {"code", "message"}}`` goes to
-stderr so a script can branch on the stable code.
+The inspection commands read only (``ls``, ``export``, ``verify``, ``show`` and ``replay`` never write
+and never take a writer lock). ``run``, ``resume`` and ``fork`` write through a
+:class:`PersistenceCoordinator` and leave nothing live or locked when they return. Every command prints
+readable output for people and, with ``--json``, a machine-readable document for scripts. On failure
+the exit code is non-zero and, with ``--json``, ``{"error": {"code", "message"}}`` goes to stderr so a
+script can branch on the stable code.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
+import importlib
 import os
+import secrets
+import signal
 import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import orjson
 import typer
@@ -21,12 +29,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from .errors import AgentlogError, SessionNotFoundError
+from .errors import AgentlogError, SessionExistsError, SessionNotFoundError
 from .jsonvalue import thaw
 from .persistence.backend import Backend
 from .persistence.coordinator import PersistenceCoordinator
 from .repair import interrupted_turn_closers
+from .session import SeqOutOfRangeError, Session
 from .store import SessionStore
+
+if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
+    from .agent.loop import AgentOptions, TurnOutcome
 
 app = typer.Typer(
     add_completion=False,
@@ -266,6 +278,651 @@ def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, An
         result["status"] = "repairable"
         result["note"] = "; ".join(notes)
     return result
+
+
+# --- running an agent ---------------------------------------------------------------------------------
+
+DEFAULT_PROVIDER = "deepseek"
+DEFAULT_MAX_RETRIES = 5
+MAX_REPLAY_GAP_S = 2.0
+"""``replay`` waits at most this long (before dividing by ``--speed``) between two recorded chunks."""
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", help="Model name (default: deepseek-chat; on resume, the session's).", show_default=False),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible endpoint (default: the DeepSeek API).", show_default=False),
+]
+SystemOption = Annotated[
+    str | None,
+    typer.Option("--system", help="System prompt (on resume: the session's unless given).", show_default=False),
+]
+CwdOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--cwd",
+        help="Working directory of the tools (default: the current directory; on resume, the session's).",
+        exists=True,
+        file_okay=False,
+        dir_okay=True,
+        show_default=False,
+    ),
+]
+ProviderOption = Annotated[
+    str | None,
+    typer.Option(
+        "--provider",
+        help="Provider name recorded in the log (default: deepseek; on resume, the session's).",
+        show_default=False,
+    ),
+]
+MaxRetriesOption = Annotated[
+    int,
+    typer.Option(
+        "--max-retries", min=0, help="Logged retries of a failed model request (rate limit, server, transport)."
+    ),
+]
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """One line of at most ``limit`` characters (whitespace runs collapsed, a cut marked with …)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _text_of(blocks: Any) -> str:
+    if not isinstance(blocks, Sequence) or isinstance(blocks, str):
+        return ""
+    return "".join(b.get("text", "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
+
+
+def _fail_with(code: str, message: str, as_json: bool) -> NoReturn:
+    _fail(AgentlogError(message, code=code), as_json)
+
+
+class _EventPrinter:
+    """Renders session events for people: streamed answer text, tool calls (→) and their results (←).
+
+    Used live by ``run``/``resume`` (subscribed to the store's ``on_event``) and by ``replay``.
+    """
+
+    def __init__(self, *, prompts: bool = False) -> None:
+        self.prompts = prompts
+        self._mid_line = False
+
+    def _write(self, text: str) -> None:
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            self._mid_line = not text.endswith("\n")
+
+    def end_line(self) -> None:
+        if self._mid_line:
+            self._write("\n")
+
+    def line(self, text: str) -> None:
+        self.end_line()
+        self._write(text + "\n")
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        etype = event["type"]
+        data = event["data"]
+        if not isinstance(data, Mapping):
+            return
+        if etype == "assistant/chunk":
+            chunk = data.get("chunk")
+            if isinstance(chunk, Mapping) and chunk.get("type") == "text-delta":
+                self._write(str(chunk.get("text", "")))
+        elif etype == "tool/call":
+            self.line(f"→ {data.get('name')} {_short(str(data.get('arguments', '')))}")
+        elif etype == "tool/result":
+            error = data.get("error")
+            if isinstance(error, Mapping):
+                self.line(f"← error {error.get('code')}")
+            else:
+                blocks = (data.get("message") or {}).get("content") or ()
+                failed = any(isinstance(b, Mapping) and b.get("isError") for b in blocks)
+                self.line("← error" if failed else "← ok")
+        elif etype == "user/message" and self.prompts:
+            source = data.get("source")
+            if isinstance(source, Mapping) and source.get("kind") == "user":
+                self.line(f"> {_text_of(data.get('content'))}")
+        elif etype == "llm/retry":
+            failure = data.get("failure") or {}
+            self.end_line()
+            sys.stderr.write(
+                f"retry {data.get('retry')}/{data.get('maxRetries')} in {data.get('delayMs')} ms after "
+                f"{failure.get('code')}: {_short(str(failure.get('message', '')), 200)}\n"
+            )
+        elif etype == "turn/end":
+            self.end_line()
+
+
+def _new_session_id(storage: Backend) -> str:
+    while True:
+        candidate = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        if storage.read_revision(candidate) is None:
+            return candidate
+
+
+def _require_absent(storage: Backend, session_id: str) -> None:
+    if storage.read_revision(session_id) is not None:
+        raise SessionExistsError(f'session "{session_id}" already exists in the store')
+
+
+def _api_key(provider: str) -> str:
+    """The key from DEEPSEEK_API_KEY or OPENAI_API_KEY (``MISSING_API_KEY`` naming both otherwise)."""
+    from .llm.openai_compat import resolve_api_key
+    from .llm.types import MissingApiKeyError
+
+    try:
+        return resolve_api_key(None, provider)
+    except MissingApiKeyError:
+        raise MissingApiKeyError(
+            f'no API key for provider "{provider}": set DEEPSEEK_API_KEY (or OPENAI_API_KEY for another '
+            "OpenAI-compatible endpoint given with --base-url)"
+        ) from None
+
+
+def _release(coordinator: PersistenceCoordinator, sessions: Sequence[Session]) -> AgentlogError | None:
+    """Flush, dispose and close: nothing stays live or locked. Returns the first persistence failure."""
+    failure: AgentlogError | None = None
+    store = coordinator.store
+    for session in sessions:
+        try:
+            store.flush(session)
+        except AgentlogError as err:
+            failure = failure or err
+    for session in sessions:
+        store.dispose(session)
+    try:
+        coordinator.close()
+    except AgentlogError as err:
+        failure = failure or err
+    return failure
+
+
+async def _agent_turns(
+    session: Session, store: SessionStore, options: AgentOptions, *, api_key: str, base_url: str | None, prompt: str
+) -> list[TurnOutcome]:
+    from .agent.builtin_tools import builtin_registry
+    from .agent.loop import Agent
+    from .llm.openai_compat import OpenAICompatibleProvider
+
+    provider = OpenAICompatibleProvider(
+        base_url=base_url, model=options.model, api_key=api_key, provider=options.provider
+    )
+    loop = asyncio.get_running_loop()
+    agent = Agent(session, provider, options, tools=builtin_registry(), store=store)
+
+    def interrupt() -> None:
+        # The first Ctrl-C cancels the turn the documented way (streamed text is kept as an interrupted
+        # message, a running command is killed); a second one is a plain KeyboardInterrupt again.
+        loop.remove_signal_handler(signal.SIGINT)
+        agent.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        handled = True
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
+        handled = False
+    try:
+        agent.followup(prompt)
+        return await agent.run()
+    finally:
+        if handled:
+            loop.remove_signal_handler(signal.SIGINT)
+        await provider.aclose()
+
+
+def _run_agent(
+    coordinator: PersistenceCoordinator,
+    session: Session,
+    options: AgentOptions,
+    *,
+    api_key: str,
+    base_url: str | None,
+    prompt: str,
+    as_json: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """Run the prompt to the end, release the session, report; exit non-zero if the turn failed."""
+    store = coordinator.store
+    printer = None if as_json else _EventPrinter()
+    unsubscribe: Callable[[], None] | None = None
+    if printer is not None:
+        watched = printer
+
+        def on_event(source: Session, event: Any) -> None:
+            if source is session:
+                watched(event)
+
+        unsubscribe = store.on_event(on_event)
+    outcomes: list[TurnOutcome] = []
+    failure: AgentlogError | None = None
+    interrupted = False
+    try:
+        outcomes = asyncio.run(_agent_turns(session, store, options, api_key=api_key, base_url=base_url, prompt=prompt))
+    except KeyboardInterrupt:
+        interrupted = True  # the loop closed the turn as aborted before the interrupt reached here
+    except AgentlogError as err:
+        failure = err
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()
+        released = _release(coordinator, [session])
+    failure = failure or released
+    if printer is not None:
+        printer.end_line()
+    if as_json:
+        document: dict[str, Any] = {"sessionId": session.id}
+        document.update(extra or {})
+        document["turns"] = [{"turn": o.turn, "reason": thaw(o.reason)} for o in outcomes]
+        document["messages"] = thaw(session.derive_messages().to_list())
+        _emit_json(document)
+    else:
+        typer.echo(f"session {session.id}")
+    if failure is not None:
+        _fail(failure, as_json)
+    last: dict[str, Any] = outcomes[-1].reason if outcomes else {"kind": "completed"}
+    if interrupted or last["kind"] == "aborted":
+        _fail_with("TURN_ABORTED", "interrupted: the turn was closed as aborted (the log stays valid)", as_json)
+    if last["kind"] == "error":
+        error = last.get("error") or {}
+        _fail_with(str(error.get("code") or "UNKNOWN"), str(error.get("message") or "the turn failed"), as_json)
+    if last["kind"] == "blocked":
+        _fail_with("TURN_BLOCKED", "the turn was blocked", as_json)
+
+
+def _agent_options(
+    *,
+    provider: str,
+    model: str,
+    system: str | None,
+    cwd: Path,
+    max_retries: int,
+    config: Mapping[str, Any] | None = None,
+) -> AgentOptions:
+    from .agent.loop import AgentOptions, RetryPolicy
+
+    config = config or {}
+    effort = config.get("reasoningEffort")
+    temperature = config.get("temperature")
+    max_tokens = config.get("maxTokens")
+    return AgentOptions(
+        provider=provider,
+        model=model,
+        system=system,
+        reasoning_effort=effort if isinstance(effort, str) else None,
+        temperature=float(temperature) if isinstance(temperature, (int, float)) else None,
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        retry=RetryPolicy(max_retries=max_retries),
+        cwd=cwd,
+    )
+
+
+@app.command("run")
+def run_command(
+    prompt: Annotated[str, typer.Argument(help="The prompt of the first turn.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    cwd: CwdOption = None,
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="Id of the new session (default: time + random).")
+    ] = None,
+    provider: ProviderOption = None,
+    max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+) -> None:
+    """Start a new session and run an agent (built-in tools) on PROMPT, streaming its answer."""
+    work_dir = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
+    route = provider or DEFAULT_PROVIDER
+    try:
+        api_key = _api_key(route)
+        storage = open_backend(store, backend, compression)
+        if session_id is not None:
+            _require_absent(storage, session_id)
+        new_id = session_id if session_id is not None else _new_session_id(storage)
+    except AgentlogError as err:
+        _fail(err, as_json)
+    from .llm.openai_compat import DEFAULT_MODEL
+
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    try:
+        session = sessions.create(new_id, meta={"cwd": str(work_dir)})
+    except AgentlogError as err:
+        coordinator.close()
+        _fail(err, as_json)
+    options = _agent_options(
+        provider=route, model=model or DEFAULT_MODEL, system=system, cwd=work_dir, max_retries=max_retries
+    )
+    _run_agent(coordinator, session, options, api_key=api_key, base_url=base_url, prompt=prompt, as_json=as_json)
+
+
+def _last_turn(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    for event in reversed(events):
+        if event["type"] == "turn/end":
+            return {"turn": event["data"].get("turn"), "reason": thaw(event["data"].get("reason"))}
+    return None
+
+
+@app.command("resume")
+def resume_command(
+    session_id: Annotated[str, typer.Argument(help="The session to resume.")],
+    prompt: Annotated[str | None, typer.Argument(help="A follow-up prompt (omit to only resume and report).")] = None,
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    cwd: CwdOption = None,
+    provider: ProviderOption = None,
+    max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+) -> None:
+    """Resume a stored session (an interrupted turn is repaired), then run PROMPT if given."""
+    try:
+        api_key = _api_key(provider or DEFAULT_PROVIDER) if prompt is not None else ""
+        storage = open_backend(store, backend, compression)
+        stored = storage.load_stored(session_id)
+        if stored is None:
+            storage.close()
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+    except AgentlogError as err:
+        _fail(err, as_json)
+    repairs: list[str] = []
+    if stored.torn_marker is not None:
+        repairs.append("removed a torn tail")
+    if interrupted_turn_closers(stored.events):
+        repairs.append("closed the interrupted turn")
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    try:
+        session = coordinator.resume(session_id)
+    except AgentlogError as err:
+        coordinator.close()
+        _fail(err, as_json)
+    state = {"repaired": bool(repairs), "repairs": repairs}
+    if prompt is None:
+        events = session.events
+        last = _last_turn(events)
+        failure = _release(coordinator, [session])
+        if failure is not None:
+            _fail(failure, as_json)
+        if as_json:
+            _emit_json({"sessionId": session_id, "events": len(events), "lastTurn": last, **state})
+            return
+        turn = "no turn yet" if last is None else f"last turn {last['turn']} ({last['reason'].get('kind')})"
+        typer.echo(f"session {session_id}: {len(events)} events, {turn}")
+        typer.echo(f"repaired: {'; '.join(repairs)}" if repairs else "repaired: no (the log was already balanced)")
+        return
+    from .llm.openai_compat import DEFAULT_MODEL
+
+    header = session.request_header()
+    config: Mapping[str, Any] = header["config"] if header is not None else {}
+    persisted_system = header.get("system") if header is not None else None
+    header_cwd = session.header.get("cwd")
+    work_dir = Path(os.path.abspath(cwd)) if cwd is not None else Path(header_cwd or os.getcwd())
+    options = _agent_options(
+        provider=provider or str(config.get("provider") or DEFAULT_PROVIDER),
+        model=model or str(config.get("model") or DEFAULT_MODEL),
+        system=system if system is not None else persisted_system,
+        cwd=work_dir,
+        max_retries=max_retries,
+        config=config,
+    )
+    _run_agent(
+        coordinator,
+        session,
+        options,
+        api_key=api_key,
+        base_url=base_url,
+        prompt=prompt,
+        as_json=as_json,
+        extra=state,
+    )
+
+
+# --- reading sessions for people ------------------------------------------------------------------------
+
+
+def _transcript(messages: Sequence[Mapping[str, Any]], limit: int = 400) -> list[str]:
+    """Readable lines for derived messages: roles, text, tool calls (→) and results (←), shortened."""
+    names: dict[str, str] = {}
+    lines: list[str] = []
+    for message in messages:
+        role = str(message.get("role"))
+        source = message.get("source")
+        kind = source.get("kind") if isinstance(source, Mapping) else None
+        label = role if kind in (None, "user", "model", "tool") else f"{role} ({kind})"
+        for block in message.get("content") or ():
+            if not isinstance(block, Mapping):
+                continue
+            btype = block.get("type")
+            if btype == "text":
+                lines.append(f"{label}: {_short(str(block.get('text', '')), limit)}")
+            elif btype == "reasoning":
+                lines.append(f"{label} (reasoning): {_short(str(block.get('text', '')), limit)}")
+            elif btype == "tool-call":
+                call_id = str(block.get("id"))
+                names[call_id] = str(block.get("name"))
+                lines.append(f"  → {block.get('name')} {_short(str(block.get('arguments', '')), 160)}")
+            elif btype == "tool-result":
+                call_id = str(block.get("toolCallId"))
+                status = "error" if block.get("isError") else "ok"
+                text = _short(_text_of(block.get("content")), 160)
+                lines.append(f"  ← {names.get(call_id, call_id)} {status}: {text}")
+            elif btype == "image":
+                lines.append(f"{label}: [image]")
+    return lines
+
+
+def _event_line(event: Mapping[str, Any]) -> str:
+    data = event["data"]
+    shown = orjson.dumps(data).decode() if data is not None else ""
+    return f"{event['seq']:>6}  {event['type']:<22}  {_short(shown, 110)}"
+
+
+def _read_view(
+    session_id: str, store: Path | None, backend: BackendKind, compression: Compression, as_json: bool
+) -> tuple[Any, Any]:
+    """``(header, SessionView)`` of a stored session, read without writing (a cold view is balanced)."""
+    try:
+        reader = _reader(open_backend(store, backend, compression))
+        try:
+            view = reader.view(session_id)
+        finally:
+            reader.close()
+    except AgentlogError as err:
+        _fail(err, as_json)
+    return view.header, view
+
+
+@app.command("show")
+def show_command(
+    session_id: Annotated[str, typer.Argument(help="The session to show.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    log: Annotated[bool, typer.Option("--log", help="Every event: seq, type and (shortened) data.")] = False,
+    at: Annotated[
+        int | None, typer.Option("--at", min=0, help="The model's view right after this seq.", show_default=False)
+    ] = None,
+) -> None:
+    """A readable transcript of a stored session (never writes)."""
+    header, view = _read_view(session_id, store, backend, compression, as_json)
+    events = view.events
+    if at is not None:
+        try:
+            if at >= len(events):
+                last = len(events) - 1
+                raise SeqOutOfRangeError(
+                    f'seq {at} is not in session "{session_id}" (last seq: {last if last >= 0 else "none"})'
+                )
+            point = Session.create(session_id, seed=list(events), header=header).at(at)
+        except AgentlogError as err:
+            _fail(err, as_json)
+        messages = thaw(point.derive_messages().to_list())
+        request_header = thaw(point.request_header())
+        if as_json:
+            _emit_json(
+                {
+                    "sessionId": session_id,
+                    "seq": at,
+                    "event": {"type": events[at]["type"]},
+                    "messages": messages,
+                    "requestHeader": request_header,
+                    "requestContext": thaw(point.request_context()),
+                }
+            )
+            return
+        typer.echo(f"session {session_id} at seq {at} ({events[at]['type']}): {len(messages)} messages")
+        if request_header is None:
+            typer.echo("request header: none yet")
+        else:
+            config = request_header.get("config") or {}
+            tools = [tool.get("name") for tool in request_header.get("tools") or ()]
+            typer.echo(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
+            if request_header.get("system"):
+                typer.echo(f"system: {_short(str(request_header['system']))}")
+        for line in _transcript(messages):
+            typer.echo(line)
+        return
+    if log:
+        if as_json:
+            _emit_json({"sessionId": session_id, "header": thaw(header), "events": thaw(events.to_list())})
+            return
+        for event in events:
+            typer.echo(_event_line(event))
+        return
+    messages = thaw(view.derive_messages().to_list())
+    if as_json:
+        _emit_json(
+            {
+                "sessionId": session_id,
+                "header": thaw(header),
+                "events": len(events),
+                "lastTurn": _last_turn(events),
+                "messages": messages,
+            }
+        )
+        return
+    parent = header.get("parentSession")
+    lineage = f", forked from {parent}" if parent else ""
+    typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
+    for line in _transcript(messages):
+        typer.echo(line)
+
+
+@app.command("replay")
+def replay_command(
+    session_id: Annotated[str, typer.Argument(help="The session to play back.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    speed: Annotated[
+        float, typer.Option("--speed", min=0.0, help="Playback speed (2 = twice as fast; 0 = no waiting).")
+    ] = 1.0,
+) -> None:
+    """Play a session back token by token at its recorded pace (never writes, needs no network)."""
+    _header, view = _read_view(session_id, store, backend, compression, False)
+    printer = _EventPrinter(prompts=True)
+    previous: int | None = None
+    for event in view.events:
+        when = event.get("time")
+        if event["type"] == "assistant/chunk" and speed > 0 and isinstance(when, int) and previous is not None:
+            gap = min(max(when - previous, 0) / 1000, MAX_REPLAY_GAP_S) / speed
+            if gap > 0:
+                time.sleep(gap)
+        if event["type"] == "llm/retry":
+            data = event["data"]
+            printer.end_line()
+            failure = data.get("failure") or {}
+            sys.stderr.write(f"(retry {data.get('retry')} after {failure.get('code')})\n")
+        else:
+            printer(event)
+        if isinstance(when, int):
+            previous = when
+    printer.end_line()
+
+
+# --- forking -------------------------------------------------------------------------------------------
+
+
+@app.command("fork")
+def fork_command(
+    session_id: Annotated[str, typer.Argument(help="The session to fork.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    at: Annotated[
+        int | None,
+        typer.Option("--at", help="Last seq the child inherits (a closed turn; default: the end).", show_default=False),
+    ] = None,
+    child_id: Annotated[
+        str | None, typer.Option("--child-id", help="Id of the child (default: <id>-fork-<random>).")
+    ] = None,
+) -> None:
+    """Start a child session from a closed-turn prefix of SESSION_ID (lineage in its header)."""
+    try:
+        storage = open_backend(store, backend, compression)
+        if child_id is not None:
+            _require_absent(storage, child_id)
+        else:
+            child_id = f"{session_id}-fork-{secrets.token_hex(3)}"
+            while storage.read_revision(child_id) is not None:
+                child_id = f"{session_id}-fork-{secrets.token_hex(3)}"
+    except AgentlogError as err:
+        _fail(err, as_json)
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    live: list[Session] = []
+    failure: AgentlogError | None = None
+    child: Session | None = None
+    try:
+        source = coordinator.resume(session_id)
+        live.append(source)
+        child = sessions.fork(source, at, child_id)
+        live.append(child)
+    except AgentlogError as err:
+        failure = err
+    finally:
+        released = _release(coordinator, list(reversed(live)))
+    failure = failure or released
+    if failure is not None or child is None:
+        _fail(failure or AgentlogError("fork failed"), as_json)
+    document = {
+        "childId": child.id,
+        "parentSession": child.header.get("parentSession"),
+        "seedLength": child.header.get("seedLength"),
+    }
+    if as_json:
+        _emit_json(document)
+    else:
+        typer.echo(child.id)
+
+
+# --- demo ----------------------------------------------------------------------------------------------
+
+
+@app.command("demo")
+def demo_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """A scripted, offline agent session against a local model (no API key needed)."""
+    # Imported by name at call time: the demo module is optional for every other command.
+    run_demo: Callable[..., int] = importlib.import_module(f"{__package__}.demo").run_demo
+    code = run_demo(store=store, as_json=as_json)
+    if code:
+        raise typer.Exit(code=code)
 
 
 def main() -> None:
