@@ -200,3 +200,52 @@ def test_loop__cancel_mid_stream_keeps_the_streamed_text_and_aborts_the_turn(tmp
     assert len(interrupted) == 1 and interrupted[0]["data"]["interrupted"] is True
     assert interrupted[0]["data"]["message"]["content"][0]["text"]
     assert _types(session)[-1] == "turn/end"
+
+
+def test_loop__reasoning_is_kept_and_sent_back_to_the_model(tmp_path: Path) -> None:
+    script = [
+        Reply(
+            reasoning="Think first.", text="Checking.", tool_calls=[ScriptedCall("list_dir", {"path": "."}, id="c1")]
+        ),
+        Reply(text="Done."),
+    ]
+    session, outcomes, requests = _run(script, ["look around"], tmp_path)
+    assert outcomes[0].reason == {"kind": "completed"}
+    first_answer = session.derive_messages()[1]
+    assert [block["type"] for block in first_answer["content"]] == ["reasoning", "text", "tool-call"]
+    assistant_sent = next(m for m in requests[1].body["messages"] if m["role"] == "assistant")
+    assert assistant_sent["reasoning_content"] == "Think first."
+
+
+def _headers(session: al.Session) -> list[dict[str, Any]]:
+    return [al.thaw(e["data"]) for e in session.events if e["type"] == "request/header"]
+
+
+def test_loop__adapter_defaults_are_flagged_and_rematerialised_not_frozen(tmp_path: Path) -> None:
+    defaults = {"reasoningEffort": "high", "maxTokens": 256000}
+    script = [
+        Reply(tool_calls=[ScriptedCall("list_dir", {"path": "."}, id="c1")]),
+        Reply(text="done"),
+    ]
+    session, _, requests = _run(script, ["go"], tmp_path, adapter_defaults=defaults)
+    headers = _headers(session)
+    assert len(headers) == 1  # the second step proposes the same header: no "change"
+    assert headers[0]["header"]["config"] == {
+        "provider": "deepseek",
+        "model": "demo-model",
+        "reasoningEffort": "high",
+        "maxTokens": 256000,
+    }
+    assert headers[0]["header"]["adapterDefaults"] == {"reasoningEffort": True, "maxTokens": True}
+    assert requests[0].body["max_tokens"] == 256000
+    # The flagged fields are re-derived by a new route instead of being inherited.
+    agent = Agent(session, None, AgentOptions(provider="other", model="x"))  # type: ignore[arg-type]
+    assert agent._proposed_config(session.request_header()) == {"provider": "other", "model": "x"}
+
+
+def test_loop__an_explicit_effort_is_restored_for_the_same_route_on_resume(tmp_path: Path) -> None:
+    session, _, _ = _run([Reply(text="one")], ["go"], tmp_path, reasoning_effort="low")
+    same = Agent(session, None, AgentOptions(provider="deepseek", model="demo-model"))  # type: ignore[arg-type]
+    assert same._proposed_config(session.request_header())["reasoningEffort"] == "low"
+    other = Agent(session, None, AgentOptions(provider="deepseek", model="another"))  # type: ignore[arg-type]
+    assert "reasoningEffort" not in other._proposed_config(session.request_header())

@@ -91,6 +91,9 @@ class AgentOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     check_reconstruction: bool = True
     cwd: Path | None = None
+    adapter_defaults: Mapping[str, Any] | None = None
+    """Exact-model defaults the adapter applies when the request leaves them out, e.g.
+    ``{"reasoningEffort": "high", "maxTokens": 256000}`` for DeepSeek (flagged in ``adapterDefaults``)."""
 
 
 class Agent:
@@ -264,14 +267,17 @@ class Agent:
         session = self.session
         options = self.options
         persisted = session.request_header()
-        config: dict[str, Any] = {"provider": options.provider, "model": options.model}
-        if options.reasoning_effort is not None:
-            config["reasoningEffort"] = options.reasoning_effort
-        if options.temperature is not None:
-            config["temperature"] = options.temperature
-        if options.max_tokens is not None:
-            config["maxTokens"] = options.max_tokens
+        config = self._proposed_config(persisted)
+        adapter_defaults: dict[str, bool] = {}
+        # Exact-model defaults (the adapter's): fields the proposal left absent are materialised and
+        # flagged, so a later request (or a resumed loop) re-derives them instead of freezing them in.
+        for key, value in (options.adapter_defaults or {}).items():
+            if key in ("reasoningEffort", "maxTokens") and key not in config and value is not None:
+                config[key] = value
+                adapter_defaults[key] = True
         candidate: dict[str, Any] = {"config": config}
+        if adapter_defaults:
+            candidate["adapterDefaults"] = adapter_defaults
         if options.system:
             candidate["system"] = options.system
         schemas = self.tools.schemas()
@@ -301,6 +307,36 @@ class Agent:
         if options.check_reconstruction:
             self._check_reconstruction(request)
         return request
+
+    def _proposed_config(self, persisted: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The config this request proposes (runtime spec §6.5 step 2).
+
+        A new loop instance starts from its declared options, restoring only an explicitly chosen
+        reasoning effort of the same route; later requests propose the persisted config minus the fields
+        the adapter defaulted, so explicit settings persist and defaults re-materialise.
+        """
+        options = self.options
+        if not self._first_request and persisted is not None:
+            config = dict(thaw(persisted["config"]))
+            flagged = persisted.get("adapterDefaults") or {}
+            for key in ("reasoningEffort", "maxTokens"):
+                if flagged.get(key) is True:
+                    config.pop(key, None)
+            return config
+        config = {"provider": options.provider, "model": options.model}
+        if options.reasoning_effort is not None:
+            config["reasoningEffort"] = options.reasoning_effort
+        elif persisted is not None:
+            old = persisted["config"]
+            flagged = persisted.get("adapterDefaults") or {}
+            same_route = old.get("provider") == options.provider and old.get("model") == options.model
+            if same_route and "reasoningEffort" in old and flagged.get("reasoningEffort") is not True:
+                config["reasoningEffort"] = old["reasoningEffort"]
+        if options.temperature is not None:
+            config["temperature"] = options.temperature
+        if options.max_tokens is not None:
+            config["maxTokens"] = options.max_tokens
+        return config
 
     def _check_reconstruction(self, request: GenerateRequest) -> None:
         """The request must be exactly what the log rebuilds (derived messages + folded header)."""
