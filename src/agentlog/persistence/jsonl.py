@@ -476,6 +476,15 @@ class JsonlBackend:
                 f'"{header_id}". {_IDENTITY_REMEDY}',
                 location=path,
             )
+        cwd = meta.get("cwd")
+        if isinstance(header_id, str) and header_id and (cwd is None or (isinstance(cwd, str) and cwd)):
+            # Fast path: the path this header names is exactly the one being read.
+            try:
+                project = NO_CWD_DIR if cwd is None else project_key(cwd)
+                if path == f"{self.root}/{project}/{encode_segment(header_id)}/session{self._suffix}":
+                    return
+            except ValueError:
+                pass
         try:
             expected = self._path_for(header_id, meta.get("cwd"))
         except ValueError:
@@ -771,14 +780,18 @@ class JsonlBackend:
         problem, and guessing would hide data.
         """
         listings: list[SessionListing] = []
+        # Plain string joins: the root is absolute and every name is a single path component, and this
+        # loop touches every stored session (os.path.join's generality shows up in the listing time).
+        opposite_name = "/session" + self._opposite
+        own_name = "/session" + self._suffix
         for project in self._project_dirs():
-            project_path = os.path.join(self.root, project)
+            project_path = f"{self.root}/{project}"
             for name in self._session_dirs(project_path):
-                session_dir = os.path.join(project_path, name)
-                opposite = os.path.join(session_dir, "session" + self._opposite)
+                session_dir = f"{project_path}/{name}"
+                opposite = session_dir + opposite_name
                 if _exists(opposite):
                     raise self._mismatch(opposite)
-                listing = self._list_one(os.path.join(session_dir, "session" + self._suffix), name)
+                listing = self._list_one(session_dir + own_name, name)
                 if listing is not None:
                     listings.append(listing)
         seen: set[str] = set()
