@@ -234,6 +234,7 @@ class SqliteBackend:
         # function of the columns, and every append re-checks the packed rows up to 1023 seqs back.
         self._span_memo: dict[tuple[Any, ...], Any] = {}
         self._schema_seen: list[Any] = []
+        self._schema_cookie: Any = None
         if not self._memory:
             parent = os.path.dirname(self.path)
             os.makedirs(parent, mode=0o700, exist_ok=True)
@@ -370,13 +371,19 @@ class SqliteBackend:
                 f"session database application id changed before mutation (expected {APPLICATION_ID}, "
                 f"got {application_id})"
             )
-        raw = conn.execute(SQL["schema_objects"]).fetchall()
-        if raw != self._schema_seen:
-            if _schema_signature(raw) != EXPECTED_SCHEMA:
-                raise PersistenceError(
-                    f'session database at "{self.path}" does not contain the required schema objects'
-                )
-            self._schema_seen = raw  # exact text already proven equivalent: skip re-normalising it
+        # SQLite bumps the schema cookie on every schema change, so an unchanged cookie proves the
+        # objects are the ones already validated on this connection: the full comparison (a read of
+        # sqlite_schema) runs only when something changed.
+        cookie = conn.execute(SQL["schema_version"]).fetchone()[0]
+        if cookie != self._schema_cookie:
+            raw = conn.execute(SQL["schema_objects"]).fetchall()
+            if raw != self._schema_seen:
+                if _schema_signature(raw) != EXPECTED_SCHEMA:
+                    raise PersistenceError(
+                        f'session database at "{self.path}" does not contain the required schema objects'
+                    )
+                self._schema_seen = raw  # exact text already proven equivalent: skip re-normalising it
+            self._schema_cookie = cookie
         version = conn.execute(SQL["user_version"]).fetchone()[0]
         if version != SCHEMA_VERSION:
             raise PersistenceError(

@@ -41,6 +41,9 @@ PRAGMA user_version;
 -- name: application_id
 PRAGMA application_id;
 
+-- name: schema_version
+PRAGMA schema_version;
+
 -- name: set_application_id
 PRAGMA application_id = 1146308688;
 
