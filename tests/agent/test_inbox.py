@@ -87,3 +87,24 @@ def test_inbox__an_invalid_persisted_splice_is_refused_with_its_seq() -> None:
     )
     with pytest.raises(InboxError, match="invalid persisted inbox splice at session seq 0"):
         Inbox(session)
+
+
+def test_inbox__prepend_and_replace_are_single_splices() -> None:
+    session = al.Session.create("s")
+    inbox = Inbox(session)
+    inbox.append("next-turn", _message("b"))
+    inbox.prepend("next-turn", _message("a"))
+    assert [m["id"] for m in inbox.pending("next-turn")] == ["m-a", "m-b"]
+    assert inbox.replace("m-b", _message("c")) is True
+    assert [m["id"] for m in inbox.pending("next-turn")] == ["m-a", "m-c"]
+    last = _splices(session)[-1]
+    assert last == {
+        "target": "next-turn",
+        "start": 1,
+        "removedCount": 1,
+        "inserted": [_message("c")],
+        "outcome": "canceled",
+    }
+    assert inbox.replace("missing", _message("d")) is False
+    rebuilt = Inbox(al.Session.from_restore("s", al.thaw(list(session.events)), al.thaw(session.header)))
+    assert [m["id"] for m in rebuilt.pending("next-turn")] == ["m-a", "m-c"]

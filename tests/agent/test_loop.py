@@ -249,3 +249,24 @@ def test_loop__an_explicit_effort_is_restored_for_the_same_route_on_resume(tmp_p
     assert same._proposed_config(session.request_header())["reasoningEffort"] == "low"
     other = Agent(session, None, AgentOptions(provider="deepseek", model="another"))  # type: ignore[arg-type]
     assert "reasoningEffort" not in other._proposed_config(session.request_header())
+
+
+def test_loop__injected_context_waits_for_a_waking_boundary(tmp_path: Path) -> None:
+    store = al.SessionStore()
+
+    async def main() -> tuple[al.Session, Any, Any, Any]:
+        with DemoModelServer([Reply(text="noted")]) as server:
+            provider = OpenAICompatibleProvider(base_url=server.base_url, api_key="t", model="m")
+            session = store.create("i", meta={"cwd": str(tmp_path)})
+            agent = Agent(session, provider, AgentOptions(provider="p", model="m"), store=store)
+            agent.inject("background: the user prefers short answers")
+            idle = await agent.run()  # nothing woke the agent: no turn
+            agent.followup("hello")
+            busy = await agent.run()
+            return session, idle, busy, server.requests
+
+    _session, idle, busy, requests = asyncio.run(main())
+    assert idle == []
+    assert [o.turn for o in busy] == [1]
+    sent = [m["content"] for m in requests[0].body["messages"] if m["role"] == "user"]
+    assert sent == ["background: the user prefers short answers", "hello"]

@@ -94,6 +94,18 @@ class Inbox:
     def append(self, target: Target, message: Mapping[str, Any]) -> None:
         self.splice(target, len(self._lists[target]), 0, [message])
 
+    def prepend(self, target: Target, message: Mapping[str, Any]) -> None:
+        self.splice(target, 0, 0, [message])
+
+    def replace(self, message_id: str, message: Mapping[str, Any]) -> bool:
+        """Swap a pending message in place (the old one is recorded as canceled)."""
+        for target in TARGETS:
+            for index, pending in enumerate(self._lists[target]):
+                if pending["id"] == message_id:
+                    self.splice(target, index, 1, [message])
+                    return True
+        return False
+
     def remove(self, message_id: str) -> bool:
         for target in TARGETS:
             for index, message in enumerate(self._lists[target]):

@@ -118,22 +118,39 @@ class Agent:
         self._abort = asyncio.Event()
         self._cause: dict[str, Any] = {"kind": "user"}
         self._first_request = True
+        self._wake = False
+        # Input that was already pending in the log (a resumed session) is work to do, like a wake.
+        self._resume_pending = self.inbox.has_pending("next-turn")
         self._last_turn = 0
         for event in session.events:
             if event["type"] == "turn/start":
                 self._last_turn = event["data"]["turn"]  # turn numbers continue after a resume
 
     # -- input ---------------------------------------------------------------------------------------
-    def send(self, message: Mapping[str, Any] | str, target: Target = "next-turn") -> dict[str, Any]:
+    def send(
+        self, message: Mapping[str, Any] | str, target: Target = "next-turn", *, wakeup: bool = True
+    ) -> dict[str, Any]:
+        """Queue input durably; ``wakeup`` marks it as work that ``run()`` should start a turn for."""
         payload: dict[str, Any] = dict(user_message(message)) if isinstance(message, str) else dict(message)
         self.inbox.append(target, payload)
+        if wakeup:
+            self._wake = True
         return payload
 
     def followup(self, message: Mapping[str, Any] | str) -> dict[str, Any]:
         return self.send(message, "next-turn")
 
     def steer(self, message: Mapping[str, Any] | str) -> dict[str, Any]:
+        """Input for the next step boundary of the running (or next) turn."""
         return self.send(message, "next-step")
+
+    def inject(self, message: Mapping[str, Any] | str) -> dict[str, Any]:
+        """Context for the next step boundary that should not by itself start work (non-waking).
+
+        ``run()`` starts only after a waking send (a prompt or steering); injected context waits in the
+        next-step queue and rides along with whatever boundary comes next.
+        """
+        return self.send(message, "next-step", wakeup=False)
 
     def cancel(self, cause: Mapping[str, Any] | None = None, *, keep_inbox: bool = False) -> None:
         """Abort the active turn (its ``turn/end`` records the cause); pending input is discarded too."""
@@ -147,6 +164,9 @@ class Agent:
         """Run turns while input is pending; returns each turn's ending (errors are recorded, not raised)."""
         outcomes: list[TurnOutcome] = []
         self._abort = asyncio.Event()
+        if not self._wake and not self._resume_pending:
+            return outcomes  # only non-waking context is pending: it waits for a real boundary
+        self._wake = self._resume_pending = False
         while self.inbox.has_pending() and not self._abort.is_set():
             outcome = await self._turn()
             outcomes.append(outcome)
