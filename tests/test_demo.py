@@ -126,3 +126,18 @@ def test_request_check__accepts_a_repaired_history() -> None:
     )
     assert isinstance(item, Reply)
     assert check.passed is True and check.answered == 1 and check.unknown_outcome_seen is True
+
+
+def test_demo__the_agentlog_demo_command_through_the_runner_and_as_a_subprocess(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["demo", "--store", str(tmp_path / "runner"), "--json"])
+    assert result.exit_code == 0, result.output
+    document = orjson.loads(result.stdout)
+    assert document["ok"] is True
+    script = Path(sys.executable).with_name("agentlog")
+    command = [str(script), "demo"] if script.exists() else [sys.executable, "-m", "agentlog.cli", "demo"]
+    completed = subprocess.run(
+        [*command, "--store", str(tmp_path / "subprocess")], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert DEMO_MODEL_LABEL in completed.stdout
