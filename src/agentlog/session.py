@@ -33,6 +33,9 @@ from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTyp
 from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _speedups, snapshot_dict, snapshot_json
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
+    MESSAGE_EVENT_TYPES,
+    check_message_event_shape,
+    check_request_header_shape,
     check_seed_envelope,
     event_from_restored,
     legacy_request_header_problem,
@@ -301,13 +304,17 @@ class Session:
                 "seed must be contiguous from 0",
                 index=index,
             )
-        if etype in self._validators:
-            try:
-                self._registry.validate(etype, entry["data"])
-            except EventDataError as err:
-                raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
         if event is None:
             event = event_from_restored(entry) if restore else new_event(entry)
+        self._commit_seed_event(index, etype, event)
+
+    def _commit_seed_event(self, index: int, etype: str, event: Event) -> None:
+        """The last two seed layers, shared by every path: plugin validators, then the surface."""
+        if etype in self._validators:
+            try:
+                self._registry.validate(etype, event["data"])
+            except EventDataError as err:
+                raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
         surface = self._surface
         try:
             plan = surface.validate_next(event)
@@ -318,6 +325,21 @@ class Session:
             raise InvalidSeedError(f"invalid seed event at index {index}: {text}", index=index) from err
         self._log.append(event)
         surface._commit(event, plan)
+
+    def _load_special(self, index: int, entry: Any, event: Event) -> None:
+        """A restored event the accelerator already envelope-checked: only its type's own rules remain."""
+        etype = event["type"]
+        if etype == "request/header":
+            check_request_header_shape(entry["data"], index)
+            problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
+            if problem is not None:
+                raise InvalidSeedError(problem, index=index)
+        elif etype in MESSAGE_EVENT_TYPES:
+            check_message_event_shape(entry, f"seed {etype} at index {index}", InvalidSeedError)
+        elif etype == "request/header-delta":
+            self._load_entry(index, entry, True, event)  # the envelope layer reports the legacy refusal
+            return
+        self._commit_seed_event(index, etype, event)
 
     def _load_restored_fast(self, seed: list[Any]) -> int:
         """Restore the plainly valid part of a parsed seed in C; return where the Python path resumes.
@@ -336,7 +358,7 @@ class Session:
             if index > done:
                 log.extend(events[done:index])
                 surface._skip_log_only(index - 1)
-            self._load_entry(index, seed[index], True, events[index])
+            self._load_special(index, seed[index], events[index])
             done = index + 1
         if stop > done:
             log.extend(events[done:stop])

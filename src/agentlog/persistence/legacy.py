@@ -113,6 +113,17 @@ def assert_supported_events(session_id: object, events: Iterable[Mapping[str, An
     """
     mode_set: Mapping[str, Any] | None = None
     fallback: Mapping[str, Any] | None = None
+    if isinstance(events, list):
+        # Whole logs: one pass collects the types present; only header events can then still matter.
+        try:
+            present = {event.get("type") for event in events}
+        except (TypeError, AttributeError):  # damaged data: the general loop below reports it
+            present = None
+        if present is not None:
+            if not present & _REMOVED_TYPES:
+                return
+            if _HEADER_DELTA not in present and _MODE_SET not in present:
+                events = [event for event in events if event.get("type") == _REQUEST_HEADER]
     for event in events:
         try:
             etype = event.get("type")
