@@ -45,10 +45,6 @@ def dumps(value: Any) -> bytes:
     return _dumps_iterative(value)
 
 
-def _scalar_bytes(value: Any) -> bytes:
-    return orjson.dumps(value)
-
-
 def _dumps_iterative(value: Any) -> bytes:
     out: list[bytes] = []
     # Work items: ("v", value) to emit a value, or ("raw", bytes) to emit literal text.
@@ -81,7 +77,7 @@ def _dumps_iterative(value: Any) -> bytes:
                 if index:
                     work.append(("raw", b","))
             continue
-        out.append(_scalar_bytes(item))
+        out.append(orjson.dumps(item))
     return b"".join(out)
 
 

@@ -98,7 +98,6 @@ class FrozenList(list[Any]):
 
 
 EMPTY_FROZEN_DICT = FrozenDict()
-EMPTY_FROZEN_LIST = FrozenList()
 
 # Container types the gate walks. Subclasses that agentlog itself defines (the frozen event) are added
 # by their module; any other dict/list subclass is refused because it may carry behaviour or state
@@ -337,9 +336,7 @@ def _configure_speedups() -> None:
 _configure_speedups()
 
 snapshot_container = _c_snapshot_container if ACCELERATED else _py_snapshot_container
-"""Gate for a value already known to be a dict or list of an accepted type."""
-snapshot_dict = snapshot_container
-"""Gate for a value already known to be a ``dict`` (the append hot path)."""
+"""Gate for a value already known to be a dict or list of an accepted type (the append hot path)."""
 
 
 def seal_as(cls: type, record: dict[str, Any]) -> Any:

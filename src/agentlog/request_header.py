@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .jsonvalue import FrozenDict
-
 _MISSING: Any = object()
 
 
@@ -111,8 +109,3 @@ def fold_request_header(events: Iterable[Mapping[str, Any]], base: Any = None) -
             if isinstance(header, Mapping):
                 state = canonical_header(header)
     return state
-
-
-def frozen_canonical_header(header: Mapping[str, Any]) -> FrozenDict:
-    """Canonical header as a frozen dict (its values are already-frozen event data)."""
-    return FrozenDict(canonical_header(header))

@@ -30,7 +30,7 @@ from .errors import (
     describe_error,
 )
 from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types, new_event
-from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _speedups, snapshot_dict, snapshot_json
+from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _speedups, snapshot_container, snapshot_json
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
     MESSAGE_EVENT_TYPES,
@@ -415,7 +415,7 @@ class Session:
         if type.__class__ is not str:
             raise InvalidEventError(f"session event type must be a string, got {type!r}")
         try:
-            data_copy = snapshot_dict(data) if data.__class__ is dict else snapshot_json(data)
+            data_copy = snapshot_container(data) if data.__class__ is dict else snapshot_json(data)
         except NonJsonValueError as err:
             raise InvalidEventError(
                 f'session event "{type}" carries non-JSON-serializable data: {err}'

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..errors import AgentlogError
-from ..jsonvalue import thaw
 from ..session import Session
 
 Target = Literal["next-turn", "next-step"]
@@ -149,8 +148,3 @@ class Inbox:
             ):
                 raise InboxError(f"invalid persisted inbox splice at session seq {event['seq']}")
             items[begin : begin + removed] = list(inserted)
-
-
-def plain(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A mutable copy of a (frozen) message, for callers that want to edit one before re-sending."""
-    return thaw(message)  # type: ignore[no-any-return]

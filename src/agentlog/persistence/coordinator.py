@@ -254,10 +254,6 @@ def _drain_at_exit(reference: weakref.ReferenceType[PersistenceCoordinator]) -> 
             logger.warning("persistence drain at exit failed: %s", describe_error(err))
 
 
-def _empty_view(session: Session) -> SessionView:
-    raise SessionNotFoundError(f'session "{session.id}" has no events to view')
-
-
 def _js_opt(value: Any) -> str:
     """An optional header field as the original prints it (absent is ``undefined``)."""
     return "undefined" if value is None else str(value)
@@ -451,15 +447,7 @@ class PersistenceCoordinator:
             live = self._live_session(session_id)
             if live is not None:
                 return SessionSnapshot(live.header, live.events)
-            reserved = self._reserved.get(session_id)
-            if reserved is not None:
-                return SessionSnapshot(reserved.meta, reserved.events)  # held by a preparation: its view
-            source = self._cache.get(session_id)
-            if source is None or self.backend.read_revision(session_id) != source.revision:
-                source = self._read_source(session_id)
-                self._cache_put(session_id, source)
-            else:
-                self._cache.move_to_end(session_id)
+            source = self._cold_source(session_id)
             return SessionSnapshot(source.meta, source.events)
 
     def view(self, session_id: str) -> SessionView:
@@ -469,15 +457,29 @@ class PersistenceCoordinator:
         It answers "what would the model see if this session were resumed now?" for inspection tools;
         to continue the session, use :meth:`resume`.
         """
-        snapshot = self.inspect(session_id)
-        live = self._live_session(session_id)
-        if live is not None:
-            return live.at(live.seq - 1) if live.seq else _empty_view(live)
         with self._serialized(session_id):
-            source = self._reserved.get(session_id) or self._cache.get(session_id)
-            if source is None or source.events is not snapshot.events:
-                source = self._read_source(session_id)
-            return source.session.at(len(source.events) - 1) if len(source.events) else _empty_view(source.session)
+            session = self._live_session(session_id)
+            length = len(session.events) if session is not None else 0
+            if session is None:
+                source = self._cold_source(session_id)
+                session, length = source.session, len(source.events)
+            if not length:
+                raise SessionNotFoundError(f'session "{session_id}" has no events to view')
+            return session.at(length - 1)
+
+    def _cold_source(self, session_id: str) -> _Source:
+        """The stored session as inspection sees it (caller holds the id's serialization): a held
+        reservation's view, else the cached read while its revision is current, else a fresh read."""
+        reserved = self._reserved.get(session_id)
+        if reserved is not None:
+            return reserved  # held by a preparation: its (possibly older) view
+        source = self._cache.get(session_id)
+        if source is None or self.backend.read_revision(session_id) != source.revision:
+            source = self._read_source(session_id)
+            self._cache_put(session_id, source)
+        else:
+            self._cache.move_to_end(session_id)
+        return source
 
     def _cache_put(self, session_id: str, source: _Source) -> None:
         self._cache[session_id] = source
