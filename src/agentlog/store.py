@@ -74,8 +74,10 @@ class _Hooks:
         if not callable(fn):
             raise TypeError(f"{hook} hook must be callable")
         record = (self._scope, fn)
-        listeners = self._store._listeners[hook]
+        store = self._store
+        listeners = store._listeners[hook]
         listeners.append(record)
+        store._resolved.clear()
         removed = False
 
         def unsubscribe() -> None:
@@ -86,6 +88,7 @@ class _Hooks:
                     listeners.remove(record)
                 except ValueError:
                     pass
+                store._resolved.clear()
 
         if self._scope is not None:
             self._scope._unsubscribers.append(unsubscribe)
@@ -150,6 +153,7 @@ class Scope(_Hooks):
             self._detaches.pop()()
         while self._unsubscribers:
             self._unsubscribers.pop()()
+        self._store._resolved.clear()  # drop cached snapshots keyed by this scope
 
     def __enter__(self) -> Scope:
         return self
@@ -167,6 +171,7 @@ class SessionStore(_Hooks):
         self._now: Clock = now or wall_clock_ms
         self._entries: dict[str, _Entry] = {}
         self._listeners: dict[str, list[tuple[Scope | None, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
+        self._resolved: dict[tuple[str, Scope | None], list[Callable[..., Any]]] = {}
         self._counter = itertools.count(1)
 
     # -- building ----------------------------------------------------------------------------------
@@ -307,13 +312,26 @@ class SessionStore(_Hooks):
 
     # -- dispatch ----------------------------------------------------------------------------------
     def _resolve(self, entry: _Entry, hook: str, args: tuple[Any, ...]) -> builtins.list[Callable[..., Any]]:
-        """The listener snapshot for one dispatch; ``event`` resolution runs the interceptors first."""
+        """The listener snapshot for one dispatch; ``event`` resolution runs the interceptors first.
+
+        Snapshots are cached per (hook, scope) until a registration changes: every append of an
+        attached session resolves ``event``, and re-filtering the registrations each time is waste.
+        Callers never mutate a snapshot, and a registration made during a dispatch clears the cache
+        without touching the snapshot already being iterated.
+        """
         scope = entry.scope
         if hook == "event":
-            for owner, interceptor in list(self._listeners["before_event"]):
-                if owner is None or owner is scope:
-                    interceptor(*args)
-        return [fn for owner, fn in self._listeners[hook] if owner is None or owner is scope]
+            for interceptor in self._snapshot("before_event", scope):
+                interceptor(*args)
+        return self._snapshot(hook, scope)
+
+    def _snapshot(self, hook: str, scope: Scope | None) -> builtins.list[Callable[..., Any]]:
+        key = (hook, scope)
+        snapshot = self._resolved.get(key)
+        if snapshot is None:
+            snapshot = [fn for owner, fn in self._listeners[hook] if owner is None or owner is scope]
+            self._resolved[key] = snapshot
+        return snapshot
 
     def _emit_disposed(self, entry: _Entry) -> None:
         session = entry.session
