@@ -254,6 +254,14 @@ def _drain_at_exit(reference: weakref.ReferenceType[PersistenceCoordinator]) -> 
             logger.warning("persistence drain at exit failed: %s", describe_error(err))
 
 
+def _seed_covers(seed: Sequence[Any], stored: Sequence[Any]) -> bool:
+    """Whether a live session's events begin with exactly the stored events (compared as JSON text,
+    as the original compares ``JSON.stringify`` output)."""
+    if len(seed) < len(stored):
+        return False
+    return all(event_json(seed[i]) == event_json(snapshot_json(event)) for i, event in enumerate(stored))
+
+
 def _js_opt(value: Any) -> str:
     """An optional header field as the original prints it (absent is ``undefined``)."""
     return "undefined" if value is None else str(value)
@@ -344,7 +352,11 @@ class PersistenceCoordinator:
         )
 
     # -- cold reads ------------------------------------------------------------------------------------
-    def _validate(self, session_id: str, stored: Any) -> _Source:
+    def _interpret(self, session_id: str, stored: Any, *, adopt: Any = None, wrap: bool = False) -> Any:
+        """A stored prefix's events, checked and upgraded in the original's order: identity, format
+        version, removed vocabulary, legacy shapes, unknown types. ``wrap`` reports shape problems as
+        corruption of the stored session (cold loads); the suffix read and live adoption raise them as is.
+        """
         meta = stored.meta
         if not isinstance(meta, dict) or meta.get("id") != session_id:
             header_id = meta.get("id") if isinstance(meta, dict) else None
@@ -356,10 +368,17 @@ class PersistenceCoordinator:
         legacy.assert_version(session_id, meta, location=location)
         try:
             legacy.assert_supported_events(session_id, stored.events)
-            events = legacy.normalize_stored_events(session_id, stored.events)
+            events = legacy.normalize_stored_events(session_id, stored.events, adopt=adopt)
         except _WRAPPED as err:
-            raise self._corruption(session_id, meta, err) from err
+            if wrap:
+                raise self._corruption(session_id, meta, err) from err
+            raise
         legacy.assert_events_known(session_id, events, self._registry, location=location)
+        return events
+
+    def _validate(self, session_id: str, stored: Any) -> _Source:
+        events = self._interpret(session_id, stored, wrap=True)
+        meta = stored.meta
         try:
             closers = interrupted_turn_closers(events) if events else []
             balanced = [*events, *closers]
@@ -512,18 +531,9 @@ class PersistenceCoordinator:
             stored = self.backend.load_stored(session_id)
             if stored is None:
                 raise SessionNotFoundError(f'session "{session_id}" not found')
-            meta = stored.meta
-            if meta.get("id") != session_id:
-                raise SessionPersistenceCorruptionError(
-                    f'stored session identity mismatch: requested "{session_id}", header contains "{meta.get("id")}"'
-                )
-            location = self._location(meta)
-            legacy.assert_version(session_id, meta, location=location)
-            legacy.assert_supported_events(session_id, stored.events)
-            events = legacy.normalize_stored_events(session_id, stored.events, adopt=_adopt_stored)
-            legacy.assert_events_known(session_id, events, self._registry, location=location)
+            events = self._interpret(session_id, stored, adopt=_adopt_stored)
             suffix = [snapshot_json(event) for event in events[from_seq:]]
-            return SessionSnapshot(snapshot_json(meta), EventsView(suffix, len(suffix)))
+            return SessionSnapshot(snapshot_json(stored.meta), EventsView(suffix, len(suffix)))
 
     def _wait_unreserved(self, session_id: str) -> None:
         with self._cond:
@@ -751,12 +761,8 @@ class PersistenceCoordinator:
     def _require_prefix(self, session: Session, count: int, problem: str) -> None:
         stored = self.backend.load_stored(session.id)
         events = legacy.normalize_stored_events(session.id, stored.events) if stored is not None else []
-        seed = session.events
-        if len(events) < count or len(seed) < count:
+        if len(events) < count or not _seed_covers(session.events, events[:count]):
             raise SessionCollisionError(f'session "{session.id}" {problem}')
-        for index in range(count):
-            if event_json(seed[index]) != event_json(snapshot_json(events[index])):
-                raise SessionCollisionError(f'session "{session.id}" {problem}')
 
     def _adopt(self, session: Session, stored: Any) -> int:
         """A live session whose log already exists (a hot reload): its seed must cover the stored prefix."""
@@ -772,20 +778,12 @@ class PersistenceCoordinator:
                 f"(persisted: {_js_opt(meta.get('cwd'))}, live: {_js_opt(session.header.get('cwd'))}) "
                 "(id collision)"
             )
-        legacy.assert_version(session_id, meta)
-        legacy.assert_supported_events(session_id, stored.events)
-        events = legacy.normalize_stored_events(session_id, stored.events)
-        legacy.assert_events_known(session_id, events, self._registry)
-        seed = session.events
-        collision = (
-            f'session "{session_id}" already has a persisted log on disk that does not match this live session '
-            "(id collision)"
-        )
-        if len(seed) < len(events):
-            raise SessionCollisionError(collision)
-        for index, event in enumerate(events):
-            if event_json(seed[index]) != event_json(snapshot_json(event)):
-                raise SessionCollisionError(collision)
+        events = self._interpret(session_id, stored)
+        if not _seed_covers(session.events, events):
+            raise SessionCollisionError(
+                f'session "{session_id}" already has a persisted log on disk that does not match this live '
+                "session (id collision)"
+            )
         if stored.torn_marker is not None:
             self.backend.commit_repair(meta, stored.torn_marker, [])
         self._states[session_id] = _State(meta, len(events), True, session)
