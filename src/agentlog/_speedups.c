@@ -204,97 +204,6 @@ snapshot(PyObject *module, PyObject *value)
     return result;
 }
 
-/* freeze(v): frozen, untracked copy of an already-parsed JSON graph, without validating leaves (the
- * restore path: the graph came from a JSON parser). Plain dicts and lists become frozen containers;
- * anything else is kept as it is. NULL without error = give up (too deep). */
-static PyObject *
-freeze(PyObject *v, int depth)
-{
-    PyTypeObject *t = Py_TYPE(v);
-    if (t != &PyDict_Type && t != &PyList_Type) {
-        Py_INCREF(v);
-        return v;
-    }
-    if (depth >= MAX_DEPTH) {
-        return NULL;
-    }
-    if (t == &PyDict_Type) {
-        PyObject *out = PyDict_Type.tp_new(frozen_dict_type, empty_tuple, NULL);
-        if (out == NULL) {
-            return NULL;
-        }
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        int untrack = 1;
-        while (PyDict_Next(v, &pos, &key, &value)) {
-            PyObject *child = freeze(value, depth + 1);
-            if (child == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            if (PyObject_IS_GC(child) && PyObject_GC_IsTracked(child)) {
-                untrack = 0;
-            }
-            int rc = PyDict_SetItem(out, key, child);
-            Py_DECREF(child);
-            if (rc < 0) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        }
-        if (untrack) {
-            PyObject_GC_UnTrack(out);
-        }
-        return out;
-    }
-    PyObject *out = PyType_GenericNew(frozen_list_type, empty_tuple, NULL);
-    if (out == NULL) {
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(v);
-    int untrack = 1;
-    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(v); i++) {
-        PyObject *child = freeze(PyList_GET_ITEM(v, i), depth + 1);
-        if (child == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        if (PyObject_IS_GC(child) && PyObject_GC_IsTracked(child)) {
-            untrack = 0;
-        }
-        int rc = PyList_Append(out, child);
-        Py_DECREF(child);
-        if (rc < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-    }
-    /* Untracking is only sound when every child is itself untracked (a scalar or a frozen container). */
-    if (untrack) {
-        PyObject_GC_UnTrack(out);
-    }
-    return out;
-}
-
-static PyObject *
-freeze_tree(PyObject *module, PyObject *value)
-{
-    if (frozen_dict_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
-        return NULL;
-    }
-    PyObject *result = freeze(value, 0);
-    if (result == NULL) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        Py_INCREF(give_up);
-        return give_up;
-    }
-    return result;
-}
-
-
 /* freeze_owned(v): freeze an exclusively owned, freshly parsed graph IN PLACE, without allocating.
  *
  * The restore path's contract is that the caller hands over graphs nobody else references (they come
@@ -726,7 +635,6 @@ error:
 
 static PyMethodDef methods[] = {
     {"snapshot", (PyCFunction)snapshot, METH_O, "Frozen copy of a plainly valid JSON value, or GIVE_UP."},
-    {"freeze_tree", (PyCFunction)freeze_tree, METH_O, "Frozen copy of a parsed JSON graph (no validation), or GIVE_UP."},
     {"restore_events", (PyCFunction)(void (*)(void))restore_events, METH_FASTCALL,
      "Envelope-check, freeze and seal restored events; report the ones needing Python checks."},
     {"freeze_owned_tree", (PyCFunction)freeze_owned_tree, METH_O,
