@@ -13,17 +13,16 @@ function layers beyond JSON encoding/decoding.
 
 from __future__ import annotations
 
-import gc
 import math
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any, Final, TypeAlias
 
 import zstandard
 
+from .._gc import gc_paused
 from ..errors import PersistenceError, SessionPersistenceCorruptionError
 from ..events import Event as _Event
 from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
@@ -879,7 +878,7 @@ def scan_rows(
     last_turn_end = _last_turn_end(rows, limits)
     if len(rows) < _GC_PAUSE_ROWS:
         return _scan_forward(rows, base, last_turn_end, location, limits)
-    with _gc_paused():
+    with gc_paused():
         return _scan_forward(rows, base, last_turn_end, location, limits)
 
 
@@ -943,35 +942,6 @@ def _scan_forward(
 # --- garbage-collector pause ----------------------------------------------------------------------
 
 _GC_PAUSE_ROWS: Final = 256
-_gc_mutex = threading.Lock()
-_gc_pausers = 0
-_gc_resume = False
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Defer the cyclic garbage collector while a large log is decoded.
-
-    A cold load allocates hundreds of thousands of small dicts that all stay alive. In a process that
-    already holds a large heap (a live store, other sessions) those allocations trigger full
-    collections that re-traverse everything, which more than doubles the load time measured on the
-    benchmark workload. Decoded values are acyclic, so deferring collection loses nothing; the young
-    objects are still examined by the next ordinary collection. The pause is reference-counted across
-    threads and re-enables the collector only if it was enabled when the first pause began.
-    """
-    global _gc_pausers, _gc_resume
-    with _gc_mutex:
-        if _gc_pausers == 0:
-            _gc_resume = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
-    try:
-        yield
-    finally:
-        with _gc_mutex:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_resume:
-                gc.enable()
 
 
 def scan_next_seq(

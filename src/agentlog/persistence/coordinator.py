@@ -21,7 +21,6 @@ import asyncio
 import atexit
 import builtins
 import contextlib
-import gc
 import heapq
 import itertools
 import logging
@@ -33,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._gc import gc_paused
 from .._js import js_string
 from ..errors import (
     AgentlogError,
@@ -77,21 +77,6 @@ class SessionSnapshot:
     events: EventsView
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cycle collector while a stored log is parsed and restored.
-
-    A cold load creates hundreds of thousands of containers that cannot form cycles (they come from a
-    JSON parser). Left on, CPython's full collections would traverse the growing heap several times
-    during one load and cost more than the parse. Collection resumes (if it was on) when the load ends.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # --- write-behind -----------------------------------------------------------------------------------

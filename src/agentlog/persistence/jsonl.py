@@ -23,19 +23,18 @@ Durability model, and why it is safe without a journal:
 from __future__ import annotations
 
 import bisect
-import contextlib
 import fcntl
 import functools
-import gc
 import os
 import re
 import secrets
 import struct
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from .._gc import gc_paused
 from ..chunkrows import pack_chunk_runs
 from ..errors import (
     AgentlogError,
@@ -216,21 +215,6 @@ def _same_file(path: str, other: str) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic collector while a log is parsed into ~10^5 fresh dicts.
-
-    Allocation-triggered collections re-traverse the whole growing graph, which made a cold load of a
-    100k-event log ~2.5x slower. Parsed JSON graphs are acyclic, so nothing collectable accumulates;
-    the collector is re-enabled (if it was on) as soon as parsing ends.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _describe(err: BaseException) -> str:
@@ -637,7 +621,7 @@ class JsonlBackend:
             return None
         data, revision = read
         try:
-            with _gc_paused():
+            with gc_paused():
                 meta, events, marker = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
         except SessionFormatUnsupportedError as err:
             raise SessionFormatUnsupportedError(f"{err.message} (raw log: {path})", location=path) from None
