@@ -17,7 +17,7 @@ import builtins
 import inspect
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import (
@@ -380,27 +380,15 @@ class SessionStore(_Hooks):
                     "use 'await store.aflush(session)'",
                     code="ASYNC_FLUSH_IN_LOOP",
                 )
-            outcomes = [
-                _settled(next(settled)) if kind == "await" else (kind, value) for kind, value in outcomes
-            ]
-        for kind, value in outcomes:
-            if kind == "err":
-                raise value
-        return bool(outcomes)
+            return _first_failure_or_participation(outcomes, settled)
+        return _first_failure_or_participation(outcomes, iter(()))
 
     async def aflush(self, session: Session) -> bool:
         """Async form of :meth:`flush` (listeners may be coroutines; all settle before raising)."""
         outcomes = self._start_flush(session)
         pending = [value for kind, value in outcomes if kind == "await"]
-        if pending:
-            settled = iter(await _settle(pending))
-            outcomes = [
-                _settled(next(settled)) if kind == "await" else (kind, value) for kind, value in outcomes
-            ]
-        for kind, value in outcomes:
-            if kind == "err":
-                raise value
-        return bool(outcomes)
+        settled = iter(await _settle(pending)) if pending else iter(())
+        return _first_failure_or_participation(outcomes, settled)
 
     # -- fork ----------------------------------------------------------------------------------------
     def fork(self, source: Session | str, boundary: int | None = None, child_id: str | None = None) -> Session:
@@ -474,5 +462,13 @@ async def _settle(awaitables: builtins.list[Any]) -> builtins.list[Any]:
     return await asyncio.gather(*awaitables, return_exceptions=True)
 
 
-def _settled(result: Any) -> tuple[str, Any]:
-    return ("err", result) if isinstance(result, BaseException) else ("ok", result)
+def _first_failure_or_participation(outcomes: builtins.list[tuple[Any, Any]], settled: Iterator[Any]) -> bool:
+    """Raise the first failure in listener order (awaited results taken from ``settled`` in order);
+    otherwise whether any listener participated."""
+    for kind, value in outcomes:
+        if kind == "await":
+            value = next(settled)
+            kind = "err" if isinstance(value, BaseException) else "ok"
+        if kind == "err":
+            raise value
+    return bool(outcomes)

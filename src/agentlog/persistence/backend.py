@@ -102,6 +102,13 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def check_reader_limits(**limits: object) -> None:
+    """Refuse non-positive reader limits (frame, line and nesting caps) with the option's name."""
+    for label, limit in limits.items():
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"{label} must be a positive integer, got {limit!r}")
+
+
 def event_json(event: WireEvent) -> bytes:
     """The event's JSON bytes, serialized once.
 

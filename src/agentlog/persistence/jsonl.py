@@ -61,7 +61,7 @@ from ._zstdframes import (
     decompress_torn_frame,
     scan_zstd_frames,
 )
-from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits, event_json
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -286,13 +286,7 @@ class JsonlBackend:
     ) -> None:
         if compression not in _SUFFIXES:
             raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
-        for label, limit in (
-            ("max_frame_bytes", max_frame_bytes),
-            ("max_line_bytes", max_line_bytes),
-            ("max_depth", max_depth),
-        ):
-            if type(limit) is not int or limit < 1:
-                raise ValueError(f"{label} must be a positive integer, got {limit!r}")
+        check_reader_limits(max_frame_bytes=max_frame_bytes, max_line_bytes=max_line_bytes, max_depth=max_depth)
         # Resolved once, so a later chdir cannot move the store (and locate() stays pure).
         self.root = os.path.abspath(os.fspath(root))
         self.compression = compression
@@ -610,8 +604,8 @@ class JsonlBackend:
             position = data.find(ZSTD_MAGIC_BYTES, position + 1)
         return None
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
-        """The valid stored prefix (spec §4.7). Never writes; damage raises, a torn tail is reported."""
+    def _read_log(self, session_id: str) -> tuple[str, bytes, str] | None:
+        """``(path, bytes, revision)`` of the session's transcript read at one stable revision, or None."""
         self._preflight()
         path = self._find_log(session_id)
         if path is None:
@@ -619,7 +613,14 @@ class JsonlBackend:
         read = self._read_stable(path)
         if read is None:
             return None
-        data, revision = read
+        return path, read[0], read[1]
+
+    def load_stored(self, session_id: str) -> StoredPrefix | None:
+        """The valid stored prefix (spec §4.7). Never writes; damage raises, a torn tail is reported."""
+        found = self._read_log(session_id)
+        if found is None:
+            return None
+        path, data, revision = found
         try:
             with gc_paused():
                 meta, events, marker = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
@@ -640,14 +641,10 @@ class JsonlBackend:
 
     def read_raw(self, session_id: str) -> RawArtifact | None:
         """The decoded logical text, exactly as stored (packed rows, key order); a torn frame is omitted."""
-        self._preflight()
-        path = self._find_log(session_id)
-        if path is None:
+        found = self._read_log(session_id)
+        if found is None:
             return None
-        read = self._read_stable(path)
-        if read is None:
-            return None
-        data, _ = read
+        path, data, _ = found
         if self._zstd:
             scan = self._scan_frames(data, path)
             if not scan.frames:

@@ -43,7 +43,7 @@ from ..errors import (
 )
 from ..jsoncodec import DEFAULT_MAX_DEPTH
 from . import _sqlite_codec as codec
-from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent
+from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from .jsonl import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
 
 __all__ = [
@@ -209,13 +209,7 @@ class SqliteBackend:
             raise ValueError(f"journal_mode must be one of {', '.join(JOURNAL_MODES)}, got {journal_mode!r}")
         if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS:
             raise ValueError(f"busy_timeout_ms must be an integer in 0..{MAX_BUSY_TIMEOUT_MS}, got {busy_timeout_ms!r}")
-        for label, limit in (
-            ("max_frame_bytes", max_frame_bytes),
-            ("max_line_bytes", max_line_bytes),
-            ("max_depth", max_depth),
-        ):
-            if type(limit) is not int or limit < 1:
-                raise ValueError(f"{label} must be a positive integer, got {limit!r}")
+        check_reader_limits(max_frame_bytes=max_frame_bytes, max_line_bytes=max_line_bytes, max_depth=max_depth)
         raw = os.fspath(path)
         self._memory = raw == MEMORY
         self.path = raw if self._memory else os.path.abspath(raw)
