@@ -109,6 +109,19 @@ def _loads_iterative(text: str, max_depth: int) -> Any:
     def fail(message: str) -> JsonDecodeError:
         return JsonDecodeError(f"invalid JSON at char {pos}: {message}")
 
+    def read_key(at: int) -> tuple[str, int]:
+        """An object key and its colon at ``at``; returns the key and the position of its value."""
+        if at >= n or text[at] != '"':
+            raise JsonDecodeError(f"invalid JSON at char {at}: expected an object key")
+        try:
+            key, at = scanstring(text, at + 1, True)
+        except json.JSONDecodeError as err:
+            raise JsonDecodeError(f"invalid JSON at char {at}: {err.msg}") from None
+        at = _WS.match(text, at).end()  # type: ignore[union-attr]
+        if at >= n or text[at] != ":":
+            raise JsonDecodeError(f"invalid JSON at char {at}: expected ':'")
+        return key, _WS.match(text, at + 1).end()  # type: ignore[union-attr]
+
     while True:
         if pos >= n:
             raise fail("unexpected end of text")
@@ -128,14 +141,7 @@ def _loads_iterative(text: str, max_depth: int) -> Any:
                 pos += 1
             else:
                 if ch == "{":
-                    if pos >= n or text[pos] != '"':
-                        raise fail("expected an object key")
-                    key, pos = scanstring(text, pos + 1, True)
-                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                    if pos >= n or text[pos] != ":":
-                        raise fail("expected ':'")
-                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-                    stack[-1][1] = key
+                    stack[-1][1], pos = read_key(pos)
                 continue
         elif ch == '"':
             try:
@@ -174,14 +180,7 @@ def _loads_iterative(text: str, max_depth: int) -> Any:
             if sep == ",":
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
                 if isinstance(top[0], dict):
-                    if pos >= n or text[pos] != '"':
-                        raise fail("expected an object key")
-                    key, pos = scanstring(text, pos + 1, True)
-                    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-                    if pos >= n or text[pos] != ":":
-                        raise fail("expected ':'")
-                    pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-                    top[1] = key
+                    top[1], pos = read_key(pos)
                 break
             expected = "}" if isinstance(top[0], dict) else "]"
             if sep != expected:
