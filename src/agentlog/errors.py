@@ -174,3 +174,60 @@ class SessionCollisionError(PersistenceError):
     """A live session's id collides with different persisted or live state."""
 
     code = "SESSION_COLLISION"
+
+
+# --- added for the trust fixes (issue 7); helpers raise these, never bare OSError/RuntimeError ------
+
+
+class SessionDisposedError(AgentlogError, RuntimeError):
+    """The session was disposed: an append now would never reach the store, so it is refused."""
+
+    code = "SESSION_DISPOSED"
+
+
+class InvalidSessionIdError(AgentlogError, ValueError):
+    """A session id the backend cannot hold (too long for the file system, forbidden characters)."""
+
+    code = "INVALID_SESSION_ID"
+
+
+class UnknownEventTypeError(InvalidEventError):
+    """An unregistered, non-ignorable event type; register it with ``event_types.register(...)``."""
+
+    code = "UNKNOWN_EVENT_TYPE"
+
+
+class ToolPairingError(AgentlogError, ValueError):
+    """Derived messages hold a tool call without its result (or a result without its call)."""
+
+    code = "UNPAIRED_TOOL_CALL"
+
+
+class StoreNotFoundError(PersistenceError, LookupError):
+    """A read-only command was pointed at a store that does not exist (nothing was created)."""
+
+    code = "STORE_NOT_FOUND"
+
+
+class StorageAccessError(PersistenceError):
+    """The operating system refused a storage operation; ``path`` names the file, the message the remedy.
+
+    ``code`` is one of ``STORAGE_PERMISSION_DENIED``, ``STORAGE_FULL``, ``STORAGE_READ_ONLY``,
+    ``STORAGE_NOT_A_FILE`` (a directory, FIFO, device or symlink where a regular file belongs),
+    ``STORAGE_NOT_A_DIRECTORY`` or ``STORAGE_IO``. Committed data is untouched.
+    """
+
+    code = "STORAGE_IO"
+
+    def __init__(self, message: str, *, code: str | None = None, path: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.path = path
+
+
+class ResourceExhaustedError(PersistenceError, MemoryError):
+    """Out of memory (or over a configured load budget) while reading: never treated as corruption.
+
+    Nothing was truncated or repaired; retry with more memory or a larger budget.
+    """
+
+    code = "RESOURCE_EXHAUSTED"
