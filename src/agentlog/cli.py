@@ -31,7 +31,7 @@ from rich.table import Table
 
 from .errors import AgentlogError, SessionExistsError, SessionNotFoundError
 from .jsonvalue import thaw
-from .persistence.backend import Backend
+from .persistence.backend import Backend, StoredPrefix
 from .persistence.coordinator import PersistenceCoordinator
 from .repair import interrupted_turn_closers
 from .session import SeqOutOfRangeError, Session
@@ -114,10 +114,18 @@ def ls_command(
     cursor: Annotated[str | None, typer.Option("--cursor", help="Show sessions after this id.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 50,
 ) -> None:
-    """List stored sessions (damaged or foreign headers are reported, not hidden)."""
+    """List stored sessions from their headers (damaged or foreign headers are reported, not hidden).
+
+    Only each session's header is read, so listing stays cheap however long the logs are: event counts
+    are not reported (``events`` and ``lastActivity`` are ``null`` in ``--json``); ``agentlog verify``
+    reads and checks whole logs.
+    """
     try:
         storage = open_backend(store, backend, compression)
-        listings = storage.list_sessions()
+        try:
+            listings = storage.list_sessions()
+        finally:
+            storage.close()
     except AgentlogError as err:
         _fail(err, as_json)
     listings = [item for item in listings if cursor is None or item.id > cursor]
@@ -125,61 +133,49 @@ def ls_command(
     next_cursor = page[-1].id if len(listings) > limit else None
     rows: list[dict[str, Any]] = []
     for item in page:
-        row: dict[str, Any] = {
-            "id": item.id,
-            "createdAt": None,
-            "cwd": None,
-            "parentSession": None,
-            "events": None,
-            "lastActivity": None,
-            "error": None,
-        }
-        if item.header is not None:
-            row["createdAt"] = item.header.get("createdAt")
-            row["cwd"] = item.header.get("cwd")
-            row["parentSession"] = item.header.get("parentSession")
-        if item.error_code is not None:
-            row["error"] = {"code": item.error_code, "message": item.error_message}
-        else:
-            try:
-                stored = storage.load_stored(item.id)
-            except AgentlogError as err:
-                row["error"] = {"code": err.code, "message": str(err)}
-            else:
-                if stored is not None:
-                    row["events"] = len(stored.events)
-                    row["lastActivity"] = stored.events[-1]["time"] if stored.events else row["createdAt"]
-        rows.append(row)
-    storage.close()
+        header = item.header or {}
+        rows.append(
+            {
+                "id": item.id,
+                "createdAt": header.get("createdAt"),
+                "cwd": header.get("cwd"),
+                "parentSession": header.get("parentSession"),
+                "events": None,  # not counted: ls reads headers only
+                "lastActivity": None,
+                "error": None if item.error_code is None else {"code": item.error_code, "message": item.error_message},
+            }
+        )
     if as_json:
         _emit_json({"sessions": rows, "nextCursor": next_cursor})
         return
     table = Table(title=f"sessions in {_store_root(store)}", show_lines=False)
-    for column in ("id", "created", "cwd", "parent", "events", "last activity"):
-        table.add_column(column, justify="right" if column == "events" else "left")
+    table.add_column("id", overflow="fold")
+    for column in ("created", "cwd", "parent", "status"):
+        table.add_column(column, overflow="fold")
+    cells: list[list[str]] = []
     for row in rows:
-        if row["error"] is not None:
-            table.add_row(
-                row["id"],
-                _iso(row["createdAt"]),
-                row["cwd"] or "",
-                row["parentSession"] or "",
-                "",
-                f"[red]{row['error']['code']}[/]",
-            )
-        else:
-            table.add_row(
-                row["id"],
-                _iso(row["createdAt"]),
-                row["cwd"] or "",
-                row["parentSession"] or "",
-                str(row["events"]),
-                _iso(row["lastActivity"]),
-            )
-    console = Console()
+        status = "ok" if row["error"] is None else str(row["error"]["code"])
+        cells.append(
+            [str(row["id"]), _iso(row["createdAt"]), str(row["cwd"] or ""), str(row["parentSession"] or ""), status]
+        )
+        colour = "green" if row["error"] is None else "red"
+        table.add_row(*cells[-1][:-1], f"[{colour}]{status}[/]")
+    console = _table_console([["id", "created", "cwd", "parent", "status"], *cells])
     console.print(table)
     if next_cursor is not None:
-        console.print(f"more: agentlog ls --cursor {next_cursor}")
+        console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True)
+
+
+def _table_console(cells: Sequence[Sequence[str]]) -> Console:
+    """Standard output for a table of ``cells`` (header row included): the terminal's width on a
+    terminal (long cells wrap, never cut); piped or redirected, wide enough that no cell is wrapped or
+    cut, so scripts read whole ids."""
+    console = Console()
+    if console.is_terminal:
+        return console
+    columns = max(map(len, cells), default=0)
+    widths = [max((len(row[i]) for row in cells if i < len(row)), default=0) for i in range(columns)]
+    return Console(width=max(console.width, sum(widths) + 3 * columns + 4))
 
 
 def _reader(storage: Backend) -> PersistenceCoordinator:
@@ -725,6 +721,10 @@ def _transcript(messages: Sequence[Mapping[str, Any]], limit: int = 400) -> list
     return lines
 
 
+PENDING_MARK = "(would be added on resume)"
+"""``show --log`` marks the closers of an unrepaired interrupted turn with this: not stored yet."""
+
+
 def _event_line(event: Mapping[str, Any]) -> str:
     data = event["data"]
     shown = orjson.dumps(data).decode() if data is not None else ""
@@ -735,15 +735,31 @@ def _read_view(
     session_id: str, store: Path | None, backend: BackendKind, compression: Compression, as_json: bool
 ) -> tuple[Any, Any]:
     """``(header, SessionView)`` of a stored session, read without writing (a cold view is balanced)."""
+    header, view, _stored = _open_view(session_id, store, backend, compression, as_json, with_stored=False)
+    return header, view
+
+
+def _open_view(
+    session_id: str,
+    store: Path | None,
+    backend: BackendKind,
+    compression: Compression,
+    as_json: bool,
+    *,
+    with_stored: bool,
+) -> tuple[Any, Any, StoredPrefix | None]:
+    """``(header, SessionView, stored prefix or None)``: the balanced view and, on request, the stored
+    prefix itself, so a caller can tell stored events from the closers a resume would add."""
     try:
         reader = _reader(open_backend(store, backend, compression))
         try:
             view = reader.view(session_id)
+            stored = reader.backend.load_stored(session_id) if with_stored else None
         finally:
             reader.close()
     except AgentlogError as err:
         _fail(err, as_json)
-    return view.header, view
+    return view.header, view, stored
 
 
 @app.command("show")
@@ -758,8 +774,12 @@ def show_command(
         int | None, typer.Option("--at", min=0, help="The model's view right after this seq.", show_default=False)
     ] = None,
 ) -> None:
-    """A readable transcript of a stored session (never writes)."""
-    header, view = _read_view(session_id, store, backend, compression, as_json)
+    """A readable transcript of a stored session (never writes).
+
+    An interrupted session is shown as a resume would see it; with ``--log`` the closing events that
+    are not stored yet are marked "would be added on resume".
+    """
+    header, view, stored = _open_view(session_id, store, backend, compression, as_json, with_stored=log)
     events = view.events
     if at is not None:
         try:
@@ -798,11 +818,27 @@ def show_command(
             typer.echo(line)
         return
     if log:
+        # Events past the last stored seq are the in-memory closers of an interrupted turn.
+        last_stored = stored.events[-1]["seq"] if stored is not None and stored.events else -1
+        pending = [event["seq"] for event in events if event["seq"] > last_stored]
+        torn = stored is not None and stored.torn_marker is not None
         if as_json:
-            _emit_json({"sessionId": session_id, "header": thaw(header), "events": thaw(events.to_list())})
+            _emit_json(
+                {
+                    "sessionId": session_id,
+                    "header": thaw(header),
+                    "events": thaw(events.to_list()),
+                    "storedEvents": len(events) - len(pending),
+                    "wouldBeAddedOnResume": pending,
+                    "tornTail": torn,
+                }
+            )
             return
         for event in events:
-            typer.echo(_event_line(event))
+            line = _event_line(event)
+            typer.echo(f"{line}  {PENDING_MARK}" if event["seq"] > last_stored else line)
+        if torn:
+            typer.echo(f"(a torn tail after seq {last_stored} is not shown; it would be removed on resume)")
         return
     messages = thaw(view.derive_messages().to_list())
     if as_json:
@@ -923,6 +959,28 @@ def demo_command(store: StoreOption = None, as_json: JsonOption = False) -> None
     code = run_demo(store=store, as_json=as_json)
     if code:
         raise typer.Exit(code=code)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("agentlog")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            from . import __version__ as installed
+        typer.echo(f"agentlog {installed}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """agentlog: an agent session as an append-only, validated event log."""
 
 
 def main() -> None:
