@@ -57,8 +57,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         record.getMessage()
         for record in caplog.records
-        if (record.name == "agentlog" or record.name.startswith("agentlog."))
-        and record.levelno == logging.WARNING
+        if (record.name == "agentlog" or record.name.startswith("agentlog.")) and record.levelno == logging.WARNING
     ]
 
 
@@ -70,9 +69,7 @@ def tool_call_data(turn: int, step: int, call_id: str) -> dict[str, Any]:
     return {"turn": turn, "step": step, "callId": call_id, "name": "echo", "arguments": "{}"}
 
 
-def result_data(
-    turn: int, step: int, call_id: str, content: Any = (), *, is_error: bool = False
-) -> dict[str, Any]:
+def result_data(turn: int, step: int, call_id: str, content: Any = (), *, is_error: bool = False) -> dict[str, Any]:
     return {
         "turn": turn,
         "step": step,
@@ -118,9 +115,7 @@ def test_invariant__accepts_well_formed_turn_step_and_tool_sequence(store: Sessi
     session.append("user/message", user_message("hi"), APPEND)
     session.append("step/start", {"turn": 1, "step": 1})
     session.append("request/header", header_data())
-    session.append(
-        "assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "h"}}
-    )
+    session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "h"}})
     session.append("assistant/message", assistant_data(1, 1, [tool_call_block("c1", "echo", "{}")]), APPEND)
     session.append("tool/call", tool_call_data(1, 1, "c1"))
     session.append("tool/result", result_data(1, 1, "c1"), APPEND)
@@ -193,14 +188,10 @@ def test_invariant__rejects_non_monotonic_event_sequence_numbers() -> None:
     from agentlog.invariants import Trace, advance
 
     trace = advance(Trace(), {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}})
-    with pytest.raises(
-        InvariantError, match=re.escape(PREFIX + "seq must strictly increase: saw 0 after 0")
-    ) as exc:
+    with pytest.raises(InvariantError, match=re.escape(PREFIX + "seq must strictly increase: saw 0 after 0")) as exc:
         advance(trace, {"type": "turn/end", "seq": 0, "time": 2, "data": completed(1)})
     assert exc.value.code == "INVARIANT"
-    with pytest.raises(
-        InvariantError, match=re.escape(PREFIX + "seq must strictly increase: saw -1 after 0")
-    ):
+    with pytest.raises(InvariantError, match=re.escape(PREFIX + "seq must strictly increase: saw -1 after 0")):
         advance(trace, {"type": "plugin/marker", "seq": -1, "time": 2, "data": {}})
     # The next seq is accepted.
     advance(trace, {"type": "turn/end", "seq": 1, "time": 2, "data": completed(1)})
@@ -213,9 +204,7 @@ def test_invariant__enforces_turn_numbering_and_core_execution_enclosure(store: 
     expect_violation(
         opened, "turn/start 2 while turn 1 is still open", lambda: opened.append("turn/start", {"turn": 2})
     )
-    expect_violation(
-        opened, "turn/end 2 does not match open turn 1", lambda: opened.append("turn/end", completed(2))
-    )
+    expect_violation(opened, "turn/end 2 does not match open turn 1", lambda: opened.append("turn/end", completed(2)))
     # Core execution state inside a turn is fine, with or without an open step.
     opened.append("todo/write", {"todos": [{"content": "a", "status": "pending"}]})
     opened.append("request/header", header_data())
@@ -224,23 +213,17 @@ def test_invariant__enforces_turn_numbering_and_core_execution_enclosure(store: 
     second = store.create()
     second.append("turn/start", {"turn": 1})
     second.append("turn/end", completed(1))
-    expect_violation(
-        second, "turn/start expected turn 2, got 3", lambda: second.append("turn/start", {"turn": 3})
-    )
+    expect_violation(second, "turn/start expected turn 2, got 3", lambda: second.append("turn/start", {"turn": 3}))
     expect_violation(
         second, "turn/end 2 does not match open turn null", lambda: second.append("turn/end", completed(2))
     )
 
     outside = store.create()
-    outside.append(
-        "user/message", user_message("idle context", source={"kind": "plugin", "plugin": "test"}), APPEND
-    )
+    outside.append("user/message", user_message("idle context", source={"kind": "plugin", "plugin": "test"}), APPEND)
     expect_violation(
         outside,
         "request/context appended outside any open turn (core execution events must be turn-enclosed)",
-        lambda: outside.append(
-            "request/context", {"provider": "mock", "model": "m", "contextWindow": 128_000}
-        ),
+        lambda: outside.append("request/context", {"provider": "mock", "model": "m", "contextWindow": 128_000}),
     )
     expect_violation(
         outside,
@@ -275,9 +258,7 @@ def test_invariant__enforces_open_step_identity_and_numbering(store: SessionStor
         "step/start 2 while step 1 is still open",
         lambda: nested.append("step/start", {"turn": 1, "step": 2}),
     )
-    expect_violation(
-        nested, "turn/end 1 while step 1 is still open", lambda: nested.append("turn/end", completed(1))
-    )
+    expect_violation(nested, "turn/end 1 while step 1 is still open", lambda: nested.append("turn/end", completed(1)))
     expect_violation(
         nested,
         "step/end names turn 1/step 2 but open is turn 1/step 1",
@@ -406,14 +387,13 @@ def test_invariant__allows_not_started_repair_results_and_unresolved_calls_at_st
     repaired.append("step/end", {"turn": 1, "step": 1})
     repaired.append("turn/end", {"turn": 1, "reason": {"kind": "interrupted"}})
 
+    # An unresolved call is allowed at step end, but (issue 7, defect 1) not at turn end: see
+    # test_issue7_d1_invariant_flags_an_unanswered_call_at_turn_end.
     unresolved = store.create()
     unresolved.append("turn/start", {"turn": 1})
     unresolved.append("step/start", {"turn": 1, "step": 1})
     unresolved.append("tool/call", tool_call_data(1, 1, "c1"))
     unresolved.append("step/end", {"turn": 1, "step": 1})
-    unresolved.append(
-        "turn/end", {"turn": 1, "reason": {"kind": "error", "error": {"message": "boom", "code": "UNKNOWN"}}}
-    )
 
     # A not-started result needs both markers: without TOOL_NOT_STARTED it is an unpaired result.
     strict = store.create()
@@ -433,9 +413,7 @@ def test_invariant__allows_not_started_repair_results_and_unresolved_calls_at_st
             "type": "assistant/message",
             "seq": 2,
             "time": 3,
-            "data": assistant_data(
-                1, 1, [tool_call_block("a", "echo", "{}"), tool_call_block("b", "echo", "{}")]
-            ),
+            "data": assistant_data(1, 1, [tool_call_block("a", "echo", "{}"), tool_call_block("b", "echo", "{}")]),
             "surfaceOp": "append",
         },
         {"type": "tool/call", "seq": 3, "time": 4, "data": tool_call_data(1, 1, "a")},
@@ -467,9 +445,7 @@ def test_invariant__replays_seeded_sessions_and_tracks_each_independently(store:
         {"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}},
         {"type": "turn/start", "seq": 1, "time": 0, "data": {"turn": 2}},
     ]
-    with pytest.raises(
-        InvariantError, match=re.escape(PREFIX + "turn/start 2 while turn 1 is still open")
-    ) as exc:
+    with pytest.raises(InvariantError, match=re.escape(PREFIX + "turn/start 2 while turn 1 is still open")) as exc:
         store.create(None, seed=bad_seed)
     assert exc.value.code == "INVARIANT"
     assert store.list() == []  # the create rolled back
@@ -479,9 +455,7 @@ def test_invariant__replays_seeded_sessions_and_tracks_each_independently(store:
     a.append("turn/start", {"turn": 1})
     b.append("turn/start", {"turn": 1})
     a.append("turn/end", completed(1))
-    expect_violation(
-        b, "turn/start 2 while turn 1 is still open", lambda: b.append("turn/start", {"turn": 2})
-    )
+    expect_violation(b, "turn/start 2 while turn 1 is still open", lambda: b.append("turn/start", {"turn": 2}))
     a.append("turn/start", {"turn": 2})
 
 
@@ -547,3 +521,92 @@ def test_invariant__dispose_removes_all_listeners() -> None:
     fresh = store.create(seed=[{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 5}}])
     fresh.append("request/context", {"provider": "mock", "model": "m"})
     assert [e.type for e in session.events] == ["turn/start", "turn/start"]
+
+
+# issue 7, defect 1: a closed turn with an unanswered call poisons every later request
+def test_issue7_d1_invariant_flags_an_unanswered_call_at_turn_end(store: SessionStore) -> None:
+    error_end = {"turn": 1, "reason": {"kind": "error", "error": {"message": "boom", "code": "UNKNOWN"}}}
+    started = store.create()
+    started.append("turn/start", {"turn": 1})
+    started.append("step/start", {"turn": 1, "step": 1})
+    started.append("tool/call", tool_call_data(1, 1, "c1"))
+    started.append("step/end", {"turn": 1, "step": 1})
+    expect_violation(
+        started, "turn/end 1 while tool call c1 has no tool/result", lambda: started.append("turn/end", error_end)
+    )
+
+    # A tool-call block the loop never started is unanswered too (the endpoint needs its result).
+    requested = store.create()
+    requested.append("turn/start", {"turn": 1})
+    requested.append("step/start", {"turn": 1, "step": 1})
+    requested.append(
+        "assistant/message",
+        assistant_data(1, 1, [tool_call_block("a", "echo", "{}"), tool_call_block("b", "echo", "{}")]),
+        APPEND,
+    )
+    requested.append("tool/call", tool_call_data(1, 1, "a"))
+    requested.append("tool/result", result_data(1, 1, "a", [text_block("ok")]), APPEND)
+    requested.append("step/end", {"turn": 1, "step": 1})
+    expect_violation(
+        requested,
+        "turn/end 1 while tool call b has no tool/result",
+        lambda: requested.append("turn/end", {"turn": 1, "reason": {"kind": "aborted", "reason": {"kind": "user"}}}),
+    )
+
+    # Answered calls close cleanly, and the next turn starts with nothing outstanding.
+    answered = store.create()
+    answered.append("turn/start", {"turn": 1})
+    answered.append("step/start", {"turn": 1, "step": 1})
+    answered.append("assistant/message", assistant_data(1, 1, [tool_call_block("a", "echo", "{}")]), APPEND)
+    answered.append("tool/call", tool_call_data(1, 1, "a"))
+    answered.append("tool/result", result_data(1, 1, "a", [text_block("ok")]), APPEND)
+    answered.append("step/end", {"turn": 1, "step": 1})
+    answered.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    answered.append("turn/start", {"turn": 2})
+
+    # A seeded log written by an older build with such a turn is refused at create (nothing is kept).
+    with pytest.raises(InvariantError, match="has no tool/result"):
+        store.create(
+            "poisoned",
+            seed=[{**e, "data": e["data"]} for e in started.events]
+            + [{"type": "turn/end", "seq": len(started.events), "time": 9, "data": error_end}],
+        )
+    assert store.get("poisoned") is None
+
+
+def test_issue7_d1_tool_pairing_problems_of_derived_messages() -> None:
+    from agentlog.errors import ToolPairingError
+    from agentlog.invariants import check_tool_pairing, tool_pairing_problems
+
+    call = assistant_message(
+        [tool_call_block("a", "echo", "{}"), tool_call_block("b", "echo", "{}")], provider="m", model="m"
+    )
+    paired = [
+        user_message("go"),
+        call,
+        tool_result_message("a", "1"),
+        tool_result_message("b", "2"),
+        user_message("next"),
+    ]
+    assert tool_pairing_problems(paired) == []
+    check_tool_pairing(paired)
+
+    missing = [user_message("go"), call, tool_result_message("a", "1"), user_message("next")]
+    assert [(p.kind, p.call_id, p.index) for p in tool_pairing_problems(missing)] == [("call-without-result", "b", 1)]
+    orphan = [user_message("go"), tool_result_message("zz", "x")]
+    assert [(p.kind, p.call_id) for p in tool_pairing_problems(orphan)] == [("result-without-call", "zz")]
+    # A result after the next assistant message does not count for the earlier call.
+    late = [
+        call,
+        tool_result_message("a", "1"),
+        assistant_message([text_block("hm")], provider="m", model="m"),
+        tool_result_message("b", "2"),
+    ]
+    assert [(p.kind, p.call_id) for p in tool_pairing_problems(late)] == [
+        ("call-without-result", "b"),
+        ("result-without-call", "b"),
+    ]
+    with pytest.raises(ToolPairingError) as excinfo:
+        check_tool_pairing(missing, "s1")
+    assert excinfo.value.code == "UNPAIRED_TOOL_CALL"
+    assert 'session "s1"' in str(excinfo.value) and "tool call b" in str(excinfo.value)

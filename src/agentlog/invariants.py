@@ -1,5 +1,9 @@
 """Optional relational invariant checker: turn/step enclosure, numbering and same-step tool pairing.
 
+Also here, and always on: :func:`tool_pairing_problems`, the pure check that derived messages pair
+every tool call with its result (the agent loop runs it before every model request, ``agentlog
+verify`` on every stored session), since an endpoint refuses a request that breaks it.
+
 Storage validity (JSON, surface, seeds) is always enforced by the session itself. These relational
 rules are opt-in because they constrain how an agent loop *uses* the log; a loop under test turns
 them on so a structural bug is caught at the append that introduces it, not when a resumed session
@@ -14,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import InvariantError
+from .errors import InvariantError, ToolPairingError
 from .session import Session
 from .store import SessionStore
 
@@ -36,6 +40,8 @@ class Trace:
     next_turn: int = 1
     next_step: int = 1
     pending_calls: frozenset[Any] = field(default_factory=frozenset)
+    unanswered: frozenset[Any] = field(default_factory=frozenset)
+    """Call ids of the open turn (tool-call blocks and ``tool/call``) that have no ``tool/result`` yet."""
 
 
 def _fail(text: str) -> InvariantError:
@@ -57,13 +63,16 @@ def advance(trace: Trace, event: Mapping[str, Any]) -> Trace:
             raise _fail(f"turn/start {_show(turn)} while turn {_show(t.open_turn)} is still open")
         if turn != t.next_turn:
             raise _fail(f"turn/start expected turn {t.next_turn}, got {_show(turn)}")
-        return replace(t, open_turn=turn, next_step=1)
+        return replace(t, open_turn=turn, next_step=1, unanswered=frozenset())
     if etype == "turn/end":
         turn = get("turn")
         if t.open_turn != turn or t.open_turn is None:
             raise _fail(f"turn/end {_show(turn)} does not match open turn {_show(t.open_turn)}")
         if t.open_step is not None:
             raise _fail(f"turn/end {_show(turn)} while step {_show(t.open_step)} is still open")
+        if t.unanswered:
+            shown = ", ".join(sorted(_show(call_id) for call_id in t.unanswered))
+            raise _fail(f"turn/end {_show(turn)} while tool call {shown} has no tool/result")
         return replace(t, open_turn=None, next_turn=t.next_turn + 1)
     if etype == "step/start":
         turn, step = get("turn"), get("step")
@@ -88,20 +97,31 @@ def advance(trace: Trace, event: Mapping[str, Any]) -> Trace:
         if etype == "step/end":
             return replace(t, open_step=None, next_step=t.next_step + 1, pending_calls=frozenset())
         if etype == "tool/call":
-            return replace(t, pending_calls=t.pending_calls | {get("callId")})
+            call_id = get("callId")
+            return replace(t, pending_calls=t.pending_calls | {call_id}, unanswered=t.unanswered | {call_id})
         if etype == "tool/result":
             message = get("message")
             source = message.get("source") if isinstance(message, Mapping) else None
             call_id = source.get("callId") if isinstance(source, Mapping) else None
             if call_id not in t.pending_calls and not _is_not_started_repair(event):
                 raise _fail(f"tool/result for {_show(call_id)} with no prior tool/call in this step")
-            return replace(t, pending_calls=t.pending_calls - {call_id})
+            return replace(t, pending_calls=t.pending_calls - {call_id}, unanswered=t.unanswered - {call_id})
+        if etype == "assistant/message":
+            requested = _requested_calls(get("message"))
+            return replace(t, unanswered=t.unanswered | requested) if requested else t
         return t
     if etype in _TURN_SCOPED:
         if t.open_turn is None:
             raise _fail(f"{etype} appended outside any open turn (core execution events must be turn-enclosed)")
         return t
     return t
+
+
+def _requested_calls(message: Any) -> frozenset[Any]:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return frozenset()
+    return frozenset(b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool-call")
 
 
 def _is_not_started_repair(event: Mapping[str, Any]) -> bool:
@@ -173,3 +193,68 @@ class SessionInvariants:
         staged = self._staged.pop(session, None)
         if staged is not None and staged[0] is event:
             self._traces[session] = staged[1]
+
+
+# --- tool pairing of derived messages ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairingProblem:
+    """One break of tool pairing in derived messages (``index`` is the message's position)."""
+
+    kind: str
+    """``"call-without-result"`` or ``"result-without-call"``."""
+    call_id: Any
+    index: int
+    message_id: Any
+
+    def describe(self) -> str:
+        if self.kind == "call-without-result":
+            return f"tool call {_show(self.call_id)} (message {self.index}) has no tool result"
+        return f"tool result for {_show(self.call_id)} (message {self.index}) answers no preceding tool call"
+
+
+def tool_pairing_problems(messages: Iterable[Mapping[str, Any]]) -> list[PairingProblem]:
+    """Every tool call without its result, and every result without its call, in derived messages. Pure.
+
+    A call is answered by a ``tool-result`` block with its id in a later non-assistant message before
+    the next assistant message (what OpenAI-compatible endpoints require); a result must answer a call
+    of the latest assistant message that is still open.
+    """
+    problems: list[PairingProblem] = []
+    open_calls: dict[Any, tuple[int, Any]] = {}
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        blocks = content if isinstance(content, (list, tuple)) else ()
+        if message.get("role") == "assistant":
+            problems.extend(
+                PairingProblem("call-without-result", call_id, at, mid) for call_id, (at, mid) in open_calls.items()
+            )
+            open_calls = {}
+            for block in blocks:
+                if isinstance(block, Mapping) and block.get("type") == "tool-call":
+                    open_calls[block.get("id")] = (index, message.get("id"))
+            continue
+        for block in blocks:
+            if isinstance(block, Mapping) and block.get("type") == "tool-result":
+                call_id = block.get("toolCallId")
+                if open_calls.pop(call_id, None) is None:
+                    problems.append(PairingProblem("result-without-call", call_id, index, message.get("id")))
+    problems.extend(
+        PairingProblem("call-without-result", call_id, at, mid) for call_id, (at, mid) in open_calls.items()
+    )
+    return problems
+
+
+def check_tool_pairing(messages: Iterable[Mapping[str, Any]], session_id: str | None = None) -> None:
+    """Raise :class:`ToolPairingError` (``UNPAIRED_TOOL_CALL``) if :func:`tool_pairing_problems` finds any."""
+    problems = tool_pairing_problems(messages)
+    if problems:
+        where = f'session "{session_id}"' if session_id is not None else "the messages"
+        listed = "; ".join(problem.describe() for problem in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ToolPairingError(
+            f"{where} cannot be sent to a model: {listed}{more}. The log was written without a result for "
+            "a started tool call; run `agentlog verify` and fork the session before the damaged turn "
+            "(`agentlog fork ID --at SEQ`, SEQ = the turn/end before it)"
+        )

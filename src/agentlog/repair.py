@@ -31,6 +31,41 @@ TOOL_NOT_STARTED_TEXT = (
 )
 
 
+def interrupted_tool_result_data(
+    call_id: Any, *, started: bool, turn: Any, step: Any, message_id: str
+) -> dict[str, Any]:
+    """The ``tool/result`` data that answers a call whose real result was never recorded.
+
+    ``started`` calls (their ``tool/call`` was recorded, so the body may have run) get
+    ``TOOL_OUTCOME_UNKNOWN``; the others ``TOOL_NOT_STARTED``. Crash repair builds its closers with it,
+    and the agent loop uses it for a call still running when its turn is cancelled, so both paths say
+    the same thing to the model.
+    """
+    message = snapshot_json(
+        {
+            "id": message_id,
+            "role": "user",
+            "source": {"kind": "tool", "callId": call_id},
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": call_id,
+                    "isError": True,
+                    "content": [
+                        {"type": "text", "text": TOOL_OUTCOME_UNKNOWN_TEXT if started else TOOL_NOT_STARTED_TEXT}
+                    ],
+                }
+            ],
+        }
+    )
+    error = (
+        {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
+        if started
+        else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
+    )
+    return {"turn": turn, "step": step, "message": message, "error": error}
+
+
 def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     """The synthetic events that close an interrupted turn at the end of ``events`` (``[]`` if balanced)."""
     open_turn: Any = None
@@ -83,33 +118,17 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     closers: list[dict[str, Any]] = []
     for call_id, call in pending.items():
         started = "callSeq" in call
-        message = snapshot_json(
-            {
-                "id": f"interrupted-tool-result-{call_id}-{seq}",
-                "role": "user",
-                "source": {"kind": "tool", "callId": call_id},
-                "content": [
-                    {
-                        "type": "tool-result",
-                        "toolCallId": call_id,
-                        "isError": True,
-                        "content": [
-                            {"type": "text", "text": TOOL_OUTCOME_UNKNOWN_TEXT if started else TOOL_NOT_STARTED_TEXT}
-                        ],
-                    }
-                ],
-            }
-        )
-        error = (
-            {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
-            if started
-            else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
-        )
         closer: dict[str, Any] = {
             "type": "tool/result",
             "seq": seq,
             "time": when,
-            "data": {"turn": open_turn, "step": call["step"], "message": message, "error": error},
+            "data": interrupted_tool_result_data(
+                call_id,
+                started=started,
+                turn=open_turn,
+                step=call["step"],
+                message_id=f"interrupted-tool-result-{call_id}-{seq}",
+            ),
             "surfaceOp": "append",
         }
         if started:
