@@ -5,6 +5,7 @@ itself: the loop (:class:`Agent`) records ``tool/call`` / ``tool/result`` and ev
 """
 
 from .builtin_tools import (
+    CommandPolicy,
     CwdPolicy,
     ListDirTool,
     ReadFileTool,
@@ -39,6 +40,7 @@ __all__ = [
     "AgentError",
     "AgentOptions",
     "CallResult",
+    "CommandPolicy",
     "CwdPolicy",
     "ExecutionMode",
     "FunctionTool",

@@ -2,20 +2,28 @@
 
 They are deliberately small and predictable, because the model learns a tool from its results:
 
-- **Confinement.** File tools resolve every path against the call's working directory *after*
-  following symlinks, and refuse a target outside it (``PATH_OUTSIDE_CWD``) unless the tool was built
-  with ``allow_outside_cwd=True``. Checking the resolved path (not the text) is what stops ``../``,
-  absolute paths and symlinks that point out of the tree alike. ``run_command`` is not confined: a
-  shell can reach anything, so whether to offer it at all is the caller's policy.
+- **Confinement (file tools only).** ``read_file``, ``list_dir`` and ``write_file`` resolve every path
+  against the call's working directory *after* following symlinks, and refuse a target outside it
+  (``PATH_OUTSIDE_CWD``) unless the tool was built with ``allow_outside_cwd=True``. Checking the resolved
+  path (not the text) is what stops ``../``, absolute paths and symlinks that point out of the tree alike.
+- **``run_command`` is not confined.** It *starts* ``/bin/sh -c`` in the working directory, bounds its
+  time (a per-call timeout, capped) and its output (head and tail kept), and kills what it started; but
+  the shell runs with the agent's own user and can read, write and reach anything that user can. What
+  limits it is the :class:`CommandPolicy` checked before anything runs: the exact command line must match
+  an allowed pattern or be approved by a hook, else the result is a ``COMMAND_NOT_ALLOWED`` error and
+  nothing is started. ``RunCommandTool()`` and ``builtin_registry()`` allow every command (the caller's
+  explicit choice; pass ``command_policy=CommandPolicy(...)`` to restrict it); ``agentlog run`` and
+  ``agentlog resume`` deny every command unless ``--allow-command PATTERN`` or ``--yes`` says otherwise.
 - **Bounded output.** Every result is capped; a cut is announced in the text with the
   ``OUTPUT_TRUNCATED`` note (and ``meta.truncated``) saying how to get the rest, so the model never
   mistakes a prefix for the whole. A truncation is a note, not an error.
 - **Stable failures.** Failures are error outcomes with codes (``PATH_OUTSIDE_CWD``, ``NOT_FOUND``,
   ``IS_A_DIRECTORY``, ``NOT_A_DIRECTORY``, ``PERMISSION_DENIED``, ``IO_ERROR``, ``TIMEOUT``,
-  ``ABORTED``) that the log records as ``error.code``.
+  ``COMMAND_NOT_ALLOWED``, ``ABORTED``) that the log records as ``error.code``.
 - **No leaked processes.** ``run_command`` runs ``/bin/sh -c`` in a new process group and kills the
   whole group on timeout or cancellation, and also when background jobs keep its output pipe open after
-  the shell exits (detach a service by redirecting its output).
+  the shell exits (detach a service by redirecting its output). A process that leaves the group
+  (``setsid``) is beyond its reach.
 
 Blocking file I/O runs in a worker thread so a large read never stalls the other tools of a batch.
 """
@@ -25,10 +33,13 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import inspect
 import os
+import re
 import signal
 import stat
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +63,7 @@ PERMISSION_DENIED = "PERMISSION_DENIED"
 IO_ERROR = "IO_ERROR"
 TIMEOUT = "TIMEOUT"
 INVALID_PATH = "INVALID_PATH"
+COMMAND_NOT_ALLOWED = "COMMAND_NOT_ALLOWED"
 OUTPUT_TRUNCATED = "OUTPUT_TRUNCATED"
 """Not an error code: the note that marks a capped result (text and ``meta.notes``)."""
 
@@ -343,6 +355,121 @@ class WriteFileTool:
         )
 
 
+# --- the command policy ---------------------------------------------------------------------------
+
+CommandApproval = Callable[[str], "bool | Awaitable[bool]"]
+"""An approval hook: receives the exact command line and returns (or resolves to) ``True`` to run it."""
+
+_NOT_OPERATOR = r"[^;&|<>()`$\n\r]"
+_OPERATOR = r"[;&|<>()`$\n\r]"
+"""What a pattern wildcard never matches: separators, pipes, redirections, subshells and substitutions."""
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    """An fnmatch-style pattern (``*``, ``?``, ``[seq]``, ``[!seq]``) for a whole command line, whose
+    wildcards stop at shell operators; literal characters (operators included) match themselves."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        i += 1
+        if char == "*":
+            out.append(_NOT_OPERATOR + "*")
+        elif char == "?":
+            out.append(_NOT_OPERATOR)
+        elif char == "[":
+            j = i + 1 if i < n and pattern[i] == "!" else i
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:  # no closing bracket: a literal "["
+                out.append(re.escape(char))
+                continue
+            body = pattern[i:j]
+            i = j + 1
+            negated = body.startswith("!")
+            members = "".join(c if c == "-" else re.escape(c) for c in (body[1:] if negated else body))
+            out.append(f"(?!{_OPERATOR})[^{members}]" if negated else f"[{members}]")
+        else:
+            out.append(re.escape(char))
+    return re.compile("".join(out), re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandPolicy:
+    """Which command lines ``run_command`` may start; checked before anything runs.
+
+    A command runs when ``allow_all_commands`` is set, when the whole command line (surrounding
+    whitespace stripped) matches one of ``allow_patterns``, or else when ``approve(command)`` returns
+    (or resolves to) ``True``. Anything else — including an approval hook that raises — is refused with a
+    ``COMMAND_NOT_ALLOWED`` error result whose text ends with ``hint`` (how to allow it), and nothing is
+    started. ``CommandPolicy()`` refuses every command.
+
+    Patterns are fnmatch-style (``*``, ``?``, ``[seq]``, ``[!seq]``), but a wildcard never matches a
+    shell operator or substitution character (``; & | < > ( ) $``, a backquote, a line break): ``git *``
+    allows ``git log -p`` and refuses ``git log; rm -rf ~`` and ``git log $(curl …)``. Operators written
+    literally in a pattern match themselves. A pattern says which commands may *start*; what an allowed
+    command then does is not confined (see :class:`RunCommandTool`).
+    """
+
+    allow_patterns: Iterable[str] = ()
+    approve: CommandApproval | None = None
+    allow_all_commands: bool = False
+    hint: str = "To allow it, pass command_policy=CommandPolicy(allow_patterns=[...]) or an approve hook."
+    _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self) -> None:
+        if isinstance(self.allow_patterns, str):
+            raise ToolDefinitionError("allow_patterns must be a sequence of patterns, not one string")
+        patterns = tuple(self.allow_patterns)
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise ToolDefinitionError(f"a command pattern must be a non-empty string, not {pattern!r}")
+        object.__setattr__(self, "allow_patterns", patterns)
+        object.__setattr__(self, "_compiled", tuple(_pattern_regex(p.strip()) for p in patterns))
+
+    @classmethod
+    def allow_all(cls) -> CommandPolicy:
+        """Every command may run (the library default; ``agentlog run --yes``)."""
+        return cls(allow_all_commands=True)
+
+    def allows(self, command: str) -> bool:
+        """Whether the command runs without asking the approval hook."""
+        if self.allow_all_commands:
+            return True
+        line = command.strip()
+        return any(regex.fullmatch(line) for regex in self._compiled)
+
+    async def refusal(self, command: str) -> str | None:
+        """``None`` when the command may run, else why it may not (the hook is asked only when needed)."""
+        if self.allows(command):
+            return None
+        if self.approve is None:
+            return "it matches no allowed command pattern" if self.allow_patterns else "no command is allowed"
+        try:
+            verdict = self.approve(command)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception as err:
+            return f"the approval hook failed: {type(err).__name__}: {err}"
+        return None if verdict is True else "the approval hook declined it"
+
+    def describe(self) -> str:
+        """One sentence for the model about what the policy lets through ("" when everything runs)."""
+        if self.allow_all_commands:
+            return ""
+        shown = ", ".join(f"`{p}`" for p in self.allow_patterns)
+        if self.approve is not None:
+            return f"Commands matching {shown} run; others need approval." if shown else "Commands need approval."
+        if shown:
+            return f"Only command lines matching {shown} are allowed; others are refused without running."
+        return "No command is allowed in this session: every call is refused without running."
+
+
+ALLOW_ALL_COMMANDS = CommandPolicy(allow_all_commands=True)
+
+
 # --- run_command ----------------------------------------------------------------------------------
 
 
@@ -396,8 +523,18 @@ async def _pump(reader: asyncio.StreamReader, capture: _Capture) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RunCommandTool:
-    """Run a shell command in the working directory, with a timeout and capped combined output."""
+    """Run a shell command that ``policy`` allows, starting in the working directory, with a timeout and
+    capped combined output.
 
+    It is **not confined** to the working directory: ``cwd`` is only where ``/bin/sh -c`` starts, and the
+    shell can read, write and reach anything the agent's user can. What it bounds is time (``timeout``
+    per call, the model may ask for up to ``max_timeout``), output (``max_output_bytes``, head and tail
+    kept) and lifetime (its process group is killed on timeout, cancellation, or when background jobs hold
+    the output open after the shell exits). What it refuses is decided by ``policy`` before anything runs
+    (:class:`CommandPolicy`; the default allows every command).
+    """
+
+    policy: CommandPolicy = ALLOW_ALL_COMMANDS
     timeout: float = DEFAULT_COMMAND_TIMEOUT
     max_timeout: float = MAX_COMMAND_TIMEOUT
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
@@ -409,12 +546,15 @@ class RunCommandTool:
 
     @property
     def description(self) -> str:
-        return (
-            "Run a shell command (`/bin/sh -c`) in the working directory. stdout and stderr are combined; "
-            f"output beyond {self.max_output_bytes} bytes is cut in the middle. The command is killed after "
-            f"`timeout_seconds` (default {self.timeout:g}, at most {self.max_timeout:g}). Background processes "
-            "that keep the output open are killed when the command exits; redirect their output to detach them."
+        text = (
+            "Run a shell command (`/bin/sh -c`) starting in the working directory; it is not confined to that "
+            "directory. stdout and stderr are combined; output beyond "
+            f"{self.max_output_bytes} bytes is cut in the middle. The command is killed after `timeout_seconds` "
+            f"(default {self.timeout:g}, at most {self.max_timeout:g}). Background processes that keep the output "
+            "open are killed when the command exits; redirect their output to detach them."
         )
+        rule = self.policy.describe()
+        return f"{text} {rule}" if rule else text
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -429,11 +569,19 @@ class RunCommandTool:
         }
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolOutcome:
+        command: str = args["command"]
+        reason = await self.policy.refusal(command)
+        if reason is not None:
+            return ToolOutcome.failure(
+                f"command not allowed: {command!r} ({reason}); nothing was run. {self.policy.hint}",
+                code=COMMAND_NOT_ALLOWED,
+                meta={"command": command},
+            )
         timeout = float(args.get("timeout_seconds", self.timeout))
         if timeout <= 0:
             timeout = self.timeout
         timeout = min(timeout, self.max_timeout)
-        return await self._run(args["command"], timeout, ctx)
+        return await self._run(command, timeout, ctx)
 
     async def _run(self, command: str, timeout: float, ctx: ToolContext) -> ToolOutcome:
         loop = asyncio.get_running_loop()
@@ -531,8 +679,10 @@ def builtin_registry(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    command_policy: CommandPolicy = ALLOW_ALL_COMMANDS,
 ) -> ToolRegistry:
-    """A registry with the four built-in tools, confined according to ``cwd_policy``."""
+    """A registry with the four built-in tools: the file tools confined according to ``cwd_policy``, and
+    ``run_command`` (never confined by ``cwd_policy``) starting only what ``command_policy`` allows."""
     if cwd_policy not in ("confined", "read-outside", "unconfined"):
         raise ToolDefinitionError(f"unknown cwd_policy: {cwd_policy!r}")
     read_outside = cwd_policy != "confined"
@@ -541,5 +691,7 @@ def builtin_registry(
     registry.register(ReadFileTool(allow_outside_cwd=read_outside, max_output_bytes=max_output_bytes))
     registry.register(ListDirTool(allow_outside_cwd=read_outside, max_entries=max_entries))
     registry.register(WriteFileTool(allow_outside_cwd=write_outside))
-    registry.register(RunCommandTool(timeout=command_timeout, max_output_bytes=max_output_bytes))
+    registry.register(
+        RunCommandTool(policy=command_policy, timeout=command_timeout, max_output_bytes=max_output_bytes)
+    )
     return registry
