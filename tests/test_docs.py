@@ -1,0 +1,347 @@
+"""Issue 7, defect 11: the README and docs/*.md say only what holds.
+
+* Every fenced code block is either run here or explicitly marked as not runnable with an HTML comment
+  ``<!-- not-tested: reason -->`` on the line right before its fence. Python blocks run twice in a row in
+  one fresh directory (a durable example must survive its own second run); ``sh`` blocks run under
+  ``bash -euo pipefail`` in a fresh directory with this interpreter's ``agentlog`` first on ``PATH``.
+* Every repository path the docs cite exists.
+* Checkable claims (command options, dependencies, defaults, counts, codes) are compared with the code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+import agentlog
+import agentlog.errors as errors
+from agentlog.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PYTHON_LANGS = {"python", "py"}
+SHELL_LANGS = {"sh", "bash", "shell", "console"}
+MARKER = re.compile(r"^<!--\s*not-tested:\s*(?P<reason>.*?)\s*-->\s*$")
+FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)[^\n]*$")
+BLOCK_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Block:
+    file: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    code: str
+    not_tested: str | None  # the marker's reason, or None when the block must run
+
+    @property
+    def name(self) -> str:
+        return f"{self.file.relative_to(ROOT)}:{self.line}"
+
+
+def _blocks(path: Path) -> list[Block]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if opening is None:
+            index += 1
+            continue
+        fence = opening["fence"]
+        start = index
+        index += 1
+        body: list[str] = []
+        while index < len(lines) and not lines[index].strip().startswith(fence):
+            body.append(lines[index])
+            index += 1
+        index += 1  # the closing fence
+        previous = lines[start - 1] if start > 0 else ""
+        marker = MARKER.match(previous.strip())
+        blocks.append(
+            Block(
+                file=path,
+                line=start + 1,
+                lang=opening["lang"].lower(),
+                code="\n".join(body) + "\n",
+                not_tested=marker["reason"] if marker else None,
+            )
+        )
+    return blocks
+
+
+ALL_BLOCKS = [block for doc in DOCS for block in _blocks(doc)]
+PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.not_tested is None and b.lang in PYTHON_LANGS]
+SHELL_BLOCKS = [b for b in ALL_BLOCKS if b.not_tested is None and b.lang in SHELL_LANGS]
+
+
+def _env(work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLOG_", "DEEPSEEK_", "OPENAI_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["HOME"] = str(work)
+    env["COLUMNS"] = "120"
+    return env
+
+
+def _shell_script(block: Block) -> str:
+    if block.lang != "console":
+        return block.code
+    # A console transcript: "$ command" lines run, everything else is output.
+    return "".join(line[2:] + "\n" for line in block.code.splitlines() if line.startswith("$ "))
+
+
+def test_docs_exist_and_hold_code_blocks() -> None:
+    assert (ROOT / "README.md") in DOCS and len(DOCS) >= 3
+    assert PYTHON_BLOCKS and SHELL_BLOCKS
+
+
+@pytest.mark.parametrize("block", ALL_BLOCKS, ids=lambda b: b.name)
+def test_docs_every_block_runs_here_or_is_marked_not_tested_with_a_reason(block: Block) -> None:
+    if block.not_tested is not None:
+        assert block.not_tested, f"{block.name}: a not-tested marker needs a reason"
+        return
+    assert block.lang in PYTHON_LANGS | SHELL_LANGS, (
+        f"{block.name}: a ```{block.lang or '(no language)'} block is neither runnable here nor marked "
+        "<!-- not-tested: reason -->"
+    )
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=lambda b: b.name)
+def test_docs_python_block_runs_twice_in_one_directory(block: Block, tmp_path: Path) -> None:
+    script = tmp_path / "block.py"
+    script.write_text(block.code, encoding="utf-8")
+    for attempt in (1, 2):
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, f"{block.name} failed on run {attempt}:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.name)
+def test_docs_shell_block_runs(block: Block, tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _shell_script(block)],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, f"{block.name} failed:\n{done.stdout}\n{done.stderr}"
+
+
+# --- cited files --------------------------------------------------------------------------------------
+
+CITED_PATH = re.compile(
+    r"(?<![\w./-])(?P<path>(?:shared|tests|src|docs|examples|benchmarks|\.ci|agentlog)/[\w.*/-]*[\w*])"
+)
+
+
+def _cited_paths() -> list[tuple[str, str]]:
+    cited = []
+    for doc in DOCS:
+        for match in CITED_PATH.finditer(doc.read_text(encoding="utf-8")):
+            cited.append((str(doc.relative_to(ROOT)), match["path"]))
+    return cited
+
+
+def _exists_in_repository(path: str) -> bool:
+    bases = [ROOT, ROOT / "src"] if path.startswith("agentlog/") else [ROOT]
+    return any(list(base.glob(path)) if "*" in path else (base / path).exists() for base in bases)
+
+
+def test_docs_cite_only_files_that_are_in_the_repository() -> None:
+    cited = _cited_paths()
+    assert cited  # the docs do cite files (docs/kernel-api.md, examples/quickstart.py, …)
+    missing = [f"{doc}: {path}" for doc, path in cited if not _exists_in_repository(path)]
+    assert not missing, "the docs cite files that are not in the repository:\n" + "\n".join(missing)
+
+
+def test_docs_markdown_links_resolve() -> None:
+    broken = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+
+
+# --- claims --------------------------------------------------------------------------------------------
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _commands() -> dict[str, Any]:
+    group: Any = typer.main.get_command(app)
+    return dict(group.commands)
+
+
+def _options(command: Any) -> set[str]:
+    return {opt for param in command.params for opt in getattr(param, "opts", ())}
+
+
+def test_docs_command_line_synopsis_names_real_commands_and_options() -> None:
+    commands = _commands()
+    synopsis = [b for b in ALL_BLOCKS if b.file.name == "README.md" and "agentlog run" in b.code]
+    assert len(synopsis) == 1, "the README's command synopsis block"
+    seen = set()
+    for line in synopsis[0].code.splitlines():
+        words = line.split("#", 1)[0].split()
+        if len(words) < 2 or words[0] != "agentlog":
+            continue
+        name = words[1]
+        if name.startswith("--"):
+            assert name in _options(typer.main.get_command(app)), line
+            continue
+        assert name in commands, f"no command {name!r}: {line}"
+        seen.add(name)
+        for option in re.findall(r"--[a-z][a-z-]*", line.split("#", 1)[0]):
+            assert option in _options(commands[name]), f"agentlog {name} has no {option}"
+    assert seen == set(commands), f"commands missing from the synopsis: {set(commands) - seen}"
+
+
+def test_docs_common_options_are_where_the_readme_says() -> None:
+    text = " ".join(_readme().split())
+    assert (
+        "Every command takes `--store ROOT` (default `$AGENTLOG_STORE` or `./.agentlog`); every command except "
+        "`demo` takes `--backend jsonl|sqlite` and `--compression zstd|none`, and every command except `replay` "
+        "takes `--json`."
+    ) in text
+    for name, command in _commands().items():
+        options = _options(command)
+        assert "--store" in options, name
+        if name != "demo":
+            assert {"--backend", "--compression"} <= options, name
+        if name != "replay":
+            assert "--json" in options, name
+
+
+def test_docs_runtime_dependencies_match_pyproject() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {re.split(r"[<>=!~\[ ]", dep, maxsplit=1)[0] for dep in project["dependencies"]}
+    sentence = re.search(r"runtime dependencies: ([^)]*)\)", _readme())
+    assert sentence is not None
+    assert set(re.findall(r"`([\w-]+)`", sentence[1])) == declared
+
+
+def test_docs_version_claims() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert agentlog.__version__ == project["version"]
+    assert "agentlog --version" in _readme()
+
+
+def test_docs_persistence_figures_match_the_code() -> None:
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.sqlite import SCHEMA_VERSION, SqliteBackend
+
+    text = _readme()
+    assert f"SQLite (schema {SCHEMA_VERSION}" in text
+    delay = inspect.signature(PersistenceCoordinator).parameters["batch_delay_ms"].default
+    assert f"a fixed {delay} ms window" in text
+    persistence = (ROOT / "docs" / "persistence-api.md").read_text(encoding="utf-8")
+    assert f'`"{JsonlBackend.name}"`, True; SQLite: `"{SqliteBackend.name}"`, False' in persistence
+    assert JsonlBackend.supports_raw_artifacts is True and SqliteBackend.supports_raw_artifacts is False
+    limits = inspect.signature(JsonlBackend).parameters
+    assert limits["max_frame_bytes"].default == 256 * 2**20 and "`max_frame_bytes = 256 MiB`" in persistence
+    assert limits["max_line_bytes"].default == 256 * 2**20 and "`max_line_bytes = 256 MiB`" in persistence
+    assert "AGENTLOG_PURE_PYTHON" in (ROOT / "src" / "agentlog" / "_gc.py").read_text() + "".join(
+        p.read_text() for p in (ROOT / "src" / "agentlog").glob("*.py")
+    )
+
+
+def test_docs_kernel_api_counts_and_error_codes_match_the_code() -> None:
+    text = (ROOT / "docs" / "kernel-api.md").read_text(encoding="utf-8")
+    assert f"(frozenset of the {len(agentlog.KNOWN_SESSION_EVENT_TYPES)} names)" in text
+    assert f"`CORE_EVENT_TYPES` ({len(agentlog.CORE_EVENT_TYPES)} names)" in text
+    assert f"`SURFACE_EVENT_TYPES` (the {len(agentlog.SURFACE_EVENT_TYPES)} names)" in text
+    rows = re.findall(r"^\| `(\w+)\([^`]*\)` \| (`?[\w —]+`?|one of [^|]+) \|", text, re.MULTILINE)
+    assert len(rows) >= 15
+    for name, code in rows:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.AgentlogError)
+        code = code.strip("` ")
+        if code not in ("—",) and not code.startswith("one of"):
+            assert cls.code == code, (name, cls.code, code)
+
+
+def test_docs_kernel_api_names_are_importable_where_it_says() -> None:
+    import agentlog.events as events
+
+    text = (ROOT / "docs" / "kernel-api.md").read_text(encoding="utf-8")
+    assert "every other public name below is\nimportable from `agentlog` directly" in text
+    typed_dicts = set(re.findall(r"`(\w+Data|Message|ContentBlock)`", text))
+    assert typed_dicts and all(hasattr(events, name) for name in typed_dicts)
+    codes = {code for code in re.findall(r"`([A-Z][A-Z_]+)`", text) if not hasattr(agentlog, code)}
+    source = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "src" / "agentlog").rglob("*.py"))
+    unknown = {code for code in codes if f'"{code}"' not in source}
+    assert not unknown, f"error codes the kernel never raises: {unknown}"
+    public = set(re.findall(r"`([A-Z][A-Za-z]+|[a-z_]+(?=\())", text))
+    free_functions = {name for name in re.findall(r"(?:^|[\s,(])`([a-z_]+)\(", text, re.MULTILINE) if "_" in name}
+    # "String(err)" quotes the original's JavaScript; None/True/False are Python's.
+    classes = {name for name in public if name[:1].isupper() and not name.isupper()}
+    classes -= typed_dicts | {"String", "None", "True", "False"}
+    missing = sorted(name for name in classes | free_functions if not hasattr(agentlog, name) and not _is_method(name))
+    assert not missing, missing
+
+
+def _is_method(name: str) -> bool:
+    owners = (agentlog.Session, agentlog.SessionStore, agentlog.EventTypes, agentlog.SurfaceManager)
+    return any(hasattr(owner, name) for owner in owners)
+
+
+def test_docs_quickstart_example_runs(tmp_path: Path) -> None:
+    assert "python examples/quickstart.py" in _readme()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_docs_benchmark_commands_exist() -> None:
+    text = _readme()
+    expected = {
+        "kernel": ["--turns"],
+        "persist": ["--backend", "jsonl-zstd", "jsonl-none", "sqlite", "--style", "bulk", "step"],
+        "list": ["--backend", "--sessions"],
+    }
+    for name, words in expected.items():
+        assert f"python benchmarks/run.py {name}" in text
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "run.py"), name, "--help"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        for word in words:
+            assert word in done.stdout, (name, word)
