@@ -12,14 +12,18 @@ DeepSeek streaming API. What it answers is a *script*: one item per request, in 
         ErrorReply(429, retry_after=2),                       # an HTTP error, with Retry-After
         Reply("partial answ", ending="drop"),                 # connection lost mid-stream
         Hang(seconds=5),                                      # no response at all (client times out)
+        Hang(seconds=5, keepalive_s=0.5),                     # only ": keep-alive" comments, no data
         lambda request: f"You said {len(request.body['messages'])} things",   # computed from the request
     ]) as server:
         provider = OpenAICompatibleProvider(base_url=server.base_url, api_key="demo")
 
 Every request body is recorded (``server.requests``) so tests can assert on exactly what the client
-sent. Responses carry ``x-agentlog-demo: scripted`` and ``system_fingerprint: "agentlog-demo"`` so a
-transcript can never be mistaken for a real model's. The server binds loopback only, every wait is
-bounded, and ``stop()`` (or leaving the ``with`` block) closes open connections and joins its threads.
+sent. Request targets in absolute form (``POST http://host/v1/chat/completions``) are accepted too, so
+the server can stand in as an ``HTTP_PROXY`` for a client configured with another host's base URL —
+the recorded ``host`` header is then the one the client meant. Responses carry
+``x-agentlog-demo: scripted`` and ``system_fingerprint: "agentlog-demo"`` so a transcript can never be
+mistaken for a real model's. The server binds loopback only, every wait is bounded, and ``stop()`` (or
+leaving the ``with`` block) closes open connections and joins its threads.
 """
 
 from __future__ import annotations
@@ -131,10 +135,13 @@ class ErrorReply:
 @dataclass(frozen=True)
 class Hang:
     """Say nothing for ``seconds`` (bounded; cut short by ``stop()``), then close the connection.
-    ``after_headers`` first sends the 200 headers and one role chunk: a stream that stalls mid-body."""
+    ``after_headers`` first sends the 200 headers and one role chunk: a stream that stalls mid-body.
+    ``keepalive_s`` sends the 200 headers and then only SSE keep-alive comments (``: keep-alive``), one
+    every ``keepalive_s`` seconds: bytes keep flowing, but no event ever arrives."""
 
     seconds: float = 30.0
     after_headers: bool = False
+    keepalive_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +283,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         path = self.path.split("?", 1)[0]
+        if "://" in path:  # absolute form, as a forward proxy receives it
+            path = "/" + path.split("://", 1)[1].partition("/")[2]
         if path not in CHAT_PATHS:
             self._json(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
             return
@@ -316,6 +325,18 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(item, ErrorReply):
             self._error(item, ordinal)
         elif isinstance(item, Hang):
+            if item.keepalive_s is not None:
+                self._start_stream(ordinal)
+                deadline = time.monotonic() + item.seconds
+                interval = max(item.keepalive_s, 0.001)
+                while time.monotonic() < deadline and not stopping.is_set():
+                    try:
+                        self._chunk(b": keep-alive\n\n")
+                    except OSError:
+                        return  # the client gave up
+                    stopping.wait(interval)
+                self._drop()
+                return
             if item.after_headers:
                 self._start_stream(ordinal)
                 self._event(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))

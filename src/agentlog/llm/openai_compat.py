@@ -26,24 +26,33 @@ any other status                       ``HTTP_<status>``
 no response (refused, DNS, TLS)        ``TRANSPORT``
 connection lost mid-body               ``TRANSPORT`` (as the original adapter: the read failed)
 body ended cleanly without ``[DONE]``  ``STREAM_CLOSED``
-no byte for ``timeout_s`` seconds      ``TIMEOUT`` (before or during the body)
+no data event for ``timeout_s`` s      ``TIMEOUT`` (before or during the body; keep-alive comments and
+                                       other non-data lines are not progress)
+SSE line or event over the cap         ``RESPONSE_TOO_LARGE`` (``max_event_bytes``, 16 MiB by default)
 payload is not a JSON object           ``MALFORMED_RESPONSE``
 ``{"error": …}`` payload mid-stream    ``QUOTA``/``CONTEXT_WINDOW_EXCEEDED`` if its text says so, else ``SERVER``
 ``[DONE]`` with no content, stop       ``EMPTY_RESPONSE``
 finish_reason other than stop/tool_calls/length   the reason upper-cased (``CONTENT_FILTER``)
 ``signal`` set                         ``ABORTED`` (finish kind ``aborted``)
 =====================================  ========================================================
+
+DeepSeek's harness headers (the session id, which lets DeepSeek route a session's calls to one prompt
+cache, and the compaction marker) go only to a base URL whose host is ``api.deepseek.com``: another
+endpoint never learns the session id. A loopback base URL (``localhost``, ``127.0.0.1``, ``::1``) needs
+no API key, and ``api_key=""`` explicitly sends none (for keyless local servers behind other names).
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
 import json
 import math
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
@@ -60,6 +69,7 @@ from .types import (
     MALFORMED_RESPONSE,
     QUOTA,
     RATE_LIMIT,
+    RESPONSE_TOO_LARGE,
     SERVER,
     STREAM_CLOSED,
     TIMEOUT,
@@ -84,8 +94,12 @@ if TYPE_CHECKING:
 DEEPSEEK_BASE_URL: Final = "https://api.deepseek.com"
 DEFAULT_MODEL: Final = "deepseek-chat"
 DEFAULT_TIMEOUT_S: Final = 300.0
-"""Idle timeout: the longest wait for the next bytes (connect, first byte, or between stream reads).
-The original adapter's stream idle watchdog defaults to 300 s; reasoning models can think that long."""
+"""Idle timeout: the longest wait for progress — from the request to the first SSE data event, and
+between data events (keep-alive comments do not count). The original adapter's stream idle watchdog
+defaults to 300 s; reasoning models can think that long."""
+DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
+"""The largest SSE line, and the largest data event, the decoder holds (16 MiB)."""
+DEEPSEEK_HOST: Final = "api.deepseek.com"
 
 API_KEY_ENV_VARS: Final = ("DEEPSEEK_API_KEY", "OPENAI_API_KEY")
 SESSION_HEADER: Final = "x-deepseek-harness-session-id"
@@ -189,10 +203,36 @@ def request_body(request: GenerateRequest, *, model: str | None = None, thinking
     return body
 
 
-def request_headers(request: GenerateRequest) -> dict[str, str]:
-    """Per-call headers: the SSE accept type, the session id (lets the provider route a session's calls to
-    the same prompt cache) and the compaction marker."""
+def _host(base_url: str) -> str:
+    try:
+        host = urllib.parse.urlsplit(base_url.strip()).hostname
+    except ValueError:
+        return ""
+    return (host or "").rstrip(".").lower()
+
+
+def is_deepseek_base_url(base_url: str) -> bool:
+    """Whether ``base_url``'s host is DeepSeek's API host (``api.deepseek.com``), on any scheme and port."""
+    return _host(base_url) == DEEPSEEK_HOST
+
+
+def is_loopback_base_url(base_url: str) -> bool:
+    """Whether ``base_url`` names this machine: ``localhost``, ``127.0.0.0/8`` or ``::1``."""
+    host = _host(base_url)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def request_headers(request: GenerateRequest, *, harness_headers: bool = True) -> dict[str, str]:
+    """Per-call headers: the SSE accept type and, with ``harness_headers`` (DeepSeek only), the session id
+    (lets DeepSeek route a session's calls to the same prompt cache) and the compaction marker."""
     headers: dict[str, str] = {"accept": "text/event-stream"}
+    if not harness_headers:
+        return headers
     if request.session_id is not None:
         headers[SESSION_HEADER] = request.session_id
     if request.purpose == "compaction":
@@ -334,46 +374,83 @@ def to_llm_error(exc: BaseException, *, request_id: str | None = None) -> LlmErr
 DONE: Final = "[DONE]"
 
 
-async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+_LINE_END: Final = re.compile(rb"[\r\n]")
+
+
+def _too_large(what: str, cap: int) -> LlmError:
+    return LlmError(
+        f"model API stream sent {what} larger than {cap} bytes (max_event_bytes); if the endpoint really "
+        "sends events this large, raise OpenAICompatibleProvider(max_event_bytes=...)",
+        code=RESPONSE_TOO_LARGE,
+    )
+
+
+async def sse_data(
+    chunks: AsyncIterator[bytes], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> AsyncIterator[str]:
     """Decode an event stream into ``data`` payloads, ``[DONE]`` last.
 
     Handles reads split anywhere (mid-line, mid-UTF-8), CR/LF/CRLF line ends, comments, multi-line data
     and a final event without its blank line. Raises ``STREAM_CLOSED`` when the body ends before
     ``[DONE]``: a truncated answer must not pass for a complete one.
-    """
-    buffer = b""
-    data: list[str] = []
 
-    def line(raw: bytes) -> str | None:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise LlmError("model API stream is not valid UTF-8", code=MALFORMED_RESPONSE) from err
-        if not text:
+    Linear in the stream's length: each byte is scanned for a line end once, and consumed lines are
+    dropped from the front of one buffer. Bounded: a line (field name included; complete or still
+    arriving) or one event's data longer than ``max_event_bytes`` is ``RESPONSE_TOO_LARGE``, so memory
+    never grows past about one cap plus one read.
+    """
+    buffer = bytearray()
+    scan = 0  # where the search for the next line end resumes (bytes before it hold none)
+    data: list[bytes] = []
+    event_bytes = 0
+
+    def line(raw: bytes | bytearray) -> str | None:
+        nonlocal event_bytes
+        if len(raw) > max_event_bytes:
+            raise _too_large("a line", max_event_bytes)
+        if not raw:
             if not data:
                 return None
-            payload = "\n".join(data)
+            payload = b"\n".join(data)
             data.clear()
-            return payload
-        if text.startswith("data:"):
-            data.append(text[6:] if text.startswith("data: ") else text[5:])
+            event_bytes = 0
+            try:
+                return payload.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise LlmError("model API stream is not valid UTF-8", code=MALFORMED_RESPONSE) from err
+        if raw.startswith(b"data:"):
+            value = bytes(raw[6:] if raw.startswith(b"data: ") else raw[5:])
+            event_bytes += len(value) + (1 if data else 0)
+            if event_bytes > max_event_bytes:
+                raise _too_large("a data event", max_event_bytes)
+            data.append(value)
         return None  # comments (":…") and other fields (event, id, retry) carry nothing here
 
     async for raw in chunks:
         buffer += raw
-        pieces = buffer.splitlines(keepends=True)
-        buffer = b""
-        for i, piece in enumerate(pieces):
-            # A trailing "\r" may be the first half of "\r\n": wait for the next read to decide.
-            complete = piece.endswith(b"\n") or (piece.endswith(b"\r") and i < len(pieces) - 1)
-            if not complete:
-                buffer = piece
-                break
-            payload = line(piece.rstrip(b"\r\n"))
+        start = 0
+        while (found := _LINE_END.search(buffer, scan)) is not None:
+            at = found.start()
+            if buffer[at] == 0x0D:  # "\r": alone, or the first half of "\r\n"
+                if at + 1 == len(buffer):
+                    scan = at  # the next read decides
+                    break
+                after = at + 2 if buffer[at + 1] == 0x0A else at + 1
+            else:
+                after = at + 1
+            payload = line(buffer[start:at])
+            start = scan = after
             if payload is not None:
                 yield payload
                 if payload.strip() == DONE:
                     return
+        else:
+            scan = len(buffer)
+        if start:
+            del buffer[:start]  # CPython drops a bytearray's prefix without moving the rest
+            scan -= start
+        if len(buffer) > max_event_bytes:
+            raise _too_large("a line", max_event_bytes)
     for raw_line in (buffer.rstrip(b"\r\n"), b""):
         payload = line(raw_line)
         if payload is not None:
@@ -579,16 +656,24 @@ _END: Final = object()
 _WAKE: Final = object()
 
 
-def resolve_api_key(api_key: str | None, provider: str) -> str:
-    """The explicit key, else ``DEEPSEEK_API_KEY``, else ``OPENAI_API_KEY``; empty values count as unset."""
-    if api_key:
+def resolve_api_key(api_key: str | None, provider: str, base_url: str | None = None) -> str:
+    """The key to send; ``""`` means none (no ``Authorization`` header).
+
+    An explicit ``api_key`` wins, ``""`` included (a keyless server). Otherwise ``DEEPSEEK_API_KEY``, then
+    ``OPENAI_API_KEY`` (empty variables count as unset); with neither, a loopback ``base_url`` needs no key
+    and any other is ``MISSING_API_KEY``.
+    """
+    if api_key is not None:
         return api_key
     for name in API_KEY_ENV_VARS:
         value = os.environ.get(name)
         if value:
             return value
+    if base_url is not None and is_loopback_base_url(base_url):
+        return ""
     raise MissingApiKeyError(
-        f'no API key for provider "{provider}": pass api_key=... or set DEEPSEEK_API_KEY (or OPENAI_API_KEY)'
+        f'no API key for provider "{provider}": pass api_key=... (api_key="" for a server that needs none) '
+        "or set DEEPSEEK_API_KEY (or OPENAI_API_KEY)"
     )
 
 
@@ -596,11 +681,15 @@ class OpenAICompatibleProvider:
     """Streams chat completions from DeepSeek or any OpenAI-compatible endpoint.
 
     ``provider`` is the route name (``Provider.name``, the ``provider`` of the messages it produces).
-    ``model`` is used when a request leaves its model empty. ``timeout_s`` is an idle timeout (the longest
-    wait for the next bytes), not a cap on the whole answer. ``thinking=False`` stops sending DeepSeek's
-    ``thinking`` switch, for OpenAI-compatible servers that reject unknown fields. Use one instance per
-    event loop and close it with ``await provider.aclose()`` (or ``async with``) to release pooled
-    connections.
+    ``model`` is used when a request leaves its model empty. ``api_key``: see :func:`resolve_api_key`
+    (``""`` sends none; a loopback ``base_url`` needs none). ``timeout_s`` is an idle timeout — the longest
+    wait for the first SSE data event and then between data events; keep-alive comments are not progress
+    — not a cap on the whole answer. ``max_event_bytes`` caps one SSE line and one data event
+    (``RESPONSE_TOO_LARGE`` beyond it). ``harness_headers`` sends DeepSeek's session-id and compaction
+    headers; by default only when the base URL's host is ``api.deepseek.com``. ``thinking=False`` stops
+    sending DeepSeek's ``thinking`` switch, for OpenAI-compatible servers that reject unknown fields. Use
+    one instance per event loop and close it with ``await provider.aclose()`` (or ``async with``) to
+    release pooled connections.
     """
 
     def __init__(
@@ -613,14 +702,25 @@ class OpenAICompatibleProvider:
         *,
         thinking: bool = True,
         default_headers: Mapping[str, str] | None = None,
+        harness_headers: bool | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, not {timeout_s!r}")
+        if max_event_bytes < 1:
+            raise ValueError(f"max_event_bytes must be positive, not {max_event_bytes!r}")
         self.name = provider
         self.model = model
         self.base_url = (base_url or DEEPSEEK_BASE_URL).rstrip("/")
         self.timeout_s = timeout_s
         self.thinking = thinking
+        self.harness_headers = is_deepseek_base_url(self.base_url) if harness_headers is None else harness_headers
+        self.max_event_bytes = max_event_bytes
+        key = resolve_api_key(api_key, provider, self.base_url)
+        # The client insists on a credential; a keyless call omits its Authorization header per request.
+        self._keyless = not key
         self._client = openai.AsyncOpenAI(
-            api_key=resolve_api_key(api_key, provider),
+            api_key=key or "no-key",
             base_url=self.base_url,
             timeout=timeout_s,
             max_retries=0,
@@ -699,28 +799,52 @@ class OpenAICompatibleProvider:
         model: str = body.pop("model")
         body.pop("stream")
         body.pop("stream_options")
-        async with self._client.chat.completions.with_streaming_response.create(
-            model=model,
-            messages=messages,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body=body or None,
-            extra_headers=request_headers(request),
-        ) as response:
-            request_id = _header_request_id(response.headers)
-            translator = StreamTranslator(request_id=request_id)
-            try:
-                async for payload in sse_data(_guarded(response.iter_bytes(), request_id)):
-                    if payload.strip() == DONE:
-                        for chunk in translator.done():
-                            yield chunk
-                        return
-                    for chunk in translator.feed(payload):
-                        yield chunk
-            except LlmError as err:
-                if err.request_id is None:
-                    err.request_id = request_id
+        headers: dict[str, Any] = dict(request_headers(request, harness_headers=self.harness_headers))
+        if self._keyless:
+            headers["Authorization"] = openai.omit
+        loop = asyncio.get_running_loop()
+        request_id: str | None = None
+        # The idle deadline counts progress, not bytes: only a data event moves it, so a server that sends
+        # nothing but keep-alive comments times out like a silent one (the client's own read timeout would
+        # be reset by every comment).
+        deadline = asyncio.timeout(self.timeout_s)
+        try:
+            async with deadline:
+                async with self._client.chat.completions.with_streaming_response.create(
+                    model=model,
+                    messages=messages,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_body=body or None,
+                    extra_headers=headers,
+                ) as response:
+                    request_id = _header_request_id(response.headers)
+                    translator = StreamTranslator(request_id=request_id)
+                    try:
+                        events = sse_data(
+                            _guarded(response.iter_bytes(), request_id), max_event_bytes=self.max_event_bytes
+                        )
+                        async for payload in events:
+                            deadline.reschedule(loop.time() + self.timeout_s)
+                            if payload.strip() == DONE:
+                                for chunk in translator.done():
+                                    yield chunk
+                                return
+                            for chunk in translator.feed(payload):
+                                yield chunk
+                    except LlmError as err:
+                        if err.request_id is None:
+                            err.request_id = request_id
+                        raise
+        except TimeoutError as err:
+            if not deadline.expired():
                 raise
+            raise LlmError(
+                f"no data from the model API for {self.timeout_s:g} s (keep-alive comments do not count); "
+                "raise the idle timeout (timeout_s, agentlog --timeout) for slow endpoints",
+                code=TIMEOUT,
+                request_id=request_id,
+            ) from err
 
 
 async def _guarded(chunks: AsyncIterator[bytes], request_id: str | None) -> AsyncIterator[bytes]:

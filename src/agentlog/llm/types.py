@@ -32,6 +32,8 @@ ABORTED: Final = "ABORTED"
 EMPTY_RESPONSE: Final = "EMPTY_RESPONSE"
 STREAM_CLOSED: Final = "STREAM_CLOSED"
 MALFORMED_RESPONSE: Final = "MALFORMED_RESPONSE"
+RESPONSE_TOO_LARGE: Final = "RESPONSE_TOO_LARGE"
+"""One SSE line or event exceeded the provider's cap (``max_event_bytes``); not retried by default."""
 MISSING_API_KEY: Final = "MISSING_API_KEY"
 UNKNOWN: Final = "UNKNOWN"
 
@@ -49,6 +51,7 @@ FAILURE_CODES: Final = frozenset(
         EMPTY_RESPONSE,
         STREAM_CLOSED,
         MALFORMED_RESPONSE,
+        RESPONSE_TOO_LARGE,
         MISSING_API_KEY,
         UNKNOWN,
     }
