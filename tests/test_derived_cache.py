@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog import FrozenError, Session, SurfaceError, derive_event_message, fold_surface
+from agentlog.events import event_types
 from factories import (
     APPEND,
     assistant_data,
@@ -29,6 +30,10 @@ from factories import (
     tool_result_data,
     user_msg,
 )
+
+# Plugin-owned types these tests log: appends of unregistered types are refused (issue 7, defect 2).
+for _plugin_type in ("test/log-only",):
+    event_types.register(_plugin_type)
 
 
 def scratch(session: Session) -> list[Any]:
@@ -357,6 +362,7 @@ def invalid_op(data: st.DataObject, model: Model) -> tuple[str, Any, dict[str, A
     target = data.draw(st.sampled_from(model.tool_nodes()), label="target")
     new = plain(model.events[target][1])
     new["message"]["content"][0]["toolCallId"] = "other"
+    new["message"]["source"]["callId"] = "other"  # a well-formed result for another call (issue 7)
     return "tool/result", new, intent(replace(target, target), [target])
 
 

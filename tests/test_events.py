@@ -10,6 +10,7 @@ import pytest
 
 import agentlog as al
 from agentlog import EventDataError, EventTypeError, EventTypes, FrozenError, InvalidSeedError
+from agentlog.errors import UnknownEventTypeError
 
 
 def test_events__known_vocabulary_has_the_48_names_of_the_original() -> None:
@@ -133,7 +134,17 @@ def test_registry__validator_runs_on_seeds_too() -> None:
         al.Session.from_restore("s", seed, {"version": 0, "id": "s", "createdAt": 1}, registry=registry)
 
 
-def test_registry__sessions_without_the_registration_accept_unknown_types() -> None:
-    session = al.Session.create("s")
+def test_registry__sessions_refuse_unregistered_types_and_name_the_registration() -> None:
+    # Issue 7, defect 2: an unregistered type could be written but never loaded back.
+    registry = EventTypes()
+    session = al.Session.create("s", registry=registry)
+    with pytest.raises(UnknownEventTypeError, match=re.escape('event_types.register("someone-else/event")')) as info:
+        session.append("someone-else/event", None)
+    assert info.value.code == "UNKNOWN_EVENT_TYPE"
+    assert session.seq == 0
+    registry.register("someone-else/event")
     event = session.append("someone-else/event", None)
-    assert event.data is None
+    assert event.data is None and "ignorable" not in event
+    registry.register("someone-else/skippable", ignorable=True)
+    skippable = session.append("someone-else/skippable", {"n": 1})
+    assert skippable.ignorable is True  # stamped, so a reader without the registration may skip it

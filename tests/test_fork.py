@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog import Session, SessionForkError, SessionStore
+from agentlog.events import event_types
 from agentlog.messages import (
     assistant_message,
     text_block,
@@ -18,6 +19,10 @@ from agentlog.messages import (
     user_message,
 )
 from agentlog.surface import replace_op
+
+# Plugin-owned types these tests log: appends of unregistered types are refused (issue 7, defect 2).
+for _plugin_type in ("test/log-only", "test/bracket-open"):
+    event_types.register(_plugin_type)
 
 APPEND = {"surfaceOp": "append"}
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -388,9 +393,10 @@ def test_fork__absent_child_id_follows_store_id_policy_and_announces_child() -> 
 
     child = store.fork(source)
 
-    assert child.id == "session-2"
-    assert store.get("session-2") is child
-    assert created == ["session-1", "session-2"]
+    # issue 7: default ids are unique and time-sortable (no per-process counter)
+    assert re.fullmatch(r"\d{8}T\d{6}-\d{3}-[0-9a-f]{12}", child.id), child.id
+    assert store.get(child.id) is child
+    assert created == ["session-1", child.id]
     assert child.header["seedLength"] == len(source.events)
 
 

@@ -17,6 +17,7 @@ from agentlog import (
     SessionStore,
     interrupted_turn_closers,
 )
+from agentlog.events import event_types
 from agentlog.messages import (
     assistant_message,
     text_block,
@@ -25,6 +26,10 @@ from agentlog.messages import (
     user_message,
 )
 from agentlog.surface import replace_op
+
+# Plugin-owned types these tests log: appends of unregistered types are refused (issue 7, defect 2).
+for _plugin_type in ("plugin/marker",):
+    event_types.register(_plugin_type)
 
 APPEND = {"surfaceOp": "append"}
 PREFIX = 'invariant violated by "@deepseek-ai/dsh-session": '

@@ -28,7 +28,12 @@ from agentlog import (
     SurfaceError,
     thaw,
 )
+from agentlog.events import event_types
 from factories import APPEND, assistant_data, intent, replace, text_block, tool_result_data, user_msg
+
+# The plugin's own log-only types: appends of unregistered types are refused (issue 7, defect 2).
+for _plugin_type in ("plugin/marker", "plugin/x"):
+    event_types.register(_plugin_type)
 
 PROPERTY_SETTINGS = settings(
     max_examples=150,
@@ -425,7 +430,14 @@ def invalid_attempt(session: Session, kind: str, a: int, b: int) -> tuple[str, A
         return surface_type, message, {"surfaceOp": "append", "sourceEventSeqs": bad}, InvalidEventError
     if kind == "missing_surface_op":
         surface_intent = (_ABSENT_INTENT, {}, {"sourceEventSeqs": [0]})[b % 3]
-        return SURFACE_TYPES[a % 3], message, surface_intent, SurfaceError
+        target = SURFACE_TYPES[a % 3]
+        # well-formed data of the target type: only its surface metadata is wrong
+        well_formed = {
+            "user/message": user_msg("x", id="bad"),
+            "assistant/message": assistant_data("x", id="bad"),
+            "tool/result": tool_result_data("call-0", "x", id="bad"),
+        }
+        return target, well_formed[target], surface_intent, SurfaceError
     if kind == "forbidden_surface_op":
         target = ("turn/start", "todo/write", "request/context", "plugin/marker")[a % 4]
         surface_intent = ({"surfaceOp": "append"}, {"surfaceOp": None}, {"sourceEventSeqs": [0]})[b % 3]

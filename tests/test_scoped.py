@@ -13,6 +13,7 @@ import re
 import pytest
 
 from agentlog import Session, SessionNotLiveError, SessionStore
+from agentlog.errors import SessionDisposedError
 
 
 async def _drain() -> None:
@@ -273,5 +274,6 @@ def test_scoped__disposing_a_scope_removes_its_hooks_and_detaches_its_sessions()
     # A session later entered into the store directly is not heard by the disposed scope's hook.
     fresh = store.create("fresh")
     fresh.append("turn/start", {"turn": 1})
-    owned.append("turn/start", {"turn": 1})
+    with pytest.raises(SessionDisposedError):  # issue 7: a disposed session refuses appends
+        owned.append("turn/start", {"turn": 1})
     assert heard == ["disposed:owned"]

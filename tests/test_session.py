@@ -32,6 +32,7 @@ from agentlog import (
     snapshot_session_event,
     thaw,
 )
+from agentlog.events import event_types
 from factories import (
     APPEND,
     assistant_data,
@@ -42,6 +43,10 @@ from factories import (
     tool_result_data,
     user_msg,
 )
+
+# Plugin-owned types these tests log: appends and seeds of unregistered types are refused (issue 7).
+for _plugin_type in ("plugin/event", "test/unstable", "test/deep-restore"):
+    event_types.register(_plugin_type)
 
 MAX_SAFE = 2**53 - 1
 
@@ -519,7 +524,7 @@ def test_session__accepts_dense_arrays_and_nested_plain_objects() -> None:
     extra = [1, 2, [3, {"a": None, "b": True}]]
     event = session.append(
         "user/message",
-        {"content": [text_block("x")], "source": {"kind": "user"}, "extra": extra},
+        {"id": "u-extra", "role": "user", "content": [text_block("x")], "source": {"kind": "user"}, "extra": extra},
         intent(APPEND),
     )
     assert len(session.events) == 1
@@ -821,7 +826,7 @@ def test_session__reads_a_nested_append_metadata_getter_once_and_stores_its_firs
 def test_session__rejects_invalid_plain_surface_metadata_shapes_at_append() -> None:
     # spec 19.1 #39
     session = Session.create("append-invalid-surface-shape", now=now)
-    data = {"content": [text_block("hello")], "source": {"kind": "user"}}
+    data = user_msg("hello", id="u-hello")
     with pytest.raises(SurfaceError, match=re.escape('session event "user/message" carries an invalid surfaceOp')):
         session.append("user/message", data, {"surfaceOp": "invalid"})
     with pytest.raises(

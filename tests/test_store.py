@@ -24,6 +24,7 @@ from agentlog import (
     SessionHeaderError,
     SessionStore,
 )
+from agentlog.errors import SessionDisposedError
 from agentlog.messages import assistant_message, text_block, user_message
 from agentlog.surface import replace_op
 
@@ -364,8 +365,12 @@ def test_store__detaches_sessions_when_owner_lifetime_is_disposed() -> None:
     owner.dispose()
     assert store.get("scoped") is None
     assert disposed == ["scoped"]
-    late = session.append("user/message", user_message("late"), APPEND)
-    assert session.events[-1] is late
+    # Issue 7, defect 5: a disposed session refuses appends (they would never be stored).
+    before = list(session.events)
+    with pytest.raises(SessionDisposedError) as caught:
+        session.append("user/message", user_message("late"), APPEND)
+    assert caught.value.code == "SESSION_DISPOSED"
+    assert list(session.events) == before
     assert observed == []
 
     # The same lifetime through the explicit owner= argument of store.create.
@@ -375,7 +380,8 @@ def test_store__detaches_sessions_when_owner_lifetime_is_disposed() -> None:
     other_owner.dispose()
     assert store.get("owned") is None
     assert disposed == ["scoped", "owned"]
-    owned.append("turn/start", {"turn": 1})
+    with pytest.raises(SessionDisposedError):
+        owned.append("turn/start", {"turn": 1})
     assert observed == []
 
 

@@ -11,8 +11,9 @@ three things at once, in a single walk over the value:
   real ``dict`` / ``list`` so it compares equal to plain containers and ``orjson`` serializes it
   natively without a conversion step.
 
-The walk uses an explicit stack so nesting depth is bounded by memory, not by the interpreter's
-recursion limit (the original accepts 20,000-deep values; so do we).
+The walk uses an explicit stack so nesting depth is bounded by :data:`MAX_JSON_DEPTH` (99,999 levels,
+what a stored event can nest and still be read back), never by the interpreter's recursion limit (the
+original accepts 20,000-deep values; so do we).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ _NEG_INF = -math.inf
 # container, so it starts only below this depth: a cyclic value descends forever, so it always gets
 # there, and the precise first repetition is then located once for the error message.
 _CYCLE_TRACK_DEPTH = 64
+
+MAX_JSON_DEPTH = 99_999
+"""The deepest nesting (containers inside containers) the gate accepts. Readers parse a stored record
+to at most 100,000 levels (``jsoncodec.DEFAULT_MAX_DEPTH``) and an event's envelope adds one level to
+its data, so anything deeper could be written but never read back: it is refused here, on append."""
 
 
 def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -186,6 +192,12 @@ class _ListFrame:
 
 
 _LIST: Any = _ListFrame()
+
+
+_TOO_DEEP = (
+    f"nested deeper than {MAX_JSON_DEPTH:,} levels, which no reader would load back "
+    "(flatten the value or store it as a string)"
+)
 
 
 def _fail(stack: list[tuple[Any, Any, Any, Any]], reason: str, last: object = None, has_last: bool = False) -> NoReturn:
@@ -398,6 +410,8 @@ def _snapshot_container(root: Any) -> Any:
                     if len(stack) >= track:
                         if id(v) in deep_ids:
                             _fail_cycle(stack, v, k)
+                        if len(stack) >= MAX_JSON_DEPTH:
+                            _fail(stack, _TOO_DEEP)
                         deep_ids.add(id(src))
                     src = v
                     out = {}
@@ -408,6 +422,8 @@ def _snapshot_container(root: Any) -> Any:
                     if len(stack) >= track:
                         if id(v) in deep_ids:
                             _fail_cycle(stack, v, k)
+                        if len(stack) >= MAX_JSON_DEPTH:
+                            _fail(stack, _TOO_DEEP)
                         deep_ids.add(id(src))
                     src = v
                     out = []
@@ -450,6 +466,8 @@ def _snapshot_container(root: Any) -> Any:
                     if len(stack) >= track:
                         if id(v) in deep_ids:
                             _fail_cycle(stack, v, len(out))
+                        if len(stack) >= MAX_JSON_DEPTH:
+                            _fail(stack, _TOO_DEEP)
                         deep_ids.add(id(src))
                     src = v
                     out = {}
@@ -461,6 +479,8 @@ def _snapshot_container(root: Any) -> Any:
                     if len(stack) >= track:
                         if id(v) in deep_ids:
                             _fail_cycle(stack, v, len(out))
+                        if len(stack) >= MAX_JSON_DEPTH:
+                            _fail(stack, _TOO_DEEP)
                         deep_ids.add(id(src))
                     src = v
                     out = []

@@ -1,8 +1,9 @@
 """Seed and load validation: what a borrowed or restored log must satisfy before it becomes a session.
 
-Appends are deliberately lenient (the original accepts a ``user/message`` without an id), but a log
-that is *loaded* is checked strictly, because a malformed stored message would otherwise be sent to a
-model. Every check runs in the original's order so the first failure reported is the same one.
+Appends and loads share one set of rules (message shapes, the core types' data shapes, request
+headers): whatever ``Session.append`` accepts loads again, because a log agentlog wrote itself must
+never be refused as corrupt. Every load check runs in the original's order so the first failure
+reported is the same one; append refusals add the fix ("build it with agentlog.user_message(text)").
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._js import UNDEFINED, js_string
-from .errors import AgentlogError, InvalidSeedError, MessageShapeError, SessionHeaderError
+from .errors import AgentlogError, EventDataError, InvalidSeedError, MessageShapeError, SessionHeaderError
 from .events import SESSION_FORMAT_VERSION, Event, new_event
+from .jsoncodec import dumps
 from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze_in_place, freeze_tree, snapshot_json, thaw
 
 _MISSING: Any = UNDEFINED
@@ -100,7 +102,11 @@ def check_message_event_shape(event: Mapping[str, Any], subject: str, error: typ
     etype = event.get("type")
     if etype not in MESSAGE_EVENT_TYPES:
         return
-    data = event.get("data")
+    check_message_shape(etype, event.get("data"), subject, error)
+
+
+def check_message_shape(etype: Any, data: Any, subject: str, error: type[AgentlogError]) -> None:
+    """The message rules of one message event's ``data`` (``etype`` is one of the three message types)."""
     message = data if etype == "user/message" else (data.get("message") if isinstance(data, dict) else None)
     if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
         raise error(f"{subject} lacks an identified message")
@@ -133,6 +139,177 @@ def check_message_event_shape(event: Mapping[str, Any], subject: str, error: typ
             raise error(f"{subject} message must contain one tool-result block")
         if content[0].get("toolCallId") != call_id:
             raise error(f"{subject} message has mismatched tool call ids")
+
+
+# --- core data shapes: one rule set for append and load ------------------------------------------------
+#
+# Each rule returns what is wrong with an event's ``data`` (a phrase completing "<type> data ..."), or
+# None. Appends and every load path run the same rules, so whatever ``Session.append`` accepts loads
+# again. They are written for the common case first (one class test per field), because appends of
+# ``assistant/chunk`` are the hot path.
+
+_DICT_CLASSES = (dict, FrozenDict)
+_BARE_END_KINDS = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
+_TURN_END_KEYS = frozenset({"turn", "reason"})
+
+
+def _positive_int(value: object) -> bool:
+    """A positive safe integer (JavaScript's ``Number.isSafeInteger``: an integral float counts)."""
+    if value.__class__ is int:
+        return 0 < value <= MAX_SAFE_INTEGER
+    return value.__class__ is float and value.is_integer() and 0 < value <= MAX_SAFE_INTEGER
+
+
+def _nonneg_int(value: object) -> bool:
+    if value.__class__ is int:
+        return 0 <= value <= MAX_SAFE_INTEGER
+    return value.__class__ is float and value.is_integer() and 0 <= value <= MAX_SAFE_INTEGER
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON text for a refusal message (``missing`` when absent), cut to 60 characters."""
+    if value is _MISSING:
+        return "missing"
+    text = dumps(value).decode("utf-8", "replace")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _turn_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return f"must be an object, got {_shown(data)}"
+    if not _positive_int(data.get("turn", _MISSING)):
+        return f'turn must be a positive integer (e.g. {{"turn": 1}}), got {_shown(data.get("turn", _MISSING))}'
+    return None
+
+
+def _turn_start_problem(data: Any) -> str | None:
+    problem = _turn_problem(data)
+    if problem is None and "trigger" in data:
+        return 'carries the pre-react-loop "trigger" key (current form: {"turn": n})'
+    return problem
+
+
+def _turn_end_problem(data: Any) -> str | None:
+    problem = _turn_problem(data)
+    if problem is not None:
+        return problem
+    if data.keys() != _TURN_END_KEYS:
+        return 'must have exactly the keys "turn" and "reason"'
+    reason = data["reason"]
+    if not isinstance(reason, dict) or not isinstance(reason.get("kind"), str):
+        return 'reason must be an object with a string "kind"'
+    kind = reason["kind"]
+    if kind in _BARE_END_KINDS:
+        if len(reason) != 1:
+            return f'reason of kind "{kind}" must have no other keys'
+    elif kind == "aborted":
+        if "reason" not in reason:
+            return 'reason of kind "aborted" must say why: {"kind": "aborted", "reason": {"kind": ...}}'
+    elif kind == "disposed":
+        return 'reason "disposed" is the pre-react-loop form: write {"kind": "aborted", "reason": {"kind": "disposed"}}'
+    elif kind == "error" and "error" not in reason:
+        return 'reason of kind "error" must carry "error": {"message": ..., "code": ...}'
+    return None
+
+
+def _step_problem(data: Any) -> str | None:
+    problem = _turn_problem(data)
+    if problem is None and not _nonneg_int(data.get("step", _MISSING)):
+        return f"step must be a non-negative integer, got {_shown(data.get('step', _MISSING))}"
+    return problem
+
+
+def _chunk_problem(data: Any) -> str | None:
+    # The hot path: a well-formed chunk costs three lookups and class tests.
+    if data.__class__ is FrozenDict:
+        turn = data.get("turn")
+        step = data.get("step")
+        chunk = data.get("chunk")
+        if (
+            turn.__class__ is int
+            and step.__class__ is int
+            and chunk.__class__ is FrozenDict
+            and 0 < turn <= MAX_SAFE_INTEGER
+            and 0 <= step <= MAX_SAFE_INTEGER
+            and chunk.get("type").__class__ is str
+        ):
+            return None
+    problem = _step_problem(data)
+    if problem is not None:
+        return problem
+    chunk = data.get("chunk")
+    if not isinstance(chunk, dict) or not isinstance(chunk.get("type"), str):
+        return 'chunk must be an object with a string "type" (build it with agentlog.messages.text_delta(...))'
+    return None
+
+
+def _tool_call_problem(data: Any) -> str | None:
+    problem = _step_problem(data)
+    if problem is not None:
+        return problem
+    if not _nonempty_str(data.get("callId")):
+        return "callId must be a non-empty string"
+    if not isinstance(data.get("name"), str):
+        return "name must be a string"
+    if not isinstance(data.get("arguments"), str):
+        return "arguments must be the raw JSON text of the call (a string)"
+    return None
+
+
+CORE_DATA_RULES: dict[str, Callable[[Any], str | None]] = {
+    "turn/start": _turn_start_problem,
+    "turn/end": _turn_end_problem,
+    "step/start": _step_problem,
+    "step/end": _step_problem,
+    "assistant/chunk": _chunk_problem,
+    "tool/call": _tool_call_problem,
+}
+"""Data rules of the core log-only types (message types and ``request/header`` have their own checks)."""
+
+_MESSAGE_HINTS = {
+    "user/message": "user/message data must be a message; build it with agentlog.user_message(text)",
+    "assistant/message": (
+        'assistant/message data must be {"turn": n, "step": n, "message": ...} with the message built by '
+        "agentlog.assistant_message(blocks, provider=..., model=...)"
+    ),
+    "tool/result": (
+        'tool/result data must be {"turn": n, "step": n, "message": ...} with the message built by '
+        "agentlog.tool_result_message(call_id, text)"
+    ),
+}
+
+
+def check_append_data(etype: str, data: Any) -> None:
+    """The append side of the shared rules: raise a typed refusal that names the fix."""
+    rule = CORE_DATA_RULES.get(etype)
+    if rule is not None:
+        problem = rule(data)
+        if problem is not None:
+            raise EventDataError(f'session event "{etype}" data {problem}')
+        return
+    if etype in MESSAGE_EVENT_TYPES:
+        try:
+            check_message_shape(etype, data, f'session event "{etype}"', MessageShapeError)
+        except MessageShapeError as err:
+            raise MessageShapeError(f"{err}: {_MESSAGE_HINTS[etype]}") from None
+    elif etype == "request/header":
+        try:
+            check_request_header_shape(data, 0)
+        except InvalidSeedError as err:
+            text = str(err).replace("seed request/header at index 0", 'session event "request/header"')
+            raise EventDataError(
+                f"{text}: build its data as {{\"header\": {{\"config\": {{\"provider\": ..., \"model\": ...}}, ...}}, "
+                '"reason": "initial"}'
+            ) from None
+
+
+def check_seed_data(etype: str, data: Any, index: int) -> None:
+    """The load side of the shared rules for one seed/restored event (message types excluded)."""
+    rule = CORE_DATA_RULES.get(etype)
+    if rule is not None:
+        problem = rule(data)
+        if problem is not None:
+            raise InvalidSeedError(f"seed {etype} at index {index} data {problem}", index=index)
 
 
 def check_request_header_shape(data: Any, index: int) -> None:
@@ -195,6 +372,8 @@ def check_seed_envelope(entry: Any, index: int) -> None:
         check_request_header_shape(entry["data"], index)
     elif etype in MESSAGE_EVENT_TYPES:
         check_message_event_shape(entry, f"seed {etype} at index {index}", InvalidSeedError)
+    else:
+        check_seed_data(etype, entry["data"], index)
 
 
 # --- ownership helpers -----------------------------------------------------------------------------

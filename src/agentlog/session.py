@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
@@ -25,17 +26,29 @@ from .errors import (
     LegacyFormatError,
     NonJsonValueError,
     ReentrantAppendError,
+    SessionDisposedError,
     SessionHeaderError,
     SurfaceError,
+    UnknownEventTypeError,
     describe_error,
 )
 from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types, new_event
-from .jsonvalue import EMPTY_FROZEN_DICT, FrozenDict, _speedups, snapshot_container, snapshot_json
+from .jsonvalue import (
+    EMPTY_FROZEN_DICT,
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    _speedups,
+    snapshot_container,
+    snapshot_json,
+)
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
+    CORE_DATA_RULES,
     MESSAGE_EVENT_TYPES,
+    check_append_data,
     check_message_event_shape,
     check_request_header_shape,
+    check_seed_data,
     check_seed_envelope,
     event_from_restored,
     legacy_request_header_problem,
@@ -188,8 +201,10 @@ class _MessageCache:
 _MISSING: Any = object()
 _RESTORE_SPECIAL_TYPES = frozenset(
     {"user/message", "assistant/message", "tool/result", "request/header", "request/header-delta"}
-)
+) | frozenset(CORE_DATA_RULES)
 _LEGACY_TYPES = frozenset({"request/header", "request/header-delta"})
+_CHECKED_TYPES = _LEGACY_TYPES | MESSAGE_EVENT_TYPES | frozenset(CORE_DATA_RULES)
+"""Types whose data the shared append/load rules check (everything else: the JSON gate only)."""
 _CREATE_TOKEN = object()
 
 
@@ -199,9 +214,12 @@ class Session:
     __slots__ = (
         "__weakref__",
         "_attachment",
+        "_disposed",
         "_events_view",
         "_first_live",
         "_header",
+        "_known",
+        "_lock",
         "_log",
         "_messages",
         "_now",
@@ -222,6 +240,9 @@ class Session:
         self._now: Clock = now or wall_clock_ms
         self._registry = registry or event_types
         self._validators = self._registry.validators
+        self._known = self._registry._types
+        self._lock = threading.RLock()
+        self._disposed = False
         self._log: list[Event] = []
         self._surface = SurfaceManager(self._log, 0)
         self._header: FrozenDict = EMPTY_FROZEN_DICT
@@ -298,6 +319,13 @@ class Session:
         problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
         if problem is not None:
             raise InvalidSeedError(problem, index=index)
+        if not restore and etype not in self._known and entry.get("ignorable") is not True:
+            # Restored logs were checked by their reader (persistence refuses unknown types itself).
+            raise InvalidSeedError(
+                f'seed event at index {index} has event type "{etype}", which is not registered and not '
+                f'marked ignorable; register it first with agentlog.event_types.register("{etype}")',
+                index=index,
+            )
         if entry["seq"] != index:
             raise InvalidSeedError(
                 f"seed event at index {index} has seq {entry['seq']} (expected {index}); "
@@ -339,6 +367,8 @@ class Session:
         elif etype == "request/header-delta":
             self._load_entry(index, entry, True, event)  # the envelope layer reports the legacy refusal
             return
+        else:
+            check_seed_data(etype, entry["data"], index)
         self._commit_seed_event(index, etype, event)
 
     def _load_restored_fast(self, seed: list[Any]) -> int:
@@ -410,45 +440,93 @@ class Session:
         """Validate, commit and publish one event; return the committed (frozen) event.
 
         ``intent`` (``{"surfaceOp": ..., "sourceEventSeqs": [...]}``) is required for the three surface
-        types and refused for every other type. Nothing changes when this raises.
+        types and refused for every other type. Nothing changes when this raises. The data is checked
+        with the same rules every load applies, so an accepted event always loads again.
+
+        Thread-safe: appends from any thread are serialized by the session's lock, and each gets the
+        next seq. A listener that appends to the session it is being notified about (on the same
+        thread) is refused with ``REENTRANT_APPEND``.
         """
         if type.__class__ is not str:
             raise InvalidEventError(f"session event type must be a string, got {type!r}")
+        info = self._known.get(type)
+        if info is None:
+            self._refuse_type(type)
         try:
             data_copy = snapshot_container(data) if data.__class__ is dict else snapshot_json(data)
         except NonJsonValueError as err:
             raise InvalidEventError(
                 f'session event "{type}" carries non-JSON-serializable data: {err}'
             ) from None
-        if type in _LEGACY_TYPES:
-            problem = legacy_request_header_problem(type, data_copy, f'session event "{type}"')
-            if problem is not None:
-                raise LegacyFormatError(problem)
+        if type in _CHECKED_TYPES:
+            if type in _LEGACY_TYPES:
+                problem = legacy_request_header_problem(type, data_copy, f'session event "{type}"')
+                if problem is not None:
+                    raise LegacyFormatError(problem)
+            check_append_data(type, data_copy)
         if type in self._validators:
             self._registry.validate(type, data_copy)
-        log = self._log
-        seq = len(log)
-        if intent is None:
-            record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
-        else:
-            record = self._with_surface_metadata(type, seq, data_copy, intent)
-        entry = self._attachment
-        if entry is not None and entry.appending:
-            raise ReentrantAppendError("session append cannot reenter while another append is being published")
-        record["time"] = self._now()
-        event = new_event(record)
-        surface = self._surface
-        if intent is not None or type in SURFACE_EVENT_TYPES:
-            plan = surface.validate_next(event)
-        else:
-            plan = None
-        if entry is None:
-            log.append(event)
-            self._events_view = None
-            surface._commit(event, plan)
+        with self._lock:
+            if self._disposed:
+                self._refuse_disposed()
+            log = self._log
+            seq = len(log)
+            if intent is None:
+                record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
+            else:
+                record = self._with_surface_metadata(type, seq, data_copy, intent)
+            if info.ignorable:
+                record["ignorable"] = True
+            entry = self._attachment
+            if entry is not None and entry.appending:
+                raise ReentrantAppendError("session append cannot reenter while another append is being published")
+            now = self._now()
+            if now.__class__ is not int or not -MAX_SAFE_INTEGER <= now <= MAX_SAFE_INTEGER:
+                self._refuse_time(now)
+            record["time"] = now
+            event = new_event(record)
+            surface = self._surface
+            if intent is not None or type in SURFACE_EVENT_TYPES:
+                plan = surface.validate_next(event)
+            else:
+                plan = None
+            if entry is None:
+                log.append(event)
+                self._events_view = None
+                surface._commit(event, plan)
+                return event
+            self._publish(entry, event, plan)
             return event
-        self._publish(entry, event, plan)
-        return event
+
+    def _refuse_type(self, type: str) -> NoReturn:
+        if self._disposed:
+            self._refuse_disposed()
+        problem = legacy_request_header_problem(type, None, f'session event "{type}"')
+        if problem is not None:
+            raise LegacyFormatError(problem)
+        raise UnknownEventTypeError(
+            f'session event type "{type}" is not registered, so no reader could load the log back; '
+            f'register it first with agentlog.event_types.register("{type}") (readers must register it too, '
+            "or pass ignorable=True if readers may skip it)"
+        )
+
+    def _refuse_disposed(self) -> NoReturn:
+        raise SessionDisposedError(
+            f'session "{self.id}" was disposed: an append would never be stored. '
+            f'Reopen it with coordinator.resume("{self.id}") and append to the resumed session'
+        )
+
+    def _refuse_time(self, now: object) -> NoReturn:
+        raise InvalidEventError(
+            f'session "{self.id}" clock returned {now!r}: event time must be integer Unix epoch '
+            "milliseconds (a safe integer); give the session a clock such as "
+            "lambda: time.time_ns() // 1_000_000"
+        )
+
+    def _mark_disposed(self) -> None:
+        """Refuse every later append (the store disposed the session; nothing would store it)."""
+        with self._lock:
+            self._disposed = True
 
     def _with_surface_metadata(
         self, type: str, seq: int, data_copy: Any, intent: Mapping[str, Any]

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
-import itertools
 import logging
+import secrets
+import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ class _Entry:
         "detach_requested",
         "detached",
         "id",
+        "live",
         "scope",
         "session",
         "store",
@@ -62,6 +64,7 @@ class _Entry:
         self.appending = False
         self.detach_requested = False
         self.detached = False
+        self.live = False  # announced and not vetoed
 
 
 class _Hooks:
@@ -172,12 +175,18 @@ class SessionStore(_Hooks):
         self._entries: dict[str, _Entry] = {}
         self._listeners: dict[str, list[tuple[Scope | None, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
         self._resolved: dict[tuple[str, Scope | None], list[Callable[..., Any]]] = {}
-        self._counter = itertools.count(1)
 
     # -- building ----------------------------------------------------------------------------------
     def _mint_id(self) -> str:
+        """A unique, time-sortable default id: ``YYYYMMDDTHHMMSS-mmm-<12 random hex>`` (UTC).
+
+        Ids of different processes never collide (48 random bits per id) and sort by creation time to
+        the millisecond; only ``[0-9A-Za-z-]`` is used, which every backend stores verbatim.
+        """
         while True:
-            candidate = f"session-{next(self._counter)}"
+            ms = _time.time_ns() // 1_000_000
+            stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime(ms // 1000))
+            candidate = f"{stamp}-{ms % 1000:03d}-{secrets.token_hex(6)}"
             if candidate not in self._entries:
                 return candidate
 
@@ -216,6 +225,8 @@ class SessionStore(_Hooks):
         return self._enter(session, None)
 
     def _enter(self, session: Session, scope: Scope | None) -> Callable[[], None]:
+        if session._disposed:
+            session._refuse_disposed()
         if session.id in self._entries:
             raise SessionExistsError(f'session "{session.id}" already exists')
         if session._attachment is not None:
@@ -245,6 +256,10 @@ class SessionStore(_Hooks):
         entry.session._attachment = None
         entry.detached = True
         if entry.announced:
+            if entry.live:
+                # A disposed session's later appends would reach no store: refuse them (SESSION_DISPOSED).
+                # A vetoed publication never went live; its session may still be prepared again.
+                entry.session._mark_disposed()
             self._emit_disposed(entry)
 
     def _live_entry(self, session: Session) -> _Entry:
@@ -265,6 +280,7 @@ class SessionStore(_Hooks):
                 result = listener(session)
                 if inspect.isawaitable(result):
                     _observe_async(result, f'session "{session.id}": session/created listener rejected: ')
+            entry.live = True
         finally:
             entry.announcing = False
             if entry.detach_requested and not entry.appending:
