@@ -220,3 +220,174 @@ def test_issue7_d9_show_log_of_a_balanced_session_marks_nothing(tmp_path: Path) 
     document = orjson.loads(runner.invoke(app, ["show", "s1", "--store", str(tmp_path), "--log", "--json"]).stdout)
     assert document["wouldBeAddedOnResume"] == []
     assert document["storedEvents"] == 8
+
+
+# --- a store that does not exist; read commands create nothing ---------------------------------------------
+
+READ_COMMANDS = [["ls"], ["verify"], ["verify", "s0"], ["export", "s0"], ["show", "s0"], ["show", "s0", "--log"]]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=" ".join)
+def test_issue7_d9_a_mistyped_store_is_store_not_found_and_nothing_is_created(
+    tmp_path: Path, kind: str, command: list[str]
+) -> None:
+    missing = tmp_path / "no-such-store"
+    result = runner.invoke(app, [*command, "--store", str(missing), "--backend", kind, "--json"])
+    assert result.exit_code == 1, result.output
+    error = orjson.loads(result.stderr)["error"]
+    assert error["code"] == "STORE_NOT_FOUND"
+    assert "does not exist" in error["message"]
+    assert not missing.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_issue7_d9_replay_of_a_missing_store_is_store_not_found(tmp_path: Path, kind: str) -> None:
+    missing = tmp_path / "nope"
+    result = runner.invoke(app, ["replay", "s0", "--store", str(missing), "--backend", kind, "--speed", "0"])
+    assert result.exit_code == 1
+    assert "STORE_NOT_FOUND" in result.stderr
+    assert not missing.exists()
+
+
+def test_issue7_d9_sqlite_read_commands_never_create_the_database(tmp_path: Path) -> None:
+    _write(tmp_path, "jsonl")  # a JSONL store: no sessions.sqlite3 in it
+    before = _tree(tmp_path)
+    for command in READ_COMMANDS:
+        result = runner.invoke(app, [*command, "--store", str(tmp_path), "--backend", "sqlite", "--json"])
+        assert result.exit_code == 1, (command, result.output)
+        assert orjson.loads(result.stderr)["error"]["code"] == "STORE_NOT_FOUND", command
+    assert _tree(tmp_path) == before
+    assert not (tmp_path / "sessions.sqlite3").exists()
+
+
+def test_issue7_d9_an_existing_empty_jsonl_store_lists_nothing_and_stays_empty(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["ls", "--store", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert orjson.loads(result.stdout) == {"sessions": [], "nextCursor": None}
+    assert runner.invoke(app, ["verify", "--store", str(tmp_path), "--json"]).exit_code == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_issue7_d9_read_commands_leave_an_existing_store_byte_identical(tmp_path: Path, kind: str) -> None:
+    _write(tmp_path, kind, open_last=True)
+    before = _tree(tmp_path)
+    for command in [*READ_COMMANDS, ["show", "s1", "--at", "2"], ["export", "s1"]]:
+        result = runner.invoke(app, [*command, "--store", str(tmp_path), "--backend", kind, "--json"])
+        assert result.exit_code == 0, (command, result.output)
+    replay = runner.invoke(app, ["replay", "s1", "--store", str(tmp_path), "--backend", kind, "--speed", "0"])
+    assert replay.exit_code == 0, replay.output
+    assert _tree(tmp_path) == before
+
+
+# --- read commands detect the JSONL encoding -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stored", "flag"), [("zstd", "none"), ("none", "zstd")])
+def test_issue7_d9_read_commands_detect_the_jsonl_encoding(tmp_path: Path, stored: str, flag: str) -> None:
+    _write(tmp_path, "jsonl", stored)
+    before = _tree(tmp_path)
+    args = ["--store", str(tmp_path), "--compression", flag, "--json"]
+    listing = runner.invoke(app, ["ls", *args])
+    assert listing.exit_code == 0, listing.output
+    assert [row["id"] for row in orjson.loads(listing.stdout)["sessions"]] == ["s0", "s1"]
+    assert all(row["error"] is None for row in orjson.loads(listing.stdout)["sessions"])
+    verify = runner.invoke(app, ["verify", *args])
+    assert verify.exit_code == 0, verify.output
+    assert orjson.loads(verify.stdout)["ok"] is True
+    exported = runner.invoke(app, ["export", "s1", *args])
+    assert exported.exit_code == 0, exported.output
+    assert len(orjson.loads(exported.stdout)["events"]) == 8
+    shown = runner.invoke(app, ["show", "s1", *args])
+    assert shown.exit_code == 0, shown.output
+    assert _tree(tmp_path) == before
+
+
+# --- export --partial --------------------------------------------------------------------------------------
+
+
+def _write_two_turns(root: Path, kind: str, compression: str = "zstd") -> None:
+    """Session "s" with two turns, each flushed on its own (zstd: header frame + one frame per turn)."""
+    store = al.SessionStore(now=lambda: 1_700_000_000_000)
+    coordinator = PersistenceCoordinator(store, _backend(root, kind, compression))
+    try:
+        session = store.create("s", meta={"cwd": "/work/project"})
+        for turn in (1, 2):
+            session.append("turn/start", {"turn": turn})
+            session.append("user/message", al.user_message(f"q{turn}", id=f"u{turn}"), {"surfaceOp": "append"})
+            session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+            store.flush(session)
+    finally:
+        coordinator.close()
+
+
+def _damage(root: Path, kind: str, compression: str) -> None:
+    """Damage turn 2 (seqs 3..5) of session "s" with complete, valid-looking records around it."""
+    if kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(root / "sessions.sqlite3") as con:
+            con.execute("UPDATE events SET data = '{\"broken\":' WHERE seq = 4")
+        con.close()
+    elif compression == "zstd":
+        log = _zstd_log(root, "s")
+        data = bytearray(log.read_bytes())
+        frames = [i for i in range(len(data)) if data.startswith(b"\x28\xb5\x2f\xfd", i)]
+        assert len(frames) == 3
+        data[frames[2] + 12] ^= 0xFF
+        log.write_bytes(bytes(data))
+    else:
+        (log,) = root.glob("*/s/session.jsonl")
+        lines = log.read_bytes().split(b"\n")
+        assert orjson.loads(lines[5])["seq"] == 4
+        lines[5] = lines[5][:-1]  # seq 4: a complete but unparsable line, with seq 5 complete after it
+        log.write_bytes(b"\n".join(lines))
+
+
+PARTIAL_CASES = [("jsonl", "zstd"), ("jsonl", "none"), ("sqlite", "zstd")]
+
+
+@pytest.mark.parametrize(("kind", "compression"), PARTIAL_CASES)
+def test_issue7_d9_export_partial_writes_the_readable_prefix_and_says_where_it_stopped(
+    tmp_path: Path, kind: str, compression: str
+) -> None:
+    _write_two_turns(tmp_path, kind, compression)
+    _damage(tmp_path, kind, compression)
+    before = _tree(tmp_path)
+    args = ["--store", str(tmp_path), "--backend", kind, "--compression", compression]
+    refused = runner.invoke(app, ["export", "s", *args, "--json"])
+    assert refused.exit_code == 1
+    error = orjson.loads(refused.stderr)["error"]
+    assert error["code"] == "SESSION_CORRUPT"
+    assert "agentlog export --partial" in error["message"]  # the advice names a command that works
+
+    result = runner.invoke(app, ["export", "s", *args, "--partial"])
+    assert result.exit_code == 3, result.output  # documented: the export is partial
+    document = orjson.loads(result.stdout)
+    assert document["header"]["id"] == "s"
+    seqs = [event["seq"] for event in document["events"]]
+    assert seqs == list(range(len(seqs))) and 3 <= len(seqs) < 6  # turn 1 whole, nothing after the damage
+    damage = document["damage"]
+    assert damage["code"] == "SESSION_CORRUPT"
+    assert damage["location"] and damage["offset"] is not None
+    assert damage["afterSeq"] == seqs[-1]
+    assert "partial export" in result.stderr and str(damage["location"]) in result.stderr
+    as_json = runner.invoke(app, ["export", "s", *args, "--partial", "--json"])
+    assert as_json.exit_code == 3
+    assert orjson.loads(as_json.stderr)["error"]["code"] == "SESSION_CORRUPT"
+    assert orjson.loads(as_json.stderr)["partial"]["events"] == len(seqs)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(("kind", "compression"), PARTIAL_CASES)
+def test_issue7_d9_export_partial_of_a_healthy_session_is_the_full_export(
+    tmp_path: Path, kind: str, compression: str
+) -> None:
+    _write_two_turns(tmp_path, kind, compression)
+    args = ["export", "s", "--store", str(tmp_path), "--backend", kind, "--compression", compression]
+    full = runner.invoke(app, args)
+    partial = runner.invoke(app, [*args, "--partial"])
+    assert full.exit_code == 0 and partial.exit_code == 0, partial.output
+    assert orjson.loads(partial.stdout) == orjson.loads(full.stdout)

@@ -29,7 +29,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from .errors import AgentlogError, SessionExistsError, SessionNotFoundError
+from .errors import (
+    AgentlogError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionPersistenceCorruptionError,
+    StoreNotFoundError,
+)
 from .jsonvalue import thaw
 from .persistence.backend import Backend, StoredPrefix
 from .persistence.coordinator import PersistenceCoordinator
@@ -75,15 +81,24 @@ def _store_root(store: Path | None) -> Path:
     return Path(os.environ.get("AGENTLOG_STORE") or ".agentlog")
 
 
-def open_backend(store: Path | None, backend: BackendKind, compression: Compression) -> Backend:
-    """The backend a command reads from (constructing one never writes to the store)."""
+def open_backend(
+    store: Path | None, backend: BackendKind, compression: Compression, *, read_only: bool = False
+) -> Backend:
+    """The backend of a command (constructing one never writes to the store).
+
+    ``read_only=True`` is for the inspection commands: nothing is ever created (a store or database
+    that does not exist is ``STORE_NOT_FOUND``), and JSONL reads whichever encoding the store holds,
+    whatever ``--compression`` says (that option chooses the encoding of new sessions).
+    """
     root = _store_root(store).absolute()
     if backend is BackendKind.sqlite:
         from .persistence.sqlite import SqliteBackend
 
-        return SqliteBackend(str(root / SQLITE_FILENAME))
+        return SqliteBackend(str(root / SQLITE_FILENAME), read_only=read_only)
     from .persistence.jsonl import JsonlBackend
 
+    if read_only:
+        return JsonlBackend(str(root), compression="auto", read_only=True)
     return JsonlBackend(str(root), compression=compression.value)
 
 
@@ -121,7 +136,7 @@ def ls_command(
     reads and checks whole logs.
     """
     try:
-        storage = open_backend(store, backend, compression)
+        storage = open_backend(store, backend, compression, read_only=True)
         try:
             listings = storage.list_sessions()
         finally:
@@ -178,9 +193,70 @@ def _table_console(cells: Sequence[Sequence[str]]) -> Console:
     return Console(width=max(console.width, sum(widths) + 3 * columns + 4))
 
 
+def _require_store(storage: Backend, session_id: str) -> None:
+    """Raise ``STORE_NOT_FOUND`` now if the store is missing (a backend may report it only when first
+    used); any other problem is the session's own and is reported with it."""
+    try:
+        storage.read_revision(session_id)
+    except StoreNotFoundError:
+        storage.close()
+        raise
+    except AgentlogError:
+        pass
+
+
 def _reader(storage: Backend) -> PersistenceCoordinator:
     """A coordinator used only to read (no session is made live, so nothing is written or locked)."""
     return PersistenceCoordinator(SessionStore(), storage)
+
+
+PARTIAL_EXIT = 3
+"""Exit code of ``export --partial`` when the log is damaged and only the prefix before it was written."""
+
+
+def _export_partial(
+    storage: Backend, session_id: str, refusal: SessionPersistenceCorruptionError, as_json: bool
+) -> NoReturn:
+    """Write the readable stored prefix of a damaged session, report the damage, exit ``PARTIAL_EXIT``."""
+    read_prefix = getattr(storage, "read_prefix", None)
+    result = read_prefix(session_id) if read_prefix is not None else None
+    if result is None:
+        raise refusal
+    if isinstance(result, tuple):  # (StoredPrefix, damage or None)
+        prefix, damage = result
+    else:  # PartialRead(meta, events, revision, damage, torn_offset)
+        prefix, damage = result, result.damage
+    # Every record reads back but the log still failed validation: all of it is the readable prefix.
+    damage = damage if damage is not None else refusal
+    events = list(prefix.events)
+    last = events[-1]["seq"] if events else None
+    location = getattr(damage, "location", None)
+    offset = getattr(damage, "offset", None)
+    report = {
+        "code": damage.code,
+        "message": str(damage),
+        "location": location,
+        "offset": offset,
+        "afterSeq": last,
+    }
+    _emit_json({"header": prefix.meta, "events": events, "damage": report})
+    if as_json:
+        sys.stderr.write(
+            orjson.dumps(
+                {
+                    "error": {"code": damage.code, "message": str(damage)},
+                    "partial": {"events": len(events), "afterSeq": last, "location": location, "offset": offset},
+                }
+            ).decode()
+            + "\n"
+        )
+    else:
+        through = f"seq 0..{last}" if last is not None else "no events"
+        sys.stderr.write(
+            f'partial export of session "{session_id}": {len(events)} stored events written ({through}), then '
+            f"stopped at the damage ({damage.code}) in {location}, offset {offset}:\n  {damage}\n"
+        )
+    raise typer.Exit(code=PARTIAL_EXIT)
 
 
 @app.command("export")
@@ -190,13 +266,30 @@ def export_command(
     backend: BackendOption = BackendKind.jsonl,
     compression: CompressionOption = Compression.zstd,
     as_json: JsonOption = False,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            help=f"On a damaged log, print the records before the damage and say where it is (exit {PARTIAL_EXIT}).",
+        ),
+    ] = False,
 ) -> None:
-    """Print one JSON document: header, events, surface, derived messages, request header and context."""
+    """Print one JSON document: header, events, surface, derived messages, request header and context.
+
+    With --partial, a damaged log (SESSION_CORRUPT) is salvaged instead of refused: the document holds the
+    header, the stored events before the damage and a "damage" object (code, message, location, offset,
+    afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
+    """
     try:
-        reader = _reader(open_backend(store, backend, compression))
+        reader = _reader(open_backend(store, backend, compression, read_only=True))
         try:
-            snapshot = reader.inspect(session_id)
-            view = reader.view(session_id)
+            try:
+                snapshot = reader.inspect(session_id)
+                view = reader.view(session_id)
+            except SessionPersistenceCorruptionError as err:
+                if not partial:
+                    raise
+                _export_partial(reader.backend, session_id, err, as_json)
         finally:
             reader.close()
     except AgentlogError as err:
@@ -222,7 +315,9 @@ def verify_command(
 ) -> None:
     """Check checksums, seq continuity, surface replay and headers without modifying anything."""
     try:
-        storage = open_backend(store, backend, compression)
+        storage = open_backend(store, backend, compression, read_only=True)
+        if session_ids:
+            _require_store(storage, session_ids[0])
         ids = list(session_ids) if session_ids else [item.id for item in storage.list_sessions()]
         reader = _reader(storage)
     except AgentlogError as err:
@@ -751,7 +846,7 @@ def _open_view(
     """``(header, SessionView, stored prefix or None)``: the balanced view and, on request, the stored
     prefix itself, so a caller can tell stored events from the closers a resume would add."""
     try:
-        reader = _reader(open_backend(store, backend, compression))
+        reader = _reader(open_backend(store, backend, compression, read_only=True))
         try:
             view = reader.view(session_id)
             stored = reader.backend.load_stored(session_id) if with_stored else None
