@@ -391,3 +391,10 @@ def test_issue7_d9_export_partial_of_a_healthy_session_is_the_full_export(
     partial = runner.invoke(app, [*args, "--partial"])
     assert full.exit_code == 0 and partial.exit_code == 0, partial.output
     assert orjson.loads(partial.stdout) == orjson.loads(full.stdout)
+
+
+def test_issue7_d9_verify_table_keeps_full_ids_when_not_a_terminal(tmp_path: Path) -> None:
+    _write(tmp_path, ids=(LONG_ID,), cwd=LONG_CWD)
+    result = runner.invoke(app, ["verify", "--store", str(tmp_path)], env={"COLUMNS": "40"})
+    assert result.exit_code == 0, result.output
+    assert LONG_ID in result.stdout

@@ -337,13 +337,16 @@ def verify_command(
         _emit_json({"sessions": results, "ok": not failed})
     else:
         table = Table(title="verify")
-        for column in ("id", "status", "events", "detail"):
-            table.add_column(column)
+        columns = ("id", "status", "events", "detail")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        cells: list[list[str]] = [list(columns)]
         for r in results:
             colour = {"ok": "green", "repairable": "yellow", "failed": "red"}[r["status"]]
             detail = r["error"]["message"] if r["error"] else (r.get("note") or "")
+            cells.append([str(r["id"]), str(r["status"]), str(r["events"] or ""), str(detail)])
             table.add_row(r["id"], f"[{colour}]{r['status']}[/]", str(r["events"] or ""), detail)
-        Console().print(table)
+        _table_console(cells).print(table)
     if failed:
         raise typer.Exit(code=1)
 
