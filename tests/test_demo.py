@@ -141,3 +141,13 @@ def test_demo__the_agentlog_demo_command_through_the_runner_and_as_a_subprocess(
     )
     assert completed.returncode == 0, completed.stderr
     assert DEMO_MODEL_LABEL in completed.stdout
+
+
+def test_demo__run_command_is_allowed_the_scripted_command_only() -> None:
+    from agentlog.agent import RunCommandTool
+    from agentlog.demo import SLOW_COMMAND, _tools
+
+    tool = _tools().get("run_command")
+    assert isinstance(tool, RunCommandTool)
+    assert tool.policy.allows(SLOW_COMMAND)
+    assert not tool.policy.allows("rm -rf ~") and not tool.policy.allows(f"{SLOW_COMMAND}; rm -rf ~")

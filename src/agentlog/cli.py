@@ -44,6 +44,7 @@ from .session import SeqOutOfRangeError, Session
 from .store import SessionStore
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
+    from .agent.builtin_tools import CommandPolicy
     from .agent.loop import AgentOptions, TurnOutcome
 
 app = typer.Typer(
@@ -418,6 +419,53 @@ MaxRetriesOption = Annotated[
         "--max-retries", min=0, help="Logged retries of a failed model request (rate limit, server, transport)."
     ),
 ]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        help="API key (default: $DEEPSEEK_API_KEY, then $OPENAI_API_KEY; a loopback --base-url needs none). "
+        "--api-key '' sends no key. Prefer the environment: a command line is visible to other users.",
+        show_default=False,
+    ),
+]
+AllowCommandOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-command",
+        metavar="PATTERN",
+        help="Let run_command start command lines matching PATTERN (fnmatch-style, whole line; wildcards never "
+        "match ; & | < > ( ) $ ` or a line break). Repeatable. Without it (or --yes) every command is refused.",
+        show_default=False,
+    ),
+]
+YesOption = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Let run_command start every command (it is not confined to --cwd)."),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        min=0.001,
+        help="Provider idle timeout: the longest wait for the next streamed data event (keep-alive comments "
+        "do not count). Default: 300.",
+        show_default=False,
+    ),
+]
+COMMAND_HINT = (
+    "To allow it, re-run with --allow-command PATTERN (repeatable, e.g. --allow-command 'pytest *') "
+    "or --yes to allow every command."
+)
+
+
+def _command_policy(allow: Sequence[str] | None, yes: bool) -> CommandPolicy:
+    """``--yes`` allows every command; otherwise only ``--allow-command`` patterns (none: deny all)."""
+    from .agent.builtin_tools import CommandPolicy
+
+    if yes:
+        return CommandPolicy.allow_all()
+    return CommandPolicy(allow_patterns=tuple(allow or ()), hint=COMMAND_HINT)
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -506,17 +554,19 @@ def _require_absent(storage: Backend, session_id: str) -> None:
         raise SessionExistsError(f'session "{session_id}" already exists in the store')
 
 
-def _api_key(provider: str) -> str:
-    """The key from DEEPSEEK_API_KEY or OPENAI_API_KEY (``MISSING_API_KEY`` naming both otherwise)."""
-    from .llm.openai_compat import resolve_api_key
+def _api_key(provider: str, api_key: str | None = None, base_url: str | None = None) -> str:
+    """``--api-key`` as given (``""``: send none), else DEEPSEEK_API_KEY or OPENAI_API_KEY, else ``""`` for
+    a loopback ``--base-url``; otherwise ``MISSING_API_KEY`` naming the ways to give one."""
+    from .llm.openai_compat import DEEPSEEK_BASE_URL, resolve_api_key
     from .llm.types import MissingApiKeyError
 
     try:
-        return resolve_api_key(None, provider)
+        return resolve_api_key(api_key, provider, base_url or DEEPSEEK_BASE_URL)
     except MissingApiKeyError:
         raise MissingApiKeyError(
             f'no API key for provider "{provider}": set DEEPSEEK_API_KEY (or OPENAI_API_KEY for another '
-            "OpenAI-compatible endpoint given with --base-url)"
+            "OpenAI-compatible endpoint given with --base-url), or pass --api-key KEY (--api-key '' for a "
+            "server that needs none; a loopback --base-url needs none)"
         ) from None
 
 
@@ -539,17 +589,30 @@ def _release(coordinator: PersistenceCoordinator, sessions: Sequence[Session]) -
 
 
 async def _agent_turns(
-    session: Session, store: SessionStore, options: AgentOptions, *, api_key: str, base_url: str | None, prompt: str
+    session: Session,
+    store: SessionStore,
+    options: AgentOptions,
+    *,
+    api_key: str,
+    base_url: str | None,
+    prompt: str,
+    command_policy: CommandPolicy | None = None,
+    timeout_s: float | None = None,
 ) -> list[TurnOutcome]:
-    from .agent.builtin_tools import builtin_registry
+    from .agent.builtin_tools import CommandPolicy, builtin_registry
     from .agent.loop import Agent
-    from .llm.openai_compat import OpenAICompatibleProvider
+    from .llm.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatibleProvider
 
     provider = OpenAICompatibleProvider(
-        base_url=base_url, model=options.model, api_key=api_key, provider=options.provider
+        base_url=base_url,
+        model=options.model,
+        api_key=api_key,
+        provider=options.provider,
+        timeout_s=timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S,
     )
     loop = asyncio.get_running_loop()
-    agent = Agent(session, provider, options, tools=builtin_registry(), store=store)
+    policy = command_policy if command_policy is not None else CommandPolicy(hint=COMMAND_HINT)
+    agent = Agent(session, provider, options, tools=builtin_registry(command_policy=policy), store=store)
 
     def interrupt() -> None:
         # The first Ctrl-C cancels the turn the documented way (streamed text is kept as an interrupted
@@ -581,6 +644,8 @@ def _run_agent(
     prompt: str,
     as_json: bool,
     extra: Mapping[str, Any] | None = None,
+    command_policy: CommandPolicy | None = None,
+    timeout_s: float | None = None,
 ) -> None:
     """Run the prompt to the end, release the session, report; exit non-zero if the turn failed."""
     store = coordinator.store
@@ -598,7 +663,17 @@ def _run_agent(
     failure: AgentlogError | None = None
     interrupted = False
     try:
-        outcomes = asyncio.run(_agent_turns(session, store, options, api_key=api_key, base_url=base_url, prompt=prompt))
+        turns = _agent_turns(
+            session,
+            store,
+            options,
+            api_key=api_key,
+            base_url=base_url,
+            prompt=prompt,
+            command_policy=command_policy,
+            timeout_s=timeout_s,
+        )
+        outcomes = asyncio.run(turns)
     except KeyboardInterrupt:
         interrupted = True  # the loop closed the turn as aborted before the interrupt reached here
     except AgentlogError as err:
@@ -673,12 +748,20 @@ def run_command(
     ] = None,
     provider: ProviderOption = None,
     max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+    api_key_option: ApiKeyOption = None,
+    allow_command: AllowCommandOption = None,
+    yes: YesOption = False,
+    timeout: TimeoutOption = None,
 ) -> None:
-    """Start a new session and run an agent (built-in tools) on PROMPT, streaming its answer."""
+    """Start a new session and run an agent (built-in tools) on PROMPT, streaming its answer.
+
+    run_command refuses every command unless --allow-command PATTERN or --yes allows it.
+    """
     work_dir = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
     route = provider or DEFAULT_PROVIDER
     try:
-        api_key = _api_key(route)
+        api_key = _api_key(route, api_key_option, base_url)
+        command_policy = _command_policy(allow_command, yes)
         storage = open_backend(store, backend, compression)
         if session_id is not None:
             _require_absent(storage, session_id)
@@ -697,7 +780,17 @@ def run_command(
     options = _agent_options(
         provider=route, model=model or DEFAULT_MODEL, system=system, cwd=work_dir, max_retries=max_retries
     )
-    _run_agent(coordinator, session, options, api_key=api_key, base_url=base_url, prompt=prompt, as_json=as_json)
+    _run_agent(
+        coordinator,
+        session,
+        options,
+        api_key=api_key,
+        base_url=base_url,
+        prompt=prompt,
+        as_json=as_json,
+        command_policy=command_policy,
+        timeout_s=timeout,
+    )
 
 
 def _last_turn(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -721,10 +814,18 @@ def resume_command(
     cwd: CwdOption = None,
     provider: ProviderOption = None,
     max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+    api_key_option: ApiKeyOption = None,
+    allow_command: AllowCommandOption = None,
+    yes: YesOption = False,
+    timeout: TimeoutOption = None,
 ) -> None:
-    """Resume a stored session (an interrupted turn is repaired), then run PROMPT if given."""
+    """Resume a stored session (an interrupted turn is repaired), then run PROMPT if given.
+
+    As with run, run_command refuses every command unless --allow-command PATTERN or --yes allows it.
+    """
     try:
-        api_key = _api_key(provider or DEFAULT_PROVIDER) if prompt is not None else ""
+        api_key = _api_key(provider or DEFAULT_PROVIDER, api_key_option, base_url) if prompt is not None else ""
+        command_policy = _command_policy(allow_command, yes)
         storage = open_backend(store, backend, compression)
         stored = storage.load_stored(session_id)
         if stored is None:
@@ -782,6 +883,8 @@ def resume_command(
         prompt=prompt,
         as_json=as_json,
         extra=state,
+        command_policy=command_policy,
+        timeout_s=timeout,
     )
 
 

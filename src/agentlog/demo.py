@@ -43,8 +43,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .agent.builtin_tools import builtin_registry
+from .agent.builtin_tools import CommandPolicy, builtin_registry
 from .agent.loop import Agent, AgentOptions, TurnOutcome
+from .agent.tools import ToolRegistry
 from .errors import AgentlogError
 from .invariants import SessionInvariants
 from .jsonvalue import thaw
@@ -141,6 +142,12 @@ def _transcript(rows: Sequence[tuple[Mapping[str, Any], bool]], width: int) -> T
 def _options(workspace: Path) -> AgentOptions:
     """The same options in the child and the parent, so the resumed request header is unchanged."""
     return AgentOptions(provider=PROVIDER_ROUTE, model=MODEL, system=SYSTEM_PROMPT, cwd=workspace)
+
+
+def _tools() -> ToolRegistry:
+    """The built-in tools, with ``run_command`` allowed exactly the scripted command and nothing else
+    (the same in the child and the parent: the tool descriptions are part of the request header)."""
+    return builtin_registry(command_policy=CommandPolicy(allow_patterns=(SLOW_COMMAND,)))
 
 
 @contextlib.contextmanager
@@ -327,7 +334,7 @@ async def _child_session(base_url: str, store_root: Path, workspace: Path, sessi
     coordinator = PersistenceCoordinator(store, JsonlBackend(str(store_root)))
     session = store.create(session_id, meta={"cwd": str(workspace)})
     provider = _provider(base_url)
-    agent = Agent(session, provider, _options(workspace), tools=builtin_registry(), store=store)
+    agent = Agent(session, provider, _options(workspace), tools=_tools(), store=store)
     try:
         for prompt in CHILD_PROMPTS:
             print(f"child: user: {prompt}", flush=True)
@@ -663,9 +670,7 @@ class _Demo:
         assert self.server is not None and self.coordinator is not None
         provider = _provider(self.server.base_url)
         try:
-            agent = Agent(
-                session, provider, _options(self.workspace), tools=builtin_registry(), store=self.coordinator.store
-            )
+            agent = Agent(session, provider, _options(self.workspace), tools=_tools(), store=self.coordinator.store)
             agent.followup(prompt)
             return await agent.run()
         finally:
