@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from .errors import AgentlogError
+from .errors import AgentlogError, ResourceExhaustedError
 
 scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 
@@ -87,14 +87,41 @@ _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WS = re.compile(r"[ \t\n\r]*")
 
 
+def out_of_memory(size: int) -> ResourceExhaustedError:
+    """The typed refusal for a parse that ran out of memory: never a JSON (or corruption) problem."""
+    return ResourceExhaustedError(
+        f"out of memory while parsing {size} bytes of JSON; nothing was read or modified. Retry with more "
+        "memory available (or a smaller load budget, so the limit is reported before memory runs out)"
+    )
+
+
+def is_out_of_memory(err: orjson.JSONDecodeError) -> bool:
+    """orjson reports its parser's allocation failure as a decode error; tell the two apart."""
+    return "memory" in str(err)
+
+
 def loads(data: bytes | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
-    """Parse JSON text of any nesting up to ``max_depth``; raise :class:`JsonDecodeError` otherwise."""
+    """Parse JSON text of any nesting up to ``max_depth``; raise :class:`JsonDecodeError` otherwise.
+
+    Bytes must be valid UTF-8 (invalid bytes are an error, never replaced); running out of memory is a
+    :class:`~agentlog.errors.ResourceExhaustedError`, never a decode error.
+    """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as err:
+        if is_out_of_memory(err):
+            raise out_of_memory(len(data)) from None
         if "depth limit" not in str(err):
             raise JsonDecodeError(f"invalid JSON: {err}") from None
-    text = data.decode("utf-8", errors="replace") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    except MemoryError:
+        raise out_of_memory(len(data)) from None
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise JsonDecodeError(f"invalid JSON: not valid UTF-8 at byte {err.start}") from None
+    else:
+        text = data
     return _loads_iterative(text, max_depth)
 
 

@@ -9,8 +9,9 @@ the import error instead of disappearing. Nothing is printed either way.
 
 Each factory call returns a NEW backend instance over the SAME storage (the same in-memory record
 set, JSONL root or SQLite file), which is how the tests simulate a restart or a second process. The
-factory also carries the torn-tail injector of its backend (spec §8 preamble); the memory backend has
-none, so the torn-tail tests use ``torn_backend_factory`` which covers only the other three.
+factory also carries the torn-tail injector of its backend (spec §8 preamble); the memory and SQLite
+backends have none (a SQLite row cannot tear), so the torn-tail tests use ``torn_backend_factory``
+which covers the two JSONL encodings.
 
 Event builders live here too (plain wire dicts, times ``1000 + seq``), shared by the test modules.
 """
@@ -57,7 +58,9 @@ def _module_exists(name: str) -> bool:
 
 
 BACKEND_KINDS: list[str] = [kind for kind, module in _MODULES.items() if _module_exists(module)]
-TORN_KINDS: list[str] = [kind for kind in BACKEND_KINDS if kind != "memory"]
+# Only file backends can tear: a SQLite row is written by a transaction, so an unparsable row is damage
+# (issue 7, defect 13: SESSION_CORRUPT, nothing deleted), never a torn tail.
+TORN_KINDS: list[str] = [kind for kind in BACKEND_KINDS if kind not in ("memory", "sqlite")]
 
 
 # --- memory storage shared by several backend instances -------------------------------------------------
@@ -160,7 +163,7 @@ class BackendFactory:
             self.db_path = tmp_path / "db" / "sessions.sqlite"
             self._args = (str(self.db_path),)
             self._kwargs = {}
-            self.inject_torn_tail = self._inject_sqlite
+            self.inject_torn_tail = None  # a SQLite row cannot tear (see TORN_KINDS)
         else:  # pragma: no cover - parametrization is fixed
             raise AssertionError(kind)
 

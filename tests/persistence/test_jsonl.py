@@ -23,6 +23,7 @@ from agentlog.errors import (
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    StorageAccessError,
 )
 from agentlog.jsoncodec import dumps, loads
 from agentlog.persistence._scanner import SessionLogScanner, scan_log
@@ -476,7 +477,7 @@ def test_jsonl__a_failed_append_truncates_partial_bytes_so_a_retry_has_no_seq_ga
     path = path_of(backend)
     before = path.read_bytes()
     fail_fsync(monkeypatch, lambda n: n == 1)  # the append's fsync fails; the rollback's succeeds
-    with pytest.raises(OSError, match="injected fsync failure"):
+    with pytest.raises(StorageAccessError, match="injected fsync failure"):
         backend.append_batch(META, closers(8), True)
     assert path.read_bytes() == before
     monkeypatch.undo()
@@ -594,8 +595,12 @@ def test_jsonl__scanlog_keeps_scanning_after_a_tolerable_corrupt_suffix_until_a_
     tmp_path: Path,
 ) -> None:  # spec 8.6 #174
     base = HEADER + b"\n" + dumps(ev("turn/start", 0)) + b"\n"
-    result = scan_log(base + b"{corrupt\n" + dumps(ev("step/start", 2)) + b"\n")
+    result = scan_log(base + b"{corrupt\n" + b'{"type":"step/st')  # the defect is the last complete line
     assert seqs(result.events) == [0] and result.committed_bytes == len(base)
+    # Issue 7 (13): a complete record after the defect makes it damage inside the committed log.
+    with pytest.raises(SessionPersistenceCorruptionError, match="a complete record follows it at line 3") as info:
+        scan_log(base + b"{corrupt\n" + dumps(ev("step/start", 2)) + b"\n")
+    assert info.value.offset == len(base)
     gap_row_with_turn_end = dumps(ev("turn/end", 5)) + b"\n"
     with pytest.raises(SessionPersistenceCorruptionError, match="seq gap in committed region at line 2"):
         scan_log(base + gap_row_with_turn_end)
@@ -718,14 +723,18 @@ def test_jsonl__scanlog_a_header_only_log_preserves_nothing() -> None:  # spec 8
 
 def test_jsonl__scanlog_a_corrupt_line_after_the_last_turn_end_bounds_the_preserved_tail() -> None:  # spec 8.6 #189
     kept = text(HEADER, ev("turn/start", 0), ev("turn/end", 1))
-    result = scan_log(kept + b"{oops\n" + dumps(ev("turn/start", 2)) + b"\n")
+    result = scan_log(kept + b"{oops\n")
     assert seqs(result.events) == [0, 1] and result.committed_bytes == len(kept)
+    with pytest.raises(SessionPersistenceCorruptionError, match="not a torn tail"):  # issue 7 (13)
+        scan_log(kept + b"{oops\n" + dumps(ev("turn/start", 2)) + b"\n")
 
 
 def test_jsonl__scanlog_tolerates_a_seq_gap_after_a_turn_end() -> None:  # spec 8.6 #190
     kept = text(HEADER, ev("turn/start", 0), ev("turn/end", 1))
-    result = scan_log(kept + text(ev("turn/start", 3), ev("user/message", 4)))
+    result = scan_log(kept + text(ev("turn/start", 3)))
     assert seqs(result.events) == [0, 1] and result.committed_bytes == len(kept)
+    with pytest.raises(SessionPersistenceCorruptionError, match=r"seq gap .*not a torn tail"):  # issue 7 (13)
+        scan_log(kept + text(ev("turn/start", 3), ev("user/message", 4)))
 
 
 # --- default packed chunk rows (§8.6 #191-#197) -----------------------------------------------------------
@@ -1002,15 +1011,17 @@ def test_jsonl__list_returns_nothing_when_the_root_does_not_exist(tmp_path: Path
 
 def test_jsonl__construction_rejects_an_existing_root_that_is_not_a_directory(tmp_path: Path) -> None:  # spec 8.6 #218
     (tmp_path / "root").write_text("file")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(StorageAccessError) as info:  # issue 7 (18): typed, not a bare OSError
         make(tmp_path)
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY" and info.value.path == str(tmp_path / "root")
 
 
 def test_jsonl__list_surfaces_a_root_that_becomes_unusable_after_construction(tmp_path: Path) -> None:  # spec 8.6 #219
     backend = make(tmp_path)
     (tmp_path / "root").write_text("file")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(StorageAccessError) as info:
         backend.list_sessions()
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY"
 
 
 def test_jsonl__per_id_lookup_surfaces_non_enoent_storage_errors(tmp_path: Path) -> None:  # spec 8.6 #220
@@ -1018,8 +1029,9 @@ def test_jsonl__per_id_lookup_surfaces_non_enoent_storage_errors(tmp_path: Path)
     session_dir = path_of(backend).parent
     session_dir.parent.mkdir(parents=True)
     session_dir.write_text("a file where the session directory belongs")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(StorageAccessError) as info:
         backend.load_stored("s1")
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY" and info.value.path == str(session_dir)
 
 
 def test_jsonl__materialization_surfaces_a_project_directory_storage_fault(tmp_path: Path) -> None:  # spec 8.6 #221
@@ -1027,8 +1039,9 @@ def test_jsonl__materialization_surfaces_a_project_directory_storage_fault(tmp_p
     project = path_of(backend).parent.parent
     project.parent.mkdir(parents=True)
     project.write_text("a file where the project directory belongs")
-    with pytest.raises((FileExistsError, NotADirectoryError)):
+    with pytest.raises(StorageAccessError) as info:
         backend.append_batch(META, closed_turn(), False)
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY" and info.value.path == str(project)
 
 
 def test_jsonl__a_fresh_instance_adopts_a_disk_only_session_and_repairs_its_crash_tail(
@@ -1065,7 +1078,7 @@ def test_jsonl__a_failed_materialization_leaves_nothing_and_can_be_retried(
 ) -> None:  # spec 8.6 #225
     backend = make(tmp_path)
     fail_fsync(monkeypatch, lambda n: True, files_only=True)  # the temp file's fsync fails
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(StorageAccessError, match="injected"):
         backend.append_batch(META, closed_turn(), False)
     monkeypatch.undo()
     session_dir = path_of(backend).parent
@@ -1187,11 +1200,13 @@ def test_jsonl__truncating_the_last_line_at_every_offset_loads_the_committed_pre
     assert path.read_bytes() == full[:last_start]
 
 
-def test_jsonl__invalid_utf8_is_decoded_leniently(tmp_path: Path) -> None:
+def test_jsonl__invalid_utf8_is_damage_at_its_byte_offset(tmp_path: Path) -> None:  # issue 7 (8): never replaced
     backend = make(tmp_path)
-    place(backend, HEADER + b"\n" + b'{"type":"user/message","seq":0,"time":1,"data":"a\xffb"}\n')
-    stored = backend.load_stored("s1")
-    assert stored is not None and stored.events[0]["data"] == "a\ufffdb"
+    line = b'{"type":"user/message","seq":0,"time":1,"data":"a\xffb"}\n'
+    place(backend, HEADER + b"\n" + line)
+    with pytest.raises(SessionPersistenceCorruptionError, match="not UTF-8") as info:
+        backend.load_stored("s1")
+    assert info.value.offset == len(HEADER) + 1 + line.index(b"\xff")
 
 
 def test_jsonl__load_stored_and_listing_never_write(tmp_path: Path) -> None:

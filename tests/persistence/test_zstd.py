@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import zstandard
 
-from agentlog.errors import PersistenceError, SessionPersistenceCorruptionError
+from agentlog.errors import PersistenceError, SessionPersistenceCorruptionError, StorageAccessError
 from agentlog.jsoncodec import dumps
 from agentlog.persistence._zstdframes import decompress_frame, decompress_torn_frame
 from agentlog.persistence.jsonl import JsonlBackend, TornMarker, scan_zstd_frames
@@ -306,7 +306,7 @@ def test_zstd__rolls_back_a_checksummed_append_frame_when_fsync_fails(
     path = path_of(backend)
     before = path.read_bytes()
     fail_fsync(monkeypatch, lambda n: n == 1)
-    with pytest.raises(OSError, match="injected fsync failure"):
+    with pytest.raises(StorageAccessError, match="injected fsync failure"):
         backend.append_batch(META, closers(8), True)
     assert path.read_bytes() == before
     monkeypatch.undo()

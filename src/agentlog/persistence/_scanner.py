@@ -6,9 +6,13 @@ decides what a crash may have left behind lives in one place:
 
 * the preserved prefix ends at the last good line before the first defective one (unparsable line,
   malformed packed row, seq gap);
-* the defect and everything after it is a removable torn tail, **unless** a later parsable line (or the
-  defective row itself) holds a ``turn/end``: a turn that closed after the defect proves the defect was
-  committed, so the log is damaged and reading it refuses.
+* only an incomplete final record is a torn tail: the unterminated fragment at the end, or a defective
+  record that is the *last* complete line. A crash tears only the end of the last write, so a defective
+  record with any complete line after it (or a defective row that itself holds a ``turn/end``) is
+  damage inside the committed log, and reading it refuses — a repair never cuts a complete record that
+  has records after it;
+* bytes that are not UTF-8 inside a complete line are damage at their byte offset (never replaced);
+* running out of memory is :class:`~agentlog.errors.ResourceExhaustedError`, never corruption.
 
 Everything is decided on raw bytes, one line at a time, with one JSON parse per line; byte offsets are
 positions in the decoded text (equal to file offsets in raw mode).
@@ -16,6 +20,8 @@ positions in the decoded text (equal to file offsets in raw mode).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -31,6 +37,7 @@ from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, loads
 from ..jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "ROW_TAGS",
     "ReaderLimitError",
@@ -40,10 +47,15 @@ __all__ = [
     "header_line",
     "parse_header_line",
     "scan_log",
+    "scan_log_prefix",
     "version_refusal",
 ]
 
 DEFAULT_MAX_LINE_BYTES: Final = 256 * 1024 * 1024
+DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
+"""A header line holds a handful of short fields; anything longer is refused before it is parsed."""
+_PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
+"""Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 ROW_TAGS: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 """Storage-row tags (bare words, never event types): a line with one of these must be expanded."""
 
@@ -84,16 +96,21 @@ def _corrupt(message: str, offset: int) -> SessionPersistenceCorruptionError:
     return SessionPersistenceCorruptionError(message, offset=offset)
 
 
-def _is_utf8(data: bytes) -> bool:
+def _invalid_utf8(line: bytes) -> int | None:
+    """Offset of the first byte in ``line`` that is not UTF-8, or ``None`` when it is valid."""
     try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+        line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return int(err.start)
+    return None
+
+
+def _not_utf8(offset: int, where: str) -> SessionPersistenceCorruptionError:
+    return _corrupt(f"corrupt session log: {where} holds bytes that are not UTF-8 at byte {offset}", offset)
 
 
 def _parse(line: bytes, max_depth: int) -> Any:
-    """One JSON value per line, decoding invalid UTF-8 leniently (U+FFFD) as the reference does.
+    """One JSON value per line; invalid UTF-8 is damage (never replaced).
 
     Only the failure path pays for the UTF-8 check: valid input is parsed by a single orjson call.
     """
@@ -102,13 +119,9 @@ def _parse(line: bytes, max_depth: int) -> Any:
     except JsonDecodeError as err:
         if "nesting exceeds" in str(err):
             raise _TooDeep from err
-        if _is_utf8(line):
-            raise
-    try:
-        return loads(line.decode("utf-8", "replace"), max_depth=max_depth)
-    except JsonDecodeError as err:
-        if "nesting exceeds" in str(err):
-            raise _TooDeep from err
+        bad = _invalid_utf8(line)
+        if bad is not None:
+            raise _not_utf8(bad, "the header line") from None
         raise
 
 
@@ -116,11 +129,16 @@ def _too_deep(offset: int, max_depth: int, where: str) -> ReaderLimitError:
     return ReaderLimitError(f"corrupt session log: {where} nests deeper than {max_depth} levels", offset=offset)
 
 
-def _too_long(offset: int, size: int, max_line_bytes: int, where: str) -> ReaderLimitError:
+def _too_long(offset: int, size: int, max_line_bytes: int, where: str, what: str = "line") -> ReaderLimitError:
     return ReaderLimitError(
-        f"corrupt session log: {where} is {size} bytes, more than the {max_line_bytes}-byte line limit",
+        f"corrupt session log: {where} is {size} bytes, more than the {max_line_bytes}-byte {what} limit",
         offset=offset,
     )
+
+
+def header_too_long(size: int, max_header_bytes: int) -> ReaderLimitError:
+    """The typed refusal of a header line beyond ``max_header_bytes`` (``size`` may be a lower bound)."""
+    return _too_long(0, size, max_header_bytes, "the header line", "header (max_header_bytes)")
 
 
 # --- header ------------------------------------------------------------------------------------------
@@ -252,6 +270,37 @@ def header_line(meta: Mapping[str, Any]) -> dict[str, Any]:
 # --- the scanner -------------------------------------------------------------------------------------
 
 
+def _parse_many(lines: list[bytes]) -> list[Any] | None:
+    """Every line parsed by few parser calls, or ``None`` when any line needs the per-line path.
+
+    Lines are JSON texts without raw newlines, so joining them with commas makes one array. Slices of
+    at most ``_PARSE_SLICE_BYTES`` keep what one call allocates bounded on a long log (and a parser
+    allocation failure only sends the slice to the per-line path, which reports it as such).
+    """
+    if len(lines) < 2:
+        return None
+    total = sum(map(len, lines))
+    if total <= _PARSE_SLICE_BYTES:
+        bounds = [0, len(lines)]
+    else:
+        ends = list(itertools.accumulate(map(len, lines)))
+        bounds = [0]
+        while bounds[-1] < len(lines):
+            base = ends[bounds[-1] - 1] if bounds[-1] else 0
+            cut = bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=bounds[-1] + 1)
+            bounds.append(min(max(cut, bounds[-1] + 1), len(lines)))
+    parsed: list[Any] = []
+    for lo, hi in itertools.pairwise(bounds):
+        try:
+            part = orjson.loads(b"[" + b",".join(lines[lo:hi]) + b"]")
+        except (orjson.JSONDecodeError, MemoryError):
+            return None
+        if len(part) != hi - lo:
+            return None  # an empty line vanished into the join: let the per-line path see it
+        parsed.extend(part)
+    return parsed
+
+
 def _has_turn_end(events: list[Any]) -> bool:
     return any(type(event) is dict and event.get("type") == _TURN_END for event in events)
 
@@ -283,12 +332,15 @@ class SessionLogScanner:
         *,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     ) -> None:
         record = bytes(header_record)
         if not record.endswith(b"\n") or record.count(b"\n") != 1:
             raise _corrupt("empty or header-less session log", 0)
         if len(record) - 1 > max_line_bytes:
             raise _too_long(0, len(record) - 1, max_line_bytes, "the header line")
+        if len(record) - 1 > max_header_bytes:
+            raise header_too_long(len(record) - 1, max_header_bytes)
         self.meta = parse_header_line(record[:-1], max_depth=max_depth)
         self._max_line_bytes = max_line_bytes
         self._max_depth = max_depth
@@ -324,8 +376,9 @@ class SessionLogScanner:
     def _consume(self, lines: list[bytes], start: int) -> None:
         """The hot loop of a cold load: one JSON parse per line and a seq check, nothing else.
 
-        Everything unusual (a non-object line, a defect, anything after the first defect) leaves the
-        fast path for the general rules below it.
+        Everything unusual (a non-object line, a defect) leaves the fast path for the general rules
+        below it. A defect is tolerated only as the last complete line: any complete line after it
+        makes it damage inside the committed log.
         """
         events = self._events
         append = events.append
@@ -333,18 +386,10 @@ class SessionLogScanner:
         max_depth = self._max_depth
         check_size = sum(map(len, lines)) > self._max_line_bytes
         issue = self._issue
-        # Fast path: parse every line of this piece with ONE parser call (lines are JSON texts without
-        # raw newlines, so joining them with commas makes one array). Any failure — an unparsable line,
-        # a too-deep value — drops back to the per-line parse, which reports exactly which line.
-        parsed: list[Any] | None = None
-        if issue is None and not check_size and len(lines) > 1:
-            try:
-                parsed = orjson.loads(b"[" + b",".join(lines) + b"]")
-            except orjson.JSONDecodeError:
-                parsed = None
-            if parsed is not None and len(parsed) != len(lines):
-                parsed = None  # an empty line vanished into the join: let the per-line path see it
+        parsed = None if issue is not None or check_size else _parse_many(lines)
         for index, line in enumerate(lines):
+            if issue is not None:
+                raise self._followed(issue, self._line + index + 1)
             if parsed is not None:
                 value = parsed[index]
             else:
@@ -353,12 +398,10 @@ class SessionLogScanner:
                 try:
                     value = loads(line, max_depth=max_depth)
                 except JsonDecodeError as err:
-                    value = self._reparse(lines, index, start, err)
-                    if value is _UNPARSABLE:
-                        if issue is None:
-                            issue = self._set_issue(lines, index, start, err, None)
-                        continue
-            if issue is None and type(value) is dict:
+                    self._reparse(lines, index, start, err)
+                    issue = self._set_issue(lines, index, start, err, None)
+                    continue
+            if type(value) is dict:
                 if value.get("type") in ROW_TAGS:
                     try:
                         decoded = decode_storage_record(value)
@@ -382,18 +425,24 @@ class SessionLogScanner:
                     raise issue
                 continue
             try:
-                decoded = decode_storage_record(value)
+                decode_storage_record(value)
             except ChunkRowError as err:
-                if issue is None:
-                    issue = self._set_issue(lines, index, start, err, None)
+                issue = self._set_issue(lines, index, start, err, None)
                 continue
-            if issue is None:  # a non-object record can never carry the expected seq
-                issue = self._set_issue(lines, index, start, None, (n, _MISSING))
-            elif _has_turn_end(decoded):
-                raise issue
+            issue = self._set_issue(lines, index, start, None, (n, _MISSING))  # never the expected seq
         self._line += len(lines)
         if issue is None:
             self._committed = start + sum(map(len, lines)) + len(lines)
+
+    def _followed(self, issue: SessionPersistenceCorruptionError, line_no: int) -> SessionPersistenceCorruptionError:
+        """A defect with a complete record after it: damage inside the committed log, never a torn tail."""
+        err = _corrupt(
+            f"{issue.message}, and a complete record follows it at line {line_no}: this is damage inside the "
+            "committed log, not a torn tail",
+            issue.offset or 0,
+        )
+        err.__cause__ = issue.__cause__
+        return err
 
     def _check_size(self, lines: list[bytes], index: int, start: int) -> None:
         size = len(lines[index])
@@ -401,18 +450,16 @@ class SessionLogScanner:
             offset = self._line_start(lines, index, start)
             raise _too_long(offset, size, self._max_line_bytes, f"event line {self._line + index + 1}")
 
-    def _reparse(self, lines: list[bytes], index: int, start: int, err: JsonDecodeError) -> Any:
-        """Second chance for a line orjson refused: lenient UTF-8; nesting beyond the limit is fatal."""
+    def _reparse(self, lines: list[bytes], index: int, start: int, err: JsonDecodeError) -> None:
+        """Fatal defects of a line orjson refused: nesting beyond the limit, bytes that are not UTF-8."""
         line = lines[index]
-        if "nesting exceeds" not in str(err) and not _is_utf8(line):
-            try:
-                return loads(line.decode("utf-8", "replace"), max_depth=self._max_depth)
-            except JsonDecodeError as retry:
-                err = retry
         if "nesting exceeds" in str(err):
             offset = self._line_start(lines, index, start)
             raise _too_deep(offset, self._max_depth, f"event line {self._line + index + 1}") from None
-        return _UNPARSABLE
+        bad = _invalid_utf8(line)
+        if bad is not None:
+            offset = self._line_start(lines, index, start) + bad
+            raise _not_utf8(offset, f"event line {self._line + index + 1}") from None
 
     def _set_issue(
         self,
@@ -449,20 +496,62 @@ class SessionLogScanner:
 
 
 def scan_log(
-    buffer: bytes, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_depth: int = DEFAULT_MAX_DEPTH
+    buffer: bytes,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> ScanResult:
     """Scan a whole raw log: the header up to the first newline, then everything else in one write.
 
     Splits the buffer once (no copy of the body), which is the cold-load path of raw mode.
     """
+    scanner, pieces, body_start = _raw_scanner(buffer, max_line_bytes, max_depth, max_header_bytes)
+    if pieces:
+        scanner._feed(pieces, body_start)
+    return scanner.finish()
+
+
+def scan_log_prefix(
+    buffer: bytes,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+) -> tuple[ScanResult, SessionPersistenceCorruptionError | None]:
+    """Like :func:`scan_log`, but damage after the header ends the scan instead of failing it.
+
+    Returns the valid contiguous prefix up to the first damaged record, and the damage (with its
+    offset) or ``None``. A damaged header still raises: there is no prefix without it.
+    """
+    scanner, pieces, body_start = _raw_scanner(buffer, max_line_bytes, max_depth, max_header_bytes)
+    damage: SessionPersistenceCorruptionError | None = None
+    if pieces:
+        try:
+            scanner._feed(pieces, body_start)
+        except SessionPersistenceCorruptionError as err:
+            damage = err
+    result = scanner.finish()
+    if damage is not None:
+        result.committed_bytes = damage.offset if damage.offset is not None else result.committed_bytes
+    return result, damage
+
+
+def _raw_scanner(
+    buffer: bytes, max_line_bytes: int, max_depth: int, max_header_bytes: int
+) -> tuple[SessionLogScanner, list[bytes], int]:
+    """The scanner past the header, and the body's pieces (one split of the buffer, no copy of the body)."""
     data = bytes(buffer)
     pieces = data.split(b"\n")
     if len(pieces) < 2:
         raise _corrupt("empty or header-less session log", 0)
     header = pieces[0]
-    scanner = SessionLogScanner(header + b"\n", max_line_bytes=max_line_bytes, max_depth=max_depth)
+    scanner = SessionLogScanner(
+        header + b"\n", max_line_bytes=max_line_bytes, max_depth=max_depth, max_header_bytes=max_header_bytes
+    )
     body = len(data) - len(header) - 1
-    if body:
-        scanner._input += body
-        scanner._feed(pieces[1:], len(header) + 1)
-    return scanner.finish()
+    if not body:
+        return scanner, [], len(header) + 1
+    scanner._input += body
+    del pieces[0]
+    return scanner, pieces, len(header) + 1

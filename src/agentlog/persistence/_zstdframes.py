@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import zstandard
 
-from ..errors import SessionPersistenceCorruptionError
+from ..errors import ResourceExhaustedError, SessionPersistenceCorruptionError
 
 __all__ = [
     "ZSTD_MAGIC",
@@ -50,9 +50,13 @@ class FrameScan:
     """``(start, end)`` byte ranges of the structurally complete frames, in order."""
     torn_start: int | None = None
     """Offset of an incomplete trailing frame; ``None`` when the buffer ends on a frame boundary."""
+    damage: SessionPersistenceCorruptionError | None = None
+    """With ``stop_at_damage``: the structural damage that ended the scan (``frames`` precede it)."""
 
 
-def scan_zstd_frames(buffer: bytes | bytearray | memoryview, max_frames: int | None = None) -> FrameScan:
+def scan_zstd_frames(
+    buffer: bytes | bytearray | memoryview, max_frames: int | None = None, *, stop_at_damage: bool = False
+) -> FrameScan:
     """Walk frame and block headers without decompressing (spec §4.4.1).
 
     Running out of bytes anywhere inside a frame means the frame is torn (a crash cut the write short);
@@ -65,7 +69,12 @@ def scan_zstd_frames(buffer: bytes | bytearray | memoryview, max_frames: int | N
     frames: list[tuple[int, int]] = []
     start = 0
     while start < size and (max_frames is None or len(frames) < max_frames):
-        end = _frame_end(data, start, size)
+        try:
+            end = _frame_end(data, start, size)
+        except SessionPersistenceCorruptionError as err:
+            if not stop_at_damage:
+                raise
+            return FrameScan(frames, None, err)
         if end is None:
             return FrameScan(frames, start)
         frames.append((start, end))
@@ -144,6 +153,18 @@ class FrameTooLargeError(SessionPersistenceCorruptionError):
     """A frame decodes (or declares it decodes) to more than the reader's cap."""
 
 
+def _out_of_memory(start: int) -> ResourceExhaustedError:
+    return ResourceExhaustedError(
+        f"out of memory while decompressing the Zstandard frame at byte {start}; nothing was modified (this "
+        "is not damage). Retry with more memory available, or a smaller max_frame_bytes so an oversized frame "
+        "is refused before memory runs out"
+    )
+
+
+def _is_allocation_failure(err: BaseException) -> bool:
+    return "memory" in str(err).lower() or "allocation" in str(err).lower()
+
+
 def _too_large(start: int, max_bytes: int) -> FrameTooLargeError:
     return FrameTooLargeError(
         f"corrupt Zstandard session log: frame at byte {start} decompresses to more than {max_bytes} bytes",
@@ -169,7 +190,11 @@ def decompress_frame(frame: bytes | memoryview, start: int, max_bytes: int) -> b
         return _stream(dctx, frame, start, max_bytes)
     except FrameTooLargeError:
         raise
-    except (zstandard.ZstdError, ValueError, MemoryError) as err:
+    except MemoryError:
+        raise _out_of_memory(start) from None
+    except (zstandard.ZstdError, ValueError) as err:
+        if _is_allocation_failure(err):
+            raise _out_of_memory(start) from None
         raise SessionPersistenceCorruptionError(
             f"corrupt Zstandard session log: frame at byte {start} failed validation", offset=start
         ) from err
@@ -199,5 +224,9 @@ def decompress_torn_frame(partial: bytes | memoryview, start: int, max_bytes: in
         return _stream(_decompressor(), partial, start, max_bytes)
     except FrameTooLargeError:
         raise
-    except (zstandard.ZstdError, ValueError, MemoryError):
+    except MemoryError:
+        raise _out_of_memory(start) from None
+    except (zstandard.ZstdError, ValueError) as err:
+        if _is_allocation_failure(err):
+            raise _out_of_memory(start) from None
         return b""

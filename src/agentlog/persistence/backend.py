@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import SessionPersistenceCorruptionError
 from ..events import Event
 from ..jsoncodec import dumps
 
@@ -30,6 +31,23 @@ class StoredPrefix:
     events: list[dict[str, Any]]
     revision: str
     torn_marker: Any = None
+
+
+@dataclass
+class PartialRead:
+    """What :meth:`Backend.read_prefix` salvages: the valid contiguous prefix up to the first damage.
+
+    ``damage`` is the typed error a full load would raise (``None`` when the log is intact); its
+    ``location`` names the file or database and ``offset`` the byte offset (JSONL: in the file; for a
+    zstd log, of the damaged frame) or row where the damage was found. ``torn_offset`` is where an
+    (intact log's) incomplete final record starts, which a resume would remove; ``events`` exclude it.
+    """
+
+    meta: dict[str, Any]
+    events: list[dict[str, Any]]
+    revision: str
+    damage: SessionPersistenceCorruptionError | None = None
+    torn_offset: int | None = None
 
 
 @dataclass
@@ -100,6 +118,20 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # Optional methods (the coordinator and the command line look them up with ``getattr``):
+    #
+    # ``validate_session_id(session_id) -> None``: raise InvalidSessionIdError (INVALID_SESSION_ID),
+    #     naming the limit, for an id this backend cannot store; called before create and every read.
+    # ``read_prefix(session_id) -> PartialRead | None``: the salvageable prefix of a damaged log
+    #     (``agentlog export --partial``); never writes; ``None`` when no artifact exists.
+
+
+def validate_session_id(backend: object, session_id: object) -> None:
+    """Run the backend's optional id check (a backend without one accepts every non-empty string)."""
+    check = getattr(backend, "validate_session_id", None)
+    if check is not None:
+        check(session_id)
 
 
 def check_reader_limits(**limits: object) -> None:

@@ -23,34 +23,44 @@ Durability model, and why it is safe without a journal:
 from __future__ import annotations
 
 import bisect
+import errno
 import fcntl
 import functools
 import os
 import re
 import secrets
+import stat
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, ParamSpec, TypeVar
 
 from .._gc import gc_paused
 from ..chunkrows import pack_chunk_runs
 from ..errors import (
     AgentlogError,
+    InvalidSessionIdError,
     PersistenceError,
+    ResourceExhaustedError,
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    SessionTailChangedError,
+    StorageAccessError,
+    StoreNotFoundError,
 )
 from ..jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
 from ._scanner import (
+    DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
     ReaderLimitError,
     SessionLogScanner,
     header_line,
+    header_too_long,
     parse_header_line,
     scan_log,
+    scan_log_prefix,
 )
 from ._zstdframes import (
     ZSTD_MAGIC_BYTES,
@@ -61,20 +71,36 @@ from ._zstdframes import (
     decompress_torn_frame,
     scan_zstd_frames,
 )
-from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits, event_json
+from .backend import (
+    PartialRead,
+    RawArtifact,
+    SessionListing,
+    StoredPrefix,
+    WireEvent,
+    check_reader_limits,
+    event_json,
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_LOG_BYTES",
+    "MAX_ENCODED_ID_BYTES",
     "AppendRollbackError",
     "JsonlBackend",
     "TornMarker",
+    "detect_compression",
     "encode_segment",
     "project_key",
     "scan_zstd_frames",
 ]
 
 DEFAULT_MAX_FRAME_BYTES: Final = 256 * 1024 * 1024
+DEFAULT_MAX_LOG_BYTES: Final = 2 * 1024 * 1024 * 1024
+"""What one load may read: the file's size and, for zstd, its decoded text (a typed refusal beyond)."""
+MAX_ENCODED_ID_BYTES: Final = 255 - len(".lock")
+"""A session id's encoded directory name must fit a 255-byte file name, lock file suffix included."""
 LOGICAL_FILENAME: Final = "session.jsonl"
 NO_CWD_DIR: Final = "_no-cwd"
 LOCKS_DIR: Final = ".locks"
@@ -87,6 +113,10 @@ _ESCAPE: Final = re.compile(r"~([0-9A-F]{4})")
 _SEPARATORS: Final = frozenset((0x2F, 0x5C, 0x3A))  # / \ :
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+_O_SAFE: Final = _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
+"""Every log open: never through a symbolic link, never blocking on a FIFO (fstat then refuses it)."""
 
 _REMEDY: Final = (
     "The file was not modified; restore it from a backup or export the readable prefix with 'agentlog export'."
@@ -215,10 +245,145 @@ def _same_file(path: str, other: str) -> bool:
         return False
 
 
+def _lexists(path: str) -> bool:
+    """Like :func:`_exists`, without following a final symbolic link (a dangling link exists)."""
+    try:
+        os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+_NOT_A_FILE_REMEDY: Final = (
+    "a session log must be a regular file inside the store (not a directory, FIFO, device or symbolic link); "
+    "move what is there out of the store. Nothing was read or written"
+)
+
+
+def _not_a_file(path: str, mode: int) -> StorageAccessError:
+    return StorageAccessError(
+        f'storage path "{path}" is {_kind(mode)}: {_NOT_A_FILE_REMEDY}', code="STORAGE_NOT_A_FILE", path=path
+    )
+
+
+def _not_a_directory(path: str, what: str, found: str) -> StorageAccessError:
+    return StorageAccessError(
+        f'{what} "{path}" is {found}, not a directory: agentlog reads and writes only real directories inside '
+        "the store; move it away (or point the store elsewhere). Nothing was read or written",
+        code="STORAGE_NOT_A_DIRECTORY",
+        path=path,
+    )
+
+
+def _open_regular(path: str, flags: int) -> tuple[int, os.stat_result]:
+    """Open ``path`` without following a symlink or blocking on a FIFO; refuse anything not a regular file."""
+    fd = os.open(path, flags | _O_SAFE)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_a_file(path, st.st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    """The whole content of a regular file opened at offset 0 (``size`` from its fstat, a hint)."""
+    parts: list[bytes] = []
+    want = max(size, 0) + 1
+    while True:
+        chunk = os.read(fd, want)
+        if not chunk:
+            return b"".join(parts) if len(parts) != 1 else parts[0]
+        parts.append(chunk)
+        want = 1 << 20
+
+
+_ERRNO_CODES: Final = {
+    errno.EACCES: (
+        "STORAGE_PERMISSION_DENIED",
+        "permission denied; give the user running agentlog read and write access to it (and search access to "
+        "its directories), or use a store it owns",
+    ),
+    errno.EPERM: (
+        "STORAGE_PERMISSION_DENIED",
+        "operation not permitted; give the user running agentlog access to it, or use a store it owns",
+    ),
+    errno.ENOSPC: (
+        "STORAGE_FULL",
+        "the file system is full; free space (or raise the quota) and retry — nothing acknowledged was lost and "
+        "the unwritten events are still buffered",
+    ),
+    errno.EROFS: (
+        "STORAGE_READ_ONLY",
+        "the file system is read-only; remount it read-write or copy the store to a writable place (read-only "
+        "commands such as ls, show and export still work)",
+    ),
+    errno.EISDIR: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
+    errno.ELOOP: ("STORAGE_NOT_A_FILE", "it is a symbolic link; " + _NOT_A_FILE_REMEDY),
+    errno.ENXIO: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
+    errno.ENOTDIR: (
+        "STORAGE_NOT_A_DIRECTORY",
+        "a file stands where a directory of the store belongs; move it away or point the store elsewhere",
+    ),
+}
+_EDQUOT = getattr(errno, "EDQUOT", None)
+
+
+def storage_error(err: OSError, path: str | None = None) -> StorageAccessError:
+    """The typed form of an operating-system refusal: which path, what it means, what to do."""
+    where = path or (os.fsdecode(err.filename) if err.filename is not None else "the session store")
+    number = errno.ENOSPC if err.errno is not None and err.errno == _EDQUOT else err.errno
+    code, remedy = _ERRNO_CODES.get(
+        number if number is not None else -1,
+        ("STORAGE_IO", "the storage operation failed; check the device and retry (the stored data was not changed)"),
+    )
+    reason = err.strerror or str(err)
+    return StorageAccessError(f'storage error at "{where}": {reason}: {remedy}', code=code, path=where)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _typed_os_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Public backend methods never leak bare ``OSError``/``MemoryError``: both become typed errors."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except OSError as err:
+            raise storage_error(err) from err
+        except ResourceExhaustedError:
+            raise
+        except MemoryError as err:
+            raise ResourceExhaustedError(
+                "out of memory while reading the session store; nothing was truncated, repaired or written (this "
+                "is not damage). Retry with more memory available, or set a smaller max_log_bytes budget so an "
+                "oversized log is refused before memory runs out"
+            ) from err
+
+    return wrapper
 
 
 # --- public types ----------------------------------------------------------------------------------
@@ -231,6 +396,44 @@ class TornMarker:
 
     truncate_to: int
     recovered_events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Tail:
+    """Where this backend instance last saw a log end: checked (one fstat) before every append."""
+
+    dev: int
+    ino: int
+    size: int
+    next_seq: int | None
+    cut: tuple[int, int] | None = None  # (truncate_to, next seq there) of a torn tail seen at load
+
+
+def detect_compression(root: str | os.PathLike[str]) -> Literal["zstd", "none"] | None:
+    """The encoding of the logs in a store (from the first session file found), ``None`` if it holds none.
+
+    Read-only: lists directories, opens nothing. A store mixing both encodings is reported by the
+    backend itself (whichever encoding is detected, the other one's files are refused).
+    """
+    base = os.path.abspath(os.fspath(root))
+    try:
+        with os.scandir(base) as entries:
+            projects = sorted(e.name for e in entries if e.name != LOCKS_DIR and e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for project in projects:
+        try:
+            with os.scandir(os.path.join(base, project)) as entries:
+                sessions = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+        for session in sessions:
+            session_dir = os.path.join(base, project, session)
+            if _lexists(os.path.join(session_dir, "session" + _SUFFIXES["zstd"])):
+                return "zstd"
+            if _lexists(os.path.join(session_dir, "session" + _SUFFIXES["none"])):
+                return "none"
+    return None
 
 
 class AppendRollbackError(PersistenceError):
@@ -266,9 +469,24 @@ class JsonlBackend:
 
     ``max_frame_bytes`` caps one frame's decompressed size, ``max_line_bytes`` one line, ``max_depth``
     one line's nesting (as in :func:`agentlog.jsoncodec.loads`, which always accepts what orjson parses
-    natively, i.e. up to 1024 levels). A stored file beyond a limit is refused with a typed
-    :class:`~agentlog.errors.SessionPersistenceCorruptionError` instead of exhausting memory; the limits
-    protect readers only, writers never check them.
+    natively, i.e. up to 1024 levels), ``max_header_bytes`` the header line. A stored file beyond a limit
+    is refused with a typed :class:`~agentlog.errors.SessionPersistenceCorruptionError` instead of
+    exhausting memory; the limits protect readers only, writers never check them.
+
+    ``max_log_bytes`` is the load budget: a log whose file (or, for zstd, decoded text) is larger is
+    refused with :class:`~agentlog.errors.ResourceExhaustedError` before it is read. Loading needs
+    roughly 5-10 times the log's size in memory; running out of memory anyway is the same typed error,
+    and nothing is ever truncated or repaired because of it.
+
+    ``compression="auto"`` uses the encoding of the logs already in the store (zstd for an empty store).
+    ``read_only=True`` never creates a directory or a file (and refuses writes and writer locks with
+    ``STORAGE_READ_ONLY``); a missing root is then :class:`~agentlog.errors.StoreNotFoundError`.
+
+    Operating-system refusals are :class:`~agentlog.errors.StorageAccessError` (code names the cause,
+    message the path and the remedy). Logs are opened only as regular files inside the store: never
+    through a symbolic link (a symlinked session directory is refused), never blocking on a FIFO.
+    Before every append the file's identity, size and next seq must be the ones this instance last
+    wrote or read (:class:`~agentlog.errors.SessionTailChangedError` otherwise: another writer).
     """
 
     name = "session-persistence-jsonl"
@@ -278,18 +496,34 @@ class JsonlBackend:
         self,
         root: str | os.PathLike[str],
         *,
-        compression: Literal["zstd", "none"] = "zstd",
+        compression: Literal["zstd", "none", "auto"] = "zstd",
         pack_chunks: bool = True,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        read_only: bool = False,
     ) -> None:
-        if compression not in _SUFFIXES:
-            raise ValueError(f'compression must be "zstd" or "none", got {compression!r}')
-        check_reader_limits(max_frame_bytes=max_frame_bytes, max_line_bytes=max_line_bytes, max_depth=max_depth)
+        if compression not in _SUFFIXES and compression != "auto":
+            raise ValueError(f'compression must be "zstd", "none" or "auto", got {compression!r}')
+        check_reader_limits(
+            max_frame_bytes=max_frame_bytes,
+            max_line_bytes=max_line_bytes,
+            max_depth=max_depth,
+            max_header_bytes=max_header_bytes,
+            max_log_bytes=max_log_bytes,
+        )
         # Resolved once, so a later chdir cannot move the store (and locate() stays pure).
         self.root = os.path.abspath(os.fspath(root))
-        self.compression = compression
+        self.read_only = read_only
+        self.max_header_bytes = max_header_bytes
+        self.max_log_bytes = max_log_bytes
+        self._tails: dict[str, _Tail] = {}
+        self._check_root()
+        if compression == "auto":
+            compression = detect_compression(self.root) or "zstd"
+        self.compression: Literal["zstd", "none"] = compression
         self.pack_chunks = pack_chunks
         self.max_frame_bytes = max_frame_bytes
         self.max_line_bytes = max_line_bytes
@@ -300,13 +534,32 @@ class JsonlBackend:
         self._mutex = threading.Lock()
         self._preflight_error: str | None = None
         self._preflight_done = False
-        # A root that exists but cannot be listed (a regular file, EACCES) is a configuration error
-        # worth reporting at construction; a missing root is created by the first materialization.
+
+    def _check_root(self) -> None:
+        """A root that exists but cannot be listed (a regular file, EACCES) is a configuration error
+        worth reporting at construction; a missing root is created by the first materialization (or,
+        read-only, is :class:`StoreNotFoundError`)."""
         try:
             with os.scandir(self.root):
                 pass
         except FileNotFoundError:
-            pass
+            if self.read_only:
+                raise StoreNotFoundError(
+                    f'session store "{self.root}" does not exist (nothing was created); check the --store path'
+                ) from None
+        except NotADirectoryError:
+            raise _not_a_directory(self.root, "session store root", "a file") from None
+        except OSError as err:
+            raise storage_error(err, self.root) from err
+
+    def _refuse_write(self, what: str) -> None:
+        if self.read_only:
+            raise StorageAccessError(
+                f'cannot {what}: the JSONL store "{self.root}" was opened read-only (read_only=True); open it '
+                "without read_only to write",
+                code="STORAGE_READ_ONLY",
+                path=self.root,
+            )
 
     # --- paths ---------------------------------------------------------------------------------
 
@@ -332,13 +585,40 @@ class JsonlBackend:
             raise PersistenceError(f"session id must be a non-empty string, got {session_id!r}")
         if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
             raise PersistenceError(f'session header cwd must be an absolute path, got "{cwd}"')
+        self.validate_session_id(session_id)
         return self._path_for(session_id, cwd)
 
     def _encoded_id(self, session_id: str) -> str:
+        self.validate_session_id(session_id)
+        return encode_segment(session_id)
+
+    def validate_session_id(self, session_id: object) -> None:
+        """Refuse (before any I/O) an id this store cannot hold, naming the limit.
+
+        Ids must be non-empty text of valid Unicode (no lone surrogates: the header is UTF-8 JSON) whose
+        escaped directory name (:func:`encode_segment`: ASCII letters, digits, ``.``, ``_`` and ``-`` as
+        themselves, every other UTF-16 unit as 5 bytes) fits a 255-byte file name with the lock file's
+        ``.lock`` suffix, i.e. at most :data:`MAX_ENCODED_ID_BYTES` bytes.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidSessionIdError(f"session id must be a non-empty string, got {session_id!r}")
+        if _SAFE_SEGMENT.match(session_id) and len(session_id) <= MAX_ENCODED_ID_BYTES:
+            return
         try:
-            return encode_segment(session_id)
-        except ValueError as err:
-            raise PersistenceError(str(err)) from None
+            session_id.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise InvalidSessionIdError(
+                f"session id holds a character the JSONL store cannot hold (a lone surrogate at index {err.start}); "
+                "use an id of valid Unicode text"
+            ) from None
+        size = len(encode_segment(session_id))
+        if size > MAX_ENCODED_ID_BYTES:
+            raise InvalidSessionIdError(
+                f"session id is too long for the file system: it encodes to a {size}-byte directory name, more "
+                f"than the {MAX_ENCODED_ID_BYTES}-byte limit (255-byte file names, less the lock file's '.lock'); "
+                "use a shorter id (ASCII letters, digits, '.', '_' and '-' take 1 byte each, other characters 5 "
+                "or 10)"
+            )
 
     # --- errors --------------------------------------------------------------------------------
 
@@ -386,20 +666,36 @@ class JsonlBackend:
         names.sort()
         return names
 
-    def _session_dirs(self, project: str) -> list[str]:
-        """Session directories of a project; a flat ``<id>.jsonl*`` file means the obsolete layout."""
+    def _session_dirs(self, project: str, links: list[str] | None = None) -> list[str]:
+        """Session directories of a project; a flat ``<id>.jsonl*`` file means the obsolete layout.
+
+        Symbolic links are never session directories; their names go to ``links`` (listing reports them).
+        """
         names: list[str] = []
         legacy: list[str] = []
         with os.scandir(project) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     names.append(entry.name)
+                elif entry.is_symlink():
+                    if links is not None:
+                        links.append(entry.name)
                 elif entry.name.endswith((".jsonl", ".jsonl.zstd")) and entry.is_file(follow_symlinks=False):
                     legacy.append(entry.name)
         if legacy:
             raise self._legacy(os.path.join(project, min(legacy)))
         names.sort()
         return names
+
+    def _real_dir(self, path: str, what: str) -> bool:
+        """Whether ``path`` is a real directory (``False`` if absent); a symlink or a file is refused."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            return True
+        raise _not_a_directory(path, what, _kind(st.st_mode))
 
     def _preflight(self) -> None:
         """Root-encoding check, once per instance (result cached, rejection included — spec §4.9).
@@ -433,13 +729,13 @@ class JsonlBackend:
                 if _exists(flat):
                     raise self._legacy(flat)
             session_dir = os.path.join(project_path, encoded)
-            if not _exists(session_dir):
+            if not self._real_dir(session_dir, "session directory"):
                 continue
             opposite = os.path.join(session_dir, "session" + self._opposite)
-            if _exists(opposite):
+            if _lexists(opposite):
                 raise self._mismatch(opposite)
             path = os.path.join(session_dir, "session" + self._suffix)
-            if _exists(path):
+            if _lexists(path):
                 found.append(path)
         if len(found) > 1:
             raise self._duplicate(session_id)
@@ -487,24 +783,52 @@ class JsonlBackend:
         """
         while True:
             try:
-                before = os.stat(path)
+                before = os.stat(path, follow_symlinks=False)
             except FileNotFoundError:
                 return None
-            with open(path, "rb") as handle:
-                data = handle.read()
-            after = os.stat(path)
-            if _stat_key(before) == _stat_key(after):
+            if not stat.S_ISREG(before.st_mode):
+                raise _not_a_file(path, before.st_mode)
+            self._check_budget(path, before.st_size)
+            try:
+                fd, opened = _open_regular(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                data = _read_fd(fd, opened.st_size)
+            finally:
+                os.close(fd)
+            self._check_budget(path, len(data))
+            after = os.stat(path, follow_symlinks=False)
+            if _stat_key(before) == _stat_key(after) == _stat_key(opened):
                 return data, _revision(before)
 
-    def _scan_frames(self, data: bytes, path: str, max_frames: int | None = None) -> FrameScan:
+    def _check_budget(self, path: str, size: int, decoded: bool = False) -> None:
+        if size > self.max_log_bytes:
+            what = "decodes to" if decoded else "is"
+            raise ResourceExhaustedError(
+                f'session log "{path}" {what} {size} bytes, more than the {self.max_log_bytes}-byte load budget '
+                "(max_log_bytes); nothing was read or modified. Open the store with a larger max_log_bytes if "
+                "this machine has the memory (a load needs several times the log's size)"
+            )
+
+    def _scan_frames(
+        self, data: bytes | bytearray, path: str, max_frames: int | None = None, *, stop_at_damage: bool = False
+    ) -> FrameScan:
         try:
-            return scan_zstd_frames(data, max_frames)
+            return scan_zstd_frames(data, max_frames, stop_at_damage=stop_at_damage)
         except SessionPersistenceCorruptionError as err:
             raise self._located(err, path) from err
 
+    def _limits(self) -> dict[str, int]:
+        return {
+            "max_line_bytes": self.max_line_bytes,
+            "max_depth": self.max_depth,
+            "max_header_bytes": self.max_header_bytes,
+        }
+
     def _decode_raw(self, data: bytes, path: str) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
         try:
-            result = scan_log(data, max_line_bytes=self.max_line_bytes, max_depth=self.max_depth)
+            result = scan_log(data, **self._limits())
         except SessionPersistenceCorruptionError as err:
             raise self._located(err, path) from err
         marker = TornMarker(result.committed_bytes) if result.committed_bytes < len(data) else None
@@ -513,7 +837,9 @@ class JsonlBackend:
     def _header_scanner(self, view: memoryview, frame: tuple[int, int], path: str) -> SessionLogScanner:
         start, end = frame
         try:
-            text = decompress_frame(view[start:end], start, self.max_frame_bytes)
+            text = decompress_frame(view[start:end], start, min(self.max_frame_bytes, self.max_header_bytes + 1))
+        except FrameTooLargeError:
+            raise self._located(header_too_long(self.max_header_bytes + 1, self.max_header_bytes), path) from None
         except SessionPersistenceCorruptionError as err:
             raise self._located(err, path) from err
         if not text.endswith(b"\n") or text.count(b"\n") != 1:
@@ -521,14 +847,22 @@ class JsonlBackend:
                 "corrupt Zstandard session log: first frame is not exactly one header line", path, start
             )
         try:
-            return SessionLogScanner(text, max_line_bytes=self.max_line_bytes, max_depth=self.max_depth)
+            return SessionLogScanner(text, **self._limits())
         except SessionPersistenceCorruptionError as err:
             raise self._located(err, path, start) from err
 
-    def _decode_zstd(self, data: bytes, path: str) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
-        """``readZstdPrefix`` (spec §4.7.2): complete frames must be flawless; only the last may be torn."""
-        scan = self._scan_frames(data, path)
+    def _decode_zstd(
+        self, data: bytes, path: str, damages: list[SessionPersistenceCorruptionError] | None = None
+    ) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
+        """``readZstdPrefix`` (spec §4.7.2): complete frames must be flawless; only the last may be torn.
+
+        With ``damages`` (a partial read), damage after the header ends the read instead of failing it:
+        the events decoded so far are returned and the (located) damage is appended to ``damages``.
+        """
+        scan = self._scan_frames(data, path, stop_at_damage=damages is not None)
         if not scan.frames:
+            if scan.damage is not None:
+                raise self._located(scan.damage, path)
             raise self._corrupt("empty or header-less Zstandard session log", path, 0)
         view = memoryview(data)
         scanner = self._header_scanner(view, scan.frames[0], path)
@@ -540,41 +874,53 @@ class JsonlBackend:
             index = bisect.bisect_right(logical_starts, logical or 0) - 1
             return physical_starts[index] if index >= 0 else 0
 
-        for start, end in scan.frames[1:]:
+        try:
+            decoded = 0
+            for start, end in scan.frames[1:]:
+                try:
+                    text = decompress_frame(view[start:end], start, self.max_frame_bytes)
+                except SessionPersistenceCorruptionError as err:
+                    raise self._located(err, path) from err
+                decoded += len(text)
+                self._check_budget(path, decoded, decoded=True)
+                logical_starts.append(scanner.checkpoint().input_bytes)
+                physical_starts.append(start)
+                try:
+                    scanner.write(text)
+                except SessionPersistenceCorruptionError as err:
+                    raise self._located(err, path, physical(err.offset)) from err
+            if scan.damage is not None:
+                raise self._located(scan.damage, path)
+            checkpoint = scanner.checkpoint()
+            if checkpoint.committed_bytes != checkpoint.input_bytes:
+                raise self._corrupt(
+                    "corrupt Zstandard session log: complete frame contains a torn JSONL record",
+                    path,
+                    physical(checkpoint.committed_bytes),
+                )
+            if scan.torn_start is None:
+                result = scanner.finish()
+                return result.meta, result.events, None
+            torn = scan.torn_start
+            later = self._frame_after(view, torn)
+            if later is not None:
+                raise self._corrupt(
+                    f"corrupt Zstandard session log: frame at byte {torn} is incomplete, yet a complete frame "
+                    f"follows at byte {later}",
+                    path,
+                    torn,
+                )
             try:
-                text = decompress_frame(view[start:end], start, self.max_frame_bytes)
-            except SessionPersistenceCorruptionError as err:
-                raise self._located(err, path) from err
-            logical_starts.append(scanner.checkpoint().input_bytes)
-            physical_starts.append(start)
-            try:
+                text = decompress_torn_frame(view[torn:], torn, self.max_frame_bytes)
                 scanner.write(text)
             except SessionPersistenceCorruptionError as err:
-                raise self._located(err, path, physical(err.offset)) from err
-        checkpoint = scanner.checkpoint()
-        if checkpoint.committed_bytes != checkpoint.input_bytes:
-            raise self._corrupt(
-                "corrupt Zstandard session log: complete frame contains a torn JSONL record",
-                path,
-                physical(checkpoint.committed_bytes),
-            )
-        if scan.torn_start is None:
+                raise self._located(err, path, torn) from err
+        except SessionPersistenceCorruptionError as err:
+            if damages is None:
+                raise
+            damages.append(err)
             result = scanner.finish()
             return result.meta, result.events, None
-        torn = scan.torn_start
-        later = self._frame_after(view, torn)
-        if later is not None:
-            raise self._corrupt(
-                f"corrupt Zstandard session log: frame at byte {torn} is incomplete, yet a complete frame "
-                f"follows at byte {later}",
-                path,
-                torn,
-            )
-        try:
-            text = decompress_torn_frame(view[torn:], torn, self.max_frame_bytes)
-            scanner.write(text)
-        except SessionPersistenceCorruptionError as err:
-            raise self._located(err, path, torn) from err
         result = scanner.finish()
         # Detached copies: the coordinator may normalise the returned events in place, and the marker's
         # events are re-written verbatim by the repair.
@@ -615,6 +961,7 @@ class JsonlBackend:
             return None
         return path, read[0], read[1]
 
+    @_typed_os_errors
     def load_stored(self, session_id: str) -> StoredPrefix | None:
         """The valid stored prefix (spec §4.7). Never writes; damage raises, a torn tail is reported."""
         found = self._read_log(session_id)
@@ -627,18 +974,56 @@ class JsonlBackend:
         except SessionFormatUnsupportedError as err:
             raise SessionFormatUnsupportedError(f"{err.message} (raw log: {path})", location=path) from None
         self._check_identity(path, meta, session_id)
+        self._remember_tail(path, revision, len(events), marker)
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=marker)
 
+    @_typed_os_errors
+    def read_prefix(self, session_id: str) -> PartialRead | None:
+        """The valid stored prefix up to the first damage, and where that damage is (``None`` if absent).
+
+        For salvage (``agentlog export --partial``): unlike :meth:`load_stored`, damage after the header
+        does not raise; ``damage`` is the typed error a load would raise (``offset`` = byte offset in the
+        file, for zstd of the damaged frame). A torn tail is left out of ``events`` and reported as
+        ``torn_offset``. A damaged header, a foreign or a future-format log still raise. Never writes.
+        """
+        found = self._read_log(session_id)
+        if found is None:
+            return None
+        path, data, revision = found
+        damages: list[SessionPersistenceCorruptionError] = []
+        try:
+            with gc_paused():
+                if self._zstd:
+                    meta, events, marker = self._decode_zstd(data, path, damages)
+                    torn = None if marker is None else marker.truncate_to
+                else:
+                    try:
+                        result, damage = scan_log_prefix(data, **self._limits())
+                    except SessionPersistenceCorruptionError as err:
+                        raise self._located(err, path) from err
+                    if damage is not None:
+                        damages.append(self._located(damage, path))
+                    meta, events = result.meta, result.events
+                    torn = result.committed_bytes if damage is None and result.committed_bytes < len(data) else None
+        except SessionFormatUnsupportedError as err:
+            raise SessionFormatUnsupportedError(f"{err.message} (raw log: {path})", location=path) from None
+        self._check_identity(path, meta, session_id)
+        return PartialRead(
+            meta=meta, events=events, revision=revision, damage=damages[0] if damages else None, torn_offset=torn
+        )
+
+    @_typed_os_errors
     def read_revision(self, session_id: str) -> str | None:
         self._preflight()
         path = self._find_log(session_id)
         if path is None:
             return None
         try:
-            return _revision(os.stat(path))
+            return _revision(os.stat(path, follow_symlinks=False))
         except FileNotFoundError:
             return None
 
+    @_typed_os_errors
     def read_raw(self, session_id: str) -> RawArtifact | None:
         """The decoded logical text, exactly as stored (packed rows, key order); a torn frame is omitted."""
         found = self._read_log(session_id)
@@ -666,25 +1051,41 @@ class JsonlBackend:
             meta = None
         if meta is None or meta["id"] != session_id:
             raise self._corrupt(f'corrupt session log: invalid header line in "{path}"', path, 0)
-        return RawArtifact(meta=meta, filename=LOGICAL_FILENAME, content=text.decode("utf-8", "replace"))
+        try:
+            content = text.decode("utf-8")
+        except UnicodeDecodeError as err:
+            where = "decoded " if self._zstd else ""
+            raise self._corrupt(
+                f"corrupt session log: bytes that are not UTF-8 at {where}byte {err.start}", path, err.start
+            ) from None
+        return RawArtifact(meta=meta, filename=LOGICAL_FILENAME, content=content)
 
     # --- listing -------------------------------------------------------------------------------
 
     def _read_header_line(self, fd: int, path: str) -> bytes:
-        """The first line only (no full-log parse): 8 KiB reads until a newline or a complete frame."""
-        limit = self.max_line_bytes + 65536
+        """The first line only (no full-log parse), in linear time and bounded by ``max_header_bytes``.
+
+        Reads grow geometrically from 8 KiB and each read is searched once (raw) or the frame walk is
+        repeated only per doubling (zstd), so a long header costs O(its size), never quadratic time.
+        """
+        cap = self.max_header_bytes
+        # A zstd header frame may be slightly larger than its text (incompressible data, framing).
+        limit = cap + 1 if not self._zstd else cap + cap // 64 + 1024
         buffer = bytearray()
+        want = _HEADER_READ_CHUNK
+        scanned = 0
         while True:
-            chunk = os.read(fd, _HEADER_READ_CHUNK)
+            chunk = os.read(fd, min(want, limit + 1 - len(buffer)))
             buffer += chunk
+            want *= 2
             if self._zstd:
-                scan = self._scan_frames(bytes(buffer), path, 1)
+                scan = self._scan_frames(buffer, path, 1)
                 if scan.frames:
                     start, end = scan.frames[0]
                     try:
-                        text = decompress_frame(bytes(buffer[start:end]), start, self.max_frame_bytes)
-                    except FrameTooLargeError as err:
-                        raise self._located(err, path) from err
+                        text = decompress_frame(bytes(buffer[start:end]), start, min(self.max_frame_bytes, cap + 1))
+                    except FrameTooLargeError:
+                        raise self._located(header_too_long(cap + 1, cap), path) from None
                     except SessionPersistenceCorruptionError as err:
                         raise SessionPersistenceCorruptionError(
                             f"corrupt Zstandard session log: header frame failed validation — {path}, byte 0. "
@@ -696,32 +1097,41 @@ class JsonlBackend:
                         raise self._corrupt(
                             "corrupt Zstandard session log: first frame is not exactly one header line", path, 0
                         )
+                    if len(text) - 1 > cap:
+                        raise self._located(header_too_long(len(text) - 1, cap), path)
                     return text[:-1]
                 if not chunk:
                     raise self._corrupt("empty or header-less Zstandard session log", path, 0)
             else:
-                newline = buffer.find(b"\n")
+                newline = buffer.find(b"\n", scanned)
                 if newline >= 0:
+                    if newline > cap:
+                        raise self._located(header_too_long(newline, cap), path)
                     return bytes(buffer[:newline])
+                scanned = len(buffer)
                 if not chunk:
                     raise self._corrupt("empty or header-less session log", path, 0)
-            if len(buffer) > limit:
-                raise self._corrupt(
-                    f"corrupt session log: the header line is longer than the {self.max_line_bytes}-byte limit",
-                    path,
-                    0,
-                    limit=True,
-                )
+            if len(buffer) > limit - (1 if not self._zstd else 0):
+                raise self._located(header_too_long(len(buffer), cap), path)
 
     def _list_one(self, path: str, dir_name: str) -> SessionListing | None:
         try:
-            fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+            fd, st = _open_regular(path, os.O_RDONLY)
         except FileNotFoundError:
             return None  # no transcript (yet): a session directory holds nothing else we list
+        except (OSError, StorageAccessError) as err:
+            typed = err if isinstance(err, StorageAccessError) else storage_error(err, path)
+            return SessionListing(
+                id=_decode_segment(dir_name),
+                header=None,
+                location=path,
+                error_code=typed.code,
+                error_message=typed.message,
+            )
         line = b""
         meta: dict[str, Any] | None = None
         try:
-            revision = _revision(os.fstat(fd))
+            revision = _revision(st)
             try:
                 line = self._read_header_line(fd, path)
                 meta = parse_header_line(line, max_depth=self.max_depth)
@@ -752,6 +1162,7 @@ class JsonlBackend:
         finally:
             os.close(fd)
 
+    @_typed_os_errors
     def list_sessions(self) -> list[SessionListing]:
         """Every stored session from its header alone, sorted by id; never writes.
 
@@ -767,7 +1178,20 @@ class JsonlBackend:
         own_name = "/session" + self._suffix
         for project in self._project_dirs():
             project_path = f"{self.root}/{project}"
-            for name in self._session_dirs(project_path):
+            links: list[str] = []
+            names = self._session_dirs(project_path, links)
+            for name in links:
+                refusal = _not_a_directory(f"{project_path}/{name}", "session directory", "a symbolic link")
+                listings.append(
+                    SessionListing(
+                        id=_decode_segment(name),
+                        header=None,
+                        location=refusal.path,
+                        error_code=refusal.code,
+                        error_message=refusal.message,
+                    )
+                )
+            for name in names:
                 session_dir = f"{project_path}/{name}"
                 opposite = session_dir + opposite_name
                 if _exists(opposite):
@@ -813,58 +1237,131 @@ class JsonlBackend:
         lines.append(b"")
         return b"\n".join(lines)
 
+    @_typed_os_errors
     def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
         """Durably append one batch; the first one publishes header and batch atomically (spec §4.5–4.6)."""
         if not events:
             return
+        self._refuse_write("append")
         path = self._log_path(meta)
         self._preflight()
         body = self._batch_text(events)
+        first = events[0]["seq"]
         if materialized:
-            self._append_lines(path, body, meta["id"])
+            self._append_lines(path, body, meta["id"], first, len(events))
         else:
-            self._materialize(meta, path, body)
+            self._materialize(meta, path, body, first + len(events))
 
-    def _mkdir_durable(self, path: str) -> None:
-        """``mkdir -p`` with mode 0700 that fsyncs the parent of every directory it creates."""
+    # --- the stored tail (one fstat per append) ---------------------------------------------------
+
+    def _remember_tail(self, path: str, revision: str, next_seq: int, marker: TornMarker | None) -> None:
+        dev, ino, size = (int(part) for part in revision.split(":")[:3])
+        if marker is None:
+            tail = _Tail(dev, ino, size, next_seq)
+        else:
+            tail = _Tail(dev, ino, size, None, (marker.truncate_to, next_seq - len(marker.recovered_events)))
+        with self._mutex:
+            self._tails[path] = tail
+
+    def _expected_tail(self, path: str) -> _Tail:
+        """The tail this instance last wrote or read; learned from the file on a first write."""
+        with self._mutex:
+            tail = self._tails.get(path)
+        if tail is None:
+            found = self._read_stable(path)
+            if found is None:
+                raise FileNotFoundError(errno.ENOENT, "no stored log", path)
+            data, revision = found
+            with gc_paused():
+                _, events, marker = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
+            self._remember_tail(path, revision, len(events), marker)
+            with self._mutex:
+                tail = self._tails[path]
+        return tail
+
+    def _check_tail(self, path: str, st: os.stat_result, first_seq: int | None, tail: _Tail) -> None:
+        if (st.st_dev, st.st_ino, st.st_size) != (tail.dev, tail.ino, tail.size):
+            raise SessionTailChangedError(
+                f'session log "{path}" changed since this writer last wrote or read it (expected {tail.size} bytes '
+                f"in inode {tail.ino}, found {st.st_size} bytes in inode {st.st_ino}): another writer appended to "
+                "it (was its lock file removed?). Nothing was written; close this writer and resume the session "
+                "to continue from what is stored",
+                location=path,
+            )
+        if tail.next_seq is None:
+            raise SessionTailChangedError(
+                f'session log "{path}" has an unrepaired torn tail; resume the session (which repairs it) before '
+                "appending. Nothing was written",
+                location=path,
+            )
+        if first_seq is not None and first_seq != tail.next_seq:
+            raise PersistenceError(
+                f'session log "{path}" append starts at seq {first_seq}, stored next seq is {tail.next_seq}; '
+                "nothing was written"
+            )
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _mkdir_durable(self, path: str, what: str = "store directory") -> None:
+        """``mkdir -p`` with mode 0700 that fsyncs the parent of every directory it creates.
+
+        Every directory it meets below the root must be a real directory (never a symbolic link).
+        """
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
-            if os.path.isdir(path):
+            if self._existing_dir(path, what):
                 return
-            raise
         except FileNotFoundError:
             parent = os.path.dirname(path)
             if parent == path:
                 raise
-            self._mkdir_durable(parent)
+            self._mkdir_durable(parent, "store directory")
             try:
                 os.mkdir(path, 0o700)
             except FileExistsError:
-                if os.path.isdir(path):
+                if self._existing_dir(path, what):
                     return
-                raise
         _fsync_dir(os.path.dirname(path))
 
-    def _materialize(self, meta: Mapping[str, Any], path: str, body: bytes) -> None:
+    def _existing_dir(self, path: str, what: str) -> bool:
+        """An existing path where a directory belongs: the root may be a symlink; nothing below it may,
+        except a project-directory alias that resolves inside the store."""
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            return True
+        if stat.S_ISLNK(st.st_mode) and os.path.isdir(path):
+            if not path.startswith(self.root + "/"):
+                return True  # the root itself (or above it): the user's choice of store location
+            real_root = os.path.realpath(self.root)
+            if what == "project directory" and os.path.realpath(path).startswith(real_root + "/"):
+                return True
+            raise _not_a_directory(path, what, "a symbolic link")
+        found = "a symbolic link that does not lead to a directory" if stat.S_ISLNK(st.st_mode) else _kind(st.st_mode)
+        raise _not_a_directory(path, what, found)
+
+    def _materialize(self, meta: Mapping[str, Any], path: str, body: bytes, next_seq: int) -> None:
         session_dir = os.path.dirname(path)
         opposite = os.path.join(session_dir, "session" + self._opposite)
-        if _exists(opposite):
-            raise self._mismatch(opposite)
         header = dumps(header_line(meta)) + b"\n"
         content = compress_frame(header) + compress_frame(body) if self._zstd else header + body
-        self._mkdir_durable(self.root)
-        self._mkdir_durable(os.path.dirname(session_dir))
-        self._mkdir_durable(session_dir)
+        self._mkdir_durable(self.root, "session store root")
+        self._mkdir_durable(os.path.dirname(session_dir), "project directory")
+        self._mkdir_durable(session_dir, "session directory")
+        if _lexists(opposite):
+            raise self._mismatch(opposite)
         refusal = f'refusing to materialize "{meta["id"]}": a log already exists on disk (load/resume it instead)'
-        if _exists(path):
+        if _lexists(path):
             raise PersistenceError(refusal)
         temp = f"{path}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _O_CLOEXEC, 0o600)
+        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
         try:
             try:
                 _write_all(fd, content)
                 os.fsync(fd)
+                st = os.fstat(fd)
+            except OSError as err:
+                raise storage_error(err, path) from err
             finally:
                 os.close(fd)
             try:
@@ -877,17 +1374,24 @@ class JsonlBackend:
                 os.unlink(temp)
             except OSError:
                 pass
+        with self._mutex:
+            self._tails[path] = _Tail(st.st_dev, st.st_ino, st.st_size, next_seq)
 
-    def _append_lines(self, path: str, body: bytes, session_id: str) -> None:
-        """``appendLines``: write + fsync at EOF, or roll back to the prior size so a retry is clean."""
+    def _append_lines(self, path: str, body: bytes, session_id: str, first_seq: int | None, count: int) -> None:
+        """``appendLines``: write + fsync at EOF, or roll back to the prior size so a retry is clean.
+
+        Under the writer lock, the file must still end where this instance last saw it end.
+        """
         payload = compress_frame(body) if self._zstd else body
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | _O_CLOEXEC)
+            tail = self._expected_tail(path)
+            fd, st = _open_regular(path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError as err:
             # Unlike the reference (which would create a header-less file), a vanished log is an error.
             raise PersistenceError(f'session "{session_id}" has no stored log to append to ({path})') from err
+        size = st.st_size
         try:
-            size = os.fstat(fd).st_size
+            self._check_tail(path, st, first_seq, tail)
         except BaseException:
             os.close(fd)
             raise
@@ -897,14 +1401,20 @@ class JsonlBackend:
         except BaseException as err:
             os.close(fd)
             self._roll_back(path, size, err)
+            if isinstance(err, OSError):
+                raise storage_error(err, path) from err
             raise
         os.close(fd)
+        with self._mutex:
+            self._tails[path] = _Tail(
+                tail.dev, tail.ino, size + len(payload), None if tail.next_seq is None else tail.next_seq + count
+            )
 
     @staticmethod
     def _roll_back(path: str, size: int, err: BaseException) -> None:
         """Truncate a failed append's partial bytes; if even that fails, report both errors."""
         try:
-            fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | _O_SAFE)
             try:
                 os.ftruncate(fd, size)
                 os.fsync(fd)
@@ -916,27 +1426,39 @@ class JsonlBackend:
                 (err, rollback_err),
             ) from err
 
+    @_typed_os_errors
     def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
         """Cut the torn tail, then append recovered events + closers as ONE batch (spec §4.8).
 
         Two fsynced steps, not atomic: a crash between them leaves a shorter but valid log, and the next
-        load simply recomputes the closers.
+        load simply recomputes the closers. The file must still be the one this instance read.
         """
+        self._refuse_write("repair the session log")
         path = self._log_path(meta)
         batch: list[WireEvent] = []
         if torn_marker is not None:
             if not isinstance(torn_marker, TornMarker):
                 raise PersistenceError(f"not a JSONL torn marker: {torn_marker!r}")
-            fd = os.open(path, os.O_RDWR | _O_CLOEXEC)
+            tail = self._expected_tail(path)
+            fd, st = _open_regular(path, os.O_RDWR)
             try:
+                if tail.cut is None or tail.cut[0] != torn_marker.truncate_to:
+                    raise SessionTailChangedError(
+                        f'session log "{path}" changed since its torn tail was read; nothing was truncated. Load '
+                        "the session again",
+                        location=path,
+                    )
+                self._check_tail(path, st, None, _Tail(tail.dev, tail.ino, tail.size, tail.cut[1]))
                 os.ftruncate(fd, torn_marker.truncate_to)
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            with self._mutex:
+                self._tails[path] = _Tail(tail.dev, tail.ino, torn_marker.truncate_to, tail.cut[1])
             batch.extend(torn_marker.recovered_events)
         batch.extend(closers)
         if batch:
-            self._append_lines(path, self._batch_text(batch), meta["id"])
+            self._append_lines(path, self._batch_text(batch), meta["id"], batch[0]["seq"], len(batch))
 
     # --- misc ----------------------------------------------------------------------------------
 
@@ -944,6 +1466,7 @@ class JsonlBackend:
         """The absolute transcript path (pure: no I/O; the file may not exist yet)."""
         return self._log_path(meta)
 
+    @_typed_os_errors
     def lock_writer(self, meta: Mapping[str, Any]) -> _FileLock:
         """Advisory single-writer lock: ``flock`` on ``<root>/.locks/<encoded id>.lock``.
 
@@ -953,10 +1476,15 @@ class JsonlBackend:
         session_id = meta.get("id")
         if not isinstance(session_id, str):
             raise PersistenceError(f"session id must be a non-empty string, got {session_id!r}")
+        self._refuse_write("take the writer lock")
         lock_dir = os.path.join(self.root, LOCKS_DIR)
         lock_path = os.path.join(lock_dir, self._encoded_id(session_id) + ".lock")
-        os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+        try:
+            os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            pass  # something that is not a directory: named below
+        self._real_dir(lock_dir, "lock directory")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _O_SAFE, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import PersistenceError, SessionLockedError
+from ..errors import InvalidSessionIdError, PersistenceError, SessionLockedError
 from ..jsoncodec import dumps, loads
-from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
 
 
 class _Record:
@@ -52,6 +52,26 @@ class MemoryBackend:
 
     def _revision(self, session_id: str, record: _Record) -> str:
         return f"memory:{self._store_id}:{session_id}:{id(record)}:{record.revision}"
+
+    def validate_session_id(self, session_id: object) -> None:
+        """Any non-empty text of valid Unicode (the header is stored as UTF-8 JSON: no lone surrogates)."""
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidSessionIdError(f"session id must be a non-empty string, got {session_id!r}")
+        if not session_id.isascii():
+            try:
+                session_id.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise InvalidSessionIdError(
+                    f"session id holds a character the store cannot hold (a lone surrogate at index {err.start}); "
+                    "use an id of valid Unicode text"
+                ) from None
+
+    def read_prefix(self, session_id: str) -> PartialRead | None:
+        """Memory never holds damage: the whole log, ``damage=None``."""
+        stored = self.load_stored(session_id)
+        if stored is None:
+            return None
+        return PartialRead(meta=stored.meta, events=stored.events, revision=stored.revision)
 
     def load_stored(self, session_id: str) -> StoredPrefix | None:
         with self._mutex:
@@ -109,6 +129,7 @@ class MemoryBackend:
 
     def lock_writer(self, meta: Mapping[str, Any]) -> _Lock:
         session_id = meta["id"]
+        self.validate_session_id(session_id)
         with self._mutex:
             if session_id in self._locks:
                 raise SessionLockedError(f'session "{session_id}" is already open for writing')
