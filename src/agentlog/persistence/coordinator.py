@@ -55,7 +55,7 @@ from ..seeds import SessionPreparation, check_header_fields, check_message_event
 from ..session import EventsView, Session, SessionView
 from ..store import SessionStore
 from . import legacy
-from .backend import Backend, SessionListing, WireEvent, event_json
+from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
 
 logger = logging.getLogger("agentlog")
 
@@ -75,8 +75,6 @@ class SessionSnapshot:
 
     meta: FrozenDict
     events: EventsView
-
-
 
 
 # --- write-behind -----------------------------------------------------------------------------------
@@ -365,7 +363,7 @@ class PersistenceCoordinator:
         events = self._interpret(session_id, stored, wrap=True)
         meta = stored.meta
         try:
-            closers = interrupted_turn_closers(events) if events else []
+            closers = self._closers_of_valid(session_id, events, meta)
             balanced = [*events, *closers]
             # Built directly (not through the store): a throw-away view must not collide with a live id.
             session = Session.from_restore(session_id, balanced, meta, registry=self._registry)
@@ -381,7 +379,44 @@ class PersistenceCoordinator:
             closers=closers,
         )
 
+    def _closers_of_valid(self, session_id: str, events: Any, meta: Any) -> builtins.list[dict[str, Any]]:
+        """The repair closers, computed only over events that passed validation.
+
+        Repair assumes valid events. On the fast path it is simply run (the full validation follows when
+        the balanced session is restored); if it trips over an event, the stored events are validated
+        first, so the typed refusal names the malformed event instead of a ``KeyError`` escaping.
+        """
+        if not events:
+            return []
+        try:
+            return interrupted_turn_closers(events)
+        except Exception as err:
+            try:
+                Session.from_restore(session_id, events, meta, registry=self._registry)
+            except AgentlogError as invalid:
+                raise self._corruption(session_id, meta, invalid) from invalid
+            raise self._corruption(session_id, meta, err) from err
+
+    def _check_id(self, session_id: object) -> None:
+        """The backend's optional id check (INVALID_SESSION_ID naming the limit), before any storage I/O."""
+        validate_session_id(self.backend, session_id)
+
+    def read_prefix(self, session_id: str) -> PartialRead:
+        """Salvage: the valid stored prefix up to the first damage, and the damage (``agentlog export
+        --partial``). Nothing is validated beyond the bytes, repaired or written; raises
+        ``SessionNotFoundError`` when absent and ``PersistenceError`` when the backend cannot salvage."""
+        self._check_id(session_id)
+        reader = getattr(self.backend, "read_prefix", None)
+        if reader is None:
+            raise PersistenceError(f"{self.backend.name} cannot read a partial prefix")
+        with self._serialized(session_id), gc_paused():
+            partial: PartialRead | None = reader(session_id)
+        if partial is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        return partial
+
     def _read_source(self, session_id: str) -> _Source:
+        self._check_id(session_id)
         with gc_paused():
             stored = self.backend.load_stored(session_id)
             if stored is None:
@@ -416,6 +451,7 @@ class PersistenceCoordinator:
 
     def load(self, session_id: str) -> SessionSnapshot:
         """A balanced, immutable view of a session; cold recovery is committed durably first."""
+        self._check_id(session_id)
         while True:
             live = self._live_session(session_id)
             if live is not None:
@@ -444,6 +480,7 @@ class PersistenceCoordinator:
 
     def inspect(self, session_id: str) -> SessionSnapshot:
         """A logical view without committing anything: cold views are balanced in memory only."""
+        self._check_id(session_id)
         live = self._live_session(session_id)
         if live is not None:
             return SessionSnapshot(live.header, live.events)
@@ -512,6 +549,7 @@ class PersistenceCoordinator:
         """The durable events with ``seq >= from_seq``, as stored (no repair, no closers)."""
         if type(from_seq) is not int or from_seq < 0:
             raise InvalidOptionError(f"readFrom fromSeq must be a non-negative safe integer, got {from_seq}")
+        self._check_id(session_id)
         with self._serialized(session_id), gc_paused():
             stored = self.backend.load_stored(session_id)
             if stored is None:
@@ -604,6 +642,7 @@ class PersistenceCoordinator:
         if not isinstance(session_id, str):
             raise InvalidOptionError("session metadata id must be a string")
         check_header_fields(header, session_id)
+        self._check_id(session_id)
         with self._serialized(session_id):
             if session_id in self._states or session_id in self._reserved:
                 raise PersistenceError(f'session "{session_id}" already exists in this backend')
