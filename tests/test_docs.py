@@ -345,3 +345,70 @@ def test_docs_benchmark_commands_exist() -> None:
         assert done.returncode == 0, done.stderr
         for word in words:
             assert word in done.stdout, (name, word)
+
+
+def _documented_calls(text: str) -> list[tuple[str, str, str, str]]:
+    """``(section title, qualifier, name, arguments)`` for every backticked ``name(arguments)``."""
+    calls = []
+    for section in re.split(r"^## ", text, flags=re.MULTILINE):
+        title = section.split("\n", 1)[0]
+        for qualifier, name, args in re.findall(r"`(?:([A-Za-z_][\w.]*)\.)?([A-Za-z_]\w*)\(([^`]*?)\)`", section):
+            calls.append((title, qualifier, name, args))
+    return calls
+
+
+def _resolve(qualifier: str, name: str, owner: Any) -> Any:
+    if qualifier:
+        base: Any = agentlog
+        for part in qualifier.split("."):
+            if part == "agentlog":
+                continue
+            base = getattr(base, part, None)
+            if base is None:
+                return None
+        return getattr(base, name, None)
+    found = getattr(agentlog, name, None)
+    if found is None and owner is not None:
+        found = getattr(owner, name, None)
+    return found
+
+
+def _keyword_names(args: str) -> list[str]:
+    """The documented names a caller may pass by keyword: those with a default or after ``*``."""
+    names, keyword_only = [], False
+    for raw in args.split(","):
+        arg = raw.strip()
+        if arg == "*":
+            keyword_only = True
+        elif arg and (keyword_only or "=" in arg) and re.fullmatch(r"\w+(=.*)?", arg):
+            names.append(arg.split("=", 1)[0])
+    return names
+
+
+@pytest.mark.parametrize("doc", ["kernel-api.md", "persistence-api.md"])
+def test_docs_documented_keyword_arguments_exist(doc: str) -> None:
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+
+    owners = {
+        "Store": agentlog.SessionStore,
+        "Session": agentlog.Session,
+        "Events": agentlog.EventTypes,
+        "Surface": agentlog.SurfaceManager,
+        "Coordinator": PersistenceCoordinator,
+    }
+    text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+    checked, wrong = 0, []
+    for title, qualifier, name, args in _documented_calls(text):
+        owner = next((cls for prefix, cls in owners.items() if title.startswith(prefix)), None)
+        target = _resolve(qualifier, name, owner)
+        keywords = _keyword_names(args)
+        if target is None or not keywords:
+            continue
+        try:
+            parameters = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            continue
+        checked += 1
+        wrong += [f"{name}({args}): no parameter {kw!r}" for kw in keywords if kw not in parameters]
+    assert checked >= (10 if doc == "kernel-api.md" else 1)
+    assert not wrong, wrong
