@@ -488,3 +488,11 @@ def _first_failure_or_participation(outcomes: builtins.list[tuple[Any, Any]], se
         if kind == "err":
             raise value
     return bool(outcomes)
+
+
+def store_of(session: Session) -> SessionStore | None:
+    """The store ``session`` is live in, or ``None`` (never entered, detached or disposed)."""
+    entry = session._attachment
+    if entry is None or entry.detached or entry.store._entries.get(entry.id) is not entry:
+        return None
+    return entry.store

@@ -5,11 +5,20 @@ the request header (``request/header``), retry counts (``llm/retry``), turn numb
 So a loop resumed after a crash — or in another process — continues exactly where the durable log
 says, and the request it sends is always the one the log reconstructs (checked before every dispatch
 when ``check_reconstruction`` is on).
+
+However a turn ends — completed, an error, ``cancel()``, the task cancelled (``task.cancel()``,
+``asyncio.wait_for``, Ctrl-C under ``asyncio.run``), a raising hook — every tool call the model asked for
+has a ``tool/result`` before ``turn/end``: the real one, the canonical ``ABORTED_BEFORE_DISPATCH`` for a
+call whose body never ran, or ``TOOL_OUTCOME_UNKNOWN`` (crash repair's text) for one that was running.
+An exceptional ending is then flushed before the exception goes on. If even that cannot be written, the
+turn is left open for crash repair instead of being closed over an unanswered call. And no request is
+sent while the derived messages pair a tool call without its result (``UNPAIRED_TOOL_CALL``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
 from collections.abc import Mapping, Sequence
@@ -21,17 +30,31 @@ import orjson
 
 from ..checkpoint import CheckpointPolicy
 from ..errors import AgentlogError, describe_error
+from ..invariants import check_tool_pairing
 from ..jsonvalue import thaw
 from ..llm.assembler import Assembler
 from ..llm.types import GenerateRequest, LlmError, Provider
 from ..messages import user_message
+from ..repair import interrupted_tool_result_data, interrupted_turn_closers
 from ..request_header import canonical_header, header_equals
 from ..session import Session
-from ..store import SessionStore
+from ..store import SessionStore, store_of
 from .inbox import Inbox, Target
-from .tools import CallResult, ToolCall, ToolContext, ToolRegistry, batch_concludes_turn, schedule_calls
+from .tools import (
+    CallResult,
+    ToolCall,
+    ToolContext,
+    ToolRegistry,
+    aborted_before_dispatch_outcome,
+    batch_concludes_turn,
+    schedule_calls,
+)
+
+logger = logging.getLogger("agentlog")
 
 DEFAULT_RETRY_CODES = ("EMPTY_RESPONSE", "RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT")
+DEFAULT_MAX_STEPS = 50
+"""Steps (model calls, not counting retries) one turn may take before it ends with ``MAX_STEPS_EXCEEDED``."""
 
 
 class AgentError(AgentlogError, RuntimeError):
@@ -46,6 +69,32 @@ class ReconstructionError(AgentError):
 
 class TurnAborted(AgentError):
     code = "TURN_ABORTED"
+
+
+class StepLimitError(AgentError):
+    """The turn used its ``max_steps`` and the model still wanted another step (it kept calling tools).
+
+    The turn ends with ``{kind: "error", error: {code: "MAX_STEPS_EXCEEDED", message}}``; every call of the
+    last step has its result, so the session can be continued with a new prompt.
+    """
+
+    code = "MAX_STEPS_EXCEEDED"
+
+
+class AgentNotDurableError(AgentError):
+    """The agent cannot checkpoint its session (not live in a store, or not in the store it was given)."""
+
+    code = "AGENT_NOT_DURABLE"
+
+
+class InvalidAgentOptionError(AgentError, ValueError):
+    code = "INVALID_AGENT_OPTION"
+
+
+class OpenTurnError(AgentError):
+    """The session's log ends inside a turn this agent did not open (an earlier turn could not be closed)."""
+
+    code = "TURN_OPEN"
 
 
 @dataclass(frozen=True)
@@ -94,10 +143,23 @@ class AgentOptions:
     adapter_defaults: Mapping[str, Any] | None = None
     """Exact-model defaults the adapter applies when the request leaves them out, e.g.
     ``{"reasoningEffort": "high", "maxTokens": 256000}`` for DeepSeek (flagged in ``adapterDefaults``)."""
+    max_steps: int = DEFAULT_MAX_STEPS
+    """At most this many steps per turn; a turn that needs more ends with ``MAX_STEPS_EXCEEDED``."""
+
+    def __post_init__(self) -> None:
+        steps = self.max_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InvalidAgentOptionError(f"max_steps must be a positive integer, got {steps!r}")
 
 
 class Agent:
-    """Drives one session: ``send`` input, ``run()`` until idle, ``cancel()`` the active turn."""
+    """Drives one session: ``send`` input, ``run()`` until idle, ``cancel()`` the active turn.
+
+    The agent checkpoints through the store its session is live in (with a
+    :class:`~agentlog.persistence.coordinator.PersistenceCoordinator` attached, every checkpoint is a
+    durable flush). ``store`` may name that store explicitly; any other store is refused. Running
+    without checkpoints is an explicit choice: ``durable=False``.
+    """
 
     def __init__(
         self,
@@ -107,13 +169,27 @@ class Agent:
         *,
         tools: ToolRegistry | None = None,
         store: SessionStore | None = None,
+        durable: bool = True,
     ) -> None:
         self.session = session
         self.provider = provider
         self.options = options
         self.tools = tools or ToolRegistry()
-        self.store = store
-        self.checkpoint = CheckpointPolicy(store) if store is not None else None
+        live = store_of(session)
+        if store is not None and store is not live:
+            raise AgentNotDurableError(
+                f'session "{session.id}" is not live in the store given to the agent; '
+                "pass the store the session was created in (or omit store=)"
+            )
+        if live is None and durable:
+            raise AgentNotDurableError(
+                f'session "{session.id}" is not live in a store, so the agent cannot checkpoint it; '
+                "create it with store.create(...) or coordinator.resume(...), or pass durable=False "
+                "to run without checkpoints"
+            )
+        self.store = live if durable else None
+        self.checkpoint = CheckpointPolicy(live) if durable and live is not None else None
+        self._dispatched: set[str] = set()
         self.inbox = Inbox(session)
         self._abort = asyncio.Event()
         self._cause: dict[str, Any] = {"kind": "user"}
@@ -167,6 +243,11 @@ class Agent:
         if not self._wake and not self._resume_pending:
             return outcomes  # only non-waking context is pending: it waits for a real boundary
         self._wake = self._resume_pending = False
+        if interrupted_turn_closers(self.session.events):
+            raise OpenTurnError(
+                f'session "{self.session.id}" ends inside an open turn (an earlier turn could not be closed); '
+                "flush and reload it from its store (coordinator.resume), which repairs the turn"
+            )
         while self.inbox.has_pending() and not self._abort.is_set():
             outcome = await self._turn()
             outcomes.append(outcome)
@@ -182,9 +263,17 @@ class Agent:
         target: Target = "next-turn"
         ending: dict[str, Any] | None = None
         error: BaseException | None = None
+        closable = True  # False once a started call could not be answered: the turn stays open for repair
         step = 0
         try:
             while True:
+                if step >= self.options.max_steps:
+                    if ending is None:
+                        raise StepLimitError(
+                            f"turn {turn} used all {self.options.max_steps} steps (max_steps) and the model still "
+                            "wanted another one; send a new prompt to continue, or raise max_steps (--max-steps)"
+                        )
+                    break  # pending steering waits for the next turn
                 claimed = self.inbox.claim(target)
                 if ending is not None and not claimed:
                     break
@@ -194,22 +283,27 @@ class Agent:
                 step += 1
                 if self.checkpoint is not None:
                     await self.checkpoint.abefore_step(session)
-                session.append("step/start", {"turn": turn, "step": step})
+                step_start = session.append("step/start", {"turn": turn, "step": step}).seq
+                self._dispatched = set()
                 try:
                     for message in claimed:
                         session.append("user/message", message, {"surfaceOp": "append"})
                     step_end = await self._step(turn, step)
                     if ending is None or ending["kind"] != "max-tokens":
                         ending = step_end
+                except BaseException:
+                    closable = self._answer_open_calls(turn, step, step_start)
+                    raise
                 finally:
-                    session.append("step/end", {"turn": turn, "step": step})
+                    if closable:
+                        session.append("step/end", {"turn": turn, "step": step})
                 if ending is not None and not self.inbox.has_pending("next-step"):
                     break
                 target = "next-step"
         except TurnAborted as err:
             ending, error = {"kind": "aborted", "reason": self._cause}, err
-        except asyncio.CancelledError:
-            ending = {"kind": "aborted", "reason": self._cause}
+        except asyncio.CancelledError as err:
+            ending, error = {"kind": "aborted", "reason": self._cause}, err
             raise
         except LlmError as err:
             ending, error = {"kind": "error", "error": thaw(err.failure)}, err
@@ -217,9 +311,86 @@ class Agent:
             ending, error = {"kind": "error", "error": {"message": str(err), "code": err.code}}, err
         except Exception as err:
             ending, error = {"kind": "error", "error": {"message": describe_error(err), "code": "UNKNOWN"}}, err
+        except BaseException as err:  # KeyboardInterrupt / SystemExit raised inside the loop
+            ending, error = {"kind": "aborted", "reason": self._cause}, err
+            raise
         finally:
-            session.append("turn/end", {"turn": turn, "reason": ending or {"kind": "completed"}})
+            if closable:
+                session.append("turn/end", {"turn": turn, "reason": ending or {"kind": "completed"}})
+            if error is not None:
+                self._flush_after(error)
         return TurnOutcome(turn, ending or {"kind": "completed"}, error)
+
+    def _answer_open_calls(self, turn: int, step: int, step_start: int) -> bool:
+        """Answer every call of this step that has no ``tool/result`` (the step is ending exceptionally).
+
+        A call whose body was dispatched gets ``TOOL_OUTCOME_UNKNOWN`` (crash repair's result: it may have
+        had effects); a recorded call whose body never ran, and a requested call never recorded, get the
+        canonical ``ABORTED_BEFORE_DISPATCH`` (the latter as a ``tool/call`` + ``tool/result`` pair, as an
+        abort records unstarted calls). Plain appends, no awaits: a second cancellation cannot cut this
+        short. Returns False if an answer could not be written (the turn must then stay open).
+        """
+        session = self.session
+        requested: dict[str, tuple[str, str]] = {}
+        recorded: dict[str, int] = {}
+        answered: set[str] = set()
+        for event in session.events[step_start:]:
+            etype = event["type"]
+            data = event["data"]
+            if etype == "assistant/message":
+                for block in data["message"]["content"]:
+                    if block.get("type") == "tool-call":
+                        requested[block["id"]] = (block.get("name", ""), block.get("arguments", ""))
+            elif etype == "tool/call":
+                recorded[data["callId"]] = event.seq
+            elif etype == "tool/result" and event.get("surfaceOp") == "append":
+                answered.add(data["message"]["source"]["callId"])
+        try:
+            for call_id in [*requested, *(c for c in recorded if c not in requested)]:
+                if call_id in answered:
+                    continue
+                seq = recorded.get(call_id)
+                if seq is None:
+                    name, arguments = requested[call_id]
+                    seq = session.append(
+                        "tool/call",
+                        {"turn": turn, "step": step, "callId": call_id, "name": name, "arguments": arguments},
+                    ).seq
+                if call_id in self._dispatched:
+                    data = interrupted_tool_result_data(
+                        call_id,
+                        started=True,
+                        turn=turn,
+                        step=step,
+                        message_id=f"interrupted-tool-result-{call_id}-{session.seq}",
+                    )
+                else:
+                    data = dict(aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step))
+                session.append("tool/result", data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+        except Exception as err:
+            logger.warning(
+                'session "%s": could not answer the open tool calls of turn %s (left open for crash repair): %s',
+                session.id,
+                turn,
+                describe_error(err),
+            )
+            return False
+        return True
+
+    def _flush_after(self, error: BaseException) -> None:
+        """Make an exceptional ending durable now (synchronously: a second cancellation cannot cut it)."""
+        store = self.store
+        if store is None or self.checkpoint is None or store.get(self.session.id) is not self.session:
+            return
+        try:
+            store.flush(self.session)
+        except Exception as err:
+            logger.warning(
+                'session "%s": flush after the turn ended with %s failed (buffered events retained): %s',
+                self.session.id,
+                type(error).__name__,
+                describe_error(err),
+            )
 
     # -- one step ------------------------------------------------------------------------------------------
     async def _step(self, turn: int, step: int) -> dict[str, Any] | None:
@@ -272,7 +443,11 @@ class Agent:
             if not calls:
                 return {"kind": "completed"}
             results = await self._run_tools(turn, step, calls)
-            return {"kind": "completed"} if batch_concludes_turn(results) else None
+            if batch_concludes_turn(results):
+                return {"kind": "completed"}
+            if self._abort.is_set():
+                raise TurnAborted("turn aborted while its tools ran")
+            return None
 
     def _assistant(self, content: Sequence[Any]) -> dict[str, Any]:
         return {
@@ -317,6 +492,7 @@ class Agent:
             session.append("request/context", context)
         folded = session.request_header()
         messages = session.derive_messages()
+        check_tool_pairing(messages, session.id)  # an endpoint would refuse it; never send it
         request = GenerateRequest.from_config(
             folded["config"],
             list(messages),
@@ -443,8 +619,9 @@ class Agent:
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCall]) -> list[CallResult]:
         session = self.session
         call_seqs: dict[str, int] = {}
+        self._dispatched = set()
 
-        async def start(call: ToolCall) -> None:
+        async def record(call: ToolCall) -> None:
             event = session.append(
                 "tool/call",
                 {"turn": turn, "step": step, "callId": call.call_id, "name": call.name, "arguments": call.arguments},
@@ -453,9 +630,13 @@ class Agent:
             if self.checkpoint is not None:
                 await self.checkpoint.abefore_tool_body(session)
 
+        async def start(call: ToolCall) -> None:
+            await record(call)
+            self._dispatched.add(call.call_id)  # the scheduler launches the body right after this returns
+
         async def commit(result: CallResult) -> None:
             if not result.started:
-                await start(result.call)
+                await record(result.call)
             data = result.outcome.result_data(result.call.call_id, turn=turn, step=step)
             session.append(
                 "tool/result",
