@@ -412,3 +412,40 @@ def test_docs_documented_keyword_arguments_exist(doc: str) -> None:
         wrong += [f"{name}({args}): no parameter {kw!r}" for kw in keywords if kw not in parameters]
     assert checked >= (10 if doc == "kernel-api.md" else 1)
     assert not wrong, wrong
+
+
+def test_docs_lossless_json_claim_every_listed_value_is_refused_naming_its_path() -> None:
+    import math
+
+    class Custom:
+        pass
+
+    class SubDict(dict[str, Any]):
+        pass
+
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    assert "`session.append` raises `InvalidEventError` (`INVALID_EVENT`" in " ".join(_readme().split())
+    refused = [math.nan, math.inf, -math.inf, -0.0, 2**53, -(2**53), "\ud800", {1: 2}, (1,), {1}, b"x"]
+    refused += [SubDict(), [], Custom(), cycle]
+    refused[12] = type("SubList", (list,), {})()
+    session = agentlog.SessionStore().create(meta={"cwd": "/work"})
+    for value in refused:
+        with pytest.raises(agentlog.InvalidEventError, match=r"\$\.items\[3\]") as info:
+            session.append("turn/start", {"turn": 1, "items": [0, 0, 0, value]})
+        assert info.value.code == "INVALID_EVENT"
+        with pytest.raises(agentlog.NonJsonValueError) as gate:
+            agentlog.snapshot_json({"items": [0, 0, 0, value]})
+        assert gate.value.path.startswith("$.items[3]")
+    assert len(session.events) == 0
+
+
+def test_docs_immutability_claim() -> None:
+    session = agentlog.SessionStore().create(meta={"cwd": "/work"})
+    event = session.append("turn/start", {"turn": 1})
+    assert event == {"type": "turn/start", "seq": 0, "time": event["time"], "data": {"turn": 1}}
+    assert isinstance(event, dict) and isinstance(event["data"], dict)
+    with pytest.raises(agentlog.FrozenError):
+        event["data"]["turn"] = 2
+    assert issubclass(agentlog.FrozenError, TypeError)
+    assert event.json_bytes is event.json_bytes and b'"turn/start"' in event.json_bytes

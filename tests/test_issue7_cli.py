@@ -22,7 +22,7 @@ LONG_ID = "a-rather-long-session-identifier-that-a-narrow-table-would-cut-012345
 LONG_CWD = "/work/projects/with/a/deeply/nested/and/long/working/directory/name"
 
 
-def _backend(root: Path, kind: str, compression: str = "zstd") -> Any:
+def _backend(root: Path, kind: str, compression: Any = "zstd") -> Any:
     if kind == "sqlite":
         from agentlog.persistence.sqlite import SqliteBackend
 
