@@ -8,6 +8,7 @@ loopback server, which receives them in the absolute form a forward proxy sees.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import agentlog as al
@@ -209,6 +212,40 @@ def test_issue7_d21_sse_line_and_event_caps_are_typed_errors() -> None:
     # Up to the cap (a line counts its field name) everything passes.
     exact = "y" * (cap - len("data: "))
     assert _decode(f"data: {exact}\n\ndata: [DONE]\n\n".encode(), 4096, max_event_bytes=cap)[0] == exact
+
+
+_PAYLOAD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(st.lists(_PAYLOAD, min_size=1, max_size=3), max_size=6),
+    ending=st.sampled_from(["\n", "\r", "\r\n"]),
+    comments=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+def test_issue7_d21_sse_decoder_is_exact_for_any_split(
+    events: list[list[str]], ending: str, comments: bool, cuts: list[int]
+) -> None:
+    """The rewritten decoder gives every event's data, whatever the line ends and however reads split."""
+    text = ""
+    for lines in events:
+        if comments:
+            text += ": keep-alive" + ending
+        text += "".join(f"data: {line}{ending}" for line in lines) + ending
+    text += "data: [DONE]" + ending + ending
+    data = text.encode()
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    pieces = [data[a:b] for a, b in itertools.pairwise(points)]
+
+    async def reads() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    async def main() -> list[str]:
+        return [p async for p in sse_data(reads())]
+
+    assert asyncio.run(main()) == ["\n".join(lines) for lines in events] + ["[DONE]"]
 
 
 def _text_event(text: str) -> str:
