@@ -449,3 +449,45 @@ def test_docs_immutability_claim() -> None:
         event["data"]["turn"] = 2
     assert issubclass(agentlog.FrozenError, TypeError)
     assert event.json_bytes is event.json_bytes and b'"turn/start"' in event.json_bytes
+
+
+PROTOCOL_METHODS = (
+    "load_stored",
+    "read_revision",
+    "append_batch",
+    "commit_repair",
+    "list_sessions",
+    "read_raw",
+    "locate",
+    "lock_writer",
+    "close",
+)
+
+
+def test_docs_backend_protocol_table_matches_both_backends(tmp_path: Path) -> None:
+    from agentlog.errors import PersistenceError
+    from agentlog.jsoncodec import DEFAULT_MAX_DEPTH, loads
+    from agentlog.persistence.jsonl import JsonlBackend, encode_segment
+    from agentlog.persistence.sqlite import SqliteBackend
+
+    text = (ROOT / "docs" / "persistence-api.md").read_text(encoding="utf-8")
+    for method in PROTOCOL_METHODS:
+        assert f"| `{method}(" in text or f"| `{method}" in text, method
+        assert callable(getattr(JsonlBackend, method)) and callable(getattr(SqliteBackend, method))
+    assert f"max_depth={DEFAULT_MAX_DEPTH:_}" in text
+    assert inspect.signature(loads).parameters["max_depth"].default == DEFAULT_MAX_DEPTH
+    meta = {"version": 0, "id": "a/b", "createdAt": 1, "cwd": "/work"}
+    jsonl = JsonlBackend(tmp_path / "jsonl")
+    lock = jsonl.lock_writer(meta)
+    assert "`<root>/.locks/<encodeSegment(id)>.lock`" in text
+    assert (tmp_path / "jsonl" / ".locks" / f"{encode_segment('a/b')}.lock").exists()
+    lock.release()
+    jsonl.close()
+    sqlite = SqliteBackend(tmp_path / "db" / "sessions.sqlite3")
+    lock = sqlite.lock_writer(meta)
+    assert "`<db path>.locks/<encodeSegment(id)>.lock`" in text
+    assert (tmp_path / "db" / "sessions.sqlite3.locks" / f"{encode_segment('a/b')}.lock").exists()
+    lock.release()
+    with pytest.raises(PersistenceError, match="this session persistence backend does not expose raw artifacts"):
+        sqlite.read_raw("a/b")
+    sqlite.close()
