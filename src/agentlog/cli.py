@@ -216,19 +216,12 @@ PARTIAL_EXIT = 3
 
 
 def _export_partial(
-    storage: Backend, session_id: str, refusal: SessionPersistenceCorruptionError, as_json: bool
+    reader: PersistenceCoordinator, session_id: str, refusal: SessionPersistenceCorruptionError, as_json: bool
 ) -> NoReturn:
     """Write the readable stored prefix of a damaged session, report the damage, exit ``PARTIAL_EXIT``."""
-    read_prefix = getattr(storage, "read_prefix", None)
-    result = read_prefix(session_id) if read_prefix is not None else None
-    if result is None:
-        raise refusal
-    if isinstance(result, tuple):  # (StoredPrefix, damage or None)
-        prefix, damage = result
-    else:  # PartialRead(meta, events, revision, damage, torn_offset)
-        prefix, damage = result, result.damage
+    prefix = reader.read_prefix(session_id)  # the bytes up to the first damage; nothing validated or written
     # Every record reads back but the log still failed validation: all of it is the readable prefix.
-    damage = damage if damage is not None else refusal
+    damage = prefix.damage if prefix.damage is not None else refusal
     events = list(prefix.events)
     last = events[-1]["seq"] if events else None
     location = getattr(damage, "location", None)
@@ -290,7 +283,7 @@ def export_command(
             except SessionPersistenceCorruptionError as err:
                 if not partial:
                     raise
-                _export_partial(reader.backend, session_id, err, as_json)
+                _export_partial(reader, session_id, err, as_json)
         finally:
             reader.close()
     except AgentlogError as err:
