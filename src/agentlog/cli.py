@@ -346,12 +346,16 @@ def verify_command(
 
 
 def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, Any]:
+    from .invariants import check_tool_pairing
+
     result: dict[str, Any] = {"id": session_id, "status": "ok", "events": None, "error": None, "note": None}
     try:
         stored = reader.backend.load_stored(session_id)
         if stored is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
-        reader.view(session_id)  # every validation layer and the surface replay
+        view = reader.view(session_id)  # every validation layer and the surface replay
+        # A closed turn with an unanswered call (older builds on cancel): every request would be refused.
+        check_tool_pairing(view.derive_messages(), session_id)
     except AgentlogError as err:
         result["status"] = "failed"
         result["error"] = {"code": err.code, "message": str(err)}
@@ -372,6 +376,8 @@ def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, An
 
 DEFAULT_PROVIDER = "deepseek"
 DEFAULT_MAX_RETRIES = 5
+DEFAULT_MAX_STEPS = 50
+"""The agent loop's own default (``agentlog.agent.loop.DEFAULT_MAX_STEPS``; a test keeps them equal)."""
 MAX_REPLAY_GAP_S = 2.0
 """``replay`` waits at most this long (before dividing by ``--speed``) between two recorded chunks."""
 
@@ -404,6 +410,14 @@ ProviderOption = Annotated[
         "--provider",
         help="Provider name recorded in the log (default: deepseek; on resume, the session's).",
         show_default=False,
+    ),
+]
+MaxStepsOption = Annotated[
+    int,
+    typer.Option(
+        "--max-steps",
+        min=1,
+        help="Steps (model calls) one turn may take; a turn that needs more ends with MAX_STEPS_EXCEEDED.",
     ),
 ]
 MaxRetriesOption = Annotated[
@@ -591,6 +605,7 @@ async def _agent_turns(
     prompt: str,
     command_policy: CommandPolicy | None = None,
     timeout_s: float | None = None,
+    signals: list[int] | None = None,
 ) -> list[TurnOutcome]:
     from .agent.builtin_tools import CommandPolicy, builtin_registry
     from .agent.loop import Agent
@@ -607,23 +622,33 @@ async def _agent_turns(
     policy = command_policy if command_policy is not None else CommandPolicy(hint=COMMAND_HINT)
     agent = Agent(session, provider, options, tools=builtin_registry(command_policy=policy), store=store)
 
-    def interrupt() -> None:
-        # The first Ctrl-C cancels the turn the documented way (streamed text is kept as an interrupted
-        # message, a running command is killed); a second one is a plain KeyboardInterrupt again.
-        loop.remove_signal_handler(signal.SIGINT)
-        agent.cancel()
+    received = signals if signals is not None else []
+    task = asyncio.current_task()
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, interrupt)
-        handled = True
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
-        handled = False
+    def interrupt(signum: int) -> None:
+        # The first SIGINT/SIGTERM cancels the turn the documented way (streamed text is kept as an
+        # interrupted message, a running command is killed and its result recorded); a second one
+        # cancels the task: a call still running is answered TOOL_OUTCOME_UNKNOWN. Either way the turn
+        # is closed with every call answered and flushed before the command exits (130 / 143).
+        received.append(signum)
+        if len(received) == 1:
+            agent.cancel({"kind": "user"} if signum == signal.SIGINT else {"kind": "hook", "reason": "SIGTERM"})
+        elif task is not None:
+            task.cancel()
+
+    handled: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, interrupt, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
+            break
     try:
         agent.followup(prompt)
         return await agent.run()
     finally:
-        if handled:
-            loop.remove_signal_handler(signal.SIGINT)
+        for installed in handled:
+            loop.remove_signal_handler(installed)
         await provider.aclose()
 
 
@@ -655,6 +680,7 @@ def _run_agent(
     outcomes: list[TurnOutcome] = []
     failure: AgentlogError | None = None
     interrupted = False
+    signals: list[int] = []
     try:
         turns = _agent_turns(
             session,
@@ -665,9 +691,10 @@ def _run_agent(
             prompt=prompt,
             command_policy=command_policy,
             timeout_s=timeout_s,
+            signals=signals,
         )
         outcomes = asyncio.run(turns)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True  # the loop closed the turn as aborted before the interrupt reached here
     except AgentlogError as err:
         failure = err
@@ -689,7 +716,16 @@ def _run_agent(
     if failure is not None:
         _fail(failure, as_json)
     last: dict[str, Any] = outcomes[-1].reason if outcomes else {"kind": "completed"}
-    if interrupted or last["kind"] == "aborted":
+    if signals or interrupted:
+        # 128 + the signal number, as a shell reports it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
+        name = "SIGTERM" if signals and signals[0] == signal.SIGTERM else "SIGINT"
+        try:
+            _fail_with(
+                "TURN_ABORTED", f"interrupted ({name}): the turn was closed as aborted (the log stays valid)", as_json
+            )
+        except typer.Exit:
+            raise typer.Exit(code=143 if name == "SIGTERM" else 130) from None
+    if last["kind"] == "aborted":
         _fail_with("TURN_ABORTED", "interrupted: the turn was closed as aborted (the log stays valid)", as_json)
     if last["kind"] == "error":
         error = last.get("error") or {}
@@ -706,6 +742,7 @@ def _agent_options(
     cwd: Path,
     max_retries: int,
     config: Mapping[str, Any] | None = None,
+    max_steps: int | None = None,
 ) -> AgentOptions:
     from .agent.loop import AgentOptions, RetryPolicy
 
@@ -722,6 +759,7 @@ def _agent_options(
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
         retry=RetryPolicy(max_retries=max_retries),
         cwd=cwd,
+        max_steps=max_steps if max_steps is not None else DEFAULT_MAX_STEPS,
     )
 
 
@@ -741,6 +779,7 @@ def run_command(
     ] = None,
     provider: ProviderOption = None,
     max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+    max_steps: MaxStepsOption = DEFAULT_MAX_STEPS,
     api_key_option: ApiKeyOption = None,
     allow_command: AllowCommandOption = None,
     yes: YesOption = False,
@@ -771,7 +810,12 @@ def run_command(
         coordinator.close()
         _fail(err, as_json)
     options = _agent_options(
-        provider=route, model=model or DEFAULT_MODEL, system=system, cwd=work_dir, max_retries=max_retries
+        provider=route,
+        model=model or DEFAULT_MODEL,
+        system=system,
+        cwd=work_dir,
+        max_retries=max_retries,
+        max_steps=max_steps,
     )
     _run_agent(
         coordinator,
@@ -807,6 +851,7 @@ def resume_command(
     cwd: CwdOption = None,
     provider: ProviderOption = None,
     max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+    max_steps: MaxStepsOption = DEFAULT_MAX_STEPS,
     api_key_option: ApiKeyOption = None,
     allow_command: AllowCommandOption = None,
     yes: YesOption = False,
@@ -866,6 +911,7 @@ def resume_command(
         cwd=work_dir,
         max_retries=max_retries,
         config=config,
+        max_steps=max_steps,
     )
     _run_agent(
         coordinator,
