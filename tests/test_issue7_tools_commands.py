@@ -101,6 +101,29 @@ def test_issue7_d10_approve_hook_sync_async_and_failing(work: Path) -> None:
     assert not _call(mixed, work, "touch p4").is_error and (work / "p4").exists()
 
 
+def test_issue7_d10_cancel_while_waiting_for_approval_runs_nothing(work: Path) -> None:
+    asked = asyncio.Event()
+
+    async def never(command: str) -> bool:
+        asked.set()
+        await asyncio.sleep(60)
+        return True
+
+    async def scenario() -> ToolOutcome:
+        cancel = asyncio.Event()
+        registry = builtin_registry(command_policy=CommandPolicy(approve=never))
+        raw = json.dumps({"command": "touch late.txt"})
+        task = asyncio.create_task(run_tool_call(registry, "c1", "run_command", raw, ToolContext("s1", work, cancel)))
+        await asked.wait()
+        cancel.set()
+        return await asyncio.wait_for(task, 5)
+
+    out = asyncio.run(scenario())
+    assert out.is_error and _code(out) == "ABORTED"
+    assert "nothing was run" in out.text_content
+    assert not (work / "late.txt").exists()
+
+
 def test_issue7_d10_run_command_documents_what_it_confines(work: Path, tmp_path: Path) -> None:
     tool = RunCommandTool()
     text = tool.description

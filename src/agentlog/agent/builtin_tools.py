@@ -404,7 +404,9 @@ class CommandPolicy:
     whitespace stripped) matches one of ``allow_patterns``, or else when ``approve(command)`` returns
     (or resolves to) ``True``. Anything else — including an approval hook that raises — is refused with a
     ``COMMAND_NOT_ALLOWED`` error result whose text ends with ``hint`` (how to allow it), and nothing is
-    started. ``CommandPolicy()`` refuses every command.
+    started. ``CommandPolicy()`` refuses every command. The hook is awaited on the event loop, so one that
+    asks a person should be ``async`` (a blocking one stalls every other task); cancelling the call while it
+    waits ends the wait with an ``ABORTED`` result, and nothing runs.
 
     Patterns are fnmatch-style (``*``, ``?``, ``[seq]``, ``[!seq]``), but a wildcard never matches a
     shell operator or substitution character (``; & | < > ( ) $``, a backquote, a line break): ``git *``
@@ -570,13 +572,30 @@ class RunCommandTool:
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolOutcome:
         command: str = args["command"]
-        reason = await self.policy.refusal(command)
-        if reason is not None:
-            return ToolOutcome.failure(
-                f"command not allowed: {command!r} ({reason}); nothing was run. {self.policy.hint}",
-                code=COMMAND_NOT_ALLOWED,
-                meta={"command": command},
-            )
+        if not self.policy.allows(command):
+            # The approval hook may wait (for a person): the call's cancel signal ends the wait.
+            decision = asyncio.ensure_future(self.policy.refusal(command))
+            cancelled = asyncio.ensure_future(ctx.cancel.wait())
+            try:
+                done, _ = await asyncio.wait({decision, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                cancelled.cancel()
+                if not decision.done():
+                    decision.cancel()
+            if decision not in done:
+                return ToolOutcome.failure(
+                    "command cancelled while waiting for approval; nothing was run",
+                    code=TOOL_ABORTED,
+                    name="AbortError",
+                    meta={"command": command},
+                )
+            reason = decision.result()
+            if reason is not None:
+                return ToolOutcome.failure(
+                    f"command not allowed: {command!r} ({reason}); nothing was run. {self.policy.hint}",
+                    code=COMMAND_NOT_ALLOWED,
+                    meta={"command": command},
+                )
         timeout = float(args.get("timeout_seconds", self.timeout))
         if timeout <= 0:
             timeout = self.timeout
