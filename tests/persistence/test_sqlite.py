@@ -31,6 +31,7 @@ from agentlog.errors import (
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    StorageAccessError,
 )
 from agentlog.jsoncodec import dumps
 from agentlog.persistence import sqlite as sqlite_module
@@ -240,10 +241,16 @@ def test_267_includes_a_packed_predecessor_when_an_overlapping_scalar_tail_hides
     chunks = [chunk(seq, f"c{seq}") for seq in range(4)]
     backend.append_batch(meta(), chunks, False)
     insert_row(db, 2, "turn/start", '{"turn":9}')  # a foreign scalar row overlapping the packed span
+    # Issue 7 defect 13: the overlap is committed corruption (the original cut it as a torn tail) — and
+    # it is only visible because the packed predecessor holding seq 2 was read.
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 2"):
+        backend.load_stored_from(SID, 2)
+    execute(db, "DELETE FROM events WHERE type = 'turn/start'")
     suffix = backend.load_stored_from(SID, 2)
-    assert suffix is not None and suffix.events[0] == chunks[2]
+    assert suffix is not None and suffix.events == chunks[2:]
     execute(db, "UPDATE events SET data = '{\"broken\":' WHERE seq = 0")
-    assert backend.load_stored_from(SID, 2).events == []  # the malformed predecessor fails closed
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 0"):
+        backend.load_stored_from(SID, 2)  # the malformed predecessor fails closed
 
 
 def test_268_waits_for_a_competing_process_within_the_configured_busy_timeout(open_backend: Any, db: Path) -> None:
@@ -299,17 +306,18 @@ def test_270_rejects_a_stale_physical_append_without_replacing_the_winning_tail(
 
 
 def test_271_rejects_a_stale_repair_without_deleting_a_newer_winning_tail(open_backend: Any, db: Path) -> None:
-    # spec 8.10 #271
+    # spec 8.10 #271 — adapted to issue 7 defect 13: SQLite hands out no torn markers (a row cannot
+    # tear), so staleness is the closers' position; a marker is refused outright and nothing is deleted.
     first, second = open_backend(), open_backend()
     first.append_batch(meta(), [turn_start(0)], False)
-    insert_row(db, 1, "assistant/chunk", "{torn")
-    stored = first.load_stored(SID)
-    assert stored.torn_marker == 1 and stored.events == [turn_start(0)]
+    assert first.load_stored(SID).torn_marker is None
     closer = ev("turn/end", 1, {"turn": 1, "reason": {"kind": "interrupted"}})
-    second.commit_repair(meta(), 1, [closer])  # the winner repairs first
+    second.commit_repair(meta(), None, [closer])  # the winner repairs first
     second.append_batch(meta(), [turn_start(2)], True)
-    with pytest.raises(PersistenceError, match="repair is stale: physical tail no longer starts at seq 1"):
-        first.commit_repair(meta(), stored.torn_marker, [closer])
+    with pytest.raises(PersistenceError, match="repair is stale: closer starts at seq 1, stored next seq is 3"):
+        first.commit_repair(meta(), None, [closer])
+    with pytest.raises(PersistenceError, match="SQLite rows cannot tear"):
+        first.commit_repair(meta(), 1, [])
     assert first.load_stored(SID).events == [turn_start(0), closer, turn_start(2)]
 
 
@@ -624,21 +632,18 @@ def test_287_keeps_empty_mutations_inert_and_rolls_back_a_repair_without_metadat
     assert physical(db, "ghost") == []
 
 
-def test_288_rejects_omitted_torn_markers_and_stale_closer_positions(open_backend: Any, db: Path) -> None:
-    # spec 8.10 #288
+def test_288_rejects_torn_markers_damaged_logs_and_stale_closer_positions(open_backend: Any, db: Path) -> None:
+    # spec 8.10 #288 — adapted to issue 7 defect 13: a damaged row is corruption, never a tail to delete.
     backend = open_backend()
     backend.append_batch(meta(), [turn_start(0), user(1)], False)
     with pytest.raises(PersistenceError, match="closer starts at seq 5, stored next seq is 2"):
         backend.commit_repair(meta(), None, [turn_end(5)])
     insert_row(db, 2, "assistant/chunk", "{torn")
-    with pytest.raises(PersistenceError, match="repair omitted current torn tail at seq 2"):
-        backend.commit_repair(meta(), None, [turn_end(2)])
-    with pytest.raises(PersistenceError, match="closer starts at seq 3, stored next seq is 2"):
-        backend.commit_repair(meta(), 2, [turn_end(3)])
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 2"):
+        backend.commit_repair(meta(), None, [turn_end(3)])
+    with pytest.raises(PersistenceError, match="SQLite rows cannot tear"):
+        backend.commit_repair(meta(), 2, [turn_end(2)])
     assert len(physical(db)) == 3  # the refused repairs deleted nothing
-    backend.commit_repair(meta(), 2, [turn_end(2)])
-    stored = backend.load_stored(SID)
-    assert stored.events == [turn_start(0), user(1), turn_end(2)] and stored.torn_marker is None
 
 
 def test_289_rejects_malformed_physical_tail_rows_before_appending(open_backend: Any, db: Path) -> None:
@@ -647,7 +652,9 @@ def test_289_rejects_malformed_physical_tail_rows_before_appending(open_backend:
     backend.append_batch(meta(), [turn_start(0), user(1)], False)
     insert_row(db, 2, "assistant/chunk", "{torn")
     for first in (2, 3):
-        with pytest.raises(PersistenceError, match=f"session {SID} has an invalid physical tail at seq 2"):
+        with pytest.raises(
+            SessionPersistenceCorruptionError, match=f"session {SID} has an invalid physical tail at seq 2"
+        ):
             backend.append_batch(meta(), [ev("step/start", first, {"turn": 1, "step": 1})], True)
     insert_row(db, 3, "text-chunks", '{"turn":1}', ignorable=0)  # a malformed packed tail row as well
     with pytest.raises(PersistenceError, match="invalid physical tail at seq 2"):
@@ -656,7 +663,7 @@ def test_289_rejects_malformed_physical_tail_rows_before_appending(open_backend:
 
 
 def test_290_rejects_missing_and_empty_store_identities(open_backend: Any, db: Path) -> None:
-    # spec 8.10 #290 — and the open failure is remembered.
+    # spec 8.10 #290 — the refusal repeats on every operation (a failed open is retried, issue 7 defect 16).
     open_backend().list_sessions()
     for statement in ("UPDATE persistence_state SET store_id = ''", "DELETE FROM persistence_state"):
         execute(db, statement)
@@ -713,11 +720,10 @@ def test_294_surfaces_database_creation_failures_after_path_validation(tmp_path:
     parent = tmp_path / "gone"
     backend = SqliteBackend(str(parent / "db.sqlite"))
     parent.rmdir()
-    with pytest.raises(PersistenceError, match=r"ENOENT|ENOTDIR"):
+    with pytest.raises(StorageAccessError, match=r"ENOENT|ENOTDIR"):
         backend.list_sessions()
     parent.mkdir(mode=0o700)
-    with pytest.raises(PersistenceError, match=r"ENOENT|ENOTDIR"):  # the failed open is remembered
-        backend.list_sessions()
+    assert backend.list_sessions() == []  # issue 7 defect 16: a failed open is retried, never remembered
     backend.close()
 
 
@@ -968,10 +974,10 @@ def test_a_20000_deep_data_value_round_trips(open_backend: Any) -> None:
     assert dumps(restored) == dumps(event)
 
 
-def test_hand_inserted_malformed_rows_are_typed_corruption_or_a_torn_marker(open_backend: Any, db: Path) -> None:
+def test_hand_inserted_malformed_rows_are_typed_corruption_wherever_they_sit(open_backend: Any, db: Path) -> None:
     backend = open_backend()
     backend.append_batch(meta(), [turn_start(0), user(1), turn_end(2)], False)
-    # Tail damage (after the last turn/end): torn, and the marker names the first damaged physical row.
+    # Damage after the last turn/end is corruption too (issue 7 defects 8 and 13): never cut, never replaced.
     con = raw(db)
     con.execute(
         "INSERT INTO events (session_id, seq, type, time, data) "
@@ -979,10 +985,10 @@ def test_hand_inserted_malformed_rows_are_typed_corruption_or_a_torn_marker(open
         (SID,),
     )  # not UTF-8: Python's sqlite3 would fail the whole query on it
     con.close()
-    stored = backend.load_stored(SID)
-    assert stored.torn_marker == 3 and len(stored.events) == 3
-    backend.commit_repair(meta(), 3, [])
-    assert backend.load_stored(SID).torn_marker is None
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 3") as info:
+        backend.load_stored(SID)
+    assert "not valid UTF-8 text (invalid byte 0xFF at byte offset 0 of the value)" in str(info.value)
+    execute(db, "DELETE FROM events WHERE seq = 3")
     # Committed damage (a later turn/end exists): typed corruption naming the database and the seq.
     backend.append_batch(meta(), [turn_start(3), turn_end(4)], True)
     execute(db, "UPDATE events SET source_event_seqs = X'80' WHERE seq = 1")
@@ -1141,8 +1147,7 @@ def test_revisions_name_the_store_the_incarnation_and_the_change_counter(open_ba
     assert backend.load_stored(SID).revision == first == backend.list_sessions()[0].revision
     backend.append_batch(meta(), [user(1)], True)
     assert backend.read_revision(SID) == first[: -len("1")] + "2"
-    insert_row(db, 2, "x/y", "{torn")
-    backend.commit_repair(meta(), 2, [])
+    backend.commit_repair(meta(), None, [ev("x/y", 2)])
     assert backend.read_revision(SID).endswith(":revision:3")
     execute(db, "PRAGMA foreign_keys = ON", "DELETE FROM sessions")  # cascades to the events
     backend.append_batch(meta(), [turn_start(0)], False)

@@ -31,6 +31,7 @@ from agentlog.persistence._sqlite_codec import (
     encode_batch,
     encode_data,
     encode_source_event_seqs,
+    scan_prefix,
     scan_rows,
 )
 
@@ -83,9 +84,7 @@ def fetched(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 
 
 def round_trip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    preserved, torn = scan_rows(fetched(encode_batch(SID, events)), 0, location=LOC)
-    assert torn is None
-    return preserved
+    return scan_rows(fetched(encode_batch(SID, events)), 0, location=LOC)
 
 
 def packed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -414,29 +413,36 @@ def test_309_bounds_packed_data_while_decompressing() -> None:
         decode_row(scalar_row("tool/result", 0, with_size), limits)
 
 
-def test_310_distinguishes_removable_and_committed_physical_corruption() -> None:
-    # spec 8.11 #310
+def test_310_every_damaged_row_is_committed_corruption_wherever_it_sits() -> None:
+    # spec 8.11 #310 — changed by issue 7 defect 13: a SQLite row cannot tear, so a seq gap is committed
+    # corruption even after the last turn/end (the original cut it as a "removable" tail).
     rows = fetched(encode_batch(SID, [event("turn/start", 0, {"turn": 1}), event("step/start", 1, {})]))
     gap = scalar_row("step/end", 3, {})
-    preserved, torn = scan_rows([*rows, gap], location=LOC)
-    assert [e["seq"] for e in preserved] == [0, 1] and torn == 3
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 3") as info:
+        scan_rows([*rows, gap], location=LOC)
+    assert info.value.location == LOC and info.value.offset == 3
+    assert "restore it from a backup" in str(info.value) and "agentlog export --partial" in str(info.value)
+    preserved, damage = scan_prefix([*rows, gap], location=LOC)  # the partial read stops at the damage
+    assert [e["seq"] for e in preserved] == [0, 1] and damage is not None and damage.offset == 3
 
     closer = fetched(encode_batch(SID, [turn_end(4)]))
-    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 3") as info:
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 3"):
         scan_rows([*rows, gap, *closer], location=LOC)
-    assert info.value.location == LOC and info.value.offset == 3
-    assert "restore it from a backup" in str(info.value)
 
     bad_packed = packed_row("text-chunks", 0, 1000, {**TEXT_DATA, "texts": 5})
     tail = fetched(encode_batch(SID, [turn_end(3)]))
     with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 0"):
         scan_rows([bad_packed, tail[0]], location=LOC)
+    assert scan_prefix([*rows], location=LOC) == (scan_rows(rows, location=LOC), None)
 
 
-def test_311_treats_a_malformed_packed_tail_as_one_removable_physical_row() -> None:
-    # spec 8.11 #311
+def test_311_treats_a_malformed_packed_tail_row_as_corruption() -> None:
+    # spec 8.11 #311 — changed by issue 7 defect 13: the whole malformed packed row is reported, not removed.
     bad_packed = packed_row("text-chunks", 0, 1000, {**TEXT_DATA, "texts": ["a", "b"]})
-    assert scan_rows([bad_packed], location=LOC) == ([], 0)
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid committed physical row at seq 0"):
+        scan_rows([bad_packed], location=LOC)
+    preserved, damage = scan_prefix([bad_packed], location=LOC)
+    assert preserved == [] and damage is not None and "3..1024 strings" in str(damage)
 
 
 # --- §8.12 ------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeAlias
 import zstandard
 
 from .._gc import gc_paused
-from ..errors import PersistenceError, SessionPersistenceCorruptionError
+from ..errors import PersistenceError, ResourceExhaustedError, SessionPersistenceCorruptionError
 from ..events import Event as _Event
 from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
 from ..jsonvalue import _speedups
@@ -47,6 +47,7 @@ __all__ = [
     "decode_row",
     "decode_session_row",
     "decode_source_event_seqs",
+    "decoded_size",
     "encode_batch",
     "encode_data",
     "encode_scalar",
@@ -54,6 +55,7 @@ __all__ = [
     "is_uuid",
     "last_member_seq",
     "scan_next_seq",
+    "scan_prefix",
     "scan_rows",
 ]
 
@@ -101,6 +103,39 @@ class EncodeError(PersistenceError, TypeError):
     """
 
 
+_OUT_OF_MEMORY: Final = re.compile(r"not enough memory|out of memory|memory allocation|allocation error", re.IGNORECASE)
+
+
+def out_of_memory(what: str) -> ResourceExhaustedError:
+    """The typed error of an allocation failure while decoding: never evidence of damage."""
+    return ResourceExhaustedError(
+        f"out of memory while decoding {what}; nothing was modified and the stored data is not known to be "
+        "damaged — retry with more memory available"
+    )
+
+
+def _row_failure(err: Exception, message: str) -> Exception:
+    """``StorageRowError(message)`` for a decoder's refusal, or :func:`out_of_memory` when it ran out of memory.
+
+    orjson and zstd report an allocation failure as their ordinary decode error; filing it as a damaged
+    row would make a resource problem look like corruption (issue 7 defect 12).
+    """
+    if _OUT_OF_MEMORY.search(str(err)):
+        return out_of_memory("a stored row")
+    return StorageRowError(message)
+
+
+def decoded_size(value: object) -> int:
+    """About how many bytes a stored ``data`` value decodes to (a zstd frame's declared content size)."""
+    if type(value) is bytes:
+        try:
+            size = zstandard.frame_content_size(value)
+        except zstandard.ZstdError:
+            return len(value)
+        return size if size >= 0 else len(value) * 8
+    return len(value) if type(value) is str else 0
+
+
 class InvalidText:
     """A TEXT value whose bytes are not UTF-8 (only a foreign writer can store one).
 
@@ -115,6 +150,14 @@ class InvalidText:
 
     def __repr__(self) -> str:
         return f"InvalidText({self.raw!r})"
+
+    def describe(self) -> str:
+        """Where the first invalid byte sits inside the value (defect 8: damage is located, never replaced)."""
+        try:
+            self.raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return f"invalid byte 0x{self.raw[err.start]:02X} at byte offset {err.start} of the value"
+        return "invalid UTF-8"
 
 
 class Limits:
@@ -199,7 +242,9 @@ def _decompress(blob: bytes, cap: int, what: str) -> bytes:
             if not rest:
                 break
     except zstandard.ZstdError as err:
-        raise StorageRowError(f"{what} is not a valid Zstandard frame: {err}") from None
+        raise _row_failure(err, f"{what} is not a valid Zstandard frame: {err}") from None
+    except MemoryError:
+        raise out_of_memory(what) from None
     return b"".join(pieces)
 
 
@@ -215,20 +260,22 @@ def decode_data(value: object, limits: Limits = DEFAULT_LIMITS) -> Any:
         raw = _decompress(value, limits.max_data_bytes, "stored data")
         try:
             raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise StorageRowError("stored data is not valid UTF-8") from None
+        except UnicodeDecodeError as err:
+            raise StorageRowError(
+                f"stored data is not valid UTF-8 (byte offset {err.start} of the decompressed value)"
+            ) from None
         text = raw
     else:
         raise StorageRowError(_column_type_message("data", value, "a string or blob"))
     try:
         return loads(text, max_depth=limits.max_depth)
     except JsonDecodeError as err:
-        raise StorageRowError(f"stored data is not valid JSON: {err}") from None
+        raise _row_failure(err, f"stored data is not valid JSON: {err}") from None
 
 
 def _column_type_message(column: str, value: object, expected: str) -> str:
     if isinstance(value, InvalidText):
-        return f"stored {column} is not valid UTF-8 text"
+        return f"stored {column} is not valid UTF-8 text ({value.describe()})"
     return f"stored {column} must be {expected}"
 
 
@@ -735,8 +782,10 @@ def _decode_packed_data(tag: str, value: object, limits: Limits) -> tuple[Any, i
         raw = _decompress(value, MAX_PACKED_DATA_BYTES, f"malformed {tag} storage row: data")
         try:
             raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _malformed(tag, "data is not valid UTF-8") from None
+        except UnicodeDecodeError as err:
+            raise _malformed(
+                tag, f"data is not valid UTF-8 (byte offset {err.start} of the decompressed value)"
+            ) from None
         size = len(raw)
         text = raw
     else:
@@ -744,7 +793,7 @@ def _decode_packed_data(tag: str, value: object, limits: Limits) -> tuple[Any, i
     try:
         return loads(text, max_depth=limits.max_depth), size
     except JsonDecodeError as err:
-        raise _malformed(tag, f"data is not valid JSON: {err}") from None
+        raise _row_failure(err, f"malformed {tag} storage row: data is not valid JSON: {err}") from None
 
 
 def _row_error(row: PhysicalRow) -> StorageRowError:
@@ -801,7 +850,7 @@ def decode_row(row: PhysicalRow, limits: Limits = DEFAULT_LIMITS) -> list[dict[s
         try:
             parsed = loads(data, max_depth=limits.max_depth)
         except JsonDecodeError as err:
-            raise StorageRowError(f"stored data is not valid JSON: {err}") from None
+            raise _row_failure(err, f"stored data is not valid JSON: {err}") from None
     else:
         parsed = decode_data(data, limits)
     event: dict[str, Any] = {"type": kind, "seq": seq, "time": time, "data": parsed}
@@ -814,7 +863,7 @@ def decode_row(row: PhysicalRow, limits: Limits = DEFAULT_LIMITS) -> list[dict[s
             try:
                 event["surfaceOp"] = loads(surface, max_depth=limits.max_depth)
             except JsonDecodeError as err:
-                raise StorageRowError(f"stored surface_op is not valid JSON: {err}") from None
+                raise _row_failure(err, f"stored surface_op is not valid JSON: {err}") from None
     if ignorable == 1:
         event["ignorable"] = True
     return [event]
@@ -841,56 +890,54 @@ def last_member_seq(row: PhysicalRow, limits: Limits = DEFAULT_LIMITS) -> int:
     return int(decode_row(row, limits)[-1]["seq"])
 
 
-def _has_turn_end(row: PhysicalRow, limits: Limits) -> bool:
-    """Whether the row decodes and holds a ``turn/end`` (only a scalar row can)."""
-    if row[1] != "turn/end" or row[6] == PACKED_SENTINEL:
-        return False
-    try:
-        decode_row(row, limits)
-    except StorageRowError:
-        return False
-    return True
-
-
-def _last_turn_end(rows: Sequence[PhysicalRow], limits: Limits) -> int:
-    """Index of the last row that decodes and holds a ``turn/end``; -1 when there is none."""
-    for index in range(len(rows) - 1, -1, -1):
-        if _has_turn_end(rows[index], limits):
-            return index
-    return -1
-
-
 def scan_rows(
     rows: Sequence[PhysicalRow],
     base: int = 0,
     *,
     location: str,
     limits: Limits = DEFAULT_LIMITS,
-) -> tuple[list[dict[str, Any]], int | None]:
-    """Flatten ordered physical rows into their valid logical prefix (``scanRows``).
+) -> list[dict[str, Any]]:
+    """Flatten ordered physical rows into their logical events (``scanRows``), all or nothing.
 
-    A row that fails to decode, or whose events do not continue the expected seq, is committed
-    corruption when a decodable ``turn/end`` row follows (a closed turn proves the writer got past it:
-    :class:`SessionPersistenceCorruptionError`); otherwise it starts the removable torn tail, and the
-    whole physical row (an entire packed row included) is what a repair deletes. Returns
-    ``(preserved, torn_from)``.
+    A SQLite row cannot tear: a transaction commits whole rows or none, so a row that fails to decode,
+    or whose events do not continue the expected seq, is committed damage wherever it sits — typed
+    :class:`SessionPersistenceCorruptionError` naming the row's seq, and nothing is ever deleted. (The
+    original classified damage after the last ``turn/end`` as a removable torn tail; deleting it
+    destroyed complete committed rows, issue 7 defect 13.)
     """
-    last_turn_end = _last_turn_end(rows, limits)
+    preserved, damage = scan_prefix(rows, base, location=location, limits=limits)
+    if damage is not None:
+        raise damage
+    return preserved
+
+
+def scan_prefix(
+    rows: Sequence[PhysicalRow],
+    base: int = 0,
+    *,
+    location: str,
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[list[dict[str, Any]], SessionPersistenceCorruptionError | None]:
+    """The decodable prefix of ordered rows and the damage that ends it (``None`` when all decode).
+
+    The partial read behind ``export --partial``: events up to the first damaged row or seq gap,
+    and the typed error that row would raise in :func:`scan_rows`.
+    """
     if len(rows) < _GC_PAUSE_ROWS:
-        return _scan_forward(rows, base, last_turn_end, location, limits)
+        return _scan_forward(rows, base, location, limits)
     with gc_paused():
-        return _scan_forward(rows, base, last_turn_end, location, limits)
+        return _scan_forward(rows, base, location, limits)
 
 
 def _scan_forward(
-    rows: Sequence[PhysicalRow], base: int, last_turn_end: int, location: str, limits: Limits
-) -> tuple[list[dict[str, Any]], int | None]:
+    rows: Sequence[PhysicalRow], base: int, location: str, limits: Limits
+) -> tuple[list[dict[str, Any]], SessionPersistenceCorruptionError | None]:
     preserved: list[dict[str, Any]] = []
     append = preserved.append
     expected = base
     max_depth = limits.max_depth
     fast_text = limits.max_text_bytes >> 2  # below this many characters no size check is needed
-    for index, row in enumerate(rows):
+    for row in rows:
         # Fast path for the common row: a contiguous, non-ignorable scalar event with TEXT data. Any
         # surprise (a type, a JSON error, a provenance error) falls through to ``decode_row``, which
         # re-checks everything in the spec's order and produces the canonical error.
@@ -933,9 +980,7 @@ def _scan_forward(
                 preserved += events
                 continue
             reason = f"expected seq {expected}, row stores seq {row[0]}"
-        if index <= last_turn_end:
-            raise committed_corruption(location, row[0] if len(row) else None, reason)
-        return preserved, _torn_seq(row, expected)
+        return preserved, committed_corruption(location, row[0] if len(row) else None, reason)
     return preserved, None
 
 
@@ -950,16 +995,14 @@ def scan_next_seq(
     *,
     location: str,
     last_seq_of: Callable[[PhysicalRow], int],
-    limits: Limits = DEFAULT_LIMITS,
-) -> tuple[int, int | None]:
-    """:func:`scan_rows` without building events: ``(next seq, torn_from)`` of the same classification.
+) -> int:
+    """:func:`scan_rows` without building events: the next seq, or the same typed damage.
 
     The append path only needs the stored next seq, so rows are validated (``last_seq_of`` raises
     :class:`StorageRowError` like :func:`decode_row`) but packed members are never expanded.
     """
-    last_turn_end = _last_turn_end(rows, limits)
     expected = base
-    for index, row in enumerate(rows):
+    for row in rows:
         reason: str
         try:
             last = last_seq_of(row)
@@ -970,19 +1013,13 @@ def scan_next_seq(
                 expected = last + 1
                 continue
             reason = f"expected seq {expected}, row stores seq {row[0]}"
-        if index <= last_turn_end:
-            raise committed_corruption(location, row[0] if len(row) else None, reason)
-        return expected, _torn_seq(row, expected)
-    return expected, None
-
-
-def _torn_seq(row: PhysicalRow, fallback: int) -> int:
-    seq = row[0] if len(row) else None
-    return seq if type(seq) is int else fallback
+        raise committed_corruption(location, row[0] if len(row) else None, reason)
+    return expected
 
 
 REMEDY: Final = (
-    "The database was not modified; restore it from a backup or export the readable prefix with 'agentlog export'."
+    "The database was not modified; restore it from a backup or export the readable prefix with "
+    "'agentlog export --partial'."
 )
 
 

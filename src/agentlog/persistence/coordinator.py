@@ -40,6 +40,7 @@ from ..errors import (
     LegacyFormatError,
     MessageShapeError,
     PersistenceError,
+    ResourceExhaustedError,
     SessionCollisionError,
     SessionHeaderError,
     SessionLockedError,
@@ -195,7 +196,7 @@ class _WriteBehind:
                     return
 
     def flush(self) -> None:
-        if self.init_error is not None:
+        if self.init_error is not None and not self.coordinator._retry_attach(self):
             self.cancel_wait()
             raise self.init_error
         self._drain(background=False)
@@ -417,11 +418,19 @@ class PersistenceCoordinator:
 
     def _read_source(self, session_id: str) -> _Source:
         self._check_id(session_id)
-        with gc_paused():
-            stored = self.backend.load_stored(session_id)
-            if stored is None:
-                raise SessionNotFoundError(f'session "{session_id}" not found')
-            return self._validate(session_id, stored)
+        try:
+            with gc_paused():
+                stored = self.backend.load_stored(session_id)
+                if stored is None:
+                    raise SessionNotFoundError(f'session "{session_id}" not found')
+                return self._validate(session_id, stored)
+        except ResourceExhaustedError:
+            raise
+        except MemoryError as err:  # out of memory is never corruption, and nothing was repaired
+            raise ResourceExhaustedError(
+                f'out of memory while loading session "{session_id}"; nothing was repaired or written (this is '
+                "not damage). Retry with more memory available"
+            ) from err
 
     def _repaired_source(self, session_id: str, source: _Source | None = None) -> _Source:
         """Read (or take ``source``, a current cached read), durably repair if needed, and re-read.
@@ -813,6 +822,30 @@ class PersistenceCoordinator:
         self._states[session_id] = _State(meta, len(events), True, session)
         return len(events)
 
+    def _retry_attach(self, live: _WriteBehind) -> bool:
+        """Retry an attach that failed on a transient storage condition (disk full, I/O, out of memory).
+
+        Issue 7 defect 16: such a failure is not remembered for the session's lifetime. Once the store
+        is usable again the whole unstored tail (everything buffered since) is queued, so nothing
+        buffered is dropped at close. Collisions and corruption stay final.
+        """
+        from ..errors import ResourceExhaustedError, StorageAccessError
+
+        if not isinstance(live.init_error, (StorageAccessError, ResourceExhaustedError)):
+            return False
+        session = live.session
+        with self._serialized(session.id):
+            reserved = self._reserved.get(session.id)
+            try:
+                seed_from = self._attach(session, reserved is not None and reserved.session is session)
+            except AgentlogError as err:
+                live.init_error = err
+                return False
+            live.init_error = None
+            with live.state_lock:
+                live.pending = builtins.list(session.events)[seed_from:]
+        return True
+
     def _on_event(self, session: Session, event: Event) -> None:
         live = self._live.get(id(session))
         if live is None:
@@ -883,13 +916,10 @@ class PersistenceCoordinator:
         errors: list[BaseException] = []
         try:
             for live in builtins.list(self._live.values()):
-                if live.init_error is None:
-                    try:
-                        live.flush()
-                    except Exception as err:
-                        errors.append(err)
-                else:
-                    errors.append(live.init_error)
+                try:
+                    live.flush()  # retries a transient attach failure (issue 7 defect 16) or raises it
+                except Exception as err:
+                    errors.append(err)
                 if live.writer_lock is not None:
                     live.writer_lock.release()
                     live.writer_lock = None

@@ -4,7 +4,11 @@ Design points, each of which a spec test pins:
 
 * **Nothing happens before the first operation.** The constructor only validates the path (it must
   not be reachable through a symlink and must be private to the current user); the file is created,
-  opened and initialised lazily, once, and a failure is remembered.
+  opened and initialised lazily. A failed open is *not* remembered: the next operation tries again
+  (a disk that was full at the first open may have room now, issue 7 defect 16).
+* **Read-only opens never write.** ``SqliteBackend(path, read_only=True)`` opens ``file:…?mode=ro``
+  (``immutable=1`` on a read-only file system), never creates, initialises, checkpoints or deletes a
+  file, and refuses a missing database with :class:`StoreNotFoundError`.
 * **The database is owned, never adopted.** ``application_id`` + ``user_version`` + an exact copy of
   the schema objects are checked at open and again inside every mutating transaction, so a foreign or
   altered database is refused before a byte is written.
@@ -12,9 +16,16 @@ Design points, each of which a spec test pins:
   stored next seq is derived from the last physical rows; a stale writer on another connection is
   refused instead of overwriting the winner. The first append writes the session row and the first
   batch in one transaction (atomic materialization); a repair is one transaction too.
-* **Damage is classified, not guessed.** A malformed row or seq gap before the last decodable
-  ``turn/end`` is committed corruption (:class:`SessionPersistenceCorruptionError`); after it, it is a
-  torn tail whose first physical seq is the marker :meth:`SqliteBackend.commit_repair` deletes from.
+* **A SQLite row cannot tear.** A transaction commits whole rows or none, so a malformed row or a seq
+  gap anywhere is committed corruption (:class:`SessionPersistenceCorruptionError` naming the seq),
+  page damage ("database disk image is malformed") is too, and nothing is ever deleted to "repair" it.
+  :meth:`SqliteBackend.read_prefix` reads the valid prefix up to the damage.
+* **Every OS refusal is typed.** Permission, full disk, read-only file system, a directory where the
+  file belongs, a file where a directory belongs: :class:`StorageAccessError` naming the path and the
+  remedy; out of memory is :class:`ResourceExhaustedError`, never corruption.
+* **Nothing is acknowledged that is not in the store.** Every write transaction checks, before its
+  ``COMMIT``, that the path still names the file this connection writes (one ``stat``): a database
+  deleted or replaced while open would otherwise swallow the batch into an unlinked inode.
 
 All statements live in ``persistence/sql/*.sql`` and are loaded with :mod:`importlib.resources`;
 values are always bound as parameters.
@@ -26,24 +37,31 @@ import errno
 import fcntl
 import os
 import re
+import resource
 import sqlite3
 import stat
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 
 from ..errors import (
+    AgentlogError,
+    InvalidSessionIdError,
     PersistenceError,
+    ResourceExhaustedError,
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    StorageAccessError,
+    StoreNotFoundError,
 )
 from ..jsoncodec import DEFAULT_MAX_DEPTH
 from . import _sqlite_codec as codec
-from .backend import RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
+from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from .jsonl import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
 
 __all__ = [
@@ -62,6 +80,23 @@ JOURNAL_BUSY_RETRY_INTERVAL_MS: Final = 10
 JOURNAL_MODES: Final = ("wal", "delete", "truncate", "persist")
 MEMORY: Final = ":memory:"
 SQLITE_BUSY: Final = 5
+# Primary result codes (``sqlite_errorcode & 0xFF``) that are mapped to typed errors.
+SQLITE_PERM: Final = 3
+SQLITE_NOMEM: Final = 7
+SQLITE_READONLY: Final = 8
+SQLITE_IOERR: Final = 10
+SQLITE_CORRUPT: Final = 11
+SQLITE_FULL: Final = 13
+SQLITE_CANTOPEN: Final = 14
+SQLITE_AUTH: Final = 23
+SQLITE_NOTADB: Final = 26
+SQLITE_READONLY_DBMOVED: Final = SQLITE_READONLY | (4 << 8)
+MAX_FILE_NAME_BYTES: Final = 255
+"""NAME_MAX of the file systems agentlog supports; a session's lock file name must fit in it."""
+_LOCK_SUFFIX: Final = ".lock"
+MAX_ENCODED_ID_LENGTH: Final = MAX_FILE_NAME_BYTES - len(_LOCK_SUFFIX)
+_DECODE_FACTOR: Final = 3  # peak bytes per decoded byte of a load (measured ~2: text + parse buffers)
+_DECODE_SLACK_BYTES: Final = 16 << 20
 
 _UNKNOWN: Final = object()
 _SPAN_MEMO_SIZE: Final = 8192
@@ -190,6 +225,10 @@ class SqliteBackend:
     Thread-safe: one connection, guarded by a lock, serves the coordinator's writer thread and its
     callers' threads; JSON decoding happens outside the lock. Several processes may write *different*
     sessions into one file: ``busy_timeout`` plus ``BEGIN IMMEDIATE`` queue them instead of failing.
+
+    ``read_only=True`` is the mode of read commands (``ls``, ``show``, ``export``, ``verify``): the
+    database is opened ``mode=ro`` and never created, initialised, checkpointed or repaired; a missing
+    file raises :class:`StoreNotFoundError`; every mutation raises :class:`PersistenceError`.
     """
 
     name = "session-persistence-sqlite"
@@ -204,6 +243,7 @@ class SqliteBackend:
         max_frame_bytes: int = 256 * 1024 * 1024,
         max_line_bytes: int = 256 * 1024 * 1024,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        read_only: bool = False,
     ) -> None:
         if journal_mode not in JOURNAL_MODES:
             raise ValueError(f"journal_mode must be one of {', '.join(JOURNAL_MODES)}, got {journal_mode!r}")
@@ -215,11 +255,13 @@ class SqliteBackend:
         self.path = raw if self._memory else os.path.abspath(raw)
         self.journal_mode = journal_mode
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = bool(read_only)
         self._limits = codec.Limits(max_data_bytes=max_frame_bytes, max_text_bytes=max_line_bytes, max_depth=max_depth)
         self._mutex = threading.Lock()
         self._conn: sqlite3.Connection | None = None
-        self._open_error: BaseException | None = None
         self._closed = False
+        self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file the connection writes
+        self._pristine = False  # read-only open of an existing, never-initialised database: an empty store
         self._store_identity = ""
         self._locks_mutex = threading.Lock()
         self._memory_locks: set[str] = set()
@@ -230,8 +272,12 @@ class SqliteBackend:
         self._schema_seen: list[Any] = []
         self._schema_cookie: Any = None
         if not self._memory:
-            parent = os.path.dirname(self.path)
-            os.makedirs(parent, mode=0o700, exist_ok=True)
+            if not self.read_only:
+                parent = os.path.dirname(self.path)
+                try:
+                    os.makedirs(parent, mode=0o700, exist_ok=True)
+                except OSError as err:
+                    raise self._os_error(err, "create the session database directory", parent) from err
             self._validate_path()
 
     # --- path validation and opening -------------------------------------------------------------
@@ -243,9 +289,21 @@ class SqliteBackend:
         database or its directory, or a directory other users can write into (and so swap files in).
         """
         parent = os.path.dirname(self.path)
-        info = os.lstat(parent)
+        try:
+            info = os.lstat(parent)
+        except FileNotFoundError as err:
+            if self.read_only:
+                return  # reported as a missing store by the first operation
+            raise self._os_error(err, "inspect the session database directory", parent) from err
+        except OSError as err:
+            raise self._os_error(err, "inspect the session database directory", parent) from err
         if not stat.S_ISDIR(info.st_mode):
-            raise PersistenceError(f'session database parent "{parent}" must be a real directory')
+            raise StorageAccessError(
+                f'session database parent "{parent}" must be a real directory (it is a '
+                f"{_file_kind(info.st_mode)}); move it away or choose another store path",
+                code="STORAGE_NOT_A_DIRECTORY",
+                path=parent,
+            )
         if os.name == "posix" and (info.st_uid != os.geteuid() or info.st_mode & 0o022):
             raise PersistenceError(
                 f'session database parent "{parent}" must be owned by the current user and not group/world-writable'
@@ -254,60 +312,72 @@ class SqliteBackend:
             info = os.lstat(self.path)
         except FileNotFoundError:
             return
+        except OSError as err:
+            raise self._os_error(err, "inspect the session database", self.path) from err
         if not stat.S_ISREG(info.st_mode):
-            raise PersistenceError(f'session database "{self.path}" must be a regular file, not a symbolic link')
+            raise StorageAccessError(
+                f'session database "{self.path}" must be a regular file, not a symbolic link (it is a '
+                f"{_file_kind(info.st_mode)}); move it away or choose another store path",
+                code="STORAGE_NOT_A_FILE",
+                path=self.path,
+            )
         if os.name == "posix" and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
             raise PersistenceError(
                 f'session database "{self.path}" must be owned by the current user and accessible only by that user'
             )
 
     def _connection(self) -> sqlite3.Connection:
-        """The open connection (caller holds ``_mutex``); opens lazily once and remembers a failure."""
+        """The open connection (caller holds ``_mutex``); opens lazily, retrying after a failed open."""
         conn = self._conn
         if conn is not None:
             return conn
         if self._closed:
             raise PersistenceError(f"{self.name} backend is closed")
-        if self._open_error is not None:
-            raise self._open_error
         try:
             conn = self._open()
-        except Exception as err:
-            failure = self._open_failure(err)
-            self._open_error = failure
+        except BaseException as err:
+            failure = self._typed(err, "open")
             if failure is err:
                 raise
             raise failure from err
         self._conn = conn
         return conn
 
-    def _open_failure(self, err: Exception) -> Exception:
-        """The typed error a failed open is reported (and remembered) as."""
-        if isinstance(err, PersistenceError):
-            return err
-        if isinstance(err, OSError):
-            code = errno.errorcode.get(err.errno or 0, "EIO")
-            return PersistenceError(f'cannot open session database "{self.path}": {code}: {err.strerror}')
-        if isinstance(err, sqlite3.Error):
-            return PersistenceError(f'cannot open session database "{self.path}": {err}')
-        return err
+    def _drop_connection(self) -> None:
+        """Forget the connection (caller holds ``_mutex``): the next operation opens the path afresh."""
+        conn, self._conn = self._conn, None
+        self._file_id = None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass  # the connection is unusable anyway; the caller reports the actionable error
 
     def _open(self) -> sqlite3.Connection:
-        if not self._memory:
+        if self._memory:
+            conn = open_database(self.path, self.journal_mode, self.busy_timeout_ms)
+        elif self.read_only:
+            conn = self._open_read_only()
+        else:
             self._validate_path()
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
-            except FileExistsError:
-                pass
-            else:
-                os.close(fd)
+            # Create (mode 0600) or open the file ourselves first: the OS reports *why* it cannot be
+            # opened (EACCES, EROFS, EISDIR, ENOSPC …), where SQLite would only say "unable to open".
+            flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            fd = os.open(self.path, flags, 0o600)
+            os.close(fd)
             self._validate_path()
-        conn = open_database(self.path, self.journal_mode, self.busy_timeout_ms)
+            conn = open_database(self.path, self.journal_mode, self.busy_timeout_ms)
         try:
+            if self._pristine:
+                self._store_identity = ""
+                return conn
             try:
                 row = conn.execute(SQL["select_store_identity"]).fetchone()
-            except sqlite3.OperationalError:
-                row = None  # e.g. a store id that is not UTF-8 text
+            except sqlite3.OperationalError as err:
+                if _primary(err) not in (SQLITE_NOMEM, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB):
+                    row = None  # e.g. a store id that is not UTF-8 text
+                else:
+                    raise
             store_id = row[0] if row is not None else None
             if not codec.is_uuid(store_id):
                 raise PersistenceError(f'session database at "{self.path}" has no valid store identity')
@@ -315,6 +385,7 @@ class SqliteBackend:
                 self._store_identity = f"memory:store:{store_id}"
             else:
                 info = os.stat(self.path)
+                self._file_id = (info.st_dev, info.st_ino)
                 birth = getattr(info, "st_birthtime_ns", None)
                 if birth is None:
                     birth_s = getattr(info, "st_birthtime", None)
@@ -325,13 +396,143 @@ class SqliteBackend:
             raise
         return conn
 
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Open ``mode=ro`` (``immutable=1`` on a read-only file system); never create or change a file."""
+        self._validate_path()
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path, flags)
+        except FileNotFoundError:
+            raise StoreNotFoundError(
+                f'session store "{self.path}" does not exist (nothing was created); check the --store path, '
+                "or write a session first to create it"
+            ) from None
+        os.close(fd)
+        self._validate_path()
+        uri = "file:" + urllib.parse.quote(self.path) + "?mode=ro"
+        try:
+            conn = open_read_only_database(uri, self.path, self.busy_timeout_ms)
+        except sqlite3.OperationalError as err:
+            if _primary(err) != SQLITE_CANTOPEN or not _on_read_only_file_system(self.path):
+                raise
+            # A WAL database on a read-only file system: SQLite cannot create its -shm file. Nobody can
+            # write there either, so reading the file as immutable is safe — unless a -wal file still
+            # holds committed transactions that were never checkpointed (immutable would ignore them).
+            try:
+                wal_bytes = os.stat(self.path + "-wal").st_size
+            except FileNotFoundError:
+                wal_bytes = 0
+            if wal_bytes:
+                raise StorageAccessError(
+                    f'session database "{self.path}" is on a read-only file system and its write-ahead log '
+                    f'"{self.path}-wal" holds transactions not yet copied into the database; mount it '
+                    "read-write once (any agentlog command then checkpoints it), or copy all three files elsewhere",
+                    code="STORAGE_READ_ONLY",
+                    path=self.path,
+                ) from err
+            conn = open_read_only_database(uri + "&immutable=1", self.path, self.busy_timeout_ms)
+        self._pristine = conn.execute(SQL["user_version"]).fetchone()[0] == 0
+        return conn
+
+    # --- typed errors ------------------------------------------------------------------------------
+
+    def _os_error(self, err: OSError, action: str, path: str | None = None) -> PersistenceError:
+        """A typed :class:`StorageAccessError` for an OS refusal, naming the path and the remedy."""
+        return storage_error(err, action, path or err.filename or self.path)
+
+    def _typed(self, err: BaseException, op: str) -> BaseException:
+        """The typed error an operation's failure surfaces as; typed errors pass through unchanged.
+
+        SQLite's own codes decide: page damage is corruption, an allocation failure is a resource
+        error, FULL / READONLY / CANTOPEN / IOERR / PERM are storage refusals naming the path.
+        """
+        if isinstance(err, AgentlogError):
+            return err
+        if isinstance(err, MemoryError):
+            return ResourceExhaustedError(
+                f'{self.name} {op} ran out of memory reading "{self.path}"; nothing was modified and the stored '
+                "data is not known to be damaged — retry with more memory available"
+            )
+        if isinstance(err, OSError):
+            return self._os_error(err, f"{op} the session database")
+        if not isinstance(err, sqlite3.Error):
+            return err
+        code = getattr(err, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        if code == SQLITE_READONLY_DBMOVED:
+            return self._replaced_error()
+        if primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
+            return SessionPersistenceCorruptionError(
+                f'corrupt session database "{self.path}": {err} (SQLite page damage, found during {op}). '
+                f"{codec.REMEDY}",
+                location=self.path,
+            )
+        if primary == SQLITE_NOMEM:
+            return ResourceExhaustedError(
+                f'{self.name} {op} ran out of memory in SQLite ("{err}") on "{self.path}"; nothing was modified '
+                "and the stored data is not known to be damaged — retry with more memory available"
+            )
+        if primary == SQLITE_FULL:
+            return StorageAccessError(
+                f'{self.name} {op} failed: the file system holding "{self.path}" is full ({err}); the transaction '
+                "was rolled back and nothing was acknowledged — free space and retry",
+                code="STORAGE_FULL",
+                path=self.path,
+            )
+        if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(self.path)):
+            return StorageAccessError(
+                f'{self.name} {op} failed: "{self.path}" cannot be written ({err}) — it is on a read-only file '
+                "system or read-only for this user; remount it read-write (or fix its permissions), or use a "
+                "read-only command",
+                code="STORAGE_READ_ONLY",
+                path=self.path,
+            )
+        if primary in (SQLITE_PERM, SQLITE_AUTH) or (
+            primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(self.path), os.W_OK | os.X_OK)
+        ):
+            return StorageAccessError(
+                f'{self.name} {op} failed: permission denied on "{self.path}" or its directory ({err}); make both '
+                "readable and writable by this user (SQLite also creates -wal/-shm files next to the database)",
+                code="STORAGE_PERMISSION_DENIED",
+                path=self.path,
+            )
+        if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+            return StorageAccessError(
+                f'{self.name} {op} failed: I/O error on "{self.path}" ({err}); nothing was acknowledged — check the '
+                "disk and the file system, then retry",
+                code="STORAGE_IO",
+                path=self.path,
+            )
+        return PersistenceError(f"{self.name} {op} failed: {err}")
+
+    def _replaced_error(self) -> StorageAccessError:
+        return StorageAccessError(
+            f'session database "{self.path}" was deleted or replaced while this process had it open; the batch was '
+            "NOT stored (it would have gone to the unlinked file and been lost at close). Restore the database "
+            "file, then retry: the next operation reopens the path",
+            code="STORAGE_IO",
+            path=self.path,
+        )
+
+    def _check_still_linked(self) -> None:
+        """Refuse to commit into a database file the path no longer names (deleted or replaced)."""
+        expected = self._file_id
+        if expected is None:
+            return
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            raise self._replaced_error() from None
+        if (info.st_dev, info.st_ino) != expected:
+            raise self._replaced_error()
+
     # --- low-level helpers (caller holds _mutex) ---------------------------------------------------
 
     def _fetchall(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """``fetchall`` that survives TEXT values which are not UTF-8 (a foreign writer's damage).
 
         Python's ``sqlite3`` fails the whole query on such a value; re-reading with raw bytes lets the
-        row decoders report the one damaged row (torn or committed) like any other malformed row.
+        row decoders report the one damaged row as corruption, naming its seq and the invalid byte.
         """
         try:
             return conn.execute(sql, params).fetchall()
@@ -451,19 +652,37 @@ class SqliteBackend:
         return self._fetchall(conn, SQL["select_rows_from"], (session_id, base)), base
 
     def _write(self, op: str, body: Callable[[sqlite3.Connection], None]) -> None:
-        """Run ``body`` in ``BEGIN IMMEDIATE`` after the ownership re-check; roll back on any error."""
+        """Run ``body`` in ``BEGIN IMMEDIATE`` after the ownership re-check; roll back on any error.
+
+        Right before ``COMMIT`` the path must still name the file this connection writes (one ``stat``
+        per transaction); if it does not, the transaction is rolled back, the connection dropped (the
+        next operation reopens the path) and nothing is acknowledged.
+        """
+        if self.read_only:
+            raise PersistenceError(f'{self.name} was opened read-only on "{self.path}"; {op} needs a writable backend')
         with self._mutex:
             conn = self._connection()
             try:
                 conn.execute(SQL["begin_immediate"])
                 self._validate_for_mutation(conn)
                 body(conn)
+                self._check_still_linked()
                 conn.execute(SQL["commit"])
             except BaseException as err:
+                failure = self._typed(err, op)
                 self._rollback(conn, op, err)
-                if isinstance(err, sqlite3.Error):
-                    raise PersistenceError(f"{self.name} {op} failed: {err}") from err
-                raise
+                if self._file_id is not None and not self._still_linked():
+                    self._drop_connection()  # the path names another file (or none): reopen next time
+                if failure is err:
+                    raise
+                raise failure from err
+
+    def _still_linked(self) -> bool:
+        try:
+            self._check_still_linked()
+        except StorageAccessError:
+            return False
+        return True
 
     def _read(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``body`` in one deferred read transaction, so all its queries see one snapshot."""
@@ -474,42 +693,146 @@ class SqliteBackend:
                 result = body(conn)
                 conn.execute(SQL["commit"])
             except BaseException as err:
+                failure = self._typed(err, "read")
                 self._rollback(conn, "read", err)
-                if isinstance(err, sqlite3.Error):
-                    raise PersistenceError(f"{self.name} read failed: {err}") from err
-                raise
+                if failure is err:
+                    raise
+                raise failure from err
             return result
 
     # --- protocol --------------------------------------------------------------------------------
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
-        """The valid stored prefix and the torn tail's first physical seq (``loadStored``). Never writes."""
+    def validate_session_id(self, session_id: str) -> None:
+        """Refuse an id this store cannot hold with :class:`InvalidSessionIdError` (naming the limit).
+
+        SQLite TEXT holds any valid Unicode (NUL included) but not a lone surrogate, and a file database
+        keeps one writer lock file per session, ``<encodeSegment(id)>.lock``, which must fit one
+        255-byte file name: the escaped id may be at most 250 characters (``[A-Za-z0-9._-]`` count one,
+        every other UTF-16 code unit five).
+        """
+        if type(session_id) is not str or not session_id:
+            raise InvalidSessionIdError(f"session id must be a non-empty string, got {session_id!r}")
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise InvalidSessionIdError(
+                f"session id {session_id[:40]!r} contains a lone surrogate (U+{ord(session_id[err.start]):04X} at "
+                f"index {err.start}); SQLite stores only valid Unicode text — choose an id of valid characters"
+            ) from None
+        if not self._memory:
+            encoded = len(encode_segment(session_id))
+            if encoded > MAX_ENCODED_ID_LENGTH:
+                raise InvalidSessionIdError(
+                    f"session id {session_id[:40]!r}… is too long for this store: its writer lock file name "
+                    f"would be {encoded + len(_LOCK_SUFFIX)} bytes, the file system allows {MAX_FILE_NAME_BYTES}; "
+                    f"an id may encode to at most {MAX_ENCODED_ID_LENGTH} characters ([A-Za-z0-9._-] count one, "
+                    "every other character five)"
+                )
+
+    def _check_bindable(self, session_id: str) -> None:
+        """Reads look any id up (an id that was never storable is simply absent) but one that SQLite
+        cannot even bind — a lone surrogate — is refused as :class:`InvalidSessionIdError`, not a crash."""
+        if type(session_id) is str and not session_id.isascii():
+            try:
+                session_id.encode("utf-8")
+            except UnicodeEncodeError:
+                self.validate_session_id(session_id)
+
+    def _decoded(self, session_id: str, rows: Sequence[Any], decode: Callable[[], Any]) -> Any:
+        """Run a decode step outside the lock with an allocation failure typed as such (never as damage).
+
+        Under an address-space limit (``ulimit -v``) the rows' decoded size is checked against the room
+        left *before* parsing: orjson does not survive every allocation failure (it can crash the
+        process instead of raising), so a load that cannot fit is refused up front with
+        :class:`ResourceExhaustedError`. Without a limit this costs one ``getrlimit`` per load.
+        """
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit != resource.RLIM_INFINITY:
+            self._check_headroom(session_id, rows, limit)
+        try:
+            return decode()
+        except MemoryError as err:
+            failure = self._typed(err, "read")
+            raise failure from None
+
+    def _check_headroom(self, session_id: str, rows: Sequence[Any], limit: int) -> None:
+        size = codec.decoded_size
+        need = _DECODE_SLACK_BYTES + _DECODE_FACTOR * sum(size(row[3]) for row in rows if len(row) > 3)
+        try:
+            with open("/proc/self/statm", "rb") as fh:
+                used = int(fh.read().split()[0]) * resource.getpagesize()
+        except (OSError, ValueError, IndexError):
+            return  # no way to measure: the decoders' own MemoryError handling still applies
+        if used + need > limit:
+            raise ResourceExhaustedError(
+                f'loading session "{session_id}" from "{self.path}" needs about {need >> 20} MiB, but the '
+                f"address-space limit (ulimit -v) leaves {max(0, limit - used) >> 20} MiB; nothing was decoded or "
+                "modified and the stored data is not known to be damaged — raise the limit and retry"
+            )
+
+    def _load(self, session_id: str) -> tuple[tuple[Any, ...], list[Any]] | None:
+        """The session row and all its physical rows, in one read snapshot."""
+        self._check_bindable(session_id)
 
         def body(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], list[Any]] | None:
+            if self._pristine:
+                return None
             session = self._session_row(conn, session_id)
             if session is None:
                 return None
             return session, self._fetchall(conn, SQL["select_rows"], (session_id,))
 
-        found = self._read(body)
+        found: tuple[tuple[Any, ...], list[Any]] | None = self._read(body)
+        return found
+
+    def load_stored(self, session_id: str) -> StoredPrefix | None:
+        """Every stored event (``loadStored``); any damaged row is typed corruption. Never writes.
+
+        ``torn_marker`` is always ``None``: a SQLite row cannot tear, so there is nothing a repair may
+        delete (a crash loses at most an uncommitted transaction, which leaves no row at all).
+        """
+        found = self._load(session_id)
         if found is None:
             return None
         session, rows = found
         meta, revision = self._decode_session(session)
-        events, torn_from = codec.scan_rows(rows, 0, location=self.path, limits=self._limits)
-        return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=torn_from)
+        events = self._decoded(
+            session_id, rows, lambda: codec.scan_rows(rows, 0, location=self.path, limits=self._limits)
+        )
+        return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
+
+    def read_prefix(self, session_id: str) -> PartialRead | None:
+        """The readable prefix up to the first damaged row, and that damage (``None`` when intact).
+
+        The partial read behind ``agentlog export --partial``: a damaged *event row* or seq gap ends
+        the prefix and is returned as ``damage`` (the error :meth:`load_stored` would raise, with the
+        row's seq in ``offset``) instead of raised; damaged session metadata or page damage still
+        raise. ``torn_offset`` is always ``None`` (a SQLite row cannot tear). Never writes; ``None``
+        when the session does not exist.
+        """
+        found = self._load(session_id)
+        if found is None:
+            return None
+        session, rows = found
+        meta, revision = self._decode_session(session)
+        events, damage = self._decoded(
+            session_id, rows, lambda: codec.scan_prefix(rows, 0, location=self.path, limits=self._limits)
+        )
+        return PartialRead(meta=meta, events=events, revision=revision, damage=damage)
 
     def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
-        """Seek read (``loadStoredFrom``): the valid prefix's events with ``seq >= from_seq``.
+        """Seek read (``loadStoredFrom``): the stored events with ``seq >= from_seq``.
 
         Only the rows from ``from_seq`` (plus a packed row that straddles it) are decoded, so a suffix
-        read of a long log costs the suffix. A torn tail is simply cut (``torn_marker`` stays ``None``);
-        committed corruption inside the span still raises. Never writes.
+        read of a long log costs the suffix; damage inside the span raises. Never writes.
         """
         if type(from_seq) is not int or not 0 <= from_seq <= codec.MAX_SAFE:
             raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
+        self._check_bindable(session_id)
 
         def body(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], list[Any], int] | None:
+            if self._pristine:
+                return None
             session = self._session_row(conn, session_id)
             if session is None:
                 return None
@@ -521,19 +844,27 @@ class SqliteBackend:
             return None
         session, rows, base = found
         meta, revision = self._decode_session(session)
-        events, _ = codec.scan_rows(rows, base, location=self.path, limits=self._limits)
+        events = self._decoded(
+            session_id, rows, lambda: codec.scan_rows(rows, base, location=self.path, limits=self._limits)
+        )
         if base < from_seq:
             events = [event for event in events if event["seq"] >= from_seq]
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
 
     def read_revision(self, session_id: str) -> str | None:
         """The session row's revision string (no transaction, no event rows read)."""
+        self._check_bindable(session_id)
         with self._mutex:
             conn = self._connection()
+            if self._pristine:
+                return None
             try:
                 session = self._session_row(conn, session_id)
-            except sqlite3.Error as err:
-                raise PersistenceError(f"{self.name} read failed: {err}") from err
+            except BaseException as err:
+                failure = self._typed(err, "read")
+                if failure is err:
+                    raise
+                raise failure from err
         if session is None:
             return None
         return self._decode_session(session)[1]
@@ -548,6 +879,7 @@ class SqliteBackend:
         if not events:
             return
         session_id = _session_id(meta)
+        self.validate_session_id(session_id)
         header = None if materialized else _header_columns(meta)
         rows = codec.encode_batch(session_id, events)
         first = rows[0][1]
@@ -573,25 +905,33 @@ class SqliteBackend:
             return 0
         from_seq = tail[-1][0]
         rows, base = self._physical_span_from(conn, session_id, from_seq, tail[::-1])
-        expected, torn_from = codec.scan_next_seq(
-            rows, base, location=self.path, last_seq_of=self._last_seq_of, limits=self._limits
-        )
-        if torn_from is not None:
-            raise PersistenceError(f"session {session_id} has an invalid physical tail at seq {torn_from}")
-        return expected
+        try:
+            return codec.scan_next_seq(rows, base, location=self.path, last_seq_of=self._last_seq_of)
+        except SessionPersistenceCorruptionError as err:
+            raise SessionPersistenceCorruptionError(
+                f"session {session_id} has an invalid physical tail at seq {err.offset}; nothing was appended. {err}",
+                location=err.location,
+                offset=err.offset,
+            ) from None
 
     def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
-        """Delete the torn tail (iff marked) and append the closers in ONE transaction (``commitRepair``).
+        """Append the closers of an interrupted turn in ONE transaction (``commitRepair``); never deletes.
 
-        The whole log is rescanned under the write lock: a marker that no longer names the current tail,
-        a tail the caller did not see, or closers that do not continue the preserved prefix mean another
-        writer got there first, and the repair is refused as stale.
+        A SQLite row cannot tear, so :meth:`load_stored` never hands out a torn marker and a marker is
+        refused here: a damaged row is corruption, not a tail to cut (issue 7 defect 13). The whole log
+        is rescanned under the write lock: damage raises :class:`SessionPersistenceCorruptionError`,
+        and closers that do not continue the stored log mean another writer got there first (stale).
         """
         if torn_marker is None and not closers:
             return
         session_id = _session_id(meta)
-        if torn_marker is not None and (type(torn_marker) is not int or torn_marker < 0):
-            raise PersistenceError(f"session {session_id} repair marker must be a physical seq, got {torn_marker!r}")
+        if torn_marker is not None:
+            raise PersistenceError(
+                f"session {session_id} repair marker {torn_marker!r} refused: SQLite rows cannot tear, so a repair "
+                "never deletes rows (a damaged row is corruption; export the readable prefix with "
+                "'agentlog export --partial')"
+            )
+        self.validate_session_id(session_id)
         rows = [codec.encode_scalar(session_id, closer) for closer in closers]
         for index in range(1, len(rows)):
             if rows[index][1] != rows[index - 1][1] + 1:
@@ -601,23 +941,14 @@ class SqliteBackend:
             if self._session_row(conn, session_id) is None:
                 raise PersistenceError(f"session {session_id} metadata row is missing")
             stored = self._fetchall(conn, SQL["select_rows"], (session_id,))
-            preserved, torn_from = codec.scan_rows(stored, 0, location=self.path, limits=self._limits)
-            if torn_marker is not None:
-                if torn_from != torn_marker:
-                    raise PersistenceError(
-                        f"session {session_id} repair is stale: physical tail no longer starts at seq {torn_marker}"
-                    )
-                conn.execute(SQL["delete_events_from"], (session_id, torn_marker))
-            elif torn_from is not None:
-                raise PersistenceError(f"session {session_id} repair omitted current torn tail at seq {torn_from}")
+            preserved = codec.scan_rows(stored, 0, location=self.path, limits=self._limits)
             expected = int(preserved[-1]["seq"]) + 1 if preserved else 0
-            if rows and rows[0][1] != expected:
+            if rows[0][1] != expected:
                 raise PersistenceError(
                     f"session {session_id} repair is stale: closer starts at seq {rows[0][1]}, "
                     f"stored next seq is {expected}"
                 )
-            if rows:
-                conn.executemany(SQL["insert_event"], rows)
+            conn.executemany(SQL["insert_event"], rows)
             conn.execute(SQL["bump_revision"], (session_id,))
 
         self._write("repair", body)
@@ -626,10 +957,15 @@ class SqliteBackend:
         """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
         with self._mutex:
             conn = self._connection()
+            if self._pristine:
+                return []
             try:
                 rows = self._fetchall(conn, SQL["select_sessions"], ())
-            except sqlite3.Error as err:
-                raise PersistenceError(f"{self.name} list failed: {err}") from err
+            except BaseException as err:
+                failure = self._typed(err, "list")
+                if failure is err:
+                    raise
+                raise failure from err
         location = self.path
         identity = self._store_identity
         decode = codec.decode_session_row
@@ -680,6 +1016,9 @@ class SqliteBackend:
         session_id = _session_id(meta)
         if self._closed:
             raise PersistenceError(f"{self.name} backend is closed")
+        if self.read_only:
+            raise PersistenceError(f'{self.name} was opened read-only on "{self.path}"; it takes no writer locks')
+        self.validate_session_id(session_id)
         if self._memory:
             with self._locks_mutex:
                 if session_id in self._memory_locks:
@@ -689,15 +1028,14 @@ class SqliteBackend:
                 self._held_locks.add(memory_lock)
             return memory_lock
         folder = self.path + ".locks"
+        lock_path = os.path.join(folder, encode_segment(session_id) + _LOCK_SUFFIX)
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
-            fd = os.open(
-                os.path.join(folder, encode_segment(session_id) + ".lock"),
-                os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                0o600,
-            )
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         except OSError as err:
-            raise PersistenceError(f'cannot create the writer lock of session "{session_id}": {err}') from err
+            if isinstance(err, FileExistsError) or err.errno == errno.ENOTDIR:
+                err.filename = folder  # makedirs over a file: the .locks path is what to move away
+            raise self._os_error(err, f'create the writer lock of session "{session_id}"') from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -766,24 +1104,59 @@ def open_database(path: str, journal_mode: str, busy_timeout_ms: int) -> sqlite3
     return conn
 
 
+def open_read_only_database(uri: str, path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A ``mode=ro`` connection that checks ownership without initialising or changing anything.
+
+    A never-initialised database (``user_version`` 0, no objects, no application id) is accepted as
+    an empty store; a read-only connection never checkpoints, so ``-wal``/``-shm`` stay as they are.
+    """
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False)
+    try:
+        conn.execute(SQL["trusted_schema_off"])
+        if conn.execute(SQL["trusted_schema"]).fetchone()[0] != 0:
+            raise PersistenceError(f'session database at "{path}" could not disable trusted_schema')
+        conn.execute(SQL["mmap_size_off"])
+        conn.execute(SQL["begin_deferred"])
+        try:
+            version = conn.execute(SQL["user_version"]).fetchone()[0]
+            application_id = conn.execute(SQL["application_id"]).fetchone()[0]
+            objects = conn.execute(SQL["count_user_objects"]).fetchone()[0]
+            _check_identity(version, application_id, objects, path)
+            if version == SCHEMA_VERSION and (
+                _schema_signature(conn.execute(SQL["schema_objects"]).fetchall()) != EXPECTED_SCHEMA
+            ):
+                raise PersistenceError(f'session database at "{path}" does not contain the required schema objects')
+        finally:
+            conn.execute(SQL["rollback"])
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_identity(version: Any, application_id: Any, objects: Any, path: str) -> None:
+    """The ownership decisions of spec §5.3 step 4 shared by writable and read-only opens."""
+    if version == 0 and (application_id != 0 or objects > 0):
+        raise PersistenceError(f'session database at "{path}" has an unversioned schema or application identity')
+    if version not in (0, SCHEMA_VERSION):
+        raise SessionFormatUnsupportedError(
+            f'session database at "{path}" has schema version {version}, incompatible with this build '
+            f"({SCHEMA_VERSION})",
+            location=path,
+        )
+    if version == SCHEMA_VERSION and application_id != APPLICATION_ID:
+        raise PersistenceError(
+            f'session database at "{path}" has application id {application_id}, expected {APPLICATION_ID}'
+        )
+
+
 def _initialise_or_check(conn: sqlite3.Connection, path: str) -> None:
     conn.execute(SQL["begin_immediate"])
     try:
         version = conn.execute(SQL["user_version"]).fetchone()[0]
         application_id = conn.execute(SQL["application_id"]).fetchone()[0]
         objects = conn.execute(SQL["count_user_objects"]).fetchone()[0]
-        if version == 0 and (application_id != 0 or objects > 0):
-            raise PersistenceError(f'session database at "{path}" has an unversioned schema or application identity')
-        if version not in (0, SCHEMA_VERSION):
-            raise SessionFormatUnsupportedError(
-                f'session database at "{path}" has schema version {version}, incompatible with this build '
-                f"({SCHEMA_VERSION})",
-                location=path,
-            )
-        if version == SCHEMA_VERSION and application_id != APPLICATION_ID:
-            raise PersistenceError(
-                f'session database at "{path}" has application id {application_id}, expected {APPLICATION_ID}'
-            )
+        _check_identity(version, application_id, objects, path)
         if version == 0:
             for statement in _split_script(SQL["schema"]):
                 conn.execute(statement)
@@ -805,6 +1178,64 @@ def _initialise_or_check(conn: sqlite3.Connection, path: str) -> None:
 def _split_script(script: str) -> list[str]:
     """The DDL resource's statements (``executescript`` would COMMIT the open transaction first)."""
     return [part.strip() + ";" for part in script.split(";") if part.strip()]
+
+
+_OS_ERROR_KINDS: Final = {
+    errno.EACCES: "STORAGE_PERMISSION_DENIED",
+    errno.EPERM: "STORAGE_PERMISSION_DENIED",
+    errno.ENOSPC: "STORAGE_FULL",
+    errno.EDQUOT: "STORAGE_FULL",
+    errno.EROFS: "STORAGE_READ_ONLY",
+    errno.EISDIR: "STORAGE_NOT_A_FILE",
+    errno.ELOOP: "STORAGE_NOT_A_FILE",
+    errno.ENXIO: "STORAGE_NOT_A_FILE",
+    errno.ENOTDIR: "STORAGE_NOT_A_DIRECTORY",
+    errno.EEXIST: "STORAGE_NOT_A_DIRECTORY",  # makedirs over an existing non-directory
+}
+
+_REMEDIES: Final = {
+    "STORAGE_PERMISSION_DENIED": "make it and its directory readable and writable by this user, or use another store",
+    "STORAGE_FULL": "free space on that file system and retry; nothing unacknowledged was kept as acknowledged",
+    "STORAGE_READ_ONLY": "remount the file system read-write, or use a read-only command (ls, show, export, verify)",
+    "STORAGE_NOT_A_FILE": "a regular file belongs there: move the directory or special file away, or use another store",
+    "STORAGE_NOT_A_DIRECTORY": "a directory belongs there: move the file away, or choose another store path",
+    "STORAGE_IO": "check the disk and the file system, then retry",
+}
+
+
+def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
+    """An OS refusal as :class:`StorageAccessError`: the stable code, the path, the OS reason, the remedy."""
+    code = _OS_ERROR_KINDS.get(err.errno or 0, "STORAGE_IO")
+    name = errno.errorcode.get(err.errno or 0, "EIO")
+    return StorageAccessError(
+        f'cannot {action}: "{path}": {name}: {err.strerror or err} — {_REMEDIES[code]}', code=code, path=path
+    )
+
+
+def _primary(err: BaseException) -> int | None:
+    code = getattr(err, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _on_read_only_file_system(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(path) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "regular file" if stat.S_ISREG(mode) else "special file"
 
 
 class _RawText(bytes):
