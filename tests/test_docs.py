@@ -491,3 +491,26 @@ def test_docs_backend_protocol_table_matches_both_backends(tmp_path: Path) -> No
     with pytest.raises(PersistenceError, match="this session persistence backend does not expose raw artifacts"):
         sqlite.read_raw("a/b")
     sqlite.close()
+
+
+def test_docs_persistence_read_only_section_matches_the_code() -> None:
+    from agentlog.persistence import jsonl, sqlite
+    from agentlog.persistence.backend import PartialRead
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.memory import MemoryBackend
+
+    text = " ".join((ROOT / "docs" / "persistence-api.md").read_text(encoding="utf-8").split())
+    jsonl_params = inspect.signature(jsonl.JsonlBackend).parameters
+    assert jsonl_params["max_header_bytes"].default == 2**20 and "`max_header_bytes = 1 MiB`" in text
+    assert jsonl_params["max_log_bytes"].default == 2 * 2**30 and "`max_log_bytes = 2 GiB`" in text
+    assert "read_only" in jsonl_params and "read_only" in inspect.signature(sqlite.SqliteBackend).parameters
+    assert "auto" in str(jsonl_params["compression"].annotation)
+    assert callable(jsonl.detect_compression)
+    for backend in (jsonl.JsonlBackend, sqlite.SqliteBackend, MemoryBackend, PersistenceCoordinator):
+        assert callable(getattr(backend, "read_prefix", None)), backend
+    fields = "PartialRead(meta, events, revision, damage, torn_offset)"
+    assert fields in text
+    assert list(PartialRead.__dataclass_fields__) == ["meta", "events", "revision", "damage", "torn_offset"]
+    source = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "src" / "agentlog").rglob("*.py"))
+    for code in re.findall(r"`([A-Z][A-Z_]{3,})`", text):
+        assert f'"{code}"' in source, f"persistence-api.md names a code nothing raises: {code}"
