@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <time.h>
 
 #define MAX_DEPTH 48
 #define MAX_SAFE 9007199254740991LL
@@ -633,7 +634,247 @@ error:
     return NULL;
 }
 
+/* --- the append hot path ----------------------------------------------------------------------
+ *
+ * checked_snapshot(value, kind): snapshot(value) plus, for the core log-only types, the data rule
+ * that seeds.py applies on append and on load (kind 1 turn/start, 2 step/start|end, 3 assistant/chunk,
+ * 4 tool/call, 5 user/message, 6 assistant/message, 7 tool/result, 8 turn/end; 0 no rule). It returns the frozen copy only when the copy plainly satisfies the rule;
+ * anything else (invalid JSON, a rule failure, an integral float where an integer belongs, too deep)
+ * returns GIVE_UP and the Python path decides, with its exact result or error. Like snapshot(), it
+ * never decides on its own that something is invalid. */
+
+static int
+pos_int(PyObject *v)
+{
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && x > 0 && x <= MAX_SAFE;
+}
+
+static int
+nonneg_int(PyObject *v)
+{
+    if (v == NULL || !PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && x >= 0 && x <= MAX_SAFE;
+}
+
+static PyObject *k_trigger, *k_call_id, *k_arguments, *k_message, *k_role, *k_source, *k_kind, *k_content,
+    *k_provider, *k_model, *k_tool_call_id, *k_reason, *k_error;
+
+static int
+nonempty_str(PyObject *v)
+{
+    return v != NULL && PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) > 0;
+}
+
+static int
+str_is(PyObject *v, const char *text)
+{
+    return v != NULL && PyUnicode_CheckExact(v) && PyUnicode_CompareWithASCIIString(v, text) == 0;
+}
+
+/* The message rules of seeds.check_message_shape (5 user/message, 6 assistant/message, 7 tool/result). */
+static int
+message_holds(PyObject *d, long kind)
+{
+    PyObject *message = kind == 5 ? d : (PyDict_Check(d) ? PyDict_GetItem(d, k_message) : NULL);
+    if (message == NULL || !PyDict_Check(message) || !nonempty_str(PyDict_GetItem(message, k_id))) {
+        return 0;
+    }
+    if (!str_is(PyDict_GetItem(message, k_role), kind == 6 ? "assistant" : "user")) {
+        return 0;
+    }
+    PyObject *source = PyDict_GetItem(message, k_source);
+    if (source == NULL || !PyDict_Check(source)) {
+        return 0;
+    }
+    PyObject *source_kind = PyDict_GetItem(source, k_kind);
+    PyObject *content = PyDict_GetItem(message, k_content);
+    if (!nonempty_str(source_kind) || content == NULL || !PyList_Check(content)) {
+        return 0;
+    }
+    if (kind == 5) {
+        return 1;
+    }
+    if (kind == 6) {
+        return str_is(source_kind, "model") && nonempty_str(PyDict_GetItem(source, k_provider)) &&
+               nonempty_str(PyDict_GetItem(source, k_model));
+    }
+    PyObject *call_id = PyDict_GetItem(source, k_call_id);
+    if (!str_is(source_kind, "tool") || !nonempty_str(call_id) || PyList_GET_SIZE(content) != 1) {
+        return 0;
+    }
+    PyObject *block = PyList_GET_ITEM(content, 0);
+    if (!PyDict_Check(block) || !str_is(PyDict_GetItem(block, k_type), "tool-result")) {
+        return 0;
+    }
+    PyObject *inner = PyDict_GetItem(block, k_content);
+    PyObject *block_call = PyDict_GetItem(block, k_tool_call_id);
+    return inner != NULL && PyList_Check(inner) && block_call != NULL && PyUnicode_CheckExact(block_call) &&
+           PyUnicode_Compare(block_call, call_id) == 0;
+}
+
+/* seeds._turn_end_problem (8 turn/end). */
+static int
+turn_end_holds(PyObject *d)
+{
+    if (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 2 || !pos_int(PyDict_GetItem(d, k_turn))) {
+        return 0;
+    }
+    PyObject *reason = PyDict_GetItem(d, k_reason);
+    if (reason == NULL || !PyDict_Check(reason)) {
+        return 0;
+    }
+    PyObject *kind = PyDict_GetItem(reason, k_kind);
+    if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+        return 0;
+    }
+    if (str_is(kind, "completed") || str_is(kind, "blocked") || str_is(kind, "max-tokens") ||
+        str_is(kind, "interrupted")) {
+        return PyDict_GET_SIZE(reason) == 1;
+    }
+    if (str_is(kind, "aborted")) {
+        return PyDict_GetItem(reason, k_reason) != NULL;
+    }
+    if (str_is(kind, "disposed")) {
+        return 0;
+    }
+    if (str_is(kind, "error")) {
+        return PyDict_GetItem(reason, k_error) != NULL;
+    }
+    return 1;
+}
+
+/* 1 when the frozen dict d satisfies rule `kind`; 0 otherwise (never sets an error). */
+static int
+rule_holds(PyObject *d, long kind)
+{
+    if (kind >= 5 && kind <= 7) {
+        return message_holds(d, kind);
+    }
+    if (kind == 8) {
+        return turn_end_holds(d);
+    }
+    if (!PyDict_Check(d)) {
+        return 0;
+    }
+    /* Keys of a frozen copy are exact str, so lookups cannot raise. */
+    if (!pos_int(PyDict_GetItem(d, k_turn))) {
+        return 0;
+    }
+    if (kind == 1) {
+        return PyDict_GetItem(d, k_trigger) == NULL;
+    }
+    if (!nonneg_int(PyDict_GetItem(d, k_step))) {
+        return 0;
+    }
+    if (kind == 2) {
+        return 1;
+    }
+    if (kind == 3) {
+        PyObject *chunk = PyDict_GetItem(d, k_chunk);
+        if (chunk == NULL || !PyDict_Check(chunk)) {
+            return 0;
+        }
+        PyObject *type = PyDict_GetItem(chunk, k_type);
+        return type != NULL && PyUnicode_CheckExact(type);
+    }
+    if (kind == 4) {
+        PyObject *call_id = PyDict_GetItem(d, k_call_id);
+        PyObject *name = PyDict_GetItem(d, k_name);
+        PyObject *arguments = PyDict_GetItem(d, k_arguments);
+        return call_id != NULL && PyUnicode_CheckExact(call_id) && PyUnicode_GET_LENGTH(call_id) > 0 &&
+               name != NULL && PyUnicode_CheckExact(name) && arguments != NULL && PyUnicode_CheckExact(arguments);
+    }
+    return 0;
+}
+
+static PyObject *
+checked_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "checked_snapshot(value, kind) expected");
+        return NULL;
+    }
+    if (frozen_dict_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
+        return NULL;
+    }
+    long kind = PyLong_AsLong(args[1]);
+    if (kind == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *result = snap(args[0], 0);
+    if (result == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_INCREF(give_up);
+        return give_up;
+    }
+    if (kind > 0 && !rule_holds(result, kind)) {
+        Py_DECREF(result);
+        Py_INCREF(give_up);
+        return give_up;
+    }
+    return result;
+}
+
+/* event4(cls, type, seq, time, data): the committed event {type, seq, time, data} as an untracked
+ * instance of the dict subclass cls, or None when `time` is not a safe integer (the caller raises). */
+static PyObject *
+event4(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "event4(cls, type, seq, time, data) expected");
+        return NULL;
+    }
+    PyObject *time = args[3];
+    if (!PyLong_CheckExact(time)) {
+        Py_RETURN_NONE;
+    }
+    int overflow = 0;
+    long long t = PyLong_AsLongLongAndOverflow(time, &overflow);
+    if (overflow || t > MAX_SAFE || t < -MAX_SAFE) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyDict_Type.tp_new((PyTypeObject *)args[0], empty_tuple, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (PyDict_SetItem(out, k_type, args[1]) < 0 || PyDict_SetItem(out, k_seq, args[2]) < 0 ||
+        PyDict_SetItem(out, k_time, time) < 0 || PyDict_SetItem(out, k_data, args[4]) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyObject_GC_UnTrack(out);
+    return out;
+}
+
+/* wall_clock_ms(): integer Unix epoch milliseconds (what time.time_ns() // 1_000_000 returns). */
+static PyObject *
+wall_clock_ms(PyObject *module, PyObject *unused)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000LL + (long long)(ts.tv_nsec / 1000000));
+}
+
 static PyMethodDef methods[] = {
+    {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
+    {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
+     "snapshot() plus a core data rule; GIVE_UP whenever the Python path must decide."},
+    {"event4", (PyCFunction)(void (*)(void))event4, METH_FASTCALL,
+     "An untracked committed event {type, seq, time, data}, or None for a non-safe-integer time."},
     {"snapshot", (PyCFunction)snapshot, METH_O, "Frozen copy of a plainly valid JSON value, or GIVE_UP."},
     {"restore_events", (PyCFunction)(void (*)(void))restore_events, METH_FASTCALL,
      "Envelope-check, freeze and seal restored events; report the ones needing Python checks."},
@@ -676,6 +917,23 @@ PyInit__speedups(void)
     k_name = PyUnicode_InternFromString("name");
     k_arguments_delta = PyUnicode_InternFromString("argumentsDelta");
     v_chunk_type = PyUnicode_InternFromString("assistant/chunk");
+    k_trigger = PyUnicode_InternFromString("trigger");
+    k_call_id = PyUnicode_InternFromString("callId");
+    k_arguments = PyUnicode_InternFromString("arguments");
+    k_message = PyUnicode_InternFromString("message");
+    k_role = PyUnicode_InternFromString("role");
+    k_source = PyUnicode_InternFromString("source");
+    k_kind = PyUnicode_InternFromString("kind");
+    k_content = PyUnicode_InternFromString("content");
+    k_provider = PyUnicode_InternFromString("provider");
+    k_model = PyUnicode_InternFromString("model");
+    k_tool_call_id = PyUnicode_InternFromString("toolCallId");
+    k_reason = PyUnicode_InternFromString("reason");
+    k_error = PyUnicode_InternFromString("error");
+    if (!k_trigger || !k_call_id || !k_arguments || !k_message || !k_role || !k_source || !k_kind || !k_content ||
+        !k_provider || !k_model || !k_tool_call_id || !k_reason || !k_error) {
+        return NULL;
+    }
     if (!k_turn || !k_step || !k_chunk || !k_index || !k_text || !k_id || !k_name || !k_arguments_delta ||
         !v_chunk_type) {
         return NULL;

@@ -169,13 +169,31 @@ DataValidator = Callable[[Any], object]
 """Called with the frozen data; raising or returning ``False`` refuses the event."""
 
 
+APPEND_CHECK_KINDS: dict[str, int] = {
+    "turn/start": 1,
+    "step/start": 2,
+    "step/end": 2,
+    "assistant/chunk": 3,
+    "tool/call": 4,
+    "user/message": 5,
+    "assistant/message": 6,
+    "tool/result": 7,
+    "turn/end": 8,
+    "request/header": -1,
+}
+"""How append checks a type's data (``seeds.check_append_data`` holds the rules): ``1``-``8`` a rule
+the C accelerator can also check, ``-1`` checked in Python only, absent: the JSON gate only."""
+
+
 class EventTypeInfo:
-    __slots__ = ("ignorable", "name", "validator")
+    __slots__ = ("check", "ignorable", "name", "surface", "validator")
 
     def __init__(self, name: str, ignorable: bool, validator: DataValidator | None) -> None:
         self.name = name
         self.ignorable = ignorable
         self.validator = validator
+        self.check = APPEND_CHECK_KINDS.get(name, 0)
+        self.surface = name in SURFACE_EVENT_TYPES
 
 
 class EventTypes:

@@ -32,12 +32,14 @@ from .errors import (
     UnknownEventTypeError,
     describe_error,
 )
-from .events import SESSION_FORMAT_VERSION, SURFACE_EVENT_TYPES, Event, EventTypes, event_types, new_event
+from .events import SESSION_FORMAT_VERSION, Event, EventTypes, event_types, new_event
 from .jsonvalue import (
+    _GIVE_UP,
     EMPTY_FROZEN_DICT,
     MAX_SAFE_INTEGER,
     FrozenDict,
     _speedups,
+    seal_as,
     snapshot_container,
     snapshot_json,
 )
@@ -65,9 +67,13 @@ logger = logging.getLogger("agentlog")
 Clock = Callable[[], int]
 
 
-def wall_clock_ms() -> int:
+def _py_wall_clock_ms() -> int:
     """Integer Unix epoch milliseconds (the original's ``Date.now()``)."""
     return _time.time_ns() // 1_000_000
+
+
+wall_clock_ms: Clock = getattr(_speedups, "wall_clock_ms", None) or _py_wall_clock_ms
+"""Integer Unix epoch milliseconds (the original's ``Date.now()``); the session's default clock."""
 
 
 class SeqOutOfRangeError(AgentlogError, IndexError):
@@ -203,9 +209,41 @@ _RESTORE_SPECIAL_TYPES = frozenset(
     {"user/message", "assistant/message", "tool/result", "request/header", "request/header-delta"}
 ) | frozenset(CORE_DATA_RULES)
 _LEGACY_TYPES = frozenset({"request/header", "request/header-delta"})
-_CHECKED_TYPES = _LEGACY_TYPES | MESSAGE_EVENT_TYPES | frozenset(CORE_DATA_RULES)
-"""Types whose data the shared append/load rules check (everything else: the JSON gate only)."""
 _CREATE_TOKEN = object()
+
+
+def _refuse_reentry() -> NoReturn:
+    raise ReentrantAppendError("session append cannot reenter while another append is being published")
+
+
+def _check_data(type: str, data_copy: Any) -> None:
+    """The shared append/load data rules (``seeds``) plus the removed request-header vocabulary."""
+    if type == "request/header":
+        problem = legacy_request_header_problem(type, data_copy, f'session event "{type}"')
+        if problem is not None:
+            raise LegacyFormatError(problem)
+    check_append_data(type, data_copy)
+
+
+def _checked_copy(type: str, data: Any, check: int) -> Any:
+    """The canonical (pure-Python) gate and data rules; the accelerator's answer must equal this one."""
+    try:
+        data_copy = snapshot_container(data) if data.__class__ is dict else snapshot_json(data)
+    except NonJsonValueError as err:
+        raise InvalidEventError(f'session event "{type}" carries non-JSON-serializable data: {err}') from None
+    if check:
+        _check_data(type, data_copy)
+    return data_copy
+
+
+def _py_event4(cls: type, type: str, seq: int, time: Any, data: Any) -> Any:
+    if time.__class__ is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
+        return None
+    return seal_as(cls, {"type": type, "seq": seq, "time": time, "data": data})
+
+
+_checked_snapshot: Any = getattr(_speedups, "checked_snapshot", None)
+_event4: Callable[..., Any] = getattr(_speedups, "event4", None) or _py_event4
 
 
 class Session:
@@ -452,41 +490,48 @@ class Session:
         info = self._known.get(type)
         if info is None:
             self._refuse_type(type)
-        try:
-            data_copy = snapshot_container(data) if data.__class__ is dict else snapshot_json(data)
-        except NonJsonValueError as err:
-            raise InvalidEventError(
-                f'session event "{type}" carries non-JSON-serializable data: {err}'
-            ) from None
-        if type in _CHECKED_TYPES:
-            if type in _LEGACY_TYPES:
-                problem = legacy_request_header_problem(type, data_copy, f'session event "{type}"')
-                if problem is not None:
-                    raise LegacyFormatError(problem)
-            check_append_data(type, data_copy)
-        if type in self._validators:
+        check = info.check
+        if data.__class__ is dict and _checked_snapshot is not None:
+            data_copy = _checked_snapshot(data, check if check > 0 else 0)
+            if data_copy is _GIVE_UP:
+                data_copy = _checked_copy(type, data, check)
+            elif check < 0:
+                _check_data(type, data_copy)
+        else:
+            data_copy = _checked_copy(type, data, check)
+        if info.validator is not None:
             self._registry.validate(type, data_copy)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._disposed:
                 self._refuse_disposed()
             log = self._log
             seq = len(log)
-            if intent is None:
-                record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
-            else:
-                record = self._with_surface_metadata(type, seq, data_copy, intent)
-            if info.ignorable:
-                record["ignorable"] = True
             entry = self._attachment
-            if entry is not None and entry.appending:
-                raise ReentrantAppendError("session append cannot reenter while another append is being published")
-            now = self._now()
-            if now.__class__ is not int or not -MAX_SAFE_INTEGER <= now <= MAX_SAFE_INTEGER:
-                self._refuse_time(now)
-            record["time"] = now
-            event = new_event(record)
+            if intent is None and not info.ignorable:
+                if entry is not None and entry.appending:
+                    _refuse_reentry()
+                now = self._now()
+                event = _event4(Event, type, seq, now, data_copy)
+                if event is None:
+                    self._refuse_time(now)
+            else:
+                if intent is None:
+                    record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
+                else:
+                    record = self._with_surface_metadata(type, seq, data_copy, intent)
+                if info.ignorable:
+                    record["ignorable"] = True
+                if entry is not None and entry.appending:
+                    _refuse_reentry()
+                now = self._now()
+                if now.__class__ is not int or not -MAX_SAFE_INTEGER <= now <= MAX_SAFE_INTEGER:
+                    self._refuse_time(now)
+                record["time"] = now
+                event = new_event(record)
             surface = self._surface
-            if intent is not None or type in SURFACE_EVENT_TYPES:
+            if intent is not None or info.surface:
                 plan = surface.validate_next(event)
             else:
                 plan = None
@@ -497,6 +542,8 @@ class Session:
                 return event
             self._publish(entry, event, plan)
             return event
+        finally:
+            lock.release()
 
     def _refuse_type(self, type: str) -> NoReturn:
         if self._disposed:
