@@ -513,7 +513,7 @@ class Session:
                 if entry is not None and entry.appending:
                     _refuse_reentry()
                 now = self._now()
-                event = _event4(Event, type, seq, now, data_copy)
+                event: Event = _event4(Event, type, seq, now, data_copy)
                 if event is None:
                     self._refuse_time(now)
             else:
