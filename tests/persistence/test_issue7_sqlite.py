@@ -616,8 +616,12 @@ def test_issue7_d20_a_never_initialised_database_reads_as_an_empty_store(tmp_pat
     db.touch(mode=0o600)  # what a first open interrupted before initialisation leaves
     reader = SqliteBackend(str(db), read_only=True)
     assert reader.list_sessions() == [] and reader.load_stored(SID) is None and reader.read_revision(SID) is None
-    reader.close()
     assert db.stat().st_size == 0
+    writer = SqliteBackend(str(db))
+    writer.append_batch(header(), closed_turn(0), False)
+    assert [item.id for item in reader.list_sessions()] == [SID]  # the same reader sees it once initialised
+    writer.close()
+    reader.close()
 
 
 # --- defect 4: ids the store cannot hold -----------------------------------------------------------------------

@@ -330,7 +330,9 @@ class SqliteBackend:
         """The open connection (caller holds ``_mutex``); opens lazily, retrying after a failed open."""
         conn = self._conn
         if conn is not None:
-            return conn
+            if not self._pristine:
+                return conn
+            self._drop_connection()  # an empty store may have been initialised since: look again
         if self._closed:
             raise PersistenceError(f"{self.name} backend is closed")
         try:
@@ -450,8 +452,9 @@ class SqliteBackend:
             return err
         if isinstance(err, MemoryError):
             return ResourceExhaustedError(
-                f'{self.name} {op} ran out of memory reading "{self.path}"; nothing was modified and the stored '
-                "data is not known to be damaged — retry with more memory available"
+                f'{self.name} {op} ran out of memory on "{self.path}"; nothing was modified (a write was rolled '
+                "back and not acknowledged) and the stored data is not known to be damaged — retry with more "
+                "memory available"
             )
         if isinstance(err, OSError):
             return self._os_error(err, f"{op} the session database")
@@ -881,7 +884,10 @@ class SqliteBackend:
         session_id = _session_id(meta)
         self.validate_session_id(session_id)
         header = None if materialized else _header_columns(meta)
-        rows = codec.encode_batch(session_id, events)
+        try:
+            rows = codec.encode_batch(session_id, events)
+        except MemoryError as err:
+            raise self._typed(err, "append") from None
         first = rows[0][1]
 
         def body(conn: sqlite3.Connection) -> None:
@@ -932,7 +938,10 @@ class SqliteBackend:
                 "'agentlog export --partial')"
             )
         self.validate_session_id(session_id)
-        rows = [codec.encode_scalar(session_id, closer) for closer in closers]
+        try:
+            rows = [codec.encode_scalar(session_id, closer) for closer in closers]
+        except MemoryError as err:
+            raise self._typed(err, "repair") from None
         for index in range(1, len(rows)):
             if rows[index][1] != rows[index - 1][1] + 1:
                 raise PersistenceError(f"session {session_id} repair closers are not contiguous")
@@ -976,7 +985,7 @@ class SqliteBackend:
             except codec.StorageRowError as err:
                 sid = row[0]
                 if isinstance(sid, codec.InvalidText):
-                    sid = sid.raw.decode("utf-8", "replace")
+                    sid = sid.raw.decode("utf-8", "backslashreplace")  # named, never silently replaced
                 listings.append(
                     SessionListing(
                         id=sid if isinstance(sid, str) else repr(sid),
