@@ -487,10 +487,10 @@ def test_docs_backend_protocol_table_matches_both_backends(tmp_path: Path) -> No
     lock.release()
     jsonl.close()
     sqlite = SqliteBackend(tmp_path / "db" / "sessions.sqlite3")
-    lock = sqlite.lock_writer(meta)
+    sqlite_lock = sqlite.lock_writer(meta)
     assert "`<db path>.locks/<encodeSegment(id)>.lock`" in text
     assert (tmp_path / "db" / "sessions.sqlite3.locks" / f"{encode_segment('a/b')}.lock").exists()
-    lock.release()
+    sqlite_lock.release()
     with pytest.raises(PersistenceError, match="this session persistence backend does not expose raw artifacts"):
         sqlite.read_raw("a/b")
     sqlite.close()
@@ -517,3 +517,16 @@ def test_docs_persistence_read_only_section_matches_the_code() -> None:
     source = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "src" / "agentlog").rglob("*.py"))
     for code in re.findall(r"`([A-Z][A-Z_]{3,})`", text):
         assert f'"{code}"' in source, f"persistence-api.md names a code nothing raises: {code}"
+
+
+def test_docs_benchmark_workload_size_claim() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_workload", ROOT / "benchmarks" / "workload.py")
+    assert spec is not None and spec.loader is not None
+    workload = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(workload)
+    per_turn = (len(workload.build_workload(3)) - 1) / 3
+    assert len(workload.build_workload(3)) == 3 * per_turn + 1 == len(workload.build_workload(1)) + 2 * per_turn
+    assert "W(2000) (102,001 events)" in _readme()
+    assert int(2000 * per_turn + 1) == 102_001
