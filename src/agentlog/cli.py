@@ -649,6 +649,8 @@ async def _agent_turns(
     finally:
         for installed in handled:
             loop.remove_signal_handler(installed)
+            if received:  # the command is on its way out (flush, release, exit 130/143): stay on course
+                signal.signal(installed, signal.SIG_IGN)
         await provider.aclose()
 
 
