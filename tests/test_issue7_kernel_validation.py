@@ -232,7 +232,11 @@ def _well_formed(etype: str) -> Any:
         "assistant/chunk": {"turn": 1, "step": 1, "chunk": al.text_delta(0, "x")},
         "tool/call": {"turn": 1, "step": 1, "callId": "c1", "name": "t", "arguments": "{}"},
         "user/message": al.user_message("x", id="u"),
-        "assistant/message": {"turn": 1, "step": 1, "message": al.assistant_message("x", provider="p", model="m", id="a")},
+        "assistant/message": {
+            "turn": 1,
+            "step": 1,
+            "message": al.assistant_message("x", provider="p", model="m", id="a"),
+        },
         "tool/result": {"turn": 1, "step": 1, "message": al.tool_result_message("c1", "x", id="t")},
         "turn/end": {"turn": 1, "reason": {"kind": "completed"}},
     }[etype]
