@@ -14,7 +14,19 @@ from .builtin_tools import (
     builtin_registry,
 )
 from .inbox import Inbox, InboxError
-from .loop import Agent, AgentError, AgentOptions, ReconstructionError, RetryPolicy, TurnOutcome
+from .loop import (
+    DEFAULT_MAX_STEPS,
+    Agent,
+    AgentError,
+    AgentNotDurableError,
+    AgentOptions,
+    InvalidAgentOptionError,
+    OpenTurnError,
+    ReconstructionError,
+    RetryPolicy,
+    StepLimitError,
+    TurnOutcome,
+)
 from .tools import (
     CallResult,
     ExecutionMode,
@@ -36,8 +48,10 @@ from .tools import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_STEPS",
     "Agent",
     "AgentError",
+    "AgentNotDurableError",
     "AgentOptions",
     "CallResult",
     "CommandPolicy",
@@ -46,11 +60,14 @@ __all__ = [
     "FunctionTool",
     "Inbox",
     "InboxError",
+    "InvalidAgentOptionError",
     "ListDirTool",
+    "OpenTurnError",
     "ReadFileTool",
     "ReconstructionError",
     "RetryPolicy",
     "RunCommandTool",
+    "StepLimitError",
     "Tool",
     "ToolCall",
     "ToolConflictError",
