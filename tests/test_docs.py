@@ -530,3 +530,17 @@ def test_docs_benchmark_workload_size_claim() -> None:
     assert len(workload.build_workload(3)) == 3 * per_turn + 1 == len(workload.build_workload(1)) + 2 * per_turn
     assert "W(2000) (102,001 events)" in _readme()
     assert int(2000 * per_turn + 1) == 102_001
+
+
+def test_docs_nesting_depth_claim_names_the_limit_the_gate_enforces() -> None:
+    from agentlog.jsonvalue import MAX_JSON_DEPTH
+
+    text = " ".join(_readme().split())
+    assert "limited by memory only" not in text, "the gate has a depth limit; the README must name it"
+    assert f"{MAX_JSON_DEPTH:,}" in text
+    deep: Any = 0
+    for _ in range(MAX_JSON_DEPTH):
+        deep = [deep]
+    agentlog.snapshot_json(deep)
+    with pytest.raises(agentlog.NonJsonValueError):
+        agentlog.snapshot_json([deep])
