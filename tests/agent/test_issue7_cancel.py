@@ -405,3 +405,53 @@ def test_issue7_d1_ctrl_c_under_asyncio_run_answers_the_running_call(tmp_path: P
     events = check_stored_and_reloaded(root)
     assert _results(events)["slow"]["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
     assert events[-1]["data"]["reason"]["kind"] == "aborted"
+
+
+def test_issue7_d1_a_call_that_cannot_be_answered_leaves_the_turn_open_for_crash_repair(tmp_path: Path) -> None:
+    """Never close a turn over an unanswered call: if no result can be written, repair answers it later."""
+    root = tmp_path / "store"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("42\n")
+    store = al.SessionStore()
+    al.SessionInvariants(store).install()
+    coordinator = PersistenceCoordinator(store, JsonlBackend(str(root)))
+
+    def refuse_results(session: al.Session, candidate: Any) -> None:
+        if candidate["type"] == "tool/result":
+            raise RuntimeError("result policy hook is broken")
+
+    unsubscribe = store.before_event(refuse_results)
+    script = [Reply(tool_calls=[ScriptedCall("read_file", {"path": "notes.txt"}, id="r1")])]
+
+    async def main() -> Any:
+        with DemoModelServer(script) as server:
+            async with OpenAICompatibleProvider(base_url=server.base_url, api_key="k", model="m") as provider:
+                session = store.create(SID, meta={"cwd": str(work)})
+                agent = Agent(
+                    session, provider, AgentOptions(provider="p", model="m", cwd=work), tools=builtin_registry()
+                )
+                agent.followup("read it")
+                outcomes = await agent.run()
+                agent.followup("again")
+                with pytest.raises(al.agent.OpenTurnError):
+                    await agent.run()  # the same live session cannot start a turn inside the open one
+                return outcomes
+
+    try:
+        outcomes = asyncio.run(main())
+        stored = [e["type"] for e in JsonlBackend(str(root)).load_stored(SID).events]  # type: ignore[union-attr]
+    finally:
+        unsubscribe()
+        coordinator.close()
+    assert outcomes[0].reason["kind"] == "error"
+    assert "turn/end" not in stored and stored[-1] == "tool/call"  # flushed, and left open
+    fresh = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(root)))
+    try:
+        session = fresh.resume(SID)
+        events = [al.thaw(e) for e in session.events]
+        assert_turns_closed_with_every_call_answered([e for e in events if e["type"] != "session/end-seed"])
+        assert _results(events)["r1"]["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+        assert tool_pairing_problems(session.derive_messages()) == []
+    finally:
+        fresh.close()

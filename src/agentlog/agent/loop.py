@@ -331,21 +331,21 @@ class Agent:
         short. Returns False if an answer could not be written (the turn must then stay open).
         """
         session = self.session
-        requested: dict[str, tuple[str, str]] = {}
-        recorded: dict[str, int] = {}
-        answered: set[str] = set()
-        for event in session.events[step_start:]:
-            etype = event["type"]
-            data = event["data"]
-            if etype == "assistant/message":
-                for block in data["message"]["content"]:
-                    if block.get("type") == "tool-call":
-                        requested[block["id"]] = (block.get("name", ""), block.get("arguments", ""))
-            elif etype == "tool/call":
-                recorded[data["callId"]] = event.seq
-            elif etype == "tool/result" and event.get("surfaceOp") == "append":
-                answered.add(data["message"]["source"]["callId"])
         try:
+            requested: dict[str, tuple[str, str]] = {}
+            recorded: dict[str, int] = {}
+            answered: set[str] = set()
+            for event in session.events[step_start:]:
+                etype = event["type"]
+                data = event["data"]
+                if etype == "assistant/message":
+                    for block in data["message"]["content"]:
+                        if block.get("type") == "tool-call":
+                            requested[block["id"]] = (block.get("name", ""), block.get("arguments", ""))
+                elif etype == "tool/call":
+                    recorded[data["callId"]] = event.seq
+                elif etype == "tool/result" and event.get("surfaceOp") == "append":
+                    answered.add(data["message"]["source"]["callId"])
             for call_id in [*requested, *(c for c in recorded if c not in requested)]:
                 if call_id in answered:
                     continue
@@ -357,7 +357,7 @@ class Agent:
                         {"turn": turn, "step": step, "callId": call_id, "name": name, "arguments": arguments},
                     ).seq
                 if call_id in self._dispatched:
-                    data = interrupted_tool_result_data(
+                    result = interrupted_tool_result_data(
                         call_id,
                         started=True,
                         turn=turn,
@@ -365,8 +365,8 @@ class Agent:
                         message_id=f"interrupted-tool-result-{call_id}-{session.seq}",
                     )
                 else:
-                    data = dict(aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step))
-                session.append("tool/result", data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+                    result = dict(aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step))
+                session.append("tool/result", result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
         except Exception as err:
             logger.warning(
                 'session "%s": could not answer the open tool calls of turn %s (left open for crash repair): %s',
