@@ -8,7 +8,8 @@ error propagates and the model request is not sent / the tool body does not run.
 cancellation arrives while the barrier waits is answered with the canonical
 ``ABORTED_BEFORE_DISPATCH`` result instead of running.
 
-The agent loop arrives later; this module is the small API it will call.
+The agent loop (:class:`agentlog.agent.Agent`) calls these barriers through the store its session is
+live in; an agent runs without them only when built with ``durable=False``.
 """
 
 from __future__ import annotations
