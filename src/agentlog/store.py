@@ -17,6 +17,7 @@ import builtins
 import inspect
 import logging
 import secrets
+import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -38,6 +39,29 @@ logger = logging.getLogger("agentlog")
 
 _META_KEYS = ("cwd", "parentSession", "seedLength", "origin", "delegationDepth", "agentPreset")
 _HOOKS = ("created", "event", "flush", "disposed", "before_event")
+
+
+_mint_lock = threading.Lock()
+_mint_last = [0, 0]  # (milliseconds, random part) of the last id minted by this process
+
+
+def mint_session_id() -> str:
+    """A unique, time-sortable session id: ``YYYYMMDDTHHMMSS-mmm-<12 hex>`` (UTC wall clock).
+
+    The hex part is random (47 bits), so ids minted by different processes do not collide; within
+    one process it increases strictly when the millisecond repeats (as a ULID's does), so ids sort in
+    creation order. Only ``[0-9A-Za-z-]`` is used, which every backend stores verbatim.
+    """
+    with _mint_lock:
+        ms = _time.time_ns() // 1_000_000
+        last_ms, last_rand = _mint_last
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1
+        else:
+            rand = secrets.randbits(47)
+        _mint_last[0], _mint_last[1] = ms, rand
+    stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime(ms // 1000))
+    return f"{stamp}-{ms % 1000:03d}-{rand:012x}"
 
 
 class _Entry:
@@ -178,15 +202,8 @@ class SessionStore(_Hooks):
 
     # -- building ----------------------------------------------------------------------------------
     def _mint_id(self) -> str:
-        """A unique, time-sortable default id: ``YYYYMMDDTHHMMSS-mmm-<12 random hex>`` (UTC).
-
-        Ids of different processes never collide (48 random bits per id) and sort by creation time to
-        the millisecond; only ``[0-9A-Za-z-]`` is used, which every backend stores verbatim.
-        """
         while True:
-            ms = _time.time_ns() // 1_000_000
-            stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime(ms // 1000))
-            candidate = f"{stamp}-{ms % 1000:03d}-{secrets.token_hex(6)}"
+            candidate = mint_session_id()
             if candidate not in self._entries:
                 return candidate
 

@@ -711,7 +711,34 @@ class PersistenceCoordinator:
 
     # -- the live write path -------------------------------------------------------------------------------
     def _on_created(self, session: Session) -> None:
+        self._refuse_stored_id(session)
         self._init_for(session)
+
+    def _refuse_stored_id(self, session: Session) -> None:
+        """Issue 7 (ids): creating a session over an id that already has a stored log fails at once
+        (vetoing the creation), instead of colliding at the first flush. Resumed sessions and the
+        live owner of the id pass; an ownerless registration without a stored log passes too. A
+        session seeded with a prefix (``create(id, seed=loaded.events)``, the original's way to claim a
+        stored log) is judged by the seed-covers-stored-prefix rule of :meth:`_attach` instead."""
+        from ..errors import SessionExistsError
+
+        if session.first_live_seq > 0:
+            return
+        session_id = session.id
+        with self._serialized(session_id):
+            reserved = self._reserved.get(session_id)
+            if reserved is not None and reserved.session is session:
+                return
+            state = self._states.get(session_id)
+            if state is not None and state.owner is session:
+                return
+            if self.backend.read_revision(session_id) is None:
+                return
+        raise SessionExistsError(
+            f'session "{session_id}" already has a stored log in the {self.backend.name} store; '
+            f'reopen it with coordinator.resume("{session_id}") instead of creating it, or create the new '
+            "session under another id (store.create() without an id picks a unique one)"
+        )
 
     def _init_for(self, session: Session) -> _WriteBehind:
         live = self._live.get(id(session))
