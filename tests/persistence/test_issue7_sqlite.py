@@ -390,19 +390,23 @@ def test_issue7_d16_a_replaced_database_file_is_detected_before_commit(
 def test_issue7_d16_a_failed_first_open_is_retried_and_buffered_events_are_kept(
     backends: list[Any], small_fs: Path
 ) -> None:
-    store_dir = small_fs / "store"
-    store_dir.mkdir(mode=0o700)
+    db = small_fs / "store" / "sessions.sqlite"
+    db.parent.mkdir(mode=0o700)
     filler = fill(small_fs)  # the disk is full before the database is ever opened
-    reader = coordinator(backends, store_dir / "sessions.sqlite")
-    session = reader.store.create(SID, meta=live_meta())
+    reader = coordinator(backends, db)
+    with pytest.raises(StorageAccessError) as info:
+        reader.store.create(SID, meta=live_meta())  # create reads the store: its first open fails
+    assert info.value.code == "STORAGE_FULL", info.value
+    filler.unlink()
+    session = reader.store.create(SID, meta=live_meta())  # the same backend opens now: nothing remembered
+    filler = fill(small_fs)
     append_closed_turn(session)
     with pytest.raises(StorageAccessError) as info:
         reader.store.flush(session)
     assert info.value.code == "STORAGE_FULL", info.value
-    filler.unlink()  # space is back: the same backend opens now and nothing buffered was dropped
-    reader.close()
-    check = open_backend(backends, store_dir / "sessions.sqlite")
-    stored = check.load_stored(SID)
+    filler.unlink()
+    reader.close()  # the buffered events are written at close, not dropped
+    stored = open_backend(backends, db).load_stored(SID)
     assert stored is not None and [e["seq"] for e in stored.events] == [e["seq"] for e in session.events]
 
 
@@ -581,6 +585,24 @@ def test_issue7_d20_read_only_commands_never_checkpoint_or_delete_wal_files(back
         with pytest.raises(PersistenceError, match="read-only"):
             refused()
     assert digest(db, wal) == before
+
+
+def test_issue7_d20_read_only_opens_of_a_closed_store_create_no_files_and_still_see_new_writers(
+    backends: list[Any], db: Path
+) -> None:
+    write(backends, db, closed_turn(0))
+    files = sorted(path.name for path in db.parent.iterdir())
+    before = digest(db)
+    reader = open_backend(backends, db, read_only=True)
+    assert [item.id for item in reader.list_sessions()] == [SID]
+    assert reader.load_stored(SID) is not None and reader.read_revision(SID) is not None
+    assert sorted(path.name for path in db.parent.iterdir()) == files and digest(db) == before  # no -wal/-shm
+    writer = open_backend(backends, db)
+    writer.append_batch(header("newer"), closed_turn(0), False)  # a writer starts while the reader is open
+    assert [item.id for item in reader.list_sessions()] == ["newer", SID]  # the immutable read is redone
+    assert reader.load_stored("newer") is not None
+    writer.close()
+    reader.close()
 
 
 def test_issue7_d20_a_missing_store_is_store_not_found_and_nothing_is_created(tmp_path: Path) -> None:

@@ -262,6 +262,8 @@ class SqliteBackend:
         self._closed = False
         self._file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file the connection writes
         self._pristine = False  # read-only open of an existing, never-initialised database: an empty store
+        self._snapshot: tuple[int, int, int] | None = None  # file state an immutable read-only open relies on
+        self._shared = False  # a writer was seen: read-only opens stop using immutable snapshots
         self._store_identity = ""
         self._locks_mutex = threading.Lock()
         self._memory_locks: set[str] = set()
@@ -409,9 +411,21 @@ class SqliteBackend:
                 f'session store "{self.path}" does not exist (nothing was created); check the --store path, '
                 "or write a session first to create it"
             ) from None
-        os.close(fd)
+        try:
+            head = os.read(fd, 100)
+        finally:
+            os.close(fd)
         self._validate_path()
         uri = "file:" + urllib.parse.quote(self.path) + "?mode=ro"
+        self._snapshot = None
+        if not self._shared and len(head) == 100 and head[18] == 2 and not os.path.exists(self.path + "-wal"):
+            # A WAL database no connection has open (a clean close removes -wal and -shm): a plain mode=ro
+            # connection would create both files. Read it as immutable, and after every read check that
+            # nothing started writing meanwhile (:meth:`_locked_read` redoes the read if it did).
+            self._snapshot = _file_state(self.path)
+            conn = open_read_only_database(uri + "&immutable=1", self.path, self.busy_timeout_ms)
+            self._pristine = conn.execute(SQL["user_version"]).fetchone()[0] == 0
+            return conn
         try:
             conn = open_read_only_database(uri, self.path, self.busy_timeout_ms)
         except sqlite3.OperationalError as err:
@@ -689,8 +703,8 @@ class SqliteBackend:
 
     def _read(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``body`` in one deferred read transaction, so all its queries see one snapshot."""
-        with self._mutex:
-            conn = self._connection()
+
+        def run(conn: sqlite3.Connection) -> Any:
             try:
                 conn.execute(SQL["begin_deferred"])
                 result = body(conn)
@@ -702,6 +716,31 @@ class SqliteBackend:
                     raise
                 raise failure from err
             return result
+
+        return self._locked_read(run)
+
+    def _locked_read(self, run: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``run(connection)`` under the mutex. A read of an immutable snapshot (see
+        :meth:`_open_read_only`) that raced a writer — the file changed, or a -wal appeared — is
+        redone on a regular ``mode=ro`` connection, and so is its error (it may be a torn page)."""
+        with self._mutex:
+            conn = self._connection()
+            if self._snapshot is None:
+                return run(conn)
+            try:
+                result = run(conn)
+            except BaseException:
+                if self._unchanged():
+                    raise
+            else:
+                if self._unchanged():
+                    return result
+            self._drop_connection()
+            self._shared = True  # a writer is about: share the file the regular way from now on
+            return run(self._connection())
+
+    def _unchanged(self) -> bool:
+        return self._snapshot == _file_state(self.path) and not os.path.exists(self.path + "-wal")
 
     # --- protocol --------------------------------------------------------------------------------
 
@@ -857,17 +896,19 @@ class SqliteBackend:
     def read_revision(self, session_id: str) -> str | None:
         """The session row's revision string (no transaction, no event rows read)."""
         self._check_bindable(session_id)
-        with self._mutex:
-            conn = self._connection()
+
+        def run(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
             if self._pristine:
                 return None
             try:
-                session = self._session_row(conn, session_id)
+                return self._session_row(conn, session_id)
             except BaseException as err:
                 failure = self._typed(err, "read")
                 if failure is err:
                     raise
                 raise failure from err
+
+        session = self._locked_read(run)
         if session is None:
             return None
         return self._decode_session(session)[1]
@@ -964,17 +1005,19 @@ class SqliteBackend:
 
     def list_sessions(self) -> list[SessionListing]:
         """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
-        with self._mutex:
-            conn = self._connection()
+
+        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             if self._pristine:
                 return []
             try:
-                rows = self._fetchall(conn, SQL["select_sessions"], ())
+                return self._fetchall(conn, SQL["select_sessions"], ())
             except BaseException as err:
                 failure = self._typed(err, "list")
                 if failure is err:
                     raise
                 raise failure from err
+
+        rows = self._locked_read(run)
         location = self.path
         identity = self._store_identity
         decode = codec.decode_session_row
@@ -1219,6 +1262,14 @@ def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
     return StorageAccessError(
         f'cannot {action}: "{path}": {name}: {err.strerror or err} — {_REMEDIES[code]}', code=code, path=path
     )
+
+
+def _file_state(path: str) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def _primary(err: BaseException) -> int | None:
