@@ -24,6 +24,8 @@ import bisect
 import itertools
 import json
 import math
+import mmap
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
@@ -32,8 +34,13 @@ import orjson
 
 from .._js import js_string
 from ..chunkrows import decode_storage_record
-from ..errors import ChunkRowError, SessionFormatUnsupportedError, SessionPersistenceCorruptionError
-from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, loads
+from ..errors import (
+    ChunkRowError,
+    ResourceExhaustedError,
+    SessionFormatUnsupportedError,
+    SessionPersistenceCorruptionError,
+)
+from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
 from ..jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
@@ -56,6 +63,13 @@ DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
 """Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
+_PARSE_HEADROOM: Final = 16
+"""Address space reserved (and released) before a batched parse, per byte of text: parsed events
+take up to ~10x their text. Under an address-space limit (``ulimit -v``) a parse that could run out of
+memory is refused up front, because the C parser is not safe against allocation failures midway."""
+_LIMITS: Final = tuple(
+    getattr(resource, name) for name in ("RLIMIT_AS", "RLIMIT_DATA") if hasattr(resource, name)
+)
 ROW_TAGS: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 """Storage-row tags (bare words, never event types): a line with one of these must be expanded."""
 
@@ -270,6 +284,27 @@ def header_line(meta: Mapping[str, Any]) -> dict[str, Any]:
 # --- the scanner -------------------------------------------------------------------------------------
 
 
+def _address_space_limited() -> bool:
+    """Whether an address-space (or data) limit is set: only then can reserving memory fail early."""
+    return any(resource.getrlimit(limit)[0] != resource.RLIM_INFINITY for limit in _LIMITS)
+
+
+def ensure_headroom(reserve: int, size: int) -> None:
+    """Refuse (typed) a parse of ``size`` bytes unless ``reserve`` bytes of address space are free.
+
+    Maps and unmaps an untouched anonymous region: no page is committed, so the probe is cheap.
+    """
+    try:
+        probe = mmap.mmap(-1, max(reserve, mmap.PAGESIZE))
+    except (OSError, MemoryError):
+        raise ResourceExhaustedError(
+            f"not enough memory to parse {size} bytes of the session log (about {reserve} bytes are needed under "
+            "this process's address-space limit); nothing was read or modified — this is not damage. Retry "
+            "with more memory (a higher ulimit -v) available"
+        ) from None
+    probe.close()
+
+
 def _parse_many(lines: list[bytes]) -> list[Any] | None:
     """Every line parsed by few parser calls, or ``None`` when any line needs the per-line path.
 
@@ -290,10 +325,16 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
             cut = bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=bounds[-1] + 1)
             bounds.append(min(max(cut, bounds[-1] + 1), len(lines)))
     parsed: list[Any] = []
+    limited = _address_space_limited()
     for lo, hi in itertools.pairwise(bounds):
+        text = b"[" + b",".join(lines[lo:hi]) + b"]"
+        if limited:
+            ensure_headroom(len(text) * _PARSE_HEADROOM, len(text))
         try:
-            part = orjson.loads(b"[" + b",".join(lines[lo:hi]) + b"]")
-        except (orjson.JSONDecodeError, MemoryError):
+            part = orjson.loads(text)
+        except orjson.JSONDecodeError as err:
+            if is_out_of_memory(err):
+                raise out_of_memory(len(text)) from None
             return None
         if len(part) != hi - lo:
             return None  # an empty line vanished into the join: let the per-line path see it

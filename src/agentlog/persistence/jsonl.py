@@ -211,11 +211,16 @@ def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 def _exists(path: str) -> bool:
-    """ENOENT means absent; any other failure (ENOTDIR, EACCES) is a real storage fault and propagates."""
+    """ENOENT means absent (and a name too long to exist); any other failure (ENOTDIR, EACCES) is a real
+    storage fault and propagates."""
     try:
         os.stat(path)
     except FileNotFoundError:
         return False
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            return False
+        raise
     return True
 
 
