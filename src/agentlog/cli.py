@@ -355,7 +355,7 @@ def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, An
             raise SessionNotFoundError(f'session "{session_id}" not found')
         view = reader.view(session_id)  # every validation layer and the surface replay
         # A closed turn with an unanswered call (older builds on cancel): every request would be refused.
-        check_tool_pairing(view.derive_messages(), session_id)
+        check_tool_pairing(view.derive_messages(), session_id, view.events)
     except AgentlogError as err:
         result["status"] = "failed"
         result["error"] = {"code": err.code, "message": str(err)}

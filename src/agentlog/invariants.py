@@ -246,15 +246,60 @@ def tool_pairing_problems(messages: Iterable[Mapping[str, Any]]) -> list[Pairing
     return problems
 
 
-def check_tool_pairing(messages: Iterable[Mapping[str, Any]], session_id: str | None = None) -> None:
-    """Raise :class:`ToolPairingError` (``UNPAIRED_TOOL_CALL``) if :func:`tool_pairing_problems` finds any."""
+def last_closed_turn_before_unpaired(events: Iterable[Mapping[str, Any]]) -> int | None:
+    """The seq of the last ``turn/end`` before the first turn that closed with an unanswered call.
+
+    That is where a fork keeps everything that can still be sent (``None``: the first turn is damaged, or
+    no closed turn has an unanswered call). Pure, one pass.
+    """
+    boundary: int | None = None
+    unanswered: set[Any] = set()
+    for event in events:
+        etype = event.get("type")
+        data = event.get("data")
+        if not isinstance(data, Mapping):
+            continue
+        if etype == "turn/start":
+            unanswered = set()
+        elif etype == "assistant/message":
+            unanswered |= _requested_calls(data.get("message"))
+        elif etype == "tool/call":
+            unanswered.add(data.get("callId"))
+        elif etype == "tool/result":
+            message = data.get("message")
+            source = message.get("source") if isinstance(message, Mapping) else None
+            unanswered.discard(source.get("callId") if isinstance(source, Mapping) else None)
+        elif etype == "turn/end":
+            if unanswered:
+                return boundary
+            boundary = event.get("seq")
+    return None
+
+
+def check_tool_pairing(
+    messages: Iterable[Mapping[str, Any]],
+    session_id: str | None = None,
+    events: Iterable[Mapping[str, Any]] | None = None,
+) -> None:
+    """Raise :class:`ToolPairingError` (``UNPAIRED_TOOL_CALL``) if :func:`tool_pairing_problems` finds any.
+
+    With the session's ``events``, the message names the fork point that keeps every sendable turn.
+    """
     problems = tool_pairing_problems(messages)
-    if problems:
-        where = f'session "{session_id}"' if session_id is not None else "the messages"
-        listed = "; ".join(problem.describe() for problem in problems[:5])
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise ToolPairingError(
-            f"{where} cannot be sent to a model: {listed}{more}. The log was written without a result for "
-            "a started tool call; run `agentlog verify` and fork the session before the damaged turn "
-            "(`agentlog fork ID --at SEQ`, SEQ = the turn/end before it)"
-        )
+    if not problems:
+        return
+    where = f'session "{session_id}"' if session_id is not None else "the messages"
+    listed = "; ".join(problem.describe() for problem in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    boundary = last_closed_turn_before_unpaired(events) if events is not None else None
+    sid = session_id if session_id is not None else "ID"
+    if boundary is not None:
+        remedy = f"fork the session before the damaged turn: agentlog fork {sid} --at {boundary}"
+    elif events is not None:
+        remedy = "its first turn is damaged: start a new session"
+    else:
+        remedy = f"fork the session before the damaged turn (agentlog fork {sid} --at SEQ of the turn/end before it)"
+    raise ToolPairingError(
+        f"{where} cannot be sent to a model: {listed}{more}. Every tool call needs its result before the "
+        f"next request (older builds left calls unanswered on cancel); {remedy}"
+    )

@@ -334,6 +334,7 @@ def test_issue7_d1_a_request_is_never_sent_with_an_unpaired_tool_call(tmp_path: 
     assert outcomes[0].reason["kind"] == "error"
     assert outcomes[0].reason["error"]["code"] == "UNPAIRED_TOOL_CALL"
     assert "c1" in outcomes[0].reason["error"]["message"]
+    assert "first turn is damaged" in outcomes[0].reason["error"]["message"]
 
 
 CTRL_C_CHILD = textwrap.dedent(

@@ -161,15 +161,21 @@ def _poisoned_store(root: Path) -> None:
     store = al.SessionStore()
     coordinator = PersistenceCoordinator(store, JsonlBackend(str(root), compression="none"))
     session = store.create(SID)
-    session.append("turn/start", {"turn": 1})
+    session.append("turn/start", {"turn": 1})  # a healthy first turn: seqs 0-4
     session.append("step/start", {"turn": 1, "step": 1})
+    hello = al.messages.assistant_message([al.messages.text_block("hello")], provider="p", model="m")
+    session.append("assistant/message", {"turn": 1, "step": 1, "message": hello}, {"surfaceOp": "append"})
+    session.append("step/end", {"turn": 1, "step": 1})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    session.append("turn/start", {"turn": 2})
+    session.append("step/start", {"turn": 2, "step": 1})
     message = al.messages.assistant_message(
         [al.messages.tool_call_block("c1", "run_command", "{}")], provider="p", model="m"
     )
-    session.append("assistant/message", {"turn": 1, "step": 1, "message": message}, {"surfaceOp": "append"})
-    session.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "run_command", "arguments": "{}"})
-    session.append("step/end", {"turn": 1, "step": 1})
-    session.append("turn/end", {"turn": 1, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
+    session.append("assistant/message", {"turn": 2, "step": 1, "message": message}, {"surfaceOp": "append"})
+    session.append("tool/call", {"turn": 2, "step": 1, "callId": "c1", "name": "run_command", "arguments": "{}"})
+    session.append("step/end", {"turn": 2, "step": 1})
+    session.append("turn/end", {"turn": 2, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
     store.flush(session)
     coordinator.close()
 
@@ -183,6 +189,13 @@ def test_issue7_d1_verify_reports_an_unanswered_tool_call_as_damaged(tmp_path: P
     assert report["status"] == "failed"
     assert report["error"]["code"] == "UNPAIRED_TOOL_CALL"
     assert "c1" in report["error"]["message"]
+    # The message names the remedy, and the remedy works: a fork at the last sound turn verifies.
+    assert f"agentlog fork {SID} --at 4" in report["error"]["message"]
+    forked = runner.invoke(cli.app, ["fork", SID, "--at", "4", "--store", str(root), "--compression", "none", "--json"])
+    assert forked.exit_code == 0, forked.output
+    child_id = orjson.loads(forked.stdout)["childId"]
+    checked = runner.invoke(cli.app, ["verify", child_id, "--store", str(root), "--json"])
+    assert checked.exit_code == 0, checked.output
 
 
 def test_issue7_d7_max_steps_option_ends_a_tool_loop_with_a_typed_error(tmp_path: Path) -> None:

@@ -492,7 +492,7 @@ class Agent:
             session.append("request/context", context)
         folded = session.request_header()
         messages = session.derive_messages()
-        check_tool_pairing(messages, session.id)  # an endpoint would refuse it; never send it
+        check_tool_pairing(messages, session.id, session.events)  # an endpoint would refuse it: never send it
         request = GenerateRequest.from_config(
             folded["config"],
             list(messages),
