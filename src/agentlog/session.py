@@ -459,8 +459,9 @@ class Session:
     @property
     def events(self) -> EventsView:
         view = self._events_view
-        if view is None:
-            view = self._events_view = EventsView(self._log, len(self._log))
+        n = len(self._log)
+        if view is None or view._n != n:  # (a view cached by a racing reader may be one append behind)
+            view = self._events_view = EventsView(self._log, n)
         return view
 
     @property
@@ -620,7 +621,8 @@ class Session:
     # -- derived views -----------------------------------------------------------------------------
     def derive_messages(self) -> MessageList:
         """The model-visible history now: O(new surface nodes) per call, a full rebuild only after a replace."""
-        return self._messages.derive(self._surface, self._log)
+        with self._lock:  # consistent with concurrent appends from other threads
+            return self._messages.derive(self._surface, self._log)
 
     @staticmethod
     def derive_event_message(event: Mapping[str, Any]) -> Any:
@@ -628,6 +630,10 @@ class Session:
 
     def request_header(self) -> Any:
         """The current canonical request header (frozen), or ``None`` before the first ``request/header``."""
+        with self._lock:
+            return self._request_header()
+
+    def _request_header(self) -> Any:
         log = self._log
         pos = self._rh_pos
         if pos < len(log):
@@ -642,6 +648,10 @@ class Session:
 
     def request_context(self) -> Any:
         """The latest ``request/context`` record (frozen), or ``None``."""
+        with self._lock:
+            return self._request_context()
+
+    def _request_context(self) -> Any:
         log = self._log
         pos = self._rc_pos
         if pos < len(log):
@@ -654,12 +664,14 @@ class Session:
 
     def at(self, seq: int) -> SessionView:
         """A read-only view of this session as it was right after event ``seq`` was committed."""
-        if type(seq) is not int or not 0 <= seq < len(self._log):
+        with self._lock:
+            prefix = self._log[: seq + 1] if type(seq) is int and 0 <= seq < len(self._log) else None
+        if prefix is None:
             last = len(self._log) - 1
             raise SeqOutOfRangeError(
                 f'seq {seq!r} is not in session "{self.id}" (last seq: {last if last >= 0 else "none"})'
             )
-        return SessionView(self, self._log[: seq + 1])
+        return SessionView(self, prefix)
 
 
 def _header_of(event: Mapping[str, Any]) -> Any:
