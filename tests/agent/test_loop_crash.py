@@ -38,8 +38,9 @@ CHILD = textwrap.dedent(
 
     async def main():
         provider = OpenAICompatibleProvider(base_url=base_url, api_key="k", model="m")
+        # No store=: the agent checkpoints through the session's own store (issue 7, defect 6).
         agent = Agent(session, provider, AgentOptions(provider="p", model="m", cwd=workdir),
-                      tools=builtin_registry(), store=store)
+                      tools=builtin_registry())
         agent.followup("please run the slow command")
         await agent.run()
 
