@@ -13,11 +13,15 @@ Durability model, and why it is safe without a journal:
   racing writer cannot clobber a published log). A crash leaves either no log or a complete one.
 * Every later batch is appended at EOF and fsynced; a failed write or fsync truncates back to the prior
   size, so the caller can retry the same batch without a seq gap. Prior bytes are never rewritten.
-* A crash can therefore only leave a torn *tail*. Reading keeps the committed prefix and reports the
-  tail in a :class:`TornMarker`; only :meth:`JsonlBackend.commit_repair` ever truncates. Damage inside
-  the committed region (a checksum failure in an earlier frame, an unparsable line followed by a
-  ``turn/end``) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the file
-  untouched.
+* A crash can therefore only leave a torn *tail*: an incomplete final record (or a defective last
+  complete line). Reading keeps the committed prefix and reports the tail in a :class:`TornMarker`;
+  only :meth:`JsonlBackend.commit_repair` ever truncates. Damage inside the committed region (a
+  checksum failure in an earlier frame, a defective record with any complete record after it, bytes
+  that are not UTF-8) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the
+  file untouched; :meth:`JsonlBackend.read_prefix` salvages the prefix before it.
+* Before every append (under the writer lock) the file must still be the inode, size and next seq this
+  instance last wrote or read, so a second writer that slipped past a removed lock file is refused
+  (:class:`~agentlog.errors.SessionTailChangedError`) instead of interleaving batches.
 """
 
 from __future__ import annotations
