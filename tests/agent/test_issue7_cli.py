@@ -56,23 +56,25 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _interrupt_run(tmp_path: Path, signals: list[signal.Signals]) -> tuple[int, str, list[dict[str, Any]]]:
-    """Start ``agentlog run``, wait until its command runs (tool/call durable), send ``signals``."""
+def _interrupt_run(
+    tmp_path: Path, signals: list[signal.Signals], command: tuple[str, ...] = ("run", "run the slow command")
+) -> tuple[int, str, list[dict[str, Any]]]:
+    """Start ``agentlog run`` (or ``command``), wait until its tool body runs (tool/call durable), send
+    ``signals``; return the exit code, stderr and the stored events."""
     root = tmp_path / "store"
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
+    session = ("--session-id", SID) if command[0] == "run" else ()
     args = [
         *_agentlog(),
-        "run",
-        "run the slow command",
+        *command,
         "--store",
         str(root),
         "--compression",
         "none",
         "--cwd",
         str(work),
-        "--session-id",
-        SID,
+        *session,
         "--yes",
         "--json",
     ]
@@ -86,7 +88,7 @@ def _interrupt_run(tmp_path: Path, signals: list[signal.Signals]) -> tuple[int, 
         )
         try:
             deadline = time.monotonic() + 60
-            while "tool/call" not in [e["type"] for e in _stored(root)]:
+            while "run_command" not in [e["data"].get("name") for e in _stored(root) if e["type"] == "tool/call"]:
                 assert time.monotonic() < deadline, "the command never reached the tool body"
                 assert child.poll() is None, f"agentlog run exited on its own: {child.communicate()}"
                 time.sleep(0.05)
@@ -146,6 +148,26 @@ def test_issue7_d1_sigterm_to_agentlog_run_closes_the_turn_and_exits_143(tmp_pat
     assert_turns_closed_with_every_call_answered(events)
     assert _result_of(events, "slow")["data"]["error"]["code"] == "ABORTED"
     assert events[-1]["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "hook", "reason": "SIGTERM"}}
+
+
+def test_issue7_d1_sigint_to_agentlog_resume_closes_its_turn_and_exits_130(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with DemoModelServer([Reply(text="Hello.")]) as server:
+        first = runner.invoke(
+            cli.app,
+            [
+                *("run", "hi", "--store", str(tmp_path / "store"), "--compression", "none", "--cwd", str(work)),
+                *("--session-id", SID, "--base-url", server.base_url, "--json"),
+            ],
+            env={"DEEPSEEK_API_KEY": "k"},
+        )
+    assert first.exit_code == 0, first.output
+    code, err, events = _interrupt_run(tmp_path, [signal.SIGINT], ("resume", SID, "now run the slow command"))
+    assert code == 130, err
+    assert_turns_closed_with_every_call_answered(events)
+    assert [e["data"]["turn"] for e in events if e["type"] == "turn/end"] == [1, 2]
+    assert _result_of(events, "slow")["data"]["error"]["code"] == "ABORTED"
 
 
 def test_issue7_d1_two_quick_sigints_still_close_the_turn_and_exit_130(tmp_path: Path) -> None:
