@@ -308,7 +308,8 @@ class SqliteBackend:
             )
         if os.name == "posix" and (info.st_uid != os.geteuid() or info.st_mode & 0o022):
             raise PersistenceError(
-                f'session database parent "{parent}" must be owned by the current user and not group/world-writable'
+                f'session database parent "{parent}" must be owned by the current user and not group/world-writable '
+                f'(fix it with: chmod go-w "{parent}", as its owner)'
             )
         try:
             info = os.lstat(self.path)
@@ -325,7 +326,8 @@ class SqliteBackend:
             )
         if os.name == "posix" and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
             raise PersistenceError(
-                f'session database "{self.path}" must be owned by the current user and accessible only by that user'
+                f'session database "{self.path}" must be owned by the current user and accessible only by that user '
+                f'(fix it with: chmod 600 "{self.path}", as its owner)'
             )
 
     def _connection(self) -> sqlite3.Connection:
