@@ -544,3 +544,14 @@ def test_docs_nesting_depth_claim_names_the_limit_the_gate_enforces() -> None:
     agentlog.snapshot_json(deep)
     with pytest.raises(agentlog.NonJsonValueError):
         agentlog.snapshot_json([deep])
+
+
+def test_docs_every_option_the_command_line_section_names_exists() -> None:
+    section = _readme().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    known = set().union(*(_options(command) for command in _commands().values()))
+    known |= _options(typer.main.get_command(app))
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", section))
+    assert named - known == set(), f"options the README names that no command has: {named - known}"
+    for option in ("--max-steps", "--api-key", "--timeout", "--allow-command", "--yes", "--max-retries"):
+        if option in named:
+            assert option in _options(_commands()["run"]), option
