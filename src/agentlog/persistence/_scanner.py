@@ -67,6 +67,9 @@ _PARSE_HEADROOM: Final = 16
 """Address space reserved (and released) before a batched parse, per byte of text: parsed events
 take up to ~10x their text. Under an address-space limit (``ulimit -v``) a parse that could run out of
 memory is refused up front, because the C parser is not safe against allocation failures midway."""
+_BIG_LINE_BYTES: Final = 1024 * 1024
+_BIG_LINE_HEADROOM: Final = 4
+"""A single long line is mostly one long string: its parse needs a few times its size."""
 _LIMITS: Final = tuple(
     getattr(resource, name) for name in ("RLIMIT_AS", "RLIMIT_DATA") if hasattr(resource, name)
 )
@@ -436,6 +439,8 @@ class SessionLogScanner:
             else:
                 if check_size:
                     self._check_size(lines, index, start)
+                if len(line) > _BIG_LINE_BYTES and _address_space_limited():
+                    ensure_headroom(len(line) * _BIG_LINE_HEADROOM, len(line))
                 try:
                     value = loads(line, max_depth=max_depth)
                 except JsonDecodeError as err:
