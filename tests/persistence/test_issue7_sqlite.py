@@ -632,6 +632,17 @@ def test_issue7_d20_a_store_on_a_read_only_file_system_can_be_read(backends: lis
     reader.close()
 
 
+def test_issue7_d20_a_crashed_writers_wal_on_a_read_only_file_system_is_read(backends: list[Any], ro_fs: Path) -> None:
+    db = ro_fs / "store" / "sessions.sqlite"
+    write(backends, db, closed_turn(0))
+    run_child(_CRASHED_WRITER, str(db))  # leaves -wal (with a committed session) and -shm behind
+    remount(ro_fs, "ro")
+    reader = open_backend(backends, db, read_only=True)
+    assert sorted(item.id for item in reader.list_sessions()) == ["late", SID]
+    assert reader.load_stored("late") is not None
+    reader.close()
+
+
 def test_issue7_d20_a_never_initialised_database_reads_as_an_empty_store(tmp_path: Path) -> None:
     db = tmp_path / "db" / "sessions.sqlite"
     db.parent.mkdir(mode=0o700)
