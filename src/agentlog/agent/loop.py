@@ -264,6 +264,7 @@ class Agent:
         ending: dict[str, Any] | None = None
         error: BaseException | None = None
         closable = True  # False once a started call could not be answered: the turn stays open for repair
+        propagating = False  # an exception (cancellation, interrupt) is on its way out of this turn
         step = 0
         try:
             while True:
@@ -303,7 +304,7 @@ class Agent:
         except TurnAborted as err:
             ending, error = {"kind": "aborted", "reason": self._cause}, err
         except asyncio.CancelledError as err:
-            ending, error = {"kind": "aborted", "reason": self._cause}, err
+            ending, error, propagating = {"kind": "aborted", "reason": self._cause}, err, True
             raise
         except LlmError as err:
             ending, error = {"kind": "error", "error": thaw(err.failure)}, err
@@ -312,13 +313,26 @@ class Agent:
         except Exception as err:
             ending, error = {"kind": "error", "error": {"message": describe_error(err), "code": "UNKNOWN"}}, err
         except BaseException as err:  # KeyboardInterrupt / SystemExit raised inside the loop
-            ending, error = {"kind": "aborted", "reason": self._cause}, err
+            ending, error, propagating = {"kind": "aborted", "reason": self._cause}, err, True
             raise
         finally:
+            closing: Exception | None = None
             if closable:
-                session.append("turn/end", {"turn": turn, "reason": ending or {"kind": "completed"}})
-            if error is not None:
-                self._flush_after(error)
+                try:
+                    session.append("turn/end", {"turn": turn, "reason": ending or {"kind": "completed"}})
+                except Exception as err:  # the turn stays open: crash repair closes it on the next load
+                    closing = err
+            if error is not None or closing is not None:
+                self._flush_after(error or closing)
+            if closing is not None:
+                if not propagating:
+                    raise closing  # nothing else is on its way out: the caller must hear of it
+                logger.warning(
+                    'session "%s": turn/end %s could not be appended (left open for crash repair): %s',
+                    session.id,
+                    turn,
+                    describe_error(closing),
+                )
         return TurnOutcome(turn, ending or {"kind": "completed"}, error)
 
     def _answer_open_calls(self, turn: int, step: int, step_start: int) -> bool:
@@ -377,7 +391,7 @@ class Agent:
             return False
         return True
 
-    def _flush_after(self, error: BaseException) -> None:
+    def _flush_after(self, error: BaseException | None) -> None:
         """Make an exceptional ending durable now (synchronously: a second cancellation cannot cut it)."""
         store = self.store
         if store is None or self.checkpoint is None or store.get(self.session.id) is not self.session:
