@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import agentlog as al
-from agentlog.errors import ReentrantAppendError
+from agentlog.errors import ReentrantAppendError, SessionDisposedError
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import JsonlBackend
 from agentlog.persistence.sqlite import SqliteBackend
@@ -156,3 +156,35 @@ def test_issue7_d3_a_listener_appending_on_its_own_thread_is_still_reentrant() -
     session.append("todo/write", {"todos": []})
     assert len(caught) == 1 and caught[0].code == "REENTRANT_APPEND"
     assert session.seq == 1
+
+
+def test_issue7_d3_d5_dispose_racing_with_appends_stores_every_acknowledged_event(tmp_path: Path) -> None:
+    coordinator = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(tmp_path)), batch_delay_ms=2)
+    store = coordinator.store
+    session = store.create("racing")
+    acknowledged: list[int] = []
+    refused: list[BaseException] = []
+    started = threading.Event()
+
+    def appender() -> None:
+        for n in range(5_000):
+            try:
+                acknowledged.append(session.append("todo/write", _todo(0, n)).seq)
+            except SessionDisposedError as err:
+                refused.append(err)
+                return
+            if n == 50:
+                started.set()
+
+    thread = threading.Thread(target=appender)
+    thread.start()
+    assert started.wait(5)
+    store.dispose(session)
+    thread.join(10)
+    assert len(refused) == 1 and refused[0].code == "SESSION_DISPOSED"
+    coordinator.close()
+    reader = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(tmp_path)))
+    try:
+        assert [e["seq"] for e in reader.inspect("racing").events] == acknowledged
+    finally:
+        reader.close()

@@ -571,11 +571,6 @@ class Session:
             "lambda: time.time_ns() // 1_000_000"
         )
 
-    def _mark_disposed(self) -> None:
-        """Refuse every later append (the store disposed the session; nothing would store it)."""
-        with self._lock:
-            self._disposed = True
-
     def _with_surface_metadata(
         self, type: str, seq: int, data_copy: Any, intent: Mapping[str, Any]
     ) -> dict[str, Any]:

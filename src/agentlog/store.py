@@ -266,17 +266,21 @@ class SessionStore(_Hooks):
         return detach
 
     def _detach_entered(self, entry: _Entry) -> None:
-        entry.detach_requested = False
-        if self._entries.get(entry.id) is not entry:
-            return
-        del self._entries[entry.id]
-        entry.session._attachment = None
-        entry.detached = True
-        if entry.announced:
-            if entry.live:
+        session = entry.session
+        # Under the session's lock: an append on another thread either completes first (it was published,
+        # so persistence flushes it on disposal) or sees the disposal and is refused - never in between.
+        with session._lock:
+            entry.detach_requested = False
+            if self._entries.get(entry.id) is not entry:
+                return
+            del self._entries[entry.id]
+            session._attachment = None
+            entry.detached = True
+            if entry.announced and entry.live:
                 # A disposed session's later appends would reach no store: refuse them (SESSION_DISPOSED).
                 # A vetoed publication never went live; its session may still be prepared again.
-                entry.session._mark_disposed()
+                session._disposed = True
+        if entry.announced:
             self._emit_disposed(entry)
 
     def _live_entry(self, session: Session) -> _Entry:
