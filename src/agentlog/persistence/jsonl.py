@@ -239,11 +239,14 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise storage_error(err, path) from err
 
 
 def _same_file(path: str, other: str) -> bool:
@@ -350,6 +353,10 @@ _ERRNO_CODES: Final = {
     errno.EISDIR: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
     errno.ELOOP: ("STORAGE_NOT_A_FILE", "it is a symbolic link; " + _NOT_A_FILE_REMEDY),
     errno.ENXIO: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
+    errno.ENAMETOOLONG: (
+        "STORAGE_IO",
+        "the path is too long for the file system; use a store root with a shorter path",
+    ),
     errno.ENOTDIR: (
         "STORAGE_NOT_A_DIRECTORY",
         "a file stands where a directory of the store belongs; move it away or point the store elsewhere",
