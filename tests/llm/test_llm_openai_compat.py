@@ -594,12 +594,31 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         async def main() -> None:
             async with OpenAICompatibleProvider(base_url=server.base_url) as provider:
                 await collect(provider.stream(request()))
-            monkeypatch.delenv("DEEPSEEK_API_KEY")
+            monkeypatch.delenv("OPENAI_API_KEY")
             async with OpenAICompatibleProvider(base_url=server.base_url) as provider:
                 await collect(provider.stream(request()))
 
         asyncio.run(main())
-        assert [r.headers["authorization"] for r in server.requests] == ["Bearer sk-deepseek", "Bearer sk-openai"]
+        # Another endpoint gets OPENAI_API_KEY; the DeepSeek key is never sent to it (a loopback server then
+        # gets no Authorization header at all).
+        assert server.requests[0].headers["authorization"] == "Bearer sk-openai"
+        assert "authorization" not in server.requests[1].headers
+
+
+def test_issue7_d10_deepseek_key_goes_to_deepseek_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlog.llm.openai_compat import resolve_api_key
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    assert resolve_api_key(None, "deepseek") == "sk-deepseek"
+    assert resolve_api_key(None, "deepseek", "https://api.deepseek.com/v1") == "sk-deepseek"
+    assert resolve_api_key(None, "x", "https://gateway.example/v1") == "sk-openai"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert resolve_api_key(None, "deepseek") == "sk-deepseek"
+    with pytest.raises(MissingApiKeyError) as caught:
+        resolve_api_key(None, "x", "https://gateway.example/v1")
+    assert "api.deepseek.com only" in str(caught.value)
+    assert resolve_api_key(None, "x", "http://127.0.0.1:9/v1") == ""
 
 
 def test_defaults_point_at_deepseek() -> None:

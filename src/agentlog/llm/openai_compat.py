@@ -659,21 +659,25 @@ _WAKE: Final = object()
 def resolve_api_key(api_key: str | None, provider: str, base_url: str | None = None) -> str:
     """The key to send; ``""`` means none (no ``Authorization`` header).
 
-    An explicit ``api_key`` wins, ``""`` included (a keyless server). Otherwise ``DEEPSEEK_API_KEY``, then
-    ``OPENAI_API_KEY`` (empty variables count as unset); with neither, a loopback ``base_url`` needs no key
-    and any other is ``MISSING_API_KEY``.
+    An explicit ``api_key`` wins, ``""`` included (a keyless server). Otherwise the environment:
+    ``DEEPSEEK_API_KEY`` is read only for DeepSeek's own host (``api.deepseek.com``, the default), so a
+    DeepSeek key never leaks to another gateway or a local server; ``OPENAI_API_KEY`` is read for any
+    endpoint (empty variables count as unset). With no key, a loopback ``base_url`` needs none and any
+    other is ``MISSING_API_KEY``.
     """
     if api_key is not None:
         return api_key
-    for name in API_KEY_ENV_VARS:
+    url = base_url if base_url is not None else DEEPSEEK_BASE_URL
+    names = API_KEY_ENV_VARS if is_deepseek_base_url(url) else ("OPENAI_API_KEY",)
+    for name in names:
         value = os.environ.get(name)
         if value:
             return value
-    if base_url is not None and is_loopback_base_url(base_url):
+    if is_loopback_base_url(url):
         return ""
     raise MissingApiKeyError(
         f'no API key for provider "{provider}": pass api_key=... (api_key="" for a server that needs none) '
-        "or set DEEPSEEK_API_KEY (or OPENAI_API_KEY)"
+        "or set DEEPSEEK_API_KEY (read for api.deepseek.com only) or OPENAI_API_KEY (any endpoint)"
     )
 
 
