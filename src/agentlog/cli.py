@@ -562,8 +562,9 @@ def _require_absent(storage: Backend, session_id: str) -> None:
 
 
 def _api_key(provider: str, api_key: str | None = None, base_url: str | None = None) -> str:
-    """``--api-key`` as given (``""``: send none), else DEEPSEEK_API_KEY or OPENAI_API_KEY, else ``""`` for
-    a loopback ``--base-url``; otherwise ``MISSING_API_KEY`` naming the ways to give one."""
+    """``--api-key`` as given (``""``: send none), else DEEPSEEK_API_KEY (DeepSeek's host only) or
+    OPENAI_API_KEY, else ``""`` for a loopback ``--base-url``; otherwise ``MISSING_API_KEY`` naming the ways
+    to give one."""
     from .llm.openai_compat import DEEPSEEK_BASE_URL, resolve_api_key
     from .llm.types import MissingApiKeyError
 
@@ -571,8 +572,8 @@ def _api_key(provider: str, api_key: str | None = None, base_url: str | None = N
         return resolve_api_key(api_key, provider, base_url or DEEPSEEK_BASE_URL)
     except MissingApiKeyError:
         raise MissingApiKeyError(
-            f'no API key for provider "{provider}": set DEEPSEEK_API_KEY (or OPENAI_API_KEY for another '
-            "OpenAI-compatible endpoint given with --base-url), or pass --api-key KEY (--api-key '' for a "
+            f'no API key for provider "{provider}": set DEEPSEEK_API_KEY (read for api.deepseek.com only) or '
+            "OPENAI_API_KEY (any endpoint given with --base-url), or pass --api-key KEY (--api-key '' for a "
             "server that needs none; a loopback --base-url needs none)"
         ) from None
 
