@@ -312,8 +312,9 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
     """Every line parsed by few parser calls, or ``None`` when any line needs the per-line path.
 
     Lines are JSON texts without raw newlines, so joining them with commas makes one array. Slices of
-    at most ``_PARSE_SLICE_BYTES`` keep what one call allocates bounded on a long log (and a parser
-    allocation failure only sends the slice to the per-line path, which reports it as such).
+    at most ``_PARSE_SLICE_BYTES`` keep what one call allocates bounded on a long log; running out of
+    memory is :class:`~agentlog.errors.ResourceExhaustedError` (checked up front under an address-space
+    limit, since the C parser is not safe against an allocation failure midway), never a defect.
     """
     if len(lines) < 2:
         return None
