@@ -231,3 +231,14 @@ class ResourceExhaustedError(PersistenceError, MemoryError):
     """
 
     code = "RESOURCE_EXHAUSTED"
+
+
+class SessionTailChangedError(PersistenceError):
+    """The stored log no longer ends where this writer last wrote or read it (another writer appended,
+    e.g. after the lock file was removed); nothing was written. Reload the session before appending."""
+
+    code = "SESSION_TAIL_CHANGED"
+
+    def __init__(self, message: str, *, location: str | None = None) -> None:
+        super().__init__(message)
+        self.location = location
