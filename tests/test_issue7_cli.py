@@ -398,3 +398,15 @@ def test_issue7_d9_verify_table_keeps_full_ids_when_not_a_terminal(tmp_path: Pat
     result = runner.invoke(app, ["verify", "--store", str(tmp_path)], env={"COLUMNS": "40"})
     assert result.exit_code == 0, result.output
     assert LONG_ID in result.stdout
+
+
+def test_issue7_d9_export_partial_with_a_damaged_header_has_nothing_to_salvage(tmp_path: Path) -> None:
+    _write_two_turns(tmp_path, "jsonl", "zstd")
+    log = _zstd_log(tmp_path, "s")
+    log.write_bytes(b"\x00" * 16 + log.read_bytes()[16:])
+    before = _tree(tmp_path)
+    result = runner.invoke(app, ["export", "s", "--store", str(tmp_path), "--partial", "--json"])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert orjson.loads(result.stderr)["error"]["code"] == "SESSION_CORRUPT"
+    assert _tree(tmp_path) == before
