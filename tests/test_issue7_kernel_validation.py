@@ -283,3 +283,27 @@ def test_issue7_d2_accelerated_rules_never_accept_what_the_python_rules_refuse(e
         assert verdict == ("ok", fast)
     # well-formed data takes the fast path (otherwise the accelerator is useless)
     assert _speedups.checked_snapshot(_well_formed(etype), check) is not _GIVE_UP
+
+
+_LOG_ONLY_RULES = ["turn/start", "turn/end", "step/start", "step/end", "assistant/chunk", "tool/call"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(etype=st.sampled_from(_LOG_ONLY_RULES), data=st.data())
+def test_issue7_d2_restore_applies_exactly_the_seed_rules(etype: str, data: Any) -> None:
+    from agentlog.seeds import check_seed_data
+
+    value = data.draw(st.one_of(_values, _mutations(etype)))
+    try:
+        check_seed_data(etype, value, 0)
+        expected_ok = True
+    except InvalidSeedError:
+        expected_ok = False
+    seed = loads(dumps([{"type": etype, "seq": 0, "time": 1, "data": value}]))  # freshly parsed, as a reader has
+    header = {"version": 0, "id": "r", "createdAt": 1}
+    try:
+        Session.from_restore("r", seed, header)
+        ok = True
+    except InvalidSeedError:
+        ok = False
+    assert ok == expected_ok

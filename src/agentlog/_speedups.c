@@ -468,7 +468,8 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * `time` a safe integer, `data` present, `ignorable` absent or true), freeze `data`, `surfaceOp` and
  * `sourceEventSeqs`, and seal an untracked event of class event_cls with the entry's key order.
  * Entries that need Python-level checks (their type is in special_types, or they carry surface keys)
- * are still converted, and their indices are returned in `specials`. At the first entry this function
+ * are still converted, and their indices are returned in `specials`. With `rules`, entries of the core
+ * log-only types are checked against their data rule here (see checked_snapshot below). At the first entry this function
  * does not handle it stops: `stop` is that index (or len(entries)); the caller validates the rest with
  * the canonical Python path, which produces the exact error.
  */
@@ -480,13 +481,20 @@ is_envelope_key(PyObject *key)
            key == k_sources || key == k_ignorable;
 }
 
+static int rule_holds(PyObject *d, long kind);
+
 static PyObject *
 restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type) expected");
+    if ((nargs != 3 && nargs != 4) || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
+        (nargs == 4 && !PyDict_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type[, rules]) expected");
         return NULL;
     }
+    /* rules (optional): {type: kind} of the data rules checked_snapshot() applies. An entry of such a
+     * type whose data plainly satisfies its rule needs no Python check; one that does not stops the
+     * fast path there, so the Python path reports the exact error. */
+    PyObject *rules = nargs == 4 ? args[3] : NULL;
     if (frozen_dict_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
         return NULL;
@@ -585,6 +593,16 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto error;
         }
         special |= contains;
+        if (rules != NULL && !special) {
+            PyObject *rule = PyDict_GetItemWithError(rules, type);
+            if (rule == NULL && PyErr_Occurred()) {
+                goto error;
+            }
+            if (rule != NULL && (!PyLong_CheckExact(rule) || !rule_holds(data, PyLong_AsLong(rule)))) {
+                PyErr_Clear();
+                break;
+            }
+        }
         PyObject *event = PyDict_Type.tp_new(event_cls, empty_tuple, NULL);
         if (event == NULL) {
             goto error;

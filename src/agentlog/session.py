@@ -32,7 +32,7 @@ from .errors import (
     UnknownEventTypeError,
     describe_error,
 )
-from .events import SESSION_FORMAT_VERSION, Event, EventTypes, event_types, new_event
+from .events import APPEND_CHECK_KINDS, SESSION_FORMAT_VERSION, Event, EventTypes, event_types, new_event
 from .jsonvalue import (
     _GIVE_UP,
     EMPTY_FROZEN_DICT,
@@ -207,7 +207,13 @@ class _MessageCache:
 _MISSING: Any = object()
 _RESTORE_SPECIAL_TYPES = frozenset(
     {"user/message", "assistant/message", "tool/result", "request/header", "request/header-delta"}
-) | frozenset(CORE_DATA_RULES)
+)
+# The core log-only types' data rules (seeds.CORE_DATA_RULES), checked by the accelerator on restore;
+# without a build that can, those types take the Python checks like the special ones.
+_RESTORE_RULES = {etype: APPEND_CHECK_KINDS[etype] for etype in CORE_DATA_RULES}
+_RESTORE_CHECKS_RULES = _speedups is not None and hasattr(_speedups, "checked_snapshot")
+if not _RESTORE_CHECKS_RULES:
+    _RESTORE_SPECIAL_TYPES |= frozenset(CORE_DATA_RULES)
 _LEGACY_TYPES = frozenset({"request/header", "request/header-delta"})
 _CREATE_TOKEN = object()
 
@@ -418,7 +424,10 @@ class Session:
         log-only events whose remaining rule (no surface transition) holds by construction.
         """
         special = _RESTORE_SPECIAL_TYPES | self._validators.keys()
-        events, specials, stop = _speedups.restore_events(seed, frozenset(special), Event)
+        if _RESTORE_CHECKS_RULES:
+            events, specials, stop = _speedups.restore_events(seed, frozenset(special), Event, _RESTORE_RULES)
+        else:
+            events, specials, stop = _speedups.restore_events(seed, frozenset(special), Event)
         log = self._log
         surface = self._surface
         done = 0
