@@ -116,3 +116,22 @@ def test_issue7_d5_a_vetoed_creation_is_not_a_disposal() -> None:
     store.announce(prepared)
     prepared.append("turn/start", {"turn": 1})
     assert prepared.seq == 1
+
+
+def test_issue7_d4_an_unstorable_id_is_refused_at_create_even_for_a_fork(tmp_path: Path) -> None:
+    from agentlog.errors import InvalidSessionIdError
+
+    coordinator = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(tmp_path)))
+    store = coordinator.store
+    try:
+        with pytest.raises(InvalidSessionIdError) as caught:
+            store.create("x" * 5000)
+        assert caught.value.code == "INVALID_SESSION_ID"
+        parent = store.create("parent")
+        parent.append("turn/start", {"turn": 1})
+        parent.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        with pytest.raises(InvalidSessionIdError):
+            store.fork(parent, child_id="y" * 5000)  # a seeded creation takes the same check
+        assert [s.id for s in store.list()] == ["parent"]
+    finally:
+        coordinator.close()

@@ -722,9 +722,10 @@ class PersistenceCoordinator:
         stored log) is judged by the seed-covers-stored-prefix rule of :meth:`_attach` instead."""
         from ..errors import SessionExistsError
 
+        session_id = session.id
+        self._check_id(session_id)  # an id this backend cannot store: INVALID_SESSION_ID, before any I/O
         if session.first_live_seq > 0:
             return
-        session_id = session.id
         with self._serialized(session_id):
             reserved = self._reserved.get(session_id)
             if reserved is not None and reserved.session is session:
