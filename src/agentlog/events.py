@@ -186,14 +186,17 @@ the C accelerator can also check, ``-1`` checked in Python only, absent: the JSO
 
 
 class EventTypeInfo:
-    __slots__ = ("check", "ignorable", "name", "surface", "validator")
+    __slots__ = ("check", "fast_check", "ignorable", "log_only", "name", "surface", "validator")
 
     def __init__(self, name: str, ignorable: bool, validator: DataValidator | None) -> None:
         self.name = name
         self.ignorable = ignorable
         self.validator = validator
         self.check = APPEND_CHECK_KINDS.get(name, 0)
+        self.fast_check = max(self.check, 0)  # the accelerator's rule kind (0: the JSON gate only)
         self.surface = name in SURFACE_EVENT_TYPES
+        # the append fast path: a plain log-only event (no surface transition, no envelope extras)
+        self.log_only = not ignorable and not self.surface
 
 
 class EventTypes:

@@ -500,15 +500,14 @@ class Session:
         info = self._known.get(type)
         if info is None:
             self._refuse_type(type)
-        check = info.check
         if data.__class__ is dict and _checked_snapshot is not None:
-            data_copy = _checked_snapshot(data, check if check > 0 else 0)
+            data_copy = _checked_snapshot(data, info.fast_check)
             if data_copy is _GIVE_UP:
-                data_copy = _checked_copy(type, data, check)
-            elif check < 0:
+                data_copy = _checked_copy(type, data, info.check)
+            elif info.check < 0:
                 _check_data(type, data_copy)
         else:
-            data_copy = _checked_copy(type, data, check)
+            data_copy = _checked_copy(type, data, info.check)
         if info.validator is not None:
             self._registry.validate(type, data_copy)
         lock = self._lock
@@ -519,27 +518,41 @@ class Session:
             log = self._log
             seq = len(log)
             entry = self._attachment
-            if intent is None and not info.ignorable:
+            if intent is None and info.log_only:
+                # The common case: a log-only event without surface metadata (no surface transition).
                 if entry is not None and entry.appending:
                     _refuse_reentry()
                 now = self._now()
                 event: Event = _event4(Event, type, seq, now, data_copy)
                 if event is None:
                     self._refuse_time(now)
-            else:
-                if intent is None:
-                    record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
+                if entry is not None:
+                    self._publish(entry, event, None)
+                    return event
+                log.append(event)
+                self._events_view = None
+                surface = self._surface
+                if surface._last == seq - 1:  # SurfaceManager._commit(event, None), inlined: it is current
+                    surface._last = seq
+                    surface._pending = None
                 else:
-                    record = self._with_surface_metadata(type, seq, data_copy, intent)
-                if info.ignorable:
-                    record["ignorable"] = True
-                if entry is not None and entry.appending:
-                    _refuse_reentry()
-                now = self._now()
-                if now.__class__ is not int or not -MAX_SAFE_INTEGER <= now <= MAX_SAFE_INTEGER:
-                    self._refuse_time(now)
-                record["time"] = now
-                event = new_event(record)
+                    surface._commit(event, None)
+                return event
+            # The general case: surface metadata, a surface type (validated by the surface, which
+            # refuses one without a surfaceOp), or an envelope marker.
+            if intent is None:
+                record = {"type": type, "seq": seq, "time": 0, "data": data_copy}
+            else:
+                record = self._with_surface_metadata(type, seq, data_copy, intent)
+            if info.ignorable:
+                record["ignorable"] = True
+            if entry is not None and entry.appending:
+                _refuse_reentry()
+            now = self._now()
+            if now.__class__ is not int or not -MAX_SAFE_INTEGER <= now <= MAX_SAFE_INTEGER:
+                self._refuse_time(now)
+            record["time"] = now
+            event = new_event(record)
             surface = self._surface
             if intent is not None or info.surface:
                 plan = surface.validate_next(event)
