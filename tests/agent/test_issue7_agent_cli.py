@@ -185,14 +185,14 @@ def _poisoned_store(root: Path) -> None:
     session = store.create(SID)
     session.append("turn/start", {"turn": 1})  # a healthy first turn: seqs 0-4
     session.append("step/start", {"turn": 1, "step": 1})
-    hello = al.messages.assistant_message([al.messages.text_block("hello")], provider="p", model="m")
+    hello = al.assistant_message([al.text_block("hello")], provider="p", model="m")
     session.append("assistant/message", {"turn": 1, "step": 1, "message": hello}, {"surfaceOp": "append"})
     session.append("step/end", {"turn": 1, "step": 1})
     session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
     session.append("turn/start", {"turn": 2})
     session.append("step/start", {"turn": 2, "step": 1})
-    message = al.messages.assistant_message(
-        [al.messages.tool_call_block("c1", "run_command", "{}")], provider="p", model="m"
+    message = al.assistant_message(
+        [al.tool_call_block("c1", "run_command", "{}")], provider="p", model="m"
     )
     session.append("assistant/message", {"turn": 2, "step": 1, "message": message}, {"surfaceOp": "append"})
     session.append("tool/call", {"turn": 2, "step": 1, "callId": "c1", "name": "run_command", "arguments": "{}"})

@@ -298,8 +298,8 @@ def test_issue7_d1_a_request_is_never_sent_with_an_unpaired_tool_call(tmp_path: 
             "data": {
                 "turn": 1,
                 "step": 1,
-                "message": al.messages.assistant_message(
-                    [al.messages.tool_call_block("c1", "run_command", "{}")], provider="p", model="m"
+                "message": al.assistant_message(
+                    [al.tool_call_block("c1", "run_command", "{}")], provider="p", model="m"
                 ),
             },
             "surfaceOp": "append",
