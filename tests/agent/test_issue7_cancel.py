@@ -33,6 +33,7 @@ from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 
 SID = "cancelled"
 
@@ -174,7 +175,7 @@ def test_issue7_d1_task_cancel_during_a_tool_body_answers_every_call_durably(tmp
     # The running call's outcome is unknown (same text and code as crash repair); the call that never
     # started has the canonical aborted pair.
     assert results["b1"]["data"]["error"] == {"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"}
-    assert results["b1"]["data"]["message"]["content"][0]["content"][0]["text"] == al.repair.TOOL_OUTCOME_UNKNOWN_TEXT
+    assert results["b1"]["data"]["message"]["content"][0]["content"][0]["text"] == TOOL_OUTCOME_UNKNOWN_TEXT
     assert results["r1"]["data"]["error"] == {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}
     calls = {e["data"]["callId"]: e["seq"] for e in events if e["type"] == "tool/call"}
     assert results["b1"]["sourceEventSeqs"] == [calls["b1"]] and results["r1"]["sourceEventSeqs"] == [calls["r1"]]
