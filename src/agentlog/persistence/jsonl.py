@@ -123,7 +123,8 @@ _O_SAFE: Final = _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC
 """Every log open: never through a symbolic link, never blocking on a FIFO (fstat then refuses it)."""
 
 _REMEDY: Final = (
-    "The file was not modified; restore it from a backup or export the readable prefix with 'agentlog export'."
+    "The file was not modified; restore it from a backup or export the readable prefix with "
+    "'agentlog export --partial'."
 )
 _LIMIT_REMEDY: Final = (
     "The file was not modified; if it is trusted, open it with larger max_line_bytes, max_frame_bytes or "
