@@ -29,10 +29,10 @@ BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
 
 def make_backend(kind: str, root: str) -> Any:
     if kind == "sqlite":
-        from agentlog.persistence.sqlite import SqliteBackend
+        from agentlog.persistence.sqlite.backend import SqliteBackend
 
         return SqliteBackend(os.path.join(root, "sessions.sqlite3"))
-    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
 
     return JsonlBackend(root, compression="zstd" if kind == "jsonl-zstd" else "none")
 
@@ -152,8 +152,8 @@ def cmd_persist(args: argparse.Namespace) -> dict[str, Any]:
 
 def _import_backend_modules() -> None:
     """Import the backends before a timer starts: interpreter start-up is not what M4/M5 measure."""
-    import agentlog.persistence.jsonl
-    import agentlog.persistence.sqlite  # noqa: F401
+    import agentlog.persistence.jsonl.backend
+    import agentlog.persistence.sqlite.backend  # noqa: F401
 
 
 def _list_main(kind: str, root: str) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentlog import Session
-from agentlog.messages import plugin_message
+from agentlog.kernel.messages import plugin_message
 
 try:
     from workload import SURFACE_MESSAGES_PER_TURN, WorkloadEvent, build_workload

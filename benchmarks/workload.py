@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentlog.messages import (
+from agentlog.kernel.messages import (
     assistant_message,
     text_block,
     text_delta,

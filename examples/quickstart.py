@@ -17,7 +17,7 @@ from typing import Any
 
 import agentlog
 from agentlog import Session, SessionStore
-from agentlog.messages import (
+from agentlog.kernel.messages import (
     assistant_message,
     plugin_message,
     text_block,

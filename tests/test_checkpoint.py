@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import agentlog as al
-from agentlog.checkpoint import TOOL_ABORTED_BEFORE_DISPATCH, CheckpointPolicy, aborted_before_dispatch_result
+from agentlog.agent.checkpoint import TOOL_ABORTED_BEFORE_DISPATCH, CheckpointPolicy, aborted_before_dispatch_result
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.memory import MemoryBackend
 

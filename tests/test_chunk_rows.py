@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
 from agentlog.errors import ChunkRowError
+from agentlog.kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
 
 MAX_SAFE = 2**53 - 1
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import agentlog as al
-from agentlog.cli import app
+from agentlog.cli.commands import app
 from agentlog.persistence.coordinator import PersistenceCoordinator
 
 runner = CliRunner()
@@ -21,10 +21,10 @@ BACKENDS = [("jsonl", "zstd"), ("jsonl", "none"), ("sqlite", "zstd")]
 
 def _backend(root: Path, kind: str, compression: str) -> Any:
     if kind == "sqlite":
-        from agentlog.persistence.sqlite import SqliteBackend
+        from agentlog.persistence.sqlite.backend import SqliteBackend
 
         return SqliteBackend(str(root / "sessions.sqlite3"))
-    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
 
     return JsonlBackend(str(root), compression=compression)
 

@@ -17,10 +17,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import agentlog as al
-from agentlog.cli import app
+from agentlog.cli.commands import app
 from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 runner = CliRunner()
 

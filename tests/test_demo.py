@@ -16,10 +16,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from agentlog.cli import app
-from agentlog.demo import DEMO_MODEL_LABEL, SLOW_CALL_ID, RequestCheck, run_demo
+from agentlog.cli.commands import app
+from agentlog.cli.demo import DEMO_MODEL_LABEL, SLOW_CALL_ID, RequestCheck, run_demo
+from agentlog.kernel.repair import TOOL_OUTCOME_UNKNOWN
 from agentlog.llm.demo_server import ErrorReply, RecordedRequest, Reply
-from agentlog.repair import TOOL_OUTCOME_UNKNOWN
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -80,7 +80,7 @@ def test_demo__python_dash_m_runs_and_labels_the_scripted_model(tmp_path: Path) 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
     result = subprocess.run(
-        [sys.executable, "-m", "agentlog.demo"],
+        [sys.executable, "-m", "agentlog.cli.demo"],
         capture_output=True,
         text=True,
         encoding="utf-8",
@@ -145,7 +145,7 @@ def test_demo__the_agentlog_demo_command_through_the_runner_and_as_a_subprocess(
 
 def test_demo__run_command_is_allowed_the_scripted_command_only() -> None:
     from agentlog.agent import RunCommandTool
-    from agentlog.demo import SLOW_COMMAND, _tools
+    from agentlog.cli.demo import SLOW_COMMAND, _tools
 
     tool = _tools().get("run_command")
     assert isinstance(tool, RunCommandTool)

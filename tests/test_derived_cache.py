@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog import FrozenError, Session, SurfaceError, derive_event_message, fold_surface
-from agentlog.events import event_types
+from agentlog.kernel.events import event_types
 from factories import (
     APPEND,
     assistant_data,

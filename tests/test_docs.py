@@ -25,7 +25,7 @@ import typer
 
 import agentlog
 import agentlog.errors as errors
-from agentlog.cli import app
+from agentlog.cli.commands import app
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -253,8 +253,8 @@ def test_docs_version_claims() -> None:
 
 def test_docs_persistence_figures_match_the_code() -> None:
     from agentlog.persistence.coordinator import PersistenceCoordinator
-    from agentlog.persistence.jsonl import JsonlBackend
-    from agentlog.persistence.sqlite import SCHEMA_VERSION, SqliteBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.persistence.sqlite.backend import SCHEMA_VERSION, SqliteBackend
 
     text = _readme()
     assert f"SQLite (schema {SCHEMA_VERSION}" in text
@@ -266,8 +266,8 @@ def test_docs_persistence_figures_match_the_code() -> None:
     limits = inspect.signature(JsonlBackend).parameters
     assert limits["max_frame_bytes"].default == 256 * 2**20 and "`max_frame_bytes = 256 MiB`" in persistence
     assert limits["max_line_bytes"].default == 256 * 2**20 and "`max_line_bytes = 256 MiB`" in persistence
-    assert "AGENTLOG_PURE_PYTHON" in (ROOT / "src" / "agentlog" / "_gc.py").read_text() + "".join(
-        p.read_text() for p in (ROOT / "src" / "agentlog").glob("*.py")
+    assert "AGENTLOG_PURE_PYTHON" in (ROOT / "src" / "agentlog" / "kernel" / "_gc.py").read_text() + "".join(
+        p.read_text() for p in (ROOT / "src" / "agentlog").rglob("*.py")
     )
 
 
@@ -287,7 +287,7 @@ def test_docs_kernel_api_counts_and_error_codes_match_the_code() -> None:
 
 
 def test_docs_kernel_api_names_are_importable_where_it_says() -> None:
-    import agentlog.events as events
+    import agentlog.kernel.events as events
 
     text = (ROOT / "docs" / "kernel-api.md").read_text(encoding="utf-8")
     assert "every other public name below is importable from `agentlog` directly" in " ".join(text.split())
@@ -469,9 +469,9 @@ PROTOCOL_METHODS = (
 
 def test_docs_backend_protocol_table_matches_both_backends(tmp_path: Path) -> None:
     from agentlog.errors import PersistenceError
-    from agentlog.jsoncodec import DEFAULT_MAX_DEPTH, loads
-    from agentlog.persistence.jsonl import JsonlBackend, encode_segment
-    from agentlog.persistence.sqlite import SqliteBackend
+    from agentlog.kernel.jsoncodec import DEFAULT_MAX_DEPTH, loads
+    from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment
+    from agentlog.persistence.sqlite.backend import SqliteBackend
 
     text = (ROOT / "docs" / "persistence-api.md").read_text(encoding="utf-8")
     for method in PROTOCOL_METHODS:
@@ -533,7 +533,7 @@ def test_docs_benchmark_workload_size_claim() -> None:
 
 
 def test_docs_nesting_depth_claim_names_the_limit_the_gate_enforces() -> None:
-    from agentlog.jsonvalue import MAX_JSON_DEPTH
+    from agentlog.kernel.jsonvalue import MAX_JSON_DEPTH
 
     text = " ".join(_readme().split())
     assert "limited by memory only" not in text, "the gate has a depth limit; the README must name it"

@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog import Session, SessionForkError, SessionStore
-from agentlog.events import event_types
-from agentlog.messages import (
+from agentlog.kernel.events import event_types
+from agentlog.kernel.messages import (
     assistant_message,
     text_block,
     tool_call_block,
     tool_result_message,
     user_message,
 )
-from agentlog.surface import replace_op
+from agentlog.kernel.surface import replace_op
 
 # Plugin-owned types these tests log: appends of unregistered types are refused (issue 7, defect 2).
 for _plugin_type in ("test/log-only", "test/bracket-open"):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from _json_strategies import ALL_BAD, json_mismatch, json_values, maybe_json_values, nest_dicts, nest_lists
 from agentlog import Event, FrozenDict, FrozenList, NonJsonValueError
-from agentlog import jsonvalue as jv
+from agentlog.kernel import jsonvalue as jv
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

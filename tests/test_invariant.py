@@ -17,15 +17,15 @@ from agentlog import (
     SessionStore,
     interrupted_turn_closers,
 )
-from agentlog.events import event_types
-from agentlog.messages import (
+from agentlog.kernel.events import event_types
+from agentlog.kernel.messages import (
     assistant_message,
     text_block,
     tool_call_block,
     tool_result_message,
     user_message,
 )
-from agentlog.surface import replace_op
+from agentlog.kernel.surface import replace_op
 
 # Plugin-owned types these tests log: appends of unregistered types are refused (issue 7, defect 2).
 for _plugin_type in ("plugin/marker",):
@@ -190,7 +190,7 @@ def test_invariant__applies_committed_transition_after_another_observer_throws(
 # `session/event` emit (the original forges one), so the rule is exercised through the companion's pure
 # transition function `agentlog.invariants.advance` (module-level; not re-exported by `agentlog`).
 def test_invariant__rejects_non_monotonic_event_sequence_numbers() -> None:
-    from agentlog.invariants import Trace, advance
+    from agentlog.kernel.invariants import Trace, advance
 
     trace = advance(Trace(), {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}})
     with pytest.raises(InvariantError, match=re.escape(PREFIX + "seq must strictly increase: saw 0 after 0")) as exc:
@@ -581,7 +581,7 @@ def test_issue7_d1_invariant_flags_an_unanswered_call_at_turn_end(store: Session
 
 def test_issue7_d1_tool_pairing_problems_of_derived_messages() -> None:
     from agentlog.errors import ToolPairingError
-    from agentlog.invariants import check_tool_pairing, tool_pairing_problems
+    from agentlog.kernel.invariants import check_tool_pairing, tool_pairing_problems
 
     call = assistant_message(
         [tool_call_block("a", "echo", "{}"), tool_call_block("b", "echo", "{}")], provider="m", model="m"

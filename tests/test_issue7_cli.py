@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import agentlog as al
-from agentlog.cli import app
+from agentlog.cli.commands import app
 from agentlog.persistence.coordinator import PersistenceCoordinator
 
 runner = CliRunner()
@@ -24,10 +24,10 @@ LONG_CWD = "/work/projects/with/a/deeply/nested/and/long/working/directory/name"
 
 def _backend(root: Path, kind: str, compression: Any = "zstd") -> Any:
     if kind == "sqlite":
-        from agentlog.persistence.sqlite import SqliteBackend
+        from agentlog.persistence.sqlite.backend import SqliteBackend
 
         return SqliteBackend(str(root / "sessions.sqlite3"))
-    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
 
     return JsonlBackend(str(root), compression=compression)
 

@@ -13,7 +13,7 @@ import pytest
 import agentlog as al
 from agentlog.errors import SessionDisposedError, SessionExistsError
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend, encode_segment
+from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment
 
 ID_SHAPE = re.compile(r"\d{8}T\d{6}-\d{3}-[0-9a-f]{12}")
 APPEND = {"surfaceOp": "append"}

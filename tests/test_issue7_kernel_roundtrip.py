@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 import agentlog as al
 from agentlog import AgentlogError
-from agentlog.events import event_types
-from agentlog.jsoncodec import dumps
+from agentlog.kernel.events import event_types
+from agentlog.kernel.jsoncodec import dumps
+from agentlog.kernel.repair import interrupted_turn_closers
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.repair import interrupted_turn_closers
 from persistence.conftest import BACKEND_KINDS, BackendFactory
 
 PLUGIN = "issue7-roundtrip/state"  # a plugin type a reader registers too
@@ -173,11 +173,11 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     import agentlog as al
-    from agentlog.events import event_types
-    from agentlog.jsoncodec import dumps
+    from agentlog.kernel.events import event_types
+    from agentlog.kernel.jsoncodec import dumps
     from agentlog.persistence.coordinator import PersistenceCoordinator
-    from agentlog.persistence.jsonl import JsonlBackend
-    from agentlog.persistence.sqlite import SqliteBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.persistence.sqlite.backend import SqliteBackend
 
     event_types.register(PLUGIN)  # the reader knows the plugin's required type; the skippable one it does not
     kind, location = sys.argv[1], sys.argv[2]
@@ -198,8 +198,8 @@ _CHILD = textwrap.dedent(
 def test_issue7_d2_an_accepted_log_reloads_identically_in_a_fresh_process(
     kind: str, attempts: list[tuple[str, Any, Any]]
 ) -> None:
-    from agentlog.persistence.jsonl import JsonlBackend
-    from agentlog.persistence.sqlite import SqliteBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.persistence.sqlite.backend import SqliteBackend
 
     root = Path(tempfile.mkdtemp(prefix="issue7-roundtrip-"))
     try:

@@ -18,8 +18,8 @@ import pytest
 import agentlog as al
 from agentlog.errors import ReentrantAppendError, SessionDisposedError
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
-from agentlog.persistence.sqlite import SqliteBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
 
 THREADS = 4
 PER_THREAD = 300

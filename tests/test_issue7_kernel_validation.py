@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 import agentlog as al
 from agentlog import AgentlogError, EventDataError, InvalidEventError, InvalidSeedError, MessageShapeError, Session
 from agentlog.errors import UnknownEventTypeError
-from agentlog.events import APPEND_CHECK_KINDS, EventTypes
-from agentlog.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
-from agentlog.jsonvalue import _GIVE_UP, MAX_JSON_DEPTH, _speedups
+from agentlog.kernel.events import APPEND_CHECK_KINDS, EventTypes
+from agentlog.kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
+from agentlog.kernel.jsonvalue import _GIVE_UP, MAX_JSON_DEPTH, _speedups
+from agentlog.kernel.session import _checked_copy
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
-from agentlog.session import _checked_copy
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 APPEND = {"surfaceOp": "append"}
 
@@ -291,7 +291,7 @@ _LOG_ONLY_RULES = ["turn/start", "turn/end", "step/start", "step/end", "assistan
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(etype=st.sampled_from(_LOG_ONLY_RULES), data=st.data())
 def test_issue7_d2_restore_applies_exactly_the_seed_rules(etype: str, data: Any) -> None:
-    from agentlog.seeds import check_seed_data
+    from agentlog.kernel.seeds import check_seed_data
 
     value = data.draw(st.one_of(_values, _mutations(etype)))
     try:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import agentlog as al
-from agentlog.cli import app
+from agentlog.cli.commands import app
 from agentlog.llm import GenerateRequest, LlmError, StreamChunk, assemble
 from agentlog.llm.demo_server import DemoModelServer, Hang, RawStream, Reply
 from agentlog.llm.openai_compat import (

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog import jsoncodec
-from agentlog.jsoncodec import JsonDecodeError
+from agentlog.kernel import jsoncodec
+from agentlog.kernel.jsoncodec import JsonDecodeError
 
 
 def _deep(depth: int, leaf: object) -> object:

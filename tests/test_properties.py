@@ -28,7 +28,7 @@ from agentlog import (
     SurfaceError,
     thaw,
 )
-from agentlog.events import event_types
+from agentlog.kernel.events import event_types
 from factories import APPEND, assistant_data, intent, replace, text_block, tool_result_data, user_msg
 
 # The plugin's own log-only types: appends of unregistered types are refused (issue 7, defect 2).

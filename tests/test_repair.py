@@ -13,7 +13,7 @@ from agentlog import (
     Session,
     interrupted_turn_closers,
 )
-from agentlog.messages import (
+from agentlog.kernel.messages import (
     assistant_message,
     text_block,
     tool_call_block,

@@ -32,7 +32,7 @@ from agentlog import (
     snapshot_session_event,
     thaw,
 )
-from agentlog.events import event_types
+from agentlog.kernel.events import event_types
 from factories import (
     APPEND,
     assistant_data,

@@ -25,8 +25,8 @@ from agentlog import (
     SessionStore,
 )
 from agentlog.errors import SessionDisposedError
-from agentlog.messages import assistant_message, text_block, user_message
-from agentlog.surface import replace_op
+from agentlog.kernel.messages import assistant_message, text_block, user_message
+from agentlog.kernel.surface import replace_op
 
 APPEND = {"surfaceOp": "append"}
 MAX_SAFE_INTEGER = 2**53 - 1

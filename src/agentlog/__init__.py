@@ -4,8 +4,7 @@ The log stores what happened; the surface decides what the model sees now; every
 (messages, transcripts, forks, repairs) is derived from the two.
 """
 
-from .checkpoint import CheckpointPolicy
-from .chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
+from .agent.checkpoint import CheckpointPolicy
 from .errors import (
     AgentlogError,
     ChunkRowError,
@@ -33,7 +32,8 @@ from .errors import (
     SessionPersistenceCorruptionError,
     SurfaceError,
 )
-from .events import (
+from .kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
+from .kernel.events import (
     CORE_EVENT_TYPES,
     KNOWN_SESSION_EVENT_TYPES,
     SESSION_FORMAT_VERSION,
@@ -42,9 +42,9 @@ from .events import (
     EventTypes,
     event_types,
 )
-from .invariants import SessionInvariants
-from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, is_json_value, snapshot_json, thaw
-from .messages import (
+from .kernel.invariants import SessionInvariants
+from .kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, is_json_value, snapshot_json, thaw
+from .kernel.messages import (
     assistant_message,
     image_block,
     new_message_id,
@@ -60,12 +60,10 @@ from .messages import (
     tool_result_message,
     user_message,
 )
-from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot
-from .persistence.memory import MemoryBackend
-from .repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
-from .request_header import call_config_equals, canonical_header, fold_request_header, header_equals
-from .seeds import SessionPreparation, adopt_session_event, snapshot_session_event
-from .session import (
+from .kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
+from .kernel.request_header import call_config_equals, canonical_header, fold_request_header, header_equals
+from .kernel.seeds import SessionPreparation, adopt_session_event, snapshot_session_event
+from .kernel.session import (
     EventsView,
     MessageList,
     SeqOutOfRangeError,
@@ -73,8 +71,8 @@ from .session import (
     SessionView,
     derive_event_message,
 )
-from .store import Scope, SessionStore
-from .surface import (
+from .kernel.store import Scope, SessionStore
+from .kernel.surface import (
     APPEND,
     SurfaceFoldReplacement,
     SurfaceFoldResult,
@@ -86,6 +84,8 @@ from .surface import (
     is_surface_event,
     replace_op,
 )
+from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot
+from .persistence.memory import MemoryBackend
 
 __version__ = "0.1.0"
 

@@ -29,7 +29,7 @@ from agentlog.agent import (
     run_tool_call,
 )
 from agentlog.agent.builtin_tools import OUTPUT_TRUNCATED
-from agentlog.jsonvalue import is_json_value
+from agentlog.kernel.jsonvalue import is_json_value
 
 GUARD = 10.0
 

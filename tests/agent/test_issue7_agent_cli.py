@@ -22,13 +22,13 @@ from test_issue7_cancel import assert_turns_closed_with_every_call_answered
 from typer.testing import CliRunner
 
 import agentlog as al
-from agentlog import cli
+import agentlog.cli.commands as cli
 from agentlog.agent import loop
-from agentlog.invariants import tool_pairing_problems
+from agentlog.kernel.invariants import tool_pairing_problems
 from agentlog.llm.demo_server import DemoModelServer, RecordedRequest, Reply
 from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 runner = CliRunner()
 SID = "s1"

@@ -27,13 +27,13 @@ from agentlog.agent.builtin_tools import builtin_registry
 from agentlog.agent.loop import Agent, AgentOptions
 from agentlog.agent.tools import FunctionTool, ToolContext, ToolOutcome, ToolRegistry
 from agentlog.errors import PersistenceError
-from agentlog.invariants import tool_pairing_problems
+from agentlog.kernel.invariants import tool_pairing_problems
+from agentlog.kernel.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 from agentlog.llm.demo_server import DemoModelServer, Reply
 from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
-from agentlog.repair import TOOL_OUTCOME_UNKNOWN_TEXT
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 SID = "cancelled"
 
@@ -347,7 +347,7 @@ CTRL_C_CHILD = textwrap.dedent(
     from agentlog.agent.loop import Agent, AgentOptions
     from agentlog.llm.openai_compat import OpenAICompatibleProvider
     from agentlog.persistence.coordinator import PersistenceCoordinator
-    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
 
     root, base_url, workdir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     store = al.SessionStore()

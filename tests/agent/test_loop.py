@@ -13,7 +13,7 @@ from agentlog.llm.demo_server import DemoModelServer, ErrorReply, Reply
 from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 FAST_RETRY = RetryPolicy(initial_delay_ms=1, max_delay_ms=50)
 

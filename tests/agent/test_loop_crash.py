@@ -18,7 +18,7 @@ from agentlog.llm.demo_server import DemoModelServer, RecordedRequest, Reply
 from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 CHILD = textwrap.dedent(
     """
@@ -29,7 +29,7 @@ CHILD = textwrap.dedent(
     from agentlog.agent.loop import Agent, AgentOptions
     from agentlog.llm.openai_compat import OpenAICompatibleProvider
     from agentlog.persistence.coordinator import PersistenceCoordinator
-    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
 
     root, base_url, workdir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     store = al.SessionStore()

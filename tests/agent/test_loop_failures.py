@@ -18,7 +18,7 @@ from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.llm.types import MissingApiKeyError
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 FAST = RetryPolicy(max_retries=2, initial_delay_ms=1, max_delay_ms=20)
 PATIENT = RetryPolicy(max_retries=5, initial_delay_ms=1, max_delay_ms=20)

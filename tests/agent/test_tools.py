@@ -32,8 +32,8 @@ from agentlog.agent import (
     run_tool_call,
     schedule_calls,
 )
-from agentlog.checkpoint import TOOL_ABORTED_BEFORE_DISPATCH, aborted_before_dispatch_result
-from agentlog.jsonvalue import is_json_value
+from agentlog.agent.checkpoint import TOOL_ABORTED_BEFORE_DISPATCH, aborted_before_dispatch_result
+from agentlog.kernel.jsonvalue import is_json_value
 
 GUARD = 5.0  # seconds; only ever reached when the behaviour under test is broken
 

@@ -27,8 +27,8 @@ TRIALS = int(os.environ.get("AGENTLOG_CRASH_TRIALS", "50"))
 
 def _backends() -> dict[str, Callable[[str], Any]]:
     makers: dict[str, Callable[[str], Any]] = {}
-    from agentlog.persistence.jsonl import JsonlBackend
-    from agentlog.persistence.sqlite import SqliteBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.persistence.sqlite.backend import SqliteBackend
 
     makers["jsonl-zstd"] = lambda root: JsonlBackend(root, compression="zstd")
     makers["jsonl-none"] = lambda root: JsonlBackend(root, compression="none")

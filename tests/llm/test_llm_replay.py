@@ -33,7 +33,7 @@ from agentlog.llm.replay import (
 )
 from agentlog.llm.types import GenerateRequest, Provider, StreamChunk
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 FAST_RETRY = RetryPolicy(initial_delay_ms=1, max_delay_ms=50)
 SYSTEM = "You are terse."

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.jsoncodec import dumps
+from agentlog.kernel.jsoncodec import dumps
 
 CWD = "/work/project"
 SID = "s1"
@@ -149,7 +149,7 @@ class BackendFactory:
             self._kwargs: dict[str, Any] = {}
             self.inject_torn_tail: Callable[[Mapping[str, Any], int], None] | None = None
         elif kind in ("jsonl-none", "jsonl-zstd"):
-            from agentlog.persistence.jsonl import JsonlBackend
+            from agentlog.persistence.jsonl.backend import JsonlBackend
 
             self._cls = JsonlBackend
             self.root = tmp_path / "jsonl-root"
@@ -157,7 +157,7 @@ class BackendFactory:
             self._kwargs = {"compression": "none" if kind == "jsonl-none" else "zstd"}
             self.inject_torn_tail = self._inject_jsonl
         elif kind == "sqlite":
-            from agentlog.persistence.sqlite import SqliteBackend
+            from agentlog.persistence.sqlite.backend import SqliteBackend
 
             self._cls = SqliteBackend
             self.db_path = tmp_path / "db" / "sessions.sqlite"

@@ -31,10 +31,10 @@ from agentlog.errors import (
     StorageAccessError,
     StoreNotFoundError,
 )
-from agentlog.jsoncodec import dumps
-from agentlog.persistence._zstdframes import compress_frame
+from agentlog.kernel.jsoncodec import dumps
 from agentlog.persistence.backend import PartialRead
-from agentlog.persistence.jsonl import JsonlBackend, detect_compression
+from agentlog.persistence.jsonl._zstdframes import compress_frame
+from agentlog.persistence.jsonl.backend import JsonlBackend, detect_compression
 
 from .conftest import (
     APPEND_INTENT,
@@ -185,7 +185,7 @@ _MEMORY_CHILD = r"""
 import json, os, resource, sys
 from agentlog import SessionStore
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 root, compression, extra = sys.argv[1], sys.argv[2], int(sys.argv[3])
 backend = JsonlBackend(root, compression=compression)
 with open("/proc/self/statm") as handle:
@@ -539,7 +539,7 @@ import json, os, sys
 from agentlog import SessionStore
 from agentlog.errors import AgentlogError
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 "".encode("utf-16-le")  # codecs load lazily: load them while the interpreter's files are readable
 os.setgid(65534)  # imports above ran as root (the interpreter's own files may be private to root)
 os.setuid(65534)

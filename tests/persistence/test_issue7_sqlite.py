@@ -33,7 +33,7 @@ from agentlog.errors import (
     StoreNotFoundError,
 )
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.sqlite import SqliteBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
 
 from .conftest import (
     SID,
@@ -242,7 +242,7 @@ def test_issue7_d8_a_compressed_value_that_is_not_utf8_is_typed_corruption(backe
 
 _OOM_CHILD = """
 import gc, json, os, resource, sys
-from agentlog.persistence.sqlite import SqliteBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog import SessionStore
 
@@ -556,7 +556,7 @@ def test_issue7_d20_a_damaged_file_header_is_session_corrupt(backends: list[Any]
 
 _CRASHED_WRITER = """
 import os, sys
-from agentlog.persistence.sqlite import SqliteBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
 backend = SqliteBackend(sys.argv[1])
 backend.append_batch({"version": 0, "id": "late", "createdAt": 1000, "cwd": "/w"},
                      [{"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}], False)

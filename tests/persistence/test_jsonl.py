@@ -25,10 +25,10 @@ from agentlog.errors import (
     SessionPersistenceCorruptionError,
     StorageAccessError,
 )
-from agentlog.jsoncodec import dumps, loads
-from agentlog.persistence._scanner import SessionLogScanner, scan_log
+from agentlog.kernel.jsoncodec import dumps, loads
 from agentlog.persistence.backend import Backend
-from agentlog.persistence.jsonl import (
+from agentlog.persistence.jsonl._scanner import SessionLogScanner, scan_log
+from agentlog.persistence.jsonl.backend import (
     AppendRollbackError,
     JsonlBackend,
     TornMarker,

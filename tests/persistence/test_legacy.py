@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from _json_strategies import json_values
 from agentlog import Session
-from agentlog._js import js_number
 from agentlog.errors import (
     InvalidEventError,
     LegacyFormatError,
@@ -28,7 +27,9 @@ from agentlog.errors import (
     PersistenceError,
     SessionFormatUnsupportedError,
 )
-from agentlog.events import KNOWN_SESSION_EVENT_TYPES, EventTypes
+from agentlog.kernel._js import js_number
+from agentlog.kernel.events import KNOWN_SESSION_EVENT_TYPES, EventTypes
+from agentlog.kernel.seeds import adopt_session_event
 from agentlog.persistence.legacy import (
     assert_events_known,
     assert_supported_events,
@@ -38,7 +39,6 @@ from agentlog.persistence.legacy import (
     normalize_stored_events,
     version_refusal,
 )
-from agentlog.seeds import adopt_session_event
 from factories import user_msg
 
 SID = "sess"

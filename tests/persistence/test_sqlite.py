@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+import agentlog.persistence.sqlite.backend as sqlite_module
 from agentlog.errors import (
     PersistenceError,
     SessionFormatUnsupportedError,
@@ -33,10 +34,9 @@ from agentlog.errors import (
     SessionPersistenceCorruptionError,
     StorageAccessError,
 )
-from agentlog.jsoncodec import dumps
-from agentlog.persistence import sqlite as sqlite_module
+from agentlog.kernel.jsoncodec import dumps
 from agentlog.persistence.memory import MemoryBackend
-from agentlog.persistence.sqlite import APPLICATION_ID, SQL, SqliteBackend, select_journal_mode
+from agentlog.persistence.sqlite.backend import APPLICATION_ID, SQL, SqliteBackend, select_journal_mode
 
 MAX_SAFE = 2**53 - 1
 SID = "s1"
@@ -789,7 +789,7 @@ def packed_kinds(db: Path, session_id: str) -> dict[str, int]:
 
 def jsonl_row_kinds(batches: list[list[Any]]) -> dict[str, int]:
     """The packed rows the session-core (JSONL) codec writes for the same batches."""
-    from agentlog.chunkrows import pack_chunk_runs
+    from agentlog.kernel.chunkrows import pack_chunk_runs
 
     counts: dict[str, int] = {}
     for batch in batches:
@@ -912,7 +912,7 @@ def test_316_keeps_statements_and_query_assembly_out_of_python_files() -> None:
             return call.args[1]
         return None
 
-    for path in (SRC / "sqlite.py", SRC / "_sqlite_codec.py"):
+    for path in (SRC / "backend.py", SRC / "_codec.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docstrings = {
             id(node.body[0].value)
@@ -956,8 +956,8 @@ def test_318_loads_packaged_sql_resources_from_the_published_entry(tmp_path: Pat
     script = "from agentlog.persistence.sqlite import SqliteBackend; print(SqliteBackend(':memory:').list_sessions())"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")
-    pyproject = (SRC.parents[2] / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"persistence/sql/*.sql"' in pyproject
+    pyproject = (SRC.parents[3] / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"persistence/sqlite/sql/*.sql"' in pyproject
 
 
 # --- beyond the checklist ---------------------------------------------------------------------------------
@@ -1071,7 +1071,7 @@ def test_a_competing_process_holding_the_lock_is_refused_at_once(open_backend: A
 WRITER = textwrap.dedent(
     """
     import sys
-    from agentlog.persistence.sqlite import SqliteBackend
+    from agentlog.persistence.sqlite.backend import SqliteBackend
     path, sid, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     backend = SqliteBackend(path)  # default busy timeout (5 s)
     meta = {"version": 0, "id": sid, "createdAt": 1}

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentlog.errors import PersistenceError, SessionPersistenceCorruptionError
-from agentlog.jsoncodec import dumps, loads
-from agentlog.persistence import _sqlite_codec as codec
-from agentlog.persistence._sqlite_codec import (
+from agentlog.kernel.jsoncodec import dumps, loads
+from agentlog.persistence.sqlite import _codec as codec
+from agentlog.persistence.sqlite._codec import (
     MAX_PACKED_DATA_BYTES,
     MAX_PACKED_ROW_MEMBERS,
     EncodeError,
@@ -532,7 +532,7 @@ def test_deep_values_decode_within_the_depth_limit_and_fail_typed_beyond_it() ->
 def test_bounded_rows_match_the_jsonl_codec_within_the_bounds() -> None:
     # Same eligibility and continuation rules as the session-core codec (§4.3.1): below the bounds
     # both produce the same rows, member for member.
-    from agentlog.chunkrows import pack_chunk_runs
+    from agentlog.kernel.chunkrows import pack_chunk_runs
 
     events = [
         event("turn/start", 0, {"turn": 1}),

@@ -8,7 +8,7 @@ import pytest
 
 import agentlog as al
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
 
 
 def _crashed(root: Path) -> None:

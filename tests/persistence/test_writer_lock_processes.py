@@ -12,16 +12,16 @@ import pytest
 import agentlog as al
 from agentlog.errors import SessionLockedError
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl import JsonlBackend
-from agentlog.persistence.sqlite import SqliteBackend
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
 
 HOLDER = textwrap.dedent(
     """
     import sys
     import agentlog as al
     from agentlog.persistence.coordinator import PersistenceCoordinator
-    from agentlog.persistence.jsonl import JsonlBackend
-    from agentlog.persistence.sqlite import SqliteBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.persistence.sqlite.backend import SqliteBackend
 
     kind, root = sys.argv[1], sys.argv[2]
     backend = JsonlBackend(root) if kind == "jsonl" else SqliteBackend(root + "/sessions.sqlite3")
@@ -102,7 +102,7 @@ EXIT_WITHOUT_FLUSH = textwrap.dedent(
     import sys
     import agentlog as al
     from agentlog.persistence.coordinator import PersistenceCoordinator
-    from agentlog.persistence.jsonl import JsonlBackend
+    from agentlog.persistence.jsonl.backend import JsonlBackend
 
     store = al.SessionStore()
     PersistenceCoordinator(store, JsonlBackend(sys.argv[1]), batch_delay_ms=60_000)

@@ -14,9 +14,9 @@ import pytest
 import zstandard
 
 from agentlog.errors import PersistenceError, SessionPersistenceCorruptionError, StorageAccessError
-from agentlog.jsoncodec import dumps
-from agentlog.persistence._zstdframes import decompress_frame, decompress_torn_frame
-from agentlog.persistence.jsonl import JsonlBackend, TornMarker, scan_zstd_frames
+from agentlog.kernel.jsoncodec import dumps
+from agentlog.persistence.jsonl._zstdframes import decompress_frame, decompress_torn_frame
+from agentlog.persistence.jsonl.backend import JsonlBackend, TornMarker, scan_zstd_frames
 
 from .test_jsonl import (
     CWD,

@@ -28,17 +28,17 @@ from typing import Any
 
 import orjson
 
-from ..checkpoint import CheckpointPolicy
 from ..errors import AgentlogError, describe_error
-from ..invariants import check_tool_pairing
-from ..jsonvalue import thaw
+from ..kernel.invariants import check_tool_pairing
+from ..kernel.jsonvalue import thaw
+from ..kernel.messages import user_message
+from ..kernel.repair import interrupted_tool_result_data, interrupted_turn_closers
+from ..kernel.request_header import canonical_header, header_equals
+from ..kernel.session import Session
+from ..kernel.store import SessionStore, store_of
 from ..llm.assembler import Assembler
 from ..llm.types import GenerateRequest, LlmError, Provider
-from ..messages import user_message
-from ..repair import interrupted_tool_result_data, interrupted_turn_closers
-from ..request_header import canonical_header, header_equals
-from ..session import Session
-from ..store import SessionStore, store_of
+from .checkpoint import CheckpointPolicy
 from .inbox import Inbox, Target
 from .tools import (
     CallResult,

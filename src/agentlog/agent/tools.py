@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..checkpoint import aborted_before_dispatch_result
 from ..errors import AgentlogError, NonJsonValueError
-from ..events import Message, ToolErrorIdentity, ToolResultData, ToolSchema
-from ..jsoncodec import JsonDecodeError, loads
-from ..jsonvalue import is_json_value, snapshot_json
-from ..messages import tool_result_message
+from ..kernel.events import Message, ToolErrorIdentity, ToolResultData, ToolSchema
+from ..kernel.jsoncodec import JsonDecodeError, loads
+from ..kernel.jsonvalue import is_json_value, snapshot_json
+from ..kernel.messages import tool_result_message
+from .checkpoint import aborted_before_dispatch_result
 
 ExecutionMode = Literal["parallel", "exclusive"]
 """``exclusive`` tools run alone (they change state others may read); ``parallel`` tools may overlap."""

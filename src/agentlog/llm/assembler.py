@@ -20,8 +20,8 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import LlmFailure, Message, TokenUsage
-from ..messages import assistant_message
+from ..kernel.events import LlmFailure, Message, TokenUsage
+from ..kernel.messages import assistant_message
 from .types import FinishReason, LlmError, StreamChunk
 
 _STOP: FinishReason = {"kind": "stop"}

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import openai
 
-from ..jsonvalue import thaw
+from ..kernel.jsonvalue import thaw
 from .types import (
     ABORTED,
     AUTH,
@@ -89,7 +89,7 @@ from .types import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
-    from ..events import TokenUsage
+    from ..kernel.events import TokenUsage
 
 DEEPSEEK_BASE_URL: Final = "https://api.deepseek.com"
 DEFAULT_MODEL: Final = "deepseek-chat"

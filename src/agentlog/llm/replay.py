@@ -29,8 +29,8 @@ from typing import Any, Final, cast
 import orjson
 
 from ..errors import AgentlogError
-from ..jsonvalue import thaw
-from ..session import Session
+from ..kernel.jsonvalue import thaw
+from ..kernel.session import Session
 from .types import ABORTED, STREAM_CLOSED, GenerateRequest, LlmError, StreamChunk, failure_chunk
 
 __all__ = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, Protocol, TypedDict
 
 from ..errors import AgentlogError
-from ..events import LlmCallConfig, LlmFailure, Message, TokenUsage, ToolSchema
+from ..kernel.events import LlmCallConfig, LlmFailure, Message, TokenUsage, ToolSchema
 
 # --- failure codes -------------------------------------------------------------------------------
 

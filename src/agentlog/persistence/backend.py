@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import SessionPersistenceCorruptionError
-from ..events import Event
-from ..jsoncodec import dumps
+from ..kernel.events import Event
+from ..kernel.jsoncodec import dumps
 
 WireEvent = Mapping[str, Any]
 """An event in wire form: an :class:`~agentlog.events.Event` or a plain dict with the same keys."""

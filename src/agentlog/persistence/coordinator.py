@@ -32,8 +32,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._gc import gc_paused
-from .._js import js_string
 from ..errors import (
     AgentlogError,
     InvalidSeedError,
@@ -49,12 +47,14 @@ from ..errors import (
     SurfaceError,
     describe_error,
 )
-from ..events import Event, EventTypes, event_types
-from ..jsonvalue import FrozenDict, snapshot_json, thaw
-from ..repair import interrupted_turn_closers
-from ..seeds import SessionPreparation, check_header_fields, check_message_event_shape
-from ..session import EventsView, Session, SessionView
-from ..store import SessionStore
+from ..kernel._gc import gc_paused
+from ..kernel._js import js_string
+from ..kernel.events import Event, EventTypes, event_types
+from ..kernel.jsonvalue import FrozenDict, snapshot_json, thaw
+from ..kernel.repair import interrupted_turn_closers
+from ..kernel.seeds import SessionPreparation, check_header_fields, check_message_event_shape
+from ..kernel.session import EventsView, Session, SessionView
+from ..kernel.store import SessionStore
 from . import legacy
 from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
 

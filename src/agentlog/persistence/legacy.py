@@ -23,11 +23,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeGuard
 
-from .._js import UNDEFINED as _UNDEFINED
-from .._js import js_string as _js_string
 from ..errors import LegacyFormatError, MessageShapeError, SessionFormatUnsupportedError
-from ..events import SESSION_FORMAT_VERSION, EventTypes, event_types
-from ..jsonvalue import MAX_SAFE_INTEGER
+from ..kernel._js import UNDEFINED as _UNDEFINED
+from ..kernel._js import js_string as _js_string
+from ..kernel.events import SESSION_FORMAT_VERSION, EventTypes, event_types
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
     "assert_events_known",

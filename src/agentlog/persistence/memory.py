@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidSessionIdError, PersistenceError, SessionLockedError
-from ..jsoncodec import dumps, loads
+from ..kernel.jsoncodec import dumps, loads
 from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from .errors import AgentlogError, ResourceExhaustedError
+from ..errors import AgentlogError, ResourceExhaustedError
 
 scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 

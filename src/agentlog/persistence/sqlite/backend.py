@@ -27,7 +27,7 @@ Design points, each of which a spec test pins:
   ``COMMIT``, that the path still names the file this connection writes (one ``stat``): a database
   deleted or replaced while open would otherwise swallow the batch into an unlinked inode.
 
-All statements live in ``persistence/sql/*.sql`` and are loaded with :mod:`importlib.resources`;
+All statements live in ``persistence/sqlite/sql/*.sql`` and are loaded with :mod:`importlib.resources`;
 values are always bound as parameters.
 """
 
@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 
-from ..errors import (
+from ...errors import (
     AgentlogError,
     InvalidSessionIdError,
     PersistenceError,
@@ -59,10 +59,10 @@ from ..errors import (
     StorageAccessError,
     StoreNotFoundError,
 )
-from ..jsoncodec import DEFAULT_MAX_DEPTH
-from . import _sqlite_codec as codec
-from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
-from .jsonl import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
+from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
+from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
+from ..jsonl.backend import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
+from . import _codec as codec
 
 __all__ = [
     "APPLICATION_ID",
@@ -107,7 +107,7 @@ _WHITESPACE: Final = re.compile(r"\s+")
 
 def _load_statements() -> dict[str, str]:
     """Read the packaged statement resources once (``-- name: <key>`` sections of ``statements.sql``)."""
-    folder = resources.files("agentlog").joinpath("persistence", "sql")
+    folder = resources.files("agentlog").joinpath("persistence", "sqlite", "sql")
     text = folder.joinpath("statements.sql").read_text(encoding="utf-8")
     statements: dict[str, str] = {}
     matches = list(_NAME_MARKER.finditer(text))

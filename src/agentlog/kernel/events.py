@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .errors import EventDataError, EventTypeError, FrozenError
+from ..errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
 from .jsonvalue import FrozenDict, _speedups, register_frozen_dict_type, seal_as
 

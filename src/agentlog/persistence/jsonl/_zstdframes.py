@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import zstandard
 
-from ..errors import ResourceExhaustedError, SessionPersistenceCorruptionError
+from ...errors import ResourceExhaustedError, SessionPersistenceCorruptionError
 
 __all__ = [
     "ZSTD_MAGIC",

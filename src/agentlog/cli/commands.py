@@ -29,23 +29,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from .errors import (
+from ..errors import (
     AgentlogError,
     SessionExistsError,
     SessionNotFoundError,
     SessionPersistenceCorruptionError,
     StoreNotFoundError,
 )
-from .jsonvalue import thaw
-from .persistence.backend import Backend, StoredPrefix
-from .persistence.coordinator import PersistenceCoordinator
-from .repair import interrupted_turn_closers
-from .session import SeqOutOfRangeError, Session
-from .store import SessionStore
+from ..kernel.jsonvalue import thaw
+from ..kernel.repair import interrupted_turn_closers
+from ..kernel.session import SeqOutOfRangeError, Session
+from ..kernel.store import SessionStore
+from ..persistence.backend import Backend, StoredPrefix
+from ..persistence.coordinator import PersistenceCoordinator
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
-    from .agent.builtin_tools import CommandPolicy
-    from .agent.loop import AgentOptions, TurnOutcome
+    from ..agent.builtin_tools import CommandPolicy
+    from ..agent.loop import AgentOptions, TurnOutcome
 
 app = typer.Typer(
     add_completion=False,
@@ -93,10 +93,10 @@ def open_backend(
     """
     root = _store_root(store).absolute()
     if backend is BackendKind.sqlite:
-        from .persistence.sqlite import SqliteBackend
+        from ..persistence.sqlite.backend import SqliteBackend
 
         return SqliteBackend(str(root / SQLITE_FILENAME), read_only=read_only)
-    from .persistence.jsonl import JsonlBackend
+    from ..persistence.jsonl.backend import JsonlBackend
 
     if read_only:
         return JsonlBackend(str(root), compression="auto", read_only=True)
@@ -346,7 +346,7 @@ def verify_command(
 
 
 def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, Any]:
-    from .invariants import check_tool_pairing
+    from ..kernel.invariants import check_tool_pairing
 
     result: dict[str, Any] = {"id": session_id, "status": "ok", "events": None, "error": None, "note": None}
     try:
@@ -468,7 +468,7 @@ COMMAND_HINT = (
 
 def _command_policy(allow: Sequence[str] | None, yes: bool) -> CommandPolicy:
     """``--yes`` allows every command; otherwise only ``--allow-command`` patterns (none: deny all)."""
-    from .agent.builtin_tools import CommandPolicy
+    from ..agent.builtin_tools import CommandPolicy
 
     if yes:
         return CommandPolicy.allow_all()
@@ -565,8 +565,8 @@ def _api_key(provider: str, api_key: str | None = None, base_url: str | None = N
     """``--api-key`` as given (``""``: send none), else DEEPSEEK_API_KEY (DeepSeek's host only) or
     OPENAI_API_KEY, else ``""`` for a loopback ``--base-url``; otherwise ``MISSING_API_KEY`` naming the ways
     to give one."""
-    from .llm.openai_compat import DEEPSEEK_BASE_URL, resolve_api_key
-    from .llm.types import MissingApiKeyError
+    from ..llm.openai_compat import DEEPSEEK_BASE_URL, resolve_api_key
+    from ..llm.types import MissingApiKeyError
 
     try:
         return resolve_api_key(api_key, provider, base_url or DEEPSEEK_BASE_URL)
@@ -608,9 +608,9 @@ async def _agent_turns(
     timeout_s: float | None = None,
     signals: list[int] | None = None,
 ) -> list[TurnOutcome]:
-    from .agent.builtin_tools import CommandPolicy, builtin_registry
-    from .agent.loop import Agent
-    from .llm.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatibleProvider
+    from ..agent.builtin_tools import CommandPolicy, builtin_registry
+    from ..agent.loop import Agent
+    from ..llm.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatibleProvider
 
     provider = OpenAICompatibleProvider(
         base_url=base_url,
@@ -747,7 +747,7 @@ def _agent_options(
     config: Mapping[str, Any] | None = None,
     max_steps: int | None = None,
 ) -> AgentOptions:
-    from .agent.loop import AgentOptions, RetryPolicy
+    from ..agent.loop import AgentOptions, RetryPolicy
 
     config = config or {}
     effort = config.get("reasoningEffort")
@@ -803,7 +803,7 @@ def run_command(
         new_id = session_id if session_id is not None else _new_session_id(storage)
     except AgentlogError as err:
         _fail(err, as_json)
-    from .llm.openai_compat import DEFAULT_MODEL
+    from ..llm.openai_compat import DEFAULT_MODEL
 
     sessions = SessionStore()
     coordinator = PersistenceCoordinator(sessions, storage)
@@ -900,7 +900,7 @@ def resume_command(
         typer.echo(f"session {session_id}: {len(events)} events, {turn}")
         typer.echo(f"repaired: {'; '.join(repairs)}" if repairs else "repaired: no (the log was already balanced)")
         return
-    from .llm.openai_compat import DEFAULT_MODEL
+    from ..llm.openai_compat import DEFAULT_MODEL
 
     header = session.request_header()
     config: Mapping[str, Any] = header["config"] if header is not None else {}
@@ -1211,7 +1211,7 @@ def _print_version(value: bool) -> None:
         try:
             installed = version("agentlog")
         except PackageNotFoundError:  # running from a source tree that was never installed
-            from . import __version__ as installed
+            from .. import __version__ as installed
         typer.echo(f"agentlog {installed}")
         raise typer.Exit()
 

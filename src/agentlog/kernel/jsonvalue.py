@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, NoReturn, TypeAlias
 
-from .errors import FrozenError, NonJsonValueError
+from ..errors import FrozenError, NonJsonValueError
 
 JsonValue: TypeAlias = Any
 """A lossless JSON value (None, bool, int, float, str, list, dict with str keys)."""

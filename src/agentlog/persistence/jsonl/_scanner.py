@@ -32,16 +32,16 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
-from .._js import js_string
-from ..chunkrows import decode_storage_record
-from ..errors import (
+from ...errors import (
     ChunkRowError,
     ResourceExhaustedError,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
-from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
-from ..jsonvalue import MAX_SAFE_INTEGER
+from ...kernel._js import js_string
+from ...kernel.chunkrows import decode_storage_record
+from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",

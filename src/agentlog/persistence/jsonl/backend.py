@@ -40,9 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, ParamSpec, TypeVar
 
-from .._gc import gc_paused
-from ..chunkrows import pack_chunk_runs
-from ..errors import (
+from ...errors import (
     AgentlogError,
     InvalidSessionIdError,
     PersistenceError,
@@ -54,7 +52,18 @@ from ..errors import (
     StorageAccessError,
     StoreNotFoundError,
 )
-from ..jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
+from ...kernel._gc import gc_paused
+from ...kernel.chunkrows import pack_chunk_runs
+from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
+from ..backend import (
+    PartialRead,
+    RawArtifact,
+    SessionListing,
+    StoredPrefix,
+    WireEvent,
+    check_reader_limits,
+    event_json,
+)
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -74,15 +83,6 @@ from ._zstdframes import (
     decompress_frame,
     decompress_torn_frame,
     scan_zstd_frames,
-)
-from .backend import (
-    PartialRead,
-    RawArtifact,
-    SessionListing,
-    StoredPrefix,
-    WireEvent,
-    check_reader_limits,
-    event_json,
 )
 
 __all__ = [

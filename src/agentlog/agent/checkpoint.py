@@ -19,8 +19,8 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from .session import Session
-from .store import SessionStore
+from ..kernel.session import Session
+from ..kernel.store import SessionStore
 
 TOOL_ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
 

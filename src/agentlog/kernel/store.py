@@ -22,7 +22,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .errors import (
+from ..errors import (
     AgentlogError,
     SessionAnnouncedError,
     SessionAttachedError,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import InvariantError, ToolPairingError
+from ..errors import InvariantError, ToolPairingError
 from .session import Session
 from .store import SessionStore
 

@@ -43,21 +43,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .agent.builtin_tools import CommandPolicy, builtin_registry
-from .agent.loop import Agent, AgentOptions, TurnOutcome
-from .agent.tools import ToolRegistry
-from .errors import AgentlogError
-from .invariants import SessionInvariants
-from .jsonvalue import thaw
-from .llm.demo_server import DemoModelServer, ErrorReply, RecordedRequest, Reply, ScriptItem, ToolCall
-from .persistence.coordinator import PersistenceCoordinator
-from .persistence.jsonl import JsonlBackend
-from .repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
-from .session import Session
-from .store import SessionStore
+from ..agent.builtin_tools import CommandPolicy, builtin_registry
+from ..agent.loop import Agent, AgentOptions, TurnOutcome
+from ..agent.tools import ToolRegistry
+from ..errors import AgentlogError
+from ..kernel.invariants import SessionInvariants
+from ..kernel.jsonvalue import thaw
+from ..kernel.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
+from ..kernel.session import Session
+from ..kernel.store import SessionStore
+from ..llm.demo_server import DemoModelServer, ErrorReply, RecordedRequest, Reply, ScriptItem, ToolCall
+from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.jsonl.backend import JsonlBackend
 
 if TYPE_CHECKING:
-    from .llm.openai_compat import OpenAICompatibleProvider
+    from ..llm.openai_compat import OpenAICompatibleProvider
 
 DEMO_MODEL_LABEL = "scripted demo model — no real LLM"
 MODEL = "demo-model"
@@ -176,7 +176,7 @@ def _provider(base_url: str) -> OpenAICompatibleProvider:
     Imported here, not at module level: ``openai`` takes half a second to import, and the ``agentlog``
     command should not pay that for commands other than ``demo``.
     """
-    from .llm.openai_compat import OpenAICompatibleProvider
+    from ..llm.openai_compat import OpenAICompatibleProvider
 
     with _loopback_without_proxy():
         return OpenAICompatibleProvider(base_url=base_url, api_key="demo", model=MODEL)
@@ -450,7 +450,7 @@ class _Demo:
         command = [
             sys.executable,
             "-m",
-            "agentlog.demo",
+            "agentlog.cli.demo",
             "--child",
             "--base-url",
             self.server.base_url,

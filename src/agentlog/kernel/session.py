@@ -17,7 +17,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
-from .errors import (
+from ..errors import (
     AgentlogError,
     EventDataError,
     FrozenError,

@@ -22,11 +22,11 @@ from typing import Any, Final, TypeAlias
 
 import zstandard
 
-from .._gc import gc_paused
-from ..errors import PersistenceError, ResourceExhaustedError, SessionPersistenceCorruptionError
-from ..events import Event as _Event
-from ..jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
-from ..jsonvalue import _speedups
+from ...errors import PersistenceError, ResourceExhaustedError, SessionPersistenceCorruptionError
+from ...kernel._gc import gc_paused
+from ...kernel.events import Event as _Event
+from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
+from ...kernel.jsonvalue import _speedups
 
 # The kernel's C accelerator builds packed-row members as frozen events (see _build_members).
 _expand_row: Any = getattr(_speedups, "expand_row", None) if _speedups is not None else None

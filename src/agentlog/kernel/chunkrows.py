@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, TypeGuard
 
 from agentlog.errors import ChunkRowError
-from agentlog.events import Event as _Event
-from agentlog.jsonvalue import _speedups
+from agentlog.kernel.events import Event as _Event
+from agentlog.kernel.jsonvalue import _speedups
 
 _expand_row: Any = _speedups.expand_row if _speedups is not None else None
 

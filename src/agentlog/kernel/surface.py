@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, overload
 
-from .errors import FrozenError, SurfaceError
+from ..errors import FrozenError, SurfaceError
 from .events import SURFACE_EVENT_TYPES
 from .jsonvalue import MAX_SAFE_INTEGER
 

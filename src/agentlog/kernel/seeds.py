@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import AgentlogError, EventDataError, InvalidSeedError, MessageShapeError, SessionHeaderError
 from ._js import UNDEFINED, js_string
-from .errors import AgentlogError, EventDataError, InvalidSeedError, MessageShapeError, SessionHeaderError
 from .events import SESSION_FORMAT_VERSION, Event, new_event
 from .jsoncodec import dumps
 from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze_in_place, freeze_tree, snapshot_json, thaw

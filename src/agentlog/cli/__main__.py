@@ -1,0 +1,5 @@
+"""``python -m agentlog.cli`` runs the command line."""
+
+from .commands import main
+
+main()
