@@ -47,6 +47,7 @@ from ..agent.builtin_tools import CommandPolicy, builtin_registry
 from ..agent.loop import Agent, AgentOptions, TurnOutcome
 from ..agent.tools import ToolRegistry
 from ..errors import AgentlogError
+from ..kernel.events import ASSISTANT_MESSAGE, SESSION_END_SEED, STEP_END, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
 from ..kernel.invariants import SessionInvariants
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
@@ -489,7 +490,7 @@ class _Demo:
                     stored = None  # a write in progress; the next poll sees it complete
                 if stored is not None:
                     events: list[dict[str, Any]] = stored.events
-                    if any(e["type"] == "tool/call" and e["data"].get("callId") == SLOW_CALL_ID for e in events):
+                    if any(e["type"] == TOOL_CALL and e["data"].get("callId") == SLOW_CALL_ID for e in events):
                         return events
                 if time.monotonic() > deadline:
                     raise DemoFailure(
@@ -522,7 +523,7 @@ class _Demo:
             events = self.wait_for_tool_call(child)
             tool_pid = self.tool_pid = self.find_tool_process(child.pid)
         tool_cmdline = _cmdline(tool_pid) if tool_pid is not None else None  # gone after the kill
-        call = next(e for e in events if e["type"] == "tool/call" and e["data"]["callId"] == SLOW_CALL_ID)
+        call = next(e for e in events if e["type"] == TOOL_CALL and e["data"]["callId"] == SLOW_CALL_ID)
         self.say(f"tool/call seq {call['seq']} is durable: {call['data']['name']} {escape(call['data']['arguments'])}")
         if tool_pid is not None:
             self.say(f"the tool body is running: pid {tool_pid} `{escape(tool_cmdline or '?')}`")
@@ -571,7 +572,7 @@ class _Demo:
             "lastSeq": last["seq"],
             "lastType": last["type"],
             "openTurn": open_turn,
-            "turns": sum(1 for e in durable if e["type"] == "turn/start"),
+            "turns": sum(1 for e in durable if e["type"] == TURN_START),
         }
         return durable
 
@@ -583,7 +584,7 @@ class _Demo:
         self.coordinator = PersistenceCoordinator(store, JsonlBackend(str(self.root)))
         session = self.coordinator.resume(self.session_id)
         added = [thaw(e) for e in session.events][len(durable) :]
-        closing = sum(1 for e in added if e["type"] in ("tool/result", "step/end", "turn/end"))
+        closing = sum(1 for e in added if e["type"] in (TOOL_RESULT, STEP_END, TURN_END))
         self.say(f"PersistenceCoordinator.resume({self.session_id!r}) closed the turn with {closing} events:")
         table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1), expand=False)
         table.add_column("seq", justify="right", style="dim")
@@ -595,7 +596,7 @@ class _Demo:
         for event in added:
             data = event["data"]
             fact: dict[str, Any] = {"seq": event["seq"], "type": event["type"]}
-            if event["type"] == "tool/result":
+            if event["type"] == TOOL_RESULT:
                 block = data["message"]["content"][0]
                 text = _block_text(block["content"])
                 fact.update(callId=block["toolCallId"], code=data["error"]["code"], text=text)
@@ -603,13 +604,13 @@ class _Demo:
                     tool_result = fact
                 shown = _clip(f"{block['toolCallId']}: {text}", room - len(TOOL_OUTCOME_UNKNOWN) - 1)
                 detail = f"[bold red]{escape(data['error']['code'])}[/] {escape(shown)}"
-            elif event["type"] == "step/end":
+            elif event["type"] == STEP_END:
                 fact.update(turn=data["turn"], step=data["step"])
                 detail = f"turn {data['turn']} step {data['step']} (synthetic)"
-            elif event["type"] == "turn/end":
+            elif event["type"] == TURN_END:
                 fact.update(turn=data["turn"], reason=data["reason"]["kind"])
                 detail = f"turn {data['turn']}, reason {data['reason']['kind']} (synthetic)"
-            elif event["type"] == "session/end-seed":
+            elif event["type"] == SESSION_END_SEED:
                 detail = "[dim]marker: the restored prefix ends here[/]"
             else:
                 detail = ""
@@ -619,7 +620,7 @@ class _Demo:
         if tool_result is None or tool_result["code"] != TOOL_OUTCOME_UNKNOWN:
             raise DemoFailure(f"resume did not answer {SLOW_CALL_ID} with {TOOL_OUTCOME_UNKNOWN}: {repaired}")
         self.say("the messages the next request is built from (derived from the surface):")
-        repaired_ids = {e["data"]["message"]["id"] for e in added if e["type"] == "tool/result"}
+        repaired_ids = {e["data"]["message"]["id"] for e in added if e["type"] == TOOL_RESULT}
         rows = [(m, m.get("id") in repaired_ids) for m in session.derive_messages()]
         self.console.print(_transcript(rows, self.console.width))
         self.facts["repair"] = {"events": repaired, "toolResult": tool_result}
@@ -640,7 +641,7 @@ class _Demo:
             facts["requestPath"] = requests[-1].path
         answer = ""
         for event in reversed(session.events):
-            if event["type"] == "assistant/message":
+            if event["type"] == ASSISTANT_MESSAGE:
                 answer = _block_text(event["data"]["message"]["content"])
                 break
         self.say(f"user: {escape(FOLLOWUP_PROMPT)}")
@@ -681,7 +682,7 @@ class _Demo:
         self.heading(4, "fork at the last closed turn")
         assert self.coordinator is not None
         store = self.coordinator.store
-        boundary = max(e.seq for e in session.events if e.type == "turn/end")
+        boundary = max(e.seq for e in session.events if e.type == TURN_END)
         fork = store.fork(session, boundary, child_id=self.fork_id)
         store.flush(session)
         store.flush(fork)
@@ -709,7 +710,7 @@ class _Demo:
                     "role": role,
                     "id": live.id,
                     "events": len(live.events),
-                    "turns": sum(1 for e in live.events if e.type == "turn/start"),
+                    "turns": sum(1 for e in live.events if e.type == TURN_START),
                     "surface": len(live.surface.nodes),
                     "messages": len(live.derive_messages()),
                 }

@@ -1,0 +1,73 @@
+"""Reading stored sessions without writing: the helpers the read and agent commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import (
+    AgentlogError,
+    StoreNotFoundError,
+)
+from ..kernel.jsonvalue import thaw
+from ..kernel.store import SessionStore
+from ..persistence.backend import Backend, StoredPrefix
+from ..persistence.coordinator import PersistenceCoordinator
+from .options import BackendKind, Compression, open_backend
+from .render import _fail
+
+
+def _require_store(storage: Backend, session_id: str) -> None:
+    """Raise ``STORE_NOT_FOUND`` now if the store is missing (a backend may report it only when first
+    used); any other problem is the session's own and is reported with it."""
+    try:
+        storage.read_revision(session_id)
+    except StoreNotFoundError:
+        storage.close()
+        raise
+    except AgentlogError:
+        pass
+
+
+def _reader(storage: Backend) -> PersistenceCoordinator:
+    """A coordinator used only to read (no session is made live, so nothing is written or locked)."""
+    return PersistenceCoordinator(SessionStore(), storage)
+
+
+def _last_turn(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    for event in reversed(events):
+        if event["type"] == "turn/end":
+            return {"turn": event["data"].get("turn"), "reason": thaw(event["data"].get("reason"))}
+    return None
+
+
+def _read_view(
+    session_id: str, store: Path | None, backend: BackendKind, compression: Compression, as_json: bool
+) -> tuple[Any, Any]:
+    """``(header, SessionView)`` of a stored session, read without writing (a cold view is balanced)."""
+    header, view, _stored = _open_view(session_id, store, backend, compression, as_json, with_stored=False)
+    return header, view
+
+
+def _open_view(
+    session_id: str,
+    store: Path | None,
+    backend: BackendKind,
+    compression: Compression,
+    as_json: bool,
+    *,
+    with_stored: bool,
+) -> tuple[Any, Any, StoredPrefix | None]:
+    """``(header, SessionView, stored prefix or None)``: the balanced view and, on request, the stored
+    prefix itself, so a caller can tell stored events from the closers a resume would add."""
+    try:
+        reader = _reader(open_backend(store, backend, compression, read_only=True))
+        try:
+            view = reader.view(session_id)
+            stored = reader.backend.load_stored(session_id) if with_stored else None
+        finally:
+            reader.close()
+    except AgentlogError as err:
+        _fail(err, as_json)
+    return view.header, view, stored

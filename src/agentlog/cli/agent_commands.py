@@ -1,0 +1,593 @@
+"""The agent commands ``run``, ``resume`` and ``fork`` (they write through a
+:class:`~agentlog.persistence.coordinator.PersistenceCoordinator` and leave nothing live or locked when
+they return), and ``replay``, which plays a stored session back and never writes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..errors import (
+    AgentlogError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from ..kernel.jsonvalue import thaw
+from ..kernel.repair import interrupted_turn_closers
+from ..kernel.session import Session
+from ..kernel.store import SessionStore
+from ..persistence.backend import Backend
+from ..persistence.coordinator import PersistenceCoordinator
+from ._reading import _last_turn, _read_view
+from .options import BackendKind, BackendOption, Compression, CompressionOption, JsonOption, StoreOption, open_backend
+from .render import _emit_json, _EventPrinter, _fail, _fail_with
+
+if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
+    from ..agent.builtin_tools import CommandPolicy
+    from ..agent.loop import AgentOptions, TurnOutcome
+
+DEFAULT_PROVIDER = "deepseek"
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_MAX_STEPS = 50
+"""The agent loop's own default (``agentlog.agent.loop.DEFAULT_MAX_STEPS``; a test keeps them equal)."""
+MAX_REPLAY_GAP_S = 2.0
+"""``replay`` waits at most this long (before dividing by ``--speed``) between two recorded chunks."""
+
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", help="Model name (default: deepseek-chat; on resume, the session's).", show_default=False),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible endpoint (default: the DeepSeek API).", show_default=False),
+]
+SystemOption = Annotated[
+    str | None,
+    typer.Option("--system", help="System prompt (on resume: the session's unless given).", show_default=False),
+]
+CwdOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--cwd",
+        help="Working directory of the tools (default: the current directory; on resume, the session's).",
+        exists=True,
+        file_okay=False,
+        dir_okay=True,
+        show_default=False,
+    ),
+]
+ProviderOption = Annotated[
+    str | None,
+    typer.Option(
+        "--provider",
+        help="Provider name recorded in the log (default: deepseek; on resume, the session's).",
+        show_default=False,
+    ),
+]
+MaxStepsOption = Annotated[
+    int,
+    typer.Option(
+        "--max-steps",
+        min=1,
+        help="Steps (model calls) one turn may take; a turn that needs more ends with MAX_STEPS_EXCEEDED.",
+    ),
+]
+MaxRetriesOption = Annotated[
+    int,
+    typer.Option(
+        "--max-retries", min=0, help="Logged retries of a failed model request (rate limit, server, transport)."
+    ),
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        help="API key (default: $DEEPSEEK_API_KEY, then $OPENAI_API_KEY; a loopback --base-url needs none). "
+        "--api-key '' sends no key. Prefer the environment: a command line is visible to other users.",
+        show_default=False,
+    ),
+]
+AllowCommandOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-command",
+        metavar="PATTERN",
+        help="Let run_command start command lines matching PATTERN (fnmatch-style, whole line; wildcards never "
+        "match ; & | < > ( ) $ ` or a line break). Repeatable. Without it (or --yes) every command is refused.",
+        show_default=False,
+    ),
+]
+YesOption = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Let run_command start every command (it is not confined to --cwd)."),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        min=0.001,
+        help="Provider idle timeout: the longest wait for the next streamed data event (keep-alive comments "
+        "do not count). Default: 300.",
+        show_default=False,
+    ),
+]
+COMMAND_HINT = (
+    "To allow it, re-run with --allow-command PATTERN (repeatable, e.g. --allow-command 'pytest *') "
+    "or --yes to allow every command."
+)
+
+
+def _command_policy(allow: Sequence[str] | None, yes: bool) -> CommandPolicy:
+    """``--yes`` allows every command; otherwise only ``--allow-command`` patterns (none: deny all)."""
+    from ..agent.builtin_tools import CommandPolicy
+
+    if yes:
+        return CommandPolicy.allow_all()
+    return CommandPolicy(allow_patterns=tuple(allow or ()), hint=COMMAND_HINT)
+
+
+def _new_session_id(storage: Backend) -> str:
+    while True:
+        candidate = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        if storage.read_revision(candidate) is None:
+            return candidate
+
+
+def _require_absent(storage: Backend, session_id: str) -> None:
+    if storage.read_revision(session_id) is not None:
+        raise SessionExistsError(f'session "{session_id}" already exists in the store')
+
+
+def _api_key(provider: str, api_key: str | None = None, base_url: str | None = None) -> str:
+    """``--api-key`` as given (``""``: send none), else DEEPSEEK_API_KEY (DeepSeek's host only) or
+    OPENAI_API_KEY, else ``""`` for a loopback ``--base-url``; otherwise ``MISSING_API_KEY`` naming the ways
+    to give one."""
+    from ..llm.openai_compat import DEEPSEEK_BASE_URL, resolve_api_key
+    from ..llm.types import MissingApiKeyError
+
+    try:
+        return resolve_api_key(api_key, provider, base_url or DEEPSEEK_BASE_URL)
+    except MissingApiKeyError:
+        raise MissingApiKeyError(
+            f'no API key for provider "{provider}": set DEEPSEEK_API_KEY (read for api.deepseek.com only) or '
+            "OPENAI_API_KEY (any endpoint given with --base-url), or pass --api-key KEY (--api-key '' for a "
+            "server that needs none; a loopback --base-url needs none)"
+        ) from None
+
+
+def _release(coordinator: PersistenceCoordinator, sessions: Sequence[Session]) -> AgentlogError | None:
+    """Flush, dispose and close: nothing stays live or locked. Returns the first persistence failure."""
+    failure: AgentlogError | None = None
+    store = coordinator.store
+    for session in sessions:
+        try:
+            store.flush(session)
+        except AgentlogError as err:
+            failure = failure or err
+    for session in sessions:
+        store.dispose(session)
+    try:
+        coordinator.close()
+    except AgentlogError as err:
+        failure = failure or err
+    return failure
+
+
+async def _agent_turns(
+    session: Session,
+    store: SessionStore,
+    options: AgentOptions,
+    *,
+    api_key: str,
+    base_url: str | None,
+    prompt: str,
+    command_policy: CommandPolicy | None = None,
+    timeout_s: float | None = None,
+    signals: list[int] | None = None,
+) -> list[TurnOutcome]:
+    from ..agent.builtin_tools import CommandPolicy, builtin_registry
+    from ..agent.loop import Agent
+    from ..llm.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatibleProvider
+
+    provider = OpenAICompatibleProvider(
+        base_url=base_url,
+        model=options.model,
+        api_key=api_key,
+        provider=options.provider,
+        timeout_s=timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S,
+    )
+    loop = asyncio.get_running_loop()
+    policy = command_policy if command_policy is not None else CommandPolicy(hint=COMMAND_HINT)
+    agent = Agent(session, provider, options, tools=builtin_registry(command_policy=policy), store=store)
+
+    received = signals if signals is not None else []
+    task = asyncio.current_task()
+
+    def interrupt(signum: int) -> None:
+        # The first SIGINT/SIGTERM cancels the turn the documented way (streamed text is kept as an
+        # interrupted message, a running command is killed and its result recorded); a second one
+        # cancels the task: a call still running is answered TOOL_OUTCOME_UNKNOWN. Either way the turn
+        # is closed with every call answered and flushed before the command exits (130 / 143).
+        received.append(signum)
+        if len(received) == 1:
+            agent.cancel({"kind": "user"} if signum == signal.SIGINT else {"kind": "hook", "reason": "SIGTERM"})
+        elif task is not None:
+            task.cancel()
+
+    handled: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, interrupt, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signal support
+            break
+    try:
+        agent.followup(prompt)
+        return await agent.run()
+    finally:
+        for installed in handled:
+            loop.remove_signal_handler(installed)
+            if received:  # the command is on its way out (flush, release, exit 130/143): stay on course
+                signal.signal(installed, signal.SIG_IGN)
+        await provider.aclose()
+
+
+def _run_agent(
+    coordinator: PersistenceCoordinator,
+    session: Session,
+    options: AgentOptions,
+    *,
+    api_key: str,
+    base_url: str | None,
+    prompt: str,
+    as_json: bool,
+    extra: Mapping[str, Any] | None = None,
+    command_policy: CommandPolicy | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """Run the prompt to the end, release the session, report; exit non-zero if the turn failed."""
+    store = coordinator.store
+    printer = None if as_json else _EventPrinter()
+    unsubscribe: Callable[[], None] | None = None
+    if printer is not None:
+        watched = printer
+
+        def on_event(source: Session, event: Any) -> None:
+            if source is session:
+                watched(event)
+
+        unsubscribe = store.on_event(on_event)
+    outcomes: list[TurnOutcome] = []
+    failure: AgentlogError | None = None
+    interrupted = False
+    signals: list[int] = []
+    try:
+        turns = _agent_turns(
+            session,
+            store,
+            options,
+            api_key=api_key,
+            base_url=base_url,
+            prompt=prompt,
+            command_policy=command_policy,
+            timeout_s=timeout_s,
+            signals=signals,
+        )
+        outcomes = asyncio.run(turns)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True  # the loop closed the turn as aborted before the interrupt reached here
+    except AgentlogError as err:
+        failure = err
+    finally:
+        if unsubscribe is not None:
+            unsubscribe()
+        released = _release(coordinator, [session])
+    failure = failure or released
+    if printer is not None:
+        printer.end_line()
+    if as_json:
+        document: dict[str, Any] = {"sessionId": session.id}
+        document.update(extra or {})
+        document["turns"] = [{"turn": o.turn, "reason": thaw(o.reason)} for o in outcomes]
+        document["messages"] = thaw(session.derive_messages().to_list())
+        _emit_json(document)
+    else:
+        typer.echo(f"session {session.id}")
+    if failure is not None:
+        _fail(failure, as_json)
+    last: dict[str, Any] = outcomes[-1].reason if outcomes else {"kind": "completed"}
+    if signals or interrupted:
+        # 128 + the signal number, as a shell reports it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
+        name = "SIGTERM" if signals and signals[0] == signal.SIGTERM else "SIGINT"
+        try:
+            _fail_with(
+                "TURN_ABORTED", f"interrupted ({name}): the turn was closed as aborted (the log stays valid)", as_json
+            )
+        except typer.Exit:
+            raise typer.Exit(code=143 if name == "SIGTERM" else 130) from None
+    if last["kind"] == "aborted":
+        _fail_with("TURN_ABORTED", "interrupted: the turn was closed as aborted (the log stays valid)", as_json)
+    if last["kind"] == "error":
+        error = last.get("error") or {}
+        _fail_with(str(error.get("code") or "UNKNOWN"), str(error.get("message") or "the turn failed"), as_json)
+    if last["kind"] == "blocked":
+        _fail_with("TURN_BLOCKED", "the turn was blocked", as_json)
+
+
+def _agent_options(
+    *,
+    provider: str,
+    model: str,
+    system: str | None,
+    cwd: Path,
+    max_retries: int,
+    config: Mapping[str, Any] | None = None,
+    max_steps: int | None = None,
+) -> AgentOptions:
+    from ..agent.loop import AgentOptions, RetryPolicy
+
+    config = config or {}
+    effort = config.get("reasoningEffort")
+    temperature = config.get("temperature")
+    max_tokens = config.get("maxTokens")
+    return AgentOptions(
+        provider=provider,
+        model=model,
+        system=system,
+        reasoning_effort=effort if isinstance(effort, str) else None,
+        temperature=float(temperature) if isinstance(temperature, (int, float)) else None,
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        retry=RetryPolicy(max_retries=max_retries),
+        cwd=cwd,
+        max_steps=max_steps if max_steps is not None else DEFAULT_MAX_STEPS,
+    )
+
+
+def run_command(
+    prompt: Annotated[str, typer.Argument(help="The prompt of the first turn.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    cwd: CwdOption = None,
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="Id of the new session (default: time + random).")
+    ] = None,
+    provider: ProviderOption = None,
+    max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+    max_steps: MaxStepsOption = DEFAULT_MAX_STEPS,
+    api_key_option: ApiKeyOption = None,
+    allow_command: AllowCommandOption = None,
+    yes: YesOption = False,
+    timeout: TimeoutOption = None,
+) -> None:
+    """Start a new session and run an agent (built-in tools) on PROMPT, streaming its answer.
+
+    run_command refuses every command unless --allow-command PATTERN or --yes allows it.
+    """
+    work_dir = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
+    route = provider or DEFAULT_PROVIDER
+    try:
+        api_key = _api_key(route, api_key_option, base_url)
+        command_policy = _command_policy(allow_command, yes)
+        storage = open_backend(store, backend, compression)
+        if session_id is not None:
+            _require_absent(storage, session_id)
+        new_id = session_id if session_id is not None else _new_session_id(storage)
+    except AgentlogError as err:
+        _fail(err, as_json)
+    from ..llm.openai_compat import DEFAULT_MODEL
+
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    try:
+        session = sessions.create(new_id, meta={"cwd": str(work_dir)})
+    except AgentlogError as err:
+        coordinator.close()
+        _fail(err, as_json)
+    options = _agent_options(
+        provider=route,
+        model=model or DEFAULT_MODEL,
+        system=system,
+        cwd=work_dir,
+        max_retries=max_retries,
+        max_steps=max_steps,
+    )
+    _run_agent(
+        coordinator,
+        session,
+        options,
+        api_key=api_key,
+        base_url=base_url,
+        prompt=prompt,
+        as_json=as_json,
+        command_policy=command_policy,
+        timeout_s=timeout,
+    )
+
+
+def resume_command(
+    session_id: Annotated[str, typer.Argument(help="The session to resume.")],
+    prompt: Annotated[str | None, typer.Argument(help="A follow-up prompt (omit to only resume and report).")] = None,
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    cwd: CwdOption = None,
+    provider: ProviderOption = None,
+    max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
+    max_steps: MaxStepsOption = DEFAULT_MAX_STEPS,
+    api_key_option: ApiKeyOption = None,
+    allow_command: AllowCommandOption = None,
+    yes: YesOption = False,
+    timeout: TimeoutOption = None,
+) -> None:
+    """Resume a stored session (an interrupted turn is repaired), then run PROMPT if given.
+
+    As with run, run_command refuses every command unless --allow-command PATTERN or --yes allows it.
+    """
+    try:
+        api_key = _api_key(provider or DEFAULT_PROVIDER, api_key_option, base_url) if prompt is not None else ""
+        command_policy = _command_policy(allow_command, yes)
+        storage = open_backend(store, backend, compression)
+        stored = storage.load_stored(session_id)
+        if stored is None:
+            storage.close()
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+    except AgentlogError as err:
+        _fail(err, as_json)
+    repairs: list[str] = []
+    if stored.torn_marker is not None:
+        repairs.append("removed a torn tail")
+    if interrupted_turn_closers(stored.events):
+        repairs.append("closed the interrupted turn")
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    try:
+        session = coordinator.resume(session_id)
+    except AgentlogError as err:
+        coordinator.close()
+        _fail(err, as_json)
+    state = {"repaired": bool(repairs), "repairs": repairs}
+    if prompt is None:
+        events = session.events
+        last = _last_turn(events)
+        failure = _release(coordinator, [session])
+        if failure is not None:
+            _fail(failure, as_json)
+        if as_json:
+            _emit_json({"sessionId": session_id, "events": len(events), "lastTurn": last, **state})
+            return
+        turn = "no turn yet" if last is None else f"last turn {last['turn']} ({last['reason'].get('kind')})"
+        typer.echo(f"session {session_id}: {len(events)} events, {turn}")
+        typer.echo(f"repaired: {'; '.join(repairs)}" if repairs else "repaired: no (the log was already balanced)")
+        return
+    from ..llm.openai_compat import DEFAULT_MODEL
+
+    header = session.request_header()
+    config: Mapping[str, Any] = header["config"] if header is not None else {}
+    persisted_system = header.get("system") if header is not None else None
+    header_cwd = session.header.get("cwd")
+    work_dir = Path(os.path.abspath(cwd)) if cwd is not None else Path(header_cwd or os.getcwd())
+    options = _agent_options(
+        provider=provider or str(config.get("provider") or DEFAULT_PROVIDER),
+        model=model or str(config.get("model") or DEFAULT_MODEL),
+        system=system if system is not None else persisted_system,
+        cwd=work_dir,
+        max_retries=max_retries,
+        config=config,
+        max_steps=max_steps,
+    )
+    _run_agent(
+        coordinator,
+        session,
+        options,
+        api_key=api_key,
+        base_url=base_url,
+        prompt=prompt,
+        as_json=as_json,
+        extra=state,
+        command_policy=command_policy,
+        timeout_s=timeout,
+    )
+
+
+def replay_command(
+    session_id: Annotated[str, typer.Argument(help="The session to play back.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    speed: Annotated[
+        float, typer.Option("--speed", min=0.0, help="Playback speed (2 = twice as fast; 0 = no waiting).")
+    ] = 1.0,
+) -> None:
+    """Play a session back token by token at its recorded pace (never writes, needs no network)."""
+    _header, view = _read_view(session_id, store, backend, compression, False)
+    printer = _EventPrinter(prompts=True)
+    previous: int | None = None
+    for event in view.events:
+        when = event.get("time")
+        if event["type"] == "assistant/chunk" and speed > 0 and isinstance(when, int) and previous is not None:
+            gap = min(max(when - previous, 0) / 1000, MAX_REPLAY_GAP_S) / speed
+            if gap > 0:
+                time.sleep(gap)
+        if event["type"] == "llm/retry":
+            data = event["data"]
+            printer.end_line()
+            failure = data.get("failure") or {}
+            sys.stderr.write(f"(retry {data.get('retry')} after {failure.get('code')})\n")
+        else:
+            printer(event)
+        if isinstance(when, int):
+            previous = when
+    printer.end_line()
+
+
+def fork_command(
+    session_id: Annotated[str, typer.Argument(help="The session to fork.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    at: Annotated[
+        int | None,
+        typer.Option("--at", help="Last seq the child inherits (a closed turn; default: the end).", show_default=False),
+    ] = None,
+    child_id: Annotated[
+        str | None, typer.Option("--child-id", help="Id of the child (default: <id>-fork-<random>).")
+    ] = None,
+) -> None:
+    """Start a child session from a closed-turn prefix of SESSION_ID (lineage in its header)."""
+    try:
+        storage = open_backend(store, backend, compression)
+        if child_id is not None:
+            _require_absent(storage, child_id)
+        else:
+            child_id = f"{session_id}-fork-{secrets.token_hex(3)}"
+            while storage.read_revision(child_id) is not None:
+                child_id = f"{session_id}-fork-{secrets.token_hex(3)}"
+    except AgentlogError as err:
+        _fail(err, as_json)
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    live: list[Session] = []
+    failure: AgentlogError | None = None
+    child: Session | None = None
+    try:
+        source = coordinator.resume(session_id)
+        live.append(source)
+        child = sessions.fork(source, at, child_id)
+        live.append(child)
+    except AgentlogError as err:
+        failure = err
+    finally:
+        released = _release(coordinator, list(reversed(live)))
+    failure = failure or released
+    if failure is not None or child is None:
+        _fail(failure or AgentlogError("fork failed"), as_json)
+    document = {
+        "childId": child.id,
+        "parentSession": child.header.get("parentSession"),
+        "seedLength": child.header.get("seedLength"),
+    }
+    if as_json:
+        _emit_json(document)
+    else:
+        typer.echo(child.id)

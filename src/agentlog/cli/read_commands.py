@@ -1,0 +1,354 @@
+"""The inspection commands ``ls``, ``export``, ``verify`` and ``show``: they read only (nothing is
+written and no writer lock is taken)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any, NoReturn
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from ..errors import (
+    AgentlogError,
+    SessionNotFoundError,
+    SessionPersistenceCorruptionError,
+)
+from ..kernel.jsonvalue import thaw
+from ..kernel.repair import interrupted_turn_closers
+from ..kernel.session import SeqOutOfRangeError, Session
+from ..persistence.coordinator import PersistenceCoordinator
+from ._reading import _last_turn, _open_view, _reader, _require_store
+from .options import (
+    BackendKind,
+    BackendOption,
+    Compression,
+    CompressionOption,
+    JsonOption,
+    StoreOption,
+    _store_root,
+    open_backend,
+)
+from .render import _emit_json, _event_line, _fail, _iso, _short, _table_console, _transcript
+
+
+def ls_command(
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    cursor: Annotated[str | None, typer.Option("--cursor", help="Show sessions after this id.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 50,
+) -> None:
+    """List stored sessions from their headers (damaged or foreign headers are reported, not hidden).
+
+    Only each session's header is read, so listing stays cheap however long the logs are: event counts
+    are not reported (``events`` and ``lastActivity`` are ``null`` in ``--json``); ``agentlog verify``
+    reads and checks whole logs.
+    """
+    try:
+        storage = open_backend(store, backend, compression, read_only=True)
+        try:
+            listings = storage.list_sessions()
+        finally:
+            storage.close()
+    except AgentlogError as err:
+        _fail(err, as_json)
+    listings = [item for item in listings if cursor is None or item.id > cursor]
+    page = listings[:limit]
+    next_cursor = page[-1].id if len(listings) > limit else None
+    rows: list[dict[str, Any]] = []
+    for item in page:
+        header = item.header or {}
+        rows.append(
+            {
+                "id": item.id,
+                "createdAt": header.get("createdAt"),
+                "cwd": header.get("cwd"),
+                "parentSession": header.get("parentSession"),
+                "events": None,  # not counted: ls reads headers only
+                "lastActivity": None,
+                "error": None if item.error_code is None else {"code": item.error_code, "message": item.error_message},
+            }
+        )
+    if as_json:
+        _emit_json({"sessions": rows, "nextCursor": next_cursor})
+        return
+    table = Table(title=f"sessions in {_store_root(store)}", show_lines=False)
+    table.add_column("id", overflow="fold")
+    for column in ("created", "cwd", "parent", "status"):
+        table.add_column(column, overflow="fold")
+    cells: list[list[str]] = []
+    for row in rows:
+        status = "ok" if row["error"] is None else str(row["error"]["code"])
+        cells.append(
+            [str(row["id"]), _iso(row["createdAt"]), str(row["cwd"] or ""), str(row["parentSession"] or ""), status]
+        )
+        colour = "green" if row["error"] is None else "red"
+        table.add_row(*cells[-1][:-1], f"[{colour}]{status}[/]")
+    console = _table_console([["id", "created", "cwd", "parent", "status"], *cells])
+    console.print(table)
+    if next_cursor is not None:
+        console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True)
+
+
+PARTIAL_EXIT = 3
+"""Exit code of ``export --partial`` when the log is damaged and only the prefix before it was written."""
+
+
+def _export_partial(
+    reader: PersistenceCoordinator, session_id: str, refusal: SessionPersistenceCorruptionError, as_json: bool
+) -> NoReturn:
+    """Write the readable stored prefix of a damaged session, report the damage, exit ``PARTIAL_EXIT``."""
+    prefix = reader.read_prefix(session_id)  # the bytes up to the first damage; nothing validated or written
+    # Every record reads back but the log still failed validation: all of it is the readable prefix.
+    damage = prefix.damage if prefix.damage is not None else refusal
+    events = list(prefix.events)
+    last = events[-1]["seq"] if events else None
+    location = getattr(damage, "location", None)
+    offset = getattr(damage, "offset", None)
+    report = {
+        "code": damage.code,
+        "message": str(damage),
+        "location": location,
+        "offset": offset,
+        "afterSeq": last,
+    }
+    _emit_json({"header": prefix.meta, "events": events, "damage": report})
+    if as_json:
+        sys.stderr.write(
+            orjson.dumps(
+                {
+                    "error": {"code": damage.code, "message": str(damage)},
+                    "partial": {"events": len(events), "afterSeq": last, "location": location, "offset": offset},
+                }
+            ).decode()
+            + "\n"
+        )
+    else:
+        through = f"seq 0..{last}" if last is not None else "no events"
+        sys.stderr.write(
+            f'partial export of session "{session_id}": {len(events)} stored events written ({through}), then '
+            f"stopped at the damage ({damage.code}) in {location}, offset {offset}:\n  {damage}\n"
+        )
+    raise typer.Exit(code=PARTIAL_EXIT)
+
+
+def export_command(
+    session_id: Annotated[str, typer.Argument(help="The session to export.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            help=f"On a damaged log, print the records before the damage and say where it is (exit {PARTIAL_EXIT}).",
+        ),
+    ] = False,
+) -> None:
+    """Print one JSON document: header, events, surface, derived messages, request header and context.
+
+    With --partial, a damaged log (SESSION_CORRUPT) is salvaged instead of refused: the document holds the
+    header, the stored events before the damage and a "damage" object (code, message, location, offset,
+    afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
+    """
+    try:
+        reader = _reader(open_backend(store, backend, compression, read_only=True))
+        try:
+            try:
+                snapshot = reader.inspect(session_id)
+                view = reader.view(session_id)
+            except SessionPersistenceCorruptionError as err:
+                if not partial:
+                    raise
+                _export_partial(reader, session_id, err, as_json)
+        finally:
+            reader.close()
+    except AgentlogError as err:
+        _fail(err, as_json)
+    document = {
+        "header": thaw(snapshot.meta),
+        "events": thaw(snapshot.events.to_list()),
+        "surface": list(view.surface.nodes),
+        "messages": thaw(view.derive_messages().to_list()),
+        "requestHeader": thaw(view.request_header()),
+        "requestContext": thaw(view.request_context()),
+    }
+    _emit_json(document)
+
+
+def verify_command(
+    session_ids: Annotated[list[str] | None, typer.Argument(help="Sessions to verify (default: all).")] = None,
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+) -> None:
+    """Check checksums, seq continuity, surface replay and headers without modifying anything."""
+    try:
+        storage = open_backend(store, backend, compression, read_only=True)
+        if session_ids:
+            _require_store(storage, session_ids[0])
+        ids = list(session_ids) if session_ids else [item.id for item in storage.list_sessions()]
+        reader = _reader(storage)
+    except AgentlogError as err:
+        _fail(err, as_json)
+    results: list[dict[str, Any]] = []
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), console=console, disable=as_json or len(ids) < 2
+    ) as progress:
+        task = progress.add_task("verify", total=len(ids))
+        for session_id in ids:
+            results.append(_verify_one(reader, session_id))
+            progress.advance(task)
+    reader.close()
+    failed = [r for r in results if r["status"] == "failed"]
+    if as_json:
+        _emit_json({"sessions": results, "ok": not failed})
+    else:
+        table = Table(title="verify")
+        columns = ("id", "status", "events", "detail")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        cells: list[list[str]] = [list(columns)]
+        for r in results:
+            colour = {"ok": "green", "repairable": "yellow", "failed": "red"}[r["status"]]
+            detail = r["error"]["message"] if r["error"] else (r.get("note") or "")
+            cells.append([str(r["id"]), str(r["status"]), str(r["events"] or ""), str(detail)])
+            table.add_row(r["id"], f"[{colour}]{r['status']}[/]", str(r["events"] or ""), detail)
+        _table_console(cells).print(table)
+    if failed:
+        raise typer.Exit(code=1)
+
+
+def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, Any]:
+    from ..kernel.invariants import check_tool_pairing
+
+    result: dict[str, Any] = {"id": session_id, "status": "ok", "events": None, "error": None, "note": None}
+    try:
+        stored = reader.backend.load_stored(session_id)
+        if stored is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        view = reader.view(session_id)  # every validation layer and the surface replay
+        # A closed turn with an unanswered call (older builds on cancel): every request would be refused.
+        check_tool_pairing(view.derive_messages(), session_id, view.events)
+    except AgentlogError as err:
+        result["status"] = "failed"
+        result["error"] = {"code": err.code, "message": str(err)}
+        return result
+    result["events"] = len(stored.events)
+    notes = []
+    if stored.torn_marker is not None:
+        notes.append("torn tail after the committed prefix (removed on the next load)")
+    if interrupted_turn_closers(stored.events):
+        notes.append("interrupted turn (closed on the next load)")
+    if notes:
+        result["status"] = "repairable"
+        result["note"] = "; ".join(notes)
+    return result
+
+
+PENDING_MARK = "(would be added on resume)"
+"""``show --log`` marks the closers of an unrepaired interrupted turn with this: not stored yet."""
+
+
+def show_command(
+    session_id: Annotated[str, typer.Argument(help="The session to show.")],
+    store: StoreOption = None,
+    backend: BackendOption = BackendKind.jsonl,
+    compression: CompressionOption = Compression.zstd,
+    as_json: JsonOption = False,
+    log: Annotated[bool, typer.Option("--log", help="Every event: seq, type and (shortened) data.")] = False,
+    at: Annotated[
+        int | None, typer.Option("--at", min=0, help="The model's view right after this seq.", show_default=False)
+    ] = None,
+) -> None:
+    """A readable transcript of a stored session (never writes).
+
+    An interrupted session is shown as a resume would see it; with ``--log`` the closing events that
+    are not stored yet are marked "would be added on resume".
+    """
+    header, view, stored = _open_view(session_id, store, backend, compression, as_json, with_stored=log)
+    events = view.events
+    if at is not None:
+        try:
+            if at >= len(events):
+                last = len(events) - 1
+                raise SeqOutOfRangeError(
+                    f'seq {at} is not in session "{session_id}" (last seq: {last if last >= 0 else "none"})'
+                )
+            point = Session.create(session_id, seed=list(events), header=header).at(at)
+        except AgentlogError as err:
+            _fail(err, as_json)
+        messages = thaw(point.derive_messages().to_list())
+        request_header = thaw(point.request_header())
+        if as_json:
+            _emit_json(
+                {
+                    "sessionId": session_id,
+                    "seq": at,
+                    "event": {"type": events[at]["type"]},
+                    "messages": messages,
+                    "requestHeader": request_header,
+                    "requestContext": thaw(point.request_context()),
+                }
+            )
+            return
+        typer.echo(f"session {session_id} at seq {at} ({events[at]['type']}): {len(messages)} messages")
+        if request_header is None:
+            typer.echo("request header: none yet")
+        else:
+            config = request_header.get("config") or {}
+            tools = [tool.get("name") for tool in request_header.get("tools") or ()]
+            typer.echo(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
+            if request_header.get("system"):
+                typer.echo(f"system: {_short(str(request_header['system']))}")
+        for line in _transcript(messages):
+            typer.echo(line)
+        return
+    if log:
+        # Events past the last stored seq are the in-memory closers of an interrupted turn.
+        last_stored = stored.events[-1]["seq"] if stored is not None and stored.events else -1
+        pending = [event["seq"] for event in events if event["seq"] > last_stored]
+        torn = stored is not None and stored.torn_marker is not None
+        if as_json:
+            _emit_json(
+                {
+                    "sessionId": session_id,
+                    "header": thaw(header),
+                    "events": thaw(events.to_list()),
+                    "storedEvents": len(events) - len(pending),
+                    "wouldBeAddedOnResume": pending,
+                    "tornTail": torn,
+                }
+            )
+            return
+        for event in events:
+            line = _event_line(event)
+            typer.echo(f"{line}  {PENDING_MARK}" if event["seq"] > last_stored else line)
+        if torn:
+            typer.echo(f"(a torn tail after seq {last_stored} is not shown; it would be removed on resume)")
+        return
+    messages = thaw(view.derive_messages().to_list())
+    if as_json:
+        _emit_json(
+            {
+                "sessionId": session_id,
+                "header": thaw(header),
+                "events": len(events),
+                "lastTurn": _last_turn(events),
+                "messages": messages,
+            }
+        )
+        return
+    parent = header.get("parentSession")
+    lineage = f", forked from {parent}" if parent else ""
+    typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
+    for line in _transcript(messages):
+        typer.echo(line)

@@ -1,0 +1,157 @@
+"""Output of the commands: errors, JSON documents, tables and readable event lines."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import orjson
+import typer
+from rich.console import Console
+
+from ..errors import (
+    AgentlogError,
+)
+
+
+def _fail(err: AgentlogError, as_json: bool) -> NoReturn:
+    if as_json:
+        sys.stderr.write(orjson.dumps({"error": {"code": err.code, "message": str(err)}}).decode() + "\n")
+    else:
+        Console(stderr=True).print(f"[bold red]error[/] [{err.code}] {err}", markup=True, highlight=False)
+    raise typer.Exit(code=1)
+
+
+def _iso(ms: Any) -> str:
+    if type(ms) is not int:
+        return ""
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _emit_json(document: Any) -> None:
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _table_console(cells: Sequence[Sequence[str]]) -> Console:
+    """Standard output for a table of ``cells`` (header row included): the terminal's width on a
+    terminal (long cells wrap, never cut); piped or redirected, wide enough that no cell is wrapped or
+    cut, so scripts read whole ids."""
+    console = Console()
+    if console.is_terminal:
+        return console
+    columns = max(map(len, cells), default=0)
+    widths = [max((len(row[i]) for row in cells if i < len(row)), default=0) for i in range(columns)]
+    return Console(width=max(console.width, sum(widths) + 3 * columns + 4))
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """One line of at most ``limit`` characters (whitespace runs collapsed, a cut marked with …)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _text_of(blocks: Any) -> str:
+    if not isinstance(blocks, Sequence) or isinstance(blocks, str):
+        return ""
+    return "".join(b.get("text", "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
+
+
+def _fail_with(code: str, message: str, as_json: bool) -> NoReturn:
+    _fail(AgentlogError(message, code=code), as_json)
+
+
+class _EventPrinter:
+    """Renders session events for people: streamed answer text, tool calls (→) and their results (←).
+
+    Used live by ``run``/``resume`` (subscribed to the store's ``on_event``) and by ``replay``.
+    """
+
+    def __init__(self, *, prompts: bool = False) -> None:
+        self.prompts = prompts
+        self._mid_line = False
+
+    def _write(self, text: str) -> None:
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            self._mid_line = not text.endswith("\n")
+
+    def end_line(self) -> None:
+        if self._mid_line:
+            self._write("\n")
+
+    def line(self, text: str) -> None:
+        self.end_line()
+        self._write(text + "\n")
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        etype = event["type"]
+        data = event["data"]
+        if not isinstance(data, Mapping):
+            return
+        if etype == "assistant/chunk":
+            chunk = data.get("chunk")
+            if isinstance(chunk, Mapping) and chunk.get("type") == "text-delta":
+                self._write(str(chunk.get("text", "")))
+        elif etype == "tool/call":
+            self.line(f"→ {data.get('name')} {_short(str(data.get('arguments', '')))}")
+        elif etype == "tool/result":
+            error = data.get("error")
+            if isinstance(error, Mapping):
+                self.line(f"← error {error.get('code')}")
+            else:
+                blocks = (data.get("message") or {}).get("content") or ()
+                failed = any(isinstance(b, Mapping) and b.get("isError") for b in blocks)
+                self.line("← error" if failed else "← ok")
+        elif etype == "user/message" and self.prompts:
+            source = data.get("source")
+            if isinstance(source, Mapping) and source.get("kind") == "user":
+                self.line(f"> {_text_of(data.get('content'))}")
+        elif etype == "llm/retry":
+            failure = data.get("failure") or {}
+            self.end_line()
+            sys.stderr.write(
+                f"retry {data.get('retry')}/{data.get('maxRetries')} in {data.get('delayMs')} ms after "
+                f"{failure.get('code')}: {_short(str(failure.get('message', '')), 200)}\n"
+            )
+        elif etype == "turn/end":
+            self.end_line()
+
+
+def _transcript(messages: Sequence[Mapping[str, Any]], limit: int = 400) -> list[str]:
+    """Readable lines for derived messages: roles, text, tool calls (→) and results (←), shortened."""
+    names: dict[str, str] = {}
+    lines: list[str] = []
+    for message in messages:
+        role = str(message.get("role"))
+        source = message.get("source")
+        kind = source.get("kind") if isinstance(source, Mapping) else None
+        label = role if kind in (None, "user", "model", "tool") else f"{role} ({kind})"
+        for block in message.get("content") or ():
+            if not isinstance(block, Mapping):
+                continue
+            btype = block.get("type")
+            if btype == "text":
+                lines.append(f"{label}: {_short(str(block.get('text', '')), limit)}")
+            elif btype == "reasoning":
+                lines.append(f"{label} (reasoning): {_short(str(block.get('text', '')), limit)}")
+            elif btype == "tool-call":
+                call_id = str(block.get("id"))
+                names[call_id] = str(block.get("name"))
+                lines.append(f"  → {block.get('name')} {_short(str(block.get('arguments', '')), 160)}")
+            elif btype == "tool-result":
+                call_id = str(block.get("toolCallId"))
+                status = "error" if block.get("isError") else "ok"
+                text = _short(_text_of(block.get("content")), 160)
+                lines.append(f"  ← {names.get(call_id, call_id)} {status}: {text}")
+            elif btype == "image":
+                lines.append(f"{label}: [image]")
+    return lines
+
+
+def _event_line(event: Mapping[str, Any]) -> str:
+    data = event["data"]
+    shown = orjson.dumps(data).decode() if data is not None else ""
+    return f"{event['seq']:>6}  {event['type']:<22}  {_short(shown, 110)}"
