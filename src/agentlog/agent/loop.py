@@ -28,7 +28,30 @@ from typing import Any
 
 import orjson
 
-from ..errors import AgentlogError, describe_error
+from ..errors import (
+    AgentError,
+    AgentlogError,
+    AgentNotDurableError,
+    InvalidAgentOptionError,
+    OpenTurnError,
+    ReconstructionError,
+    StepLimitError,
+    TurnAborted,
+    describe_error,
+)
+from ..kernel.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
 from ..kernel.invariants import check_tool_pairing
 from ..kernel.jsonvalue import thaw
 from ..kernel.messages import user_message
@@ -55,46 +78,6 @@ logger = logging.getLogger("agentlog")
 DEFAULT_RETRY_CODES = ("EMPTY_RESPONSE", "RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT")
 DEFAULT_MAX_STEPS = 50
 """Steps (model calls, not counting retries) one turn may take before it ends with ``MAX_STEPS_EXCEEDED``."""
-
-
-class AgentError(AgentlogError, RuntimeError):
-    code = "AGENT_ERROR"
-
-
-class ReconstructionError(AgentError):
-    """The request about to be sent differs from what the log reconstructs (a loop bug; never sent)."""
-
-    code = "RECONSTRUCTION_DESYNC"
-
-
-class TurnAborted(AgentError):
-    code = "TURN_ABORTED"
-
-
-class StepLimitError(AgentError):
-    """The turn used its ``max_steps`` and the model still wanted another step (it kept calling tools).
-
-    The turn ends with ``{kind: "error", error: {code: "MAX_STEPS_EXCEEDED", message}}``; every call of the
-    last step has its result, so the session can be continued with a new prompt.
-    """
-
-    code = "MAX_STEPS_EXCEEDED"
-
-
-class AgentNotDurableError(AgentError):
-    """The agent cannot checkpoint its session (not live in a store, or not in the store it was given)."""
-
-    code = "AGENT_NOT_DURABLE"
-
-
-class InvalidAgentOptionError(AgentError, ValueError):
-    code = "INVALID_AGENT_OPTION"
-
-
-class OpenTurnError(AgentError):
-    """The session's log ends inside a turn this agent did not open (an earlier turn could not be closed)."""
-
-    code = "TURN_OPEN"
 
 
 @dataclass(frozen=True)
@@ -199,7 +182,7 @@ class Agent:
         self._resume_pending = self.inbox.has_pending("next-turn")
         self._last_turn = 0
         for event in session.events:
-            if event["type"] == "turn/start":
+            if event["type"] == TURN_START:
                 self._last_turn = event["data"]["turn"]  # turn numbers continue after a resume
 
     # -- input ---------------------------------------------------------------------------------------
@@ -259,7 +242,7 @@ class Agent:
         session = self.session
         turn = self._last_turn + 1
         self._last_turn = turn
-        session.append("turn/start", {"turn": turn})
+        session.append(TURN_START, {"turn": turn})
         target: Target = "next-turn"
         ending: dict[str, Any] | None = None
         error: BaseException | None = None
@@ -284,11 +267,11 @@ class Agent:
                 step += 1
                 if self.checkpoint is not None:
                     await self.checkpoint.abefore_step(session)
-                step_start = session.append("step/start", {"turn": turn, "step": step}).seq
+                step_start = session.append(STEP_START, {"turn": turn, "step": step}).seq
                 self._dispatched = set()
                 try:
                     for message in claimed:
-                        session.append("user/message", message, {"surfaceOp": "append"})
+                        session.append(USER_MESSAGE, message, {"surfaceOp": "append"})
                     step_end = await self._step(turn, step)
                     if ending is None or ending["kind"] != "max-tokens":
                         ending = step_end
@@ -297,7 +280,7 @@ class Agent:
                     raise
                 finally:
                     if closable:
-                        session.append("step/end", {"turn": turn, "step": step})
+                        session.append(STEP_END, {"turn": turn, "step": step})
                 if ending is not None and not self.inbox.has_pending("next-step"):
                     break
                 target = "next-step"
@@ -319,7 +302,7 @@ class Agent:
             closing: Exception | None = None
             if closable:
                 try:
-                    session.append("turn/end", {"turn": turn, "reason": ending or {"kind": "completed"}})
+                    session.append(TURN_END, {"turn": turn, "reason": ending or {"kind": "completed"}})
                 except Exception as err:  # the turn stays open: crash repair closes it on the next load
                     closing = err
             if error is not None or closing is not None:
@@ -352,13 +335,13 @@ class Agent:
             for event in session.events[step_start:]:
                 etype = event["type"]
                 data = event["data"]
-                if etype == "assistant/message":
+                if etype == ASSISTANT_MESSAGE:
                     for block in data["message"]["content"]:
                         if block.get("type") == "tool-call":
                             requested[block["id"]] = (block.get("name", ""), block.get("arguments", ""))
-                elif etype == "tool/call":
+                elif etype == TOOL_CALL:
                     recorded[data["callId"]] = event.seq
-                elif etype == "tool/result" and event.get("surfaceOp") == "append":
+                elif etype == TOOL_RESULT and event.get("surfaceOp") == "append":
                     answered.add(data["message"]["source"]["callId"])
             for call_id in [*requested, *(c for c in recorded if c not in requested)]:
                 if call_id in answered:
@@ -367,7 +350,7 @@ class Agent:
                 if seq is None:
                     name, arguments = requested[call_id]
                     seq = session.append(
-                        "tool/call",
+                        TOOL_CALL,
                         {"turn": turn, "step": step, "callId": call_id, "name": name, "arguments": arguments},
                     ).seq
                 if call_id in self._dispatched:
@@ -380,7 +363,7 @@ class Agent:
                     )
                 else:
                     result = dict(aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step))
-                session.append("tool/result", result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+                session.append(TOOL_RESULT, result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
         except Exception as err:
             logger.warning(
                 'session "%s": could not answer the open tool calls of turn %s (left open for crash repair): %s',
@@ -418,7 +401,7 @@ class Agent:
             assembler = Assembler()
             chunk_seqs: list[int] = []
             async for chunk in self.provider.stream(request, signal=self._abort):
-                event = session.append("assistant/chunk", {"turn": turn, "step": step, "chunk": chunk})
+                event = session.append(ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": chunk})
                 chunk_seqs.append(event.seq)
                 assembler.push(chunk)
             result = assembler.result()
@@ -434,7 +417,7 @@ class Agent:
                     }
                     if result.usage is not None:
                         data["usage"] = result.usage
-                    session.append("assistant/message", data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs})
+                    session.append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs})
                 raise TurnAborted("turn aborted while the model was streaming")
             if finish["kind"] in ("error", "aborted"):
                 failure = finish["failure"]
@@ -445,7 +428,7 @@ class Agent:
             if result.usage is not None:
                 data["usage"] = result.usage
             message_event = session.append(
-                "assistant/message", data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
+                ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
             )
             if finish["kind"] == "max-tokens":
                 return {"kind": "max-tokens"}
@@ -495,15 +478,15 @@ class Agent:
         header = canonical_header(candidate)
         if self._first_request:
             reason = "initial" if persisted is None else "resume"
-            session.append("request/header", {"header": header, "reason": reason})
+            session.append(REQUEST_HEADER, {"header": header, "reason": reason})
         elif persisted is None or not header_equals(persisted, header):
-            session.append("request/header", {"header": header, "reason": "change"})
+            session.append(REQUEST_HEADER, {"header": header, "reason": "change"})
         self._first_request = False
         context: dict[str, Any] = {"provider": options.provider, "model": options.model}
         if options.context_window is not None:
             context["contextWindow"] = options.context_window
         if session.request_context() != context:
-            session.append("request/context", context)
+            session.append(REQUEST_CONTEXT, context)
         folded = session.request_header()
         messages = session.derive_messages()
         check_tool_pairing(messages, session.id, session.events)  # an endpoint would refuse it: never send it
@@ -556,7 +539,7 @@ class Agent:
         if orjson.dumps(list(request.messages)) != orjson.dumps(session.derive_messages().to_list()):
             problems.append("messages")
         if folded is None:
-            problems.append("request/header")
+            problems.append(REQUEST_HEADER)
         else:
             config = folded["config"]
             if request.model != config.get("model") or request.provider != config.get("provider"):
@@ -567,8 +550,8 @@ class Agent:
                 problems.append("config")
             if orjson.dumps(list(request.tools)) != orjson.dumps(list(folded.get("tools") or [])):
                 problems.append("tools")
-        if not any(e["type"] == "step/start" for e in reversed(session.events)):
-            problems.append("step/start")
+        if not any(e["type"] == STEP_START for e in reversed(session.events)):
+            problems.append(STEP_START)
         if problems:
             raise ReconstructionError(
                 f'log-reconstruction desync in session "{session.id}": {", ".join(problems)} differ from the log'
@@ -637,7 +620,7 @@ class Agent:
 
         async def record(call: ToolCall) -> None:
             event = session.append(
-                "tool/call",
+                TOOL_CALL,
                 {"turn": turn, "step": step, "callId": call.call_id, "name": call.name, "arguments": call.arguments},
             )
             call_seqs[call.call_id] = event.seq
@@ -653,7 +636,7 @@ class Agent:
                 await record(result.call)
             data = result.outcome.result_data(result.call.call_id, turn=turn, step=step)
             session.append(
-                "tool/result",
+                TOOL_RESULT,
                 data,
                 {"surfaceOp": "append", "sourceEventSeqs": [call_seqs[result.call.call_id]]},
             )

@@ -28,8 +28,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, TypeGuard
 
 from agentlog.errors import ChunkRowError
+from agentlog.kernel.events import ASSISTANT_CHUNK
 from agentlog.kernel.events import Event as _Event
-from agentlog.kernel.jsonvalue import _speedups
+from agentlog.kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
 
 _expand_row: Any = _speedups.expand_row if _speedups is not None else None
 
@@ -52,9 +53,9 @@ Below three, a row's own envelope rivals the event lines it would replace. It is
 a tunable: packed and unpacked layouts decode identically, so changing it never invalidates stored logs.
 """
 
-_MAX_SAFE: Final = 2**53 - 1  # JS Number.MAX_SAFE_INTEGER: logs must stay readable by the original harness
+_MAX_SAFE: Final = MAX_SAFE_INTEGER  # JS Number.MAX_SAFE_INTEGER: logs must stay readable by the original harness
 
-_CHUNK_EVENT: Final = "assistant/chunk"
+_CHUNK_EVENT: Final = ASSISTANT_CHUNK
 _TEXT_DELTA: Final = "text-delta"
 _REASONING_DELTA: Final = "reasoning-delta"
 _TOOL_CALL_DELTA: Final = "tool-call-delta"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from ..errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
@@ -88,24 +88,42 @@ new_event: Callable[[dict[str, Any]], Event] = (
 """Seal a wire record whose values are already frozen into a committed :class:`Event`."""
 
 # --- vocabulary -----------------------------------------------------------------------------------
+# Each core event type name is spelled once, here; code compares and appends with these names. They are
+# plain ``str`` constants (the C accelerator requires exact ``str``), so the wire format is the string.
 
-SURFACE_EVENT_TYPES: frozenset[str] = frozenset({"user/message", "assistant/message", "tool/result"})
+TURN_START: Final = "turn/start"
+TURN_END: Final = "turn/end"
+STEP_START: Final = "step/start"
+STEP_END: Final = "step/end"
+USER_MESSAGE: Final = "user/message"
+ASSISTANT_CHUNK: Final = "assistant/chunk"
+ASSISTANT_MESSAGE: Final = "assistant/message"
+TOOL_CALL: Final = "tool/call"
+TOOL_RESULT: Final = "tool/result"
+TODO_WRITE: Final = "todo/write"
+REQUEST_HEADER: Final = "request/header"
+REQUEST_CONTEXT: Final = "request/context"
+SESSION_END_SEED: Final = "session/end-seed"
+REQUEST_HEADER_DELTA: Final = "request/header-delta"
+"""The removed (legacy) request-header vocabulary: refused on append and load, migrated by ``legacy``."""
+
+SURFACE_EVENT_TYPES: frozenset[str] = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
 
 CORE_EVENT_TYPES: frozenset[str] = frozenset(
     {
-        "turn/start",
-        "turn/end",
-        "step/start",
-        "step/end",
-        "user/message",
-        "assistant/chunk",
-        "assistant/message",
-        "tool/call",
-        "tool/result",
-        "todo/write",
-        "request/header",
-        "request/context",
-        "session/end-seed",
+        TURN_START,
+        TURN_END,
+        STEP_START,
+        STEP_END,
+        USER_MESSAGE,
+        ASSISTANT_CHUNK,
+        ASSISTANT_MESSAGE,
+        TOOL_CALL,
+        TOOL_RESULT,
+        TODO_WRITE,
+        REQUEST_HEADER,
+        REQUEST_CONTEXT,
+        SESSION_END_SEED,
     }
 )
 
@@ -170,16 +188,16 @@ DataValidator = Callable[[Any], object]
 
 
 APPEND_CHECK_KINDS: dict[str, int] = {
-    "turn/start": 1,
-    "step/start": 2,
-    "step/end": 2,
-    "assistant/chunk": 3,
-    "tool/call": 4,
-    "user/message": 5,
-    "assistant/message": 6,
-    "tool/result": 7,
-    "turn/end": 8,
-    "request/header": -1,
+    TURN_START: 1,
+    STEP_START: 2,
+    STEP_END: 2,
+    ASSISTANT_CHUNK: 3,
+    TOOL_CALL: 4,
+    USER_MESSAGE: 5,
+    ASSISTANT_MESSAGE: 6,
+    TOOL_RESULT: 7,
+    TURN_END: 8,
+    REQUEST_HEADER: -1,
 }
 """How append checks a type's data (``seeds.check_append_data`` holds the rules): ``1``-``8`` a rule
 the C accelerator can also check, ``-1`` checked in Python only, absent: the JSON gate only."""

@@ -19,13 +19,26 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import InvariantError, ToolPairingError
+from .events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    STEP_END,
+    STEP_START,
+    TODO_WRITE,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+)
 from .session import Session
 from .store import SessionStore
 
 PACKAGE_NAME = "@deepseek-ai/dsh-session"
 
-_STEP_SCOPED = frozenset({"step/end", "assistant/chunk", "assistant/message", "tool/call"})
-_TURN_SCOPED = frozenset({"todo/write", "request/header", "request/context"})
+_STEP_SCOPED = frozenset({STEP_END, ASSISTANT_CHUNK, ASSISTANT_MESSAGE, TOOL_CALL})
+_TURN_SCOPED = frozenset({TODO_WRITE, REQUEST_HEADER, REQUEST_CONTEXT})
 
 
 def _show(value: Any) -> str:
@@ -57,14 +70,14 @@ def advance(trace: Trace, event: Mapping[str, Any]) -> Trace:
     if seq <= trace.last_seq:
         raise _fail(f"seq must strictly increase: saw {seq} after {trace.last_seq}")
     t = replace(trace, last_seq=seq)
-    if etype == "turn/start":
+    if etype == TURN_START:
         turn = get("turn")
         if t.open_turn is not None:
             raise _fail(f"turn/start {_show(turn)} while turn {_show(t.open_turn)} is still open")
         if turn != t.next_turn:
             raise _fail(f"turn/start expected turn {t.next_turn}, got {_show(turn)}")
         return replace(t, open_turn=turn, next_step=1, unanswered=frozenset())
-    if etype == "turn/end":
+    if etype == TURN_END:
         turn = get("turn")
         if t.open_turn != turn or t.open_turn is None:
             raise _fail(f"turn/end {_show(turn)} does not match open turn {_show(t.open_turn)}")
@@ -74,7 +87,7 @@ def advance(trace: Trace, event: Mapping[str, Any]) -> Trace:
             shown = ", ".join(sorted(_show(call_id) for call_id in t.unanswered))
             raise _fail(f"turn/end {_show(turn)} while tool call {shown} has no tool/result")
         return replace(t, open_turn=None, next_turn=t.next_turn + 1)
-    if etype == "step/start":
+    if etype == STEP_START:
         turn, step = get("turn"), get("step")
         if t.open_turn != turn or t.open_turn is None:
             raise _fail(f"step/start in turn {_show(turn)} but open turn is {_show(t.open_turn)}")
@@ -83,30 +96,30 @@ def advance(trace: Trace, event: Mapping[str, Any]) -> Trace:
         if step != t.next_step:
             raise _fail(f"step/start expected step {t.next_step} in turn {_show(turn)}, got {_show(step)}")
         return replace(t, open_step=step)
-    if etype == "tool/result" and event.get("surfaceOp") != "append":
+    if etype == TOOL_RESULT and event.get("surfaceOp") != "append":
         if t.open_turn is None:
             raise _fail("tool/result surface replacement appended outside any open turn")
         return t
-    if etype in _STEP_SCOPED or etype == "tool/result":
+    if etype in _STEP_SCOPED or etype == TOOL_RESULT:
         turn, step = get("turn"), get("step")
         if t.open_turn is None or t.open_step is None or turn != t.open_turn or step != t.open_step:
             raise _fail(
                 f"{etype} names turn {_show(turn)}/step {_show(step)} but open is turn "
                 f"{_show(t.open_turn)}/step {_show(t.open_step)}"
             )
-        if etype == "step/end":
+        if etype == STEP_END:
             return replace(t, open_step=None, next_step=t.next_step + 1, pending_calls=frozenset())
-        if etype == "tool/call":
+        if etype == TOOL_CALL:
             call_id = get("callId")
             return replace(t, pending_calls=t.pending_calls | {call_id}, unanswered=t.unanswered | {call_id})
-        if etype == "tool/result":
+        if etype == TOOL_RESULT:
             message = get("message")
             source = message.get("source") if isinstance(message, Mapping) else None
             call_id = source.get("callId") if isinstance(source, Mapping) else None
             if call_id not in t.pending_calls and not _is_not_started_repair(event):
                 raise _fail(f"tool/result for {_show(call_id)} with no prior tool/call in this step")
             return replace(t, pending_calls=t.pending_calls - {call_id}, unanswered=t.unanswered - {call_id})
-        if etype == "assistant/message":
+        if etype == ASSISTANT_MESSAGE:
             requested = _requested_calls(get("message"))
             return replace(t, unanswered=t.unanswered | requested) if requested else t
         return t
@@ -259,17 +272,17 @@ def last_closed_turn_before_unpaired(events: Iterable[Mapping[str, Any]]) -> int
         data = event.get("data")
         if not isinstance(data, Mapping):
             continue
-        if etype == "turn/start":
+        if etype == TURN_START:
             unanswered = set()
-        elif etype == "assistant/message":
+        elif etype == ASSISTANT_MESSAGE:
             unanswered |= _requested_calls(data.get("message"))
-        elif etype == "tool/call":
+        elif etype == TOOL_CALL:
             unanswered.add(data.get("callId"))
-        elif etype == "tool/result":
+        elif etype == TOOL_RESULT:
             message = data.get("message")
             source = message.get("source") if isinstance(message, Mapping) else None
             unanswered.discard(source.get("callId") if isinstance(source, Mapping) else None)
-        elif etype == "turn/end":
+        elif etype == TURN_END:
             if unanswered:
                 return boundary
             boundary = event.get("seq")

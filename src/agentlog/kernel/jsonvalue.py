@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any, NoReturn, TypeAlias
 
 from ..errors import FrozenError, NonJsonValueError
+from .jsoncodec import DEFAULT_MAX_DEPTH
 
 JsonValue: TypeAlias = Any
 """A lossless JSON value (None, bool, int, float, str, list, dict with str keys)."""
@@ -39,7 +40,7 @@ _NEG_INF = -math.inf
 # there, and the precise first repetition is then located once for the error message.
 _CYCLE_TRACK_DEPTH = 64
 
-MAX_JSON_DEPTH = 99_999
+MAX_JSON_DEPTH = DEFAULT_MAX_DEPTH - 1  # 99,999
 """The deepest nesting (containers inside containers) the gate accepts. Readers parse a stored record
 to at most 100,000 levels (``jsoncodec.DEFAULT_MAX_DEPTH``) and an event's envelope adds one level to
 its data, so anything deeper could be written but never read back: it is refused here, on append."""

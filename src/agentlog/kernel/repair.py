@@ -13,9 +13,10 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from .events import ASSISTANT_MESSAGE, STEP_END, STEP_START, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
 from .jsonvalue import snapshot_json
 
-_TURN_BOUNDARIES = frozenset({"turn/start", "turn/end"})
+_TURN_BOUNDARIES = frozenset({TURN_START, TURN_END})
 
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
@@ -81,31 +82,31 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     for event in itertools.islice(events, start, None):
         etype = event["type"]
         data = event["data"]
-        if etype == "turn/start":
+        if etype == TURN_START:
             open_turn = data["turn"]
             open_step = None
             pending.clear()
-        elif etype == "turn/end":
+        elif etype == TURN_END:
             open_turn = None
             open_step = None
             pending.clear()
-        elif etype == "step/start":
+        elif etype == STEP_START:
             open_step = data["step"]
-        elif etype == "step/end":
+        elif etype == STEP_END:
             pending.clear()
             open_step = None
-        elif etype == "assistant/message":
+        elif etype == ASSISTANT_MESSAGE:
             message = data.get("message") if isinstance(data, dict) else None
             content = message.get("content") if isinstance(message, dict) else None
             for block in content or ():
                 if isinstance(block, dict) and block.get("type") == "tool-call":
                     # Re-registering keeps the call's original position but forgets its start record.
                     pending[block.get("id")] = {"step": data.get("step")}
-        elif etype == "tool/call":
+        elif etype == TOOL_CALL:
             call = pending.get(data.get("callId")) if isinstance(data, dict) else None
             if call is not None:
                 call["callSeq"] = event["seq"]
-        elif etype == "tool/result":
+        elif etype == TOOL_RESULT:
             message = data.get("message") if isinstance(data, dict) else None
             source = message.get("source") if isinstance(message, dict) else None
             if isinstance(source, dict):
@@ -119,7 +120,7 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     for call_id, call in pending.items():
         started = "callSeq" in call
         closer: dict[str, Any] = {
-            "type": "tool/result",
+            "type": TOOL_RESULT,
             "seq": seq,
             "time": when,
             "data": interrupted_tool_result_data(
@@ -136,9 +137,9 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
         closers.append(closer)
         seq += 1
     if open_step is not None:
-        closers.append({"type": "step/end", "seq": seq, "time": when, "data": {"turn": open_turn, "step": open_step}})
+        closers.append({"type": STEP_END, "seq": seq, "time": when, "data": {"turn": open_turn, "step": open_step}})
         seq += 1
     closers.append(
-        {"type": "turn/end", "seq": seq, "time": when, "data": {"turn": open_turn, "reason": {"kind": "interrupted"}}}
+        {"type": TURN_END, "seq": seq, "time": when, "data": {"turn": open_turn, "reason": {"kind": "interrupted"}}}
     )
     return closers

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .events import REQUEST_HEADER
+
 _MISSING: Any = object()
 
 
@@ -103,7 +105,7 @@ def fold_request_header(events: Iterable[Mapping[str, Any]], base: Any = None) -
     """The last ``request/header`` snapshot in ``events`` (canonical), else ``base`` itself."""
     state = base
     for event in events:
-        if event.get("type") == "request/header":
+        if event.get("type") == REQUEST_HEADER:
             data = event.get("data")
             header = data.get("header") if isinstance(data, Mapping) else None
             if isinstance(header, Mapping):

@@ -13,14 +13,29 @@ from typing import Any
 
 from ..errors import AgentlogError, EventDataError, InvalidSeedError, MessageShapeError, SessionHeaderError
 from ._js import UNDEFINED, js_string
-from .events import SESSION_FORMAT_VERSION, Event, new_event
+from .events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    REQUEST_HEADER,
+    REQUEST_HEADER_DELTA,
+    SESSION_FORMAT_VERSION,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    Event,
+    new_event,
+)
 from .jsoncodec import dumps
 from .jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze_in_place, freeze_tree, snapshot_json, thaw
 
 _MISSING: Any = UNDEFINED
 
 ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
-MESSAGE_EVENT_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
+MESSAGE_EVENT_TYPES = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
 
 
 def is_safe_int(value: object) -> bool:
@@ -107,10 +122,10 @@ def check_message_event_shape(event: Mapping[str, Any], subject: str, error: typ
 
 def check_message_shape(etype: Any, data: Any, subject: str, error: type[AgentlogError]) -> None:
     """The message rules of one message event's ``data`` (``etype`` is one of the three message types)."""
-    message = data if etype == "user/message" else (data.get("message") if isinstance(data, dict) else None)
+    message = data if etype == USER_MESSAGE else (data.get("message") if isinstance(data, dict) else None)
     if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
         raise error(f"{subject} lacks an identified message")
-    expected = "assistant" if etype == "assistant/message" else "user"
+    expected = "assistant" if etype == ASSISTANT_MESSAGE else "user"
     if message.get("role") != expected:
         raise error(f'{subject} message must have role "{expected}"')
     source = message.get("source")
@@ -119,14 +134,14 @@ def check_message_shape(etype: Any, data: Any, subject: str, error: type[Agentlo
     content = message.get("content")
     if not isinstance(content, list):
         raise error(f"{subject} message has invalid content")
-    if etype == "assistant/message":
+    if etype == ASSISTANT_MESSAGE:
         if (
             source.get("kind") != "model"
             or not _nonempty_str(source.get("provider"))
             or not _nonempty_str(source.get("model"))
         ):
             raise error(f"{subject} message must have model source")
-    elif etype == "tool/result":
+    elif etype == TOOL_RESULT:
         call_id = source.get("callId")
         if source.get("kind") != "tool" or not _nonempty_str(call_id):
             raise error(f"{subject} message must have tool source")
@@ -257,22 +272,22 @@ def _tool_call_problem(data: Any) -> str | None:
 
 
 CORE_DATA_RULES: dict[str, Callable[[Any], str | None]] = {
-    "turn/start": _turn_start_problem,
-    "turn/end": _turn_end_problem,
-    "step/start": _step_problem,
-    "step/end": _step_problem,
-    "assistant/chunk": _chunk_problem,
-    "tool/call": _tool_call_problem,
+    TURN_START: _turn_start_problem,
+    TURN_END: _turn_end_problem,
+    STEP_START: _step_problem,
+    STEP_END: _step_problem,
+    ASSISTANT_CHUNK: _chunk_problem,
+    TOOL_CALL: _tool_call_problem,
 }
 """Data rules of the core log-only types (message types and ``request/header`` have their own checks)."""
 
 _MESSAGE_HINTS = {
-    "user/message": "user/message data must be a message; build it with agentlog.user_message(text)",
-    "assistant/message": (
+    USER_MESSAGE: "user/message data must be a message; build it with agentlog.user_message(text)",
+    ASSISTANT_MESSAGE: (
         'assistant/message data must be {"turn": n, "step": n, "message": ...} with the message built by '
         "agentlog.assistant_message(blocks, provider=..., model=...)"
     ),
-    "tool/result": (
+    TOOL_RESULT: (
         'tool/result data must be {"turn": n, "step": n, "message": ...} with the message built by '
         "agentlog.tool_result_message(call_id, text)"
     ),
@@ -292,7 +307,7 @@ def check_append_data(etype: str, data: Any) -> None:
             check_message_shape(etype, data, f'session event "{etype}"', MessageShapeError)
         except MessageShapeError as err:
             raise MessageShapeError(f"{err}: {_MESSAGE_HINTS[etype]}") from None
-    elif etype == "request/header":
+    elif etype == REQUEST_HEADER:
         try:
             check_request_header_shape(data, 0)
         except InvalidSeedError as err:
@@ -340,16 +355,16 @@ def check_request_header_shape(data: Any, index: int) -> None:
 
 def legacy_request_header_problem(etype: Any, data: Any, location: str) -> str | None:
     """The refusal text for a removed request-header vocabulary, or None."""
-    if etype == "request/header-delta":
+    if etype == REQUEST_HEADER_DELTA:
         return f"{location} uses unsupported legacy request/header-delta format"
-    if etype == "request/header" and isinstance(data, dict) and data.get("reason") == "fallback":
+    if etype == REQUEST_HEADER and isinstance(data, dict) and data.get("reason") == "fallback":
         return f'{location} uses unsupported legacy request/header reason "fallback"'
     return None
 
 
 def check_seed_envelope(entry: Any, index: int) -> None:
     """Envelope rules for one seed event (before its seq and surface are checked)."""
-    if isinstance(entry, dict) and entry.get("type") == "request/header-delta":
+    if isinstance(entry, dict) and entry.get("type") == REQUEST_HEADER_DELTA:
         raise InvalidSeedError(
             f"seed event at index {index} uses unsupported legacy request/header-delta format", index=index
         )
@@ -368,7 +383,7 @@ def check_seed_envelope(entry: Any, index: int) -> None:
     ):
         raise InvalidSeedError(bad, index=index)
     etype = entry["type"]
-    if etype == "request/header":
+    if etype == REQUEST_HEADER:
         check_request_header_shape(entry["data"], index)
     elif etype in MESSAGE_EVENT_TYPES:
         check_message_event_shape(entry, f"seed {etype} at index {index}", InvalidSeedError)
@@ -387,9 +402,9 @@ def adopt_session_event(event: dict[str, Any]) -> dict[str, Any]:
     """
     check_message_event_shape(event, f"session event at seq {event.get('seq')}", MessageShapeError)
     etype = event.get("type")
-    if etype == "user/message":
+    if etype == USER_MESSAGE:
         event["data"] = freeze_in_place(event["data"])
-    elif etype in ("assistant/message", "tool/result"):
+    elif etype in (ASSISTANT_MESSAGE, TOOL_RESULT):
         data = event["data"]
         if type(data) is dict:
             data["message"] = freeze_in_place(data["message"])

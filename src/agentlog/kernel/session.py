@@ -32,7 +32,21 @@ from ..errors import (
     UnknownEventTypeError,
     describe_error,
 )
-from .events import APPEND_CHECK_KINDS, SESSION_FORMAT_VERSION, Event, EventTypes, event_types, new_event
+from .events import (
+    APPEND_CHECK_KINDS,
+    ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    REQUEST_HEADER_DELTA,
+    SESSION_END_SEED,
+    SESSION_FORMAT_VERSION,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    Event,
+    EventTypes,
+    event_types,
+    new_event,
+)
 from .jsonvalue import (
     _GIVE_UP,
     EMPTY_FROZEN_DICT,
@@ -157,14 +171,14 @@ class MessageList(_Snapshot):
 def derive_event_message(event: Mapping[str, Any]) -> Any:
     """The message an event contributes to the model's history, or ``None``. Identity-preserving."""
     etype = event.get("type")
-    if etype == "user/message":
+    if etype == USER_MESSAGE:
         return event.get("data")
-    if etype == "assistant/message":
+    if etype == ASSISTANT_MESSAGE:
         message = event["data"].get("message")
         if not message or not message.get("content"):
             return None
         return message
-    if etype == "tool/result":
+    if etype == TOOL_RESULT:
         return event["data"].get("message")
     return None
 
@@ -206,7 +220,7 @@ class _MessageCache:
 
 _MISSING: Any = object()
 _RESTORE_SPECIAL_TYPES = frozenset(
-    {"user/message", "assistant/message", "tool/result", "request/header", "request/header-delta"}
+    {USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT, REQUEST_HEADER, REQUEST_HEADER_DELTA}
 )
 # The core log-only types' data rules (seeds.CORE_DATA_RULES), checked by the accelerator on restore;
 # without a build that can, those types take the Python checks like the special ones.
@@ -214,7 +228,7 @@ _RESTORE_RULES = {etype: APPEND_CHECK_KINDS[etype] for etype in CORE_DATA_RULES}
 _RESTORE_CHECKS_RULES = _speedups is not None and hasattr(_speedups, "checked_snapshot")
 if not _RESTORE_CHECKS_RULES:
     _RESTORE_SPECIAL_TYPES |= frozenset(CORE_DATA_RULES)
-_LEGACY_TYPES = frozenset({"request/header", "request/header-delta"})
+_LEGACY_TYPES = frozenset({REQUEST_HEADER, REQUEST_HEADER_DELTA})
 _CREATE_TOKEN = object()
 
 
@@ -224,7 +238,7 @@ def _refuse_reentry() -> NoReturn:
 
 def _check_data(type: str, data_copy: Any) -> None:
     """The shared append/load data rules (``seeds``) plus the removed request-header vocabulary."""
-    if type == "request/header":
+    if type == REQUEST_HEADER:
         problem = legacy_request_header_problem(type, data_copy, f'session event "{type}"')
         if problem is not None:
             raise LegacyFormatError(problem)
@@ -401,14 +415,14 @@ class Session:
     def _load_special(self, index: int, entry: Any, event: Event) -> None:
         """A restored event the accelerator already envelope-checked: only its type's own rules remain."""
         etype = event["type"]
-        if etype == "request/header":
+        if etype == REQUEST_HEADER:
             check_request_header_shape(entry["data"], index)
             problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
             if problem is not None:
                 raise InvalidSeedError(problem, index=index)
         elif etype in MESSAGE_EVENT_TYPES:
             check_message_event_shape(entry, f"seed {etype} at index {index}", InvalidSeedError)
-        elif etype == "request/header-delta":
+        elif etype == REQUEST_HEADER_DELTA:
             self._load_entry(index, entry, True, event)  # the envelope layer reports the legacy refusal
             return
         else:
@@ -444,8 +458,8 @@ class Session:
 
     def _mark_end_seed(self) -> None:
         log = self._log
-        if not log or log[-1]["type"] != "session/end-seed":
-            self.append("session/end-seed", {})
+        if not log or log[-1]["type"] != SESSION_END_SEED:
+            self.append(SESSION_END_SEED, {})
 
     # -- identity ----------------------------------------------------------------------------------
     @property
@@ -656,7 +670,7 @@ class Session:
         if pos < len(log):
             state = self._rh_cache
             for index in range(len(log) - 1, pos - 1, -1):
-                if log[index]["type"] == "request/header":
+                if log[index]["type"] == REQUEST_HEADER:
                     state = _header_of(log[index])
                     break
             self._rh_cache = state
@@ -673,7 +687,7 @@ class Session:
         pos = self._rc_pos
         if pos < len(log):
             for index in range(len(log) - 1, pos - 1, -1):
-                if log[index]["type"] == "request/context":
+                if log[index]["type"] == REQUEST_CONTEXT:
                     self._rc_cache = _context_of(log[index])
                     break
             self._rc_pos = len(log)
@@ -745,7 +759,7 @@ class SessionView:
 
     def request_context(self) -> Any:
         for event in reversed(self._log):
-            if event["type"] == "request/context":
+            if event["type"] == REQUEST_CONTEXT:
                 return _context_of(event)
         return None
 

@@ -31,7 +31,7 @@ from ..errors import (
     SessionNotLiveError,
     describe_error,
 )
-from .events import SESSION_FORMAT_VERSION
+from .events import SESSION_FORMAT_VERSION, TURN_END, TURN_START
 from .jsonvalue import MAX_SAFE_INTEGER
 from .session import Clock, Session, _observe_async, wall_clock_ms
 
@@ -479,9 +479,9 @@ class SessionStore(_Hooks):
                 )
             for index in range(boundary, -1, -1):
                 etype = events[index]["type"]
-                if etype == "turn/end":
+                if etype == TURN_END:
                     break
-                if etype == "turn/start":
+                if etype == TURN_START:
                     turn = events[index]["data"].get("turn") if isinstance(events[index]["data"], dict) else None
                     raise SessionForkError(
                         f'fork boundary {boundary} in session "{sid}" ends inside open turn {turn}', "OPEN_TURN"

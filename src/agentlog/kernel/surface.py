@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, overload
 
 from ..errors import FrozenError, SurfaceError
-from .events import SURFACE_EVENT_TYPES
+from .events import ASSISTANT_MESSAGE, SURFACE_EVENT_TYPES, TOOL_RESULT
 from .jsonvalue import MAX_SAFE_INTEGER
 
 APPEND = "append"
@@ -62,7 +62,7 @@ def _check_sources(event: Mapping[str, Any], etype: str, seq: int, shadowed: Seq
     if sources is not _MISSING:
         if not isinstance(sources, list):
             _raise(f"sourceEventSeqs on event at seq {seq} must be an array when present")
-        if not sources and etype != "assistant/message":
+        if not sources and etype != ASSISTANT_MESSAGE:
             _raise("sourceEventSeqs must not be empty except on assistant/message")
         for v in sources:
             if type(v) is not int or v < 0 or v > MAX_SAFE_INTEGER:
@@ -178,12 +178,12 @@ def plan_surface_event(
         )
     shadowed = list(nodes[start_idx : end_idx + 1])
     _check_sources(event, etype, seq, shadowed)
-    if etype == "tool/result":
+    if etype == TOOL_RESULT:
         if len(shadowed) != 1:
             _raise("tool/result surface replacement must rewrite exactly one current node")
         target_pos = shadowed[0] - base_seq
         target = window[target_pos] if 0 <= target_pos < len(window) else None
-        if target is None or target.get("type") != "tool/result":
+        if target is None or target.get("type") != TOOL_RESULT:
             _raise("tool/result surface replacement must target a current tool/result")
         if not _json_equal(_content_blind(event.get("data")), _content_blind(target.get("data"))):
             _raise("tool/result surface replacement may change only content")

@@ -28,7 +28,15 @@ from typing import Any, Final, cast
 
 import orjson
 
-from ..errors import AgentlogError
+from ..errors import ABSENT as _ABSENT
+from ..errors import (
+    MAX_SHOWN,
+    ReplayError,
+    ReplayExhaustedError,
+    ReplayMismatchError,
+    ReplayRecordingError,
+)
+from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, STEP_END, STEP_START, TURN_END, TURN_START
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import Session
 from .types import ABORTED, STREAM_CLOSED, GenerateRequest, LlmError, StreamChunk, failure_chunk
@@ -48,76 +56,23 @@ __all__ = [
 DEFAULT_NAME: Final = "replay"
 """``Provider.name`` when neither ``name=`` nor a recorded request header names a provider."""
 
-MAX_SHOWN: Final = 80
-"""Characters of each value shown in a mismatch message: enough to recognize a prompt, short enough to
-keep one error on one line."""
-
 RECORDING_ID: Final = "replay-recording"
 """Session id of the private session a plain event list is restored into (it is never published)."""
 
 _BOUNDARIES: Final = frozenset(
     {
-        "step/start",
+        STEP_START,
         "llm/retry-started",
         "llm/retry",
-        "step/end",
-        "turn/start",
-        "turn/end",
-        "assistant/message",
+        STEP_END,
+        TURN_START,
+        TURN_END,
+        ASSISTANT_MESSAGE,
     }
 )
 """Events that end the current chunk run. ``step/start`` and ``llm/retry-started`` are the loop's own
 delimiters; the others can only appear between attempts too, and listing them keeps an unfinished
 run (a cancelled or crashed stream) from being glued to the next attempt's chunks."""
-
-_ABSENT: Final = object()
-
-
-# --- errors ----------------------------------------------------------------------------------------
-
-
-class ReplayError(AgentlogError):
-    """Base of the replay refusals: the run being replayed is no longer the run that was recorded."""
-
-    code = "REPLAY_ERROR"
-
-
-class ReplayMismatchError(ReplayError):
-    """The request of call :attr:`call` differs from the recorded one at :attr:`field`.
-
-    The message is ``call N: <field> differs: recorded <value> vs now <value>`` with values shortened to
-    about :data:`MAX_SHOWN` characters around the first differing character; :attr:`recorded` and
-    :attr:`now` hold the full values (``None`` stands for an absent key or element).
-    """
-
-    code = "REPLAY_MISMATCH"
-
-    def __init__(self, call: int, field: str, recorded: Any, now: Any) -> None:
-        shown_recorded, shown_now = _show_pair(recorded, now)
-        super().__init__(f"call {call}: {field} differs: recorded {shown_recorded} vs now {shown_now}")
-        self.call = call
-        self.field = field
-        self.recorded = None if recorded is _ABSENT else recorded
-        self.now = None if now is _ABSENT else now
-
-
-class ReplayExhaustedError(ReplayError):
-    """The replayed run asked for more model calls than the recording holds."""
-
-    code = "REPLAY_EXHAUSTED"
-
-    def __init__(self, call: int, recorded_calls: int) -> None:
-        super().__init__(f"call {call}: the recording has no more model calls (it recorded {recorded_calls})")
-        self.call = call
-        self.recorded_calls = recorded_calls
-
-
-class ReplayRecordingError(ReplayError, ValueError):
-    """The recording cannot be replayed (a call has no ``request/header`` before it, so its config,
-    system prompt and tools are unknown and the request could not be checked)."""
-
-    code = "REPLAY_INVALID_RECORDING"
-
 
 # --- the recording -----------------------------------------------------------------------------------
 
@@ -203,7 +158,7 @@ def split_calls(session: Session) -> list[RecordedCall]:
     for event in session.events:
         kind = event["type"]
         time = event.get("time")
-        if kind == "assistant/chunk":
+        if kind == ASSISTANT_CHUNK:
             data = event["data"]
             if not chunks:
                 first_seq = event["seq"]
@@ -306,38 +261,6 @@ def first_request_difference(recorded: GenerateRequest, now: GenerateRequest) ->
 
 def _listed(values: Sequence[str] | None) -> list[str] | None:
     return None if values is None else list(values)
-
-
-def _render(value: Any) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return repr(value)
-
-
-def _show_pair(recorded: Any, now: Any) -> tuple[str, str]:
-    """Both values rendered as JSON and cut to :data:`MAX_SHOWN` characters around the first character
-    where they differ — two long prompts that differ near the end would otherwise show as the same
-    80-character prefix."""
-    left, right = _render(recorded), _render(now)
-    common = 0
-    for a, b in zip(left, right, strict=False):
-        if a != b:
-            break
-        common += 1
-    start = max(common - MAX_SHOWN // 4, 0) if max(len(left), len(right)) > MAX_SHOWN else 0
-    return _window(left, start), _window(right, start)
-
-
-def _window(text: str, start: int) -> str:
-    if start >= len(text):
-        start = max(len(text) - MAX_SHOWN, 0)
-    cut = text[start : start + MAX_SHOWN]
-    prefix = "…" if start > 0 else ""
-    suffix = "…" if start + MAX_SHOWN < len(text) else ""
-    return f"{prefix}{cut}{suffix}"
 
 
 # --- the provider ----------------------------------------------------------------------------------------

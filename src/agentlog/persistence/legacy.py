@@ -26,7 +26,18 @@ from typing import Any, Final, TypeGuard
 from ..errors import LegacyFormatError, MessageShapeError, SessionFormatUnsupportedError
 from ..kernel._js import UNDEFINED as _UNDEFINED
 from ..kernel._js import js_string as _js_string
-from ..kernel.events import SESSION_FORMAT_VERSION, EventTypes, event_types
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    REQUEST_HEADER,
+    REQUEST_HEADER_DELTA,
+    SESSION_FORMAT_VERSION,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    EventTypes,
+    event_types,
+)
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
@@ -96,9 +107,9 @@ def _is_safe_integer(value: object) -> TypeGuard[float]:
 
 # --- removed vocabulary ----------------------------------------------------------------------------
 
-_HEADER_DELTA: Final = "request/header-delta"
+_HEADER_DELTA: Final = REQUEST_HEADER_DELTA
 _MODE_SET: Final = "mode/set"
-_REQUEST_HEADER: Final = "request/header"
+_REQUEST_HEADER: Final = REQUEST_HEADER
 _REMOVED_TYPES: Final = frozenset({_HEADER_DELTA, _MODE_SET, _REQUEST_HEADER})
 
 
@@ -206,7 +217,7 @@ class _Pass:
                 continue  # a non-numeric seq can never equal a replacement's numeric start
             if not isinstance(data, dict):
                 continue
-            message = data if etype == "user/message" else data.get("message")
+            message = data if etype == USER_MESSAGE else data.get("message")
             if isinstance(message, dict):
                 message_id = message.get("id")
                 if isinstance(message_id, str):
@@ -252,7 +263,7 @@ def _migrate_turn_start(event: dict[str, Any], state: _Pass) -> dict[str, Any]:
         or not isinstance(trigger.get("kind"), str)
         or not trigger["kind"]
     ):
-        raise state.malformed("turn/start", event)
+        raise state.malformed(TURN_START, event)
     return _with_data(event, {"turn": turn})
 
 
@@ -288,29 +299,29 @@ def _migrate_turn_end(event: dict[str, Any], state: _Pass) -> dict[str, Any]:
         or not isinstance(reason, dict)
         or not isinstance(reason.get("kind"), str)
     ):
-        raise state.malformed("turn/end", event)
+        raise state.malformed(TURN_END, event)
     kind = reason["kind"]
     if kind in _BARE_END_KINDS:
         if reason.keys() != _KIND_ONLY:
-            raise state.malformed("turn/end", event)
+            raise state.malformed(TURN_END, event)
         return event
     current: dict[str, Any]
     if kind == "aborted":
         if "reason" in reason:
             return event
         if reason.keys() != _KIND_ONLY:
-            raise state.malformed("turn/end", event)
+            raise state.malformed(TURN_END, event)
         current = {"kind": "aborted", "reason": {"kind": "legacy"}}
     elif kind == "disposed":
         if reason.keys() != _KIND_ONLY:
-            raise state.malformed("turn/end", event)
+            raise state.malformed(TURN_END, event)
         current = {"kind": "aborted", "reason": {"kind": "disposed"}}
     elif kind == "error":
         if "error" in reason:
             return event
         step = reason.get("step")
         if not _is_safe_integer(step) or step < 0:
-            raise state.malformed("turn/end", event)
+            raise state.malformed(TURN_END, event)
         failure = reason.get("failure")
         if isinstance(failure, dict) and reason.keys() == _ERROR_WITH_FAILURE and _is_valid_failure(failure):
             current = {"kind": "error", "error": failure}
@@ -323,7 +334,7 @@ def _migrate_turn_end(event: dict[str, Any], state: _Pass) -> dict[str, Any]:
                 or not isinstance(message, str)
                 or (has_code and not isinstance(code, str))
             ):
-                raise state.malformed("turn/end", event)
+                raise state.malformed(TURN_END, event)
             current = {"kind": "error", "error": {"message": message, "code": code if has_code else "UNKNOWN"}}
     else:
         return event  # a kind this module does not own (e.g. an extension's): keep it as written
@@ -340,7 +351,7 @@ def _migrate_steering(event: dict[str, Any], state: _Pass) -> dict[str, Any]:
     turn = data.get("turn")
     wrapped = data.get("message")
     migrated = dict(event)
-    migrated["type"] = "user/message"
+    migrated["type"] = USER_MESSAGE
     if isinstance(wrapped, dict) and _is_safe_integer(turn) and data.keys() == _WRAPPED_STEERING:
         migrated["data"] = wrapped  # the wrapped message keeps its own id
     elif not _is_safe_integer(turn) or data.keys() != _FLAT_STEERING:
@@ -431,12 +442,12 @@ def _migrate_tool_result(event: dict[str, Any], state: _Pass) -> dict[str, Any]:
 
 
 _MIGRATIONS: Final[dict[str, _Migration]] = {
-    "turn/start": _migrate_turn_start,
-    "turn/end": _migrate_turn_end,
+    TURN_START: _migrate_turn_start,
+    TURN_END: _migrate_turn_end,
     "steering/message": _migrate_steering,
-    "user/message": _migrate_user_message,
-    "assistant/message": _migrate_assistant_message,
-    "tool/result": _migrate_tool_result,
+    USER_MESSAGE: _migrate_user_message,
+    ASSISTANT_MESSAGE: _migrate_assistant_message,
+    TOOL_RESULT: _migrate_tool_result,
 }
 """Each type is touched by at most one of turnStart → turnEnd → steering → message (steering chains
 into the user-message upgrade itself), so one lookup picks the whole chain for an event."""
@@ -503,11 +514,11 @@ def needs_legacy_prefix(event: Mapping[str, Any]) -> bool:
     data = event.get("data")
     if not isinstance(data, dict):
         return False
-    if etype == "user/message":
+    if etype == USER_MESSAGE:
         return "id" not in data and "content" in data
-    if etype == "assistant/message":
+    if etype == ASSISTANT_MESSAGE:
         return "message" not in data and "content" in data
-    if etype == "tool/result":
+    if etype == TOOL_RESULT:
         return "message" not in data and "callId" in data
     return False
 

@@ -40,6 +40,7 @@ from ...errors import (
 )
 from ...kernel._js import js_string
 from ...kernel.chunkrows import decode_storage_record
+from ...kernel.events import TURN_END
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 
@@ -76,7 +77,7 @@ _LIMITS: Final = tuple(
 ROW_TAGS: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 """Storage-row tags (bare words, never event types): a line with one of these must be expanded."""
 
-_TURN_END: Final = "turn/end"
+_TURN_END: Final = TURN_END
 _RETIRED_HEADER_FIELDS: Final = ("sandboxMode", "approvalPolicy")
 _OPTIONAL_HEAD: Final = ("cwd", "parentSession", "seedLength", "origin")
 _MISSING: Final = object()
