@@ -31,10 +31,8 @@ import errno
 import fcntl
 import functools
 import os
-import re
 import secrets
 import stat
-import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +62,7 @@ from ..backend import (
     check_reader_limits,
     event_json,
 )
+from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, project_key
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -103,18 +102,12 @@ __all__ = [
 DEFAULT_MAX_FRAME_BYTES: Final = 256 * 1024 * 1024
 DEFAULT_MAX_LOG_BYTES: Final = 2 * 1024 * 1024 * 1024
 """What one load may read: the file's size and, for zstd, its decoded text (a typed refusal beyond)."""
-MAX_ENCODED_ID_BYTES: Final = 255 - len(".lock")
-"""A session id's encoded directory name must fit a 255-byte file name, lock file suffix included."""
 LOGICAL_FILENAME: Final = "session.jsonl"
 NO_CWD_DIR: Final = "_no-cwd"
 LOCKS_DIR: Final = ".locks"
 
 _SUFFIXES: Final = {"zstd": ".jsonl.zstd", "none": ".jsonl"}
 _HEADER_READ_CHUNK: Final = 8192
-_SAFE_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
-_SAFE_SEGMENT: Final = re.compile(r"[A-Za-z0-9._-]+\Z")
-_ESCAPE: Final = re.compile(r"~([0-9A-F]{4})")
-_SEPARATORS: Final = frozenset((0x2F, 0x5C, 0x3A))  # / \ :
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
@@ -134,74 +127,6 @@ _IDENTITY_REMEDY: Final = (
     "The file was not modified; move the session directory back to the place its header names, or restore it "
     "from a backup."
 )
-
-
-# --- path encoding ---------------------------------------------------------------------------------
-
-
-def _utf16_units(text: str) -> tuple[int, ...]:
-    data = text.encode("utf-16-le", "surrogatepass")
-    return struct.unpack(f"<{len(data) // 2}H", data)
-
-
-def encode_segment(raw: str) -> str:
-    """Injective escaping of a session id into one safe path component (spec §4.2).
-
-    Works on UTF-16 code units (so ids round-trip exactly as the reference encodes them): safe ASCII
-    stays literal, everything else — separators, NUL, ``~`` itself, non-ASCII, each surrogate half —
-    becomes ``~XXXX``. ``.`` and ``..`` are escaped too, so no id can name the directory itself or its
-    parent: nothing can escape the root.
-    """
-    if raw == "":
-        raise ValueError("cannot encode an empty path segment")
-    if raw == ".":
-        return "~002E"
-    if raw == "..":
-        return "~002E~002E"
-    if _SAFE_SEGMENT.match(raw):
-        return raw
-    return "".join(
-        chr(unit) if unit < 0x80 and chr(unit) in _SAFE_CHARS else f"~{unit:04X}" for unit in _utf16_units(raw)
-    )
-
-
-def _decode_segment(name: str) -> str:
-    """Best-effort inverse of :func:`encode_segment`, to name a session whose header is unreadable."""
-    units: list[int] = []
-    pos = 0
-    for match in _ESCAPE.finditer(name):
-        units.extend(ord(ch) for ch in name[pos : match.start()])
-        units.append(int(match.group(1), 16))
-        pos = match.end()
-    units.extend(ord(ch) for ch in name[pos:])
-    if any(unit > 0xFFFF for unit in units):
-        return name
-    return struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "surrogatepass")
-
-
-@functools.lru_cache(maxsize=1024)
-def project_key(cwd: str) -> str:
-    """Readable, bounded, intentionally lossy project directory name for a cwd (spec §4.2).
-
-    Runs of ``/``, ``\\`` and ``:`` become one ``-``; safe characters stay; others are ``~XXXX``.
-    Different cwds may collide (``/a/b-c`` and ``/a-b/c``) — the session directory below keeps them
-    apart, and identity checks compare the header's full path, not the key. Memoized: listing a
-    thousand sessions of one project computes it once.
-    """
-    if not cwd:
-        raise ValueError("cannot encode an empty project path")
-    out: list[str] = []
-    in_separator = False
-    for unit in _utf16_units(cwd):
-        if unit in _SEPARATORS:
-            if not in_separator:
-                out.append("-")
-                in_separator = True
-            continue
-        in_separator = False
-        out.append(chr(unit) if unit < 0x80 and chr(unit) in _SAFE_CHARS else f"~{unit:04X}")
-    slug = "".join(out).lstrip("-") or "root"
-    return f"--{slug[:251]}--"
 
 
 # --- small file-system helpers ---------------------------------------------------------------------
@@ -619,7 +544,7 @@ class JsonlBackend:
         """
         if not isinstance(session_id, str) or not session_id:
             raise InvalidSessionIdError(f"session id must be a non-empty string, got {session_id!r}")
-        if _SAFE_SEGMENT.match(session_id) and len(session_id) <= MAX_ENCODED_ID_BYTES:
+        if encodes_verbatim(session_id) and len(session_id) <= MAX_ENCODED_ID_BYTES:
             return
         try:
             session_id.encode("utf-8")
@@ -1139,7 +1064,7 @@ class JsonlBackend:
         except (OSError, StorageAccessError) as err:
             typed = err if isinstance(err, StorageAccessError) else storage_error(err, path)
             return SessionListing(
-                id=_decode_segment(dir_name),
+                id=decode_segment(dir_name),
                 header=None,
                 location=path,
                 error_code=typed.code,
@@ -1158,7 +1083,7 @@ class JsonlBackend:
                 header = raw if isinstance(raw, dict) else None
                 raw_id = header.get("id") if header is not None else None
                 return SessionListing(
-                    id=raw_id if isinstance(raw_id, str) else _decode_segment(dir_name),
+                    id=raw_id if isinstance(raw_id, str) else decode_segment(dir_name),
                     header=header,
                     revision=revision,
                     location=path,
@@ -1168,7 +1093,7 @@ class JsonlBackend:
             except SessionPersistenceCorruptionError as err:
                 located = err if err.location is not None else self._located(err, path)
                 return SessionListing(
-                    id=meta["id"] if meta is not None else _decode_segment(dir_name),
+                    id=meta["id"] if meta is not None else decode_segment(dir_name),
                     header=meta,
                     revision=revision,
                     location=path,
@@ -1201,7 +1126,7 @@ class JsonlBackend:
                 refusal = _not_a_directory(f"{project_path}/{name}", "session directory", "a symbolic link")
                 listings.append(
                     SessionListing(
-                        id=_decode_segment(name),
+                        id=decode_segment(name),
                         header=None,
                         location=refusal.path,
                         error_code=refusal.code,

@@ -61,7 +61,7 @@ from ...errors import (
 )
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
-from ..jsonl.backend import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
+from ..paths import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
 from . import _codec as codec
 
 __all__ = [
