@@ -21,11 +21,8 @@ import asyncio
 import atexit
 import builtins
 import contextlib
-import heapq
-import itertools
 import logging
 import threading
-import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,6 +54,7 @@ from ..kernel.session import EventsView, Session, SessionView
 from ..kernel.store import SessionStore
 from . import legacy
 from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
+from .write_behind import Scheduler, WriteBehind
 
 logger = logging.getLogger("agentlog")
 
@@ -76,130 +74,6 @@ class SessionSnapshot:
 
     meta: FrozenDict
     events: EventsView
-
-
-# --- write-behind -----------------------------------------------------------------------------------
-
-
-class _Scheduler:
-    """One daemon thread that fires batch deadlines (a heap of monotonic times)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, _WriteBehind]] = []
-        self._counter = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def schedule(self, when: float, target: _WriteBehind) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            heapq.heappush(self._heap, (when, next(self._counter), target))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="agentlog-write-behind", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    timeout = None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic())
-                    self._cond.wait(timeout)
-                if self._closed:
-                    return
-                when, _, target = heapq.heappop(self._heap)
-            target._deadline_reached(when)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._heap.clear()
-            self._cond.notify_all()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
-
-
-class _WriteBehind:
-    """Buffered, ordered writes of one live session."""
-
-    def __init__(self, coordinator: PersistenceCoordinator, session: Session) -> None:
-        self.coordinator = coordinator
-        self.session = session
-        self.pending: list[Any] = []
-        self.state_lock = threading.Lock()
-        self.write_lock = threading.Lock()
-        self.deadline: float | None = None
-        self.paused = False
-        self.init_error: BaseException | None = None
-        self.writer_lock: Any = None
-        self.retired = False
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self.pending) or self.write_lock.locked()
-
-    def enqueue(self, events: Sequence[Any]) -> None:
-        with self.state_lock:
-            self.pending.extend(events)
-            if self.deadline is None and self.pending:
-                self.paused = False
-                self.deadline = time.monotonic() + self.coordinator._delay
-                self.coordinator._scheduler.schedule(self.deadline, self)
-
-    def _deadline_reached(self, when: float) -> None:
-        with self.state_lock:
-            if self.deadline != when or self.paused:
-                return  # superseded by a flush or a newer window
-        try:
-            self._drain(background=True)
-        except Exception:  # already logged by _drain
-            pass
-
-    def cancel_wait(self) -> None:
-        with self.state_lock:
-            self.deadline = None
-
-    def _drain(self, *, background: bool) -> None:
-        with self.write_lock:
-            while True:
-                with self.state_lock:
-                    batch = self.pending
-                    self.pending = []
-                    self.deadline = None
-                    self.paused = False
-                if not batch:
-                    return
-                try:
-                    self.coordinator._write_live_batch(self, batch)
-                except BaseException as err:
-                    with self.state_lock:
-                        self.pending = batch + self.pending
-                        self.paused = True
-                        self.deadline = None
-                    if background:
-                        logger.warning(
-                            '%s: background write for session "%s" failed (buffered events retained): %s',
-                            self.coordinator.backend.name,
-                            self.session.id,
-                            describe_error(err),
-                        )
-                    raise
-                if background:
-                    # A background write drains only what its window admitted; later events keep their own.
-                    with self.state_lock:
-                        if self.pending and self.deadline is None:
-                            self.deadline = time.monotonic() + self.coordinator._delay
-                            self.coordinator._scheduler.schedule(self.deadline, self)
-                    return
-
-    def flush(self) -> None:
-        if self.init_error is not None and not self.coordinator._retry_attach(self):
-            self.cancel_wait()
-            raise self.init_error
-        self._drain(background=False)
 
 
 # --- state ------------------------------------------------------------------------------------------
@@ -280,12 +154,12 @@ class PersistenceCoordinator:
         self._mutex = threading.RLock()
         self._id_locks: dict[str, list[Any]] = {}
         self._states: dict[str, _State] = {}
-        self._live: dict[int, _WriteBehind] = {}
+        self._live: dict[int, WriteBehind] = {}
         self._reserved: dict[str, _Source] = {}
         self._cond = threading.Condition(self._mutex)
         self._cache: OrderedDict[str, _Source] = OrderedDict()
         self._cache_size = prepared_cache_size
-        self._scheduler = _Scheduler()
+        self._scheduler = Scheduler()
         self._closed = False
         self._unsubscribe = [
             store.on_created(self._on_created),
@@ -741,11 +615,18 @@ class PersistenceCoordinator:
             "session under another id (store.create() without an id picks a unique one)"
         )
 
-    def _init_for(self, session: Session) -> _WriteBehind:
+    def _init_for(self, session: Session) -> WriteBehind:
         live = self._live.get(id(session))
         if live is not None:
             return live
-        live = _WriteBehind(self, session)
+        live = WriteBehind(
+            session,
+            delay=self._delay,
+            scheduler=self._scheduler,
+            write=self._write_live_batch,
+            reattach=self._retry_attach,
+            store_name=self.backend.name,
+        )
         session_id = session.id
         with self._serialized(session_id):
             reserved = self._reserved.get(session_id)
@@ -850,7 +731,7 @@ class PersistenceCoordinator:
         self._states[session_id] = _State(meta, len(events), True, session)
         return len(events)
 
-    def _retry_attach(self, live: _WriteBehind) -> bool:
+    def _retry_attach(self, live: WriteBehind) -> bool:
         """Retry an attach that failed on a transient storage condition (disk full, I/O, out of memory).
 
         Issue 7 defect 16: such a failure is not remembered for the session's lifetime. Once the store
@@ -870,8 +751,7 @@ class PersistenceCoordinator:
                 live.init_error = err
                 return False
             live.init_error = None
-            with live.state_lock:
-                live.pending = builtins.list(session.events)[seed_from:]
+            live.replace_pending(builtins.list(session.events)[seed_from:])
         return True
 
     def _on_event(self, session: Session, event: Event) -> None:
@@ -882,7 +762,7 @@ class PersistenceCoordinator:
         if not live.retired:
             live.enqueue((event,))
 
-    def _write_live_batch(self, live: _WriteBehind, batch: builtins.list[Any]) -> None:
+    def _write_live_batch(self, live: WriteBehind, batch: builtins.list[Any]) -> None:
         session = live.session
         with self._serialized(session.id):
             state = self._states.get(session.id)
@@ -911,7 +791,7 @@ class PersistenceCoordinator:
             return
         self._retire(session, live)
 
-    def _retire(self, session: Session, live: _WriteBehind) -> None:
+    def _retire(self, session: Session, live: WriteBehind) -> None:
         """Flush a disposed session, then release its id. A write failure keeps it for ``close()`` to retry."""
         try:
             live.flush()
