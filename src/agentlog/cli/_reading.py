@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import (
@@ -14,7 +13,7 @@ from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend, StoredPrefix
 from ..persistence.coordinator import PersistenceCoordinator
-from .options import BackendKind, Compression, open_backend
+from .options import StoreOptions
 from .render import _fail
 
 
@@ -42,32 +41,22 @@ def _last_turn(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _read_view(
-    session_id: str, store: Path | None, backend: BackendKind, compression: Compression, as_json: bool
-) -> tuple[Any, Any]:
+def _read_view(session_id: str, opts: StoreOptions) -> tuple[Any, Any]:
     """``(header, SessionView)`` of a stored session, read without writing (a cold view is balanced)."""
-    header, view, _stored = _open_view(session_id, store, backend, compression, as_json, with_stored=False)
+    header, view, _stored = _open_view(session_id, opts, with_stored=False)
     return header, view
 
 
-def _open_view(
-    session_id: str,
-    store: Path | None,
-    backend: BackendKind,
-    compression: Compression,
-    as_json: bool,
-    *,
-    with_stored: bool,
-) -> tuple[Any, Any, StoredPrefix | None]:
+def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tuple[Any, Any, StoredPrefix | None]:
     """``(header, SessionView, stored prefix or None)``: the balanced view and, on request, the stored
     prefix itself, so a caller can tell stored events from the closers a resume would add."""
     try:
-        reader = _reader(open_backend(store, backend, compression, read_only=True))
+        reader = _reader(opts.open_backend(read_only=True))
         try:
             view = reader.view(session_id)
             stored = reader.backend.load_stored(session_id) if with_stored else None
         finally:
             reader.close()
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     return view.header, view, stored

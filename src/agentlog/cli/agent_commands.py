@@ -28,8 +28,12 @@ from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
 from ._reading import _last_turn, _read_view
-from .options import BackendKind, BackendOption, Compression, CompressionOption, JsonOption, StoreOption, open_backend
-from .render import _emit_json, _EventPrinter, _fail, _fail_with
+from .options import (
+    DEFAULT_OPTIONS,
+    StoreOptions,
+    shared_options,
+)
+from .render import _emit_json, _emit_json_line, _EventPrinter, _fail, _fail_with
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
     from ..agent.builtin_tools import CommandPolicy
@@ -354,12 +358,10 @@ def _agent_options(
     )
 
 
+@shared_options()
 def run_command(
     prompt: Annotated[str, typer.Argument(help="The prompt of the first turn.")],
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     system: SystemOption = None,
@@ -384,12 +386,12 @@ def run_command(
     try:
         api_key = _api_key(route, api_key_option, base_url)
         command_policy = _command_policy(allow_command, yes)
-        storage = open_backend(store, backend, compression)
+        storage = opts.open_backend()
         if session_id is not None:
             _require_absent(storage, session_id)
         new_id = session_id if session_id is not None else _new_session_id(storage)
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     from ..llm.openai_compat import DEFAULT_MODEL
 
     sessions = SessionStore()
@@ -398,7 +400,7 @@ def run_command(
         session = sessions.create(new_id, meta={"cwd": str(work_dir)})
     except AgentlogError as err:
         coordinator.close()
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     options = _agent_options(
         provider=route,
         model=model or DEFAULT_MODEL,
@@ -414,19 +416,17 @@ def run_command(
         api_key=api_key,
         base_url=base_url,
         prompt=prompt,
-        as_json=as_json,
+        as_json=opts.as_json,
         command_policy=command_policy,
         timeout_s=timeout,
     )
 
 
+@shared_options()
 def resume_command(
     session_id: Annotated[str, typer.Argument(help="The session to resume.")],
     prompt: Annotated[str | None, typer.Argument(help="A follow-up prompt (omit to only resume and report).")] = None,
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     system: SystemOption = None,
@@ -446,13 +446,13 @@ def resume_command(
     try:
         api_key = _api_key(provider or DEFAULT_PROVIDER, api_key_option, base_url) if prompt is not None else ""
         command_policy = _command_policy(allow_command, yes)
-        storage = open_backend(store, backend, compression)
+        storage = opts.open_backend()
         stored = storage.load_stored(session_id)
         if stored is None:
             storage.close()
             raise SessionNotFoundError(f'session "{session_id}" not found')
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     repairs: list[str] = []
     if stored.torn_marker is not None:
         repairs.append("removed a torn tail")
@@ -464,15 +464,15 @@ def resume_command(
         session = coordinator.resume(session_id)
     except AgentlogError as err:
         coordinator.close()
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     state = {"repaired": bool(repairs), "repairs": repairs}
     if prompt is None:
         events = session.events
         last = _last_turn(events)
         failure = _release(coordinator, [session])
         if failure is not None:
-            _fail(failure, as_json)
-        if as_json:
+            _fail(failure, opts.as_json)
+        if opts.as_json:
             _emit_json({"sessionId": session_id, "events": len(events), "lastTurn": last, **state})
             return
         turn = "no turn yet" if last is None else f"last turn {last['turn']} ({last['reason'].get('kind')})"
@@ -502,33 +502,41 @@ def resume_command(
         api_key=api_key,
         base_url=base_url,
         prompt=prompt,
-        as_json=as_json,
+        as_json=opts.as_json,
         extra=state,
         command_policy=command_policy,
         timeout_s=timeout,
     )
 
 
+@shared_options()
 def replay_command(
     session_id: Annotated[str, typer.Argument(help="The session to play back.")],
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     speed: Annotated[
         float, typer.Option("--speed", min=0.0, help="Playback speed (2 = twice as fast; 0 = no waiting).")
     ] = 1.0,
 ) -> None:
-    """Play a session back token by token at its recorded pace (never writes, needs no network)."""
-    _header, view = _read_view(session_id, store, backend, compression, False)
-    printer = _EventPrinter(prompts=True)
+    """Play a session back token by token at its recorded pace (never writes, needs no network).
+
+    With --json, every event is written as it is played, one JSON object per line (NDJSON: the stored
+    event, as in ``export``), then a last line ``{"summary": {sessionId, events, chunks, lastTurn}}``.
+    """
+    _header, view = _read_view(session_id, opts)
+    printer = None if opts.as_json else _EventPrinter(prompts=True)
     previous: int | None = None
+    chunks = 0
     for event in view.events:
         when = event.get("time")
-        if event["type"] == "assistant/chunk" and speed > 0 and isinstance(when, int) and previous is not None:
-            gap = min(max(when - previous, 0) / 1000, MAX_REPLAY_GAP_S) / speed
-            if gap > 0:
-                time.sleep(gap)
-        if event["type"] == "llm/retry":
+        if event["type"] == "assistant/chunk":
+            chunks += 1
+            if speed > 0 and isinstance(when, int) and previous is not None:
+                gap = min(max(when - previous, 0) / 1000, MAX_REPLAY_GAP_S) / speed
+                if gap > 0:
+                    time.sleep(gap)
+        if printer is None:
+            _emit_json_line(thaw(event))
+        elif event["type"] == "llm/retry":
             data = event["data"]
             printer.end_line()
             failure = data.get("failure") or {}
@@ -537,15 +545,17 @@ def replay_command(
             printer(event)
         if isinstance(when, int):
             previous = when
+    if printer is None:
+        summary = {"sessionId": session_id, "events": len(view.events), "chunks": chunks}
+        _emit_json_line({"summary": {**summary, "lastTurn": _last_turn(view.events)}})
+        return
     printer.end_line()
 
 
+@shared_options()
 def fork_command(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     at: Annotated[
         int | None,
         typer.Option("--at", help="Last seq the child inherits (a closed turn; default: the end).", show_default=False),
@@ -556,7 +566,7 @@ def fork_command(
 ) -> None:
     """Start a child session from a closed-turn prefix of SESSION_ID (lineage in its header)."""
     try:
-        storage = open_backend(store, backend, compression)
+        storage = opts.open_backend()
         if child_id is not None:
             _require_absent(storage, child_id)
         else:
@@ -564,7 +574,7 @@ def fork_command(
             while storage.read_revision(child_id) is not None:
                 child_id = f"{session_id}-fork-{secrets.token_hex(3)}"
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     sessions = SessionStore()
     coordinator = PersistenceCoordinator(sessions, storage)
     live: list[Session] = []
@@ -581,13 +591,13 @@ def fork_command(
         released = _release(coordinator, list(reversed(live)))
     failure = failure or released
     if failure is not None or child is None:
-        _fail(failure or AgentlogError("fork failed"), as_json)
+        _fail(failure or AgentlogError("fork failed"), opts.as_json)
     document = {
         "childId": child.id,
         "parentSession": child.header.get("parentSession"),
         "seedLength": child.header.get("seedLength"),
     }
-    if as_json:
+    if opts.as_json:
         _emit_json(document)
     else:
         typer.echo(child.id)

@@ -7,13 +7,14 @@ from collections.abc import Callable
 
 import typer
 
-from .options import JsonOption, StoreOption
+from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 
 
-def demo_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
+@shared_options("store", "as_json")
+def demo_command(opts: StoreOptions = DEFAULT_OPTIONS) -> None:
     """A scripted, offline agent session against a local model (no API key needed)."""
     # Imported by name at call time: the demo module is optional for every other command.
     run_demo: Callable[..., int] = importlib.import_module(f"{__package__}.demo").run_demo
-    code = run_demo(store=store, as_json=as_json)
+    code = run_demo(store=opts.store, as_json=opts.as_json)
     if code:
         raise typer.Exit(code=code)

@@ -1,12 +1,21 @@
-"""Options shared by the commands (``--store``, ``--backend``, ``--compression``, ``--json``) and the
-backend they open."""
+"""Options shared by the commands (``--store``, ``--backend``, ``--compression``, ``--json``), declared
+once, and the backend they open.
+
+A command takes one ``opts: StoreOptions`` parameter and is decorated with :func:`shared_options`; its
+command line gets the shared options in that parameter's place (after the command's arguments, before
+its own options), so ``agentlog ls --store DIR --json`` reads as it always has.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -59,3 +68,78 @@ def open_backend(
     if read_only:
         return JsonlBackend(str(root), compression="auto", read_only=True)
     return JsonlBackend(str(root), compression=compression.value)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """The shared options of one command: the store, its backend and encoding, and ``--json``."""
+
+    store: Path | None = None
+    backend: BackendKind = BackendKind.jsonl
+    compression: Compression = Compression.zstd
+    as_json: bool = False
+
+    @property
+    def root(self) -> Path:
+        """The store root as given (``--store``, else ``$AGENTLOG_STORE``, else ``./.agentlog``)."""
+        return _store_root(self.store)
+
+    def open_backend(self, *, read_only: bool = False) -> Backend:
+        """:func:`open_backend` with these options."""
+        return open_backend(self.store, self.backend, self.compression, read_only=read_only)
+
+
+DEFAULT_OPTIONS = StoreOptions()
+
+_SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "store": (StoreOption, DEFAULT_OPTIONS.store),
+    "backend": (BackendOption, DEFAULT_OPTIONS.backend),
+    "compression": (CompressionOption, DEFAULT_OPTIONS.compression),
+    "as_json": (JsonOption, DEFAULT_OPTIONS.as_json),
+}
+"""Parameter name -> (typer annotation, default): the one declaration of each shared option."""
+
+R = TypeVar("R")
+
+
+def shared_options(*names: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a command the shared options (all four, or only ``names``, e.g. ``"store", "as_json"``).
+
+    The command's ``opts: StoreOptions`` parameter is replaced, in the signature typer reads, by one
+    parameter per shared option; typer parses them and the command receives them as one
+    :class:`StoreOptions` (an option that is not declared keeps its default).
+    """
+    chosen = names or tuple(_SHARED_OPTIONS)
+    unknown = [name for name in chosen if name not in _SHARED_OPTIONS]
+    if unknown:
+        raise ValueError(f"not a shared option: {', '.join(unknown)}")
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)
+        params = list(signature.parameters.values())
+        slots = [i for i, param in enumerate(params) if param.annotation is StoreOptions]
+        if len(slots) != 1:
+            raise TypeError(f"{command.__name__} needs exactly one parameter annotated StoreOptions")
+        index = slots[0]
+        slot = params[index]
+        shared = [
+            inspect.Parameter(name, slot.kind, default=_SHARED_OPTIONS[name][1], annotation=_SHARED_OPTIONS[name][0])
+            for name in chosen
+        ]
+        clash = {param.name for param in params} & set(chosen)
+        if clash:
+            raise TypeError(f"{command.__name__} declares a shared option itself: {', '.join(sorted(clash))}")
+        params[index : index + 1] = shared
+
+        @functools.wraps(command)
+        def with_options(*args: Any, **kwargs: Any) -> R:
+            kwargs[slot.name] = StoreOptions(**{name: kwargs.pop(name) for name in chosen if name in kwargs})
+            return command(*args, **kwargs)
+
+        with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        with_options.__annotations__ = {param.name: param.annotation for param in params}
+        if signature.return_annotation is not inspect.Signature.empty:
+            with_options.__annotations__["return"] = signature.return_annotation
+        return with_options
+
+    return decorate

@@ -23,23 +23,16 @@ from ..kernel.session import SeqOutOfRangeError, Session
 from ..persistence.coordinator import PersistenceCoordinator
 from ._reading import _last_turn, _open_view, _reader, _require_store
 from .options import (
-    BackendKind,
-    BackendOption,
-    Compression,
-    CompressionOption,
-    JsonOption,
-    StoreOption,
-    _store_root,
-    open_backend,
+    DEFAULT_OPTIONS,
+    StoreOptions,
+    shared_options,
 )
 from .render import _emit_json, _event_line, _fail, _iso, _short, _table_console, _transcript
 
 
+@shared_options()
 def ls_command(
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     cursor: Annotated[str | None, typer.Option("--cursor", help="Show sessions after this id.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 50,
 ) -> None:
@@ -50,13 +43,13 @@ def ls_command(
     reads and checks whole logs.
     """
     try:
-        storage = open_backend(store, backend, compression, read_only=True)
+        storage = opts.open_backend(read_only=True)
         try:
             listings = storage.list_sessions()
         finally:
             storage.close()
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     listings = [item for item in listings if cursor is None or item.id > cursor]
     page = listings[:limit]
     next_cursor = page[-1].id if len(listings) > limit else None
@@ -74,10 +67,10 @@ def ls_command(
                 "error": None if item.error_code is None else {"code": item.error_code, "message": item.error_message},
             }
         )
-    if as_json:
+    if opts.as_json:
         _emit_json({"sessions": rows, "nextCursor": next_cursor})
         return
-    table = Table(title=f"sessions in {_store_root(store)}", show_lines=False)
+    table = Table(title=f"sessions in {opts.root}", show_lines=False)
     table.add_column("id", overflow="fold")
     for column in ("created", "cwd", "parent", "status"):
         table.add_column(column, overflow="fold")
@@ -137,12 +130,10 @@ def _export_partial(
     raise typer.Exit(code=PARTIAL_EXIT)
 
 
+@shared_options()
 def export_command(
     session_id: Annotated[str, typer.Argument(help="The session to export.")],
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     partial: Annotated[
         bool,
         typer.Option(
@@ -158,7 +149,7 @@ def export_command(
     afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
     """
     try:
-        reader = _reader(open_backend(store, backend, compression, read_only=True))
+        reader = _reader(opts.open_backend(read_only=True))
         try:
             try:
                 snapshot = reader.inspect(session_id)
@@ -166,11 +157,11 @@ def export_command(
             except SessionPersistenceCorruptionError as err:
                 if not partial:
                     raise
-                _export_partial(reader, session_id, err, as_json)
+                _export_partial(reader, session_id, err, opts.as_json)
         finally:
             reader.close()
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     document = {
         "header": thaw(snapshot.meta),
         "events": thaw(snapshot.events.to_list()),
@@ -182,26 +173,28 @@ def export_command(
     _emit_json(document)
 
 
+@shared_options()
 def verify_command(
     session_ids: Annotated[list[str] | None, typer.Argument(help="Sessions to verify (default: all).")] = None,
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
 ) -> None:
     """Check checksums, seq continuity, surface replay and headers without modifying anything."""
     try:
-        storage = open_backend(store, backend, compression, read_only=True)
+        storage = opts.open_backend(read_only=True)
         if session_ids:
             _require_store(storage, session_ids[0])
         ids = list(session_ids) if session_ids else [item.id for item in storage.list_sessions()]
         reader = _reader(storage)
     except AgentlogError as err:
-        _fail(err, as_json)
+        _fail(err, opts.as_json)
     results: list[dict[str, Any]] = []
     console = Console(stderr=True)
     with Progress(
-        TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), console=console, disable=as_json or len(ids) < 2
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        disable=opts.as_json or len(ids) < 2,
     ) as progress:
         task = progress.add_task("verify", total=len(ids))
         for session_id in ids:
@@ -209,7 +202,7 @@ def verify_command(
             progress.advance(task)
     reader.close()
     failed = [r for r in results if r["status"] == "failed"]
-    if as_json:
+    if opts.as_json:
         _emit_json({"sessions": results, "ok": not failed})
     else:
         table = Table(title="verify")
@@ -258,12 +251,10 @@ PENDING_MARK = "(would be added on resume)"
 """``show --log`` marks the closers of an unrepaired interrupted turn with this: not stored yet."""
 
 
+@shared_options()
 def show_command(
     session_id: Annotated[str, typer.Argument(help="The session to show.")],
-    store: StoreOption = None,
-    backend: BackendOption = BackendKind.jsonl,
-    compression: CompressionOption = Compression.zstd,
-    as_json: JsonOption = False,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     log: Annotated[bool, typer.Option("--log", help="Every event: seq, type and (shortened) data.")] = False,
     at: Annotated[
         int | None, typer.Option("--at", min=0, help="The model's view right after this seq.", show_default=False)
@@ -274,7 +265,7 @@ def show_command(
     An interrupted session is shown as a resume would see it; with ``--log`` the closing events that
     are not stored yet are marked "would be added on resume".
     """
-    header, view, stored = _open_view(session_id, store, backend, compression, as_json, with_stored=log)
+    header, view, stored = _open_view(session_id, opts, with_stored=log)
     events = view.events
     if at is not None:
         try:
@@ -285,10 +276,10 @@ def show_command(
                 )
             point = Session.create(session_id, seed=list(events), header=header).at(at)
         except AgentlogError as err:
-            _fail(err, as_json)
+            _fail(err, opts.as_json)
         messages = thaw(point.derive_messages().to_list())
         request_header = thaw(point.request_header())
-        if as_json:
+        if opts.as_json:
             _emit_json(
                 {
                     "sessionId": session_id,
@@ -317,7 +308,7 @@ def show_command(
         last_stored = stored.events[-1]["seq"] if stored is not None and stored.events else -1
         pending = [event["seq"] for event in events if event["seq"] > last_stored]
         torn = stored is not None and stored.torn_marker is not None
-        if as_json:
+        if opts.as_json:
             _emit_json(
                 {
                     "sessionId": session_id,
@@ -336,7 +327,7 @@ def show_command(
             typer.echo(f"(a torn tail after seq {last_stored} is not shown; it would be removed on resume)")
         return
     messages = thaw(view.derive_messages().to_list())
-    if as_json:
+    if opts.as_json:
         _emit_json(
             {
                 "sessionId": session_id,

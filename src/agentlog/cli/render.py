@@ -34,6 +34,12 @@ def _emit_json(document: Any) -> None:
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def _emit_json_line(document: Any) -> None:
+    """One compact JSON object on its own line of standard output, flushed (NDJSON, for streams)."""
+    sys.stdout.write(orjson.dumps(document).decode() + "\n")
+    sys.stdout.flush()
+
+
 def _table_console(cells: Sequence[Sequence[str]]) -> Console:
     """Standard output for a table of ``cells`` (header row included): the terminal's width on a
     terminal (long cells wrap, never cut); piped or redirected, wide enough that no cell is wrapped or
