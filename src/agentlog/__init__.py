@@ -19,6 +19,7 @@ from .errors import (
     NonJsonValueError,
     PersistenceError,
     ReentrantAppendError,
+    SeqOutOfRangeError,
     SessionAnnouncedError,
     SessionAttachedError,
     SessionCollisionError,
@@ -66,7 +67,6 @@ from .kernel.seeds import SessionPreparation, adopt_session_event, snapshot_sess
 from .kernel.session import (
     EventsView,
     MessageList,
-    SeqOutOfRangeError,
     Session,
     SessionView,
     derive_event_message,

@@ -1,18 +1,116 @@
-"""Typed errors.
+"""Typed errors: every public error agentlog raises is defined here.
 
 Every refusal agentlog makes is an :class:`AgentlogError` with a stable ``code`` so callers (and the
 command-line tool's ``--json`` output) can branch on the code instead of parsing messages. Messages
 start with the original harness's exact text so logs stay comparable across implementations; detail
 that the original did not give (a JSON path, a remedy) follows after ``": "``.
+
+The modules that raise an error re-export it (``from agentlog.agent.loop import ReconstructionError``
+works), but the class lives here, so this module is the one place to read every error and its code. It
+imports nothing of agentlog (the kernel imports it).
+
+**Codes.** Each class that declares a ``code`` owns it: no two classes declare the same code. A class
+whose instances may carry another code (set at the raise site with ``code=``) lists that closed set in
+``codes``; a listed code is either owned by this class alone or is the code of the class that owns it
+(``SessionForkError`` reports ``SESSION_NOT_FOUND``, the code of :class:`SessionNotFoundError`). Three
+classes are open on purpose: :class:`LlmError` (``HTTP_<status>`` and upper-cased finish reasons beside
+``codes``), :class:`TurnFailedError` (relays the code recorded in ``turn/end``) and the base class
+(``AgentlogError(message, code=...)`` is kept for compatibility; agentlog itself no longer raises it
+with an inline code). A *refinement* declares no code and keeps its parent's: ``ReaderLimitError`` and
+``FrameTooLargeError`` are ``SESSION_CORRUPT`` for every caller, ``AppendRollbackError`` and
+``EncodeError`` are ``PERSISTENCE_ERROR``; ``except`` on the refinement tells them apart.
+``tests/test_errors.py`` checks all of this.
+
+**Hierarchy** (code in brackets; a second base class in parentheses)::
+
+    AgentlogError [AGENTLOG_ERROR]
+    ├── FrozenError (TypeError) [FROZEN]
+    ├── NonJsonValueError (ValueError) [NON_JSON_VALUE]
+    ├── SessionHeaderError (ValueError) [INVALID_HEADER]
+    ├── InvalidSeedError (ValueError) [INVALID_SEED]
+    ├── InvalidEventError (ValueError) [INVALID_EVENT]
+    │   ├── LegacyFormatError [UNSUPPORTED_LEGACY_FORMAT]
+    │   └── UnknownEventTypeError [UNKNOWN_EVENT_TYPE]
+    ├── MessageShapeError (ValueError) [INVALID_MESSAGE]
+    ├── SurfaceError (ValueError) [INVALID_SURFACE]
+    ├── EventDataError (ValueError) [INVALID_EVENT_DATA]
+    ├── EventTypeError (ValueError) [EVENT_TYPE_CONFLICT]
+    ├── ReentrantAppendError (RuntimeError) [REENTRANT_APPEND]
+    ├── SessionExistsError (ValueError) [SESSION_ALREADY_EXISTS]
+    ├── SessionAttachedError (RuntimeError) [SESSION_ALREADY_ATTACHED]
+    ├── SessionAnnouncedError (RuntimeError) [SESSION_ALREADY_ANNOUNCED]
+    ├── SessionNotLiveError (RuntimeError) [SESSION_NOT_LIVE]
+    ├── SessionForkError (ValueError) [SESSION_FORK_ERROR; codes: SESSION_NOT_FOUND, SESSION_NOT_LIVE,
+    │                                  SESSION_ALREADY_EXISTS, INVALID_BOUNDARY, OPEN_TURN]
+    ├── InvariantError (ValueError) [INVARIANT]
+    ├── ChunkRowError (ValueError) [MALFORMED_STORAGE_ROW]
+    ├── SessionDisposedError (RuntimeError) [SESSION_DISPOSED]
+    ├── InvalidSessionIdError (ValueError) [INVALID_SESSION_ID]
+    ├── ToolPairingError (ValueError) [UNPAIRED_TOOL_CALL]
+    ├── JsonDecodeError (ValueError) [INVALID_JSON]
+    ├── SeqOutOfRangeError (IndexError) [SEQ_OUT_OF_RANGE]
+    ├── AsyncFlushInLoopError (RuntimeError) [ASYNC_FLUSH_IN_LOOP]
+    ├── InvalidOptionError (ValueError) [INVALID_OPTION]
+    ├── PersistenceError [PERSISTENCE_ERROR]
+    │   ├── SessionNotFoundError (LookupError) [SESSION_NOT_FOUND]
+    │   ├── StoreNotFoundError (LookupError) [STORE_NOT_FOUND]
+    │   ├── SessionPersistenceCorruptionError [SESSION_CORRUPT]
+    │   │   ├── ReaderLimitError (refinement)
+    │   │   └── FrameTooLargeError (refinement)
+    │   ├── SessionFormatUnsupportedError [SESSION_FORMAT_UNSUPPORTED]
+    │   ├── SessionLockedError [SESSION_LOCKED]
+    │   ├── SessionCollisionError [SESSION_COLLISION]
+    │   ├── SessionTailChangedError [SESSION_TAIL_CHANGED]
+    │   ├── StorageAccessError [STORAGE_IO; codes: STORAGE_PERMISSION_DENIED, STORAGE_FULL,
+    │   │                       STORAGE_READ_ONLY, STORAGE_NOT_A_FILE, STORAGE_NOT_A_DIRECTORY, STORAGE_IO]
+    │   ├── ResourceExhaustedError (MemoryError) [RESOURCE_EXHAUSTED]
+    │   ├── AppendRollbackError (refinement)
+    │   └── EncodeError (TypeError) (refinement)
+    ├── LlmError [LLM_ERROR; codes: the provider failure codes, HTTP_<status>, finish reasons]
+    │   └── MissingApiKeyError [MISSING_API_KEY]
+    ├── ReplayError [REPLAY_ERROR]
+    │   ├── ReplayMismatchError [REPLAY_MISMATCH]
+    │   ├── ReplayExhaustedError [REPLAY_EXHAUSTED]
+    │   └── ReplayRecordingError (ValueError) [REPLAY_INVALID_RECORDING]
+    ├── ToolConflictError (ValueError) [TOOL_CONFLICT]
+    ├── ToolDefinitionError (ValueError) [INVALID_TOOL]
+    ├── ToolSchedulerError (ValueError) [INVALID_SCHEDULE]
+    ├── InboxError (ValueError) [INVALID_INBOX_OPERATION]
+    └── AgentError (RuntimeError) [AGENT_ERROR]
+        ├── ReconstructionError [RECONSTRUCTION_DESYNC]
+        ├── TurnAborted [TURN_ABORTED]
+        ├── StepLimitError [MAX_STEPS_EXCEEDED]
+        ├── AgentNotDurableError [AGENT_NOT_DURABLE]
+        ├── InvalidAgentOptionError (ValueError) [INVALID_AGENT_OPTION]
+        ├── OpenTurnError [TURN_OPEN]
+        ├── TurnBlockedError [TURN_BLOCKED]
+        └── TurnFailedError [TURN_FAILED; relays the code recorded in turn/end]
+
+Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
+— ``StorageRowError`` (a ``ValueError`` of :mod:`agentlog.persistence.sqlite._codec` that the row
+scanner turns into a typed error or a skipped row), ``_TooDeep`` (JSONL scanner), ``_GiveUp`` (JSON
+gate), ``_Refusal`` (built-in tools; it carries a tool outcome, not an error) — and the demo's
+``DemoFailure`` (:mod:`agentlog.cli.demo`, code ``DEMO_FAILED``), which only the demo raises and prints.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import orjson
+
+if TYPE_CHECKING:  # a type only: at run time this module imports nothing of agentlog
+    from collections.abc import Mapping
+
+    from .kernel.events import LlmFailure
 
 
 class AgentlogError(Exception):
     """Base class of every error agentlog raises on purpose."""
 
     code: str = "AGENTLOG_ERROR"
+    codes: ClassVar[frozenset[str]] = frozenset()
+    """The closed set of other codes an instance may carry (given at the raise site as ``code=``)."""
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -103,6 +201,9 @@ class SessionForkError(AgentlogError, ValueError):
     """Fork refusal; ``code`` is one of the original's five fork codes."""
 
     code = "SESSION_FORK_ERROR"
+    codes = frozenset(
+        {"SESSION_NOT_FOUND", "SESSION_NOT_LIVE", "SESSION_ALREADY_EXISTS", "INVALID_BOUNDARY", "OPEN_TURN"}
+    )
 
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message, code=code)
@@ -218,6 +319,16 @@ class StorageAccessError(PersistenceError):
     """
 
     code = "STORAGE_IO"
+    codes = frozenset(
+        {
+            "STORAGE_PERMISSION_DENIED",
+            "STORAGE_FULL",
+            "STORAGE_READ_ONLY",
+            "STORAGE_NOT_A_FILE",
+            "STORAGE_NOT_A_DIRECTORY",
+            "STORAGE_IO",
+        }
+    )
 
     def __init__(self, message: str, *, code: str | None = None, path: str | None = None) -> None:
         super().__init__(message, code=code)
@@ -242,3 +353,312 @@ class SessionTailChangedError(PersistenceError):
     def __init__(self, message: str, *, location: str | None = None) -> None:
         super().__init__(message)
         self.location = location
+
+
+# --- kernel ----------------------------------------------------------------------------------------
+
+
+class JsonDecodeError(AgentlogError, ValueError):
+    """Stored text is not valid JSON, or exceeds the reader's limits (:mod:`agentlog.kernel.jsoncodec`)."""
+
+    code = "INVALID_JSON"
+
+
+class SeqOutOfRangeError(AgentlogError, IndexError):
+    code = "SEQ_OUT_OF_RANGE"
+
+
+class AsyncFlushInLoopError(AgentlogError, RuntimeError):
+    """``store.flush()`` was called inside a running event loop while a flush listener is a coroutine;
+    ``await store.aflush(session)`` instead."""
+
+    code = "ASYNC_FLUSH_IN_LOOP"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+# --- persistence (continued) -------------------------------------------------------------------------
+
+
+class InvalidOptionError(AgentlogError, ValueError):
+    code = "INVALID_OPTION"
+
+
+class ReaderLimitError(SessionPersistenceCorruptionError):
+    """A line exceeds the reader's size or nesting limit (a refinement: its code is ``SESSION_CORRUPT``).
+
+    Always fatal, even in a would-be torn tail: a line that cannot be parsed within the limits cannot be
+    classified, and silently truncating it could destroy a committed ``turn/end``.
+    """
+
+
+class FrameTooLargeError(SessionPersistenceCorruptionError):
+    """A frame decodes (or declares it decodes) to more than the reader's cap (code ``SESSION_CORRUPT``)."""
+
+
+class AppendRollbackError(PersistenceError):
+    """An append failed and truncating the partial bytes failed too; ``errors`` holds both."""
+
+    def __init__(self, message: str, errors: tuple[BaseException, BaseException]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class EncodeError(PersistenceError, TypeError):
+    """A logical event cannot be represented in schema-17 columns; nothing was written.
+
+    A ``TypeError`` as in the original (``sourceEventSeqs must contain non-negative safe integers``),
+    and a :class:`PersistenceError` so callers that catch refused writes see it too.
+    """
+
+
+# --- llm ---------------------------------------------------------------------------------------------
+
+
+class LlmError(AgentlogError):
+    """A model call failed; :attr:`failure` is the serializable fact sheet logged in ``turn/end``.
+
+    ``code`` is one of :data:`agentlog.llm.types.FAILURE_CODES` (listed in ``codes``), ``HTTP_<status>``
+    or an upper-cased finish reason — route on it (retry policy, user notices), never on the message text.
+    """
+
+    code = "LLM_ERROR"
+    codes = frozenset(
+        {
+            "AUTH",
+            "QUOTA",
+            "RATE_LIMIT",
+            "CONTEXT_WINDOW_EXCEEDED",
+            "INVALID_REQUEST",
+            "SERVER",
+            "TRANSPORT",
+            "TIMEOUT",
+            "ABORTED",
+            "EMPTY_RESPONSE",
+            "STREAM_CLOSED",
+            "MALFORMED_RESPONSE",
+            "RESPONSE_TOO_LARGE",
+            "MISSING_API_KEY",
+            "UNKNOWN",
+        }
+    )
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        status: int | None = None,
+        provider_retry_after_ms: int | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.status = status
+        self.provider_retry_after_ms = provider_retry_after_ms
+        self.request_id = request_id
+
+    @property
+    def failure(self) -> LlmFailure:
+        """The ``LlmFailure`` wire dict (absent optional facts are absent keys, never ``None``)."""
+        failure: LlmFailure = {"message": self.message, "code": self.code}
+        if self.status is not None:
+            failure["status"] = self.status
+        if self.provider_retry_after_ms is not None:
+            failure["providerRetryAfterMs"] = self.provider_retry_after_ms
+        if self.request_id is not None:
+            failure["requestId"] = self.request_id
+        return failure
+
+    @classmethod
+    def from_failure(cls, failure: Mapping[str, Any]) -> LlmError:
+        """Rebuild the exception from a logged or streamed ``LlmFailure``."""
+        return cls(
+            str(failure.get("message", "")),
+            code=str(failure.get("code", "UNKNOWN")),
+            status=failure.get("status"),
+            provider_retry_after_ms=failure.get("providerRetryAfterMs"),
+            request_id=failure.get("requestId"),
+        )
+
+
+class MissingApiKeyError(LlmError):
+    """No API key was given or found in the environment; raised when the provider is built, not per call,
+    so a misconfigured run fails before it opens a turn."""
+
+    code = "MISSING_API_KEY"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="MISSING_API_KEY")
+
+
+class ReplayError(AgentlogError):
+    """Base of the replay refusals: the run being replayed is no longer the run that was recorded."""
+
+    code = "REPLAY_ERROR"
+
+
+MAX_SHOWN: Final = 80
+"""Characters of each value shown in a replay mismatch message: enough to recognize a prompt, short
+enough to keep one error on one line."""
+
+ABSENT: Final = object()
+"""Stands for an absent key or element in a replay comparison (shown as ``(absent)``)."""
+
+
+class ReplayMismatchError(ReplayError):
+    """The request of call :attr:`call` differs from the recorded one at :attr:`field`.
+
+    The message is ``call N: <field> differs: recorded <value> vs now <value>`` with values shortened to
+    about :data:`MAX_SHOWN` characters around the first differing character; :attr:`recorded` and
+    :attr:`now` hold the full values (``None`` stands for an absent key or element).
+    """
+
+    code = "REPLAY_MISMATCH"
+
+    def __init__(self, call: int, field: str, recorded: Any, now: Any) -> None:
+        shown_recorded, shown_now = _show_pair(recorded, now)
+        super().__init__(f"call {call}: {field} differs: recorded {shown_recorded} vs now {shown_now}")
+        self.call = call
+        self.field = field
+        self.recorded = None if recorded is ABSENT else recorded
+        self.now = None if now is ABSENT else now
+
+
+def _render(value: Any) -> str:
+    if value is ABSENT:
+        return "(absent)"
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
+
+
+def _show_pair(recorded: Any, now: Any) -> tuple[str, str]:
+    """Both values rendered as JSON and cut to :data:`MAX_SHOWN` characters around the first character
+    where they differ — two long prompts that differ near the end would otherwise show as the same
+    80-character prefix."""
+    left, right = _render(recorded), _render(now)
+    common = 0
+    for a, b in zip(left, right, strict=False):
+        if a != b:
+            break
+        common += 1
+    start = max(common - MAX_SHOWN // 4, 0) if max(len(left), len(right)) > MAX_SHOWN else 0
+    return _window(left, start), _window(right, start)
+
+
+def _window(text: str, start: int) -> str:
+    if start >= len(text):
+        start = max(len(text) - MAX_SHOWN, 0)
+    cut = text[start : start + MAX_SHOWN]
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + MAX_SHOWN < len(text) else ""
+    return f"{prefix}{cut}{suffix}"
+
+
+class ReplayExhaustedError(ReplayError):
+    """The replayed run asked for more model calls than the recording holds."""
+
+    code = "REPLAY_EXHAUSTED"
+
+    def __init__(self, call: int, recorded_calls: int) -> None:
+        super().__init__(f"call {call}: the recording has no more model calls (it recorded {recorded_calls})")
+        self.call = call
+        self.recorded_calls = recorded_calls
+
+
+class ReplayRecordingError(ReplayError, ValueError):
+    """The recording cannot be replayed (a call has no ``request/header`` before it, so its config,
+    system prompt and tools are unknown and the request could not be checked)."""
+
+    code = "REPLAY_INVALID_RECORDING"
+
+
+# --- agent -------------------------------------------------------------------------------------------
+
+
+class ToolConflictError(AgentlogError, ValueError):
+    """A tool with the same name is already registered: the model could not tell the two apart."""
+
+    code = "TOOL_CONFLICT"
+
+
+class ToolDefinitionError(AgentlogError, ValueError):
+    """A tool definition the providers would refuse (bad name, non-object or non-JSON parameters)."""
+
+    code = "INVALID_TOOL"
+
+
+class ToolSchedulerError(AgentlogError, ValueError):
+    """The scheduler was called with settings it cannot honour (e.g. ``max_parallel < 1``)."""
+
+    code = "INVALID_SCHEDULE"
+
+
+class InboxError(AgentlogError, ValueError):
+    code = "INVALID_INBOX_OPERATION"
+
+
+class AgentError(AgentlogError, RuntimeError):
+    code = "AGENT_ERROR"
+
+
+class ReconstructionError(AgentError):
+    """The request about to be sent differs from what the log reconstructs (a loop bug; never sent)."""
+
+    code = "RECONSTRUCTION_DESYNC"
+
+
+class TurnAborted(AgentError):
+    code = "TURN_ABORTED"
+
+
+class StepLimitError(AgentError):
+    """The turn used its ``max_steps`` and the model still wanted another step (it kept calling tools).
+
+    The turn ends with ``{kind: "error", error: {code: "MAX_STEPS_EXCEEDED", message}}``; every call of the
+    last step has its result, so the session can be continued with a new prompt.
+    """
+
+    code = "MAX_STEPS_EXCEEDED"
+
+
+class AgentNotDurableError(AgentError):
+    """The agent cannot checkpoint its session (not live in a store, or not in the store it was given)."""
+
+    code = "AGENT_NOT_DURABLE"
+
+
+class InvalidAgentOptionError(AgentError, ValueError):
+    code = "INVALID_AGENT_OPTION"
+
+
+class OpenTurnError(AgentError):
+    """The session's log ends inside a turn this agent did not open (an earlier turn could not be closed)."""
+
+    code = "TURN_OPEN"
+
+
+class TurnBlockedError(AgentError):
+    """A turn ended ``blocked`` (the command-line tool's report of such a turn)."""
+
+    code = "TURN_BLOCKED"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+class TurnFailedError(AgentError):
+    """A turn ended with an error (the command-line tool's report of such a turn).
+
+    The instance carries the code recorded in ``turn/end`` — the code of the error that ended the turn
+    (an :class:`LlmError` code, ``MAX_STEPS_EXCEEDED``, any other class's code, or ``UNKNOWN``) — so
+    ``TURN_FAILED`` itself is only the class code; see :attr:`relays_codes`.
+    """
+
+    code = "TURN_FAILED"
+    relays_codes: ClassVar[bool] = True
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)

@@ -11,15 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ..errors import AgentlogError
+from ..errors import InboxError as InboxError
 from ..kernel.session import Session
 
 Target = Literal["next-turn", "next-step"]
 TARGETS: tuple[Target, Target] = ("next-turn", "next-step")
-
-
-class InboxError(AgentlogError, ValueError):
-    code = "INVALID_INBOX_OPERATION"
 
 
 def _normalise(length: int, start: float, delete_count: float | None) -> tuple[int, int]:

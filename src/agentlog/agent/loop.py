@@ -28,17 +28,14 @@ from typing import Any
 
 import orjson
 
-from ..errors import (
-    AgentError,
-    AgentlogError,
-    AgentNotDurableError,
-    InvalidAgentOptionError,
-    OpenTurnError,
-    ReconstructionError,
-    StepLimitError,
-    TurnAborted,
-    describe_error,
-)
+from ..errors import AgentError as AgentError
+from ..errors import AgentlogError, describe_error
+from ..errors import AgentNotDurableError as AgentNotDurableError
+from ..errors import InvalidAgentOptionError as InvalidAgentOptionError
+from ..errors import OpenTurnError as OpenTurnError
+from ..errors import ReconstructionError as ReconstructionError
+from ..errors import StepLimitError as StepLimitError
+from ..errors import TurnAborted as TurnAborted
 from ..kernel.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,

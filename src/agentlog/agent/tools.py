@@ -27,7 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..errors import AgentlogError, NonJsonValueError
+from ..errors import NonJsonValueError
+from ..errors import ToolConflictError as ToolConflictError
+from ..errors import ToolDefinitionError as ToolDefinitionError
+from ..errors import ToolSchedulerError as ToolSchedulerError
 from ..kernel.events import Message, ToolErrorIdentity, ToolResultData, ToolSchema
 from ..kernel.jsoncodec import JsonDecodeError, loads
 from ..kernel.jsonvalue import is_json_value, snapshot_json
@@ -49,27 +52,6 @@ TOOL_ABORTED = "ABORTED"
 """A started body stopped early because the call's cancel signal fired (distinct from never starting)."""
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-# --- errors ---------------------------------------------------------------------------------------
-
-
-class ToolConflictError(AgentlogError, ValueError):
-    """A tool with the same name is already registered: the model could not tell the two apart."""
-
-    code = "TOOL_CONFLICT"
-
-
-class ToolDefinitionError(AgentlogError, ValueError):
-    """A tool definition the providers would refuse (bad name, non-object or non-JSON parameters)."""
-
-    code = "INVALID_TOOL"
-
-
-class ToolSchedulerError(AgentlogError, ValueError):
-    """The scheduler was called with settings it cannot honour (e.g. ``max_parallel < 1``)."""
-
-    code = "INVALID_SCHEDULE"
 
 
 # --- outcome and context ---------------------------------------------------------------------------

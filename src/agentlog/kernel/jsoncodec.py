@@ -18,18 +18,13 @@ from typing import Any
 
 import orjson
 
-from ..errors import AgentlogError, ResourceExhaustedError
+from ..errors import JsonDecodeError as JsonDecodeError
+from ..errors import ResourceExhaustedError
 
 scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 
 DEFAULT_MAX_DEPTH = 100_000
 """Nesting accepted by :func:`loads` (the gate accepts deeper values only when memory allows)."""
-
-
-class JsonDecodeError(AgentlogError, ValueError):
-    """Stored text is not valid JSON, or exceeds the reader's limits."""
-
-    code = "INVALID_JSON"
 
 
 # --- encoding --------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from ..errors import (
-    AgentlogError,
     EventDataError,
     FrozenError,
     InvalidEventError,
@@ -32,6 +31,7 @@ from ..errors import (
     UnknownEventTypeError,
     describe_error,
 )
+from ..errors import SeqOutOfRangeError as SeqOutOfRangeError
 from .events import (
     APPEND_CHECK_KINDS,
     ASSISTANT_MESSAGE,
@@ -88,10 +88,6 @@ def _py_wall_clock_ms() -> int:
 
 wall_clock_ms: Clock = getattr(_speedups, "wall_clock_ms", None) or _py_wall_clock_ms
 """Integer Unix epoch milliseconds (the original's ``Date.now()``); the session's default clock."""
-
-
-class SeqOutOfRangeError(AgentlogError, IndexError):
-    code = "SEQ_OUT_OF_RANGE"
 
 
 # --- immutable snapshot sequences -----------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import (
-    AgentlogError,
+    AsyncFlushInLoopError,
     SessionAnnouncedError,
     SessionAttachedError,
     SessionExistsError,
@@ -412,10 +412,9 @@ class SessionStore(_Hooks):
                     close = getattr(aw, "close", None)
                     if callable(close):
                         close()
-                raise AgentlogError(
+                raise AsyncFlushInLoopError(
                     "an async flush listener cannot be awaited by flush() inside a running event loop; "
-                    "use 'await store.aflush(session)'",
-                    code="ASYNC_FLUSH_IN_LOOP",
+                    "use 'await store.aflush(session)'"
                 )
             return _first_failure_or_participation(outcomes, settled)
         return _first_failure_or_participation(outcomes, iter(()))

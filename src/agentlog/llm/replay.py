@@ -29,8 +29,8 @@ from typing import Any, Final, cast
 import orjson
 
 from ..errors import ABSENT as _ABSENT
+from ..errors import MAX_SHOWN as MAX_SHOWN
 from ..errors import (
-    MAX_SHOWN,
     ReplayError,
     ReplayExhaustedError,
     ReplayMismatchError,

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, Protocol, TypedDict
 
-from ..errors import AgentlogError
+from ..errors import LlmError as LlmError
+from ..errors import MissingApiKeyError as MissingApiKeyError
 from ..kernel.events import LlmCallConfig, LlmFailure, Message, TokenUsage, ToolSchema
 
 # --- failure codes -------------------------------------------------------------------------------
@@ -67,63 +68,6 @@ DEFAULT_RETRYABLE_CODES: Final = frozenset({EMPTY_RESPONSE, RATE_LIMIT, SERVER, 
 def http_status_code(status: int) -> str:
     """The code of an HTTP status no rule classifies (``HTTP_404``)."""
     return f"HTTP_{status}"
-
-
-class LlmError(AgentlogError):
-    """A model call failed; :attr:`failure` is the serializable fact sheet logged in ``turn/end``.
-
-    ``code`` is one of :data:`FAILURE_CODES`, ``HTTP_<status>`` or an upper-cased finish reason — route on
-    it (retry policy, user notices), never on the message text.
-    """
-
-    code = "LLM_ERROR"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str,
-        status: int | None = None,
-        provider_retry_after_ms: int | None = None,
-        request_id: str | None = None,
-    ) -> None:
-        super().__init__(message, code=code)
-        self.status = status
-        self.provider_retry_after_ms = provider_retry_after_ms
-        self.request_id = request_id
-
-    @property
-    def failure(self) -> LlmFailure:
-        """The ``LlmFailure`` wire dict (absent optional facts are absent keys, never ``None``)."""
-        failure: LlmFailure = {"message": self.message, "code": self.code}
-        if self.status is not None:
-            failure["status"] = self.status
-        if self.provider_retry_after_ms is not None:
-            failure["providerRetryAfterMs"] = self.provider_retry_after_ms
-        if self.request_id is not None:
-            failure["requestId"] = self.request_id
-        return failure
-
-    @classmethod
-    def from_failure(cls, failure: Mapping[str, Any]) -> LlmError:
-        """Rebuild the exception from a logged or streamed ``LlmFailure``."""
-        return cls(
-            str(failure.get("message", "")),
-            code=str(failure.get("code", UNKNOWN)),
-            status=failure.get("status"),
-            provider_retry_after_ms=failure.get("providerRetryAfterMs"),
-            request_id=failure.get("requestId"),
-        )
-
-
-class MissingApiKeyError(LlmError):
-    """No API key was given or found in the environment; raised when the provider is built, not per call,
-    so a misconfigured run fails before it opens a turn."""
-
-    code = MISSING_API_KEY
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code=MISSING_API_KEY)
 
 
 # --- stream chunks (core-session §3.5) -----------------------------------------------------------

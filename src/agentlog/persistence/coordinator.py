@@ -44,6 +44,7 @@ from ..errors import (
     SurfaceError,
     describe_error,
 )
+from ..errors import InvalidOptionError as InvalidOptionError
 from ..kernel._gc import gc_paused
 from ..kernel._js import js_string
 from ..kernel.events import Event, EventTypes, event_types
@@ -62,10 +63,6 @@ DEFAULT_BATCH_DELAY_MS = 200
 MAX_BATCH_DELAY_MS = 2_147_483_647
 DEFAULT_PREPARED_CACHE_SIZE = 5
 MAX_BATCH_EVENTS = 8192
-
-
-class InvalidOptionError(AgentlogError, ValueError):
-    code = "INVALID_OPTION"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import orjson
 
 from ...errors import (
     ChunkRowError,
+    ReaderLimitError,
     ResourceExhaustedError,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
@@ -82,14 +83,6 @@ _RETIRED_HEADER_FIELDS: Final = ("sandboxMode", "approvalPolicy")
 _OPTIONAL_HEAD: Final = ("cwd", "parentSession", "seedLength", "origin")
 _MISSING: Final = object()
 _UNPARSABLE: Final = object()
-
-
-class ReaderLimitError(SessionPersistenceCorruptionError):
-    """A line exceeds the reader's size or nesting limit.
-
-    Always fatal, even in a would-be torn tail: a line that cannot be parsed within the limits cannot be
-    classified, and silently truncating it could destroy a committed ``turn/end``.
-    """
 
 
 class _TooDeep(Exception):

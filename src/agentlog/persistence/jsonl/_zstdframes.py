@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 
 import zstandard
 
-from ...errors import ResourceExhaustedError, SessionPersistenceCorruptionError
+from ...errors import FrameTooLargeError, ResourceExhaustedError, SessionPersistenceCorruptionError
 
 __all__ = [
     "ZSTD_MAGIC",
     "ZSTD_MAGIC_BYTES",
     "FrameScan",
+    "FrameTooLargeError",
     "compress_frame",
     "decompress_frame",
     "decompress_torn_frame",
@@ -147,10 +148,6 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 def compress_frame(data: bytes) -> bytes:
     """One independent frame with the content checksum and content size in its header (level 3)."""
     return _compressor().compress(data)
-
-
-class FrameTooLargeError(SessionPersistenceCorruptionError):
-    """A frame decodes (or declares it decodes) to more than the reader's cap."""
 
 
 def _out_of_memory(start: int) -> ResourceExhaustedError:

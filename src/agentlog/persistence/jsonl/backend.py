@@ -40,6 +40,7 @@ from typing import Any, Final, Literal, ParamSpec, TypeVar
 
 from ...errors import (
     AgentlogError,
+    AppendRollbackError,
     InvalidSessionIdError,
     PersistenceError,
     ResourceExhaustedError,
@@ -376,14 +377,6 @@ def detect_compression(root: str | os.PathLike[str]) -> Literal["zstd", "none"] 
             if _lexists(os.path.join(session_dir, "session" + _SUFFIXES["none"])):
                 return "none"
     return None
-
-
-class AppendRollbackError(PersistenceError):
-    """An append failed and truncating the partial bytes failed too; ``errors`` holds both."""
-
-    def __init__(self, message: str, errors: tuple[BaseException, BaseException]) -> None:
-        super().__init__(message)
-        self.errors = errors
 
 
 class _FileLock:

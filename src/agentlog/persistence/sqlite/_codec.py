@@ -22,7 +22,7 @@ from typing import Any, Final, TypeAlias
 
 import zstandard
 
-from ...errors import PersistenceError, ResourceExhaustedError, SessionPersistenceCorruptionError
+from ...errors import EncodeError, ResourceExhaustedError, SessionPersistenceCorruptionError
 from ...kernel._gc import gc_paused
 from ...kernel.events import Event as _Event
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
@@ -93,14 +93,6 @@ InsertRow: TypeAlias = tuple[str, int, str, int, "str | bytes", "bytes | None", 
 
 class StorageRowError(ValueError):
     """One physical row does not decode. Internal: :func:`scan_rows` decides whether it is fatal."""
-
-
-class EncodeError(PersistenceError, TypeError):
-    """A logical event cannot be represented in schema-17 columns; nothing was written.
-
-    A ``TypeError`` as in the original (``sourceEventSeqs must contain non-negative safe integers``),
-    and a :class:`PersistenceError` so callers that catch refused writes see it too.
-    """
 
 
 _OUT_OF_MEMORY: Final = re.compile(r"not enough memory|out of memory|memory allocation|allocation error", re.IGNORECASE)
