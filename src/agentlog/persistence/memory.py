@@ -2,6 +2,10 @@
 
 It stores each event's JSON bytes (not the objects), so loads hand out fresh parsed graphs exactly as a
 file or database backend would, and it is used to run the shared conformance suite without I/O.
+
+What a memory "database" holds — the records, the writer locks and the store identity — is a
+:class:`MemoryStorage`. Each ``MemoryBackend()`` gets a fresh one; ``MemoryBackend(storage)`` opens a
+second instance over the same storage, which is how tests simulate a restart or a second process.
 """
 
 from __future__ import annotations
@@ -26,6 +30,18 @@ class _Record:
         self.revision = 0
 
 
+class MemoryStorage:
+    """The state behind one in-memory store, shareable by several :class:`MemoryBackend` instances."""
+
+    __slots__ = ("locks", "mutex", "records", "store_id")
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.records: dict[str, _Record] = {}
+        self.locks: set[str] = set()
+        self.store_id = uuid.uuid4().hex
+
+
 class _Lock:
     def __init__(self, owner: MemoryBackend, session_id: str) -> None:
         self._owner = owner
@@ -43,11 +59,14 @@ class MemoryBackend:
     name = "session-persistence-memory"
     supports_raw_artifacts = False
 
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._records: dict[str, _Record] = {}
-        self._locks: set[str] = set()
-        self._store_id = uuid.uuid4().hex
+    def __init__(self, storage: MemoryStorage | None = None) -> None:
+        if storage is None:
+            storage = MemoryStorage()
+        self.storage = storage
+        self._mutex = storage.mutex
+        self._records = storage.records
+        self._locks = storage.locks
+        self._store_id = storage.store_id
         self._incarnations = itertools.count(1)
 
     def _revision(self, session_id: str, record: _Record) -> str:

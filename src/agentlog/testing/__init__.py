@@ -1,0 +1,51 @@
+"""Test support for code built on agentlog: what a user writing their own backend or agent tests needs.
+
+* :class:`BackendContract` (:mod:`agentlog.testing.contract`) — the shared persistence conformance suite
+  as a base test class with one abstract factory; ``class TestMyBackend(BackendContract)`` plus a
+  ``make_backend(location)`` runs the whole contract against your backend (see
+  ``docs/persistence-api.md``, "Testing your own backend");
+* :mod:`agentlog.testing.builders` — builders of typical sessions and turns (wire events and live appends);
+* :class:`ScriptedProvider` (:mod:`agentlog.testing.provider`) — an in-process model that streams scripted
+  replies through the provider protocol, with :func:`text_reply`, :func:`tool_call_reply` and
+  :func:`failure_reply`.
+
+The contract imports pytest (install the ``test`` extra: ``pip install agentlog[test]``); it is loaded on
+first access to one of its names, so the builders and the scripted provider work without pytest, and
+``import agentlog`` never imports ``agentlog.testing`` at all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..persistence.memory import MemoryStorage
+from . import builders
+from .provider import ScriptedProvider, failure_reply, text_reply, tool_call_reply
+
+if TYPE_CHECKING:
+    from .contract import BackendContract, ContractBackends, ContractHarness
+
+__all__ = [
+    "BackendContract",
+    "ContractBackends",
+    "ContractHarness",
+    "MemoryStorage",
+    "ScriptedProvider",
+    "builders",
+    "failure_reply",
+    "text_reply",
+    "tool_call_reply",
+]
+
+_LAZY = {"BackendContract": ".contract", "ContractBackends": ".contract", "ContractHarness": ".contract"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
