@@ -107,6 +107,23 @@ SESSION_END_SEED: Final = "session/end-seed"
 REQUEST_HEADER_DELTA: Final = "request/header-delta"
 """The removed (legacy) request-header vocabulary: refused on append and load, migrated by ``legacy``."""
 
+CoreEventType = Literal[
+    "turn/start",
+    "turn/end",
+    "step/start",
+    "step/end",
+    "user/message",
+    "assistant/chunk",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "todo/write",
+    "request/header",
+    "request/context",
+    "session/end-seed",
+]
+"""The core event type names as a type (``Session.append``'s typed forms)."""
+
 SURFACE_EVENT_TYPES: frozenset[str] = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
 
 CORE_EVENT_TYPES: frozenset[str] = frozenset(
@@ -417,6 +434,13 @@ class ToolResultData(TypedDict):
     message: Message
     error: NotRequired[ToolErrorIdentity]
     meta: NotRequired[Any]
+
+
+class SurfaceIntent(TypedDict, total=False):
+    """The surface metadata a surface event is appended with (``Session.append``'s ``intent``)."""
+
+    surfaceOp: Literal["append"] | dict[str, Any]
+    sourceEventSeqs: list[int]
 
 
 class TodoItem(TypedDict):

@@ -15,7 +15,7 @@ import logging
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from typing import TYPE_CHECKING, Any, Literal, Never, NoReturn, overload
 
 from ..errors import (
     EventDataError,
@@ -42,8 +42,21 @@ from .events import (
     SESSION_FORMAT_VERSION,
     TOOL_RESULT,
     USER_MESSAGE,
+    AssistantChunkData,
+    AssistantMessageData,
+    CoreEventType,
     Event,
     EventTypes,
+    Message,
+    RequestContextData,
+    RequestHeaderData,
+    StepData,
+    SurfaceIntent,
+    TodoWriteData,
+    ToolCallData,
+    ToolResultData,
+    TurnEndData,
+    TurnStartData,
     event_types,
     new_event,
 )
@@ -52,6 +65,7 @@ from .jsonvalue import (
     EMPTY_FROZEN_DICT,
     MAX_SAFE_INTEGER,
     FrozenDict,
+    JsonValue,
     _speedups,
     seal_as,
     snapshot_container,
@@ -74,7 +88,14 @@ from .seeds import (
 from .surface import SurfaceManager
 
 if TYPE_CHECKING:
+    from typing_extensions import deprecated as _deprecated
+
     from .store import _Entry
+else:
+
+    def _deprecated(message: str) -> Callable[[Any], Any]:  # the marker matters to type checkers only
+        return lambda fn: fn
+
 
 logger = logging.getLogger("agentlog")
 
@@ -494,6 +515,42 @@ class Session:
         return f"<Session {self.id!r} events={len(self._log)}>"
 
     # -- append ------------------------------------------------------------------------------------
+    # Typed forms for the core types (``mypy --strict`` checks the data against its TypedDict), then the
+    # general form for registered types. A core type with the wrong data, or a surface type without its
+    # intent, resolves to the form marked deprecated (a checker falls through to the next matching
+    # overload, so this is how a wrong call gets reported while any ``str`` stays accepted): mypy reports
+    # it with ``--enable-error-code deprecated``, pyright with ``reportDeprecated``.
+    @overload
+    def append(self, type: Literal["turn/start"], data: TurnStartData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["turn/end"], data: TurnEndData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["step/start", "step/end"], data: StepData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["assistant/chunk"], data: AssistantChunkData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["tool/call"], data: ToolCallData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["todo/write"], data: TodoWriteData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["request/header"], data: RequestHeaderData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["request/context"], data: RequestContextData, intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["session/end-seed"], data: Mapping[str, Never], intent: None = None) -> Event: ...
+    @overload
+    def append(self, type: Literal["user/message"], data: Message, intent: SurfaceIntent) -> Event: ...
+    @overload
+    def append(
+        self, type: Literal["assistant/message"], data: AssistantMessageData, intent: SurfaceIntent
+    ) -> Event: ...
+    @overload
+    def append(self, type: Literal["tool/result"], data: ToolResultData, intent: SurfaceIntent) -> Event: ...
+    @overload
+    @_deprecated("core event data must match its TypedDict; a surface type needs an intent, the others take none")
+    def append(self, type: CoreEventType, data: object, intent: Mapping[str, Any] | None = None) -> Event: ...
+    @overload
+    def append(self, type: str, data: JsonValue, intent: Mapping[str, Any] | None = None) -> Event: ...
     def append(self, type: str, data: Any, intent: Mapping[str, Any] | None = None) -> Event:
         """Validate, commit and publish one event; return the committed (frozen) event.
 
