@@ -73,6 +73,13 @@ class Event(FrozenDict):
             object.__setattr__(self, "_json", data)
             return data
 
+    def cached_json_bytes(self) -> bytes | None:
+        """The JSON text :attr:`json_bytes` has already cached, or ``None`` (never serializes, never caches)."""
+        try:
+            return self._json
+        except AttributeError:
+            return None
+
 
 
 register_frozen_dict_type(Event)

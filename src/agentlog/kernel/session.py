@@ -175,6 +175,10 @@ class EventsView(_Snapshot):
 
     __slots__ = ()
 
+    def prefix(self, n: int) -> EventsView:
+        """The view of the first ``n`` events (O(1); ``n`` is clamped to this view's length)."""
+        return EventsView(self._items, max(0, min(n, self._n)))
+
 
 class MessageList(_Snapshot):
     """Derived model-visible messages as they were when derived: frozen messages, never changes."""
@@ -490,6 +494,11 @@ class Session:
     @property
     def first_live_seq(self) -> int:
         return self._first_live
+
+    @property
+    def attached(self) -> bool:
+        """Whether the session is entered in a store (created, prepared or resumed there, not yet disposed)."""
+        return self._attachment is not None
 
     @property
     def seq(self) -> int:

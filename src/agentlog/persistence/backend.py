@@ -149,8 +149,7 @@ def event_json(event: WireEvent) -> bytes:
     never needed again, and keeping them would double the memory of a long session.
     """
     if type(event) is Event:
-        try:
-            return event._json
-        except AttributeError:
-            pass
+        cached = event.cached_json_bytes()
+        if cached is not None:
+            return cached
     return dumps(event)

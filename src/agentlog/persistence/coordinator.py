@@ -241,7 +241,7 @@ class PersistenceCoordinator:
             session = Session.from_restore(session_id, balanced, meta, registry=self._registry)
         except _WRAPPED as err:
             raise self._corruption(session_id, meta, err) from err
-        view = EventsView(session._log, len(balanced))
+        view = session.events.prefix(len(balanced))  # without the end-seed marker
         return _Source(
             meta=session.header,
             events=view,
@@ -482,7 +482,7 @@ class PersistenceCoordinator:
                     state is not None
                     and state.owner is None
                     and len(session.events) == len(source.events) + 1
-                    and session._attachment is None
+                    and not session.attached
                 )
                 if reusable:
                     source.holder = None
