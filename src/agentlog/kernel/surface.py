@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, overload
+from typing import Any, Literal, NamedTuple, NoReturn, overload
 
 from ..errors import FrozenError, SurfaceError
 from .events import ASSISTANT_MESSAGE, SURFACE_EVENT_TYPES, TOOL_RESULT
@@ -51,9 +51,29 @@ def _raise(message: str) -> NoReturn:
     raise SurfaceError(message)
 
 
-# A plan is None (the event does not touch the surface), ("append", seq) or
-# ("replace", seq, start, end, start_idx, end_idx, shadowed).
-Plan = tuple[Any, ...] | None
+class AppendPlan(NamedTuple):
+    """The event at ``seq`` joins the surface at its end."""
+
+    kind: Literal["append"]
+    seq: int
+
+
+class ReplacePlan(NamedTuple):
+    """The event at ``seq`` shadows the surface nodes ``start``..``end`` (positions ``start_idx``..``end_idx``)."""
+
+    kind: Literal["replace"]
+    seq: int
+    start: int
+    end: int
+    start_idx: int
+    end_idx: int
+    shadowed: list[int]
+
+
+Plan = AppendPlan | ReplacePlan | None
+"""What an event does to the surface: ``None`` (nothing), an :class:`AppendPlan` or a :class:`ReplacePlan`."""
+
+_new_tuple = tuple.__new__  # builds a plan without the NamedTuple constructor's Python-level frame
 
 
 def _check_sources(event: Mapping[str, Any], etype: str, seq: int, shadowed: Sequence[int]) -> None:
@@ -151,7 +171,7 @@ def plan_surface_event(
         _raise(f'session event "{etype}" is surface-eligible and requires a surfaceOp marker')
     if op == APPEND and type(op) is str:
         _check_sources(event, etype, seq, ())
-        return ("append", seq)
+        return _new_tuple(AppendPlan, ("append", seq))
     if not isinstance(op, dict):
         _raise(f'session event "{etype}" carries an invalid surfaceOp')
     if (
@@ -187,18 +207,26 @@ def plan_surface_event(
             _raise("tool/result surface replacement must target a current tool/result")
         if not _json_equal(_content_blind(event.get("data")), _content_blind(target.get("data"))):
             _raise("tool/result surface replacement may change only content")
-    return ("replace", seq, start, end, start_idx, end_idx, shadowed)
+    return ReplacePlan("replace", seq, start, end, start_idx, end_idx, shadowed)
 
 
 def apply_plan(nodes: list[int], plan: Plan) -> int:
     """Apply a plan to ``nodes`` in place; return how many replacements it made (0 or 1)."""
     if plan is None:
         return 0
-    if plan[0] == "append":
-        nodes.append(plan[1])
+    if plan.kind == "append":
+        nodes.append(plan.seq)
         return 0
-    nodes[plan[4] : plan[5] + 1] = [plan[1]]
+    nodes[plan.start_idx : plan.end_idx + 1] = [plan.seq]
     return 1
+
+
+class _Pending(NamedTuple):
+    """The last validated candidate and its plan, reused when it is committed next."""
+
+    event: Mapping[str, Any]
+    seq: int
+    plan: Plan
 
 
 class NodesView(Sequence[int]):
@@ -266,7 +294,7 @@ class SurfaceManager:
         self._nodes: list[int] = []
         self._gen = 0
         self._last = base_seq - 1
-        self._pending: tuple[Any, int, Plan] | None = None
+        self._pending: _Pending | None = None
         self._view = NodesView(self)
 
     # -- state ---------------------------------------------------------------------------------
@@ -300,7 +328,7 @@ class SurfaceManager:
         plan = plan_surface_event(
             self._nodes, candidate, self._base + len(self._window), self._window, self._base
         )
-        self._pending = (candidate, self._base + len(self._window), plan)
+        self._pending = _new_tuple(_Pending, (candidate, self._base + len(self._window), plan))
         return plan
 
     def _commit(self, event: Any, plan: Plan) -> None:
@@ -310,8 +338,8 @@ class SurfaceManager:
             self._process_delta()
             return
         if plan is not None:
-            if plan[0] == "append":
-                self._nodes.append(plan[1])
+            if plan.kind == "append":
+                self._nodes.append(plan.seq)
             else:
                 self._gen += apply_plan(self._nodes, plan)
         self._last = seq
@@ -333,13 +361,13 @@ class SurfaceManager:
             seq = self._last + 1
             event = window[seq - base]
             pending = self._pending
-            if pending is not None and pending[0] is event and pending[1] == seq:
-                plan = pending[2]
+            if pending is not None and pending.event is event and pending.seq == seq:
+                plan = pending.plan
             else:
                 plan = plan_surface_event(self._nodes, event, seq, window, base)
             self._gen += apply_plan(self._nodes, plan)
             self._last = seq
-            if pending is not None and pending[1] <= seq:
+            if pending is not None and pending.seq <= seq:
                 self._pending = None
 
 
@@ -363,7 +391,7 @@ def fold_surface(events: Sequence[Mapping[str, Any]]) -> SurfaceFoldResult:
     replacements: list[SurfaceFoldReplacement] = []
     for index, event in enumerate(events):
         plan = plan_surface_event(nodes, event, index, events, 0)
-        if plan is not None and plan[0] == "replace":
-            replacements.append(SurfaceFoldReplacement(plan[1], plan[2], plan[3], list(plan[6])))
+        if plan is not None and plan.kind == "replace":
+            replacements.append(SurfaceFoldReplacement(plan.seq, plan.start, plan.end, list(plan.shadowed)))
         apply_plan(nodes, plan)
     return SurfaceFoldResult(list(nodes), replacements)
