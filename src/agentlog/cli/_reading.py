@@ -14,7 +14,7 @@ from ..kernel.store import SessionStore
 from ..persistence.backend import Backend, StoredPrefix
 from ..persistence.coordinator import PersistenceCoordinator
 from .options import StoreOptions
-from .render import _fail
+from .render import render_error
 
 
 def _require_store(storage: Backend, session_id: str) -> None:
@@ -58,5 +58,5 @@ def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tup
         finally:
             reader.close()
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     return view.header, view, stored

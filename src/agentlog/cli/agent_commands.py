@@ -20,6 +20,9 @@ from ..errors import (
     AgentlogError,
     SessionExistsError,
     SessionNotFoundError,
+    TurnAborted,
+    TurnBlockedError,
+    TurnFailedError,
 )
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import interrupted_turn_closers
@@ -33,7 +36,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .render import _emit_json, _emit_json_line, _EventPrinter, _fail, _fail_with
+from .render import _emit_json, _emit_json_line, _EventPrinter, render_error
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
     from ..agent.builtin_tools import CommandPolicy
@@ -309,24 +312,25 @@ def _run_agent(
     else:
         typer.echo(f"session {session.id}")
     if failure is not None:
-        _fail(failure, as_json)
+        render_error(failure, as_json)
     last: dict[str, Any] = outcomes[-1].reason if outcomes else {"kind": "completed"}
     if signals or interrupted:
         # 128 + the signal number, as a shell reports it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
         name = "SIGTERM" if signals and signals[0] == signal.SIGTERM else "SIGINT"
         try:
-            _fail_with(
-                "TURN_ABORTED", f"interrupted ({name}): the turn was closed as aborted (the log stays valid)", as_json
+            render_error(
+                TurnAborted(f"interrupted ({name}): the turn was closed as aborted (the log stays valid)"), as_json
             )
         except typer.Exit:
             raise typer.Exit(code=143 if name == "SIGTERM" else 130) from None
     if last["kind"] == "aborted":
-        _fail_with("TURN_ABORTED", "interrupted: the turn was closed as aborted (the log stays valid)", as_json)
+        render_error(TurnAborted("interrupted: the turn was closed as aborted (the log stays valid)"), as_json)
     if last["kind"] == "error":
         error = last.get("error") or {}
-        _fail_with(str(error.get("code") or "UNKNOWN"), str(error.get("message") or "the turn failed"), as_json)
+        code, message = str(error.get("code") or "UNKNOWN"), str(error.get("message") or "the turn failed")
+        render_error(TurnFailedError(message, code=code), as_json)
     if last["kind"] == "blocked":
-        _fail_with("TURN_BLOCKED", "the turn was blocked", as_json)
+        render_error(TurnBlockedError("the turn was blocked"), as_json)
 
 
 def _agent_options(
@@ -391,7 +395,7 @@ def run_command(
             _require_absent(storage, session_id)
         new_id = session_id if session_id is not None else _new_session_id(storage)
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     from ..llm.openai_compat import DEFAULT_MODEL
 
     sessions = SessionStore()
@@ -400,7 +404,7 @@ def run_command(
         session = sessions.create(new_id, meta={"cwd": str(work_dir)})
     except AgentlogError as err:
         coordinator.close()
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     options = _agent_options(
         provider=route,
         model=model or DEFAULT_MODEL,
@@ -452,7 +456,7 @@ def resume_command(
             storage.close()
             raise SessionNotFoundError(f'session "{session_id}" not found')
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     repairs: list[str] = []
     if stored.torn_marker is not None:
         repairs.append("removed a torn tail")
@@ -464,14 +468,14 @@ def resume_command(
         session = coordinator.resume(session_id)
     except AgentlogError as err:
         coordinator.close()
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     state = {"repaired": bool(repairs), "repairs": repairs}
     if prompt is None:
         events = session.events
         last = _last_turn(events)
         failure = _release(coordinator, [session])
         if failure is not None:
-            _fail(failure, opts.as_json)
+            render_error(failure, opts.as_json)
         if opts.as_json:
             _emit_json({"sessionId": session_id, "events": len(events), "lastTurn": last, **state})
             return
@@ -574,7 +578,7 @@ def fork_command(
             while storage.read_revision(child_id) is not None:
                 child_id = f"{session_id}-fork-{secrets.token_hex(3)}"
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     sessions = SessionStore()
     coordinator = PersistenceCoordinator(sessions, storage)
     live: list[Session] = []
@@ -591,7 +595,7 @@ def fork_command(
         released = _release(coordinator, list(reversed(live)))
     failure = failure or released
     if failure is not None or child is None:
-        _fail(failure or AgentlogError("fork failed"), opts.as_json)
+        render_error(failure or AgentlogError("fork failed"), opts.as_json)
     document = {
         "childId": child.id,
         "parentSession": child.header.get("parentSession"),

@@ -27,7 +27,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .render import _emit_json, _event_line, _fail, _iso, _short, _table_console, _transcript
+from .render import _emit_json, _event_line, _iso, _short, _table_console, _transcript, render_error
 
 
 @shared_options()
@@ -49,7 +49,7 @@ def ls_command(
         finally:
             storage.close()
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     listings = [item for item in listings if cursor is None or item.id > cursor]
     page = listings[:limit]
     next_cursor = page[-1].id if len(listings) > limit else None
@@ -161,7 +161,7 @@ def export_command(
         finally:
             reader.close()
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     document = {
         "header": thaw(snapshot.meta),
         "events": thaw(snapshot.events.to_list()),
@@ -186,7 +186,7 @@ def verify_command(
         ids = list(session_ids) if session_ids else [item.id for item in storage.list_sessions()]
         reader = _reader(storage)
     except AgentlogError as err:
-        _fail(err, opts.as_json)
+        render_error(err, opts.as_json)
     results: list[dict[str, Any]] = []
     console = Console(stderr=True)
     with Progress(
@@ -276,7 +276,7 @@ def show_command(
                 )
             point = Session.create(session_id, seed=list(events), header=header).at(at)
         except AgentlogError as err:
-            _fail(err, opts.as_json)
+            render_error(err, opts.as_json)
         messages = thaw(point.derive_messages().to_list())
         request_header = thaw(point.request_header())
         if opts.as_json:

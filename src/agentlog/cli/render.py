@@ -16,7 +16,13 @@ from ..errors import (
 )
 
 
-def _fail(err: AgentlogError, as_json: bool) -> NoReturn:
+def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
+    """The one way a command reports an :class:`~agentlog.errors.AgentlogError`, then exits with code 1.
+
+    With ``--json``: ``{"error": {"code", "message"}}`` on one line of standard error; without: a red
+    ``error [CODE] message`` line there. Every code a command prints is a class's code from
+    :mod:`agentlog.errors` (``tests/test_errors.py``): commands raise or build a typed error, never a code.
+    """
     if as_json:
         sys.stderr.write(orjson.dumps({"error": {"code": err.code, "message": str(err)}}).decode() + "\n")
     else:
@@ -62,10 +68,6 @@ def _text_of(blocks: Any) -> str:
     if not isinstance(blocks, Sequence) or isinstance(blocks, str):
         return ""
     return "".join(b.get("text", "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
-
-
-def _fail_with(code: str, message: str, as_json: bool) -> NoReturn:
-    _fail(AgentlogError(message, code=code), as_json)
 
 
 class _EventPrinter:
