@@ -44,7 +44,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .. import SessionStore
 from ..errors import (
     AgentlogError,
     InvalidOptionError,
@@ -56,6 +55,7 @@ from ..errors import (
     SessionNotFoundError,
     SessionPersistenceCorruptionError,
 )
+from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from .builders import (
