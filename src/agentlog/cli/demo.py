@@ -38,7 +38,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import orjson
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -56,6 +55,7 @@ from ..kernel.store import SessionStore
 from ..llm.demo_server import DemoModelServer, ErrorReply, RecordedRequest, Reply, ScriptItem, ToolCall
 from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.jsonl.backend import JsonlBackend
+from .render import _emit_json, _emit_json_line, _TableOutput
 
 if TYPE_CHECKING:
     from ..llm.openai_compat import OpenAICompatibleProvider
@@ -727,11 +727,8 @@ class _Demo:
             row["file"] = location
             row["fileBytes"] = os.path.getsize(location) if location and os.path.exists(location) else None
         self.heading(5, "summary")
-        table = Table(header_style="bold")
-        table.add_column("")
-        table.add_column("id")
-        for column in ("events", "turns", "surface", "file bytes"):
-            table.add_column(column, justify="right")
+        numbers = ("events", "turns", "surface", "file bytes")
+        table = _TableOutput(("", "id", *numbers), fold=False, right=numbers, header_style="bold")
         for row in rows:
             table.add_row(
                 row["role"],
@@ -741,7 +738,7 @@ class _Demo:
                 str(row["surface"]),
                 "" if row["fileBytes"] is None else f"{row['fileBytes']:,}",
             )
-        self.console.print(table)
+        table.print(self.console)
         self.facts["summary"] = rows
 
     # -- cleanup -----------------------------------------------------------------------------------------
@@ -791,7 +788,7 @@ def run_demo(*, store: Path | None, as_json: bool) -> int:
             code, message = "DEMO_FAILED", f"{type(err).__name__}: {err}"
         if as_json:
             error = {"code": code, "message": message, "step": step}
-            sys.stderr.write(orjson.dumps({"error": error}).decode() + "\n")
+            _emit_json_line({"error": error}, stderr=True)
         else:
             tag = escape(f"[{code}]")
             Console(stderr=True, highlight=False).print(
@@ -802,7 +799,7 @@ def run_demo(*, store: Path | None, as_json: bool) -> int:
         if demo is not None:
             demo.cleanup()
     if as_json:
-        sys.stdout.write(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode() + "\n")
+        _emit_json(facts)
     return 0
 
 

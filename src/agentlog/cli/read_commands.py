@@ -6,11 +6,9 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any, NoReturn
 
-import orjson
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from ..errors import (
     AgentlogError,
@@ -27,7 +25,16 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .render import _emit_json, _event_line, _iso, _short, _table_console, _transcript, render_error
+from .render import (
+    _emit_json,
+    _emit_json_line,
+    _event_line,
+    _iso,
+    _short,
+    _TableOutput,
+    _transcript,
+    render_error,
+)
 
 
 @shared_options()
@@ -70,20 +77,13 @@ def ls_command(
     if opts.as_json:
         _emit_json({"sessions": rows, "nextCursor": next_cursor})
         return
-    table = Table(title=f"sessions in {opts.root}", show_lines=False)
-    table.add_column("id", overflow="fold")
-    for column in ("created", "cwd", "parent", "status"):
-        table.add_column(column, overflow="fold")
-    cells: list[list[str]] = []
+    table = _TableOutput(("id", "created", "cwd", "parent", "status"), title=f"sessions in {opts.root}")
     for row in rows:
         status = "ok" if row["error"] is None else str(row["error"]["code"])
-        cells.append(
-            [str(row["id"]), _iso(row["createdAt"]), str(row["cwd"] or ""), str(row["parentSession"] or ""), status]
-        )
+        cells = [str(row["id"]), _iso(row["createdAt"]), str(row["cwd"] or ""), str(row["parentSession"] or ""), status]
         colour = "green" if row["error"] is None else "red"
-        table.add_row(*cells[-1][:-1], f"[{colour}]{status}[/]")
-    console = _table_console([["id", "created", "cwd", "parent", "status"], *cells])
-    console.print(table)
+        table.add_row(*cells[:-1], f"[{colour}]{status}[/]", plain=cells)
+    console = table.print()
     if next_cursor is not None:
         console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True)
 
@@ -112,14 +112,12 @@ def _export_partial(
     }
     _emit_json({"header": prefix.meta, "events": events, "damage": report})
     if as_json:
-        sys.stderr.write(
-            orjson.dumps(
-                {
-                    "error": {"code": damage.code, "message": str(damage)},
-                    "partial": {"events": len(events), "afterSeq": last, "location": location, "offset": offset},
-                }
-            ).decode()
-            + "\n"
+        _emit_json_line(
+            {
+                "error": {"code": damage.code, "message": str(damage)},
+                "partial": {"events": len(events), "afterSeq": last, "location": location, "offset": offset},
+            },
+            stderr=True,
         )
     else:
         through = f"seq 0..{last}" if last is not None else "no events"
@@ -205,17 +203,13 @@ def verify_command(
     if opts.as_json:
         _emit_json({"sessions": results, "ok": not failed})
     else:
-        table = Table(title="verify")
-        columns = ("id", "status", "events", "detail")
-        for column in columns:
-            table.add_column(column, overflow="fold")
-        cells: list[list[str]] = [list(columns)]
+        table = _TableOutput(("id", "status", "events", "detail"), title="verify")
         for r in results:
             colour = {"ok": "green", "repairable": "yellow", "failed": "red"}[r["status"]]
             detail = r["error"]["message"] if r["error"] else (r.get("note") or "")
-            cells.append([str(r["id"]), str(r["status"]), str(r["events"] or ""), str(detail)])
-            table.add_row(r["id"], f"[{colour}]{r['status']}[/]", str(r["events"] or ""), detail)
-        _table_console(cells).print(table)
+            cells = [str(r["id"]), str(r["status"]), str(r["events"] or ""), str(detail)]
+            table.add_row(r["id"], f"[{colour}]{r['status']}[/]", cells[2], detail, plain=cells)
+        table.print()
     if failed:
         raise typer.Exit(code=1)
 

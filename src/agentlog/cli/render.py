@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
 import orjson
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod
+from rich.table import Table
 
 from ..errors import (
     AgentlogError,
@@ -24,7 +25,7 @@ def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
     :mod:`agentlog.errors` (``tests/test_errors.py``): commands raise or build a typed error, never a code.
     """
     if as_json:
-        sys.stderr.write(orjson.dumps({"error": {"code": err.code, "message": str(err)}}).decode() + "\n")
+        _emit_json_line({"error": {"code": err.code, "message": str(err)}}, stderr=True)
     else:
         Console(stderr=True).print(f"[bold red]error[/] [{err.code}] {err}", markup=True, highlight=False)
     raise typer.Exit(code=1)
@@ -40,10 +41,46 @@ def _emit_json(document: Any) -> None:
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _emit_json_line(document: Any) -> None:
-    """One compact JSON object on its own line of standard output, flushed (NDJSON, for streams)."""
-    sys.stdout.write(orjson.dumps(document).decode() + "\n")
-    sys.stdout.flush()
+def _emit_json_line(document: Any, *, stderr: bool = False) -> None:
+    """One compact JSON object on its own line of standard output (or ``stderr``), flushed: a line of
+    NDJSON, or an error report."""
+    stream = sys.stderr if stderr else sys.stdout
+    stream.write(orjson.dumps(document).decode() + "\n")
+    stream.flush()
+
+
+class _TableOutput:
+    """A table for people, shared by the commands and the demo: rows may carry rich markup (colour),
+    their plain text sizes the output when it is not a terminal (see :func:`_table_console`)."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        *,
+        title: str | None = None,
+        fold: bool = True,
+        right: Collection[str] = (),
+        header_style: str | None = None,
+    ) -> None:
+        self.table = Table(title=title) if header_style is None else Table(title=title, header_style=header_style)
+        for column in columns:
+            justify: JustifyMethod = "right" if column in right else "left"
+            if fold:
+                self.table.add_column(column, overflow="fold", justify=justify)
+            else:
+                self.table.add_column(column, justify=justify)
+        self.cells: list[list[str]] = [list(columns)]
+
+    def add_row(self, *cells: str, plain: Sequence[str] | None = None) -> None:
+        """One row; ``plain`` is its text without markup when ``cells`` carry some."""
+        self.table.add_row(*cells)
+        self.cells.append(list(plain if plain is not None else cells))
+
+    def print(self, console: Console | None = None) -> Console:
+        """Print the table on ``console`` (default: standard output, sized by :func:`_table_console`)."""
+        target = console if console is not None else _table_console(self.cells)
+        target.print(self.table)
+        return target
 
 
 def _table_console(cells: Sequence[Sequence[str]]) -> Console:
