@@ -288,6 +288,11 @@ class EventTypes:
         return frozenset(self._types)
 
     @property
+    def infos(self) -> dict[str, EventTypeInfo]:
+        """Every known type's info, live (hot path: a session keeps this dict for one lookup per append)."""
+        return self._types
+
+    @property
     def validators(self) -> dict[str, DataValidator]:
         """Types with a data validator (hot path: one dict lookup per append)."""
         return self._validators

@@ -8,14 +8,12 @@ and returns an immutable snapshot that later appends do not change.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import itertools
 import logging
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Never, NoReturn, overload
+from typing import TYPE_CHECKING, Any, Literal, Never, NoReturn, Protocol, overload
 
 from ..errors import (
     EventDataError,
@@ -29,7 +27,6 @@ from ..errors import (
     SessionHeaderError,
     SurfaceError,
     UnknownEventTypeError,
-    describe_error,
 )
 from ..errors import SeqOutOfRangeError as SeqOutOfRangeError
 from .events import (
@@ -85,12 +82,10 @@ from .seeds import (
     restore_header,
     snapshot_header,
 )
-from .surface import SurfaceManager
+from .surface import Plan, SurfaceManager
 
 if TYPE_CHECKING:
     from typing_extensions import deprecated as _deprecated
-
-    from .store import _Entry
 else:
 
     def _deprecated(message: str) -> Callable[[Any], Any]:  # the marker matters to type checkers only
@@ -216,8 +211,8 @@ class _MessageCache:
         self._view: MessageList | None = None
 
     def derive(self, surface: SurfaceManager, log: list[Event]) -> MessageList:
-        nodes = surface._folded_nodes()
-        gen = surface._gen
+        nodes = surface.folded_nodes()
+        gen = surface.replace_generation
         if gen != self._gen:
             self._items = []
             self._done = 0
@@ -319,7 +314,7 @@ class Session:
         self._now: Clock = now or wall_clock_ms
         self._registry = registry or event_types
         self._validators = self._registry.validators
-        self._known = self._registry._types
+        self._known = self._registry.infos
         self._lock = threading.RLock()
         self._disposed = False
         self._log: list[Event] = []
@@ -332,7 +327,7 @@ class Session:
         self._rh_pos = 0
         self._rc_cache: Any = None
         self._rc_pos = 0
-        self._attachment: _Entry | None = None
+        self._attachment: StoreAttachment | None = None
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -431,7 +426,7 @@ class Session:
             text = str(err) or "invalid surface metadata"
             raise InvalidSeedError(f"invalid seed event at index {index}: {text}", index=index) from err
         self._log.append(event)
-        surface._commit(event, plan)
+        surface.commit(event, plan)
 
     def _load_special(self, index: int, entry: Any, event: Event) -> None:
         """A restored event the accelerator already envelope-checked: only its type's own rules remain."""
@@ -469,12 +464,12 @@ class Session:
         for index in specials:
             if index > done:
                 log.extend(events[done:index])
-                surface._skip_log_only(index - 1)
+                surface.skip_log_only(index - 1)
             self._load_special(index, seed[index], events[index])
             done = index + 1
         if stop > done:
             log.extend(events[done:stop])
-            surface._skip_log_only(stop - 1)
+            surface.skip_log_only(stop - 1)
         return stop  # type: ignore[no-any-return]
 
     def _mark_end_seed(self) -> None:
@@ -603,16 +598,11 @@ class Session:
                 if event is None:
                     self._refuse_time(now)
                 if entry is not None:
-                    self._publish(entry, event, None)
+                    entry.publish(self, event, None, self._commit_published)
                     return event
                 log.append(event)
                 self._events_view = None
-                surface = self._surface
-                if surface._last == seq - 1:  # SurfaceManager._commit(event, None), inlined: it is current
-                    surface._last = seq
-                    surface._pending = None
-                else:
-                    surface._commit(event, None)
+                self._surface.commit_log_only(seq, event)
                 return event
             # The general case: surface metadata, a surface type (validated by the surface, which
             # refuses one without a surfaceOp), or an envelope marker.
@@ -637,9 +627,9 @@ class Session:
             if entry is None:
                 log.append(event)
                 self._events_view = None
-                surface._commit(event, plan)
+                surface.commit(event, plan)
                 return event
-            self._publish(entry, event, plan)
+            entry.publish(self, event, plan, self._commit_published)
             return event
         finally:
             lock.release()
@@ -688,28 +678,11 @@ class Session:
             ) from None
         return record
 
-    def _publish(self, entry: _Entry, event: Event, plan: Any) -> None:
-        store = entry.store
-        entry.appending = True
-        try:
-            listeners = store._resolve(entry, "event", (self, event))
-            self._log.append(event)
-            self._events_view = None
-            self._surface._commit(event, plan)
-            for listener in listeners:
-                try:
-                    result = listener(self, event)
-                except Exception as err:
-                    logger.warning(
-                        'session "%s": session/event listener threw: %s', self.id, describe_error(err)
-                    )
-                    continue
-                if inspect.isawaitable(result):
-                    _observe_async(result, f'session "{self.id}": session/event listener rejected: ')
-        finally:
-            entry.appending = False
-            if entry.detach_requested and not entry.announcing:
-                store._detach_entered(entry)
+    def _commit_published(self, event: Event, plan: Plan) -> None:
+        """Commit an event its store is publishing (between the interceptors and the listeners)."""
+        self._log.append(event)
+        self._events_view = None
+        self._surface.commit(event, plan)
 
     # -- derived views -----------------------------------------------------------------------------
     def derive_messages(self) -> MessageList:
@@ -829,23 +802,50 @@ class SessionView:
         return f"<SessionView {self.id!r} at seq {self.seq}>"
 
 
-def _observe_async(awaitable: Any, prefix: str) -> None:
-    """Run a listener's awaitable in the current loop and log (never raise) its failure."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        close = getattr(awaitable, "close", None)
-        if callable(close):
-            close()
-        logger.warning("%sRuntimeError: listener returned an awaitable outside a running event loop", prefix)
-        return
-    future = asyncio.ensure_future(awaitable, loop=loop)
+# --- the store's side of a session (kernel/store.py is the only caller) ------------------------------
 
-    def _done(fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled():
-            return
-        err = fut.exception()
-        if err is not None:
-            logger.warning("%s%s", prefix, describe_error(err))
 
-    future.add_done_callback(_done)
+class StoreAttachment(Protocol):
+    """What a session needs from the store it is entered in (``kernel.store`` implements it).
+
+    ``appending`` is true while the store publishes one of the session's appends (a listener appending
+    to the same session is refused). ``publish`` runs the store's interceptors (which may veto), calls
+    ``commit(event, plan)``, then notifies the listeners.
+    """
+
+    appending: bool
+
+    def publish(
+        self, session: Session, event: Event, plan: Plan, commit: Callable[[Event, Plan], None]
+    ) -> None: ...
+
+
+def attachment_of(session: Session) -> StoreAttachment | None:
+    """The store attachment ``session`` is entered with, or ``None``."""
+    return session._attachment
+
+
+def attach(session: Session, attachment: StoreAttachment) -> None:
+    """Record that ``session`` is entered in a store (the caller checked it was not already)."""
+    session._attachment = attachment
+
+
+def release(session: Session, *, dispose: bool) -> None:
+    """Forget the store attachment; with ``dispose`` later appends are refused (``SESSION_DISPOSED``).
+
+    Call it holding :func:`lock_of`, so an append on another thread is either published first or refused.
+    """
+    session._attachment = None
+    if dispose:
+        session._disposed = True
+
+
+def refuse_if_disposed(session: Session) -> None:
+    """Raise ``SESSION_DISPOSED`` if ``session`` was disposed."""
+    if session._disposed:
+        session._refuse_disposed()
+
+
+def lock_of(session: Session) -> threading.RLock:
+    """The lock that serializes ``session``'s appends."""
+    return session._lock

@@ -31,9 +31,20 @@ from ..errors import (
     SessionNotLiveError,
     describe_error,
 )
-from .events import SESSION_FORMAT_VERSION, TURN_END, TURN_START
+from ._listeners import observe_async
+from .events import SESSION_FORMAT_VERSION, TURN_END, TURN_START, Event
 from .jsonvalue import MAX_SAFE_INTEGER
-from .session import Clock, Session, _observe_async, wall_clock_ms
+from .session import (
+    Clock,
+    Session,
+    attach,
+    attachment_of,
+    lock_of,
+    refuse_if_disposed,
+    release,
+    wall_clock_ms,
+)
+from .surface import Plan
 
 logger = logging.getLogger("agentlog")
 
@@ -89,6 +100,32 @@ class _Entry:
         self.detach_requested = False
         self.detached = False
         self.live = False  # announced and not vetoed
+
+    def publish(self, session: Session, event: Event, plan: Plan, commit: Callable[[Event, Plan], None]) -> None:
+        """Publish one append: the interceptors (raising vetoes it), ``commit``, then the event listeners."""
+        store = self.store
+        self.appending = True
+        try:
+            listeners = store._resolve(self, "event", (session, event))
+            commit(event, plan)
+            for listener in listeners:
+                try:
+                    result = listener(session, event)
+                except Exception as err:
+                    logger.warning(
+                        'session "%s": session/event listener threw: %s', session.id, describe_error(err)
+                    )
+                    continue
+                if inspect.isawaitable(result):
+                    observe_async(result, f'session "{session.id}": session/event listener rejected: ')
+        finally:
+            self.appending = False
+            if self.detach_requested and not self.announcing:
+                store._detach_entered(self)
+
+
+def _entry_of(session: Session) -> _Entry | None:
+    return attachment_of(session)  # type: ignore[return-value]  # only this module attaches sessions
 
 
 class _Hooks:
@@ -242,15 +279,14 @@ class SessionStore(_Hooks):
         return self._enter(session, None)
 
     def _enter(self, session: Session, scope: Scope | None) -> Callable[[], None]:
-        if session._disposed:
-            session._refuse_disposed()
+        refuse_if_disposed(session)
         if session.id in self._entries:
             raise SessionExistsError(f'session "{session.id}" already exists')
-        if session._attachment is not None:
+        if attachment_of(session) is not None:
             raise SessionAttachedError(f'session "{session.id}" is already attached to a store')
         entry = _Entry(self, session, scope)
         self._entries[entry.id] = entry
-        session._attachment = entry
+        attach(session, entry)
         called = False
 
         def detach() -> None:
@@ -269,22 +305,20 @@ class SessionStore(_Hooks):
         session = entry.session
         # Under the session's lock: an append on another thread either completes first (it was published,
         # so persistence flushes it on disposal) or sees the disposal and is refused - never in between.
-        with session._lock:
+        with lock_of(session):
             entry.detach_requested = False
             if self._entries.get(entry.id) is not entry:
                 return
             del self._entries[entry.id]
-            session._attachment = None
+            # A disposed session's later appends would reach no store: refuse them (SESSION_DISPOSED).
+            # A vetoed publication never went live; its session may still be prepared again.
+            release(session, dispose=entry.announced and entry.live)
             entry.detached = True
-            if entry.announced and entry.live:
-                # A disposed session's later appends would reach no store: refuse them (SESSION_DISPOSED).
-                # A vetoed publication never went live; its session may still be prepared again.
-                session._disposed = True
         if entry.announced:
             self._emit_disposed(entry)
 
     def _live_entry(self, session: Session) -> _Entry:
-        entry = session._attachment
+        entry = _entry_of(session)
         if entry is None or entry.store is not self or self._entries.get(session.id) is not entry:
             raise SessionNotLiveError(f'session "{session.id}" is not live in this store')
         return entry
@@ -300,7 +334,7 @@ class SessionStore(_Hooks):
             for listener in self._resolve(entry, "created", (session,)):
                 result = listener(session)
                 if inspect.isawaitable(result):
-                    _observe_async(result, f'session "{session.id}": session/created listener rejected: ')
+                    observe_async(result, f'session "{session.id}": session/created listener rejected: ')
             entry.live = True
         finally:
             entry.announcing = False
@@ -329,7 +363,7 @@ class SessionStore(_Hooks):
 
     def dispose(self, session: Session) -> None:
         """Detach a live session (emits ``session/disposed`` if it was announced)."""
-        entry = session._attachment
+        entry = _entry_of(session)
         if entry is None or entry.store is not self:
             return
         if entry.announcing or entry.appending:
@@ -384,7 +418,7 @@ class SessionStore(_Hooks):
                 logger.warning('session "%s": session/disposed listener threw: %s', entry.id, describe_error(err))
                 continue
             if inspect.isawaitable(result):
-                _observe_async(result, f'session "{entry.id}": session/disposed listener rejected: ')
+                observe_async(result, f'session "{entry.id}": session/disposed listener rejected: ')
 
     def _start_flush(self, session: Session) -> builtins.list[tuple[Any, Any]]:
         entry = self._live_entry(session)
@@ -450,7 +484,7 @@ class SessionStore(_Hooks):
                 f"fork source must be a session or a session id, got {source!r}", "SESSION_NOT_FOUND"
             )
         sid = live.id
-        events = live._log
+        events = live.events
         if boundary is None:
             if not events:
                 seed: builtins.list[Any] = []
@@ -512,7 +546,7 @@ def _first_failure_or_participation(outcomes: builtins.list[tuple[Any, Any]], se
 
 def store_of(session: Session) -> SessionStore | None:
     """The store ``session`` is live in, or ``None`` (never entered, detached or disposed)."""
-    entry = session._attachment
+    entry = _entry_of(session)
     if entry is None or entry.detached or entry.store._entries.get(entry.id) is not entry:
         return None
     return entry.store

@@ -238,7 +238,7 @@ class NodesView(Sequence[int]):
         self._manager = manager
 
     def _live(self) -> list[int]:
-        return self._manager._folded_nodes()
+        return self._manager.folded_nodes()
 
     def __len__(self) -> int:
         return len(self._live())
@@ -298,7 +298,8 @@ class SurfaceManager:
         self._view = NodesView(self)
 
     # -- state ---------------------------------------------------------------------------------
-    def _folded_nodes(self) -> list[int]:
+    def folded_nodes(self) -> list[int]:
+        """The current node list itself (not a copy; callers must not change it), folded up to the log's end."""
         if self._last != self._base + len(self._window) - 1:
             self._process_delta()
         return self._nodes
@@ -331,8 +332,12 @@ class SurfaceManager:
         self._pending = _new_tuple(_Pending, (candidate, self._base + len(self._window), plan))
         return plan
 
-    def _commit(self, event: Any, plan: Plan) -> None:
-        """Fast path for the owning session: ``event`` was just appended with an already validated plan."""
+    def commit(self, event: Any, plan: Plan) -> None:
+        """Fast path for the owning session: ``event`` was just appended with an already validated plan.
+
+        Anything else (an event that is not the window's next one) is folded from the window as usual, so
+        a wrong call cannot corrupt the fold.
+        """
         seq = self._last + 1
         if seq != self._base + len(self._window) - 1 or self._window[seq - self._base] is not event:
             self._process_delta()
@@ -345,7 +350,15 @@ class SurfaceManager:
         self._last = seq
         self._pending = None
 
-    def _skip_log_only(self, seq: int) -> None:
+    def commit_log_only(self, seq: int, event: Any) -> None:
+        """``commit(event, None)`` for a log-only event without surface metadata just appended at ``seq``."""
+        if self._last == seq - 1:  # current: no transition, nothing pending any more
+            self._last = seq
+            self._pending = None
+        else:
+            self.commit(event, None)
+
+    def skip_log_only(self, seq: int) -> None:
         """Advance over committed events known to be log-only without surface metadata (no transition)."""
         if self._last != seq:
             if self._pending is not None:
