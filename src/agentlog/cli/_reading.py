@@ -9,6 +9,7 @@ from ..errors import (
     AgentlogError,
     StoreNotFoundError,
 )
+from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend, StoredPrefix
@@ -36,7 +37,7 @@ def _reader(storage: Backend) -> PersistenceCoordinator:
 
 def _last_turn(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     for event in reversed(events):
-        if event["type"] == "turn/end":
+        if event["type"] == TURN_END:
             return {"turn": event["data"].get("turn"), "reason": thaw(event["data"].get("reason"))}
     return None
 

@@ -24,6 +24,7 @@ from ..errors import (
     TurnBlockedError,
     TurnFailedError,
 )
+from ..kernel.events import ASSISTANT_CHUNK
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import Session
@@ -532,7 +533,7 @@ def replay_command(
     chunks = 0
     for event in view.events:
         when = event.get("time")
-        if event["type"] == "assistant/chunk":
+        if event["type"] == ASSISTANT_CHUNK:
             chunks += 1
             if speed > 0 and isinstance(when, int) and previous is not None:
                 gap = min(max(when - previous, 0) / 1000, MAX_REPLAY_GAP_S) / speed

@@ -15,6 +15,7 @@ from rich.table import Table
 from ..errors import (
     AgentlogError,
 )
+from ..kernel.events import ASSISTANT_CHUNK, TOOL_CALL, TOOL_RESULT, TURN_END, USER_MESSAGE
 
 
 def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
@@ -136,13 +137,13 @@ class _EventPrinter:
         data = event["data"]
         if not isinstance(data, Mapping):
             return
-        if etype == "assistant/chunk":
+        if etype == ASSISTANT_CHUNK:
             chunk = data.get("chunk")
             if isinstance(chunk, Mapping) and chunk.get("type") == "text-delta":
                 self._write(str(chunk.get("text", "")))
-        elif etype == "tool/call":
+        elif etype == TOOL_CALL:
             self.line(f"→ {data.get('name')} {_short(str(data.get('arguments', '')))}")
-        elif etype == "tool/result":
+        elif etype == TOOL_RESULT:
             error = data.get("error")
             if isinstance(error, Mapping):
                 self.line(f"← error {error.get('code')}")
@@ -150,7 +151,7 @@ class _EventPrinter:
                 blocks = (data.get("message") or {}).get("content") or ()
                 failed = any(isinstance(b, Mapping) and b.get("isError") for b in blocks)
                 self.line("← error" if failed else "← ok")
-        elif etype == "user/message" and self.prompts:
+        elif etype == USER_MESSAGE and self.prompts:
             source = data.get("source")
             if isinstance(source, Mapping) and source.get("kind") == "user":
                 self.line(f"> {_text_of(data.get('content'))}")
@@ -161,7 +162,7 @@ class _EventPrinter:
                 f"retry {data.get('retry')}/{data.get('maxRetries')} in {data.get('delayMs')} ms after "
                 f"{failure.get('code')}: {_short(str(failure.get('message', '')), 200)}\n"
             )
-        elif etype == "turn/end":
+        elif etype == TURN_END:
             self.end_line()
 
 
