@@ -30,7 +30,7 @@ class StoredPrefix:
     meta: dict[str, Any]
     events: list[dict[str, Any]]
     revision: str
-    torn_marker: Any = None
+    torn_marker: object = None
 
 
 @dataclass
@@ -97,7 +97,7 @@ class Backend(Protocol):
         """Durably append a contiguous batch; the first batch materializes the header atomically with it."""
         ...
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         """Remove the torn tail named by ``torn_marker`` (if any), then append ``closers``."""
         ...
 
