@@ -158,6 +158,7 @@ def test_moved_classes_keep_their_behaviour() -> None:
     assert isinstance(errors.EncodeError("x"), TypeError) and errors.EncodeError("x").code == "PERSISTENCE_ERROR"
     assert isinstance(errors.SeqOutOfRangeError("x"), IndexError)
     assert errors.AsyncFlushInLoopError("x").code == "ASYNC_FLUSH_IN_LOOP"
+    assert errors.AsyncFlushInLoopError.__bases__ == (AgentlogError,)  # was a plain AgentlogError
 
 
 # --- codes --------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── ToolPairingError (ValueError) [UNPAIRED_TOOL_CALL]
     ├── JsonDecodeError (ValueError) [INVALID_JSON]
     ├── SeqOutOfRangeError (IndexError) [SEQ_OUT_OF_RANGE]
-    ├── AsyncFlushInLoopError (RuntimeError) [ASYNC_FLUSH_IN_LOOP]
+    ├── AsyncFlushInLoopError [ASYNC_FLUSH_IN_LOOP]
     ├── InvalidOptionError (ValueError) [INVALID_OPTION]
     ├── PersistenceError [PERSISTENCE_ERROR]
     │   ├── SessionNotFoundError (LookupError) [SESSION_NOT_FOUND]
@@ -368,7 +368,7 @@ class SeqOutOfRangeError(AgentlogError, IndexError):
     code = "SEQ_OUT_OF_RANGE"
 
 
-class AsyncFlushInLoopError(AgentlogError, RuntimeError):
+class AsyncFlushInLoopError(AgentlogError):
     """``store.flush()`` was called inside a running event loop while a flush listener is a coroutine;
     ``await store.aflush(session)`` instead."""
 
