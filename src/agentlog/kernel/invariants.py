@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvariantError, ToolPairingError
 from .events import (
@@ -160,6 +160,13 @@ def replay(events: Iterable[Mapping[str, Any]], trace: Trace | None = None) -> T
     return state
 
 
+class _Staged(NamedTuple):
+    """The transition an interceptor computed for ``candidate``, kept until it is committed."""
+
+    candidate: Any
+    trace: Trace
+
+
 class SessionInvariants:
     """Installs the relational checks on a store (all sessions, present and future)."""
 
@@ -167,7 +174,7 @@ class SessionInvariants:
         self._store = store
         self._traces: weakref.WeakKeyDictionary[Session, Trace] = weakref.WeakKeyDictionary()
         # One append is in flight per session at most (appends cannot reenter), so one slot each.
-        self._staged: weakref.WeakKeyDictionary[Session, tuple[Any, Trace]] = weakref.WeakKeyDictionary()
+        self._staged: weakref.WeakKeyDictionary[Session, _Staged] = weakref.WeakKeyDictionary()
         self._unsubscribe: list[Callable[[], None]] = []
 
     def install(self) -> SessionInvariants:
@@ -200,12 +207,12 @@ class SessionInvariants:
             current = replay(session.events)
             self._traces[session] = current
         # A veto by a later interceptor leaves the staged transition unused; the next append replaces it.
-        self._staged[session] = (candidate, advance(current, candidate))
+        self._staged[session] = _Staged(candidate, advance(current, candidate))
 
     def _after_event(self, session: Session, event: Any) -> None:
         staged = self._staged.pop(session, None)
-        if staged is not None and staged[0] is event:
-            self._traces[session] = staged[1]
+        if staged is not None and staged.candidate is event:
+            self._traces[session] = staged.trace
 
 
 # --- tool pairing of derived messages ------------------------------------------------------------------

@@ -20,7 +20,7 @@ import secrets
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from ..errors import (
     AsyncFlushInLoopError,
@@ -126,6 +126,13 @@ class _Entry:
 
 def _entry_of(session: Session) -> _Entry | None:
     return attachment_of(session)  # type: ignore[return-value]  # only this module attaches sessions
+
+
+class _Outcome(NamedTuple):
+    """What one flush listener did: returned a value, raised, or returned an awaitable to settle."""
+
+    kind: Literal["ok", "err", "await"]
+    value: Any
 
 
 class _Hooks:
@@ -420,16 +427,16 @@ class SessionStore(_Hooks):
             if inspect.isawaitable(result):
                 observe_async(result, f'session "{entry.id}": session/disposed listener rejected: ')
 
-    def _start_flush(self, session: Session) -> builtins.list[tuple[Any, Any]]:
+    def _start_flush(self, session: Session) -> builtins.list[_Outcome]:
         entry = self._live_entry(session)
-        outcomes: builtins.list[tuple[Any, Any]] = []  # (kind, value): ("ok", result) / ("err", exc) / ("await", aw)
+        outcomes: builtins.list[_Outcome] = []
         for listener in self._resolve(entry, "flush", (session,)):
             try:
                 result = listener(session)
             except Exception as err:
-                outcomes.append(("err", err))
+                outcomes.append(_Outcome("err", err))
                 continue
-            outcomes.append(("await", result) if inspect.isawaitable(result) else ("ok", result))
+            outcomes.append(_Outcome("await", result) if inspect.isawaitable(result) else _Outcome("ok", result))
         return outcomes
 
     def flush(self, session: Session) -> bool:
@@ -532,7 +539,7 @@ async def _settle(awaitables: builtins.list[Any]) -> builtins.list[Any]:
     return await asyncio.gather(*awaitables, return_exceptions=True)
 
 
-def _first_failure_or_participation(outcomes: builtins.list[tuple[Any, Any]], settled: Iterator[Any]) -> bool:
+def _first_failure_or_participation(outcomes: builtins.list[_Outcome], settled: Iterator[Any]) -> bool:
     """Raise the first failure in listener order (awaited results taken from ``settled`` in order);
     otherwise whether any listener participated."""
     for kind, value in outcomes:
