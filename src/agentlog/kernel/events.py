@@ -151,15 +151,13 @@ CORE_EVENT_TYPES: frozenset[str] = frozenset(
     }
 )
 
-KNOWN_SESSION_EVENT_TYPES: frozenset[str] = frozenset(
+KNOWN_SESSION_EVENT_TYPES: frozenset[str] = CORE_EVENT_TYPES | frozenset(
     {
         "agent-preset/selected",
         "agent/inbox/spliced",
         "approval/asked",
         "approval/decided",
         "approval/policy",
-        "assistant/chunk",
-        "assistant/message",
         "command/done",
         "command/run",
         "compaction/end",
@@ -174,32 +172,21 @@ KNOWN_SESSION_EVENT_TYPES: frozenset[str] = frozenset(
         "llm/retry-started",
         "permission/preset",
         "plan/mode",
-        "request/context",
-        "request/header",
         "sandbox/mode",
         "schedule/change",
-        "session/end-seed",
         "session/title",
         "session/title-llm-request",
-        "step/end",
-        "step/start",
         "subagent/descriptor",
         "team/member",
         "team/message/delivered",
         "team/message/queued",
         "team/task",
-        "todo/write",
         "tool-workflow/agent-end",
         "tool-workflow/agent-start",
         "tool-workflow/run-end",
         "tool-workflow/run-start",
-        "tool/call",
         "tool/code-dispatch",
         "tool/code-dispatch-start",
-        "tool/result",
-        "turn/end",
-        "turn/start",
-        "user/message",
         "web/deepseek-search-llm-request",
     }
 )
