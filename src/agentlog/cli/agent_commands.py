@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,11 +33,7 @@ from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
 from ._reading import _last_turn, _read_view
-from .options import (
-    DEFAULT_OPTIONS,
-    StoreOptions,
-    shared_options,
-)
+from .options import DEFAULT_OPTIONS, OptionGroup, StoreOptions, shared_options
 from .render import _emit_json, _emit_json_line, _EventPrinter, render_error
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
@@ -143,6 +140,59 @@ def _command_policy(allow: Sequence[str] | None, yes: bool) -> CommandPolicy:
     if yes:
         return CommandPolicy.allow_all()
     return CommandPolicy(allow_patterns=tuple(allow or ()), hint=COMMAND_HINT)
+
+
+SessionIdOption = Annotated[
+    str | None, typer.Option("--session-id", help="Id of the new session (default: time + random).")
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRunOptions:
+    """The options of the commands that run the model (``run``; ``resume`` with a prompt)."""
+
+    model: str | None = None
+    base_url: str | None = None
+    system: str | None = None
+    cwd: Path | None = None
+    session_id: str | None = None  # run only: the id of the new session
+    provider: str | None = None
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_steps: int = DEFAULT_MAX_STEPS
+    api_key: str | None = None
+    allow_command: list[str] | None = None
+    yes: bool = False
+    timeout: float | None = None
+
+    def resolve_api_key(self, provider: str) -> str:
+        """The key sent to ``provider`` (see :func:`_api_key`)."""
+        return _api_key(provider, self.api_key, self.base_url)
+
+    def command_policy(self) -> CommandPolicy:
+        """Which command lines ``run_command`` may start (see :func:`_command_policy`)."""
+        return _command_policy(self.allow_command, self.yes)
+
+
+DEFAULT_MODEL_RUN = ModelRunOptions()
+
+model_options = OptionGroup(
+    ModelRunOptions,
+    {
+        "model": ModelOption,
+        "base_url": BaseUrlOption,
+        "system": SystemOption,
+        "cwd": CwdOption,
+        "session_id": SessionIdOption,
+        "provider": ProviderOption,
+        "max_retries": MaxRetriesOption,
+        "max_steps": MaxStepsOption,
+        "api_key": ApiKeyOption,
+        "allow_command": AllowCommandOption,
+        "yes": YesOption,
+        "timeout": TimeoutOption,
+    },
+)
+"""``@model_options()`` gives a command the model options as its ``run: ModelRunOptions`` parameter."""
 
 
 def _new_session_id(storage: Backend) -> str:
@@ -255,16 +305,17 @@ def _run_agent(
     coordinator: PersistenceCoordinator,
     session: Session,
     options: AgentOptions,
+    run: ModelRunOptions,
     *,
     api_key: str,
-    base_url: str | None,
     prompt: str,
     as_json: bool,
     extra: Mapping[str, Any] | None = None,
     command_policy: CommandPolicy | None = None,
-    timeout_s: float | None = None,
 ) -> None:
-    """Run the prompt to the end, release the session, report; exit non-zero if the turn failed."""
+    """Run the prompt to the end, release the session, report; exit non-zero if the turn failed.
+
+    ``run`` gives the endpoint (``--base-url``) and the idle timeout (``--timeout``)."""
     store = coordinator.store
     printer = None if as_json else _EventPrinter()
     unsubscribe: Callable[[], None] | None = None
@@ -286,10 +337,10 @@ def _run_agent(
             store,
             options,
             api_key=api_key,
-            base_url=base_url,
+            base_url=run.base_url,
             prompt=prompt,
             command_policy=command_policy,
-            timeout_s=timeout_s,
+            timeout_s=run.timeout,
             signals=signals,
         )
         outcomes = asyncio.run(turns)
@@ -335,15 +386,16 @@ def _run_agent(
 
 
 def _agent_options(
+    run: ModelRunOptions,
     *,
     provider: str,
     model: str,
     system: str | None,
     cwd: Path,
-    max_retries: int,
     config: Mapping[str, Any] | None = None,
-    max_steps: int | None = None,
 ) -> AgentOptions:
+    """The agent's options: the resolved route, model, system prompt and cwd, ``run``'s retry and step
+    limits, and the sampling settings of a resumed session's ``config``."""
     from ..agent.loop import AgentOptions, RetryPolicy
 
     config = config or {}
@@ -357,44 +409,32 @@ def _agent_options(
         reasoning_effort=effort if isinstance(effort, str) else None,
         temperature=float(temperature) if isinstance(temperature, (int, float)) else None,
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-        retry=RetryPolicy(max_retries=max_retries),
+        retry=RetryPolicy(max_retries=run.max_retries),
         cwd=cwd,
-        max_steps=max_steps if max_steps is not None else DEFAULT_MAX_STEPS,
+        max_steps=run.max_steps,
     )
 
 
 @shared_options()
+@model_options()
 def run_command(
     prompt: Annotated[str, typer.Argument(help="The prompt of the first turn.")],
     opts: StoreOptions = DEFAULT_OPTIONS,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    system: SystemOption = None,
-    cwd: CwdOption = None,
-    session_id: Annotated[
-        str | None, typer.Option("--session-id", help="Id of the new session (default: time + random).")
-    ] = None,
-    provider: ProviderOption = None,
-    max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
-    max_steps: MaxStepsOption = DEFAULT_MAX_STEPS,
-    api_key_option: ApiKeyOption = None,
-    allow_command: AllowCommandOption = None,
-    yes: YesOption = False,
-    timeout: TimeoutOption = None,
+    run: ModelRunOptions = DEFAULT_MODEL_RUN,
 ) -> None:
     """Start a new session and run an agent (built-in tools) on PROMPT, streaming its answer.
 
     run_command refuses every command unless --allow-command PATTERN or --yes allows it.
     """
-    work_dir = Path(os.path.abspath(cwd if cwd is not None else Path.cwd()))
-    route = provider or DEFAULT_PROVIDER
+    work_dir = Path(os.path.abspath(run.cwd if run.cwd is not None else Path.cwd()))
+    route = run.provider or DEFAULT_PROVIDER
     try:
-        api_key = _api_key(route, api_key_option, base_url)
-        command_policy = _command_policy(allow_command, yes)
+        api_key = run.resolve_api_key(route)
+        command_policy = run.command_policy()
         storage = opts.open_backend()
-        if session_id is not None:
-            _require_absent(storage, session_id)
-        new_id = session_id if session_id is not None else _new_session_id(storage)
+        if run.session_id is not None:
+            _require_absent(storage, run.session_id)
+        new_id = run.session_id if run.session_id is not None else _new_session_id(storage)
     except AgentlogError as err:
         render_error(err, opts.as_json)
     from ..llm.openai_compat import DEFAULT_MODEL
@@ -406,51 +446,34 @@ def run_command(
     except AgentlogError as err:
         coordinator.close()
         render_error(err, opts.as_json)
-    options = _agent_options(
-        provider=route,
-        model=model or DEFAULT_MODEL,
-        system=system,
-        cwd=work_dir,
-        max_retries=max_retries,
-        max_steps=max_steps,
-    )
+    options = _agent_options(run, provider=route, model=run.model or DEFAULT_MODEL, system=run.system, cwd=work_dir)
     _run_agent(
         coordinator,
         session,
         options,
+        run,
         api_key=api_key,
-        base_url=base_url,
         prompt=prompt,
         as_json=opts.as_json,
         command_policy=command_policy,
-        timeout_s=timeout,
     )
 
 
 @shared_options()
+@model_options(exclude=("session_id",))
 def resume_command(
     session_id: Annotated[str, typer.Argument(help="The session to resume.")],
     prompt: Annotated[str | None, typer.Argument(help="A follow-up prompt (omit to only resume and report).")] = None,
     opts: StoreOptions = DEFAULT_OPTIONS,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    system: SystemOption = None,
-    cwd: CwdOption = None,
-    provider: ProviderOption = None,
-    max_retries: MaxRetriesOption = DEFAULT_MAX_RETRIES,
-    max_steps: MaxStepsOption = DEFAULT_MAX_STEPS,
-    api_key_option: ApiKeyOption = None,
-    allow_command: AllowCommandOption = None,
-    yes: YesOption = False,
-    timeout: TimeoutOption = None,
+    run: ModelRunOptions = DEFAULT_MODEL_RUN,
 ) -> None:
     """Resume a stored session (an interrupted turn is repaired), then run PROMPT if given.
 
     As with run, run_command refuses every command unless --allow-command PATTERN or --yes allows it.
     """
     try:
-        api_key = _api_key(provider or DEFAULT_PROVIDER, api_key_option, base_url) if prompt is not None else ""
-        command_policy = _command_policy(allow_command, yes)
+        api_key = run.resolve_api_key(run.provider or DEFAULT_PROVIDER) if prompt is not None else ""
+        command_policy = run.command_policy()
         storage = opts.open_backend()
         stored = storage.load_stored(session_id)
         if stored is None:
@@ -490,27 +513,25 @@ def resume_command(
     config: Mapping[str, Any] = header["config"] if header is not None else {}
     persisted_system = header.get("system") if header is not None else None
     header_cwd = session.header.get("cwd")
-    work_dir = Path(os.path.abspath(cwd)) if cwd is not None else Path(header_cwd or os.getcwd())
+    work_dir = Path(os.path.abspath(run.cwd)) if run.cwd is not None else Path(header_cwd or os.getcwd())
     options = _agent_options(
-        provider=provider or str(config.get("provider") or DEFAULT_PROVIDER),
-        model=model or str(config.get("model") or DEFAULT_MODEL),
-        system=system if system is not None else persisted_system,
+        run,
+        provider=run.provider or str(config.get("provider") or DEFAULT_PROVIDER),
+        model=run.model or str(config.get("model") or DEFAULT_MODEL),
+        system=run.system if run.system is not None else persisted_system,
         cwd=work_dir,
-        max_retries=max_retries,
         config=config,
-        max_steps=max_steps,
     )
     _run_agent(
         coordinator,
         session,
         options,
+        run,
         api_key=api_key,
-        base_url=base_url,
         prompt=prompt,
         as_json=opts.as_json,
         extra=state,
         command_policy=command_policy,
-        timeout_s=timeout,
     )
 
 

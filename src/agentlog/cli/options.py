@@ -1,17 +1,19 @@
 """Options shared by the commands (``--store``, ``--backend``, ``--compression``, ``--json``), declared
 once, and the backend they open.
 
-A command takes one ``opts: StoreOptions`` parameter and is decorated with :func:`shared_options`; its
+A command takes one ``opts: StoreOptions`` parameter and is decorated with ``@shared_options()``; its
 command line gets the shared options in that parameter's place (after the command's arguments, before
-its own options), so ``agentlog ls --store DIR --json`` reads as it always has.
+its own options), so ``agentlog ls --store DIR --json`` reads as it always has. :class:`OptionGroup` is
+the mechanism; ``agent_commands`` uses it too, for the model options ``run`` and ``resume`` share.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -89,51 +91,54 @@ class StoreOptions:
         return open_backend(self.store, self.backend, self.compression, read_only=read_only)
 
 
-DEFAULT_OPTIONS = StoreOptions()
-
-_SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "store": (StoreOption, DEFAULT_OPTIONS.store),
-    "backend": (BackendOption, DEFAULT_OPTIONS.backend),
-    "compression": (CompressionOption, DEFAULT_OPTIONS.compression),
-    "as_json": (JsonOption, DEFAULT_OPTIONS.as_json),
-}
-"""Parameter name -> (typer annotation, default): the one declaration of each shared option."""
-
 R = TypeVar("R")
 
 
-def shared_options(*names: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
-    """Give a command the shared options (all four, or only ``names``, e.g. ``"store", "as_json"``).
+class OptionGroup:
+    """Options declared once for every command that takes them, parsed into one dataclass.
 
-    The command's ``opts: StoreOptions`` parameter is replaced, in the signature typer reads, by one
-    parameter per shared option; typer parses them and the command receives them as one
-    :class:`StoreOptions` (an option that is not declared keeps its default).
+    ``OptionGroup(cls, {field: typer annotation, ...})`` names the command-line declaration of each
+    field of the frozen dataclass ``cls`` (its defaults are the fields' defaults). Calling the group
+    gives a decorator: the command takes one parameter annotated ``cls``, which is replaced, in the
+    signature typer reads, by one parameter per option in that place (all, only ``names``, or all but
+    ``exclude``); typer parses them and the command receives one ``cls`` (an option a command does not
+    declare keeps its default). Groups stack: each decorator expands its own parameter.
     """
-    chosen = names or tuple(_SHARED_OPTIONS)
-    unknown = [name for name in chosen if name not in _SHARED_OPTIONS]
-    if unknown:
-        raise ValueError(f"not a shared option: {', '.join(unknown)}")
 
-    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+    def __init__(self, cls: type[Any], options: Mapping[str, Any]) -> None:
+        defaults = {field.name: field.default for field in dataclasses.fields(cls)}
+        if set(options) != set(defaults) or any(value is dataclasses.MISSING for value in defaults.values()):
+            raise TypeError(f"{cls.__name__}: declare every field once, each with a default")
+        self.cls = cls
+        self.options = {name: (options[name], defaults[name]) for name in defaults}
+
+    def __call__(self, *names: str, exclude: Collection[str] = ()) -> Callable[[Callable[..., R]], Callable[..., R]]:
+        chosen = [name for name in (names or tuple(self.options)) if name not in exclude]
+        unknown = [name for name in [*chosen, *exclude] if name not in self.options]
+        if unknown:
+            raise ValueError(f"not an option of {self.cls.__name__}: {', '.join(unknown)}")
+        return functools.partial(self._expand, tuple(chosen))
+
+    def _expand(self, chosen: tuple[str, ...], command: Callable[..., R]) -> Callable[..., R]:
         signature = inspect.signature(command, eval_str=True)
         params = list(signature.parameters.values())
-        slots = [i for i, param in enumerate(params) if param.annotation is StoreOptions]
+        slots = [i for i, param in enumerate(params) if param.annotation is self.cls]
         if len(slots) != 1:
-            raise TypeError(f"{command.__name__} needs exactly one parameter annotated StoreOptions")
+            raise TypeError(f"{command.__name__} needs exactly one parameter annotated {self.cls.__name__}")
         index = slots[0]
         slot = params[index]
-        shared = [
-            inspect.Parameter(name, slot.kind, default=_SHARED_OPTIONS[name][1], annotation=_SHARED_OPTIONS[name][0])
-            for name in chosen
-        ]
         clash = {param.name for param in params} & set(chosen)
         if clash:
             raise TypeError(f"{command.__name__} declares a shared option itself: {', '.join(sorted(clash))}")
-        params[index : index + 1] = shared
+        params[index : index + 1] = [
+            inspect.Parameter(name, slot.kind, default=self.options[name][1], annotation=self.options[name][0])
+            for name in chosen
+        ]
+        cls = self.cls
 
         @functools.wraps(command)
         def with_options(*args: Any, **kwargs: Any) -> R:
-            kwargs[slot.name] = StoreOptions(**{name: kwargs.pop(name) for name in chosen if name in kwargs})
+            kwargs[slot.name] = cls(**{name: kwargs.pop(name) for name in chosen if name in kwargs})
             return command(*args, **kwargs)
 
         with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
@@ -142,4 +147,12 @@ def shared_options(*names: str) -> Callable[[Callable[..., R]], Callable[..., R]
             with_options.__annotations__["return"] = signature.return_annotation
         return with_options
 
-    return decorate
+
+DEFAULT_OPTIONS = StoreOptions()
+
+shared_options = OptionGroup(
+    StoreOptions,
+    {"store": StoreOption, "backend": BackendOption, "compression": CompressionOption, "as_json": JsonOption},
+)
+"""``@shared_options()`` gives a command ``--store``, ``--backend``, ``--compression`` and ``--json``
+(``@shared_options("store", "as_json")`` only those two) as its ``opts: StoreOptions`` parameter."""
