@@ -125,3 +125,32 @@ def test_contract__read_command_failures_are_one_json_error_on_stderr(tmp_path: 
     assert result.stdout == ""
     error = orjson.loads(result.stderr)["error"]
     assert error["code"] == "STORE_NOT_FOUND" and error["message"]
+
+
+def test_contract__shared_options_are_one_declaration_after_the_subcommand(tmp_path: Path) -> None:
+    declarations: dict[str, set[tuple[Any, ...]]] = {}
+    for command in _commands().values():
+        for param in command.params:
+            for opt in getattr(param, "opts", ()):
+                if opt in ("--store", "--backend", "--compression", "--json"):
+                    declarations.setdefault(opt, set()).add((param.name, param.help, repr(param.default)))
+    assert set(declarations) == {"--store", "--backend", "--compression", "--json"}
+    assert all(len(found) == 1 for found in declarations.values()), declarations
+    missing = str(tmp_path / "missing")
+    for argv in (["ls", "--store", missing, "--json"], ["ls", "--json", "--store", missing]):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 1 and orjson.loads(result.stderr)["error"]["code"] == "STORE_NOT_FOUND"
+    before = runner.invoke(app, ["--store", missing, "ls"])
+    assert before.exit_code == 2  # the options belong to the subcommands, as they always have
+
+
+def test_contract__an_option_group_refuses_a_command_without_its_parameter() -> None:
+    from agentlog.cli.options import shared_options
+
+    def no_slot(name: str) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="StoreOptions"):
+        shared_options()(no_slot)
+    with pytest.raises(ValueError, match="not an option"):
+        shared_options("stores")

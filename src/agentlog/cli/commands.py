@@ -6,6 +6,12 @@ and never take a writer lock). ``run``, ``resume`` and ``fork`` write through a
 readable output for people and, with ``--json``, a machine-readable document for scripts. On failure
 the exit code is non-zero and, with ``--json``, ``{"error": {"code", "message"}}`` goes to stderr so a
 script can branch on the stable code.
+
+This module is the command table: it registers each command on the Typer app (:mod:`._app`) in the
+order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
+``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``) and :mod:`.demo_commands`;
+they take the shared options from :mod:`.options` and print through :mod:`.render`. The names below
+stay importable from here.
 """
 
 from __future__ import annotations
