@@ -225,16 +225,15 @@ def test_docs_common_options_are_where_the_readme_says() -> None:
     text = " ".join(_readme().split())
     assert (
         "Every command takes `--store ROOT` (default `$AGENTLOG_STORE` or `./.agentlog`); every command except "
-        "`demo` takes `--backend jsonl|sqlite` and `--compression zstd|none`, and every command except `replay` "
-        "takes `--json`."
+        "`demo` takes `--backend jsonl|sqlite` and `--compression zstd|none`, and every command takes `--json` "
+        "(`replay --json` streams one JSON object per event, then a summary line)."
     ) in text
     for name, command in _commands().items():
         options = _options(command)
         assert "--store" in options, name
         if name != "demo":
             assert {"--backend", "--compression"} <= options, name
-        if name != "replay":
-            assert "--json" in options, name
+        assert "--json" in options, name
 
 
 def test_docs_runtime_dependencies_match_pyproject() -> None:
