@@ -318,7 +318,7 @@ class Session:
         self._lock = threading.RLock()
         self._disposed = False
         self._log: list[Event] = []
-        self._surface = SurfaceManager(self._log, 0)
+        self._surface = SurfaceManager(self._log, 0, plain_tail=True)
         self._header: FrozenDict = EMPTY_FROZEN_DICT
         self._first_live = 0
         self._events_view: EventsView | None = None
@@ -601,8 +601,7 @@ class Session:
                     entry.publish(self, event, None, self._commit_published)
                     return event
                 log.append(event)
-                self._events_view = None
-                self._surface.commit_log_only(seq, event)
+                self._events_view = None  # (the surface steps over it: it was built with plain_tail)
                 return event
             # The general case: surface metadata, a surface type (validated by the surface, which
             # refuses one without a surfaceOp), or an envelope marker.

@@ -221,14 +221,6 @@ def apply_plan(nodes: list[int], plan: Plan) -> int:
     return 1
 
 
-class _Pending(NamedTuple):
-    """The last validated candidate and its plan, reused when it is committed next."""
-
-    event: Mapping[str, Any]
-    seq: int
-    plan: Plan
-
-
 class NodesView(Sequence[int]):
     """Read-only live view of a surface's node list (stable identity; reflects every later append)."""
 
@@ -284,17 +276,38 @@ class SurfaceManager:
 
     ``window`` is a reference to the log list (the session appends to it); ``base_seq`` is the seq of
     ``window[0]`` so a loaded tail of a long log can be folded without materialising its head.
+
+    ``plain_tail=True`` is the owning session's promise that every event it appends without calling
+    :meth:`commit` is a plain log-only event (no surface type, no surface metadata): the fold then steps
+    over those without planning them, and the session's append fast path never touches the surface.
+    Only the newest event can still be uncommitted (appends are serialized, and the commit follows the
+    append), so that one is folded as usual.
     """
 
-    __slots__ = ("_base", "_gen", "_last", "_nodes", "_pending", "_view", "_window")
+    __slots__ = (
+        "_base",
+        "_gen",
+        "_last",
+        "_nodes",
+        "_pending",
+        "_pending_plan",
+        "_pending_seq",
+        "_plain_tail",
+        "_view",
+        "_window",
+    )
 
-    def __init__(self, window: list[Any], base_seq: int = 0) -> None:
+    def __init__(self, window: list[Any], base_seq: int = 0, *, plain_tail: bool = False) -> None:
         self._window = window
         self._base = base_seq
+        self._plain_tail = plain_tail
         self._nodes: list[int] = []
         self._gen = 0
         self._last = base_seq - 1
-        self._pending: _Pending | None = None
+        # The last validated candidate (None: none), its seq and plan, reused when it is committed next.
+        self._pending: Mapping[str, Any] | None = None
+        self._pending_seq = -1
+        self._pending_plan: Plan = None
         self._view = NodesView(self)
 
     # -- state ---------------------------------------------------------------------------------
@@ -329,7 +342,9 @@ class SurfaceManager:
         plan = plan_surface_event(
             self._nodes, candidate, self._base + len(self._window), self._window, self._base
         )
-        self._pending = _new_tuple(_Pending, (candidate, self._base + len(self._window), plan))
+        self._pending = candidate
+        self._pending_seq = self._base + len(self._window)
+        self._pending_plan = plan
         return plan
 
     def commit(self, event: Any, plan: Plan) -> None:
@@ -350,14 +365,6 @@ class SurfaceManager:
         self._last = seq
         self._pending = None
 
-    def commit_log_only(self, seq: int, event: Any) -> None:
-        """``commit(event, None)`` for a log-only event without surface metadata just appended at ``seq``."""
-        if self._last == seq - 1:  # current: no transition, nothing pending any more
-            self._last = seq
-            self._pending = None
-        else:
-            self.commit(event, None)
-
     def skip_log_only(self, seq: int) -> None:
         """Advance over committed events known to be log-only without surface metadata (no transition)."""
         if self._last != seq:
@@ -370,17 +377,32 @@ class SurfaceManager:
         window = self._window
         base = self._base
         end = base + len(window) - 1
+        if self._plain_tail and self._last < end:
+            self._last = max(self._last, end - 1)  # the owner's plain log-only events: no transition
+            event = window[end - base]
+            pending = self._pending
+            if pending is not None and pending is event and self._pending_seq == end:
+                plan = self._pending_plan
+            elif len(event) == 4 and event["type"] not in SURFACE_EVENT_TYPES:
+                plan = None  # plain as well (type, seq, time, data and nothing else)
+            else:
+                plan = plan_surface_event(self._nodes, event, end, window, base)
+            self._gen += apply_plan(self._nodes, plan)
+            self._last = end
+            if pending is not None and self._pending_seq <= end:
+                self._pending = None
+            return
         while self._last < end:
             seq = self._last + 1
             event = window[seq - base]
             pending = self._pending
-            if pending is not None and pending.event is event and pending.seq == seq:
-                plan = pending.plan
+            if pending is not None and pending is event and self._pending_seq == seq:
+                plan = self._pending_plan
             else:
                 plan = plan_surface_event(self._nodes, event, seq, window, base)
             self._gen += apply_plan(self._nodes, plan)
             self._last = seq
-            if pending is not None and pending.seq <= seq:
+            if pending is not None and self._pending_seq <= seq:
                 self._pending = None
 
 
