@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import stat
 import struct
 from typing import Final
 
@@ -104,3 +105,18 @@ def project_key(cwd: str) -> str:
         out.append(chr(unit) if unit < 0x80 and chr(unit) in _SAFE_CHARS else f"~{unit:04X}")
     slug = "".join(out).lstrip("-") or "root"
     return f"--{slug[:251]}--"
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file at a log or database path is, for the refusal that names it (both backends)."""
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "regular file" if stat.S_ISREG(mode) else "special file"

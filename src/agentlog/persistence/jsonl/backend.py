@@ -50,6 +50,7 @@ from ...errors import (
     SessionTailChangedError,
     StorageAccessError,
     StoreNotFoundError,
+    describe_error,
 )
 from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import pack_chunk_runs
@@ -63,7 +64,7 @@ from ..backend import (
     check_reader_limits,
     event_json,
 )
-from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, project_key
+from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, file_kind, project_key
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -193,22 +194,9 @@ def _lexists(path: str) -> bool:
     return True
 
 
-def _describe(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"
-
-
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "not a regular file"
+    kind = file_kind(mode)
+    return "not a regular file" if kind in ("regular file", "special file") else f"a {kind}"
 
 
 _NOT_A_FILE_REMEDY: Final = (
@@ -1357,7 +1345,8 @@ class JsonlBackend:
                 os.close(fd)
         except OSError as rollback_err:
             raise AppendRollbackError(
-                f'failed to roll back append to "{path}": {_describe(err)}; rollback: {_describe(rollback_err)}',
+                f'failed to roll back append to "{path}": {describe_error(err)}; '
+                f"rollback: {describe_error(rollback_err)}",
                 (err, rollback_err),
             ) from err
 

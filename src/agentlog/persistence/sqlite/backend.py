@@ -61,7 +61,7 @@ from ...errors import (
 )
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
-from ..paths import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
+from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
 from . import _codec as codec
 
 __all__ = [
@@ -302,7 +302,7 @@ class SqliteBackend:
         if not stat.S_ISDIR(info.st_mode):
             raise StorageAccessError(
                 f'session database parent "{parent}" must be a real directory (it is a '
-                f"{_file_kind(info.st_mode)}); move it away or choose another store path",
+                f"{file_kind(info.st_mode)}); move it away or choose another store path",
                 code="STORAGE_NOT_A_DIRECTORY",
                 path=parent,
             )
@@ -320,7 +320,7 @@ class SqliteBackend:
         if not stat.S_ISREG(info.st_mode):
             raise StorageAccessError(
                 f'session database "{self.path}" must be a regular file, not a symbolic link (it is a '
-                f"{_file_kind(info.st_mode)}); move it away or choose another store path",
+                f"{file_kind(info.st_mode)}); move it away or choose another store path",
                 code="STORAGE_NOT_A_FILE",
                 path=self.path,
             )
@@ -1286,18 +1286,6 @@ def _on_read_only_file_system(path: str) -> bool:
         return False
 
 
-def _file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISLNK(mode):
-        return "symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "regular file" if stat.S_ISREG(mode) else "special file"
 
 
 class _RawText(bytes):
