@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from _procs import running_sleep
 from test_issue7_cancel import assert_turns_closed_with_every_call_answered
 from typer.testing import CliRunner
 
@@ -94,7 +95,7 @@ def _interrupt_run(
                 time.sleep(0.05)
             # The tool/call is durable before the body starts; wait until the body's `sleep 30` process
             # exists (a fixed pause raced with a loaded machine and hit the not-yet-dispatched path).
-            while not _running_sleep(child.pid):
+            while not running_sleep(child.pid):
                 assert time.monotonic() < deadline, "the tool body never started its command"
                 assert child.poll() is None, f"agentlog run exited on its own: {child.communicate()}"
                 time.sleep(0.05)
@@ -107,31 +108,6 @@ def _interrupt_run(
                 child.kill()
                 child.wait()
     return child.returncode, err, _stored(root)
-
-
-def _running_sleep(root_pid: int) -> bool:
-    """Whether a `sleep` process runs among ``root_pid``'s descendants (read from /proc)."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text[text.rindex(")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
-        names[int(entry.name)] = name
-    for pid, name in names.items():
-        if name != "sleep":
-            continue
-        while pid in parents and pid > 1:
-            pid = parents[pid]
-            if pid == root_pid:
-                return True
-    return False
 
 
 def _result_of(events: list[dict[str, Any]], call_id: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import running_sleep
 
 import agentlog as al
 from agentlog.agent.builtin_tools import builtin_registry
@@ -225,9 +226,10 @@ def test_issue7_d1_agent_cancel_during_run_command_answers_the_call_and_ends_the
 
     async def drive(agent: Agent, blocker: Blocker, server: DemoModelServer) -> Any:
         task = asyncio.create_task(agent.run())
-        while not any(e["type"] == "tool/call" for e in agent.session.events):
+        deadline = time.monotonic() + 60
+        while not any(e["type"] == "tool/call" for e in agent.session.events) or not running_sleep(os.getpid()):
+            assert time.monotonic() < deadline, "the tool body never started its command"
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)
         started = time.monotonic()
         agent.cancel()
         outcomes = await asyncio.wait_for(task, 20)
@@ -396,7 +398,9 @@ def test_issue7_d1_ctrl_c_under_asyncio_run_answers_the_running_call(tmp_path: P
                 assert time.monotonic() < deadline, "the child never reached the tool body"
                 assert child.poll() is None, "the child exited on its own"
                 time.sleep(0.05)
-            time.sleep(0.3)
+            while not running_sleep(child.pid):  # the body's `sleep 30` runs (a fixed pause raced under load)
+                assert time.monotonic() < deadline, "the tool body never started its command"
+                time.sleep(0.05)
             os.kill(child.pid, signal.SIGINT)
             out, _ = child.communicate(timeout=30)
         finally:
