@@ -211,8 +211,7 @@ class _MessageCache:
         self._view: MessageList | None = None
 
     def derive(self, surface: SurfaceManager, log: list[Event]) -> MessageList:
-        nodes = surface.folded_nodes()
-        gen = surface.replace_generation
+        nodes, gen = surface.folded_state()
         if gen != self._gen:
             self._items = []
             self._done = 0

@@ -317,6 +317,19 @@ class SurfaceManager:
             self._process_delta()
         return self._nodes
 
+    def folded_state(self) -> tuple[list[int], int]:
+        """The node list itself and the replace generation, folded up to the log's end (one check: the
+        session's derive reads both after every step)."""
+        end = self._base + len(self._window) - 1
+        if self._last != end:
+            if self._plain_tail and self._pending is None:
+                event = self._window[-1]
+                if len(event) == 4 and event["type"] not in SURFACE_EVENT_TYPES:
+                    self._last = end  # the common case of _process_delta, inline: a plain newest event
+                    return self._nodes, self._gen
+            self._process_delta()
+        return self._nodes, self._gen
+
     @property
     def nodes(self) -> NodesView:
         """The current surface (read-only, live, same object on every access)."""
@@ -378,7 +391,9 @@ class SurfaceManager:
         base = self._base
         end = base + len(window) - 1
         if self._plain_tail and self._last < end:
-            self._last = max(self._last, end - 1)  # the owner's plain log-only events: no transition
+            # Every uncommitted event before the newest is one of the owner's plain log-only events (no
+            # transition); only the newest is folded. This runs on every derive after appends, so the
+            # common case (a plain newest event) does no call at all.
             event = window[end - base]
             pending = self._pending
             if pending is not None and pending is event and self._pending_seq == end:
@@ -387,7 +402,8 @@ class SurfaceManager:
                 plan = None  # plain as well (type, seq, time, data and nothing else)
             else:
                 plan = plan_surface_event(self._nodes, event, end, window, base)
-            self._gen += apply_plan(self._nodes, plan)
+            if plan is not None:
+                self._gen += apply_plan(self._nodes, plan)
             self._last = end
             if pending is not None and self._pending_seq <= end:
                 self._pending = None
