@@ -26,7 +26,7 @@ from ...errors import EncodeError, ResourceExhaustedError, SessionPersistenceCor
 from ...kernel._gc import gc_paused
 from ...kernel.events import Event as _Event
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
-from ...kernel.jsonvalue import _speedups
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
 
 # The kernel's C accelerator builds packed-row members as frozen events (see _build_members).
 _expand_row: Any = getattr(_speedups, "expand_row", None) if _speedups is not None else None
@@ -59,7 +59,7 @@ __all__ = [
     "scan_rows",
 ]
 
-MAX_SAFE: Final = 2**53 - 1
+MAX_SAFE: Final = MAX_SAFE_INTEGER  # the gate's bound (one definition)
 _MAX_ZIGZAG: Final = MAX_SAFE * 2
 MIN_PACKED_ROW_MEMBERS: Final = 3
 MAX_PACKED_ROW_MEMBERS: Final = 1024

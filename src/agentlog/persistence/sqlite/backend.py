@@ -60,6 +60,7 @@ from ...errors import (
     StoreNotFoundError,
 )
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
 from . import _codec as codec
@@ -1317,7 +1318,6 @@ def _session_id(meta: Mapping[str, Any]) -> str:
     return session_id
 
 
-_MAX_SAFE: Final = 2**53 - 1
 
 
 def _optional(meta: Mapping[str, Any], key: str, check: Callable[[Any], bool], what: str) -> Any:
@@ -1330,7 +1330,7 @@ def _optional(meta: Mapping[str, Any], key: str, check: Callable[[Any], bool], w
 
 
 def _nonneg_safe(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= _MAX_SAFE
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
 def _header_columns(meta: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -1340,7 +1340,7 @@ def _header_columns(meta: Mapping[str, Any]) -> tuple[Any, ...]:
     """
     session_id = _session_id(meta)
     version = meta.get("version")
-    if type(version) is not int or abs(version) > _MAX_SAFE:
+    if type(version) is not int or abs(version) > MAX_SAFE_INTEGER:
         raise PersistenceError(f"session header version must be a safe integer, got {version!r}")
     created_at = meta.get("createdAt")
     if not _nonneg_safe(created_at):
