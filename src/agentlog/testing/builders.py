@@ -25,6 +25,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..kernel.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
 from ..kernel.jsoncodec import dumps
 
 __all__ = [
@@ -62,7 +73,7 @@ SID = "s1"
 
 def chunk_event(seq: int, text: str, *, turn: int = 1, step: int = 1, time: int | None = None) -> dict[str, Any]:
     return {
-        "type": "assistant/chunk",
+        "type": ASSISTANT_CHUNK,
         "seq": seq,
         "time": 1000 + seq if time is None else time,
         "data": {"turn": turn, "step": step, "chunk": {"type": "text-delta", "index": 0, "text": text}},
@@ -95,19 +106,19 @@ def ev(type: str, seq: int, data: Any, *, time: int | None = None, **extra: Any)
 
 
 def turn_start(seq: int, turn: int = 1) -> dict[str, Any]:
-    return ev("turn/start", seq, {"turn": turn})
+    return ev(TURN_START, seq, {"turn": turn})
 
 
 def turn_end(seq: int, turn: int = 1, kind: str = "completed") -> dict[str, Any]:
-    return ev("turn/end", seq, {"turn": turn, "reason": {"kind": kind}})
+    return ev(TURN_END, seq, {"turn": turn, "reason": {"kind": kind}})
 
 
 def step_start(seq: int, turn: int = 1, step: int = 1) -> dict[str, Any]:
-    return ev("step/start", seq, {"turn": turn, "step": step})
+    return ev(STEP_START, seq, {"turn": turn, "step": step})
 
 
 def step_end(seq: int, turn: int = 1, step: int = 1) -> dict[str, Any]:
-    return ev("step/end", seq, {"turn": turn, "step": step})
+    return ev(STEP_END, seq, {"turn": turn, "step": step})
 
 
 def user_data(text: str = "hello", *, msg_id: str | None = None) -> dict[str, Any]:
@@ -120,7 +131,7 @@ def user_data(text: str = "hello", *, msg_id: str | None = None) -> dict[str, An
 
 
 def user_event(seq: int, text: str = "hello", *, msg_id: str | None = None) -> dict[str, Any]:
-    return ev("user/message", seq, user_data(text, msg_id=msg_id or f"user-{seq}"), surfaceOp="append")
+    return ev(USER_MESSAGE, seq, user_data(text, msg_id=msg_id or f"user-{seq}"), surfaceOp="append")
 
 
 def assistant_data(
@@ -144,7 +155,7 @@ def assistant_data(
 
 def assistant_event(seq: int, text: str | None = "hi", *call_ids: str, turn: int = 1, step: int = 1) -> dict[str, Any]:
     data = assistant_data(text, *call_ids, turn=turn, step=step, msg_id=f"assistant-{seq}")
-    return ev("assistant/message", seq, data, surfaceOp="append")
+    return ev(ASSISTANT_MESSAGE, seq, data, surfaceOp="append")
 
 
 def tool_call_data(call_id: str, *, turn: int = 1, step: int = 1) -> dict[str, Any]:
@@ -152,7 +163,7 @@ def tool_call_data(call_id: str, *, turn: int = 1, step: int = 1) -> dict[str, A
 
 
 def tool_call_event(seq: int, call_id: str, *, turn: int = 1, step: int = 1) -> dict[str, Any]:
-    return ev("tool/call", seq, tool_call_data(call_id, turn=turn, step=step))
+    return ev(TOOL_CALL, seq, tool_call_data(call_id, turn=turn, step=step))
 
 
 def tool_result_data(call_id: str, text: str = "ok", *, turn: int = 1, step: int = 1, msg_id: str) -> dict[str, Any]:
@@ -177,7 +188,7 @@ def tool_result_data(call_id: str, text: str = "ok", *, turn: int = 1, step: int
 
 def tool_result_event(seq: int, call_id: str, text: str = "ok", *, turn: int = 1, step: int = 1) -> dict[str, Any]:
     data = tool_result_data(call_id, text, turn=turn, step=step, msg_id=f"tool-result-{seq}")
-    return ev("tool/result", seq, data, surfaceOp="append")
+    return ev(TOOL_RESULT, seq, data, surfaceOp="append")
 
 
 def closed_turn(start: int = 0, turn: int = 1) -> list[dict[str, Any]]:
@@ -213,16 +224,16 @@ APPEND_INTENT = {"surfaceOp": "append"}
 
 def append_closed_turn(session: Any, turn: int = 1) -> None:
     """Six live appends mirroring :func:`closed_turn`."""
-    session.append("turn/start", {"turn": turn})
-    session.append("user/message", user_data(f"question-{turn}", msg_id=f"user-live-{turn}"), APPEND_INTENT)
-    session.append("step/start", {"turn": turn, "step": 1})
+    session.append(TURN_START, {"turn": turn})
+    session.append(USER_MESSAGE, user_data(f"question-{turn}", msg_id=f"user-live-{turn}"), APPEND_INTENT)
+    session.append(STEP_START, {"turn": turn, "step": 1})
     session.append(
-        "assistant/message",
+        ASSISTANT_MESSAGE,
         assistant_data(f"answer-{turn}", turn=turn, msg_id=f"assistant-live-{turn}"),
         APPEND_INTENT,
     )
-    session.append("step/end", {"turn": turn, "step": 1})
-    session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    session.append(STEP_END, {"turn": turn, "step": 1})
+    session.append(TURN_END, {"turn": turn, "reason": {"kind": "completed"}})
 
 
 def event_bytes(events: Any) -> list[bytes]:

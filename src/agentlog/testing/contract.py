@@ -55,6 +55,17 @@ from ..errors import (
     SessionNotFoundError,
     SessionPersistenceCorruptionError,
 )
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    SESSION_END_SEED,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator, SessionSnapshot
@@ -218,7 +229,7 @@ def tool_closer(
 ) -> dict[str, Any]:
     started = call_seq is not None
     closer: dict[str, Any] = {
-        "type": "tool/result",
+        "type": TOOL_RESULT,
         "seq": seq,
         "time": time,
         "data": {
@@ -251,11 +262,11 @@ def tool_closer(
 
 
 def step_closer(seq: int, time: int, turn: int = 1, step: int = 1) -> dict[str, Any]:
-    return {"type": "step/end", "seq": seq, "time": time, "data": {"turn": turn, "step": step}}
+    return {"type": STEP_END, "seq": seq, "time": time, "data": {"turn": turn, "step": step}}
 
 
 def turn_closer(seq: int, time: int, turn: int = 1) -> dict[str, Any]:
-    return {"type": "turn/end", "seq": seq, "time": time, "data": {"turn": turn, "reason": {"kind": "interrupted"}}}
+    return {"type": TURN_END, "seq": seq, "time": time, "data": {"turn": turn, "reason": {"kind": "interrupted"}}}
 
 
 def wait_until(predicate: Any, timeout: float = 3.0, interval: float = 0.005) -> bool:
@@ -344,23 +355,23 @@ def _pre_identity_log() -> list[dict[str, Any]]:
     call = {"type": "tool-call", "id": "call-1", "name": "bash", "arguments": "{}"}
     return [
         turn_start(0),
-        ev("user/message", 1, {"content": text, "source": {"kind": "user"}}, surfaceOp="append"),
+        ev(USER_MESSAGE, 1, {"content": text, "source": {"kind": "user"}}, surfaceOp="append"),
         step_start(2),
         ev(
-            "assistant/message",
+            ASSISTANT_MESSAGE,
             3,
             {"turn": 1, "step": 1, "content": [call], "provenance": {"provider": "mock", "model": "mock"}},
             surfaceOp="append",
         ),
         tool_call_event(4, "call-1"),
         ev(
-            "tool/result",
+            TOOL_RESULT,
             5,
             {"turn": 1, "step": 1, "callId": "call-1", "content": [{"type": "text", "text": "long"}], "isError": False},
             surfaceOp="append",
         ),
         ev(
-            "tool/result",
+            TOOL_RESULT,
             6,
             {
                 "turn": 1,
@@ -379,7 +390,7 @@ def _pre_identity_log() -> list[dict[str, Any]]:
 
 def _pre_react_loop_log() -> list[dict[str, Any]]:
     return [
-        ev("turn/start", 0, {"turn": 1, "trigger": {"kind": "user"}}),
+        ev(TURN_START, 0, {"turn": 1, "trigger": {"kind": "user"}}),
         ev(
             "steering/message",
             1,
@@ -392,30 +403,30 @@ def _pre_react_loop_log() -> list[dict[str, Any]]:
             {"turn": 1, "message": user_data("wrapped", msg_id="steer-wrapped")},
             surfaceOp="append",
         ),
-        ev("turn/end", 3, {"turn": 1, "reason": {"kind": "completed"}}),
-        ev("turn/start", 4, {"turn": 2, "trigger": {"kind": "schedule"}}),
-        ev("turn/end", 5, {"turn": 2, "reason": {"kind": "aborted"}}),
-        ev("turn/start", 6, {"turn": 3}),
-        ev("turn/end", 7, {"turn": 3, "reason": {"kind": "disposed"}}),
-        ev("turn/start", 8, {"turn": 4}),
-        ev("turn/end", 9, {"turn": 4, "reason": {"kind": "error", "step": 1, "message": "boom"}}),
-        ev("turn/start", 10, {"turn": 5}),
-        ev("turn/end", 11, {"turn": 5, "reason": {"kind": "error", "step": 2, "message": "bad", "code": "E_BAD"}}),
-        ev("turn/start", 12, {"turn": 6}),
+        ev(TURN_END, 3, {"turn": 1, "reason": {"kind": "completed"}}),
+        ev(TURN_START, 4, {"turn": 2, "trigger": {"kind": "schedule"}}),
+        ev(TURN_END, 5, {"turn": 2, "reason": {"kind": "aborted"}}),
+        ev(TURN_START, 6, {"turn": 3}),
+        ev(TURN_END, 7, {"turn": 3, "reason": {"kind": "disposed"}}),
+        ev(TURN_START, 8, {"turn": 4}),
+        ev(TURN_END, 9, {"turn": 4, "reason": {"kind": "error", "step": 1, "message": "boom"}}),
+        ev(TURN_START, 10, {"turn": 5}),
+        ev(TURN_END, 11, {"turn": 5, "reason": {"kind": "error", "step": 2, "message": "bad", "code": "E_BAD"}}),
+        ev(TURN_START, 12, {"turn": 6}),
         ev(
-            "turn/end",
+            TURN_END,
             13,
             {
                 "turn": 6,
                 "reason": {"kind": "error", "step": 0, "failure": {"message": "m", "code": "c", "status": 503}},
             },
         ),
-        ev("turn/start", 14, {"turn": 7}),
-        ev("turn/end", 15, {"turn": 7, "reason": {"kind": "extension-reason"}}),
-        ev("turn/start", 16, {"turn": 8}),
-        ev("turn/end", 17, {"turn": 8, "reason": {"kind": "aborted", "reason": {"kind": "user"}}}),
-        ev("turn/start", 18, {"turn": 9}),
-        ev("turn/end", 19, {"turn": 9, "reason": {"kind": "max-tokens"}}),
+        ev(TURN_START, 14, {"turn": 7}),
+        ev(TURN_END, 15, {"turn": 7, "reason": {"kind": "extension-reason"}}),
+        ev(TURN_START, 16, {"turn": 8}),
+        ev(TURN_END, 17, {"turn": 8, "reason": {"kind": "aborted", "reason": {"kind": "user"}}}),
+        ev(TURN_START, 18, {"turn": 9}),
+        ev(TURN_END, 19, {"turn": 9, "reason": {"kind": "max-tokens"}}),
     ]
 
 
@@ -424,7 +435,7 @@ MALFORMED_LOGS: dict[str, tuple[list[dict[str, Any]], str]] = {
         [
             turn_start(0),
             ev(
-                "user/message",
+                USER_MESSAGE,
                 1,
                 {"id": "u1", "role": "assistant", "content": [], "source": {"kind": "user"}},
                 surfaceOp="append",
@@ -436,7 +447,7 @@ MALFORMED_LOGS: dict[str, tuple[list[dict[str, Any]], str]] = {
         [
             turn_start(0),
             ev(
-                "user/message",
+                USER_MESSAGE,
                 1,
                 {"role": "user", "content": [{"type": "text", "text": "x"}], "source": {"kind": "user"}},
                 surfaceOp="append",
@@ -445,15 +456,15 @@ MALFORMED_LOGS: dict[str, tuple[list[dict[str, Any]], str]] = {
         "lacks an identified message",
     ),
     "legacy-turn-start": (
-        [ev("turn/start", 0, {"turn": 1, "trigger": {"kind": "user"}, "extra": 1})],
+        [ev(TURN_START, 0, {"turn": 1, "trigger": {"kind": "user"}, "extra": 1})],
         'session "{id}" contains malformed pre-react-loop turn/start at seq 0',
     ),
     "legacy-turn-end": (
-        [turn_start(0), ev("turn/end", 1, {"turn": 1, "reason": {"kind": "completed"}, "step": 1})],
+        [turn_start(0), ev(TURN_END, 1, {"turn": 1, "reason": {"kind": "completed"}, "step": 1})],
         'session "{id}" contains malformed pre-react-loop turn/end at seq 1',
     ),
     "legacy-turn-end-reason": (
-        [turn_start(0), ev("turn/end", 1, {"turn": 1, "reason": {"kind": "completed", "why": "x"}})],
+        [turn_start(0), ev(TURN_END, 1, {"turn": 1, "reason": {"kind": "completed", "why": "x"}})],
         'session "{id}" contains malformed pre-react-loop turn/end at seq 1',
     ),
     "legacy-steering": (
@@ -608,7 +619,7 @@ class BackendContract(ABC):
             coordinator.create(header(SID, created_at=1.5))  # type: ignore[arg-type]
         coordinator.create(header(SID))
         coordinator.append(SID, [turn_start(0), turn_end(1)])
-        assert types(fresh(env).load(SID).events) == ["turn/start", "turn/end"]
+        assert types(fresh(env).load(SID).events) == [TURN_START, TURN_END]
 
     def test_33_crash_recovery_closes_an_interrupted_turn(self, env: Harness) -> None:  # spec 8.3 #33
         log = open_turn_with_chunks()
@@ -729,7 +740,7 @@ class BackendContract(ABC):
         with pytest.raises(
             PersistenceError, match=re.escape('append seq mismatch for "s1": expected 2 at index 0, got 3')
         ):
-            coordinator.append(SID, [ev("step/start", 3, {"turn": 1, "step": 1})])
+            coordinator.append(SID, [ev(STEP_START, 3, {"turn": 1, "step": 1})])
         with pytest.raises(
             PersistenceError, match=re.escape('append seq mismatch for "s1": expected 2 at index 0, got 0')
         ):
@@ -757,7 +768,7 @@ class BackendContract(ABC):
     def test_42_append_rejects_non_json_event_data(self, env: Harness, bad: Any) -> None:  # spec 8.3 #42
         coordinator = env.coordinator()
         coordinator.create(header(SID))
-        batch = [turn_start(0), ev("tool/call", 1, {"turn": 1, "step": 1, "callId": "c", "payload": {"x": [bad]}})]
+        batch = [turn_start(0), ev(TOOL_CALL, 1, {"turn": 1, "step": 1, "callId": "c", "payload": {"x": [bad]}})]
         with pytest.raises(
             PersistenceError,
             match=re.escape(
@@ -785,17 +796,17 @@ class BackendContract(ABC):
         coordinator = env.coordinator()
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", user_data("q"), APPEND_INTENT)
+        session.append(TURN_START, {"turn": 1})
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         store.flush(session)
         with pytest.raises(PersistenceError, match=re.escape(LIVE_TURN_OPEN.format(id=SID))):
             coordinator.load(SID)
-        assert types(stored(env)) == ["turn/start", "user/message"]  # no synthetic closers for a live id
+        assert types(stored(env)) == [TURN_START, USER_MESSAGE]  # no synthetic closers for a live id
 
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.dispose(session)
         loaded = coordinator.load(SID)
-        assert types(loaded.events) == ["turn/start", "user/message", "turn/end"]
+        assert types(loaded.events) == [TURN_START, USER_MESSAGE, TURN_END]
         assert loaded.events[-1]["data"]["reason"] == {"kind": "completed"}
 
     # spec 8.4 #45
@@ -842,10 +853,10 @@ class BackendContract(ABC):
         assert isinstance(error, PersistenceError), outcome
         assert re.search(re.escape(LIVE_TURN_OPEN.format(id=SID)), str(error)), f"{type(error).__name__}: {error}"
         session = outcome["session"]
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.dispose(session)
         loaded = coordinator.load(SID)
-        assert types(loaded.events) == ["turn/start", "session/end-seed", "turn/end"]
+        assert types(loaded.events) == [TURN_START, SESSION_END_SEED, TURN_END]
         assert loaded.events[-1]["data"]["reason"] == {"kind": "completed"}
 
     def test_46_does_not_load_an_unmaterialized_empty_live_session(self, env: Harness) -> None:  # spec 8.4 #46
@@ -860,7 +871,7 @@ class BackendContract(ABC):
         coordinator.store.flush(session)
         loaded = fresh(env).load(SID)
         assert loaded.meta["seedLength"] == 6
-        assert types(loaded.events)[6] == "session/end-seed"
+        assert types(loaded.events)[6] == SESSION_END_SEED
 
     def test_48_round_trips_the_delegation_depth(self, env: Harness) -> None:  # spec 8.4 #48
         coordinator = env.coordinator()
@@ -876,9 +887,9 @@ class BackendContract(ABC):
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
         data = {"turn": 1}
-        event = session.append("turn/start", data)
+        event = session.append(TURN_START, data)
         message = user_data("original")
-        session.append("user/message", message, APPEND_INTENT)
+        session.append(USER_MESSAGE, message, APPEND_INTENT)
         data["turn"] = 99
         message["content"][0]["text"] = "mutated by the caller"
         with pytest.raises(TypeError):
@@ -954,7 +965,7 @@ class BackendContract(ABC):
         events = coordinator.load(SID).events
         assert len(events) == 20
         assert events[0]["data"] == {"turn": 1}
-        assert events[1]["type"] == "user/message"
+        assert events[1]["type"] == USER_MESSAGE
         assert events[1]["data"] == {
             "content": [{"type": "text", "text": "flat"}],
             "source": {"kind": "user"},
@@ -962,9 +973,9 @@ class BackendContract(ABC):
             "role": "user",
         }
         assert events[1]["surfaceOp"] == "append"
-        assert events[2]["type"] == "user/message"
+        assert events[2]["type"] == USER_MESSAGE
         assert events[2]["data"] == user_data("wrapped", msg_id="steer-wrapped")
-        reasons = {e["seq"]: e["data"]["reason"] for e in events if e["type"] == "turn/end"}
+        reasons = {e["seq"]: e["data"]["reason"] for e in events if e["type"] == TURN_END}
         assert reasons == {
             3: {"kind": "completed"},
             5: {"kind": "aborted", "reason": {"kind": "legacy"}},
@@ -976,11 +987,11 @@ class BackendContract(ABC):
             17: {"kind": "aborted", "reason": {"kind": "user"}},
             19: {"kind": "max-tokens"},
         }
-        assert all(set(e["data"]) == {"turn", "reason"} for e in events if e["type"] == "turn/end")
+        assert all(set(e["data"]) == {"turn", "reason"} for e in events if e["type"] == TURN_END)
         assert events[4]["data"] == {"turn": 2}
 
         suffix = coordinator.read_from(SID, 2)
-        assert suffix.events[0]["type"] == "user/message"
+        assert suffix.events[0]["type"] == USER_MESSAGE
         assert suffix.events[0]["data"]["id"] == "steer-wrapped"
 
         session = coordinator.resume(SID)
@@ -1032,7 +1043,7 @@ class BackendContract(ABC):
         assert store.flush(child) is True
         durable = stored(env, "child")
         assert seqs(durable) == list(range(7))
-        assert durable[6]["type"] == "session/end-seed"
+        assert durable[6]["type"] == SESSION_END_SEED
         assert event_bytes(durable) == event_bytes(child.events)
         revision = revision_of(coordinator, "child")
         store.flush(child)  # a no-op flush writes nothing
@@ -1051,12 +1062,12 @@ class BackendContract(ABC):
         store.dispose(first)
         loaded = coordinator.load(SID)
         second = store.create(SID, seed=list(loaded.events), meta=live_meta())
-        second.append("turn/start", {"turn": 2})
-        second.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+        second.append(TURN_START, {"turn": 2})
+        second.append(TURN_END, {"turn": 2, "reason": {"kind": "completed"}})
         store.flush(second)
         durable = stored(env)
         assert seqs(durable) == list(range(9))
-        assert durable[6]["type"] == "session/end-seed"
+        assert durable[6]["type"] == SESSION_END_SEED
         assert event_bytes(durable) == event_bytes(second.events)
 
     def test_57_hmr_applying_persistence_seeds_existing_live_sessions(self, env: Harness) -> None:  # spec 8.4 #57
@@ -1064,7 +1075,7 @@ class BackendContract(ABC):
         session = store.create(SID, meta=live_meta())
         append_closed_turn(session)
         env.coordinator(store)
-        session.append("turn/start", {"turn": 2})
+        session.append(TURN_START, {"turn": 2})
         store.flush(session)
         durable = stored(env)
         assert seqs(durable) == list(range(7))
@@ -1096,12 +1107,12 @@ class BackendContract(ABC):
         store = SessionStore()
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", user_data("q"), APPEND_INTENT)
+        session.append(TURN_START, {"turn": 1})
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         store.flush(session)
         first.close()
-        session.append("step/start", {"turn": 1, "step": 1})  # no persistence attached while these commit
-        session.append("step/end", {"turn": 1, "step": 1})
+        session.append(STEP_START, {"turn": 1, "step": 1})  # no persistence attached while these commit
+        session.append(STEP_END, {"turn": 1, "step": 1})
         env.coordinator(store)
         store.flush(session)
         durable = stored(env)
@@ -1112,9 +1123,9 @@ class BackendContract(ABC):
         store = SessionStore()
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", user_data("q"), APPEND_INTENT)
-        session.append("step/start", {"turn": 1, "step": 1})
+        session.append(TURN_START, {"turn": 1})
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(STEP_START, {"turn": 1, "step": 1})
         store.flush(session)
         first.close()
         inject = env.factory.inject_torn_tail
@@ -1123,11 +1134,11 @@ class BackendContract(ABC):
             prefix = env.backend().load_stored(SID)
             assert prefix is not None and prefix.torn_marker is not None
         env.coordinator(store)
-        session.append("step/end", {"turn": 1, "step": 1})
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(STEP_END, {"turn": 1, "step": 1})
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.flush(session)
         loaded = fresh(env).load(SID)
-        assert types(loaded.events) == ["turn/start", "user/message", "step/start", "step/end", "turn/end"]
+        assert types(loaded.events) == [TURN_START, USER_MESSAGE, STEP_START, STEP_END, TURN_END]
         assert loaded.events[-1]["data"]["reason"] == {"kind": "completed"}
         assert event_bytes(loaded.events) == event_bytes(session.events)
 
@@ -1172,9 +1183,9 @@ class BackendContract(ABC):
         coordinator = env.coordinator()
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", user_data("q"), APPEND_INTENT)
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_START, {"turn": 1})
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         # Python has no public re-announcement; re-emit session/created to the coordinator's listener.
         coordinator._on_created(session)
         store.flush(session)
@@ -1188,7 +1199,7 @@ class BackendContract(ABC):
         coordinator.store.flush(session)
         loaded = fresh(env).load(SID)
         assert seqs(loaded.events) == list(range(7))
-        assert loaded.events[6]["type"] == "session/end-seed"
+        assert loaded.events[6]["type"] == SESSION_END_SEED
         assert loaded.meta["createdAt"] == 1000  # a claimed cursor-0 state materializes with the created header
 
     def test_67_fresh_session_reusing_a_loaded_id_is_rejected(self, env: Harness) -> None:  # spec 8.4 #67
@@ -1199,7 +1210,7 @@ class BackendContract(ABC):
             coordinator.store.create(SID, meta=live_meta())
         # a seed that does not cover the stored log still collides at flush, as in the original
         session = coordinator.store.create(SID, seed=[turn_start(0)], meta=live_meta())
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         with pytest.raises(
             SessionCollisionError,
             match=re.escape(
@@ -1211,7 +1222,7 @@ class BackendContract(ABC):
 
     # spec 8.4 #68
     def test_68_complete_matching_seed_claims_loaded_state_without_appending(self, env: Harness) -> None:
-        log = [*closed_turn(), ev("session/end-seed", 6, {})]
+        log = [*closed_turn(), ev(SESSION_END_SEED, 6, {})]
         persist(env, log)
         coordinator = fresh(env)
         loaded = coordinator.load(SID)
@@ -1227,12 +1238,12 @@ class BackendContract(ABC):
         coordinator = fresh(env)
         loaded = coordinator.load(SID)
         session = coordinator.store.create(SID, seed=list(loaded.events), meta=live_meta(created_at=2000))
-        session.append("turn/start", {"turn": 2})
-        session.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+        session.append(TURN_START, {"turn": 2})
+        session.append(TURN_END, {"turn": 2, "reason": {"kind": "completed"}})
         coordinator.store.flush(session)
         reloaded = fresh(env).load(SID)
         assert seqs(reloaded.events) == list(range(9))
-        assert reloaded.events[6]["type"] == "session/end-seed"
+        assert reloaded.events[6]["type"] == SESSION_END_SEED
         assert reloaded.meta["createdAt"] == 1000  # the stored header wins over the live one
         assert event_bytes(reloaded.events) == event_bytes(session.events)
 
@@ -1240,7 +1251,7 @@ class BackendContract(ABC):
         coordinator = env.coordinator()
         coordinator.create(header(SID, cwd="/a"))
         session = coordinator.store.create(SID, meta=live_meta(cwd="/b"))
-        session.append("turn/start", {"turn": 1})
+        session.append(TURN_START, {"turn": 1})
         with pytest.raises(SessionCollisionError, match=_cwd_collision("/a", "/b")):
             coordinator.store.flush(session)
         assert coordinator.list() == []
@@ -1258,7 +1269,7 @@ class BackendContract(ABC):
         coordinator = env.coordinator()
         coordinator.create(header(SID, cwd=None))
         session = coordinator.store.create(SID, meta=live_meta(cwd="/b"))
-        session.append("turn/start", {"turn": 1})
+        session.append(TURN_START, {"turn": 1})
         with pytest.raises(SessionCollisionError, match=_cwd_collision("undefined", "/b")):
             coordinator.store.flush(session)
 
@@ -1361,9 +1372,9 @@ class BackendContract(ABC):
         coordinator = env.coordinator(batch_delay_ms=60_000)
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", user_data("q"), APPEND_INTENT)
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_START, {"turn": 1})
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         assert store.flush(session) is True
         assert seqs(stored(env)) == [0, 1, 2]
 
@@ -1390,7 +1401,7 @@ class BackendContract(ABC):
         assert revision_of(reader) != before
         durable = stored(env)
         assert [dict(e) for e in durable] == [*log, step_closer(8, 1007), turn_closer(9, 1007)]
-        assert stored_raw(env)[-1]["type"] == "turn/end"  # the torn fragment is gone from storage
+        assert stored_raw(env)[-1]["type"] == TURN_END  # the torn fragment is gone from storage
 
         reader.append(SID, [turn_start(10, 2), turn_end(11, 2)])
         reloaded = fresh(env).load(SID)
@@ -1405,7 +1416,7 @@ class BackendContract(ABC):
         assert store.flush(session) is True
         loaded = fresh(env).load(SID)
         assert event_bytes(loaded.events) == event_bytes(session.events)
-        session.append("turn/start", {"turn": 2})
+        session.append(TURN_START, {"turn": 2})
         coordinator.flush(session)
         assert seqs(stored(env)) == list(range(7))
 
@@ -1431,9 +1442,9 @@ class BackendContract(ABC):
         resumed = second.resume(SID)
         assert event_bytes(resumed.events[:6]) == event_bytes(session.events)
         reused = second.store.create("lazy", meta=live_meta())
-        reused.append("turn/start", {"turn": 1})
+        reused.append(TURN_START, {"turn": 1})
         second.store.flush(reused)
-        resumed.append("turn/start", {"turn": 2})
+        resumed.append(TURN_START, {"turn": 2})
         second.store.flush(resumed)
         assert seqs(stored(env)) == list(range(8))
         assert seqs(stored(env, "lazy")) == [0]
@@ -1444,7 +1455,7 @@ class BackendContract(ABC):
         append_closed_turn(session)
         assert wait_until(lambda: durable_count(env) == 6, timeout=2.0)
         assert event_bytes(stored(env)) == event_bytes(session.events)
-        session.append("turn/start", {"turn": 2})
+        session.append(TURN_START, {"turn": 2})
         assert wait_until(lambda: durable_count(env) == 7, timeout=2.0)
 
     def test_a_failed_flush_batch_is_retried_in_order(self, env: Harness) -> None:
@@ -1452,16 +1463,16 @@ class BackendContract(ABC):
         coordinator = env.coordinator(wrap=mixin, batch_delay_ms=60_000)
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
-        session.append("user/message", user_data("q"), APPEND_INTENT)
+        session.append(TURN_START, {"turn": 1})
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         store.flush(session)
         mixin.armed.append(True)
-        session.append("step/start", {"turn": 1, "step": 1})
-        session.append("step/end", {"turn": 1, "step": 1})
+        session.append(STEP_START, {"turn": 1, "step": 1})
+        session.append(STEP_END, {"turn": 1, "step": 1})
         with pytest.raises(OSError, match="injected append fault"):
             store.flush(session)
         assert seqs(stored(env)) == [0, 1]
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.flush(session)
         assert mixin.attempts == [[0, 1], [2, 3], [2, 3, 4]]
         assert event_bytes(stored(env)) == event_bytes(session.events)
@@ -1475,13 +1486,13 @@ class BackendContract(ABC):
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
         with caplog.at_level(logging.WARNING, logger="agentlog"):
-            session.append("turn/start", {"turn": 1})
-            session.append("user/message", user_data("q"), APPEND_INTENT)
+            session.append(TURN_START, {"turn": 1})
+            session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
             assert wait_until(lambda: len(mixin.attempts) >= 1, timeout=2.0)
             time.sleep(0.15)  # several windows: automatic retries are paused after a failure
             assert mixin.attempts == [[0, 1]]
             assert durable_count(env) == 0
-            session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})  # a new event re-arms the window
+            session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})  # a new event re-arms the window
             assert wait_until(lambda: durable_count(env) == 3, timeout=2.0)
         assert mixin.attempts == [[0, 1], [0, 1, 2]]
         assert event_bytes(stored(env)) == event_bytes(session.events)
@@ -1494,9 +1505,9 @@ class BackendContract(ABC):
         coordinator = env.coordinator()
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
-        session.append("turn/start", {"turn": 1})
+        session.append(TURN_START, {"turn": 1})
         session.append("feedback/record", {"deep": value})
-        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.flush(session)
         loaded = fresh(env).load(SID)
         assert len(loaded.events) == 3
@@ -1516,11 +1527,11 @@ class BackendContract(ABC):
         session = coordinator.resume(SID)
         closers = [tool_closer(5, 1004, "call-1", call_seq=4), step_closer(6, 1004), turn_closer(7, 1004)]
         assert [dict(e) for e in session.events][:8] == [*log, *closers]
-        assert session.events[8]["type"] == "session/end-seed"
+        assert session.events[8]["type"] == SESSION_END_SEED
         assert session.events[5]["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
-        session.append("turn/start", {"turn": 2})
-        session.append("user/message", user_data("again"), APPEND_INTENT)
-        session.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+        session.append(TURN_START, {"turn": 2})
+        session.append(USER_MESSAGE, user_data("again"), APPEND_INTENT)
+        session.append(TURN_END, {"turn": 2, "reason": {"kind": "completed"}})
         coordinator.store.flush(session)
         durable = stored(env)
         assert seqs(durable) == list(range(12))

@@ -24,6 +24,7 @@ import zstandard
 
 from ...errors import EncodeError, ResourceExhaustedError, SessionPersistenceCorruptionError
 from ...kernel._gc import gc_paused
+from ...kernel.events import ASSISTANT_CHUNK
 from ...kernel.events import Event as _Event
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
@@ -68,7 +69,7 @@ ZSTD_DATA_THRESHOLD_BYTES: Final = 4096
 ZSTD_LEVEL: Final = 3
 PACKED_SENTINEL: Final = 0
 
-_CHUNK_EVENT: Final = "assistant/chunk"
+_CHUNK_EVENT: Final = ASSISTANT_CHUNK
 _TEXT_DELTA: Final = "text-delta"
 _REASONING_DELTA: Final = "reasoning-delta"
 _TOOL_CALL_DELTA: Final = "tool-call-delta"
