@@ -92,7 +92,7 @@ class _Source:
     events: EventsView  # balanced log, without the end-seed marker
     session: Session
     revision: str
-    torn_marker: Any
+    torn_marker: object
     closers: list[dict[str, Any]]
     holder: int | None = None  # thread holding the reservation of this source, if reserved
 

@@ -129,7 +129,7 @@ class MemoryBackend:
             record.events.extend(lines)
             record.revision += 1
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         if torn_marker is not None:
             raise PersistenceError("the memory backend never reports a torn tail")
         if closers:

@@ -1351,7 +1351,7 @@ class JsonlBackend:
             ) from err
 
     @_typed_os_errors
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         """Cut the torn tail, then append recovered events + closers as ONE batch (spec §4.8).
 
         Two fsynced steps, not atomic: a crash between them leaves a shorter but valid log, and the next

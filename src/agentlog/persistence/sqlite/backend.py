@@ -964,7 +964,7 @@ class SqliteBackend:
                 offset=err.offset,
             ) from None
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: Any, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         """Append the closers of an interrupted turn in ONE transaction (``commitRepair``); never deletes.
 
         A SQLite row cannot tear, so :meth:`load_stored` never hands out a torn marker and a marker is
