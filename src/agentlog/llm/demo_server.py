@@ -24,6 +24,27 @@ the recorded ``host`` header is then the one the client meant. Responses carry
 ``x-agentlog-demo: scripted`` and ``system_fingerprint: "agentlog-demo"`` so a transcript can never be
 mistaken for a real model's. The server binds loopback only, every wait is bounded, and ``stop()`` (or
 leaving the ``with`` block) closes open connections and joins its threads.
+
+For compaction tests the server also behaves like a model with a finite context window:
+
+* ``context_window=N``: a request whose estimated prompt exceeds ``N`` tokens is refused with HTTP 400 and
+  the provider's context-length text (``This model's maximum context length is N tokens. However, you
+  requested M tokens …``), which the OpenAI-compatible provider classifies ``CONTEXT_WINDOW_EXCEEDED``.
+  The estimate (:func:`estimate_request_tokens`) is agentlog's own token heuristic (runtime spec §5.4,
+  :mod:`agentlog.compaction.estimate`) applied to the request as the wire carries it: each wire message
+  priced as one message, the leading system message and the tool schemas as the request header. It is
+  within a few tokens per message of what the token meter prices for the same request. Every recorded
+  request carries its ``estimated_tokens``, so "every request stayed under the window" is checkable.
+* ``overflow_next=N`` (also settable while running): the next N non-compaction requests are refused with
+  the same 400, whatever their size, to script "overflow → compaction → retry".
+* A compaction request — its last user message is the compaction instruction, or it carries
+  ``x-deepseek-harness-compact: 1`` — is answered by :func:`demo_summary`: a short, deterministic Markdown
+  checkpoint with the instruction's eight section headings (with usage), so a summary is always much
+  smaller than what it replaces. ``auto_compaction=False`` hands such requests to the script instead.
+
+Refused and auto-answered requests consume no script item, so a script written for the agent's turns
+stays in step however often compaction happens. :func:`large_result_turns` scripts turns whose tool
+result is large (a ``read_file`` of a big file), to fill a small window quickly.
 """
 
 from __future__ import annotations
@@ -34,10 +55,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Literal, TypeAlias
+
+from ..compaction.estimate import CHARS_PER_TOKEN, estimate_header, estimate_message
 
 LOOPBACK: Final = "127.0.0.1"
 CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -144,14 +167,27 @@ class Hang:
     keepalive_s: float | None = None
 
 
+Answer = Literal["script", "summary", "context-overflow"]
+"""How a request was answered: from the script, by the built-in compaction summary, or refused as too
+large for the context window (or by ``overflow_next``)."""
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request as received: headers lower-cased, ``body`` parsed JSON."""
+    """One request as received: headers lower-cased, ``body`` parsed JSON.
+
+    ``estimated_tokens`` is :func:`estimate_request_tokens` of the body (0 for a body that is not a JSON
+    object), ``compaction`` whether it is a compaction request (:func:`is_compaction_request`), and
+    ``answer`` how the server answered it.
+    """
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: Any
+    estimated_tokens: int = 0
+    compaction: bool = False
+    answer: Answer = "script"
 
 
 ScriptItem: TypeAlias = Reply | RawStream | ErrorReply | Hang | str | Callable[[RecordedRequest], "ScriptItem"]
@@ -228,6 +264,187 @@ def reply_payloads(
     return events
 
 
+# --- a model with a context window, and compaction requests -------------------------------------------
+
+COMPACTION_MARKER: Final = "You are now acting as a compaction engine"
+"""The opening words of the compaction instruction (runtime spec §5.9): a last user message containing
+them is a compaction request, whichever implementation sent it."""
+COMPACT_HEADER: Final = "x-deepseek-harness-compact"
+SUMMARY_SECTIONS: Final = (
+    "Primary Request and Intent",
+    "Key Technical Concepts",
+    "Files and Code",
+    "Errors and Fixes",
+    "Pending Jobs",
+    "Current Work",
+    "Next Step",
+    "Critical Context",
+)
+"""The eight section headings of the compaction instruction, in order."""
+CHECKPOINT_TAG: Final = "<compacted-summary>"
+_CLIP: Final = 80
+
+
+def context_length_message(window: int, requested: int) -> str:
+    """The provider's context-length refusal (OpenAI's and DeepSeek's wording)."""
+    return (
+        f"This model's maximum context length is {window} tokens. However, you requested {requested} tokens "
+        f"({requested} in the messages, 0 in the completion). Please reduce the length of the messages or completion."
+    )
+
+
+def context_overflow_reply(window: int, requested: int) -> ErrorReply:
+    """The HTTP 400 a real endpoint answers to a prompt larger than its window (a script item too)."""
+    return ErrorReply(
+        400,
+        message=context_length_message(window, requested),
+        type="invalid_request_error",
+        code="context_length_exceeded",
+    )
+
+
+def _wire_text(content: Any) -> str:
+    """A wire message's ``content`` as text: a string, or the text parts of a content-part list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return ""
+
+
+def _priced_message(wire: Mapping[str, Any]) -> dict[str, Any]:
+    """One wire message as the provider-neutral message it was serialized from (blocks only)."""
+    role = wire.get("role")
+    text = _wire_text(wire.get("content"))
+    blocks: list[dict[str, Any]] = []
+    if role == "assistant":
+        reasoning = wire.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            blocks.append({"type": "reasoning", "text": reasoning})
+        if text:
+            blocks.append({"type": "text", "text": text})
+        for call in wire.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                blocks.append(
+                    {
+                        "type": "tool-call",
+                        "id": str(call.get("id", "")),
+                        "name": str(function.get("name", "")),
+                        "arguments": str(function.get("arguments", "")),
+                    }
+                )
+    elif role == "tool":
+        content = [{"type": "text", "text": text}]
+        blocks.append({"type": "tool-result", "toolCallId": str(wire.get("tool_call_id", "")), "content": content})
+    else:
+        blocks.append({"type": "text", "text": text})
+    return {"role": role, "content": blocks}
+
+
+def estimate_request_tokens(body: Any) -> int:
+    """The prompt size of a chat-completions body in agentlog's heuristic tokens (runtime spec §5.4).
+
+    The leading ``system`` message and the tool schemas are priced as the request header
+    (:func:`~agentlog.compaction.estimate.estimate_header`), every other wire message as one message
+    (:func:`~agentlog.compaction.estimate.estimate_message`) rebuilt from the wire: an assistant's
+    reasoning, text and tool calls, a tool message's result, a user message's text. The completion
+    (``max_tokens``) is not counted. 0 for a body that is not a JSON object.
+    """
+    if not isinstance(body, Mapping):
+        return 0
+    raw = body.get("messages")
+    messages = [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
+    header: dict[str, Any] = {}
+    if messages and messages[0].get("role") == "system":
+        header["system"] = _wire_text(messages[0].get("content"))
+        messages = messages[1:]
+    tools = [
+        {"name": f.get("name"), "description": f.get("description"), "parameters": f.get("parameters")}
+        for t in body.get("tools") or ()
+        if isinstance(t, Mapping) and isinstance(f := t.get("function"), Mapping)
+    ]
+    if tools:
+        header["tools"] = tools
+    return estimate_header(header) + sum(estimate_message(_priced_message(m)) for m in messages)
+
+
+def _last_user_text(body: Any) -> str:
+    raw = body.get("messages") if isinstance(body, Mapping) else None
+    candidates: list[Any] = raw if isinstance(raw, list) else []
+    for message in reversed(candidates):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return _wire_text(message.get("content"))
+    return ""
+
+
+def is_compaction_request(headers: Mapping[str, str], body: Any) -> bool:
+    """A summarization call: the compaction header (DeepSeek's ``x-deepseek-harness-compact: 1``), or a
+    last user message carrying the compaction instruction (the header goes to DeepSeek's host only)."""
+    if headers.get(COMPACT_HEADER) == "1":
+        return True
+    return COMPACTION_MARKER in _last_user_text(body)
+
+
+def _clip(text: str, limit: int = _CLIP) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def demo_summary(body: Any) -> str:
+    """The scripted checkpoint for a compaction request: the eight sections, a few hundred characters.
+
+    Deterministic (a function of the request only): the first user request it condenses (clipped), how
+    many messages and tool results it condenses, and how many earlier checkpoints it merges. Its size
+    does not grow with the conversation, so a summary is always smaller than a region worth compacting.
+    """
+    raw = body.get("messages") if isinstance(body, Mapping) else None
+    messages = [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
+    region = [m for m in messages if m.get("role") != "system"][:-1]  # without the instruction itself
+    texts = [_wire_text(m.get("content")) for m in region if m.get("role") == "user"]
+    checkpoints = sum(1 for text in texts if CHECKPOINT_TAG in text)
+    requests = [text for text in texts if CHECKPOINT_TAG not in text and text.strip()]
+    results = sum(1 for m in region if m.get("role") == "tool")
+    calls = sum(len(m.get("tool_calls") or ()) for m in region if m.get("role") == "assistant")
+    facts = {
+        "Primary Request and Intent": f'- "{_clip(requests[0])}"' if requests else "- (none)",
+        "Key Technical Concepts": "- (none)",
+        "Files and Code": "- (none)",
+        "Errors and Fixes": "- (none)",
+        "Pending Jobs": "- (none)",
+        "Current Work": f"- condensed {len(region)} messages: {calls} tool calls, {results} tool results"
+        + (f", merging {checkpoints} earlier checkpoint(s)" if checkpoints else ""),
+        "Next Step": "- continue from the messages that follow",
+        "Critical Context": f"- written by the scripted demo model ({DEMO_LABEL}), not a real LLM",
+    }
+    return "\n\n".join(f"## {title}\n{facts[title]}" for title in SUMMARY_SECTIONS)
+
+
+def _summary_reply(request: RecordedRequest) -> Reply:
+    text = demo_summary(request.body)
+    return Reply(
+        text=text,
+        usage=Usage(prompt_tokens=max(request.estimated_tokens, 1), completion_tokens=-(-len(text) // CHARS_PER_TOKEN)),
+    )
+
+
+BIG_FILE: Final = "big.txt"
+
+
+def large_result_turns(turns: int, *, path: str = BIG_FILE, answer: str = "Read it.") -> list[ScriptItem]:
+    """Two script items per turn: a ``read_file`` of ``path`` (create it large, e.g. 5,000 characters), then
+    a short final answer. Call ids are unique per turn (``call-big-<turn>``)."""
+    script: list[ScriptItem] = []
+    for turn in range(1, turns + 1):
+        script.append(
+            Reply(text="Reading it.", tool_calls=[ToolCall("read_file", {"path": path}, id=f"call-big-{turn}")])
+        )
+        script.append(f"{answer} (turn {turn})")
+    return script
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: DemoModelServer
@@ -293,8 +510,14 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._json(400, {"error": {"message": "request body is not JSON", "type": "invalid_request_error"}})
             return
+        headers = {k.lower(): v for k, v in self.headers.items()}
         request = RecordedRequest(
-            method="POST", path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
+            method="POST",
+            path=path,
+            headers=headers,
+            body=body,
+            estimated_tokens=estimate_request_tokens(body),
+            compaction=is_compaction_request(headers, body),
         )
         ordinal, item = self.server.owner._take(request)
         self._serve(item, request, ordinal)
@@ -438,10 +661,29 @@ class DemoModelServer:
     ``model`` overrides the model name in streamed chunks (default: echo the request's). When the script
     runs out the server answers 400 with a message saying so — a non-retryable failure, so a demo whose
     script is too short stops at once instead of retrying.
+
+    ``context_window``, ``overflow_next`` and ``auto_compaction`` make it a model with a finite window
+    (see the module docstring); the two attributes of the same names may be changed while it runs.
     """
 
-    def __init__(self, script: Iterable[ScriptItem] = (), *, port: int = 0, model: str | None = None) -> None:
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        port: int = 0,
+        model: str | None = None,
+        context_window: int | None = None,
+        overflow_next: int = 0,
+        auto_compaction: bool = True,
+    ) -> None:
+        if context_window is not None and context_window < 1:
+            raise ValueError(f"context_window must be a positive number of tokens, not {context_window!r}")
+        if overflow_next < 0:
+            raise ValueError(f"overflow_next must not be negative, not {overflow_next!r}")
         self.model = model
+        self.context_window = context_window
+        self.overflow_next = overflow_next
+        self.auto_compaction = auto_compaction
         self.errors: list[str] = []
         self._script: deque[ScriptItem] = deque(script)
         self._requests: list[RecordedRequest] = []
@@ -516,11 +758,35 @@ class DemoModelServer:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def max_estimated_tokens(self) -> int:
+        """The largest :attr:`RecordedRequest.estimated_tokens` so far (0 before any request)."""
+        return max((r.estimated_tokens for r in self.requests), default=0)
+
+    def _refusal(self, request: RecordedRequest) -> ErrorReply | None:
+        """The context-length 400 for this request, if it gets one (call with the lock held)."""
+        window = self.context_window
+        if self.overflow_next > 0 and not request.compaction:
+            self.overflow_next -= 1
+            limit = window if window is not None else max(request.estimated_tokens - 1, 1)
+            return context_overflow_reply(limit, request.estimated_tokens)
+        if window is not None and request.estimated_tokens > window:
+            return context_overflow_reply(window, request.estimated_tokens)
+        return None
+
     def _take(self, request: RecordedRequest) -> tuple[int, Reply | RawStream | ErrorReply | Hang]:
         with self._lock:
-            self._requests.append(request)
             self._served += 1
             ordinal = self._served
+            refusal = self._refusal(request)
+            if refusal is not None:
+                self._requests.append(replace(request, answer="context-overflow"))
+                return ordinal, refusal
+            if request.compaction and self.auto_compaction:
+                request = replace(request, answer="summary")
+                self._requests.append(request)
+                return ordinal, _summary_reply(request)
+            self._requests.append(request)
             item: ScriptItem | None = self._script.popleft() if self._script else None
         if item is None:
             return ordinal, ErrorReply(
