@@ -76,15 +76,29 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── ToolDefinitionError (ValueError) [INVALID_TOOL]
     ├── ToolSchedulerError (ValueError) [INVALID_SCHEDULE]
     ├── InboxError (ValueError) [INVALID_INBOX_OPERATION]
-    └── AgentError (RuntimeError) [AGENT_ERROR]
-        ├── ReconstructionError [RECONSTRUCTION_DESYNC]
-        ├── TurnAborted [TURN_ABORTED]
-        ├── StepLimitError [MAX_STEPS_EXCEEDED]
-        ├── AgentNotDurableError [AGENT_NOT_DURABLE]
-        ├── InvalidAgentOptionError (ValueError) [INVALID_AGENT_OPTION]
-        ├── OpenTurnError [TURN_OPEN]
-        ├── TurnBlockedError [TURN_BLOCKED]
-        └── TurnFailedError [TURN_FAILED; relays the code recorded in turn/end]
+    ├── AgentError (RuntimeError) [AGENT_ERROR]
+    │   ├── ReconstructionError [RECONSTRUCTION_DESYNC]
+    │   ├── TurnAborted [TURN_ABORTED]
+    │   ├── StepLimitError [MAX_STEPS_EXCEEDED]
+    │   ├── AgentNotDurableError [AGENT_NOT_DURABLE]
+    │   ├── InvalidAgentOptionError (ValueError) [INVALID_AGENT_OPTION]
+    │   ├── OpenTurnError [TURN_OPEN]
+    │   ├── TurnBlockedError [TURN_BLOCKED]
+    │   └── TurnFailedError [TURN_FAILED; relays the code recorded in turn/end]
+    └── CompactionError [COMPACTION_ERROR]
+        ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
+        │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
+        ├── CompactionRangeError (ValueError) [INVALID_COMPACTION_RANGE]
+        ├── CompactionStateError [COMPACTION_STATE]
+        ├── CompactionBusyError [COMPACTION_BUSY]
+        ├── SurfaceChangedError [COMPACTION_SURFACE_CHANGED]
+        ├── SummaryNotSmallerError [COMPACTION_NOT_SMALLER]
+        ├── SummarizationError [SUMMARIZATION_FAILED; codes: NO_SUMMARIZATION_TARGET, EMPTY_SUMMARY,
+        │                                     INVALID_SUMMARY_RESULT]
+        ├── CompactionThresholdError [COMPACTION_ABOVE_THRESHOLD]
+        └── ManualCompactionError [MANUAL_COMPACTION_FAILED; codes: COMPACTION_BUSY, COMPACTION_CANCELLED,
+                                   COMPACTION_CHANGED, COMPACTION_SUMMARY, COMPACTION_COMMIT,
+                                   COMPACTION_PERSISTENCE]
 
 Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
 — ``StorageRowError`` (a ``ValueError`` of :mod:`agentlog.persistence.sqlite._codec` that the row
@@ -441,6 +455,8 @@ class LlmError(AgentlogError):
             "RESPONSE_TOO_LARGE",
             "MISSING_API_KEY",
             "UNKNOWN",
+            "MAX_TOKENS",
+            "UNSUPPORTED_CONTENT",
         }
     )
 
@@ -662,3 +678,103 @@ class TurnFailedError(AgentError):
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message, code=code)
+
+
+# --- compaction ---------------------------------------------------------------------------------------
+
+
+class CompactionError(AgentlogError):
+    """A compaction (summary, prune or measurement) was refused or failed; the log says what happened.
+
+    A failure after ``compaction/start`` has been appended is recorded by exactly one
+    ``compaction/end {error}``; the surface is unchanged unless an earlier prune already landed.
+    """
+
+    code = "COMPACTION_ERROR"
+
+
+class CompactionConfigError(CompactionError, ValueError):
+    """A compaction, pruner or token-meter setting is unknown or out of range (original's message)."""
+
+    code = "INVALID_COMPACTION_CONFIG"
+
+
+class TargetPressureConfigError(CompactionConfigError):
+    """The routed model has no usable context capacity or budget (warned once per ``provider/model``)."""
+
+    code = "COMPACTION_TARGET_CONFIG"
+
+    def __init__(self, target_key: str, message: str) -> None:
+        super().__init__(message)
+        self.target_key = target_key
+
+
+class CompactionRangeError(CompactionError, ValueError):
+    """A requested span is not on the surface, reversed, or would split a tool call from its result."""
+
+    code = "INVALID_COMPACTION_RANGE"
+
+
+class CompactionStateError(CompactionError):
+    """The session is not in a state compaction can work in (no open turn, a corrupt surface fold)."""
+
+    code = "COMPACTION_STATE"
+
+
+class CompactionBusyError(CompactionError):
+    """Another compaction holds the session's durable lock (an unmatched ``compaction/start``)."""
+
+    code = "COMPACTION_BUSY"
+
+
+class SurfaceChangedError(CompactionError):
+    """The surface the summary was built from changed while the summarizer ran; nothing was replaced."""
+
+    code = "COMPACTION_SURFACE_CHANGED"
+
+
+class SummaryNotSmallerError(CompactionError):
+    """The framed summary would cost at least as many tokens as what it replaces; nothing was replaced."""
+
+    code = "COMPACTION_NOT_SMALLER"
+
+
+class SummarizationError(CompactionError):
+    """The summarizer produced nothing usable (no target to ask, no text) — model failures are LlmError."""
+
+    code = "SUMMARIZATION_FAILED"
+    codes = frozenset({"NO_SUMMARIZATION_TARGET", "EMPTY_SUMMARY", "INVALID_SUMMARY_RESULT"})
+
+
+class CompactionThresholdError(CompactionError):
+    """Every allowed compaction attempt ran and the request is still above the pressure threshold."""
+
+    code = "COMPACTION_ABOVE_THRESHOLD"
+
+
+class ManualCompactionError(CompactionError):
+    """An explicit compaction (``compact_now`` / ``agentlog compact``) failed; :attr:`kind` classifies it.
+
+    ``kind`` is the original's class (``busy``, ``cancelled``, ``changed``, ``summary``, ``commit``,
+    ``persistence``) and ``code`` its stable code (``COMPACTION_<KIND>``; ``busy`` shares
+    :class:`CompactionBusyError`'s). The underlying failure is ``__cause__``.
+    """
+
+    code = "MANUAL_COMPACTION_FAILED"
+    codes = frozenset(
+        {
+            "COMPACTION_BUSY",
+            "COMPACTION_CANCELLED",
+            "COMPACTION_CHANGED",
+            "COMPACTION_SUMMARY",
+            "COMPACTION_COMMIT",
+            "COMPACTION_PERSISTENCE",
+        }
+    )
+    KINDS: ClassVar[tuple[str, ...]] = ("busy", "cancelled", "changed", "summary", "commit", "persistence")
+
+    def __init__(self, kind: str, message: str) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown manual compaction kind {kind!r}")
+        super().__init__(message, code=f"COMPACTION_{kind.upper()}")
+        self.kind = kind

@@ -18,10 +18,11 @@ sent while the derived messages pair a tool call without its result (``UNPAIRED_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,14 @@ from .tools import (
 )
 
 logger = logging.getLogger("agentlog")
+
+PreStepHook = Callable[["Agent", int, int], Awaitable[None]]
+"""Runs before each step: ``(agent, turn, step)``, after the inbox was claimed, before ``step/start``."""
+RequestErrorHook = Callable[["Agent", int, int, Mapping[str, Any]], Awaitable[str | None]]
+"""Runs when a model request fails: ``(agent, turn, step, failure)``; returning ``"retry"`` resends the
+step's request (rebuilt from the log) instead of the retry policy deciding."""
+IdleHook = Callable[["Agent"], None]
+"""Runs when ``run()`` returns (the agent is idle again)."""
 
 DEFAULT_RETRY_CODES = ("EMPTY_RESPONSE", "RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT")
 DEFAULT_MAX_STEPS = 50
@@ -150,6 +159,7 @@ class Agent:
         tools: ToolRegistry | None = None,
         store: SessionStore | None = None,
         durable: bool = True,
+        compaction: Any | None = None,
     ) -> None:
         self.session = session
         self.provider = provider
@@ -181,6 +191,64 @@ class Agent:
         for event in session.events:
             if event["type"] == TURN_START:
                 self._last_turn = event["data"]["turn"]  # turn numbers continue after a resume
+        self.pre_step_hooks: list[PreStepHook] = []
+        self.request_error_hooks: list[RequestErrorHook] = []
+        self.idle_hooks: list[IdleHook] = []
+        self._running = False
+        self._maintenance: asyncio.Event | None = None  # set while a maintenance job runs; cleared after
+        self.compaction = compaction
+        if compaction is not None:
+            compaction.install(self)
+
+    # -- state ---------------------------------------------------------------------------------------
+    @property
+    def aborted(self) -> bool:
+        """Whether the active turn (or maintenance job) has been cancelled."""
+        return self._abort.is_set()
+
+    @property
+    def abort_signal(self) -> asyncio.Event:
+        """The event ``cancel()`` sets; providers and summarizers watch it."""
+        return self._abort
+
+    @property
+    def idle(self) -> bool:
+        return not self._running and self._maintenance is None
+
+    def flush(self) -> None:
+        """Make everything appended so far durable (a no-op for a non-durable agent)."""
+        if self.store is not None and self.store.get(self.session.id) is self.session:
+            self.store.flush(self.session)
+
+    def maintenance(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Reserve the idle agent for a non-turn job (manual compaction); refused at once when busy.
+
+        ``run()`` called meanwhile waits for the job to finish, so prompts sent during it start after.
+        """
+        if not self.idle:
+            raise AgentError(f'agent "{self.session.id}" already has active work')
+        done = asyncio.Event()
+        self._maintenance = done
+        self._abort = asyncio.Event()
+
+        @contextlib.asynccontextmanager
+        async def job() -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                self._maintenance = None
+                done.set()
+
+        return job()
+
+    async def compact_now(self, *, source_command_id: str | None = None) -> Any:
+        """Compact this idle agent's session now (needs ``Agent(compaction=...)``); see
+        :meth:`agentlog.compaction.CompactionEngine.compact_now`."""
+        if self.compaction is None:
+            raise InvalidAgentOptionError(
+                "this agent has no compaction engine; create it with Agent(..., compaction=CompactionEngine())"
+            )
+        return await self.compaction.compact_now(self, source_command_id=source_command_id)
 
     # -- input ---------------------------------------------------------------------------------------
     def send(
@@ -219,6 +287,10 @@ class Agent:
     async def run(self) -> list[TurnOutcome]:
         """Run turns while input is pending; returns each turn's ending (errors are recorded, not raised)."""
         outcomes: list[TurnOutcome] = []
+        while self._maintenance is not None:  # a maintenance job (manual compaction) settles first
+            await self._maintenance.wait()
+        if self._running:
+            raise AgentError(f'agent "{self.session.id}" is already running')
         self._abort = asyncio.Event()
         if not self._wake and not self._resume_pending:
             return outcomes  # only non-waking context is pending: it waits for a real boundary
@@ -228,11 +300,17 @@ class Agent:
                 f'session "{self.session.id}" ends inside an open turn (an earlier turn could not be closed); '
                 "flush and reload it from its store (coordinator.resume), which repairs the turn"
             )
-        while self.inbox.has_pending() and not self._abort.is_set():
-            outcome = await self._turn()
-            outcomes.append(outcome)
-            if outcome.reason["kind"] in ("aborted", "error", "blocked"):
-                break
+        self._running = True
+        try:
+            while self.inbox.has_pending() and not self._abort.is_set():
+                outcome = await self._turn()
+                outcomes.append(outcome)
+                if outcome.reason["kind"] in ("aborted", "error", "blocked"):
+                    break
+        finally:
+            self._running = False
+            for hook in self.idle_hooks:
+                hook(self)
         return outcomes
 
     async def _turn(self) -> TurnOutcome:
@@ -262,6 +340,8 @@ class Agent:
                     ending = {"kind": "completed"}
                     break
                 step += 1
+                if self.pre_step_hooks:
+                    await self._pre_step(target, claimed, turn, step)
                 if self.checkpoint is not None:
                     await self.checkpoint.abefore_step(session)
                 step_start = session.append(STEP_START, {"turn": turn, "step": step}).seq
@@ -314,6 +394,21 @@ class Agent:
                     describe_error(closing),
                 )
         return TurnOutcome(turn, ending or {"kind": "completed"}, error)
+
+    async def _pre_step(self, target: Target, claimed: list[Any], turn: int, step: int) -> None:
+        """Run the pre-step hooks (compaction); claimed input goes back to the inbox if one raises."""
+        try:
+            for hook in self.pre_step_hooks:
+                await hook(self, turn, step)
+        except BaseException:
+            try:
+                for message in reversed(claimed):
+                    self.inbox.prepend(target, message)
+            except Exception as err:
+                logger.warning(
+                    'session "%s": claimed input could not be returned to the inbox: %s', self.session.id, err
+                )
+            raise
 
     def _answer_open_calls(self, turn: int, step: int, step_start: int) -> bool:
         """Answer every call of this step that has no ``tool/result`` (the step is ending exceptionally).
@@ -418,6 +513,8 @@ class Agent:
                 raise TurnAborted("turn aborted while the model was streaming")
             if finish["kind"] in ("error", "aborted"):
                 failure = finish["failure"]
+                if await self._request_error(turn, step, failure):
+                    continue
                 if await self._retry(turn, step, failure):
                     continue
                 raise LlmError.from_failure(failure)
@@ -555,6 +652,15 @@ class Agent:
             )
 
     # -- retries -------------------------------------------------------------------------------------------
+    async def _request_error(self, turn: int, step: int, failure: Mapping[str, Any]) -> bool:
+        """Whether a request-error hook (overflow compaction) asks for the request to be sent again."""
+        if self._abort.is_set():
+            return False
+        for hook in self.request_error_hooks:
+            if await hook(self, turn, step, failure) == "retry":
+                return True
+        return False
+
     async def _retry(self, turn: int, step: int, failure: Mapping[str, Any]) -> bool:
         """Decide, log and wait for a retry of this step's request (counts survive restarts)."""
         policy = self.options.retry

@@ -37,6 +37,10 @@ RESPONSE_TOO_LARGE: Final = "RESPONSE_TOO_LARGE"
 """One SSE line or event exceeded the provider's cap (``max_event_bytes``); not retried by default."""
 MISSING_API_KEY: Final = "MISSING_API_KEY"
 UNKNOWN: Final = "UNKNOWN"
+MAX_TOKENS: Final = "MAX_TOKENS"
+"""A call that had to be complete (a compaction summary) stopped at its token cap."""
+UNSUPPORTED_CONTENT: Final = "UNSUPPORTED_CONTENT"
+"""The output holds content the caller cannot use (an image in a compaction summary)."""
 
 FAILURE_CODES: Final = frozenset(
     {
@@ -55,6 +59,8 @@ FAILURE_CODES: Final = frozenset(
         RESPONSE_TOO_LARGE,
         MISSING_API_KEY,
         UNKNOWN,
+        MAX_TOKENS,
+        UNSUPPORTED_CONTENT,
     }
 )
 """The fixed codes. Open-ended ones exist too: ``HTTP_<status>`` for unclassified HTTP statuses and the

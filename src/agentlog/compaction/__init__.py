@@ -1,0 +1,105 @@
+"""Compaction: the model sees less, the log keeps everything (runtime spec §5).
+
+A compaction replaces a head span of the *surface* (what the model is sent) with one summary checkpoint;
+every original event stays in the log, so ``session.at(seq)`` before it, replay, forks and audits see the
+full history. The pieces, bottom-up:
+
+- :class:`TokenMeter` prices the request the next step would send (incrementally, per session);
+- :func:`select_compactable_range` picks the head span to summarize without splitting a tool call from
+  its result;
+- :class:`ToolResultPruner` is the model-free first pass: it cuts the middle out of huge tool results;
+- :func:`compact_surface_region` is the logged transaction (lock, summary, checkpoint);
+- a :class:`Summarizer` writes the summary (:class:`ProviderSummarizer` asks the model;
+  :class:`ExtractiveSummarizer` needs none);
+- :class:`CompactionEngine` decides when, installed in the agent loop with ``Agent(compaction=...)``.
+"""
+
+from ..errors import (
+    CompactionBusyError,
+    CompactionConfigError,
+    CompactionError,
+    CompactionRangeError,
+    CompactionStateError,
+    CompactionThresholdError,
+    ManualCompactionError,
+    SummarizationError,
+    SummaryNotSmallerError,
+    SurfaceChangedError,
+    TargetPressureConfigError,
+)
+from .config import CompactionConfig, CompactSpec, Retention, TargetPolicy
+from .engine import CompactionEngine, routed_target
+from .estimate import estimate_content, estimate_header, estimate_message, js_length
+from .meter import TokenMeasurement, TokenMeter, TokenSurfaceNode
+from .pairing import balanced_after, balanced_before
+from .pruner import PRUNE_MARKER, PrunedEntry, PruneResult, ToolResultPruner
+from .region import (
+    CompactionResult,
+    RegionOptions,
+    checkpoint_source,
+    compact_surface_region,
+    is_checkpoint_source,
+    lock_is_held,
+)
+from .selection import CompactableRange, select_compactable_range
+from .summarizer import (
+    CHECKPOINT_PREAMBLE,
+    COMPACTION_INSTRUCTION,
+    ExtractiveSummarizer,
+    ProviderSummarizer,
+    SummarizationInput,
+    Summarizer,
+    SummaryResult,
+    SummaryTarget,
+    frame_summary,
+)
+
+__all__ = [
+    "CHECKPOINT_PREAMBLE",
+    "COMPACTION_INSTRUCTION",
+    "PRUNE_MARKER",
+    "CompactSpec",
+    "CompactableRange",
+    "CompactionBusyError",
+    "CompactionConfig",
+    "CompactionConfigError",
+    "CompactionEngine",
+    "CompactionError",
+    "CompactionRangeError",
+    "CompactionResult",
+    "CompactionStateError",
+    "CompactionThresholdError",
+    "ExtractiveSummarizer",
+    "ManualCompactionError",
+    "ProviderSummarizer",
+    "PruneResult",
+    "PrunedEntry",
+    "RegionOptions",
+    "Retention",
+    "SummarizationError",
+    "SummarizationInput",
+    "Summarizer",
+    "SummaryNotSmallerError",
+    "SummaryResult",
+    "SummaryTarget",
+    "SurfaceChangedError",
+    "TargetPolicy",
+    "TargetPressureConfigError",
+    "TokenMeasurement",
+    "TokenMeter",
+    "TokenSurfaceNode",
+    "ToolResultPruner",
+    "balanced_after",
+    "balanced_before",
+    "checkpoint_source",
+    "compact_surface_region",
+    "estimate_content",
+    "estimate_header",
+    "estimate_message",
+    "frame_summary",
+    "is_checkpoint_source",
+    "js_length",
+    "lock_is_held",
+    "routed_target",
+    "select_compactable_range",
+]
