@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import openai
 
+from ..errors import InvalidOptionError
 from ..kernel.jsonvalue import thaw
 from .types import (
     ABORTED,
@@ -93,6 +94,9 @@ if TYPE_CHECKING:
 
 DEEPSEEK_BASE_URL: Final = "https://api.deepseek.com"
 DEFAULT_MODEL: Final = "deepseek-chat"
+DEEPSEEK_CONTEXT_WINDOW: Final = 1_000_000
+"""The context window the DeepSeek endpoint's models are given (tokens) unless ``context_window=`` says
+otherwise; compaction's pressure threshold is a ratio of it."""
 DEFAULT_TIMEOUT_S: Final = 300.0
 """Idle timeout: the longest wait for progress — from the request to the first SSE data event, and
 between data events (keep-alive comments do not count). The original adapter's stream idle watchdog
@@ -691,7 +695,8 @@ class OpenAICompatibleProvider:
     — not a cap on the whole answer. ``max_event_bytes`` caps one SSE line and one data event
     (``RESPONSE_TOO_LARGE`` beyond it). ``harness_headers`` sends DeepSeek's session-id and compaction
     headers; by default only when the base URL's host is ``api.deepseek.com``. ``thinking=False`` stops
-    sending DeepSeek's ``thinking`` switch, for OpenAI-compatible servers that reject unknown fields. Use
+    sending DeepSeek's ``thinking`` switch, for OpenAI-compatible servers that reject unknown fields.
+    ``context_window`` is the models' window in tokens (see :meth:`context_window_for`). Use
     one instance per event loop and close it with ``await provider.aclose()`` (or ``async with``) to
     release pooled connections.
     """
@@ -708,7 +713,12 @@ class OpenAICompatibleProvider:
         default_headers: Mapping[str, str] | None = None,
         harness_headers: bool | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        context_window: int | None = None,
     ) -> None:
+        if context_window is not None and (
+            isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1
+        ):
+            raise InvalidOptionError(f"context_window must be a positive number of tokens, not {context_window!r}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, not {timeout_s!r}")
         if max_event_bytes < 1:
@@ -720,6 +730,7 @@ class OpenAICompatibleProvider:
         self.thinking = thinking
         self.harness_headers = is_deepseek_base_url(self.base_url) if harness_headers is None else harness_headers
         self.max_event_bytes = max_event_bytes
+        self.context_window = context_window
         key = resolve_api_key(api_key, provider, self.base_url)
         # The client insists on a credential; a keyless call omits its Authorization header per request.
         self._keyless = not key
@@ -742,6 +753,16 @@ class OpenAICompatibleProvider:
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleProvider(provider={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"
+
+    def context_window_for(self, model: str) -> int | None:
+        """The model's context window in tokens (the provider's model info, runtime spec §5.6).
+
+        ``context_window=`` when given; otherwise :data:`DEEPSEEK_CONTEXT_WINDOW` on the DeepSeek endpoint
+        and ``None`` (unknown: compaction by pressure stays off, overflow recovery still works) elsewhere.
+        """
+        if self.context_window is not None:
+            return self.context_window
+        return DEEPSEEK_CONTEXT_WINDOW if is_deepseek_base_url(self.base_url) else None
 
     async def stream(
         self, request: GenerateRequest, *, signal: asyncio.Event | None = None
