@@ -46,7 +46,7 @@ __all__ = [
     "SurfaceTokensFold",
     "TokenUsageState",
     "UsageBuckets",
-    "fold_surface_tokens",
+    "fold_surface_projection",
 ]
 
 S = TypeVar("S")
@@ -161,7 +161,7 @@ class SurfaceTokensFold(NamedTuple):
 _NO_CHANGE: Final = SurfaceTokensFold(0, None)
 
 
-def fold_surface_tokens(claim: ShadowPriceClaim | None, event: Mapping[str, Any]) -> SurfaceTokensFold:
+def fold_surface_projection(claim: ShadowPriceClaim | None, event: Mapping[str, Any]) -> SurfaceTokensFold:
     """Fold one committed event onto a running surface total, given the claim the previous event armed.
 
     A shadow-price event arms a claim; every other event expires it. A surface append adds its
@@ -289,10 +289,10 @@ def _context_pressure_reduce(state: ContextPressureState, event: Event) -> Conte
     """Last-wins capacity and pressure sample, plus the surface's movement since the sample was taken.
 
     The sample is stamped BEFORE the same event joins the surface, so an ``assistant/message`` anchors
-    against the surface its own request saw. ``surfaceTokens`` rides :func:`fold_surface_tokens`, so a
+    against the surface its own request saw. ``surfaceTokens`` rides :func:`fold_surface_projection`, so a
     compaction (which reports no usage of its own) still moves the projected figure.
     """
-    fold = fold_surface_tokens(state.get("claim"), event)
+    fold = fold_surface_projection(state.get("claim"), event)
     nxt: dict[str, Any] = cast("dict[str, Any]", state)
     if event.get("type") == "request/context":
         window = event["data"].get("contextWindow")
@@ -343,7 +343,7 @@ def _context_breakdown_initial() -> ContextBreakdownState:
 
 def _context_breakdown_reduce(state: ContextBreakdownState, event: Event) -> ContextBreakdownState:
     """System and tools priced from the newest ``request/header`` (last wins), messages from the surface."""
-    fold = fold_surface_tokens(state.get("claim"), event)
+    fold = fold_surface_projection(state.get("claim"), event)
     system_tokens = state["systemTokens"]
     tools_tokens = state["toolsTokens"]
     if event.get("type") == "request/header":
