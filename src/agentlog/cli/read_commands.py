@@ -19,6 +19,7 @@ from ..kernel.jsonvalue import thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import SeqOutOfRangeError, Session
 from ..persistence.coordinator import PersistenceCoordinator
+from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _reader, _require_store
 from .options import (
     DEFAULT_OPTIONS,
@@ -257,7 +258,9 @@ def show_command(
     """A readable transcript of a stored session (never writes).
 
     An interrupted session is shown as a resume would see it; with ``--log`` the closing events that
-    are not stored yet are marked "would be added on resume".
+    are not stored yet are marked "would be added on resume". Compaction checkpoints and pruned tool
+    results are marked; ``--log`` shows which seqs each checkpoint shadowed, and ``--at`` a seq before a
+    compaction shows the full, uncompacted view of that moment.
     """
     header, view, stored = _open_view(session_id, opts, with_stored=log)
     events = view.events
@@ -273,6 +276,7 @@ def show_command(
             render_error(err, opts.as_json)
         messages = thaw(point.derive_messages().to_list())
         request_header = thaw(point.request_header())
+        at_marks = surface_marks(point.events, point.surface.nodes)
         if opts.as_json:
             _emit_json(
                 {
@@ -280,6 +284,8 @@ def show_command(
                     "seq": at,
                     "event": {"type": events[at]["type"]},
                     "messages": messages,
+                    "messageSeqs": [seq for seq, _ in at_marks],
+                    "compaction": marks_json(at_marks),
                     "requestHeader": request_header,
                     "requestContext": thaw(point.request_context()),
                 }
@@ -294,7 +300,7 @@ def show_command(
             typer.echo(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
             if request_header.get("system"):
                 typer.echo(f"system: {_short(str(request_header['system']))}")
-        for line in _transcript(messages):
+        for line in _transcript(messages, marks=[mark for _, mark in at_marks]):
             typer.echo(line)
         return
     if log:
@@ -302,6 +308,7 @@ def show_command(
         last_stored = stored.events[-1]["seq"] if stored is not None and stored.events else -1
         pending = [event["seq"] for event in events if event["seq"] > last_stored]
         torn = stored is not None and stored.torn_marker is not None
+        marks = {mark.seq: mark for mark in log_marks(events)}
         if opts.as_json:
             _emit_json(
                 {
@@ -311,16 +318,24 @@ def show_command(
                     "storedEvents": len(events) - len(pending),
                     "wouldBeAddedOnResume": pending,
                     "tornTail": torn,
+                    "compaction": [mark.to_json() for mark in marks.values()],
                 }
             )
             return
         for event in events:
             line = _event_line(event)
             typer.echo(f"{line}  {PENDING_MARK}" if event["seq"] > last_stored else line)
+            mark = marks.get(event["seq"])
+            if isinstance(mark, CheckpointMark):
+                shadowed = seq_ranges(mark.shadowed_seqs) or "nothing"
+                typer.echo(f"{'':>6}  ↳ {mark.label}: shadows seqs {shadowed}")
+            elif mark is not None:
+                typer.echo(f"{'':>6}  ↳ {mark.label}: replaces seq {mark.original_seq}")
         if torn:
             typer.echo(f"(a torn tail after seq {last_stored} is not shown; it would be removed on resume)")
         return
     messages = thaw(view.derive_messages().to_list())
+    shown = surface_marks(events, view.surface.nodes)
     if opts.as_json:
         _emit_json(
             {
@@ -329,11 +344,13 @@ def show_command(
                 "events": len(events),
                 "lastTurn": _last_turn(events),
                 "messages": messages,
+                "messageSeqs": [seq for seq, _ in shown],
+                "compaction": marks_json(shown),
             }
         )
         return
     parent = header.get("parentSession")
     lineage = f", forked from {parent}" if parent else ""
     typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
-    for line in _transcript(messages):
+    for line in _transcript(messages, marks=[mark for _, mark in shown]):
         typer.echo(line)

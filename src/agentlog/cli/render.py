@@ -16,6 +16,7 @@ from ..errors import (
     AgentlogError,
 )
 from ..kernel.events import ASSISTANT_CHUNK, TOOL_CALL, TOOL_RESULT, TURN_END, USER_MESSAGE
+from ._marks import CheckpointMark, Mark, PruneMark
 
 
 def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
@@ -166,15 +167,24 @@ class _EventPrinter:
             self.end_line()
 
 
-def _transcript(messages: Sequence[Mapping[str, Any]], limit: int = 400) -> list[str]:
-    """Readable lines for derived messages: roles, text, tool calls (→) and results (←), shortened."""
+def _transcript(
+    messages: Sequence[Mapping[str, Any]], limit: int = 400, marks: Sequence[Mark | None] | None = None
+) -> list[str]:
+    """Readable lines for derived messages: roles, text, tool calls (→) and results (←), shortened.
+
+    ``marks`` (one per message, see :mod:`._marks`) label compaction checkpoints (a line of their own
+    before the checkpoint's text) and pruned tool results (in the result's line)."""
     names: dict[str, str] = {}
     lines: list[str] = []
-    for message in messages:
+    for index, message in enumerate(messages):
+        mark = marks[index] if marks is not None and index < len(marks) else None
         role = str(message.get("role"))
         source = message.get("source")
         kind = source.get("kind") if isinstance(source, Mapping) else None
         label = role if kind in (None, "user", "model", "tool") else f"{role} ({kind})"
+        if isinstance(mark, CheckpointMark):
+            lines.append(f"{label}: {mark.label}")
+        pruned = f"{mark.label} " if isinstance(mark, PruneMark) else ""
         for block in message.get("content") or ():
             if not isinstance(block, Mapping):
                 continue
@@ -191,7 +201,7 @@ def _transcript(messages: Sequence[Mapping[str, Any]], limit: int = 400) -> list
                 call_id = str(block.get("toolCallId"))
                 status = "error" if block.get("isError") else "ok"
                 text = _short(_text_of(block.get("content")), 160)
-                lines.append(f"  ← {names.get(call_id, call_id)} {status}: {text}")
+                lines.append(f"  ← {names.get(call_id, call_id)} {status}: {pruned}{text}")
             elif btype == "image":
                 lines.append(f"{label}: [image]")
     return lines
