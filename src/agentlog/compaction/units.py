@@ -63,7 +63,9 @@ class ProjectionUnit(Generic[S, V]):
     registry's change feed compares with ``is``). ``client_visible`` is the original's ``wire``: a
     visible unit's view is served to clients, a host-only unit's never. ``parse_state`` is the
     original's ``stateSchema``: it checks a state read back from a JSON checkpoint row and returns it,
-    raising :class:`~agentlog.errors.CompactionStateError` for one the reducer could not continue from.
+    raising a typed error for one the reducer could not continue from (the token meter's units raise
+    :class:`~agentlog.errors.CompactionStateError`). Views are built to the served shape directly; the
+    original additionally re-validates every served view against a view schema (registry behaviour).
     """
 
     key: str
