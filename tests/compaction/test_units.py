@@ -40,7 +40,7 @@ from agentlog.compaction.units import (
 )
 from agentlog.errors import CompactionStateError
 from agentlog.kernel.events import Event, TokenUsage
-from agentlog.kernel.messages import assistant_message, token_usage, user_message
+from agentlog.kernel.messages import assistant_message, text_delta, token_usage, user_message
 from agentlog.kernel.session import Session, derive_event_message
 
 S = TypeVar("S")
@@ -727,6 +727,8 @@ def build_log(ops: list[tuple[Any, ...]]) -> tuple[Session, bool]:
             turn, step = (turn + 1, 1) if new_turn or turn == 0 else (turn, step + 1)
             sample = usage(inp, out, cache_read=read, cache_write=write)
             start_step(session, turn, step)
+            if text:  # a streamed token chunk, which no token-meter unit reads
+                session.append("assistant/chunk", {"turn": turn, "step": step, "chunk": text_delta(0, text)})
             if chunk:
                 usage_chunk(session, sample, turn, step)
             if final != "none":
