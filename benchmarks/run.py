@@ -7,6 +7,7 @@ Subcommands:
     kernel   in-memory kernel figures: M1 append, M2 incremental derive, M6 compaction, peak RSS
     persist  --backend jsonl-zstd|jsonl-none|sqlite --style bulk|step: M3 write, M4 cold restore
     list     --backend ... --sessions 1000: M5 listing in a fresh process
+    compaction --turns 2000: M7 token meter after every step, M8 one prune, M9 one region compaction
 
 Each subcommand prints an aligned plain-text table and, as the LAST line of stdout, exactly one
 JSON object with its figures (medians over --repeat runs), so scripts can ``tail -n 1`` it.
@@ -56,10 +57,7 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
     widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
-        parts = [
-            str(cell).ljust(widths[c]) if c == 0 else str(cell).rjust(widths[c])
-            for c, cell in enumerate(cells)
-        ]
+        parts = [str(cell).ljust(widths[c]) if c == 0 else str(cell).rjust(widths[c]) for c, cell in enumerate(cells)]
         return "  ".join(parts).rstrip()
 
     rule = "-" * len(line(header))
@@ -256,10 +254,113 @@ try:
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.persist import add_list_parser, add_persist_parser
 
+
+# --------------------------------------------------------------------------- compaction (M7-M9)
+
+
+def m9(turns: int) -> tuple[float, float, int]:
+    """M9: one region compaction of the first 90% of W(turns)'s surface with a scripted summarizer.
+
+    The transaction is timed from the call to its return (validation, lock, pricing, the summarizer's
+    await, shrink and stability checks, the three commits). "Warm" is the state a running agent compacts
+    in: its engine measured the session before the step, checked the lock and selected the range (which
+    builds the tool-pairing cache), and the loop folded the request header. The cold figure (the first
+    fold of the whole 100k-event log by each of those, inside the call) is returned too.
+    Returns (warm seconds, cold seconds, shadowed node count).
+    """
+    import asyncio
+
+    from agentlog.compaction import CompactionEngine, SummaryResult, TokenMeter, lock_is_held
+    from agentlog.compaction.pairing import balanced_before
+
+    class Scripted:
+        async def summarize(self, summary_input: Any) -> SummaryResult:
+            return SummaryResult(
+                summary=[{"type": "text", "text": "## Current Work\n- reading files"}],
+                provider="bench",
+                model="scripted",
+            )
+
+    def build() -> Session:
+        session = Session.create(f"bench-m9-{turns}")
+        for type_, data, intent in build_workload(turns):
+            session.append(type_, data) if intent is None else session.append(type_, data, intent)
+        session.append("turn/start", {"turn": turns + 1})  # automatic compaction runs inside a turn
+        return session
+
+    figures: list[float] = []
+    count = 0
+    for warm in (True, False):
+        session = build()
+        meter = TokenMeter()
+        engine = CompactionEngine(meter=meter, pruner=None, summarizer=Scripted())
+        nodes = list(session.surface.nodes)
+        if warm:
+            meter.measure(session)
+            session.request_header()
+            lock_is_held(session)
+            balanced_before(session, nodes[0])
+        count = max(1, int(len(nodes) * COMPACTION_FRACTION))
+        end = count - 1
+        while (
+            end > 0
+            and session.events[nodes[end]]["type"] != "tool/result"
+            and session.events[nodes[end]]["type"] != "assistant/message"
+        ):
+            end -= 1
+        gc.collect()
+        start = time.perf_counter()
+        asyncio.run(engine.compact_region(session, nodes[0], nodes[end]))
+        figures.append(time.perf_counter() - start)
+        count = end + 1
+    return figures[0], figures[1], count
+
+
+def cmd_compaction(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        from compaction import m7, m8
+    except ImportError:  # run as ``python -m benchmarks.run``
+        from benchmarks.compaction import m7, m8
+    runs: dict[str, list[float]] = {"M7": [], "M8": [], "M9": [], "M9_cold": []}
+    shadowed = 0
+    for _ in range(args.repeat):
+        runs["M7"].append(m7(args.turns))
+        runs["M8"].append(m8(args.turns))
+        warm, cold, shadowed = m9(args.turns)
+        runs["M9"].append(warm)
+        runs["M9_cold"].append(cold)
+    med = {key: statistics.median(values) for key, values in runs.items()}
+    print_table(
+        f"compaction, W({args.turns}), medians of {args.repeat} runs",
+        ["figure", "median", "target"],
+        [
+            ["M7 measure() after every step", fmt(med["M7"], "s"), "<= 0.02 s"],
+            ["M8 prune_session (300-char threshold)", fmt(med["M8"], "s"), "<= 0.05 s"],
+            [f"M9 compact_region ({shadowed} nodes, warm meter)", fmt(med["M9"], "s"), "<= 0.02 s"],
+            ["M9 with a cold meter (first fold)", fmt(med["M9_cold"], "s"), "-"],
+        ],
+    )
+    return {
+        "turns": args.turns,
+        "M7_seconds": med["M7"],
+        "M8_seconds": med["M8"],
+        "M9_seconds": med["M9"],
+        "M9_cold_seconds": med["M9_cold"],
+    }
+
+
+def add_compaction_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("compaction", help="M7 token meter, M8 tool-result pruner, M9 region compaction")
+    p.add_argument("--turns", type=positive_int, default=2000, help="turns T of W(T) (default 2000)")
+    p.add_argument("--repeat", type=positive_int, default=3, help="runs; medians reported (default 3)")
+    p.set_defaults(func=cmd_compaction)
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     add_kernel_parser,
     add_persist_parser,
     add_list_parser,
+    add_compaction_parser,
 ]
 
 

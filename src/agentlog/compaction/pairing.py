@@ -40,7 +40,7 @@ def _delta(event: Any, seq: int) -> int:
 
 def _extend(session: Any, cache: _Balance, seqs: Any) -> None:
     processed = len(cache.cut_balanced) - 1
-    events = session.events
+    events = session.events.to_list()
     pending = cache.pending
     cuts: list[bool] = []
     tail = list(seqs[processed:])

@@ -17,6 +17,7 @@ consolidated summary of the whole span.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -143,8 +144,7 @@ def entry_state(session: Any) -> _EntryState:
         state = _ENTRY[session] = _EntryState()
     events = session.events
     n = len(events)
-    for index in range(state.pos, n):
-        event = events[index]
+    for event in itertools.islice(events, state.pos, n):
         etype = event["type"]
         if etype == TURN_START:
             state.open_turn = event["data"]["turn"]
@@ -247,8 +247,8 @@ def _prepare(meter: TokenMeter, session: Any, selection: _Selection, template: S
     if tuple(node.seq for node in selected) != selection.shadowed_seqs:
         raise SurfaceChangedError("compaction: selected surface changed before summarization began")
     header = session.request_header()
-    events = session.events
-    messages = [m for seq in selection.shadowed_seqs if (m := derive_event_message(events[seq])) is not None]
+    log = session.events.to_list()
+    messages = [m for seq in selection.shadowed_seqs if (m := derive_event_message(log[seq])) is not None]
     summary_input = replace(
         template,
         messages=messages,
