@@ -271,7 +271,7 @@ def m9(turns: int) -> tuple[float, float, int]:
     import asyncio
 
     from agentlog.compaction import CompactionEngine, SummaryResult, TokenMeter, lock_is_held
-    from agentlog.compaction.pairing import balanced_before
+    from agentlog.compaction.pairing import balanced_after, balanced_before
 
     class Scripted:
         async def summarize(self, summary_input: Any) -> SummaryResult:
@@ -302,11 +302,7 @@ def m9(turns: int) -> tuple[float, float, int]:
             balanced_before(session, nodes[0])
         count = max(1, int(len(nodes) * COMPACTION_FRACTION))
         end = count - 1
-        while (
-            end > 0
-            and session.events[nodes[end]]["type"] != "tool/result"
-            and session.events[nodes[end]]["type"] != "assistant/message"
-        ):
+        while end > 0 and not balanced_after(session, nodes[end]):  # never split a tool pair
             end -= 1
         gc.collect()
         start = time.perf_counter()
