@@ -232,7 +232,11 @@ class CompactionEngine:
         window = self.context_window(agent, target) if target is not None else None
         if window is None:
             return None
-        return max(window - (max_tokens or 0), 1)
+        # Room for the answer: the output cap, but never more than a quarter of the window — a cap at or
+        # above the window (the default 8,192 with any small window) would leave no input budget at all
+        # and split the region into one summarization request per message.
+        reserve = min(max_tokens or 0, window // 4)
+        return max(window - reserve, 1)
 
     async def _summarize(self, summary_input: SummarizationInput) -> SummaryResult:
         return await self.summarizer.summarize(summary_input)
