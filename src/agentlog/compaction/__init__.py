@@ -30,6 +30,7 @@ from ..errors import (
 from .config import CompactionConfig, CompactSpec, Retention, TargetPolicy
 from .engine import CompactionEngine, routed_target
 from .estimate import estimate_content, estimate_header, estimate_message, js_length
+from .invariants import CompactionInvariants
 from .meter import TokenMeasurement, TokenMeter, TokenSurfaceNode
 from .pairing import balanced_after, balanced_before
 from .pruner import PRUNE_MARKER, PrunedEntry, PruneResult, ToolResultPruner
@@ -65,6 +66,7 @@ __all__ = [
     "CompactionConfigError",
     "CompactionEngine",
     "CompactionError",
+    "CompactionInvariants",
     "CompactionRangeError",
     "CompactionResult",
     "CompactionStateError",
