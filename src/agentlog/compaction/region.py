@@ -66,7 +66,11 @@ def is_checkpoint_source(source: Mapping[str, Any] | None) -> bool:
 
 
 def error_chain(err: BaseException) -> str:
-    """The error and its causes on one line (the original's ``errorChain``), for ``compaction/end.error``."""
+    """The error and its causes on one line (the original's ``errorChain``), for ``compaction/end.error``.
+
+    Never raises: a node whose text cannot be rendered (a hostile ``__str__``) becomes
+    ``<unrenderable value>``, as in the original, so the failure bracket is always appended.
+    """
     seen: set[int] = set()
 
     def render(current: BaseException) -> str:
@@ -83,6 +87,8 @@ def error_chain(err: BaseException) -> str:
             cause_text = render(cause) if cause is not None else ""
             suffix = f": {cause_text}" if cause_text and cause_text != message else ""
             return f"{message}{members}{suffix}"
+        except Exception:
+            return "<unrenderable value>"
         finally:
             seen.discard(id(current))
 
@@ -286,7 +292,9 @@ async def _summarize(
         instruction_message()
     )
     budget = max_input_tokens - fixed
-    if prepared.shadowed_token_count <= budget:
+    if budget <= 0 or prepared.shadowed_token_count <= budget:
+        # Nothing fits beside the fixed prefix (e.g. an output cap as large as the window): splitting
+        # cannot help, so the span goes whole in one call, as in the original.
         return await summarize(summary_input)
     # Cut the span into parts at balanced boundaries; each request = prior summary + one part.
     events = session.events
