@@ -37,6 +37,7 @@ OTHER_COMMANDS = {
     "run": "tests/test_cli_agent.py (run --json)",
     "resume": "tests/test_cli_agent.py (resume --json)",
     "fork": "tests/test_cli_agent.py (fork --json)",
+    "compact": "tests/test_compaction_cli.py (compact --json)",
     "demo": "tests/test_demo.py (demo --json)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""

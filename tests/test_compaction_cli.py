@@ -17,6 +17,7 @@ import agentlog as al
 from agentlog.cli._marks import seq_ranges
 from agentlog.cli.commands import app
 from agentlog.compaction.estimate import estimate_message
+from agentlog.llm.demo_server import BIG_FILE, DemoModelServer, large_result_turns
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 
@@ -140,8 +141,8 @@ def write_compacted_session(root: Path) -> dict[str, Any]:
         coordinator.close()
 
 
-def show(root: Path, *args: str) -> Any:
-    result = runner.invoke(app, ["show", SID, "--store", str(root), *args])
+def show(root: Path, *args: str, session: str = SID) -> Any:
+    result = runner.invoke(app, ["show", session, "--store", str(root), *args])
     assert result.exit_code == 0, result.output
     return result
 
@@ -223,3 +224,193 @@ def test_seq_ranges_groups_consecutive_runs_in_the_given_order() -> None:
     assert seq_ranges([40, 3, 4]) == "40, 3–4"
     assert seq_ranges([7]) == "7"
     assert seq_ranges([]) == ""
+
+
+# --- run / resume / compact against the local model with a small window ---------------------------------
+
+WINDOW = 4000
+
+
+def _agent_store(tmp_path: Path) -> tuple[Path, Path]:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / BIG_FILE).write_text(BIG)  # 5,000 characters: about 1,250 tokens a read
+    return work, tmp_path / "store"
+
+
+def _turns(
+    server: DemoModelServer, work: Path, store: Path, count: int, *extra: str, first: tuple[str, ...] = ()
+) -> list[Any]:
+    """``run`` (with ``first`` too) then ``resume`` with a prompt, ``count`` turns in all (each reads the
+    big file); ``extra`` options go to every command."""
+    base = ["--store", str(store), "--base-url", server.base_url, "--json", *extra]
+    run = ["run", "Read big.txt.", "--session-id", "big", "--cwd", str(work), *base, *first]
+    results = [runner.invoke(app, run)]
+    for turn in range(2, count + 1):
+        results.append(runner.invoke(app, ["resume", "big", f"Read it again ({turn}).", *base]))
+    return results
+
+
+def _stored(store: Path) -> list[Any]:
+    backend = JsonlBackend(str(store), compression="auto", read_only=True)
+    try:
+        stored = backend.load_stored("big")
+    finally:
+        backend.close()
+    assert stored is not None
+    return list(stored.events)
+
+
+def test_run_and_resume_compact_on_their_own_and_keep_every_request_under_the_window(tmp_path: Path) -> None:
+    """Three turns of 1,250-token tool results in a 4,000-token window: before the step that would not
+    fit, the agent compacts (a checkpoint appears), no request ever exceeds the window, the log still
+    holds every original result, and ``resume`` keeps the window ``run`` was given."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(3), context_window=WINDOW) as server:
+        first, *later = _turns(server, work, store, 3, first=("--context-window", str(WINDOW)))
+        assert first.exit_code == 0, first.stderr
+        for result in later:
+            assert result.exit_code == 0, result.stderr
+    assert server.max_estimated_tokens <= WINDOW
+    assert all(request.answer != "context-overflow" for request in server.requests)
+    assert any(request.answer == "summary" for request in server.requests)
+    events = _stored(store)
+    assert sum(1 for e in events if e["type"] == "tool/result") == 3  # nothing removed from the log
+    assert [e["data"]["contextWindow"] for e in events if e["type"] == "request/context"][-1] == WINDOW
+    document = orjson.loads(show(store, "--json", session="big").output)
+    assert document["compaction"][0]["kind"] == "checkpoint"
+    start = next(e["seq"] for e in events if e["type"] == "compaction/start")
+    before = orjson.loads(show(store, "--at", str(start - 1), "--json", session="big").output)
+    assert before["compaction"] == [] and before["messages"][0]["content"][0]["text"] == "Read big.txt."
+
+
+def test_no_compaction_lets_the_window_overflow_and_the_turn_fail(tmp_path: Path) -> None:
+    """With --no-compaction the third turn's request exceeds the window: the server's context-length
+    400 ends the command with CONTEXT_WINDOW_EXCEEDED (exit 1), and no compaction event is written."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(3), context_window=WINDOW) as server:
+        results = _turns(server, work, store, 3, "--context-window", str(WINDOW), "--no-compaction")
+    assert [r.exit_code for r in results[:2]] == [0, 0]
+    assert results[2].exit_code == 1
+    assert orjson.loads(results[2].stderr)["error"]["code"] == "CONTEXT_WINDOW_EXCEEDED"
+    assert server.requests[-1].answer == "context-overflow"
+    assert not any(e["type"].startswith("compaction/") for e in _stored(store))
+
+
+def test_compact_json_prints_the_result_and_the_log_only_grows_by_the_compaction_events(tmp_path: Path) -> None:
+    """``agentlog compact`` on an idle session: --json is the result's camelCase document; the surface
+    shrinks to the checkpoint and the kept tail; the log gains exactly start, summary, checkpoint, end."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(2)) as server:
+        assert all(r.exit_code == 0 for r in _turns(server, work, store, 2))
+        before = _stored(store)
+        result = runner.invoke(app, ["compact", "big", "--store", str(store), "--base-url", server.base_url, "--json"])
+    assert result.exit_code == 0, result.stderr
+    document = orjson.loads(result.stdout)
+    assert set(document) == {
+        "compactionId",
+        "startSeq",
+        "summarySeq",
+        "summary",
+        "shadowedRange",
+        "shadowedSeqs",
+        "shadowedTokenCount",
+        "endSeq",
+    }
+    after = _stored(store)
+    assert after[: len(before)] == before
+    assert [e["type"] for e in after[len(before) :]] == [
+        "session/end-seed",  # compact resumed the session
+        "compaction/start",
+        "compaction/summary",
+        "user/message",
+        "compaction/end",
+    ]
+    assert document["startSeq"] == len(before) + 1 and document["endSeq"] == len(after) - 1
+    marks = orjson.loads(show(store, "--json", session="big").output)
+    assert marks["compaction"][0]["shadowedSeqs"] == document["shadowedSeqs"]
+    assert len(marks["messages"]) == 2  # the checkpoint and the newest message
+
+
+def test_compact_text_reports_surface_and_log_sizes(tmp_path: Path) -> None:
+    """For people: what was shadowed, and that the log only grew."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(2)) as server:
+        assert all(r.exit_code == 0 for r in _turns(server, work, store, 2))
+        count = len(_stored(store))
+        result = runner.invoke(app, ["compact", "big", "--store", str(store), "--base-url", server.base_url])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("session big: compacted 7 messages (~")
+    resumed = count + 1  # compact resumes the session first: its session/end-seed
+    log = f"log: {resumed} → {resumed + 4} events (+4 compaction events, nothing removed)"
+    assert lines[1] == f"surface: 8 → 2 messages; {log}"
+
+
+def test_compact_with_nothing_to_compact_prints_null_and_writes_nothing(tmp_path: Path) -> None:
+    """One message on the surface is the newest balanced unit: nothing to compact, nothing written."""
+    store = tmp_path / "store"
+    sessions = al.SessionStore()
+    coordinator = PersistenceCoordinator(sessions, JsonlBackend(str(store)))
+    session = sessions.create("big", meta={"cwd": str(tmp_path)})
+    session.append("user/message", al.user_message("only this"), {"surfaceOp": "append"})
+    sessions.flush(session)
+    coordinator.close()
+    with DemoModelServer() as server:
+        args = ["compact", "big", "--store", str(store), "--base-url", server.base_url]
+        result = runner.invoke(app, [*args, "--json"])
+        text = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == "null"
+    assert server.requests == []
+    assert text.stdout == "session big: nothing to compact (the newest message is always kept whole)\n"
+    assert len(_stored(store)) == 1
+
+
+def test_compact_refusals_are_typed_errors(tmp_path: Path) -> None:
+    """A missing session is SESSION_NOT_FOUND; a summary that is not smaller than what it would replace is
+    COMPACTION_SUMMARY with the reason, and the failed attempt is visible as one compaction/end {error}."""
+    work, store = _agent_store(tmp_path)
+    (work / BIG_FILE).write_text("tiny")
+    with DemoModelServer(large_result_turns(1)) as server:
+        assert _turns(server, work, store, 1)[0].exit_code == 0
+        args = ["--store", str(store), "--base-url", server.base_url, "--json"]
+        missing = runner.invoke(app, ["compact", "nope", *args])
+        refused = runner.invoke(app, ["compact", "big", *args])
+    assert missing.exit_code == 1 and orjson.loads(missing.stderr)["error"]["code"] == "SESSION_NOT_FOUND"
+    error = orjson.loads(refused.stderr)["error"]
+    assert refused.exit_code == 1 and error["code"] == "COMPACTION_SUMMARY"
+    assert "summary is not smaller than the shadowed content" in error["message"]
+    tail = _stored(store)[-2:]
+    assert [e["type"] for e in tail] == ["compaction/start", "compaction/end"] and "error" in tail[1]["data"]
+
+
+def test_without_a_window_an_overflow_is_recovered_by_one_compaction_and_one_retry(tmp_path: Path) -> None:
+    """No --context-window for a local endpoint: no pressure compaction, so the third turn's second step
+    overflows; the agent compacts once and retries once, and the turn completes."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(3), context_window=WINDOW) as server:
+        assert [r.exit_code for r in _turns(server, work, store, 3)] == [0, 0, 0]
+    answers = [r.answer for r in server.requests]
+    overflow = answers.index("context-overflow")
+    assert answers.count("context-overflow") == 1
+    assert set(answers[overflow + 1 : -1]) == {"summary"} and answers[-1] == "script"
+    events = _stored(store)
+    assert sum(1 for e in events if e["type"] == "compaction/start") == 1
+
+
+def test_an_overflow_after_the_retry_is_the_original_error(tmp_path: Path) -> None:
+    """The overflow budget is one retry: when the retried request overflows again (forced here), the turn
+    fails with the provider's CONTEXT_WINDOW_EXCEEDED after exactly one compaction."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(2)) as server:
+        assert [r.exit_code for r in _turns(server, work, store, 2)] == [0, 0]
+        server.overflow_next = 2
+        base = ["--store", str(store), "--base-url", server.base_url, "--json"]
+        failed = runner.invoke(app, ["resume", "big", "Once more.", *base])
+    assert failed.exit_code == 1
+    error = orjson.loads(failed.stderr)["error"]
+    assert error["code"] == "CONTEXT_WINDOW_EXCEEDED" and "maximum context length" in error["message"]
+    answers = [r.answer for r in server.requests]
+    assert answers[-1] == "context-overflow" and answers.count("context-overflow") == 2
+    assert sum(1 for e in _stored(store) if e["type"] == "compaction/start") == 1

@@ -1,4 +1,4 @@
-"""The agent commands ``run``, ``resume`` and ``fork`` (they write through a
+"""The agent commands ``run``, ``resume``, ``fork`` and ``compact`` (they write through a
 :class:`~agentlog.persistence.coordinator.PersistenceCoordinator` and leave nothing live or locked when
 they return), and ``replay``, which plays a stored session back and never writes."""
 
@@ -39,6 +39,8 @@ from .render import _emit_json, _emit_json_line, _EventPrinter, render_error
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
     from ..agent.builtin_tools import CommandPolicy
     from ..agent.loop import AgentOptions, TurnOutcome
+    from ..compaction import CompactionEngine, CompactionResult
+    from ..llm.openai_compat import OpenAICompatibleProvider
 
 DEFAULT_PROVIDER = "deepseek"
 DEFAULT_MAX_RETRIES = 5
@@ -127,6 +129,25 @@ TimeoutOption = Annotated[
         show_default=False,
     ),
 ]
+ContextWindowOption = Annotated[
+    int | None,
+    typer.Option(
+        "--context-window",
+        metavar="TOKENS",
+        min=1,
+        help="The model's context window in tokens (compaction keeps each request under it). Default: "
+        "1,000,000 on the DeepSeek API; none elsewhere (no pressure compaction); on resume, the session's last.",
+        show_default=False,
+    ),
+]
+CompactionOption = Annotated[
+    bool,
+    typer.Option(
+        "--compaction/--no-compaction",
+        help="Compact the surface (prune large tool results, summarize old turns) when a request nears the "
+        "context window or overflows it.",
+    ),
+]
 COMMAND_HINT = (
     "To allow it, re-run with --allow-command PATTERN (repeatable, e.g. --allow-command 'pytest *') "
     "or --yes to allow every command."
@@ -163,6 +184,8 @@ class ModelRunOptions:
     allow_command: list[str] | None = None
     yes: bool = False
     timeout: float | None = None
+    context_window: int | None = None
+    compaction: bool = True
 
     def resolve_api_key(self, provider: str) -> str:
         """The key sent to ``provider`` (see :func:`_api_key`)."""
@@ -190,6 +213,8 @@ model_options = OptionGroup(
         "allow_command": AllowCommandOption,
         "yes": YesOption,
         "timeout": TimeoutOption,
+        "context_window": ContextWindowOption,
+        "compaction": CompactionOption,
     },
 )
 """``@model_options()`` gives a command the model options as its ``run: ModelRunOptions`` parameter."""
@@ -253,21 +278,22 @@ async def _agent_turns(
     command_policy: CommandPolicy | None = None,
     timeout_s: float | None = None,
     signals: list[int] | None = None,
+    compaction: bool = True,
 ) -> list[TurnOutcome]:
     from ..agent.builtin_tools import CommandPolicy, builtin_registry
     from ..agent.loop import Agent
-    from ..llm.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatibleProvider
 
-    provider = OpenAICompatibleProvider(
-        base_url=base_url,
-        model=options.model,
-        api_key=api_key,
-        provider=options.provider,
-        timeout_s=timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S,
-    )
+    provider = _provider(options, api_key=api_key, base_url=base_url, timeout_s=timeout_s)
     loop = asyncio.get_running_loop()
     policy = command_policy if command_policy is not None else CommandPolicy(hint=COMMAND_HINT)
-    agent = Agent(session, provider, options, tools=builtin_registry(command_policy=policy), store=store)
+    agent = Agent(
+        session,
+        provider,
+        options,
+        tools=builtin_registry(command_policy=policy),
+        store=store,
+        compaction=_compaction_engine() if compaction else None,
+    )
 
     received = signals if signals is not None else []
     task = asyncio.current_task()
@@ -299,6 +325,38 @@ async def _agent_turns(
             if received:  # the command is on its way out (flush, release, exit 130/143): stay on course
                 signal.signal(installed, signal.SIG_IGN)
         await provider.aclose()
+
+
+def _provider(
+    options: AgentOptions, *, api_key: str, base_url: str | None, timeout_s: float | None
+) -> OpenAICompatibleProvider:
+    """The OpenAI-compatible provider of ``options``' route and model; ``options.context_window`` (from
+    ``--context-window``) is the window its model info reports to compaction."""
+    from ..llm.openai_compat import DEFAULT_TIMEOUT_S, OpenAICompatibleProvider
+
+    return OpenAICompatibleProvider(
+        base_url=base_url,
+        model=options.model,
+        api_key=api_key,
+        provider=options.provider,
+        timeout_s=timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S,
+        context_window=options.context_window,
+    )
+
+
+def _compaction_engine() -> CompactionEngine:
+    """The engine ``run``, ``resume`` and ``compact`` install: the default configuration (threshold 80% of
+    the window, tool-result pruning first, summaries written by the session's own model)."""
+    from ..compaction import CompactionEngine
+
+    return CompactionEngine()
+
+
+def _recorded_context_window(session: Any) -> int | None:
+    """The context window the session last ran with (its ``request/context``'s ``contextWindow``)."""
+    context = session.request_context()
+    window = context.get("contextWindow") if context is not None else None
+    return window if type(window) is int and window > 0 else None
 
 
 def _run_agent(
@@ -342,6 +400,7 @@ def _run_agent(
             command_policy=command_policy,
             timeout_s=run.timeout,
             signals=signals,
+            compaction=run.compaction,
         )
         outcomes = asyncio.run(turns)
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -393,9 +452,11 @@ def _agent_options(
     system: str | None,
     cwd: Path,
     config: Mapping[str, Any] | None = None,
+    context_window: int | None = None,
 ) -> AgentOptions:
     """The agent's options: the resolved route, model, system prompt and cwd, ``run``'s retry and step
-    limits, and the sampling settings of a resumed session's ``config``."""
+    limits and context window (else ``context_window``: a resumed session's), and the sampling settings
+    of a resumed session's ``config``."""
     from ..agent.loop import AgentOptions, RetryPolicy
 
     config = config or {}
@@ -412,6 +473,7 @@ def _agent_options(
         retry=RetryPolicy(max_retries=run.max_retries),
         cwd=cwd,
         max_steps=run.max_steps,
+        context_window=run.context_window if run.context_window is not None else context_window,
     )
 
 
@@ -521,6 +583,7 @@ def resume_command(
         system=run.system if run.system is not None else persisted_system,
         cwd=work_dir,
         config=config,
+        context_window=_recorded_context_window(session),
     )
     _run_agent(
         coordinator,
@@ -532,6 +595,132 @@ def resume_command(
         as_json=opts.as_json,
         extra=state,
         command_policy=command_policy,
+    )
+
+
+async def _compact_now(
+    session: Session, store: SessionStore, options: AgentOptions, run: ModelRunOptions, *, api_key: str
+) -> CompactionResult | None:
+    from ..agent.loop import Agent
+
+    provider = _provider(options, api_key=api_key, base_url=run.base_url, timeout_s=run.timeout)
+    try:
+        agent = Agent(session, provider, options, store=store, compaction=_compaction_engine())
+        result: CompactionResult | None = await agent.compact_now()
+        return result
+    finally:
+        await provider.aclose()
+
+
+def _compactable(session_id: str, opts: StoreOptions) -> bool:
+    """Whether ``compact_now`` would find a span to summarize, decided on a read-only copy of the log
+    (the same selection: everything but the newest balanced unit). A missing session is reported here."""
+    from ..compaction import TokenMeter, select_compactable_range
+
+    header, view = _read_view(session_id, opts)
+    copy = Session.create(session_id, seed=list(view.events), header=header)
+    return select_compactable_range(copy, TokenMeter().measure(copy), 0) is not None
+
+
+def _with_cause(err: AgentlogError) -> AgentlogError:
+    """A manual-compaction failure with its underlying reason in the message (the code is kept)."""
+    from ..errors import ManualCompactionError
+
+    cause = err.__cause__
+    if isinstance(err, ManualCompactionError) and cause is not None and str(cause):
+        detailed = ManualCompactionError(err.kind, f"{err}: {cause}")
+        detailed.__cause__ = cause
+        return detailed
+    return err
+
+
+@shared_options()
+@model_options("model", "base_url", "provider", "api_key", "timeout", "context_window")
+def compact_command(
+    session_id: Annotated[str, typer.Argument(help="The session to compact.")],
+    opts: StoreOptions = DEFAULT_OPTIONS,
+    run: ModelRunOptions = DEFAULT_MODEL_RUN,
+) -> None:
+    """Compact an idle stored session now: its history but the newest messages becomes one summary.
+
+    The summary is written by the session's own model (the same provider options as resume); every
+    original event stays in the log and show --at a seq before it still shows them. With --json, the
+    result ({compactionId, startSeq, summarySeq, summary, shadowedRange, shadowedSeqs,
+    shadowedTokenCount, endSeq}), or null when there was nothing to compact (nothing is written then).
+    The session is resumed first (an interrupted turn is closed), so the log also gains the resume's
+    session/end-seed marker.
+    """
+    try:
+        api_key = run.resolve_api_key(run.provider or DEFAULT_PROVIDER)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    if not _compactable(session_id, opts):  # decided read-only: nothing at all is written then
+        if opts.as_json:
+            _emit_json(None)
+        else:
+            typer.echo(f"session {session_id}: nothing to compact (the newest message is always kept whole)")
+        return
+    try:
+        storage = opts.open_backend()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    from ..llm.openai_compat import DEFAULT_MODEL
+
+    sessions = SessionStore()
+    coordinator = PersistenceCoordinator(sessions, storage)
+    try:
+        session = coordinator.resume(session_id)
+    except AgentlogError as err:
+        coordinator.close()
+        render_error(err, opts.as_json)
+    header = session.request_header()
+    config: Mapping[str, Any] = header["config"] if header is not None else {}
+    header_cwd = session.header.get("cwd")
+    options = _agent_options(
+        run,
+        provider=run.provider or str(config.get("provider") or DEFAULT_PROVIDER),
+        model=run.model or str(config.get("model") or DEFAULT_MODEL),
+        system=header.get("system") if header is not None else None,
+        cwd=Path(header_cwd or os.getcwd()),
+        config=config,
+        context_window=_recorded_context_window(session),
+    )
+    surface_before, events_before = len(session.derive_messages()), len(session.events)
+    result: CompactionResult | None = None
+    failure: AgentlogError | None = None
+    interrupted = False
+    try:
+        result = asyncio.run(_compact_now(session, sessions, options, run, api_key=api_key))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True
+    except AgentlogError as err:
+        failure = _with_cause(err)
+    finally:
+        surface_after, events_after = len(session.derive_messages()), len(session.events)
+        released = _release(coordinator, [session])
+    if interrupted:
+        from ..errors import ManualCompactionError
+
+        try:
+            render_error(ManualCompactionError("cancelled", "manual compaction was cancelled"), opts.as_json)
+        except typer.Exit:
+            raise typer.Exit(code=130) from None
+    failure = failure or released
+    if failure is not None:
+        render_error(failure, opts.as_json)
+    if opts.as_json:
+        _emit_json(None if result is None else result.to_json())
+        return
+    if result is None:
+        typer.echo(f"session {session_id}: nothing to compact (the newest message is always kept whole)")
+        return
+    typer.echo(
+        f"session {session_id}: compacted {len(result.shadowed_seqs)} messages (~{result.shadowed_token_count:,} "
+        f"tokens) into a checkpoint at seq {result.summary_seq + 1}"
+    )
+    typer.echo(
+        f"surface: {surface_before} → {surface_after} messages; log: {events_before} → {events_after} events "
+        f"(+{events_after - events_before} compaction events, nothing removed)"
     )
 
 

@@ -1,7 +1,7 @@
 """The ``agentlog`` command: inspect stored sessions, and run an agent over them.
 
 The inspection commands read only (``ls``, ``export``, ``verify``, ``show`` and ``replay`` never write
-and never take a writer lock). ``run``, ``resume`` and ``fork`` write through a
+and never take a writer lock). ``run``, ``resume``, ``fork`` and ``compact`` write through a
 :class:`PersistenceCoordinator` and leave nothing live or locked when they return. Every command prints
 readable output for people and, with ``--json``, a machine-readable document for scripts. On failure
 the exit code is non-zero and, with ``--json``, ``{"error": {"code", "message"}}`` goes to stderr so a
@@ -9,7 +9,7 @@ script can branch on the stable code.
 
 This module is the command table: it registers each command on the Typer app (:mod:`._app`) in the
 order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
-``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``) and :mod:`.demo_commands`;
+``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``) and :mod:`.demo_commands`;
 they take the shared options from :mod:`.options` and print through :mod:`.render`. The names below
 stay importable from here.
 """
@@ -23,6 +23,7 @@ from .agent_commands import (
     DEFAULT_MAX_STEPS,
     DEFAULT_PROVIDER,
     MAX_REPLAY_GAP_S,
+    compact_command,
     fork_command,
     replay_command,
     resume_command,
@@ -57,6 +58,7 @@ app.command("resume")(resume_command)
 app.command("show")(show_command)
 app.command("replay")(replay_command)
 app.command("fork")(fork_command)
+app.command("compact")(compact_command)
 app.command("demo")(demo_command)
 
 
