@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from ..errors import CompactionConfigError, TargetPressureConfigError
@@ -98,13 +99,16 @@ def _validate_policy(config: Mapping[str, Any], name: str) -> None:
         _non_negative_int(f"{name}.compactionRetries", config["compactionRetries"])
     if "maxOverflowRetries" in config:
         _non_negative_int(f"{name}.maxOverflowRetries", config["maxOverflowRetries"])
+    # Present-but-null is a value (refused as not a string); only an absent key is "unset".
+    has_provider = "summarizationProvider" in config
+    has_model = "summarizationModel" in config
     provider = config.get("summarizationProvider")
     model = config.get("summarizationModel")
-    if provider is not None and not isinstance(provider, str):
+    if has_provider and not isinstance(provider, str):
         raise _fail(f"{name}.summarizationProvider must be a string")
-    if model is not None and not isinstance(model, str):
+    if has_model and not isinstance(model, str):
         raise _fail(f"{name}.summarizationModel must be a string")
-    if provider is None and model is None:
+    if not has_provider and not has_model:
         return
     if provider is None or model is None or (len(provider) == 0) != (len(model) == 0):
         raise _fail(
@@ -334,5 +338,5 @@ def _resolve_policies(configured: object) -> list[Mapping[str, Any]]:
         if target in seen:
             raise _fail(f"{NAME}: duplicate model policy for {source['provider']}/{source['model']}")
         seen.add(target)
-        out.append(dict(source))
+        out.append(MappingProxyType(dict(source)))  # detached and read-only, like the original's deepFreeze
     return out
