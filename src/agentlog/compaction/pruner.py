@@ -212,7 +212,7 @@ class ToolResultPruner:
                 },
             )
             replacement = append(
-                "tool/result",
+                TOOL_RESULT,
                 {**data, "message": {**message, "content": [{**result, "content": content}]}},
                 {"surfaceOp": {"op": "replace", "start": seq, "end": seq}, "sourceEventSeqs": [seq]},
             )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, NotRequired, TypedDict, TypeVar, cast
 
 from ..errors import CompactionStateError
-from ..kernel.events import Event
+from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, REQUEST_CONTEXT, REQUEST_HEADER, Event
 from ..kernel.request_header import canonical_header
 from ..kernel.session import derive_event_message
 from ..kernel.surface import APPEND, is_surface_event
@@ -202,12 +202,12 @@ def fold_surface_projection(claim: ShadowPriceClaim | None, event: Mapping[str, 
 def _usage_sample(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The usage an ``assistant/chunk`` of type ``usage`` or an ``assistant/message`` reports, if any."""
     etype = event.get("type")
-    if etype == "assistant/chunk":
+    if etype == ASSISTANT_CHUNK:
         chunk = event["data"].get("chunk")
         if isinstance(chunk, Mapping) and chunk.get("type") == "usage":
             return cast("Mapping[str, Any]", chunk["usage"])
         return None
-    if etype == "assistant/message":
+    if etype == ASSISTANT_MESSAGE:
         return cast("Mapping[str, Any] | None", event["data"].get("usage"))
     return None
 
@@ -296,7 +296,7 @@ def _context_pressure_reduce(state: ContextPressureState, event: Event) -> Conte
     """
     fold = fold_surface_projection(state.get("claim"), event)
     nxt: dict[str, Any] = cast("dict[str, Any]", state)
-    if event.get("type") == "request/context":
+    if event.get("type") == REQUEST_CONTEXT:
         window = event["data"].get("contextWindow")
         if window != state.get("contextWindow"):
             if window is not None:
@@ -348,7 +348,7 @@ def _context_breakdown_reduce(state: ContextBreakdownState, event: Event) -> Con
     fold = fold_surface_projection(state.get("claim"), event)
     system_tokens = state["systemTokens"]
     tools_tokens = state["toolsTokens"]
-    if event.get("type") == "request/header":
+    if event.get("type") == REQUEST_HEADER:
         header = canonical_header(event["data"]["header"])
         system_tokens = estimate_system_tokens(header)
         tools_tokens = estimate_tools_tokens(header)
