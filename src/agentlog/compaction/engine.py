@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, Protocol
 
 from ..errors import (
+    CompactionBusyError,
     CompactionThresholdError,
     ManualCompactionError,
     TargetPressureConfigError,
@@ -256,14 +257,24 @@ class CompactionEngine:
         Inside the open turn by default (``RegionOptions(owner="current-turn")``); the span must be on the
         surface with balanced cuts on both sides. ``agent`` supplies the provider, model and signal.
         """
+        return await self._region(session, start, end, agent, options or RegionOptions(), self._summarize)
+
+    async def _region(
+        self,
+        session: Any,
+        start: int,
+        end: int,
+        agent: Any | None,
+        opts: RegionOptions,
+        summarize: Callable[[SummarizationInput], Awaitable[SummaryResult]],
+    ) -> CompactionResult:
         template = self._template(agent, session)
-        opts = options or RegionOptions()
         if opts.max_input_tokens is None:
             limit = self._max_input_tokens(agent, session, template.max_tokens)
             if limit is not None:
                 opts = RegionOptions(opts.owner, opts.stability, opts.flush, opts.source_command_id, limit)
         return await compact_surface_region(
-            session, start, end, meter=self.meter, summarize=self._summarize, template=template, options=opts
+            session, start, end, meter=self.meter, summarize=summarize, template=template, options=opts
         )
 
     async def compact_if_needed(self, agent: Any, trigger: Trigger) -> CompactionResult | None:
@@ -331,26 +342,39 @@ class CompactionEngine:
             ) from err
         async with maintenance:
             session = agent.session
+
+            async def summarize(summary_input: SummarizationInput) -> SummaryResult:
+                result = await self._summarize(summary_input)
+                if agent.aborted:  # cancelled while the summary was produced: nothing is committed
+                    raise ManualCompactionError("cancelled", "manual compaction was cancelled")
+                return result
+
+            async def flush() -> None:
+                agent.flush()
+
             try:
                 span = select_compactable_range(session, self.meter.measure(session), 0)
                 if span is None:
                     return None
-
-                async def flush() -> None:
-                    agent.flush()
-
-                return await self.compact_region(
+                return await self._region(
                     session,
                     span.start,
                     span.end,
-                    agent=agent,
-                    options=RegionOptions(
+                    agent,
+                    RegionOptions(
                         owner=None, stability="selected-span", flush=flush, source_command_id=source_command_id
                     ),
+                    summarize,
                 )
+            except CompactionBusyError as err:  # the durable lock: another compaction is live
+                raise ManualCompactionError("busy", str(err)) from err
             except Exception as err:
                 if agent.aborted and not (isinstance(err, ManualCompactionError) and err.kind == "persistence"):
-                    raise ManualCompactionError("cancelled", "manual compaction was cancelled") from err
+                    if isinstance(err, ManualCompactionError) and err.kind == "cancelled":
+                        raise
+                    # The cause is what actually failed, not its classification as a summary/commit failure.
+                    cause = err.__cause__ if isinstance(err, ManualCompactionError) and err.__cause__ else err
+                    raise ManualCompactionError("cancelled", "manual compaction was cancelled") from cause
                 raise
 
 
