@@ -35,10 +35,10 @@ from ..kernel.events import (
     STEP_END,
     STEP_START,
     SURFACE_EVENT_TYPES,
+    USER_MESSAGE,
 )
 from ..kernel.jsonvalue import FrozenDict
 from ..kernel.request_header import canonical_header, header_equals
-from ..kernel.session import derive_event_message
 from ..llm.assembler import Assembler
 from .estimate import BLOCK_OVERHEAD, CHARS_PER_TOKEN, ROLE_OVERHEAD, estimate_content, estimate_header, js_length
 from .estimate import estimate_message as _estimate_message
@@ -183,7 +183,7 @@ def _freeze_nodes(nodes: Sequence[Any]) -> _NodesView:
 # --- the fold ---------------------------------------------------------------------------------------
 
 _NONE_BASELINE: Final = FrozenDict({"kind": "none", "tokens": 0})
-_REPLACE_SOURCE_TYPES: Final = frozenset(SURFACE_EVENT_TYPES)
+_SURFACE_TYPES: Final = frozenset(SURFACE_EVENT_TYPES)
 _TEXT_BLOCKS: Final = frozenset({"text", "reasoning"})
 _DELTAS: Final = frozenset({"text-delta", "reasoning-delta"})
 _new_node = tuple.__new__
@@ -405,18 +405,32 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
     anchor = state.anchor
     start = state.consumed
     i = end
-    surface_types = _REPLACE_SOURCE_TYPES
+    # Locals: the loop runs once per logged event, most of them chunks that it only skips.
+    surface_types, chunk_type, assistant_type, user_type = (
+        _SURFACE_TYPES,
+        ASSISTANT_CHUNK,
+        ASSISTANT_MESSAGE,
+        USER_MESSAGE,
+    )
+    step_start_type, step_end_type, header_type = STEP_START, STEP_END, REQUEST_HEADER
+    price, new_node, node_class = _estimate_message, _new_node, TokenSurfaceNode
     try:
         for i, event in enumerate(log[start:end], start):  # noqa: B007 (i is read in the finally)
             etype = event["type"]
-            if etype == ASSISTANT_CHUNK:
+            if etype == chunk_type:
                 continue
             if etype in surface_types:
                 op = event.get("surfaceOp")
                 if op is None:  # not a surface event (never committed by the kernel)
                     continue
-                message = derive_event_message(event)
-                tokens = 0 if message is None else _estimate_message(message)
+                # derive_event_message, inlined: an empty assistant message derives nothing.
+                if etype == user_type:
+                    message = event.get("data")
+                else:
+                    message = event["data"].get("message")
+                    if etype == assistant_type and (not message or not message.get("content")):
+                        message = None
+                tokens = 0 if message is None else price(message)
                 seq = event["seq"]
                 if op == "append":
                     start_idx = end_idx = -1
@@ -433,7 +447,7 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
                         )
                     delta = tokens - sum(node[1] for node in nodes[start_idx : end_idx + 1])
                 next_anchor = anchor
-                if etype == ASSISTANT_MESSAGE:
+                if etype == assistant_type:
                     data = event["data"]
                     if step_start is None or step_start[0] != data.get("turn") or step_start[1] != data.get("step"):
                         raise CompactionStateError(
@@ -455,7 +469,7 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
                         )
                     next_anchor = _Anchor(header, anchor_surface, baseline)
                 # commit (nothing below can fail)
-                node = _new_node(TokenSurfaceNode, (seq, tokens))
+                node = new_node(node_class, (seq, tokens))
                 if start_idx == -1:
                     nodes.append(node)
                     seqs.append(seq)
@@ -467,7 +481,7 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
                     seqs[start_idx : end_idx + 1] = (seq,)
                 surface_tokens += delta
                 anchor = next_anchor
-            elif etype == STEP_START:
+            elif etype == step_start_type:
                 if step_start is not None:
                     raise CompactionStateError(
                         f"token meter: step/start at seq {event['seq']} arrived before turn "
@@ -475,14 +489,14 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
                     )
                 data = event["data"]
                 step_start = (data.get("turn"), data.get("step"), surface_tokens)
-            elif etype == STEP_END:
+            elif etype == step_end_type:
                 data = event["data"]
                 if step_start is None or step_start[0] != data.get("turn") or step_start[1] != data.get("step"):
                     raise CompactionStateError(
                         f"token meter: step/end at seq {event['seq']} has no matching step/start event"
                     )
                 step_start = None
-            elif etype == REQUEST_HEADER:
+            elif etype == header_type:
                 data = event.get("data")
                 value = data.get("header") if isinstance(data, Mapping) else None
                 if isinstance(value, Mapping):
