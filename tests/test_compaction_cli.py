@@ -414,3 +414,27 @@ def test_an_overflow_after_the_retry_is_the_original_error(tmp_path: Path) -> No
     answers = [r.answer for r in server.requests]
     assert answers[-1] == "context-overflow" and answers.count("context-overflow") == 2
     assert sum(1 for e in _stored(store) if e["type"] == "compaction/start") == 1
+
+
+def test_the_demo_compacts_and_the_log_only_grows_by_the_compaction_events(tmp_path: Path) -> None:
+    """``agentlog demo``'s compaction step: after a turn that reads a large log, ``compact_now`` shrinks the
+    surface to the checkpoint and the newest message, the log gains exactly start, summary, checkpoint
+    and end, every earlier event is unchanged and the view before them derives every earlier message;
+    the stored session then shows the checkpoint and still verifies."""
+    from agentlog.cli.demo import COMPACTION_EVENTS
+
+    result = runner.invoke(app, ["demo", "--store", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    facts = orjson.loads(result.stdout)["compaction"]
+    assert tuple(facts["added"]) == COMPACTION_EVENTS
+    assert facts["eventsAfter"] == facts["eventsBefore"] + 4
+    assert facts["earlierEventsUnchanged"] is True and facts["earlierViewIntact"] is True
+    assert facts["surfaceAfter"]["messages"] == 2 < facts["surfaceBefore"]["messages"]
+    assert facts["surfaceAfter"]["tokens"] < facts["surfaceBefore"]["tokens"]
+    assert facts["result"]["startSeq"] == facts["eventsBefore"]
+    session_id = orjson.loads(result.stdout)["session"]["id"]
+    shown = orjson.loads(runner.invoke(app, ["show", session_id, "--store", str(tmp_path), "--json"]).stdout)
+    assert shown["compaction"][0]["kind"] == "checkpoint"
+    assert shown["compaction"][0]["shadowedSeqs"] == facts["result"]["shadowedSeqs"]
+    verified = runner.invoke(app, ["verify", session_id, "--store", str(tmp_path), "--json"])
+    assert verified.exit_code == 0 and orjson.loads(verified.stdout)["ok"] is True

@@ -140,12 +140,12 @@ ContextWindowOption = Annotated[
         show_default=False,
     ),
 ]
-CompactionOption = Annotated[
+NoCompactionOption = Annotated[
     bool,
     typer.Option(
-        "--compaction/--no-compaction",
-        help="Compact the surface (prune large tool results, summarize old turns) when a request nears the "
-        "context window or overflows it.",
+        "--no-compaction",
+        help="Do not compact (by default large tool results are pruned and old turns summarized when a request "
+        "nears the context window or overflows it).",
     ),
 ]
 COMMAND_HINT = (
@@ -185,7 +185,7 @@ class ModelRunOptions:
     yes: bool = False
     timeout: float | None = None
     context_window: int | None = None
-    compaction: bool = True
+    no_compaction: bool = False
 
     def resolve_api_key(self, provider: str) -> str:
         """The key sent to ``provider`` (see :func:`_api_key`)."""
@@ -214,7 +214,7 @@ model_options = OptionGroup(
         "yes": YesOption,
         "timeout": TimeoutOption,
         "context_window": ContextWindowOption,
-        "compaction": CompactionOption,
+        "no_compaction": NoCompactionOption,
     },
 )
 """``@model_options()`` gives a command the model options as its ``run: ModelRunOptions`` parameter."""
@@ -400,7 +400,7 @@ def _run_agent(
             command_policy=command_policy,
             timeout_s=run.timeout,
             signals=signals,
-            compaction=run.compaction,
+            compaction=not run.no_compaction,
         )
         outcomes = asyncio.run(turns)
     except (KeyboardInterrupt, asyncio.CancelledError):

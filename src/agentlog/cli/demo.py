@@ -16,7 +16,13 @@ exactly that, with nothing faked but the model:
    ``TOOL_OUTCOME_UNKNOWN`` result and synthetic ``step/end`` / ``turn/end``. One more turn then runs
    against the scripted model, whose script is a function that checks the request it receives: every
    assistant tool call must be answered by a tool message, or it answers 400 as a real API would.
-4. The session is forked at its last closed turn, and a summary compares the session and the fork.
+4. The session is forked at its last closed turn.
+5. Compaction: one more turn reads a large build log, then ``Agent.compact_now()`` replaces everything
+   but the newest message with one summary checkpoint (written by the scripted model, which answers
+   compaction requests with a short fixed-structure summary). The surface the model is sent shrinks;
+   the log only grows by the four compaction events, and ``session.at(seq)`` before them still derives
+   the full history.
+6. A summary compares the session and the fork.
 
 ``python -m agentlog.demo`` runs the same thing; ``--child`` is the internal entry point of step 2.
 """
@@ -58,6 +64,7 @@ from ..persistence.jsonl.backend import JsonlBackend
 from .render import _emit_json, _emit_json_line, _TableOutput
 
 if TYPE_CHECKING:
+    from ..compaction import CompactionResult
     from ..llm.openai_compat import OpenAICompatibleProvider
 
 DEMO_MODEL_LABEL = "scripted demo model — no real LLM"
@@ -74,6 +81,16 @@ CHILD_PROMPTS = (
     f"Run the nightly job now (`{SLOW_COMMAND}` stands in for it).",
 )
 FOLLOWUP_PROMPT = "We lost you for a moment there. Did the nightly job finish?"
+BUILD_LOG = "build.log"
+BUILD_STEPS = 120
+BUILD_LOG_TEXT = "".join(
+    f"[00:{step // 60:02d}:{step % 60:02d}] step {step:3d}/{BUILD_STEPS}: compile module_{step:03d} ... ok\n"
+    for step in range(1, BUILD_STEPS + 1)
+)
+BUILD_CALL_ID = "call-read-build-log"
+BUILD_PROMPT = f"Did last night's build pass? The log is {BUILD_LOG}."
+BUILD_ANSWER = f"Yes: all {BUILD_STEPS} steps compiled without an error."
+COMPACTION_EVENTS = ("compaction/start", "compaction/summary", "user/message", "compaction/end")
 
 TOOL_CALL_DEADLINE_S = 30.0
 """How long the parent waits for the child's durable ``tool/call`` (interpreter start included)."""
@@ -255,6 +272,19 @@ def child_script() -> list[ScriptItem]:
     ]
 
 
+def build_log_script() -> list[ScriptItem]:
+    """Step 5's turn: read the (large) build log, then answer. The compaction request after it is answered
+    by the server's built-in summary, not by the script."""
+    return [
+        Reply(
+            reasoning="Read the log before answering.",
+            text="Reading the build log.",
+            tool_calls=[ToolCall("read_file", {"path": BUILD_LOG}, id=BUILD_CALL_ID)],
+        ),
+        Reply(text=BUILD_ANSWER),
+    ]
+
+
 class RequestCheck:
     """A script item that checks the request it answers, as a strict chat-completions API would.
 
@@ -401,9 +431,10 @@ class _Demo:
         started = time.monotonic()
         self.workspace.mkdir()
         (self.workspace / NOTES_FILE).write_text(NOTES_TEXT)
+        (self.workspace / BUILD_LOG).write_text(BUILD_LOG_TEXT)
         self.root.mkdir(parents=True, exist_ok=True)
         self.server = DemoModelServer(child_script()).start()
-        self.console.print("[bold]agentlog demo[/]: crash an agent mid-tool-call, resume, repair, fork")
+        self.console.print("[bold]agentlog demo[/]: crash an agent mid-tool-call, resume, repair, fork, compact")
         self.console.print(f"[bold yellow]{DEMO_MODEL_LABEL}[/]")
         self.say(f"model: DemoModelServer at {self.server.base_url} (no API key)")
         self.say(f"store: {escape(str(self.root))} (JSONL, zstd{', temporary' if self.temporary_store else ''})")
@@ -428,6 +459,8 @@ class _Demo:
         self.followup(session)
         self.step = "fork"
         fork = self.fork(session)
+        self.step = "compaction"
+        self.compact(session)
         self.step = "summary"
         self.summarize(session, fork)
         self.facts["elapsedSeconds"] = round(time.monotonic() - started, 2)
@@ -677,6 +710,87 @@ class _Demo:
         finally:
             await provider.aclose()
 
+    async def _compact_now(self, session: Session) -> CompactionResult | None:
+        """``Agent.compact_now()`` with the default engine: the summary is one call to the (scripted) model."""
+        from ..compaction import CompactionEngine
+
+        assert self.server is not None and self.coordinator is not None
+        provider = _provider(self.server.base_url)
+        try:
+            agent = Agent(
+                session,
+                provider,
+                _options(self.workspace),
+                tools=_tools(),
+                store=self.coordinator.store,
+                compaction=CompactionEngine(),
+            )
+            result: CompactionResult | None = await agent.compact_now()
+            return result
+        finally:
+            await provider.aclose()
+
+    # -- step 5: compaction ------------------------------------------------------------------------------
+    def compact(self, session: Session) -> None:
+        from ..compaction import TokenMeter
+
+        self.heading(5, "compaction: the model sees less, the log keeps everything")
+        assert self.server is not None
+        self.server.push(*build_log_script())
+        outcomes = asyncio.run(self._run_turn(session, BUILD_PROMPT))
+        if not outcomes or outcomes[-1].reason.get("kind") != "completed":
+            raise DemoFailure(f"the build-log turn did not complete: {outcomes[-1].reason if outcomes else 'no turn'}")
+        self.say(f"user: {escape(BUILD_PROMPT)}  (the model reads {len(BUILD_LOG_TEXT):,} characters)")
+        meter = TokenMeter()
+        events_before = list(session.events)
+        messages_before = thaw(session.derive_messages().to_list())
+        tokens_before = meter.measure(session).total_tokens
+        requests_before = len(self.server.requests)
+        result = asyncio.run(self._compact_now(session))
+        if result is None:
+            raise DemoFailure("compact_now found nothing to compact")
+        summary_calls = sum(1 for r in self.server.requests[requests_before:] if r.answer == "summary")
+        events_after = list(session.events)
+        messages_after = thaw(session.derive_messages().to_list())
+        tokens_after = meter.measure(session).total_tokens
+        added = [e["type"] for e in events_after[len(events_before) :]]
+        unchanged = events_after[: len(events_before)] == events_before
+        earlier = thaw(session.at(len(events_before) - 1).derive_messages().to_list())
+        self.say(
+            f"agent.compact_now(): {len(result.shadowed_seqs)} messages (~{result.shadowed_token_count:,} tokens) "
+            f"→ one checkpoint, summarized in {summary_calls} call(s) to the scripted model"
+        )
+        numbers = ("before", "after")
+        table = _TableOutput(("", *numbers), fold=False, right=numbers, header_style="bold")
+        table.add_row("surface: messages sent to the model", str(len(messages_before)), str(len(messages_after)))
+        table.add_row("next request: estimated tokens", f"{tokens_before:,}", f"{tokens_after:,}")
+        table.add_row("log: events", str(len(events_before)), str(len(events_after)))
+        table.print(self.console)
+        first = len(events_before)
+        self.say(f"the log grew by {len(added)} events (seqs {first}–{first + len(added) - 1}): {', '.join(added)}")
+        if unchanged:
+            self.say(f"[bold green]✓[/] the {len(events_before)} earlier events are unchanged")
+        if earlier == messages_before:
+            self.say(f"[bold green]✓[/] session.at({first - 1}) still derives all {len(earlier)} earlier messages")
+        self.facts["compaction"] = {
+            "prompt": BUILD_PROMPT,
+            "result": result.to_json(),
+            "summaryCalls": summary_calls,
+            "surfaceBefore": {"messages": len(messages_before), "tokens": tokens_before},
+            "surfaceAfter": {"messages": len(messages_after), "tokens": tokens_after},
+            "eventsBefore": len(events_before),
+            "eventsAfter": len(events_after),
+            "added": added,
+            "earlierEventsUnchanged": unchanged,
+            "earlierViewIntact": earlier == messages_before,
+        }
+        if tuple(added) != COMPACTION_EVENTS or not unchanged or earlier != messages_before:
+            raise DemoFailure(
+                f"compaction did not only append its events: added {added}, earlier unchanged {unchanged}"
+            )
+        if not (len(messages_after) < len(messages_before) and tokens_after < tokens_before):
+            raise DemoFailure("compaction did not shrink the surface")
+
     # -- step 4: fork ------------------------------------------------------------------------------------
     def fork(self, session: Session) -> Session:
         self.heading(4, "fork at the last closed turn")
@@ -726,7 +840,7 @@ class _Demo:
             location = locations.get(row["id"])
             row["file"] = location
             row["fileBytes"] = os.path.getsize(location) if location and os.path.exists(location) else None
-        self.heading(5, "summary")
+        self.heading(6, "summary")
         numbers = ("events", "turns", "surface", "file bytes")
         table = _TableOutput(("", "id", *numbers), fold=False, right=numbers, header_style="bold")
         for row in rows:
