@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import agentlog as al
 from agentlog.agent.builtin_tools import builtin_registry
 from agentlog.agent.loop import Agent, AgentOptions
+from agentlog.compaction import COMPACTION_INSTRUCTION
 from agentlog.compaction.estimate import estimate_header, estimate_message
 from agentlog.llm import GenerateRequest, StreamChunk, assemble
 from agentlog.llm.demo_server import (
@@ -38,10 +39,7 @@ from agentlog.llm.demo_server import (
 )
 from agentlog.llm.openai_compat import OpenAICompatibleProvider, is_context_overflow, request_body
 
-INSTRUCTION = (
-    f"{COMPACTION_MARKER} for this AI coding assistant. Condense the conversation ABOVE into a structured "
-    "checkpoint that lets another model resume the work with no loss of essential context."
-)
+INSTRUCTION = COMPACTION_INSTRUCTION
 TOOLS: list[Any] = [
     {"name": "read_file", "description": "Read a file.", "parameters": {"type": "object", "properties": {}}}
 ]
@@ -305,3 +303,11 @@ def test_large_result_turns_fill_the_window_through_a_real_agent(tmp_path: Path)
     assert all(later > earlier for earlier, later in itertools.pairwise(sizes))
     assert sizes[2] - sizes[0] > 1250
     assert server.requests[-1].answer == "context-overflow"
+
+
+def test_the_summary_has_exactly_the_instructions_sections_and_the_marker_opens_it() -> None:
+    """The server recognises agentlog's own instruction by its opening words, and its summary uses the
+    instruction's section headings, in the instruction's order."""
+    assert COMPACTION_INSTRUCTION.startswith(COMPACTION_MARKER)
+    headings = [line[3:] for line in COMPACTION_INSTRUCTION.splitlines() if line.startswith("## ")]
+    assert headings == list(SUMMARY_SECTIONS)
