@@ -153,6 +153,8 @@ def test_show_marks_the_checkpoint_and_the_pruned_result(tmp_path: Path) -> None
     facts = write_compacted_session(tmp_path)
     lines = show(tmp_path).output.splitlines()
     assert lines[1] == f"user (plugin): [compaction checkpoint: shadowed 4 messages, ~{facts['tokens']:,} tokens]"
+    assert lines[2] == "user (plugin): ## Primary Request and Intent - read big.txt"  # the summary, without framing
+    assert not any("compacted-summary" in line for line in lines)
     pruned = [line for line in lines if "[pruned:" in line]
     assert pruned == [f"  ← read_file ok: [pruned: 5,000 → {len(PRUNED):,} chars] " + " ".join(PRUNED.split())]
     assert not any("What does big.txt say?" in line for line in lines)

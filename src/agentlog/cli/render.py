@@ -189,6 +189,8 @@ def _transcript(
             if not isinstance(block, Mapping):
                 continue
             btype = block.get("type")
+            if isinstance(mark, CheckpointMark) and _is_framing(block):
+                continue  # the fixed preamble and closing tag around the summary say nothing new
             if btype == "text":
                 lines.append(f"{label}: {_short(str(block.get('text', '')), limit)}")
             elif btype == "reasoning":
@@ -205,6 +207,17 @@ def _transcript(
             elif btype == "image":
                 lines.append(f"{label}: [image]")
     return lines
+
+
+def _is_framing(block: Mapping[str, Any]) -> bool:
+    """The checkpoint's framing text blocks (runtime spec §5.9): the preamble ending with the opening tag,
+    and the closing tag."""
+    text = block.get("text")
+    return (
+        block.get("type") == "text"
+        and isinstance(text, str)
+        and (text.endswith("<compacted-summary>") or text == "</compacted-summary>")
+    )
 
 
 def _event_line(event: Mapping[str, Any]) -> str:
