@@ -186,21 +186,40 @@ def instruction_message() -> dict[str, Any]:
 class ProviderSummarizer:
     """The default summarizer: one streamed call through a :class:`~agentlog.llm.types.Provider`.
 
-    ``provider`` is the model backend to ask; ``None`` uses the provider the input carries (the agent's).
+    The call goes to the route the target names (the original's adapter registry): the first of
+    ``provider`` and ``providers`` whose ``name`` is the target's provider. Otherwise an explicit
+    ``provider`` serves it under its own name (and its own default ``model``, if it has one), and the
+    request and the logged ``compaction/summary`` name what actually served it; without one, the
+    provider the input carries (the agent's, which serves every route the agent's options name) does.
     """
 
-    def __init__(self, provider: Provider | None = None) -> None:
+    def __init__(self, provider: Provider | None = None, *, providers: Sequence[Provider] = ()) -> None:
         self.provider = provider
+        self.providers = tuple(providers)
+
+    def route(self, target: SummaryTarget, fallback: Provider | None) -> tuple[Provider, str, str] | None:
+        """The provider that serves ``target``, and the provider name and model the request carries."""
+        for candidate in (self.provider, *self.providers):
+            if candidate is not None and getattr(candidate, "name", None) == target.provider:
+                return candidate, target.provider, target.model
+        if self.provider is not None:
+            own_model = getattr(self.provider, "model", None)
+            name = getattr(self.provider, "name", None) or target.provider
+            return self.provider, name, own_model if isinstance(own_model, str) and own_model else target.model
+        if fallback is not None:
+            return fallback, target.provider, target.model
+        return None
 
     async def summarize(self, input: SummarizationInput) -> SummaryResult:
-        provider = self.provider or input.provider
         target = input.target
-        if target is None or provider is None:
+        routed = self.route(target, input.provider) if target is not None else None
+        if target is None or routed is None:
             raise SummarizationError(NO_TARGET_MESSAGE, code="NO_SUMMARIZATION_TARGET")
+        provider, provider_name, model = routed
         messages = [*(thaw(m) for m in input.messages), instruction_message()]
         request = GenerateRequest(
-            provider=target.provider,
-            model=target.model,
+            provider=provider_name,
+            model=model,
             messages=messages,
             system=input.system,
             tools=list(thaw(t) for t in (input.tools or ())),
