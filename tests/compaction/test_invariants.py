@@ -542,17 +542,21 @@ class WindowedProvider(ScriptedProvider):
 
 @dataclass
 class PlannedSummarizer:
-    """Answers per call as planned: ``ok``, ``fail`` (raises), ``big`` (not smaller), ``crash`` (the log is
-    snapshotted as a kill -9 would leave it, then the call succeeds); ``ok`` past the plan."""
+    """Answers per call as planned (``ok`` past the plan): ``ok``; ``fail`` (raises); ``big`` (not smaller);
+    ``crash`` (the log is snapshotted as a kill -9 would leave it, then the call succeeds); ``cancel`` /
+    ``cancel-fail`` (the agent is cancelled meanwhile, then the call succeeds / raises); ``steer`` (input
+    arrives meanwhile). ``actions`` runs the side effect named by the outcome."""
 
     plan: list[str] = field(default_factory=list)
-    on_crash: Callable[[], None] = lambda: None
+    actions: dict[str, Callable[[], None]] = field(default_factory=dict)
 
     async def summarize(self, input: SummarizationInput) -> SummaryResult:
         outcome = self.plan.pop(0) if self.plan else "ok"
-        if outcome == "crash":
-            self.on_crash()
-        if outcome == "fail":
+        action = self.actions.get(outcome.removesuffix("-fail"))
+        if action is not None:
+            action()
+        await asyncio.sleep(0)
+        if outcome.endswith("fail"):
             raise RuntimeError("planned summarizer failure")
         text = "x " * 5_000 if outcome == "big" else "short summary"
         return SummaryResult(summary=[{"type": "text", "text": text}], provider="summary", model="summary")
@@ -630,7 +634,9 @@ _TURN = st.fixed_dictionaries(
         "overflow": st.booleans(),
         "manual_before": st.booleans(),
         "extra": st.sampled_from([None, "prune", "region", "region-span"]),
-        "summaries": st.lists(st.sampled_from(["ok", "fail", "big", "crash"]), max_size=3),
+        "summaries": st.lists(
+            st.sampled_from(["ok", "fail", "big", "crash", "cancel", "cancel-fail", "steer"]), max_size=3
+        ),
     }
 )
 
@@ -646,15 +652,16 @@ def _script(turn: dict[str, Any], number: int) -> list[list[StreamChunk]]:
     return replies
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=st.lists(_TURN, min_size=1, max_size=5), window=st.sampled_from([400, 1_200, 4_000]))
 def test_property_engine_region_and_pruner_output_passes_both_companions(
     turns: list[dict[str, Any]], window: int
 ) -> None:
     """Random sessions (parallel tool calls, large results, overflow answers, manual compactions between
-    turns, extra prunes and region compactions inside turns, failing / not-smaller / crashing summaries,
-    resumes from a crash snapshot): no append the engine, the region transaction or the pruner makes is
-    ever vetoed by the kernel's or the compaction companion, and every log replays clean under both."""
+    turns, extra prunes and region compactions inside turns; failing, not-smaller and crashing summaries,
+    cancellation and steering during a summary; resumes from a crash snapshot): no append the engine, the
+    region transaction or the pruner makes is ever vetoed by the kernel's or the compaction companion, and
+    every log replays clean under both."""
     store, kernel, companion = checked_store()
     meter = TokenMeter()
     summarizer = PlannedSummarizer()
@@ -670,7 +677,11 @@ def test_property_engine_region_and_pruner_output_passes_both_companions(
     def snapshot() -> None:
         crash.append(list(session.events))  # the current session (rebound after a resume)
 
-    summarizer.on_crash = snapshot
+    summarizer.actions = {
+        "crash": snapshot,
+        "cancel": lambda: agent.cancel(),
+        "steer": lambda: agent.steer("steering during summarization"),
+    }
     errors: list[InvariantError] = []
     agent = make_agent(session, engine, [], window)
 
