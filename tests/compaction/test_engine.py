@@ -708,3 +708,22 @@ def test_the_loop_retry_policy_still_handles_transient_codes_with_an_engine_inst
     assert outcomes[-1].reason == {"kind": "completed"}
     assert [e["data"]["retry"] for e in session.events if e["type"] == "llm/retry"] == [1]
     assert types_of(session) == []
+
+
+def test_pressure_makes_the_lock_durable_before_the_summary_is_awaited() -> None:
+    """The agent flushes once with compaction/start as the newest event, before the summarizer runs."""
+    recorder = RecordingSummarizer()
+    compact, _ = engine(PRESSURE, summarizer=recorder)
+    session = conversation(4)
+    agent = agent_for(session, compact)
+    flushed: list[str] = []
+    seen_at_summary: list[list[str]] = []
+
+    async def aflush() -> None:
+        flushed.append(session.events[-1]["type"])
+
+    agent.aflush = aflush  # type: ignore[method-assign]
+    recorder.during = lambda: seen_at_summary.append(list(flushed))
+    assert run(compact.compact_if_needed(agent, "pressure")) is not None
+    assert flushed == ["compaction/start"]
+    assert seen_at_summary and all(seen == ["compaction/start"] for seen in seen_at_summary)  # once, even split

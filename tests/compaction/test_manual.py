@@ -44,23 +44,33 @@ def run(coro: Any) -> Any:
 
 
 class Flushes:
-    """Replaces ``agent.flush``: counts calls, records the log length at each, optionally fails once."""
+    """Replaces ``agent.aflush``: records the log length and last event type at each call; ``fail`` makes
+    the flush after the closing ``compaction/end`` raise once (a full disk at the durability checkpoint)."""
 
     def __init__(self, agent: Agent, fail: BaseException | None = None) -> None:
         self.agent = agent
         self.fail = fail
         self.at: list[int] = []
-        agent.flush = self  # type: ignore[method-assign]
+        self.last: list[str] = []
+        agent.aflush = self  # type: ignore[method-assign]
 
-    def __call__(self) -> None:
-        self.at.append(len(self.agent.session.events))
-        if self.fail is not None:
+    async def __call__(self) -> None:
+        events = self.agent.session.events
+        self.at.append(len(events))
+        self.last.append(events[-1]["type"])
+        if self.fail is not None and events[-1]["type"] == "compaction/end":
             failure, self.fail = self.fail, None
             raise failure
 
     @property
     def count(self) -> int:
-        return len(self.at)
+        """Flushes of a closed bracket (the durability checkpoint before compact_now returns)."""
+        return self.last.count("compaction/end")
+
+    @property
+    def of_start(self) -> int:
+        """Flushes that made the lock durable before the summary was awaited."""
+        return self.last.count("compaction/start")
 
 
 def manual(
@@ -141,7 +151,9 @@ def test_a_prompt_sent_during_summarization_runs_after_the_standalone_bracket_is
     start, end = last_of(session, "compaction/start"), last_of(session, "compaction/end")
     summary = last_of(session, "compaction/summary")
     next_turn = last_of(session, "turn/start")
-    assert start.seq < summary.seq < end.seq < flushes.at[0] <= next_turn.seq
+    closing = flushes.at[flushes.last.index("compaction/end")]
+    assert start.seq < summary.seq < end.seq < closing <= next_turn.seq
+    assert flushes.of_start == 1
     assert start["data"]["turn"] is None and end["data"]["turn"] is None
     second = texts(provider.requests[1].messages)
     assert "checkpoint" in second[0]
@@ -227,7 +239,7 @@ def test_returns_none_without_writing_a_bracket_when_nothing_can_be_compacted() 
     session = Session.create("empty")
     agent, recorder, flushes = manual(session)
     assert run(agent.compact_now()) is None
-    assert len(session.events) == 0 and recorder.calls == [] and flushes.count == 0
+    assert len(session.events) == 0 and recorder.calls == [] and flushes.at == []
     assert agent.idle
 
 
@@ -238,7 +250,8 @@ def test_commits_a_standalone_bracket_without_consuming_a_turn_number_and_flushe
     result = run(agent.compact_now(source_command_id="manual-compact-command"))
     assert isinstance(result, CompactionResult)
     assert result.source_command_id == "manual-compact-command"
-    assert flushes.count == 1 and flushes.at[0] == len(session.events)
+    assert flushes.count == 1 and flushes.at[-1] == len(session.events)
+    assert flushes.of_start == 1 and flushes.at[0] == last_of(session, "compaction/start").seq + 1
     assert last_of(session, "turn/start")["data"]["turn"] == 7
     correlated = {"compactionId": result.compaction_id, "sourceCommandId": "manual-compact-command"}
     assert dict(last_of(session, "compaction/start")["data"]) == {**correlated, "turn": None}

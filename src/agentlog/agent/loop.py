@@ -220,6 +220,11 @@ class Agent:
         if self.store is not None and self.store.get(self.session.id) is self.session:
             self.store.flush(self.session)
 
+    async def aflush(self) -> None:
+        """Async form of :meth:`flush` (async flush listeners are awaited, not refused)."""
+        if self.store is not None and self.store.get(self.session.id) is self.session:
+            await self.store.aflush(self.session)
+
     def maintenance(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Reserve the idle agent for a non-turn job (manual compaction); refused at once when busy.
 

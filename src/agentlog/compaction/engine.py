@@ -269,6 +269,8 @@ class CompactionEngine:
         summarize: Callable[[SummarizationInput], Awaitable[SummaryResult]],
     ) -> CompactionResult:
         template = self._template(agent, session)
+        if agent is not None:
+            summarize = _durable_first(agent, summarize)
         if opts.max_input_tokens is None:
             limit = self._max_input_tokens(agent, session, template.max_tokens)
             if limit is not None:
@@ -350,7 +352,7 @@ class CompactionEngine:
                 return result
 
             async def flush() -> None:
-                agent.flush()
+                await _flush(agent)
 
             try:
                 span = select_compactable_range(session, self.meter.measure(session), 0)
@@ -376,6 +378,35 @@ class CompactionEngine:
                     cause = err.__cause__ if isinstance(err, ManualCompactionError) and err.__cause__ else err
                     raise ManualCompactionError("cancelled", "manual compaction was cancelled") from cause
                 raise
+
+
+async def _flush(agent: Any) -> None:
+    """Make the agent's session durable (``aflush`` when it has one; a no-op for a non-durable agent)."""
+    aflush = getattr(agent, "aflush", None)
+    if callable(aflush):
+        await aflush()
+        return
+    flush = getattr(agent, "flush", None)
+    if callable(flush):
+        flush()
+
+
+def _durable_first(
+    agent: Any, summarize: Callable[[SummarizationInput], Awaitable[SummaryResult]]
+) -> Callable[[SummarizationInput], Awaitable[SummaryResult]]:
+    """``summarize`` that first makes ``compaction/start`` durable (once): the lock is durable while it is
+    held, so a crash during the summary leaves the orphan start that the next lifecycle's end-seed retires,
+    and another process reading the log sees the compaction in progress."""
+    flushed = False
+
+    async def durable(summary_input: SummarizationInput) -> SummaryResult:
+        nonlocal flushed
+        if not flushed:
+            flushed = True
+            await _flush(agent)
+        return await summarize(summary_input)
+
+    return durable
 
 
 def _log_result(result: CompactionResult, trigger: str) -> None:
