@@ -440,3 +440,21 @@ def test_the_demo_compacts_and_the_log_only_grows_by_the_compaction_events(tmp_p
     assert shown["compaction"][0]["shadowedSeqs"] == facts["result"]["shadowedSeqs"]
     verified = runner.invoke(app, ["verify", session_id, "--store", str(tmp_path), "--json"])
     assert verified.exit_code == 0 and orjson.loads(verified.stdout)["ok"] is True
+
+
+def test_run_and_replay_show_what_compaction_did_as_it_happens(tmp_path: Path) -> None:
+    """For people watching ``resume`` (and later ``replay``): a pruned result and a checkpoint appear as
+    their marks in the stream, where a tool result would say "← ok"."""
+    work, store = _agent_store(tmp_path)
+    (work / BIG_FILE).write_text("0123456789" * 1000)  # 10,000 characters: over the pruner's 8,192
+    with DemoModelServer(large_result_turns(2), context_window=WINDOW) as server:
+        run = ["run", "Read big.txt.", "--session-id", "big", "--cwd", str(work), "--store", str(store)]
+        first = runner.invoke(app, [*run, "--base-url", server.base_url, "--context-window", str(WINDOW)])
+        second = runner.invoke(app, ["resume", "big", "Again.", "--store", str(store), "--base-url", server.base_url])
+    assert first.exit_code == 0 and second.exit_code == 0, second.output
+    assert server.max_estimated_tokens <= WINDOW
+    marks = [line for line in second.stdout.splitlines() if line.startswith("⋯ ")]
+    assert marks[0] == "⋯ [pruned: 10,000 → 5,159 chars]"
+    assert marks[-1].startswith("⋯ [compaction checkpoint: shadowed ")
+    replayed = runner.invoke(app, ["replay", "big", "--store", str(store), "--speed", "0"])
+    assert [line for line in replayed.stdout.splitlines() if line.startswith("⋯ ")] == marks

@@ -132,9 +132,23 @@ def _result_chars(event: Mapping[str, Any] | None) -> int | None:
     return total
 
 
-def mark_of(events: Sequence[Mapping[str, Any]], seq: int) -> Mark | None:
-    """The compaction mark of the event at ``seq`` (``events`` indexed by seq), or ``None``."""
-    event = events[seq]
+EventsBySeq = Sequence[Mapping[str, Any]] | Mapping[int, Mapping[str, Any]]
+"""Events looked up by seq: the whole log (a sequence indexed by seq) or just the events seen so far."""
+
+
+def _get(events: EventsBySeq, seq: int | None) -> Mapping[str, Any] | None:
+    if seq is None or seq < 0:
+        return None
+    if isinstance(events, Mapping):
+        return events.get(seq)
+    return events[seq] if seq < len(events) else None
+
+
+def mark_of(events: EventsBySeq, seq: int) -> Mark | None:
+    """The compaction mark of the event at ``seq`` (``events`` looked up by seq), or ``None``."""
+    event = _get(events, seq)
+    if event is None:
+        return None
     etype = event.get("type")
     data = event.get("data")
     if not isinstance(data, Mapping):
@@ -149,8 +163,8 @@ def mark_of(events: Sequence[Mapping[str, Any]], seq: int) -> Mark | None:
         start_seq = sources[0] if sources else None
         summary_seq = sources[1] if len(sources) > 1 else None
         tokens = None
-        if summary_seq is not None and 0 <= summary_seq < len(events):
-            summary = events[summary_seq]
+        summary = _get(events, summary_seq)
+        if summary is not None:
             summary_data = summary.get("data")
             if summary.get("type") == SUMMARY_EVENT and isinstance(summary_data, Mapping):
                 tokens = _int(summary_data.get("shadowedTokenCount"))
@@ -165,15 +179,15 @@ def mark_of(events: Sequence[Mapping[str, Any]], seq: int) -> Mark | None:
         )
     if etype == TOOL_RESULT:
         op = event.get("surfaceOp")
-        if not (isinstance(op, Mapping) and op.get("op") == "replace") or seq == 0:
+        if not (isinstance(op, Mapping) and op.get("op") == "replace"):
             return None
-        prune = events[seq - 1]
-        if prune.get("type") != PRUNE_EVENT:
+        prune = _get(events, seq - 1)
+        if prune is None or prune.get("type") != PRUNE_EVENT:
             return None
         prune_data = prune.get("data")
         sources = _ints(event.get("sourceEventSeqs"))
         original_seq = sources[0] if sources else None
-        original = events[original_seq] if original_seq is not None and 0 <= original_seq < len(events) else None
+        original = _get(events, original_seq)
         after = _result_chars(event)
         return PruneMark(
             seq=seq,

@@ -378,6 +378,7 @@ def _run_agent(
     printer = None if as_json else _EventPrinter()
     unsubscribe: Callable[[], None] | None = None
     if printer is not None:
+        printer.remember(session.events)
         watched = printer
 
         def on_event(source: Session, event: Any) -> None:

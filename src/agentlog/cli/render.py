@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -16,7 +16,7 @@ from ..errors import (
     AgentlogError,
 )
 from ..kernel.events import ASSISTANT_CHUNK, TOOL_CALL, TOOL_RESULT, TURN_END, USER_MESSAGE
-from ._marks import CheckpointMark, Mark, PruneMark
+from ._marks import PRUNE_EVENT, SUMMARY_EVENT, CheckpointMark, Mark, PruneMark, mark_of
 
 
 def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
@@ -109,15 +109,26 @@ def _text_of(blocks: Any) -> str:
     return "".join(b.get("text", "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
 
 
+_REMEMBERED = frozenset({TOOL_RESULT, USER_MESSAGE, SUMMARY_EVENT, PRUNE_EVENT})
+
+
 class _EventPrinter:
     """Renders session events for people: streamed answer text, tool calls (→) and their results (←).
 
-    Used live by ``run``/``resume`` (subscribed to the store's ``on_event``) and by ``replay``.
+    Used live by ``run``/``resume`` (subscribed to the store's ``on_event``) and by ``replay``. A
+    compaction checkpoint and a pruned tool result are shown by their mark (see :mod:`._marks`).
     """
 
     def __init__(self, *, prompts: bool = False) -> None:
         self.prompts = prompts
         self._mid_line = False
+        self._seen: dict[int, Mapping[str, Any]] = {}  # the events a compaction mark refers back to
+
+    def remember(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Events from before the printing starts (a resumed session's log) that later marks refer to."""
+        for event in events:
+            if event["type"] in _REMEMBERED and isinstance(event.get("seq"), int):
+                self._seen[event["seq"]] = event
 
     def _write(self, text: str) -> None:
         if text:
@@ -138,6 +149,12 @@ class _EventPrinter:
         data = event["data"]
         if not isinstance(data, Mapping):
             return
+        if etype in _REMEMBERED and isinstance(event.get("seq"), int):
+            self._seen[event["seq"]] = event
+            mark = mark_of(self._seen, event["seq"])
+            if mark is not None:  # a surface replacement: say what compaction did instead of "← ok"
+                self.line(f"⋯ {mark.label}")
+                return
         if etype == ASSISTANT_CHUNK:
             chunk = data.get("chunk")
             if isinstance(chunk, Mapping) and chunk.get("type") == "text-delta":
