@@ -256,7 +256,7 @@ class _State:
         return self.header_price
 
 
-def _events_of(session: Any) -> tuple[Sequence[Any], int]:
+def events_of(session: Any) -> tuple[Sequence[Any], int]:
     """The session's log as an indexable sequence and its length, without copying it.
 
     ``session.events`` (an ``EventsView``) is an O(1) prefix view of the append-only log; reading its
@@ -534,7 +534,7 @@ class TokenMeter:
         ``request_header`` affects pressure only: the surface fields always describe the session.
         Works on a ``SessionView`` (``session.at(seq)``) too, folding it from scratch.
         """
-        log, end = _events_of(session)
+        log, end = events_of(session)
         with self._lock:
             last_session, state = self._last
             if last_session() is not session:

@@ -19,7 +19,7 @@ from typing import Any, Final
 from ..errors import CompactionConfigError
 from ..kernel._js import js_string
 from ..kernel.events import TOOL_RESULT
-from .meter import TokenMeter
+from .meter import TokenMeter, events_of
 
 __all__ = ["DEFAULTS", "PRUNE_MARKER", "PruneResult", "PrunedEntry", "ToolResultPruner", "code_point_length"]
 
@@ -186,7 +186,7 @@ class ToolResultPruner:
         when the session runs under the invariant checker. A refused append raises; replacements made
         earlier in the pass stay. A second pass finds nothing to do.
         """
-        events = session.events
+        events, _count = events_of(session)
         candidates = [(seq, events[seq]) for seq in list(session.surface.nodes)]
         pruned: list[PrunedEntry] = []
         chars_removed = 0
