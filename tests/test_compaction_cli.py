@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import agentlog as al
@@ -458,3 +460,18 @@ def test_run_and_replay_show_what_compaction_did_as_it_happens(tmp_path: Path) -
     assert marks[-1].startswith("⋯ [compaction checkpoint: shadowed ")
     replayed = runner.invoke(app, ["replay", "big", "--store", str(store), "--speed", "0"])
     assert [line for line in replayed.stdout.splitlines() if line.startswith("⋯ ")] == marks
+
+
+def _expand(text: str) -> list[int]:
+    seqs: list[int] = []
+    for part in filter(None, text.split(", ")):
+        first, _, last = part.partition("–")
+        seqs.extend(range(int(first), int(last or first) + 1))
+    return seqs
+
+
+@given(st.lists(st.integers(0, 200), unique=True, max_size=40))
+def test_seq_ranges_lists_exactly_the_given_seqs(seqs: list[int]) -> None:
+    """Whatever the order (after earlier replacements shadowed seqs need not ascend), the ranges ``show
+    --log`` prints expand back to exactly the shadowed seqs, in order."""
+    assert _expand(seq_ranges(seqs)) == seqs

@@ -642,14 +642,15 @@ def compact_command(
     opts: StoreOptions = DEFAULT_OPTIONS,
     run: ModelRunOptions = DEFAULT_MODEL_RUN,
 ) -> None:
-    """Compact an idle stored session now: its history but the newest messages becomes one summary.
+    """Compact an idle stored session now: its history but the newest message becomes one summary.
 
-    The summary is written by the session's own model (the same provider options as resume); every
-    original event stays in the log and show --at a seq before it still shows them. With --json, the
-    result ({compactionId, startSeq, summarySeq, summary, shadowedRange, shadowedSeqs,
-    shadowedTokenCount, endSeq}), or null when there was nothing to compact (nothing is written then).
-    The session is resumed first (an interrupted turn is closed), so the log also gains the resume's
-    session/end-seed marker.
+    The summary is written by the session's own model (the same provider options as resume). Every
+    original event stays in the log: show --at a seq before the compaction still shows them all.
+
+    With --json: the result (compactionId, startSeq, summarySeq, summary, shadowedRange, shadowedSeqs,
+    shadowedTokenCount, endSeq), or null when there is nothing to compact (then nothing is written at
+    all). Otherwise the session is resumed first (an interrupted turn is closed), so the log gains the
+    resume's session/end-seed marker before the four compaction events.
     """
     try:
         api_key = run.resolve_api_key(run.provider or DEFAULT_PROVIDER)
