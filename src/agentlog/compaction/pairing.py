@@ -40,16 +40,20 @@ def _delta(event: Any, seq: int) -> int:
 
 def _extend(session: Any, cache: _Balance, seqs: Any) -> None:
     processed = len(cache.cut_balanced) - 1
-    events = session.events.to_list()
+    events = session.events  # one snapshot per fold; a kernel EventsView hands out its list directly
+    to_list = getattr(events, "to_list", None)
+    log = to_list() if to_list is not None else events
+    size = len(log)
     pending = cache.pending
     cuts: list[bool] = []
     tail = list(seqs[processed:])
     for seq in tail:
-        if not 0 <= seq < len(events) or events[seq].seq != seq:
+        event = log[seq] if 0 <= seq < size else None  # each unseen node's event is read exactly once
+        if event is None or event.seq != seq:
             raise CompactionStateError(
                 f"tool-pairing balance: surface seq {seq} has no matching session event (corrupt surface)"
             )
-        pending += _delta(events[seq], seq)
+        pending += _delta(event, seq)
         if pending < 0:
             raise CompactionStateError(
                 f"tool-pairing balance: tool/result at surface seq {seq} has no matching tool-call (corrupt surface)"
