@@ -606,7 +606,10 @@ def test_measurements_share_nodes_until_a_replacement_copies_them() -> None:
     c = meter.measure(session)
     assert [n.seq for n in b.nodes] == [0, 1]
     assert [n.seq for n in c.nodes] == [2, 1]
-    assert a.nodes == [TokenSurfaceNode(0, 9)] and a.nodes == (TokenSurfaceNode(0, 9),)
+    as_list: Sequence[TokenSurfaceNode] = [TokenSurfaceNode(0, 9)]
+    as_tuple: Sequence[TokenSurfaceNode] = (TokenSurfaceNode(0, 9),)
+    assert a.nodes == as_list
+    assert a.nodes == as_tuple
 
 
 def test_measurement_equality_and_json_shape() -> None:
@@ -746,7 +749,7 @@ def sessions(draw: st.DrawFn, *, with_prunes: bool = True) -> list[tuple[str, An
                 results[add("tool/result", result, APPEND)] = result
                 surface.append(seq - 1)
             add("step/end", {"turn": turn, "step": step})
-            if with_prunes and results and draw(st.booleans()):
+            if with_prunes and len(results) > 0 and draw(st.booleans()):
                 target = draw(st.sampled_from(sorted(s for s in results if s in surface)))
                 old = results.pop(target)
                 message = old["message"]
