@@ -26,6 +26,7 @@ from agentlog.compaction import (
     CHECKPOINT_PREAMBLE,
     COMPACTION_INSTRUCTION,
     CompactionEngine,
+    ExtractiveSummarizer,
     ProviderSummarizer,
     SummarizationInput,
     SummaryResult,
@@ -33,7 +34,15 @@ from agentlog.compaction import (
 )
 from agentlog.errors import LlmError, SummarizationError
 from agentlog.kernel.jsonvalue import thaw
-from agentlog.kernel.messages import image_block, plugin_message, text_block, tool_call_block
+from agentlog.kernel.messages import (
+    assistant_message,
+    image_block,
+    plugin_message,
+    text_block,
+    tool_call_block,
+    tool_result_message,
+    user_message,
+)
 from agentlog.kernel.session import Session
 from agentlog.llm.types import GenerateRequest, StreamChunk
 from agentlog.testing.provider import ScriptedProvider
@@ -423,3 +432,52 @@ def test_the_default_summarizer_compacts_a_region_through_the_agents_provider() 
     ]
     assert thaw(data["summary"]) == [{"type": "text", "text": "the summary"}]
     assert thaw(data["usage"]) == usage
+
+
+# --- the model-independent summarizer ----------------------------------------------------------------
+
+
+def test_the_extractive_summarizer_fills_every_section_in_order_without_a_model() -> None:
+    """The model-free summarizer answers the instruction's structure (all eight sections, in order, "(none)"
+    when empty) from the messages: first and latest request, tool calls, failed results, latest answer;
+    a prior checkpoint's text is not copied forward; the result is deterministic."""
+    messages = [
+        plugin_message(
+            [text_block(f"{CHECKPOINT_PREAMBLE}\n\n<compacted-summary>"), text_block("old")], plugin="compact"
+        ),
+        user_message("fix the parser"),
+        dict(
+            assistant_message(
+                [text_block("looking"), tool_call_block("c1", "read", '{"path": "a.py"}')], provider="p", model="m"
+            )
+        ),
+        tool_result_message("c1", "no such file", is_error=True),
+        dict(assistant_message("it is fixed now", provider="p", model="m")),
+        user_message("now add tests"),
+    ]
+    summarizer = ExtractiveSummarizer()
+    first = run(summarizer.summarize(SummarizationInput(messages=messages)))
+    again = run(summarizer.summarize(SummarizationInput(messages=messages)))
+    assert first == again
+    assert (first.provider, first.model, first.llm_stream_call) == ("agentlog", "extractive", False)
+    text = first.summary[0]["text"]
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == [line for line in COMPACTION_INSTRUCTION.splitlines() if line.startswith("## ")]
+    assert "- fix the parser" in text
+    assert "- now add tests" in text
+    assert "- no such file" in text
+    assert "- it is fixed now" in text
+    assert 'read({"path": "a.py"})' in text
+    assert "old" not in text
+    assert "- (none)" in text
+
+
+def test_the_extractive_summarizer_compacts_a_region_and_the_checkpoint_is_smaller() -> None:
+    """Plugged into the engine, it commits a checkpoint that is cheaper than what it shadows."""
+    engine = CompactionEngine(pruner=None, summarizer=ExtractiveSummarizer(), config={"auto": False})
+    session = conversation(4)
+    nodes = list(session.surface.nodes)
+    result = run(engine.compact_region(session, nodes[0], nodes[5]))
+    checkpoint = session.events[result.summary_seq + 1]
+    assert engine.meter.estimate_message(checkpoint["data"]) < result.shadowed_token_count
+    assert session.events[result.summary_seq]["data"]["provider"] == "agentlog"
