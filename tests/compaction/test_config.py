@@ -10,6 +10,7 @@ refusal is a :class:`~agentlog.errors.CompactionConfigError` whose message is th
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from typing import Any
 
@@ -329,3 +330,17 @@ def test_property_a_valid_ratio_policy_scales_with_floor_and_keeps_retention_bel
     assert spec.threshold_tokens == int(window * threshold)
     assert spec.retain_tokens == int(window * retain)
     assert spec.retain_tokens < spec.threshold_tokens
+
+
+def test_resolved_values_keep_the_configured_numbers_as_given() -> None:
+    """A ratio of ``1`` stays ``1`` (JSON ``1``, as the original prints it), not ``1.0``."""
+    config = CompactionConfig.from_mapping(
+        {
+            "thresholdRatio": 1,
+            "retainRatio": 0.5,
+            "modelPolicies": [{"provider": "p", "model": "m", "thresholdRatio": 1}],
+        }
+    )
+    assert json.dumps(config.to_json()["thresholdRatio"]) == "1"
+    assert json.dumps(config.policy_for("p", "m").threshold_ratio) == "1"
+    assert config.policy_for("p", "m").spec(1000).threshold_tokens == 1000

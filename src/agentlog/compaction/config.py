@@ -128,7 +128,7 @@ class Retention:
         if config.get("retainTokens") is not None:
             return Retention(tokens=int(config["retainTokens"]))
         if config.get("retainRatio") is not None:
-            return Retention(ratio=float(config["retainRatio"]))
+            return Retention(ratio=config["retainRatio"])
         return fallback
 
 
@@ -248,13 +248,13 @@ class CompactionConfig:
         _validate_policy(config, NAME)
         if "auto" in config and not isinstance(config["auto"], bool):
             raise _fail(f"{NAME}: auto must be a boolean")
-        threshold = float(config.get("thresholdRatio", DEFAULT_THRESHOLD_RATIO))
+        threshold = config.get("thresholdRatio", DEFAULT_THRESHOLD_RATIO)  # as given (1 stays 1, as in JSON)
         retention = Retention.of(config, Retention(ratio=DEFAULT_RETAIN_RATIO))
         _check_ratio_retention(threshold, retention, NAME)
         policies = _resolve_policies(config.get("modelPolicies"))
         for index, policy in enumerate(policies):
             _check_ratio_retention(
-                float(policy.get("thresholdRatio", threshold)),
+                policy.get("thresholdRatio", threshold),
                 Retention.of(policy, retention),
                 f"{NAME}: modelPolicies[{index}]",
             )
@@ -277,7 +277,7 @@ class CompactionConfig:
         return TargetPolicy(
             provider=provider,
             model=model,
-            threshold_ratio=float(override.get("thresholdRatio", self.threshold_ratio)),
+            threshold_ratio=override.get("thresholdRatio", self.threshold_ratio),
             retention=Retention.of(override, self.retention),
             summarization_provider=override.get("summarizationProvider", self.summarization_provider),
             summarization_model=override.get("summarizationModel", self.summarization_model),
