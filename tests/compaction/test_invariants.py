@@ -36,8 +36,14 @@ from agentlog.compaction import (
     compact_surface_region,
     select_compactable_range,
 )
-from agentlog.compaction.invariants import CompactionTrace, OpenCompaction, advance, replay
-from agentlog.errors import AgentlogError, InvariantError
+from agentlog.compaction.invariants import (
+    CompactionTrace,
+    OpenCompaction,
+    advance,
+    inherited_orphan_start_seqs,
+    replay,
+)
+from agentlog.errors import AgentlogError, InvariantError, SessionForkError
 from agentlog.kernel.invariants import SessionInvariants
 from agentlog.kernel.invariants import replay as kernel_replay
 from agentlog.kernel.repair import interrupted_turn_closers
@@ -653,15 +659,19 @@ def _script(turn: dict[str, Any], number: int) -> list[list[StreamChunk]]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=st.lists(_TURN, min_size=1, max_size=5), window=st.sampled_from([400, 1_200, 4_000]))
+@given(
+    turns=st.lists(_TURN, min_size=1, max_size=5),
+    window=st.sampled_from([400, 1_200, 4_000]),
+    fork_at=st.floats(min_value=0, max_value=1),
+)
 def test_property_engine_region_and_pruner_output_passes_both_companions(
-    turns: list[dict[str, Any]], window: int
+    turns: list[dict[str, Any]], window: int, fork_at: float
 ) -> None:
     """Random sessions (parallel tool calls, large results, overflow answers, manual compactions between
     turns, extra prunes and region compactions inside turns; failing, not-smaller and crashing summaries,
-    cancellation and steering during a summary; resumes from a crash snapshot): no append the engine, the
-    region transaction or the pruner makes is ever vetoed by the kernel's or the compaction companion, and
-    every log replays clean under both."""
+    cancellation and steering during a summary; resumes from a crash snapshot; a fork that continues): no
+    append the engine, the region transaction or the pruner makes is ever vetoed by the kernel's or the
+    compaction companion, and every log replays clean under both."""
     store, kernel, companion = checked_store()
     meter = TokenMeter()
     summarizer = PlannedSummarizer()
@@ -677,10 +687,13 @@ def test_property_engine_region_and_pruner_output_passes_both_companions(
     def snapshot() -> None:
         crash.append(list(session.events))  # the current session (rebound after a resume)
 
+    def steer() -> None:
+        agent.steer("steering during summarization")
+
     summarizer.actions = {
         "crash": snapshot,
         "cancel": lambda: agent.cancel(),
-        "steer": lambda: agent.steer("steering during summarization"),
+        "steer": steer,
     }
     errors: list[InvariantError] = []
     agent = make_agent(session, engine, [], window)
@@ -735,6 +748,25 @@ def test_property_engine_region_and_pruner_output_passes_both_companions(
                 seed = [*snapshot, *interrupted_turn_closers(snapshot)]
                 session = store.create(seed=seed)
                 agent = make_agent(session, engine, [], window)
+        # A fork at any boundary outside a turn (perhaps inside a manual bracket) continues cleanly too.
+        boundaries = [e.seq for e in session.events if fork_at <= e.seq / max(len(session.events), 1)]
+        if fork_at < 0.25:  # right after a manual bracket opened: the child inherits an orphan start
+            boundaries = [
+                e.seq for e in session.events if e["type"] == "compaction/start" and e["data"]["turn"] is None
+            ][-1:] or boundaries
+        try:
+            child = store.fork(session, boundaries[0] if boundaries else None)
+        except SessionForkError:
+            return  # the boundary is inside a turn: no fork
+        session = child
+        agent = make_agent(child, engine, [text_reply("forked answer " * 40)], window)
+        agent.followup("after the fork " * 50)
+        for outcome in await agent.run():
+            errors.extend(invariant_errors(outcome.error))
+        try:
+            await engine.compact_now(agent)
+        except AgentlogError as err:
+            errors.extend(invariant_errors(err))
 
     with _capture_warnings() as warnings:
         asyncio.run(main())
@@ -750,6 +782,8 @@ def test_property_engine_region_and_pruner_output_passes_both_companions(
 
 def _note_coverage(session: Session) -> None:
     """Hypothesis statistics (``--hypothesis-show-statistics``): which kinds of output the examples reached."""
+    if inherited_orphan_start_seqs(session.events):
+        event_note("end-seed retired an orphan bracket")
     for event in session.events:
         etype, data = event["type"], event["data"]
         if etype == "compaction/start":
@@ -759,7 +793,7 @@ def _note_coverage(session: Session) -> None:
         elif etype == "compaction/prune":
             event_note("pruned result")
         elif etype == "session/end-seed":
-            event_note("resumed after a crash")
+            event_note("forked" if "parentSession" in session.header else "resumed after a crash")
 
 
 @contextlib.contextmanager
