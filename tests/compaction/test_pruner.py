@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog import InvariantError, Session, SessionInvariants, SessionStore
+from agentlog.compaction.invariants import CompactionInvariants
 from agentlog.compaction.meter import TokenMeter
 from agentlog.compaction.pruner import (
     DEFAULTS,
@@ -259,20 +260,29 @@ def test_replays_to_the_identical_pruned_model_messages() -> None:
 
 
 def test_runs_under_real_invariants_between_closed_steps_but_not_outside_a_turn() -> None:
-    """Under the kernel's invariant checker the replacement needs an open turn (no open step needed)."""
+    """Under the kernel's invariant checker the replacement needs an open turn (no open step needed).
+
+    The kernel's rule is on the ``tool/result`` replacement; ``compaction/prune`` itself has no rule (the
+    original's pruner companion is empty, and so is agentlog's compaction checker for it), so the refused
+    pass leaves its shadow-price event behind, as in the original. The compaction checker is installed
+    too: a prune pass inside a turn satisfies it."""
     store = SessionStore()
     invariants = SessionInvariants(store)
     invariants.install()
+    compaction_invariants = CompactionInvariants(store).install()
     try:
         session = store.create("invariants")
         append_tool_step(session, 1, "a", [{"type": "text", "text": "A" * 100}])
         prune = service()
-        with pytest.raises(InvariantError, match="outside any open turn"):
+        with pytest.raises(InvariantError, match="^invariant violated by .*outside any open turn"):
             prune.prune_session(session)
+        assert session.events[-1]["type"] == "compaction/prune"  # the refused replacement's shadow price
         session.append("turn/start", {"turn": 2})
         result = prune.prune_session(session)
         assert [entry.call_id for entry in result.pruned] == ["a"]
+        assert session.events[-1]["surfaceOp"] == {"op": "replace", "start": 4, "end": 4}
     finally:
+        compaction_invariants.dispose()
         invariants.dispose()
 
 
