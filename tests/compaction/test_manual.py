@@ -546,3 +546,14 @@ def test_a_manual_request_is_busy_while_an_explicit_region_compaction_runs() -> 
     error, result = run(main())
     assert error.kind == "busy"
     assert list(result.shadowed_seqs) == nodes[:2]
+
+
+def test_compact_now_on_an_agent_without_an_engine_is_a_typed_refusal() -> None:
+    """Agent.compact_now needs Agent(compaction=...); without one it says how to get it."""
+    from agentlog.errors import InvalidAgentOptionError
+
+    session = closed_conversation(2)
+    agent = agent_for(session, None)
+    with pytest.raises(InvalidAgentOptionError, match=r"Agent\(\.\.\., compaction=CompactionEngine\(\)\)"):
+        run(agent.compact_now())
+    assert types_of(session) == []

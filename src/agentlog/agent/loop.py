@@ -221,9 +221,9 @@ class Agent:
             self.store.flush(self.session)
 
     async def aflush(self) -> None:
-        """Async form of :meth:`flush` (async flush listeners are awaited, not refused)."""
+        """:meth:`flush` off the event loop (in a worker thread, as the loop's own checkpoints run)."""
         if self.store is not None and self.store.get(self.session.id) is self.session:
-            await self.store.aflush(self.session)
+            await asyncio.to_thread(self.store.flush, self.session)
 
     def maintenance(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Reserve the idle agent for a non-turn job (manual compaction); refused at once when busy.
