@@ -274,7 +274,7 @@ def test_runs_under_real_invariants_between_closed_steps_but_not_outside_a_turn(
         session = store.create("invariants")
         append_tool_step(session, 1, "a", [{"type": "text", "text": "A" * 100}])
         prune = service()
-        with pytest.raises(InvariantError, match="^invariant violated by .*outside any open turn"):
+        with pytest.raises(InvariantError, match=r"^invariant violated by .*outside any open turn"):
             prune.prune_session(session)
         assert session.events[-1]["type"] == "compaction/prune"  # the refused replacement's shadow price
         session.append("turn/start", {"turn": 2})
