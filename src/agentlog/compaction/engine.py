@@ -10,7 +10,12 @@ input are in the log, so a resumed agent continues exactly where the log says.
 
 The engine needs the model's context window for pressure: the provider's (``context_window_for``; the
 DeepSeek provider knows its models) or ``AgentOptions.context_window``. Without one, pressure compaction
-warns once per model and does nothing; overflow compaction needs none.
+warns once per model and does nothing; overflow compaction needs none. A summarization request may use
+the window minus the output cap (at most a quarter of the window is reserved for the answer); a region
+larger than that is summarized in parts (see :mod:`agentlog.compaction.region`).
+
+With an agent, ``compaction/start`` is flushed before the summary is awaited: the lock is durable while it
+is held, so a crash mid-summary leaves the orphan start a resumed session's end-seed retires.
 """
 
 from __future__ import annotations
