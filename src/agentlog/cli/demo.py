@@ -51,8 +51,18 @@ from rich.table import Table
 from ..agent.builtin_tools import CommandPolicy, builtin_registry
 from ..agent.loop import Agent, AgentOptions, TurnOutcome
 from ..agent.tools import ToolRegistry
+from ..compaction.region import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY
 from ..errors import AgentlogError
-from ..kernel.events import ASSISTANT_MESSAGE, SESSION_END_SEED, STEP_END, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    SESSION_END_SEED,
+    STEP_END,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
 from ..kernel.invariants import SessionInvariants
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
@@ -90,7 +100,8 @@ BUILD_LOG_TEXT = "".join(
 BUILD_CALL_ID = "call-read-build-log"
 BUILD_PROMPT = f"Did last night's build pass? The log is {BUILD_LOG}."
 BUILD_ANSWER = f"Yes: all {BUILD_STEPS} steps compiled without an error."
-COMPACTION_EVENTS = ("compaction/start", "compaction/summary", "user/message", "compaction/end")
+COMPACTION_EVENTS = (COMPACTION_START, COMPACTION_SUMMARY, USER_MESSAGE, COMPACTION_END)
+"""What one successful compaction appends, in order (runtime spec §5.2); the checkpoint is the user/message."""
 
 TOOL_CALL_DEADLINE_S = 30.0
 """How long the parent waits for the child's durable ``tool/call`` (interpreter start included)."""
