@@ -15,6 +15,8 @@ import logging
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentlog.agent.loop import AgentOptions, RetryPolicy
 from agentlog.compaction import (
@@ -23,6 +25,7 @@ from agentlog.compaction import (
     CompactionResult,
     CompactionStateError,
     CompactionThresholdError,
+    SummaryNotSmallerError,
     TargetPressureConfigError,
     TokenMeter,
     ToolResultPruner,
@@ -31,6 +34,7 @@ from agentlog.compaction import (
     select_compactable_range,
 )
 from agentlog.compaction.engine import CompactionEngine
+from agentlog.kernel.invariants import check_tool_pairing
 from agentlog.kernel.session import Session
 from agentlog.testing import failure_reply
 from compaction._engine_support import (
@@ -50,7 +54,7 @@ from compaction._engine_support import (
     tool_step,
     types_of,
 )
-from factories import intent, user_msg
+from factories import intent, tool_result_msg, user_msg
 
 PRESSURE = {"auto": False, "thresholdRatio": 0.5, "retainTokens": 180}
 AUTO = {"thresholdRatio": 0.5, "retainTokens": 180}
@@ -727,3 +731,79 @@ def test_pressure_makes_the_lock_durable_before_the_summary_is_awaited() -> None
     assert run(compact.compact_if_needed(agent, "pressure")) is not None
     assert flushed == ["compaction/start"]
     assert seen_at_summary and all(seen == ["compaction/start"] for seen in seen_at_summary)  # once, even split
+
+
+# --- property: whatever the engine compacts, the model still gets a well-paired request ----------------
+
+TURN_SHAPES = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=3),  # parallel tool calls in the turn's step (0: a text answer)
+        st.integers(min_value=1, max_value=1_500),  # characters of each tool result
+        st.integers(min_value=1, max_value=800),  # characters of the prompt
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def shaped_session(shapes: list[tuple[int, int, int]]) -> Session:
+    session = Session.create("shaped")
+    for turn, (calls, result_chars, prompt_chars) in enumerate(shapes, start=1):
+        session.append("turn/start", {"turn": turn})
+        session.append("user/message", user_msg("p" * prompt_chars), intent())
+        session.append("step/start", {"turn": turn, "step": 1})
+        if turn == 1:
+            session.append("request/header", header_data())
+        blocks: list[Any] = [{"type": "text", "text": f"turn {turn}"}]
+        ids = [f"call-{turn}-{index}" for index in range(calls)]
+        blocks += [{"type": "tool-call", "id": call_id, "name": "read", "arguments": "{}"} for call_id in ids]
+        session.append("assistant/message", {"turn": turn, "step": 1, "message": _assistant_blocks(blocks)}, intent())
+        for call_id in ids:
+            call = session.append(
+                "tool/call", {"turn": turn, "step": 1, "callId": call_id, "name": "read", "arguments": "{}"}
+            )
+            session.append(
+                "tool/result",
+                {"turn": turn, "step": 1, "message": tool_result_msg(call_id, "r" * result_chars)},
+                intent("append", [call.seq]),
+            )
+        session.append("step/end", {"turn": turn, "step": 1})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    session.append("turn/start", {"turn": len(shapes) + 1})
+    return session
+
+
+def _assistant_blocks(blocks: list[Any]) -> dict[str, Any]:
+    from factories import assistant_msg
+
+    return assistant_msg(blocks, provider=MODEL, model=MODEL)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shapes=TURN_SHAPES,
+    window=st.integers(min_value=300, max_value=6_000),
+    rounds=st.lists(st.sampled_from(["pressure", "context-overflow"]), min_size=1, max_size=3),
+)
+def test_property_compaction_keeps_calls_paired_and_the_log_replays_to_the_same_surface(
+    shapes: list[tuple[int, int, int]], window: int, rounds: list[str]
+) -> None:
+    """Random sessions (parallel calls, big results, repeated pressure/overflow rounds over earlier
+    checkpoints): every derived request pairs each call with its result, and a replay of the log from
+    scratch gives the same surface and messages."""
+    meter = TokenMeter()
+    compact, _ = engine(
+        {"auto": False, "thresholdRatio": 0.5, "retainRatio": 0.1}, pruner=small_pruner(meter), meter=meter
+    )
+    session = shaped_session(shapes)
+    agent = agent_for(session, compact, window=window)
+    for trigger in rounds:
+        try:
+            run(compact.compact_if_needed(agent, trigger))  # type: ignore[arg-type]
+        except (CompactionThresholdError, SummaryNotSmallerError):
+            pass  # a refusal leaves a well-formed session too
+        check_tool_pairing(session.derive_messages())
+        assert tool_results_have_calls(session)
+    replayed = Session.create("replayed", [dict(e) for e in session.events])
+    assert list(replayed.surface.nodes) == list(session.surface.nodes)
+    assert replayed.derive_messages().to_list() == session.derive_messages().to_list()
