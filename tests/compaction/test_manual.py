@@ -459,6 +459,24 @@ def test_a_flush_failure_after_the_committed_bracket_is_a_persistence_failure() 
     assert dict(end["data"]) == {"compactionId": start["data"]["compactionId"], "turn": None}
 
 
+def test_a_flush_failure_before_the_summary_is_a_persistence_failure_and_asks_no_model() -> None:
+    """The lock could not be made durable: kind 'persistence', no summarizer call, one error close."""
+    session = closed_conversation(2)
+    agent, recorder, _ = manual(session)
+
+    async def refuse() -> None:
+        raise OSError("disk full")
+
+    agent.aflush = refuse  # type: ignore[method-assign]
+    error = rejection(agent)
+    assert error.kind == "persistence" and "lock durable" in str(error)
+    assert str(error.__cause__) == "disk full"
+    assert recorder.calls == []
+    assert types_of(session) == ["compaction/start", "compaction/end"]
+    assert "disk full" in last_of(session, "compaction/end")["data"]["error"]
+    assert agent.idle
+
+
 def test_cancellation_wins_over_the_summarizers_own_failure() -> None:
     """cancel() while summarizing: kind 'cancelled' (cause: what the summarizer raised), closed and flushed."""
     session = closed_conversation(2)
@@ -480,8 +498,9 @@ def test_cancellation_after_a_successful_summary_aborts_before_committing() -> N
     before = list(session.surface.nodes)
     recorder.during = agent.cancel
     error = rejection(agent)
-    assert error.kind == "cancelled"
+    assert error.kind == "cancelled" and error.__cause__ is not error
     assert types_of(session) == ["compaction/start", "compaction/end"]
+    assert last_of(session, "compaction/end")["data"]["error"] == "manual compaction was cancelled"
     assert list(session.surface.nodes) == before
 
 

@@ -275,7 +275,7 @@ class CompactionEngine:
     ) -> CompactionResult:
         template = self._template(agent, session)
         if agent is not None:
-            summarize = _durable_first(agent, summarize)
+            summarize = _durable_first(agent, summarize, manual=opts.owner is None)
         if opts.max_input_tokens is None:
             limit = self._max_input_tokens(agent, session, template.max_tokens)
             if limit is not None:
@@ -353,7 +353,7 @@ class CompactionEngine:
             async def summarize(summary_input: SummarizationInput) -> SummaryResult:
                 result = await self._summarize(summary_input)
                 if agent.aborted:  # cancelled while the summary was produced: nothing is committed
-                    raise ManualCompactionError("cancelled", "manual compaction was cancelled")
+                    raise _Stop("cancelled", "manual compaction was cancelled")
                 return result
 
             async def flush() -> None:
@@ -376,9 +376,10 @@ class CompactionEngine:
             except CompactionBusyError as err:  # the durable lock: another compaction is live
                 raise ManualCompactionError("busy", str(err)) from err
             except Exception as err:
+                stop = err.__cause__ if isinstance(err, ManualCompactionError) and err.kind == "summary" else None
+                if isinstance(stop, _Stop):  # our own stop inside the summary step, closed by the region
+                    raise ManualCompactionError(stop.kind, str(stop)) from stop.__cause__
                 if agent.aborted and not (isinstance(err, ManualCompactionError) and err.kind == "persistence"):
-                    if isinstance(err, ManualCompactionError) and err.kind == "cancelled":
-                        raise
                     # The cause is what actually failed, not its classification as a summary/commit failure.
                     cause = err.__cause__ if isinstance(err, ManualCompactionError) and err.__cause__ else err
                     raise ManualCompactionError("cancelled", "manual compaction was cancelled") from cause
@@ -396,19 +397,37 @@ async def _flush(agent: Any) -> None:
         flush()
 
 
+class _Stop(Exception):
+    """A manual compaction stopped inside its summary step (cancelled, or the lock not durable).
+
+    Raised through the region transaction, which closes the bracket with its text; ``compact_now`` turns it
+    into the :class:`ManualCompactionError` of its ``kind``, so it never reaches a caller.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 def _durable_first(
-    agent: Any, summarize: Callable[[SummarizationInput], Awaitable[SummaryResult]]
+    agent: Any, summarize: Callable[[SummarizationInput], Awaitable[SummaryResult]], *, manual: bool
 ) -> Callable[[SummarizationInput], Awaitable[SummaryResult]]:
     """``summarize`` that first makes ``compaction/start`` durable (once): the lock is durable while it is
     held, so a crash during the summary leaves the orphan start that the next lifecycle's end-seed retires,
-    and another process reading the log sees the compaction in progress."""
+    and another process reading the log sees the compaction in progress. For a manual compaction a failed
+    flush is a ``persistence`` failure (the summary was never asked for)."""
     flushed = False
 
     async def durable(summary_input: SummarizationInput) -> SummaryResult:
         nonlocal flushed
         if not flushed:
             flushed = True
-            await _flush(agent)
+            try:
+                await _flush(agent)
+            except Exception as err:
+                if not manual:
+                    raise
+                raise _Stop("persistence", "manual compaction could not make its compaction lock durable") from err
         return await summarize(summary_input)
 
     return durable
