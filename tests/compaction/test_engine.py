@@ -22,6 +22,7 @@ from agentlog.agent.loop import AgentOptions, RetryPolicy
 from agentlog.compaction import (
     PRUNE_MARKER,
     CompactableRange,
+    CompactionBusyError,
     CompactionResult,
     CompactionStateError,
     CompactionThresholdError,
@@ -807,3 +808,16 @@ def test_property_compaction_keeps_calls_paired_and_the_log_replays_to_the_same_
     replayed = Session.create("replayed", [dict(e) for e in session.events])
     assert list(replayed.surface.nodes) == list(session.surface.nodes)
     assert replayed.derive_messages().to_list() == session.derive_messages().to_list()
+
+
+def test_pressure_is_blocked_by_a_live_orphan_but_not_by_one_before_the_newest_end_seed() -> None:
+    """The lock rule holds for automatic compaction too: busy while a start is live, free after a reload."""
+    compact, recorder = engine(PRESSURE)
+    live = conversation(4)
+    live.append("compaction/start", {"compactionId": "orphan", "turn": 5})
+    with pytest.raises(CompactionBusyError, match="compaction lock is already active"):
+        run(compact.compact_if_needed(agent_for(live, compact), "pressure"))
+    assert recorder.calls == []
+
+    reloaded = Session.create("reloaded", [dict(e) for e in live.events])
+    assert run(compact.compact_if_needed(agent_for(reloaded, compact), "pressure")) is not None
