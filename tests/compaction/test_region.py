@@ -677,6 +677,45 @@ def test_a_region_too_large_for_any_split_is_summarized_in_one_call() -> None:
     assert list(result.shadowed_seqs) == nodes[:4]
 
 
+def test_a_source_command_id_is_carried_by_every_event_of_the_transaction_in_the_originals_field_order() -> None:
+    """``sourceCommandId`` follows ``compactionId`` in start, summary and end (and the failure bracket
+    ends with ``error``); the checkpoint's source and the result carry it too."""
+    _, recorder = make_engine()
+    session = conversation(3)
+    nodes = list(session.surface.nodes)
+    options = RegionOptions(source_command_id="cmd-1")
+    result = run(
+        compact_surface_region(
+            session, nodes[0], nodes[1], meter=TokenMeter(), summarize=recorder.summarize, options=options
+        )
+    )
+    start, summary, checkpoint, end = list(session.events)[result.start_seq : result.end_seq + 1]
+    assert list(start["data"]) == ["compactionId", "sourceCommandId", "turn"]
+    assert list(end["data"]) == ["compactionId", "sourceCommandId", "turn"]
+    assert list(summary["data"])[:2] == ["compactionId", "sourceCommandId"]
+    assert summary["data"]["sourceCommandId"] == "cmd-1"
+    assert thaw(checkpoint["data"]["source"]) == {
+        "kind": "plugin",
+        "plugin": "compact",
+        "compactionId": result.compaction_id,
+        "sourceCommandId": "cmd-1",
+    }
+    assert list(result.to_json())[:2] == ["compactionId", "sourceCommandId"]
+    assert result.to_json()["sourceCommandId"] == "cmd-1"
+
+    recorder.error = RuntimeError("no summary")
+    nodes = list(session.surface.nodes)
+    with pytest.raises(RuntimeError):
+        run(
+            compact_surface_region(
+                session, nodes[0], nodes[1], meter=TokenMeter(), summarize=recorder.summarize, options=options
+            )
+        )
+    failed = last_event(session, "compaction/end")
+    assert list(failed["data"]) == ["compactionId", "sourceCommandId", "turn", "error"]
+    assert failed["data"]["error"] == "no summary"
+
+
 # --- error_chain (the end bracket's text) ------------------------------------------------------------
 
 
