@@ -965,3 +965,43 @@ def test_property_selection_and_compaction_never_split_an_open_step(
         assert unanswered == unanswered_before
         assert orphans == []
     assert_replay_identical(session, engine.meter)
+
+
+def test_a_manual_failure_the_summarizer_raises_keeps_its_own_cause() -> None:
+    """A ManualCompactionError raised inside a manual transaction is re-raised as is (not its own cause)."""
+    import asyncio
+
+    import agentlog as al
+    from agentlog.compaction import RegionOptions, TokenMeter, compact_surface_region
+    from agentlog.errors import ManualCompactionError
+    from agentlog.kernel.messages import user_message
+
+    session = al.SessionStore().create("manual-cause")
+    first = session.append("user/message", user_message("first " * 50), {"surfaceOp": "append"}).seq
+    last = session.append("user/message", user_message("second " * 50), {"surfaceOp": "append"}).seq
+    root = ValueError("root cause")
+
+    class Raising:
+        async def summarize(self, summary_input: object) -> object:
+            err = ManualCompactionError("changed", "changed elsewhere")
+            err.__cause__ = root
+            raise err
+
+    async def run() -> None:
+        await compact_surface_region(
+            session,
+            first,
+            last,
+            meter=TokenMeter(),
+            summarize=Raising().summarize,  # type: ignore[arg-type]
+            options=RegionOptions(owner=None, stability="selected-span"),
+        )
+
+    try:
+        asyncio.run(run())
+    except ManualCompactionError as err:
+        assert err.kind == "changed"
+        assert err.__cause__ is root
+    else:
+        raise AssertionError("the summarizer's failure must be raised")
+    assert session.events[-1]["type"] == "compaction/end" and "changed elsewhere" in session.events[-1]["data"]["error"]

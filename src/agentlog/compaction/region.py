@@ -410,6 +410,8 @@ async def compact_surface_region(
         if not isinstance(failure, Exception):
             raise failure  # CancelledError, KeyboardInterrupt: the bracket is closed, the caller decides
         if opts.owner is None:
+            if isinstance(failure, ManualCompactionError):
+                raise failure  # already classified; chaining it to itself would hide its own cause
             raise _manual_failure(failure, stage) from failure
         raise failure
     if flush_failure is not None:
