@@ -145,3 +145,12 @@ def test_json_text_without_floats_is_the_standard_compact_serialisation(value: A
     expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     assert js_json(value) == expected
     assert js_json_length(value) == js_length(expected)
+
+
+def test_a_lone_surrogate_is_priced_as_javascript_escapes_it() -> None:
+    """JSON.stringify writes a lone surrogate as a six-character \\uXXXX escape (orjson refuses it)."""
+    from agentlog.llm.tokens import js_json, js_json_length
+
+    assert js_json("a\ud800b") == '"a\\ud800b"'
+    assert js_json_length({"t": "\udfff"}) == len('{"t":"\\udfff"}') == 14
+    assert js_json_length([1.5, "\ud800"]) == len('[1.5,"\\ud800"]')

@@ -31,7 +31,7 @@ For compaction tests the server also behaves like a model with a finite context 
   the provider's context-length text (``This model's maximum context length is N tokens. However, you
   requested M tokens …``), which the OpenAI-compatible provider classifies ``CONTEXT_WINDOW_EXCEEDED``.
   The estimate (:func:`estimate_request_tokens`) is agentlog's own token heuristic (runtime spec §5.4,
-  :mod:`agentlog.compaction.estimate`) applied to the request as the wire carries it: each wire message
+  :mod:`agentlog.llm.tokens`) applied to the request as the wire carries it: each wire message
   priced as one message, the leading system message and the tool schemas as the request header. It is
   within a few tokens per message of what the token meter prices for the same request. Every recorded
   request carries its ``estimated_tokens``, so "every request stayed under the window" is checkable.
@@ -60,7 +60,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Literal, TypeAlias
 
-from ..compaction.estimate import CHARS_PER_TOKEN, estimate_header, estimate_message
+from .tokens import CHARS_PER_TOKEN, estimate_header, estimate_message
 
 LOOPBACK: Final = "127.0.0.1"
 CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -348,8 +348,8 @@ def estimate_request_tokens(body: Any) -> int:
     """The prompt size of a chat-completions body in agentlog's heuristic tokens (runtime spec §5.4).
 
     The leading ``system`` message and the tool schemas are priced as the request header
-    (:func:`~agentlog.compaction.estimate.estimate_header`), every other wire message as one message
-    (:func:`~agentlog.compaction.estimate.estimate_message`) rebuilt from the wire: an assistant's
+    (:func:`~agentlog.llm.tokens.estimate_header`), every other wire message as one message
+    (:func:`~agentlog.llm.tokens.estimate_message`) rebuilt from the wire: an assistant's
     reasoning, text and tool calls, a tool message's result, a user message's text. The completion
     (``max_tokens``) is not counted. 0 for a body that is not a JSON object.
     """
