@@ -12,6 +12,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlog import (
     InvalidSeedError,
@@ -110,9 +112,7 @@ def test_surface__accepts_absent_or_valid_sources_and_complete_replacement_cover
 def test_surface__rejects_source_event_seqs_on_a_non_surface_event() -> None:
     # spec 19.4 #79
     event = seed_event("turn/start", 0, {"turn": 1}, sourceEventSeqs=[0])
-    with raises_surface(
-        'session event "turn/start" is not surface-eligible and cannot carry sourceEventSeqs'
-    ):
+    with raises_surface('session event "turn/start" is not surface-eligible and cannot carry sourceEventSeqs'):
         fold_surface([event])
 
 
@@ -142,33 +142,25 @@ def test_surface__rejects_duplicate_sources() -> None:
 
 def test_surface__rejects_sparse_sources() -> None:
     # spec 19.4 #84 — Python lists have no holes; a hole reads as absent, the closest wire value is null.
-    with raises_surface(
-        'session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'
-    ):
+    with raises_surface('session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'):
         fold_surface([prov_event(0, [None])])
 
 
 def test_surface__rejects_non_number_sources() -> None:
     # spec 19.4 #85
-    with raises_surface(
-        'session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'
-    ):
+    with raises_surface('session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'):
         fold_surface([prov_event(0, ["0"])])
 
 
 def test_surface__rejects_fractional_sources() -> None:
     # spec 19.4 #86
-    with raises_surface(
-        'session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'
-    ):
+    with raises_surface('session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'):
         fold_surface([prov_event(0, [0.5])])
 
 
 def test_surface__rejects_negative_sources() -> None:
     # spec 19.4 #87
-    with raises_surface(
-        'session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'
-    ):
+    with raises_surface('session event "user/message" sourceEventSeqs must densely contain non-negative safe integers'):
         fold_surface([prov_event(0, [-1])])
 
 
@@ -187,9 +179,7 @@ def test_surface__rejects_non_contiguous_event_seq() -> None:
 def test_surface__rejects_incomplete_replacement_coverage() -> None:
     # spec 19.4 #90
     events = [prov_event(0), prov_event(1), prov_event(2, [0], replace(0, 1))]
-    with raises_surface(
-        "surface replace: sourceEventSeqs must include every shadowed surface node; missing 1"
-    ):
+    with raises_surface("surface replace: sourceEventSeqs must include every shadowed surface node; missing 1"):
         fold_surface(events)
 
 
@@ -250,9 +240,7 @@ def test_surface__compares_array_valued_rest_fields_structurally() -> None:
         return with_meta(seq, meta, replace(0, 0), [0])
 
     # structurally equal arrays (fresh objects) pass
-    assert fold_surface(
-        [with_meta(0, {"tags": ["a", {"n": 1}]}), rewrite(1, {"tags": ["a", {"n": 1}]})]
-    ).nodes == [1]
+    assert fold_surface([with_meta(0, {"tags": ["a", {"n": 1}]}), rewrite(1, {"tags": ["a", {"n": 1}]})]).nodes == [1]
     text = "tool/result surface replacement may change only content"
     # same length, drifted element
     with raises_surface(text):
@@ -371,9 +359,7 @@ def test_surface__incremental_state_keeps_no_replacement_history() -> None:
     for name, value in _reachable_state(s.surface):
         assert not isinstance(value, SurfaceFoldReplacement), name
         assert name.lstrip("_") != "replacements", f"surface state retains {name!r}: {value!r}"
-    assert fold_surface(s.events).replacements == [
-        SurfaceFoldReplacement(seq=1, start=0, end=0, shadowed_seqs=[0])
-    ]
+    assert fold_surface(s.events).replacements == [SurfaceFoldReplacement(seq=1, start=0, end=0, shadowed_seqs=[0])]
 
 
 def test_surface__fold_surface_reports_same_invalid_replacement_as_manager() -> None:
@@ -399,9 +385,7 @@ def test_surface__failed_candidate_validation_leaves_state_unchanged() -> None:
     assert nodes == fold_surface(s.events).nodes
     assert surface.replace_generation == 0
 
-    with raises_surface(
-        "surface replace: sourceEventSeqs must include every shadowed surface node; missing 0"
-    ):
+    with raises_surface("surface replace: sourceEventSeqs must include every shadowed surface node; missing 0"):
         s.append("assistant/message", assistant_data("invalid"), intent(replace(0, 0)))
 
     assert len(s.events) == 1
@@ -569,12 +553,8 @@ def test_surface__derive_messages_skips_non_surface_events() -> None:
     # spec 19.4 #120
     s = Session.create("filter")
     s.append("turn/start", {"turn": 1})
-    s.append(
-        "assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "h"}}
-    )
-    s.append(
-        "assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 1, "text": "i"}}
-    )
+    s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "h"}})
+    s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 1, "text": "i"}})
     s.append("user/message", user_msg("hello"), intent(APPEND))
     s.append("assistant/message", assistant_data("hi"), intent(APPEND))
     s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
@@ -758,3 +738,48 @@ def test_surface__replace_generation_folds_pending_delta_and_counts_replaces() -
     )
     assert s.surface.replace_generation == 1
     assert s.surface.nodes == [3]
+
+
+# --- the live manager's position index (kept once replaces happen) -----------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["append", "one", "range", "missing"]), st.integers(0, 10_000)), max_size=60))
+def test_live_surface_with_position_index_equals_a_fresh_fold(ops: list[tuple[str, int]]) -> None:
+    """Appends, one-node and range replaces in any order: the live surface (which validates replaces through
+    its seq→position index after the first one) equals a fresh fold of the log, and refuses exactly the
+    replaces a fresh fold refuses, with the same message."""
+    import agentlog as al
+    from agentlog.errors import SurfaceError
+    from agentlog.kernel.messages import user_message
+    from agentlog.kernel.surface import fold_surface, plan_surface_event
+
+    session = al.SessionStore().create("positions")
+    for kind, pick in ops:
+        nodes = list(session.surface.nodes)
+        if kind == "append" or not nodes:
+            session.append("user/message", user_message(f"m{pick}"), {"surfaceOp": "append"})
+            continue
+        if kind == "missing":
+            start = end = session.seq + 5  # never on the surface
+        elif kind == "one":
+            start = end = nodes[pick % len(nodes)]
+        else:
+            i = pick % len(nodes)
+            j = i + (pick // 7) % (len(nodes) - i)
+            start, end = nodes[i], nodes[j]
+        shadowed = nodes[nodes.index(start) : nodes.index(end) + 1] if start in nodes else [start]
+        intent = {"surfaceOp": {"op": "replace", "start": start, "end": end}, "sourceEventSeqs": shadowed}
+        candidate = {"type": "user/message", "seq": session.seq, "time": 0, "data": {}, **intent}
+        try:
+            plan_surface_event(nodes, candidate, session.seq, session.events.to_list())
+            expected = None
+        except SurfaceError as err:
+            expected = str(err)
+        try:
+            session.append("user/message", user_message(f"r{pick}"), intent)
+            got = None
+        except SurfaceError as err:
+            got = str(err)
+        assert got == expected
+    assert list(session.surface.nodes) == fold_surface(session.events.to_list()).nodes

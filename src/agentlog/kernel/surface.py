@@ -154,8 +154,13 @@ def plan_surface_event(
     expected_seq: int,
     window: Sequence[Mapping[str, Any]],
     base_seq: int = 0,
+    positions: Mapping[int, int] | None = None,
 ) -> Plan:
-    """Validate ``event`` as the next event after the state ``nodes``; return its plan. Pure."""
+    """Validate ``event`` as the next event after the state ``nodes``; return its plan. Pure.
+
+    ``positions`` (seq → index in ``nodes``, exactly consistent with it) replaces the linear searches a
+    replace needs; the live manager keeps one once replaces start to happen.
+    """
     seq = event.get("seq")
     etype = event.get("type")
     if seq != expected_seq or type(seq) is not int:
@@ -184,14 +189,24 @@ def plan_surface_event(
         _raise(f'session event "{etype}" carries an invalid replace surfaceOp')
     start: int = op["start"]
     end: int = op["end"]
-    try:
-        start_idx = nodes.index(start)
-    except ValueError:
-        _raise(f"surface replace: start seq {start} not found in surface")
-    try:
-        end_idx = nodes.index(end)
-    except ValueError:
-        _raise(f"surface replace: end seq {end} not found in surface")
+    if positions is not None:
+        found = positions.get(start)
+        if found is None:
+            _raise(f"surface replace: start seq {start} not found in surface")
+        start_idx = found
+        found = positions.get(end)
+        if found is None:
+            _raise(f"surface replace: end seq {end} not found in surface")
+        end_idx = found
+    else:
+        try:
+            start_idx = nodes.index(start)
+        except ValueError:
+            _raise(f"surface replace: start seq {start} not found in surface")
+        try:
+            end_idx = nodes.index(end)
+        except ValueError:
+            _raise(f"surface replace: end seq {end} not found in surface")
     if start_idx > end_idx:
         _raise(
             f"surface replace: start seq {start} (index {start_idx}) is after end seq {end} (index {end_idx})"
@@ -293,6 +308,7 @@ class SurfaceManager:
         "_pending_plan",
         "_pending_seq",
         "_plain_tail",
+        "_positions",
         "_view",
         "_window",
     )
@@ -308,6 +324,9 @@ class SurfaceManager:
         self._pending: Mapping[str, Any] | None = None
         self._pending_seq = -1
         self._pending_plan: Plan = None
+        # seq -> index in _nodes, kept only after a replace happened (a session that is never compacted pays
+        # nothing; one that is, e.g. pruned result by result, validates each replace without a linear scan).
+        self._positions: dict[int, int] | None = None
         self._view = NodesView(self)
 
     # -- state ---------------------------------------------------------------------------------
@@ -352,8 +371,11 @@ class SurfaceManager:
         """Plan ``candidate`` as the next event; raise on violation; never change the fold state."""
         if self._last != self._base + len(self._window) - 1:
             self._process_delta()
+        positions = self._positions
+        if positions is None and self._gen > 0 and candidate.get("surfaceOp", APPEND) != APPEND:
+            positions = self._positions = {seq: index for index, seq in enumerate(self._nodes)}
         plan = plan_surface_event(
-            self._nodes, candidate, self._base + len(self._window), self._window, self._base
+            self._nodes, candidate, self._base + len(self._window), self._window, self._base, positions
         )
         self._pending = candidate
         self._pending_seq = self._base + len(self._window)
@@ -371,9 +393,18 @@ class SurfaceManager:
             self._process_delta()
             return
         if plan is not None:
+            positions = self._positions
             if plan.kind == "append":
+                if positions is not None:
+                    positions[plan.seq] = len(self._nodes)
                 self._nodes.append(plan.seq)
             else:
+                if positions is not None:
+                    if plan.start_idx == plan.end_idx:  # one node rewritten in place: nothing else moves
+                        del positions[plan.start]
+                        positions[plan.seq] = plan.start_idx
+                    else:
+                        self._positions = None  # later positions shift: rebuilt on the next replace
                 self._gen += apply_plan(self._nodes, plan)
         self._last = seq
         self._pending = None
@@ -403,6 +434,7 @@ class SurfaceManager:
             else:
                 plan = plan_surface_event(self._nodes, event, end, window, base)
             if plan is not None:
+                self._positions = None
                 self._gen += apply_plan(self._nodes, plan)
             self._last = end
             if pending is not None and self._pending_seq <= end:
@@ -416,6 +448,8 @@ class SurfaceManager:
                 plan = self._pending_plan
             else:
                 plan = plan_surface_event(self._nodes, event, seq, window, base)
+            if plan is not None:
+                self._positions = None
             self._gen += apply_plan(self._nodes, plan)
             self._last = seq
             if pending is not None and self._pending_seq <= seq:
