@@ -85,6 +85,11 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── OpenTurnError [TURN_OPEN]
     │   ├── TurnBlockedError [TURN_BLOCKED]
     │   └── TurnFailedError [TURN_FAILED; relays the code recorded in turn/end]
+    ├── SessionTitleError [SESSION_TITLE_ERROR]
+    │   ├── SessionTitleInvalidError (ValueError) [SESSION_TITLE_INVALID]
+    │   ├── SessionTitleStateError (ValueError) [SESSION_TITLE_STATE]
+    │   ├── SessionTitleProviderError [SESSION_TITLE_PROVIDER; codes: SESSION_TITLE_TIMEOUT]
+    │   └── SessionTitleCancelledError [SESSION_TITLE_CANCELLED]
     └── CompactionError [COMPACTION_ERROR]
         ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
         │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
@@ -778,3 +783,41 @@ class ManualCompactionError(CompactionError):
             raise ValueError(f"unknown manual compaction kind {kind!r}")
         super().__init__(message, code=f"COMPACTION_{kind.upper()}")
         self.kind = kind
+
+
+# --- projections: title -------------------------------------------------------------------------------
+
+
+class SessionTitleError(AgentlogError):
+    """The session-title service refused or lost a title (the family; see its refinements)."""
+
+    code = "SESSION_TITLE_ERROR"
+
+
+class SessionTitleInvalidError(SessionTitleError, ValueError):
+    """An explicit title normalizes to empty: the one rename failure that blames the input."""
+
+    code = "SESSION_TITLE_INVALID"
+
+
+class SessionTitleStateError(SessionTitleError, ValueError):
+    """A stored ``title`` projection state (a checkpoint row) is not a non-empty string or null."""
+
+    code = "SESSION_TITLE_STATE"
+
+
+class SessionTitleProviderError(SessionTitleError):
+    """A title provider is malformed, or its result (or its model's answer) cannot be accepted.
+
+    ``SESSION_TITLE_TIMEOUT``: a model-written title did not arrive within the provider's ``timeout_ms``.
+    """
+
+    code = "SESSION_TITLE_PROVIDER"
+    codes = frozenset({"SESSION_TITLE_TIMEOUT"})
+
+
+class SessionTitleCancelledError(SessionTitleError):
+    """Title work was cancelled: superseded by a newer prompt, refresh or rename, by the caller, or by
+    the disposal of its session, provider or service. Nothing was appended."""
+
+    code = "SESSION_TITLE_CANCELLED"
