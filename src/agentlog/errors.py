@@ -90,6 +90,14 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── SessionTitleStateError (ValueError) [SESSION_TITLE_STATE]
     │   ├── SessionTitleProviderError [SESSION_TITLE_PROVIDER; codes: SESSION_TITLE_TIMEOUT]
     │   └── SessionTitleCancelledError [SESSION_TITLE_CANCELLED]
+    ├── ProjectionError [PROJECTION_ERROR]
+    │   ├── ProjectionUnitError (ValueError) [INVALID_PROJECTION_UNIT]
+    │   ├── ProjectionKeyConflictError (ValueError) [PROJECTION_KEY_CONFLICT]
+    │   ├── ProjectionStateError (TypeError) [PROJECTION_STATE_NOT_JSON]
+    │   ├── ProjectionViewError (TypeError) [PROJECTION_VIEW_INVALID]
+    │   ├── ProjectionReducerError [PROJECTION_REDUCER_FAILED]
+    │   ├── ProjectionRowError (ValueError) [PROJECTION_ROW_INVALID]
+    │   └── ProjectionRestoreError (ValueError) [PROJECTION_RESTORE_REREAD]
     └── CompactionError [COMPACTION_ERROR]
         ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
         │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
@@ -821,3 +829,58 @@ class SessionTitleCancelledError(SessionTitleError):
     the disposal of its session, provider or service. Nothing was appended."""
 
     code = "SESSION_TITLE_CANCELLED"
+
+
+# --- projections: registry ----------------------------------------------------------------------------
+
+
+class ProjectionError(AgentlogError):
+    """The projection registry refused a unit, a state, a view or a checkpoint row (the family)."""
+
+    code = "PROJECTION_ERROR"
+
+
+class ProjectionUnitError(ProjectionError, ValueError):
+    """``register`` was given something that is not a valid unit (a stateVersion that is not a
+    non-negative safe integer, a key that is not a string)."""
+
+    code = "INVALID_PROJECTION_UNIT"
+
+
+class ProjectionKeyConflictError(ProjectionError, ValueError):
+    """A key is already registered at another ``stateVersion``: the two cannot share cells."""
+
+    code = "PROJECTION_KEY_CONFLICT"
+
+
+class ProjectionStateError(ProjectionError, TypeError):
+    """A unit's state (initial, reduced or parsed back) is not lossless JSON: it could not be checkpointed."""
+
+    code = "PROJECTION_STATE_NOT_JSON"
+
+
+class ProjectionViewError(ProjectionError, TypeError):
+    """A unit's view is not lossless JSON (an accidentally async view returns an awaitable): never served."""
+
+    code = "PROJECTION_VIEW_INVALID"
+
+
+class ProjectionReducerError(ProjectionError):
+    """A reducer raised, or mutated its (frozen) input: the unit's value for that session is unavailable.
+
+    The cause is ``__cause__``; every later read of that unit for that session raises it again.
+    """
+
+    code = "PROJECTION_REDUCER_FAILED"
+
+
+class ProjectionRowError(ProjectionError, ValueError):
+    """A version-matching checkpoint row's state does not match the unit's state schema."""
+
+    code = "PROJECTION_ROW_INVALID"
+
+
+class ProjectionRestoreError(ProjectionError, ValueError):
+    """A cold restore cannot use a row with the tail it was given: the caller must re-read from seq 0."""
+
+    code = "PROJECTION_RESTORE_REREAD"
