@@ -98,6 +98,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── ProjectionReducerError [PROJECTION_REDUCER_FAILED]
     │   ├── ProjectionRowError (ValueError) [PROJECTION_ROW_INVALID]
     │   └── ProjectionRestoreError (ValueError) [PROJECTION_RESTORE_REREAD]
+    ├── ProjectionCheckpointNotJsonError (TypeError) [PROJECTION_CHECKPOINT_NOT_JSON]
     └── CompactionError [COMPACTION_ERROR]
         ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
         │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
@@ -884,3 +885,12 @@ class ProjectionRestoreError(ProjectionError, ValueError):
     """A cold restore cannot use a row with the tail it was given: the caller must re-read from seq 0."""
 
     code = "PROJECTION_RESTORE_REREAD"
+
+
+# --- projections: persisted cache
+
+
+class ProjectionCheckpointNotJsonError(AgentlogError, TypeError):
+    """A projection unit state is not lossless JSON, so its checkpoint cannot be persisted (spec §3.1)."""
+
+    code = "PROJECTION_CHECKPOINT_NOT_JSON"

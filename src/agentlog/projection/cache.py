@@ -1,0 +1,577 @@
+"""The persisted projection cache (runtime spec §3): durable checkpoints of every projection unit's state.
+
+One record per session, ``{identity: {createdAt, cwd?}, rows: {key: {ver, seq, val}}}``, kept in a
+:mod:`~agentlog.projection.cache_storage` medium. The cache is a fold shortcut, never an authority: a row
+is possibly stale (its ``seq`` says how stale) but never wrong, so
+
+* live sessions are checkpointed on a write-behind — two mandatory points (``turn/end`` and session
+  disposal) plus a count and an interval throttle in between — and every write is fail-soft: a failure
+  logs a warning and the next write heals it;
+* every write makes the log durable *before* the record lands ("log durable before cache"): a crash
+  leaves the cache behind the log (a longer tail replay), never ahead of it;
+* a record is bound to the log lifecycle it was folded from (header ``createdAt`` and ``cwd``): a
+  recreated id or a swapped store cannot seed a value;
+* a cold read (:meth:`ProjectionCache.cold_snapshot`) folds only the stored tail past the rows'
+  anchored floor and falls back to one full re-read whenever a row cannot be trusted (version bump, a
+  log that shrank under the row, a state the unit's schema rejects, an unrelated lifecycle).
+
+Where the durable writes run: on one background thread per cache (:class:`BackgroundWriter`, the
+default), so the appending thread — often an asyncio event loop — never waits for a flush or a cache
+commit; the registry cut itself is taken on the appending thread, inside the event's dispatch, as the
+original does. :class:`InlineWriter` runs them in the caller's thread (deterministic tests, one-shot
+tools). The interval trigger uses ``loop.call_later`` when the arming thread runs an event loop and a
+daemon ``threading.Timer`` otherwise (:func:`default_timer`); tests inject their own.
+
+agentlog addition: a record also keeps the backend revision of the stored log when the rows are
+known to be its complete fold (the write saw no event after its cut; a cold read saw the same revision
+before and after reading). :meth:`ProjectionCache.cached_snapshot` with ``revision=`` serves a record
+only for that exact stored log, which is how ``agentlog ls`` skips reading logs whose row is current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from ..errors import InvalidOptionError, NonJsonValueError, ProjectionCheckpointNotJsonError, describe_error
+from ..kernel.jsonvalue import snapshot_json, thaw
+from ..kernel.session import Session, lock_of
+from ..kernel.store import SessionStore
+from .cache_storage import CacheRecord, CacheStorage
+
+__all__ = [
+    "DEFAULT_WRITE_EVERY_EVENTS",
+    "DEFAULT_WRITE_INTERVAL_MS",
+    "NOT_LOSSLESS_JSON",
+    "BackgroundWriter",
+    "InlineWriter",
+    "ProjectionCache",
+    "identity_matches",
+    "identity_of",
+]
+
+logger = logging.getLogger("agentlog.projection.cache")
+
+DEFAULT_WRITE_EVERY_EVENTS: Final = 200
+DEFAULT_WRITE_INTERVAL_MS: Final = 5000
+NOT_LOSSLESS_JSON: Final = (
+    "projection checkpoint is not losslessly JSON-serializable (a unit state violates the plain-JSON contract)"
+)
+
+Checkpoint = Mapping[str, Mapping[str, Any]]
+Cancel = Callable[[], None]
+Timer = Callable[[float, Callable[[], None]], Cancel]
+"""``timer(delay_ms, callback) -> cancel``: run ``callback`` once after ``delay_ms`` unless cancelled."""
+
+
+class _Registry(Protocol):
+    """The part of :class:`~agentlog.projection.registry.ProjectionRegistry` the cache uses."""
+
+    @property
+    def store(self) -> SessionStore: ...
+
+    def checkpoint(self, session: Session) -> dict[str, Any]: ...
+
+    def restore_floor(self, checkpoint: Checkpoint) -> int | None: ...
+
+    def view_checkpoint(self, checkpoint: Checkpoint) -> dict[str, Any]: ...
+
+    def restore(self, checkpoint: Checkpoint, events: Sequence[Any], base_seq: int) -> Any: ...
+
+
+class _Stored(Protocol):
+    meta: Mapping[str, Any]
+    events: Sequence[Any]
+
+
+class _Coordinator(Protocol):
+    """What the cache needs of persistence: the flush barrier, the suffix read and the log revision."""
+
+    def flush(self, session: Session) -> None: ...
+
+    def read_from(self, session_id: str, from_seq: int) -> Any: ...
+
+
+class Writer(Protocol):
+    """Where the fail-soft durable writes run (``submit`` never raises for a job's failure)."""
+
+    def submit(self, job: Callable[[], None]) -> None: ...
+
+    def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class InlineWriter:
+    """Runs every write in the submitting thread, at once."""
+
+    def submit(self, job: Callable[[], None]) -> None:
+        job()
+
+    def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class BackgroundWriter:
+    """One daemon thread running the submitted writes in submission order (started on first use)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="agentlog-projection-cache", daemon=True)
+                self._thread.start()
+            self._queue.put(job)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except BaseException:  # jobs are fail-soft already; never let the thread die
+                logger.exception("session projection cache: a background write raised")
+            finally:
+                self._queue.task_done()
+
+    def drain(self) -> None:
+        """Wait until every write submitted so far has finished (call it off the event loop)."""
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._queue.join()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            if threading.current_thread() is not thread:
+                thread.join()
+
+
+def default_timer(delay_ms: float, callback: Callable[[], None]) -> Cancel:
+    """``loop.call_later`` when this thread runs an event loop, else a daemon :class:`threading.Timer`."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        timer = threading.Timer(delay_ms / 1000.0, callback)
+        timer.daemon = True
+        timer.start()
+        return timer.cancel
+    handle = loop.call_later(delay_ms / 1000.0, callback)
+    return handle.cancel
+
+
+def identity_of(header: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity fields a record is bound to: ``{createdAt, cwd?}`` of the session header."""
+    identity: dict[str, Any] = {"createdAt": header["createdAt"]}
+    if header.get("cwd") is not None:
+        identity["cwd"] = header["cwd"]
+    return identity
+
+
+def identity_matches(stored: Mapping[str, Any], expected: Mapping[str, Any]) -> bool:
+    """Same ``createdAt`` and same ``cwd`` (absent equals absent; absent differs from present)."""
+    return stored.get("createdAt") == expected.get("createdAt") and stored.get("cwd") == expected.get("cwd")
+
+
+def _natural(name: str, value: object) -> int:
+    if type(value) is not int or value < 1:
+        raise InvalidOptionError(f"{name} must be a natural number >= 1, got {value!r}")
+    return value
+
+
+def _field(result: Any, name: str) -> Any:
+    return result[name] if isinstance(result, Mapping) else getattr(result, name)
+
+
+@dataclass
+class _Dirty:
+    """Write-behind bookkeeping of one live session (dropped at disposal)."""
+
+    session: Session
+    pending: int = 0
+    timer: Cancel | None = None
+    timer_token: object | None = None
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """One registry checkpoint taken at a boundary, waiting to be made durable."""
+
+    session: Session
+    rows: dict[str, Any]
+    identity: dict[str, Any]
+    end_seq: int
+    generation: int
+
+
+class ProjectionCache:
+    """Persisted projection checkpoints for one store: the write-behind and the cold-read ladder.
+
+    ``registry`` drives the units (its ``store`` is the store whose sessions are checkpointed);
+    ``coordinator`` is the store's :class:`~agentlog.persistence.PersistenceCoordinator` (flush barrier,
+    ``read_from`` suffix reads, and its backend's ``read_revision``); ``storage`` the medium. Both
+    throttles are the original's shipped values by default. Call :meth:`close` to stop (it cancels
+    armed timers and waits for queued writes; it does not close ``storage`` unless ``owns_storage``).
+    """
+
+    def __init__(
+        self,
+        registry: _Registry,
+        coordinator: _Coordinator,
+        storage: CacheStorage,
+        *,
+        write_every_events: int = DEFAULT_WRITE_EVERY_EVENTS,
+        write_interval_ms: int = DEFAULT_WRITE_INTERVAL_MS,
+        timer: Timer | None = None,
+        writer: Writer | None = None,
+        store: SessionStore | None = None,
+        owns_storage: bool = False,
+    ) -> None:
+        self.write_every_events = _natural("writeEveryEvents", write_every_events)
+        self.write_interval_ms = _natural("writeIntervalMs", write_interval_ms)
+        self.registry = registry
+        self.coordinator = coordinator
+        self.storage = storage
+        self.store: SessionStore = store if store is not None else registry.store
+        self._timer: Timer = timer or default_timer
+        self._writer: Writer = writer if writer is not None else BackgroundWriter()
+        self._owns_storage = owns_storage
+        self._lock = threading.RLock()
+        self._dirty: dict[int, _Dirty] = {}
+        self._generation = 0
+        self._landed: dict[str, int] = {}
+        self._closed = False
+        # Registered after the registry's own listener (the registry exists first), so every cut taken
+        # inside an event's dispatch already contains that event.
+        self._unsubscribe = [self.store.on_event(self._on_event), self.store.on_disposed(self._on_disposed)]
+        reference = weakref.ref(self)
+        self._atexit = lambda: _drain_at_exit(reference)
+        atexit.register(self._atexit)
+
+    # -- reads ------------------------------------------------------------------------------------
+    def _record(self, session_id: str) -> CacheRecord | None:
+        try:
+            return self.storage.get(session_id)
+        except Exception as err:  # the cache is never required: an unreadable record is an absent one
+            logger.warning('session projection cache: read for "%s" failed: %s', session_id, describe_error(err))
+            return None
+
+    def _serve(
+        self, record: CacheRecord | None, header: Mapping[str, Any], revision: str | None
+    ) -> dict[str, Any] | None:
+        if record is None or not identity_matches(record.identity, identity_of(header)):
+            return None
+        if revision is not None and record.revision != revision:
+            return None
+        values = self.registry.view_checkpoint(record.rows)
+        if not values:
+            return None
+        # One cut: the lowest served watermark (under-claiming is safe under higher-seq-wins).
+        as_of = min(int(record.rows[key]["seq"]) for key in values)
+        return {"asOfSeq": as_of, "values": values}
+
+    def cached_snapshot(self, header: Mapping[str, Any], *, revision: str | None = None) -> dict[str, Any] | None:
+        """The listing read (spec §3.4): client values straight from the stored rows, no log read.
+
+        ``header`` (a live or stored header) is the identity witness; ``None`` when no usable row
+        exists for this lifecycle. With ``revision`` (a :class:`~agentlog.persistence.SessionListing`
+        revision), only a record verified against exactly that stored log is served.
+        """
+        return self._serve(self._record(str(header["id"])), header, revision)
+
+    def cached_snapshots(
+        self, listings: Iterable[Any], *, current_only: bool = False
+    ) -> dict[str, dict[str, Any] | None]:
+        """:meth:`cached_snapshot` for many listings with one storage read (``agentlog ls``).
+
+        ``listings`` are :class:`~agentlog.persistence.SessionListing`\\ s (or objects with ``id``,
+        ``header``, ``revision``); with ``current_only`` a row is served only when its revision is the
+        listing's. A listing without a header maps to ``None``.
+        """
+        wanted = list(listings)
+        try:
+            records = self.storage.get_many([listing.id for listing in wanted])
+        except Exception as err:
+            logger.warning("session projection cache: listing read failed: %s", describe_error(err))
+            records = {}
+        out: dict[str, dict[str, Any] | None] = {}
+        for listing in wanted:
+            header = listing.header
+            if header is None or (current_only and listing.revision is None):
+                out[listing.id] = None
+                continue
+            out[listing.id] = self._serve(records.get(listing.id), header, listing.revision if current_only else None)
+        return out
+
+    def _revision(self, session_id: str) -> str | None:
+        backend = getattr(self.coordinator, "backend", None)
+        read_revision = getattr(backend, "read_revision", None)
+        if read_revision is None:
+            return None
+        try:
+            revision = read_revision(session_id)
+        except Exception:
+            return None
+        return revision if isinstance(revision, str) else None
+
+    def cold_snapshot(self, session_id: str) -> dict[str, Any]:
+        """Cold-read one persisted session's projections (spec §3.5): cached rows plus a bounded tail.
+
+        Raises :class:`~agentlog.errors.SessionNotFoundError` when the session has no stored log. The
+        refreshed checkpoint is written back (fail-soft).
+        """
+        record = self._record(session_id)
+        cached: Checkpoint = record.rows if record is not None else {}
+        floor = self.registry.restore_floor(cached)
+        before = self._revision(session_id)
+        if floor is None:
+            # No unit registered: nothing to fold, but an absent log still raises "not found".
+            probe = self.coordinator.read_from(session_id, 0)
+            events = probe.events
+            return {"asOfSeq": int(events[-1]["seq"]) if len(events) else -1, "values": {}}
+        tail = self.coordinator.read_from(session_id, floor)
+        identity = identity_of(tail.meta)
+        related = record is None or identity_matches(record.identity, identity)
+        try:
+            if not related:
+                raise _UnrelatedRecord(session_id)
+            restored = self.registry.restore(cached, tail.events, floor)
+        except Exception:
+            # An unrelated record, a row beyond the supplied suffix or the log end, or a state the
+            # unit's schema rejects: one full read, every unit refolded from its initial state.
+            whole = self.coordinator.read_from(session_id, 0)
+            restored = self.registry.restore({}, whole.events, 0)
+        revision = before if before is not None and self._revision(session_id) == before else None
+        checkpoint = _field(restored, "checkpoint")
+        self._put_soft(session_id, identity, checkpoint, revision, "cold-read write-back")
+        snapshot: dict[str, Any] = dict(_field(restored, "snapshot"))
+        return snapshot
+
+    # -- writes -----------------------------------------------------------------------------------
+    @staticmethod
+    def _lossless(rows: Mapping[str, Any]) -> dict[str, Any]:
+        """A detached plain copy of ``rows``, or the typed refusal if a state is not lossless JSON."""
+        try:
+            detached: dict[str, Any] = thaw(snapshot_json(rows))
+        except NonJsonValueError as err:
+            raise ProjectionCheckpointNotJsonError(f"{NOT_LOSSLESS_JSON}: {err}") from err
+        return detached
+
+    def _put(self, session_id: str, identity: Mapping[str, Any], rows: Mapping[str, Any], revision: str | None) -> None:
+        self.storage.put(session_id, CacheRecord(dict(identity), self._lossless(rows), revision))
+
+    def _put_soft(
+        self, session_id: str, identity: Mapping[str, Any], rows: Mapping[str, Any], revision: str | None, what: str
+    ) -> None:
+        try:
+            self._put(session_id, identity, rows, revision)
+        except Exception as err:
+            logger.warning(
+                'session projection cache: %s for "%s" failed (cache stays stale): %s',
+                what,
+                session_id,
+                describe_error(err),
+            )
+
+    def _take_cut(self, session: Session) -> _Cut:
+        """The registry checkpoint now, marked clean (the caller holds the session's lock)."""
+        try:
+            rows = self.registry.checkpoint(session)
+        except NonJsonValueError as err:
+            raise ProjectionCheckpointNotJsonError(f"{NOT_LOSSLESS_JSON}: {err}") from err
+        with self._lock:
+            self._mark_clean(session)
+            self._generation += 1
+            generation = self._generation
+        return _Cut(session, rows, identity_of(session.header), session.seq - 1, generation)
+
+    def _land(self, cut: _Cut) -> None:
+        """Make the cut durable: flush the log first, then replace the record (not fail-soft)."""
+        session = cut.session
+        rows = self._lossless(cut.rows)  # refuse a non-JSON state before any I/O
+        live = self.store.get(session.id) is session
+        if live:
+            self.coordinator.flush(session)  # log durable before cache
+        revision: str | None = None
+        with lock_of(session):
+            # Known complete only if no event followed the cut: the flush then made exactly it durable.
+            exact = live and session.seq - 1 == cut.end_seq
+            if exact:
+                revision = self._revision(session.id)
+        with self._lock:
+            if self._landed.get(session.id, 0) > cut.generation:
+                return  # a newer cut of this session already landed: never replace it with an older one
+            if not live and revision is None:
+                # At detach the log cannot be flushed here; keep a verified revision of the same cut.
+                existing = self._record(session.id)
+                if (
+                    existing is not None
+                    and existing.revision is not None
+                    and identity_matches(existing.identity, cut.identity)
+                    and existing.rows == rows
+                ):
+                    self._landed[session.id] = cut.generation
+                    return
+            self.storage.put(session.id, CacheRecord(cut.identity, rows, revision))
+            self._landed[session.id] = cut.generation
+
+    def write(self, session: Session) -> None:
+        """Durably checkpoint ``session`` now, in this thread (not fail-soft).
+
+        The cut is taken first; then the log is flushed through the coordinator (if the session is
+        still live in the store) and only then is the record replaced. Raises
+        :class:`~agentlog.errors.ProjectionCheckpointNotJsonError` for a unit state that is not lossless
+        JSON, and whatever the flush or the medium raise.
+        """
+        with lock_of(session):
+            cut = self._take_cut(session)
+        self._land(cut)
+
+    async def awrite(self, session: Session) -> None:
+        """:meth:`write` for asyncio code (the cut now, the blocking part in a worker thread)."""
+        with lock_of(session):
+            cut = self._take_cut(session)
+        await asyncio.to_thread(self._land, cut)
+
+    def _write_soft(self, session: Session, trigger: str) -> None:
+        """Cut now (caller holds the session's lock), land on the writer; failures log and stay stale."""
+        try:
+            cut = self._take_cut(session)
+        except Exception as err:
+            self._warn(session, trigger, err)
+            return
+
+        def job() -> None:
+            try:
+                self._land(cut)
+            except Exception as err:
+                self._warn(session, trigger, err)
+
+        self._writer.submit(job)
+
+    @staticmethod
+    def _warn(session: Session, trigger: str, err: BaseException) -> None:
+        logger.warning(
+            'session projection cache: %s write for "%s" failed (cache stays stale): %s',
+            trigger,
+            session.id,
+            describe_error(err),
+        )
+
+    def drain(self) -> None:
+        """Wait until every queued write has landed (or failed softly)."""
+        self._writer.drain()
+
+    async def adrain(self) -> None:
+        """:meth:`drain` for asyncio code."""
+        await asyncio.to_thread(self._writer.drain)
+
+    # -- write policy (spec §3.3) -----------------------------------------------------------------
+    def _mark_clean(self, session: Session) -> None:
+        state = self._dirty.get(id(session))
+        if state is None:
+            return
+        state.pending = 0
+        if state.timer is not None:
+            state.timer()
+            state.timer = None
+            state.timer_token = None
+
+    def _on_event(self, session: Session, event: Any) -> None:
+        if self._closed:
+            return
+        if event["type"] == "turn/end":
+            self._write_soft(session, "turn/end")
+            return
+        with self._lock:
+            state = self._dirty.get(id(session))
+            if state is None:
+                state = self._dirty[id(session)] = _Dirty(session)
+            state.pending += 1
+            if state.pending < self.write_every_events:
+                if state.timer is None:
+                    token = object()
+                    state.timer_token = token
+                    state.timer = self._timer(self.write_interval_ms, lambda: self._on_interval(session, token))
+                return
+        self._write_soft(session, "count threshold")
+
+    def _on_interval(self, session: Session, token: object) -> None:
+        with lock_of(session):
+            with self._lock:
+                state = self._dirty.get(id(session))
+                if self._closed or state is None or state.timer_token is not token:
+                    return  # cancelled, or superseded by a write that already took this cut
+                state.timer = None
+                state.timer_token = None
+            self._write_soft(session, "interval")
+
+    def _on_disposed(self, session: Session) -> None:
+        if self._closed:
+            return
+        with lock_of(session):
+            self._write_soft(session, "detach")
+        with self._lock:
+            self._mark_clean(session)
+            self._dirty.pop(id(session), None)
+
+    def close(self) -> None:
+        """Stop: unsubscribe, cancel every armed timer, wait for queued writes (plugin disposal)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for unsubscribe in self._unsubscribe:
+                unsubscribe()
+            for state in self._dirty.values():
+                if state.timer is not None:
+                    state.timer()
+                    state.timer = None
+                    state.timer_token = None
+            self._dirty.clear()
+        atexit.unregister(self._atexit)
+        self._writer.drain()
+        self._writer.close()
+        if self._owns_storage:
+            self.storage.close()
+
+    def __enter__(self) -> ProjectionCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _UnrelatedRecord(Exception):
+    """Internal: the stored record belongs to another log lifecycle (never leaves this module)."""
+
+
+def _drain_at_exit(reference: weakref.ReferenceType[ProjectionCache]) -> None:
+    cache = reference()
+    if cache is not None:
+        try:
+            cache.drain()
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            pass

@@ -1,0 +1,435 @@
+"""Storage media of the persisted projection cache (runtime spec §3.1).
+
+The cache is derived and rebuildable: nothing in it is ever needed for correctness, so every medium
+here prefers *forgetting* to *guessing*. A record is one session's whole checkpoint
+(``{identity, rows}``, plus the log revision it was verified against when that is known); every write
+replaces exactly one session's record, atomically, and listing reads every record with one query.
+
+Two media:
+
+* :class:`MemoryCacheStorage` — a dict, for tests and the :class:`~agentlog.persistence.memory.MemoryBackend`.
+* :class:`SqliteCacheStorage` — one SQLite database per store (WAL, owner-only mode ``0600``). Its
+  ``application_id`` marks the file as a projection cache, ``user_version`` carries the domain version
+  (:data:`DOMAIN_VERSION`, the original's ``session_projcache`` version 3) and a ``cache_state`` row names
+  the store it was built for. A file that is damaged, of another domain version, not a projection cache
+  at all, or built for another store is discarded and rebuilt (with a warning) — never read.
+
+Where a store keeps its cache (:func:`cache_path_for`): a JSONL store at ``<root>/.projections.sqlite``
+(the listing skips files in the root and dot-names are not project directories); a SQLite store in a
+sibling file ``<database>.projections.sqlite`` — the SQLite backend checks an exact copy of its schema
+at every open and inside every write transaction, so a foreign table inside its database would make it
+refuse its own store, and cache writes would contend with log appends for the one write lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+import threading
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from ..kernel import jsoncodec
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER
+
+__all__ = [
+    "APPLICATION_ID",
+    "CACHE_FILE_NAME",
+    "DOMAIN_VERSION",
+    "CacheRecord",
+    "CacheStorage",
+    "MemoryCacheStorage",
+    "SqliteCacheStorage",
+    "cache_path_for",
+    "open_cache_storage",
+    "parse_record",
+    "store_id_for",
+]
+
+logger = logging.getLogger("agentlog.projection.cache")
+
+DOMAIN_VERSION: Final = 3
+"""The original's ``session_projcache`` domain version: a different version discards the whole medium."""
+
+APPLICATION_ID: Final = 0x414C5043  # "ALPC": agentlog projection cache
+CACHE_FILE_NAME: Final = ".projections.sqlite"
+SQLITE_SUFFIX: Final = ".projections.sqlite"
+BUSY_TIMEOUT_S: Final = 5.0
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS cache_state (singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
+    "store_id TEXT NOT NULL) STRICT",
+    "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, identity TEXT NOT NULL, "
+    "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL) STRICT",
+)
+
+
+@dataclass(frozen=True)
+class CacheRecord:
+    """One session's stored checkpoint.
+
+    ``identity`` is ``{createdAt, cwd?}`` of the log lifecycle the rows were folded from; ``rows`` is
+    ``{key: {ver, seq, val}}``. ``revision`` (an agentlog addition) is the backend revision of the stored
+    log the rows were verified to be the complete fold of, or ``None`` when that is not known: a reader
+    whose listing shows the same revision may serve the rows without reading the log.
+    """
+
+    identity: Mapping[str, Any]
+    rows: Mapping[str, Mapping[str, Any]]
+    revision: str | None = None
+
+
+def _is_int(value: object, low: int) -> bool:
+    return type(value) is int and low <= value <= MAX_SAFE_INTEGER
+
+
+def parse_record(identity: object, rows: object, revision: object = None) -> CacheRecord | None:
+    """The record if ``identity``/``rows`` have the stored shape (spec §3.1 schemas), else ``None``.
+
+    Row ``val``s are not checked here: the registry validates them against each unit's own schema and
+    refolds the unit when one is rejected.
+    """
+    if not isinstance(identity, Mapping) or not _is_int(identity.get("createdAt"), 0):
+        return None
+    if set(identity) - {"createdAt", "cwd"} or ("cwd" in identity and type(identity["cwd"]) is not str):
+        return None
+    if not isinstance(rows, Mapping):
+        return None
+    for key, row in rows.items():
+        if type(key) is not str or not isinstance(row, Mapping) or "val" not in row:
+            return None
+        if not _is_int(row.get("ver"), 0) or not _is_int(row.get("seq"), -1):
+            return None
+    if revision is not None and type(revision) is not str:
+        return None
+    return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision)
+
+
+class CacheStorage(Protocol):
+    """A medium for cache records (all methods thread-safe; ``put``/``delete`` replace one record atomically)."""
+
+    def get(self, session_id: str) -> CacheRecord | None: ...
+
+    def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]: ...
+
+    def put(self, session_id: str, record: CacheRecord) -> None: ...
+
+    def delete(self, session_id: str) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class MemoryCacheStorage:
+    """An in-process medium (tests, the memory backend): records live in a dict, detached on the way in."""
+
+    records: dict[str, CacheRecord] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def get(self, session_id: str) -> CacheRecord | None:
+        with self._lock:
+            return self.records.get(session_id)
+
+    def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]:
+        with self._lock:
+            if session_ids is None:
+                return dict(self.records)
+            return {sid: self.records[sid] for sid in session_ids if sid in self.records}
+
+    def put(self, session_id: str, record: CacheRecord) -> None:
+        # A JSON round trip detaches the record from the caller, as a durable medium would.
+        stored = parse_record(
+            jsoncodec.loads(jsoncodec.dumps(record.identity)),
+            jsoncodec.loads(jsoncodec.dumps(record.rows)),
+            record.revision,
+        )
+        if stored is None:
+            raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
+        with self._lock:
+            self.records[session_id] = stored
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self.records.pop(session_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.records.clear()
+
+    def close(self) -> None:
+        pass
+
+
+class SqliteCacheStorage:
+    """One SQLite database holding every cached session record of one store.
+
+    ``store_id`` names the store the file belongs to; a file built for another store (a copied cache
+    file, a store copied elsewhere) is discarded on open. Opening is lazy (the first operation) and a
+    failed open is not remembered. Damage found at open or by any later statement discards the file and
+    starts a fresh one; reads then answer "absent" and the caller refolds from the log.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, store_id: str) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.store_id = store_id
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    # -- opening ----------------------------------------------------------------------------------
+    def _discard(self, reason: str) -> None:
+        """Drop the connection and delete the file (and its WAL companions): it is rebuilt from logs."""
+        logger.warning(
+            'session projection cache: discarding "%s" (%s); it will be rebuilt from the logs', self.path, reason
+        )
+        self._drop()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(self.path + suffix)
+            except FileNotFoundError:
+                pass
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    def _create_file(self) -> None:
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            os.close(fd)
+            return
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f'projection cache "{self.path}" is not a regular file')
+        if info.st_mode & 0o077:
+            os.chmod(self.path, 0o600, follow_symlinks=False)
+
+    def _connect(self) -> sqlite3.Connection:
+        self._create_file()
+        uri = "file:" + urllib.parse.quote(self.path) + "?mode=rw"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # Atomic either way; a commit lost to a power cut only leaves the cache behind the log.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                problem = self._check_or_initialise(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except BaseException:
+            conn.close()
+            raise
+        if problem is not None:
+            conn.close()
+            self._discard(problem)
+            return self._connect()
+        return conn
+
+    def _check_or_initialise(self, conn: sqlite3.Connection) -> str | None:
+        """``None`` when the file is (now) this store's cache; else why it must be discarded."""
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if app_id == 0 and version == 0 and not tables:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute("INSERT INTO cache_state (singleton, store_id) VALUES (1, ?)", (self.store_id,))
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {DOMAIN_VERSION}")
+            return None
+        if app_id != APPLICATION_ID:
+            return "not a projection cache database"
+        if version != DOMAIN_VERSION:
+            return f"domain version {version}, expected {DOMAIN_VERSION}"
+        if not {"cache_state", "sessions"} <= tables:
+            return "incomplete schema"
+        row = conn.execute("SELECT store_id FROM cache_state WHERE singleton = 1").fetchone()
+        if row is None or row[0] != self.store_id:
+            return "built for another store"
+        return None
+
+    def _run(self, what: str, fn: Any, *, default: Any = None, soft: bool) -> Any:
+        """Run ``fn(conn)``; damage discards the file and retries once on a fresh one.
+
+        ``soft`` reads answer ``default`` when the medium cannot be opened at all (the cache is never
+        required); writes raise, and the cache's fail-soft write path logs them.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("session projection cache storage is closed")
+            for attempt in (1, 2):
+                try:
+                    if self._conn is None:
+                        self._conn = self._connect()
+                    return fn(self._conn)
+                except sqlite3.DatabaseError as err:
+                    if isinstance(err, sqlite3.OperationalError) and not _is_damage(err):
+                        self._drop()
+                        if soft:
+                            logger.warning("session projection cache: %s failed: %s", what, err)
+                            return default
+                        raise
+                    if attempt == 2:
+                        raise
+                    self._discard(f"{what}: {err}")
+                except OSError as err:
+                    self._drop()
+                    if soft:
+                        logger.warning("session projection cache: %s failed: %s", what, err)
+                        return default
+                    raise
+            raise AssertionError("unreachable")
+
+    # -- records ----------------------------------------------------------------------------------
+    @staticmethod
+    def _decode(row: tuple[Any, ...]) -> CacheRecord | None:
+        identity, rows, revision, domain_version = row
+        if domain_version != DOMAIN_VERSION:
+            return None
+        try:
+            return parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision)
+        except Exception:  # a malformed record is absent, never served
+            return None
+
+    def get(self, session_id: str) -> CacheRecord | None:
+        def body(conn: sqlite3.Connection) -> CacheRecord | None:
+            row = conn.execute(
+                "SELECT identity, rows, revision, domain_version FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            return None if row is None else self._decode(row)
+
+        result: CacheRecord | None = self._run("read", body, soft=True)
+        return result
+
+    def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]:
+        wanted = None if session_ids is None else set(session_ids)
+
+        def body(conn: sqlite3.Connection) -> dict[str, CacheRecord]:
+            out: dict[str, CacheRecord] = {}
+            for sid, *rest in conn.execute("SELECT session_id, identity, rows, revision, domain_version FROM sessions"):
+                if wanted is not None and sid not in wanted:
+                    continue
+                record = self._decode(tuple(rest))
+                if record is not None:
+                    out[sid] = record
+            return out
+
+        result: dict[str, CacheRecord] = self._run("listing read", body, default={}, soft=True)
+        return result
+
+    def put(self, session_id: str, record: CacheRecord) -> None:
+        identity = jsoncodec.dumps(record.identity).decode()
+        rows = jsoncodec.dumps(record.rows).decode()
+        self._run(
+            "write",
+            lambda conn: conn.execute(
+                "INSERT OR REPLACE INTO sessions (session_id, identity, rows, revision, domain_version) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (session_id, identity, rows, record.revision, DOMAIN_VERSION),
+            ),
+            soft=False,
+        )
+
+    def delete(self, session_id: str) -> None:
+        self._run(
+            "delete", lambda conn: conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)), soft=False
+        )
+
+    def clear(self) -> None:
+        self._run("clear", lambda conn: conn.execute("DELETE FROM sessions"), soft=False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._drop()
+
+
+def _is_damage(err: sqlite3.OperationalError) -> bool:
+    """Whether an OperationalError means the file is unusable (as opposed to busy, full or read-only)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+    text = str(err).lower()
+    return "malformed" in text or "not a database" in text
+
+
+def cache_path_for(backend: object) -> str | None:
+    """Where a backend's store keeps its cache file, or ``None`` for an in-process store (memory medium)."""
+    root = getattr(backend, "root", None)
+    if isinstance(root, str):  # JsonlBackend
+        return os.path.join(root, CACHE_FILE_NAME)
+    path = getattr(backend, "path", None)
+    if isinstance(path, str) and path != ":memory:" and not getattr(backend, "_memory", False):
+        return path + SQLITE_SUFFIX
+    return None
+
+
+def store_id_for(backend: object) -> str:
+    """The identity a cache file is bound to: which store (not which file) it was built for.
+
+    SQLite stores carry a random store id (``persistence_state.store_id``) that survives a rename and
+    differs for every other store, even a byte copy made before the first session (a copy of a used
+    store keeps it — and keeps its cache file beside it only if copied along). JSONL stores have no id of
+    their own; the real path and inode of the root stand in, so a store copied elsewhere rebuilds.
+    """
+    root = getattr(backend, "root", None)
+    if isinstance(root, str):
+        real = os.path.realpath(root)
+        try:
+            inode = os.stat(real).st_ino
+        except OSError:
+            inode = 0
+        return f"jsonl:{real}:{inode}"
+    path = getattr(backend, "path", None)
+    if isinstance(path, str):
+        real = os.path.realpath(path)
+        try:
+            uri = "file:" + urllib.parse.quote(real) + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+            try:
+                row = conn.execute("SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
+            finally:
+                conn.close()
+            if row is not None and type(row[0]) is str:
+                return f"sqlite-store:{row[0]}"
+        except sqlite3.Error:
+            pass
+        return f"sqlite:{real}"
+    return f"memory:{id(backend)}"
+
+
+def open_cache_storage(backend: object) -> CacheStorage:
+    """The cache medium for a backend's store: a SQLite file beside it, or memory for in-process stores.
+
+    A store whose cache file cannot be created (a read-only store, a non-file in its place) gets a
+    memory medium with a warning: the cache is never required for correctness.
+    """
+    path = cache_path_for(backend)
+    if path is None:
+        return MemoryCacheStorage()
+    storage = SqliteCacheStorage(path, store_id=store_id_for(backend))
+    try:
+        storage.get_many(())  # opens (and if needed rebuilds) the file now
+        with storage._lock:
+            if storage._conn is None:
+                raise OSError("cannot open the cache database")
+    except Exception as err:
+        logger.warning('session projection cache: "%s" is unusable (%s); caching in memory for this process', path, err)
+        storage.close()
+        return MemoryCacheStorage()
+    return storage
