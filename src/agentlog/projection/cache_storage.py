@@ -23,6 +23,7 @@ refuse its own store, and cache writes would contend with log appends for the on
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
@@ -64,7 +65,7 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS cache_state (singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
     "store_id TEXT NOT NULL) STRICT",
     "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, identity TEXT NOT NULL, "
-    "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL) STRICT",
+    "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL, digest TEXT NOT NULL) STRICT",
 )
 
 
@@ -127,29 +128,37 @@ class CacheStorage(Protocol):
 
 @dataclass
 class MemoryCacheStorage:
-    """An in-process medium (tests, the memory backend): records live in a dict, detached on the way in."""
+    """An in-process medium (tests, the memory backend): records kept as JSON text, like a durable one,
+    so nothing the caller holds aliases a stored record."""
 
-    records: dict[str, CacheRecord] = field(default_factory=dict)
+    records: dict[str, tuple[bytes, bytes, str | None]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @staticmethod
+    def _decode(stored: tuple[bytes, bytes, str | None]) -> CacheRecord | None:
+        return parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2])
 
     def get(self, session_id: str) -> CacheRecord | None:
         with self._lock:
-            return self.records.get(session_id)
+            stored = self.records.get(session_id)
+        return None if stored is None else self._decode(stored)
 
     def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]:
         with self._lock:
             if session_ids is None:
-                return dict(self.records)
-            return {sid: self.records[sid] for sid in session_ids if sid in self.records}
+                picked = dict(self.records)
+            else:
+                picked = {sid: self.records[sid] for sid in session_ids if sid in self.records}
+        out: dict[str, CacheRecord] = {}
+        for sid, stored in picked.items():
+            decoded = self._decode(stored)
+            if decoded is not None:
+                out[sid] = decoded
+        return out
 
     def put(self, session_id: str, record: CacheRecord) -> None:
-        # A JSON round trip detaches the record from the caller, as a durable medium would.
-        stored = parse_record(
-            jsoncodec.loads(jsoncodec.dumps(record.identity)),
-            jsoncodec.loads(jsoncodec.dumps(record.rows)),
-            record.revision,
-        )
-        if stored is None:
+        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision)
+        if self._decode(stored) is None:
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         with self._lock:
             self.records[session_id] = stored
@@ -258,6 +267,9 @@ class SqliteCacheStorage:
             return f"domain version {version}, expected {DOMAIN_VERSION}"
         if not {"cache_state", "sessions"} <= tables:
             return "incomplete schema"
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
+        if columns != ["session_id", "identity", "rows", "revision", "domain_version", "digest"]:
+            return "unexpected schema"
         row = conn.execute("SELECT store_id FROM cache_state WHERE singleton = 1").fetchone()
         if row is None or row[0] != self.store_id:
             return "built for another store"
@@ -297,9 +309,17 @@ class SqliteCacheStorage:
 
     # -- records ----------------------------------------------------------------------------------
     @staticmethod
-    def _decode(row: tuple[Any, ...]) -> CacheRecord | None:
-        identity, rows, revision, domain_version = row
+    def _decode(session_id: str, row: tuple[Any, ...]) -> CacheRecord | None:
+        identity, rows, revision, domain_version, digest = row
         if domain_version != DOMAIN_VERSION:
+            return None
+        if (
+            type(identity) is not str
+            or type(rows) is not str
+            or digest != _digest(session_id, identity, rows, revision)
+        ):
+            # SQLite does not checksum pages: a flipped bit inside a JSON text would otherwise be served.
+            logger.warning('session projection cache: record for "%s" fails its digest; ignoring it', session_id)
             return None
         try:
             return parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision)
@@ -309,9 +329,10 @@ class SqliteCacheStorage:
     def get(self, session_id: str) -> CacheRecord | None:
         def body(conn: sqlite3.Connection) -> CacheRecord | None:
             row = conn.execute(
-                "SELECT identity, rows, revision, domain_version FROM sessions WHERE session_id = ?", (session_id,)
+                "SELECT identity, rows, revision, domain_version, digest FROM sessions WHERE session_id = ?",
+                (session_id,),
             ).fetchone()
-            return None if row is None else self._decode(row)
+            return None if row is None else self._decode(session_id, row)
 
         result: CacheRecord | None = self._run("read", body, soft=True)
         return result
@@ -321,10 +342,11 @@ class SqliteCacheStorage:
 
         def body(conn: sqlite3.Connection) -> dict[str, CacheRecord]:
             out: dict[str, CacheRecord] = {}
-            for sid, *rest in conn.execute("SELECT session_id, identity, rows, revision, domain_version FROM sessions"):
+            statement = "SELECT session_id, identity, rows, revision, domain_version, digest FROM sessions"
+            for sid, *rest in conn.execute(statement):
                 if wanted is not None and sid not in wanted:
                     continue
-                record = self._decode(tuple(rest))
+                record = self._decode(sid, tuple(rest))
                 if record is not None:
                     out[sid] = record
             return out
@@ -333,14 +355,17 @@ class SqliteCacheStorage:
         return result
 
     def put(self, session_id: str, record: CacheRecord) -> None:
+        if parse_record(record.identity, record.rows, record.revision) is None:
+            raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         identity = jsoncodec.dumps(record.identity).decode()
         rows = jsoncodec.dumps(record.rows).decode()
+        digest = _digest(session_id, identity, rows, record.revision)
         self._run(
             "write",
             lambda conn: conn.execute(
-                "INSERT OR REPLACE INTO sessions (session_id, identity, rows, revision, domain_version) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (session_id, identity, rows, record.revision, DOMAIN_VERSION),
+                "INSERT OR REPLACE INTO sessions (session_id, identity, rows, revision, domain_version, digest) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest),
             ),
             soft=False,
         )
@@ -357,6 +382,17 @@ class SqliteCacheStorage:
         with self._lock:
             self._closed = True
             self._drop()
+
+
+def _digest(session_id: str, identity: str, rows: str, revision: str | None) -> str:
+    """A keyed-by-content digest of one stored record (its session id included: rows cannot be swapped)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (session_id, identity, rows, revision or ""):
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    h.update(b"\x01" if revision is not None else b"\x00")
+    return h.hexdigest()
 
 
 def _is_damage(err: sqlite3.OperationalError) -> bool:
