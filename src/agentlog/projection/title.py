@@ -211,15 +211,12 @@ def fold_session_title(events: Sequence[Event]) -> SessionTitleSnapshot | None:
 
 def _message_text(data: Mapping[str, Any]) -> str | None:
     """The joined text blocks of an eligible human message, or ``None`` when it is not one."""
-    message = data.get("message")
-    if not isinstance(message, Mapping):
-        return None
-    source = message.get("source")
+    source = data.get("source")
     if not isinstance(source, Mapping) or source.get("kind") != "user":
         return None
     text = "\n".join(
         block["text"]
-        for block in message.get("content") or ()
+        for block in data.get("content") or ()
         if isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str)
     )
     return text if _clean_title_text(text) else None
