@@ -108,6 +108,8 @@ def _json_equal(a: Any, b: Any) -> bool:
     work = [(a, b)]
     while work:
         x, y = work.pop()
+        if x is y:
+            continue  # a shared (frozen) subtree: equal to itself under any semantics
         tx, ty = type(x), type(y)
         if isinstance(x, dict):
             if not isinstance(y, dict) or len(x) != len(y):
