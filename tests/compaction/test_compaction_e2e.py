@@ -26,7 +26,13 @@ import orjson
 import agentlog as al
 from agentlog.agent.builtin_tools import builtin_registry
 from agentlog.agent.loop import Agent, AgentOptions
-from agentlog.compaction import CompactionEngine, TokenMeter, ToolResultPruner, is_checkpoint_source
+from agentlog.compaction import (
+    CHECKPOINT_PREAMBLE,
+    CompactionEngine,
+    TokenMeter,
+    ToolResultPruner,
+    is_checkpoint_source,
+)
 from agentlog.kernel.session import Session, derive_event_message
 from agentlog.llm.demo_server import BIG_FILE, DemoModelServer, Hang, large_result_turns
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
@@ -292,3 +298,53 @@ def test_sigkill_during_summarization_leaves_an_orphan_that_does_not_block_the_r
         coordinator.close()
     reloaded = JsonlBackend(str(root)).load_stored("crashy")
     assert reloaded is not None and reloaded.events[-1]["type"] == "compaction/end"
+
+
+def test_a_span_three_times_the_window_compacts_in_balanced_parts_merged_into_one_summary(tmp_path: Path) -> None:
+    """Beyond the original (which sends the span whole and fails): a surface about three times the context
+    window is summarized in consecutive parts cut at balanced boundaries, each request (prior summary + one
+    part + the instruction) under the window, the later parts carrying the summary so far as a prior
+    ``<compacted-summary>`` checkpoint; one checkpoint lands, recorded without ``llmStreamCall`` (it took
+    several calls), and the request after it fits the window."""
+    big_file(tmp_path)
+    window = 3_000
+    turns = 12
+    session = al.SessionStore().create("split", meta={"cwd": str(tmp_path)})
+    result: Any = None
+
+    async def drive(server: DemoModelServer) -> None:
+        nonlocal result
+        provider = provider_for(server, window=window)
+        engine = CompactionEngine(pruner=None, config={"auto": False})  # let the surface grow past the window
+        options = AgentOptions(provider="demo", model="demo-model", cwd=tmp_path)
+        agent = Agent(session, provider, options, tools=builtin_registry(), durable=False, compaction=engine)
+        try:
+            for turn in range(turns):
+                agent.followup(f"read it again ({turn})")
+                await agent.run()
+            assert engine.meter.measure(session).total_tokens > 3 * window
+            server.context_window = window  # from now on the model refuses anything over the window
+            result = await agent.compact_now()
+        finally:
+            await provider.aclose()
+
+    with DemoModelServer(large_result_turns(turns)) as server:
+        asyncio.run(drive(server))
+
+    summaries = [r for r in server.requests if r.answer == "summary"]
+    assert len(summaries) >= 3
+    assert all(r.estimated_tokens <= window for r in summaries)
+    assert "context-overflow" not in [r.answer for r in server.requests]
+    preamble = orjson.dumps(CHECKPOINT_PREAMBLE).decode()[1:-1]  # the text as the JSON body carries it
+    texts = [orjson.dumps(r.body["messages"]).decode() for r in summaries]
+    assert preamble not in texts[0]
+    assert all(preamble in text for text in texts[1:])  # each later part carries the summary so far
+
+    assert result is not None
+    events = session.events
+    summary_events = [e for e in events if e["type"] == "compaction/summary"]
+    assert len(summary_events) == 1 and "llmStreamCall" not in summary_events[0]["data"]
+    assert summary_events[0]["data"]["shadowedSeqs"] == list(result.shadowed_seqs)
+    derived = session.derive_messages()
+    assert is_checkpoint_source(derived[0]["source"])
+    assert TokenMeter().measure(session).total_tokens < window
