@@ -94,11 +94,11 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── ProjectionUnitError (ValueError) [INVALID_PROJECTION_UNIT]
     │   ├── ProjectionKeyConflictError (ValueError) [PROJECTION_KEY_CONFLICT]
     │   ├── ProjectionStateError (TypeError) [PROJECTION_STATE_NOT_JSON]
+    │   │   └── ProjectionCheckpointNotJsonError [PROJECTION_CHECKPOINT_NOT_JSON]
     │   ├── ProjectionViewError (TypeError) [PROJECTION_VIEW_INVALID]
     │   ├── ProjectionReducerError [PROJECTION_REDUCER_FAILED]
     │   ├── ProjectionRowError (ValueError) [PROJECTION_ROW_INVALID]
     │   └── ProjectionRestoreError (ValueError) [PROJECTION_RESTORE_REREAD]
-    ├── ProjectionCheckpointNotJsonError (TypeError) [PROJECTION_CHECKPOINT_NOT_JSON]
     └── CompactionError [COMPACTION_ERROR]
         ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
         │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
@@ -890,7 +890,7 @@ class ProjectionRestoreError(ProjectionError, ValueError):
 # --- projections: persisted cache
 
 
-class ProjectionCheckpointNotJsonError(AgentlogError, TypeError):
-    """A projection unit state is not lossless JSON, so its checkpoint cannot be persisted (spec §3.1)."""
+class ProjectionCheckpointNotJsonError(ProjectionStateError):
+    """The persisted cache refused a checkpoint: a unit state is not lossless JSON (spec §3.1)."""
 
     code = "PROJECTION_CHECKPOINT_NOT_JSON"

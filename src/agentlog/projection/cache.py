@@ -40,7 +40,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from ..errors import InvalidOptionError, NonJsonValueError, ProjectionCheckpointNotJsonError, describe_error
+from ..errors import (
+    InvalidOptionError,
+    NonJsonValueError,
+    ProjectionCheckpointNotJsonError,
+    ProjectionStateError,
+    describe_error,
+)
 from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore
@@ -74,9 +80,6 @@ Timer = Callable[[float, Callable[[], None]], Cancel]
 class _Registry(Protocol):
     """The part of :class:`~agentlog.projection.registry.ProjectionRegistry` the cache uses."""
 
-    @property
-    def store(self) -> SessionStore: ...
-
     def checkpoint(self, session: Session) -> dict[str, Any]: ...
 
     def restore_floor(self, checkpoint: Checkpoint) -> int | None: ...
@@ -93,6 +96,9 @@ class _Stored(Protocol):
 
 class _Coordinator(Protocol):
     """What the cache needs of persistence: the flush barrier, the suffix read and the log revision."""
+
+    @property
+    def store(self) -> SessionStore: ...
 
     def flush(self, session: Session) -> None: ...
 
@@ -229,9 +235,10 @@ class _Cut:
 class ProjectionCache:
     """Persisted projection checkpoints for one store: the write-behind and the cold-read ladder.
 
-    ``registry`` drives the units (its ``store`` is the store whose sessions are checkpointed);
-    ``coordinator`` is the store's :class:`~agentlog.persistence.PersistenceCoordinator` (flush barrier,
-    ``read_from`` suffix reads, and its backend's ``read_revision``); ``storage`` the medium. Both
+    ``registry`` folds the units; ``coordinator`` is the store's
+    :class:`~agentlog.persistence.PersistenceCoordinator` (its ``store`` is the store whose live sessions
+    are checkpointed; flush barrier, ``read_from`` suffix reads, its backend's ``read_revision``);
+    ``storage`` the medium. Both
     throttles are the original's shipped values by default. Call :meth:`close` to stop (it cancels
     armed timers and waits for queued writes; it does not close ``storage`` unless ``owns_storage``).
     """
@@ -254,7 +261,7 @@ class ProjectionCache:
         self.registry = registry
         self.coordinator = coordinator
         self.storage = storage
-        self.store: SessionStore = store if store is not None else registry.store
+        self.store: SessionStore = store if store is not None else coordinator.store
         self._timer: Timer = timer or default_timer
         self._writer: Writer = writer if writer is not None else BackgroundWriter()
         self._owns_storage = owns_storage
@@ -399,7 +406,7 @@ class ProjectionCache:
         """The registry checkpoint now, marked clean (the caller holds the session's lock)."""
         try:
             rows = self.registry.checkpoint(session)
-        except NonJsonValueError as err:
+        except ProjectionStateError as err:  # the registry refuses a non-JSON state when it is folded
             raise ProjectionCheckpointNotJsonError(f"{NOT_LOSSLESS_JSON}: {err}") from err
         with self._lock:
             self._mark_clean(session)
