@@ -38,6 +38,7 @@ from agentlog.projection.title_service import (
     DEFAULT_SESSION_TITLE_LLM_CONFIG,
     MAX_TIMER_DELAY_MS,
     SESSION_TITLE_TIMEOUT_CODE,
+    AutomaticMode,
     LlmSessionTitleProvider,
     SessionTitleConfig,
     SessionTitleLlmConfig,
@@ -98,10 +99,10 @@ class Recorder:
     """A title provider that records its requests and answers through ``reply``."""
 
     def __init__(
-        self, id: str, automatic: str, reply: Callable[[SessionTitleProviderRequest], Awaitable[Any] | Any]
+        self, id: str, automatic: AutomaticMode, reply: Callable[[SessionTitleProviderRequest], Awaitable[Any] | Any]
     ) -> None:
         self.id = id
-        self.automatic = automatic
+        self.automatic: AutomaticMode = automatic
         self.reply = reply
         self.requests: list[SessionTitleProviderRequest] = []
 
@@ -743,7 +744,7 @@ def test_cancels_a_queued_fallback_when_the_session_title_service_unloads() -> N
     prompt(session, "Ignore prompts after disposal")
     asyncio.run(service.settle())
     assert titles(session) == []
-    with pytest.raises(SessionTitleCancelledError, match="^session-title service disposed$"):
+    with pytest.raises(SessionTitleCancelledError, match=r"^session-title service disposed$"):
         asyncio.run(service.refresh(session))
 
 
@@ -780,7 +781,7 @@ def test_aborts_pending_and_active_provider_work_during_service_unload() -> None
         await until(lambda: provider.requests[0].signal.is_set())
         resolve(result, {"title": "Ignored service abort", "messageSeqs": [active_message.seq]})
         await closing
-        with pytest.raises(SessionTitleCancelledError, match="^session-title service disposed$"):
+        with pytest.raises(SessionTitleCancelledError, match=r"^session-title service disposed$"):
             await refresh
         assert len(provider.requests) == 1  # the pending session's work never started
         assert [e["data"]["source"]["kind"] for e in titles(active)] == ["fallback"]
