@@ -343,3 +343,11 @@ def test_property_the_unit_and_the_fold_agree_on_the_last_title(titles: list[str
             append_title(session, title)
     snapshot = fold_session_title(session.events)
     assert TITLE_UNIT.view(TITLE_UNIT.fold(session.events)) == (snapshot["title"] if snapshot else None)
+
+
+def test_title_unit_refuses_to_serve_a_title_that_is_not_a_string() -> None:
+    """A malformed ``session/title`` in a log (no string title) is an error when served, never a value."""
+    session = new_session()
+    session.append(SESSION_TITLE, {"title": 5, "messageSeqs": [1], "source": {"kind": "fallback"}})
+    with pytest.raises(SessionTitleStateError, match="non-empty string or null"):
+        TITLE_UNIT.view(TITLE_UNIT.fold(session.events))

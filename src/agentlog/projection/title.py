@@ -271,16 +271,18 @@ def _title_reduce(state: str | None, event: Event) -> str | None:
     return state if state == title else cast(str, title)
 
 
-def _title_view(state: str | None) -> str | None:
-    return state
-
-
 def _parse_title_state(value: object) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
     raise SessionTitleStateError(
         f"title projection state must be a non-empty string or null, not {type(value).__name__} {value!r}"[:200]
     )
+
+
+def _title_view(state: str | None) -> str | None:
+    # The original validates every served view against its schema; a log whose session/title carries
+    # no string title fails loudly here instead of serving a wrong value.
+    return _parse_title_state(state)
 
 
 TITLE_UNIT: Final[ProjectionUnit[str | None, str | None]] = ProjectionUnit(

@@ -416,8 +416,9 @@ class SessionTitleService:
 
     def _on_model_stream(self, session: Session, state: _SessionState, pending: _Pending, event: Event) -> None:
         """A chunk streamed by a loop request built after the prompt: start with the header's route."""
-        if event["seq"] <= pending.through_seq:
-            return
+        route = _route_of(session)
+        if route is None or event["seq"] <= pending.through_seq:
+            return  # without a logged route the next request/header starts the work (and names the route)
         events = session.events
         for index in range(len(events) - 1, -1, -1):
             etype = events[index]["type"]
@@ -427,9 +428,7 @@ class SessionTitleService:
                 break
         else:
             return
-        route = _route_of(session)
-        if route is not None:
-            self._start_pending(session, state, pending, route)
+        self._start_pending(session, state, pending, route)
 
     def _on_disposed(self, session: Session) -> None:
         state = self._states.pop(session, None)
