@@ -296,7 +296,7 @@ def test_store_id_for__binds_a_cache_to_its_store_not_to_a_copy(tmp_path: Path) 
     _stored_session(SqliteBackend(str(tmp_path / "b.db")))
     a1, a2, b = (SqliteBackend(str(tmp_path / n)) for n in ("a.db", "a.db", "b.db"))
     assert store_id_for(a1) == store_id_for(a2) != store_id_for(b)
-    assert store_id_for(a1).startswith("sqlite-store:")
+    assert (store_id_for(a1) or "").startswith("sqlite-store:")
     j1, j2 = JsonlBackend(str(tmp_path / "j1")), JsonlBackend(str(tmp_path / "j2"))
     _stored_session(j1)
     _stored_session(j2)
@@ -335,3 +335,33 @@ def test_open_cache_storage__an_unusable_path_falls_back_to_memory_with_a_warnin
     assert isinstance(storage, MemoryCacheStorage)
     assert "caching in memory" in caplog.text
     assert (root / CACHE_FILE_NAME).is_dir()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_open_cache_storage__a_cache_opened_before_the_store_exists_keeps_its_records(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """A fresh store: reads answer "absent" without creating anything; the first record, written after
+    the store materialized, is bound to the store it then has and survives the next open."""
+
+    def make() -> Any:
+        return JsonlBackend(str(tmp_path / "j")) if kind == "jsonl" else SqliteBackend(str(tmp_path / "s.db"))
+
+    backend = make()
+    assert store_id_for(backend) is None
+    storage = open_cache_storage(backend)
+    path = cache_path_for(backend)
+    assert path is not None
+    with caplog.at_level(logging.WARNING, logger="agentlog.projection.cache"):
+        assert storage.get("s1") is None
+        assert storage.get_many() == {}
+    assert caplog.text == ""
+    assert not os.path.exists(path)
+    _stored_session(backend)  # materializes the store (and closes that backend)
+    storage.put("s1", record(0, ["first"]))
+    storage.close()
+    reopened = open_cache_storage(make())
+    with caplog.at_level(logging.WARNING, logger="agentlog.projection.cache"):
+        assert reopened.get("s1") == record(0, ["first"])
+    assert "discarding" not in caplog.text
+    reopened.close()

@@ -30,7 +30,7 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -184,9 +184,10 @@ class SqliteCacheStorage:
     starts a fresh one; reads then answer "absent" and the caller refolds from the log.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, store_id: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, store_id: str | Callable[[], str | None]) -> None:
         self.path = os.path.abspath(os.fspath(path))
-        self.store_id = store_id
+        self._store_id = store_id
+        self.store_id: str | None = store_id if isinstance(store_id, str) else None
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -225,6 +226,12 @@ class SqliteCacheStorage:
             os.chmod(self.path, 0o600, follow_symlinks=False)
 
     def _connect(self) -> sqlite3.Connection:
+        if not isinstance(self._store_id, str):
+            # Resolved when first needed: a store materializes with its first durable write, which
+            # every cache write follows (log durable before cache).
+            self.store_id = self._store_id()
+            if self.store_id is None:
+                raise _StoreNotMaterialized(self.path)
         self._create_file()
         uri = "file:" + urllib.parse.quote(self.path) + "?mode=rw"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
@@ -299,6 +306,10 @@ class SqliteCacheStorage:
                     if attempt == 2:
                         raise
                     self._discard(f"{what}: {err}")
+                except _StoreNotMaterialized:
+                    if soft:
+                        return default  # nothing can be cached for a store without logs
+                    raise
                 except OSError as err:
                     self._drop()
                     if soft:
@@ -395,6 +406,13 @@ def _digest(session_id: str, identity: str, rows: str, revision: str | None) -> 
     return h.hexdigest()
 
 
+class _StoreNotMaterialized(Exception):
+    """Internal: the store has no durable state yet, so no cache can belong to it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f'the store of projection cache "{path}" holds no session yet')
+
+
 def _is_damage(err: sqlite3.OperationalError) -> bool:
     """Whether an OperationalError means the file is unusable (as opposed to busy, full or read-only)."""
     code = getattr(err, "sqlite_errorcode", None)
@@ -415,13 +433,14 @@ def cache_path_for(backend: object) -> str | None:
     return None
 
 
-def store_id_for(backend: object) -> str:
-    """The identity a cache file is bound to: which store (not which file) it was built for.
+def store_id_for(backend: object) -> str | None:
+    """The identity a cache file is bound to — which store (not which file) it was built for — or
+    ``None`` while the store holds nothing yet (no root directory, no database).
 
-    SQLite stores carry a random store id (``persistence_state.store_id``) that survives a rename and
-    differs for every other store, even a byte copy made before the first session (a copy of a used
-    store keeps it — and keeps its cache file beside it only if copied along). JSONL stores have no id of
-    their own; the real path and inode of the root stand in, so a store copied elsewhere rebuilds.
+    SQLite stores carry a random store id (``persistence_state.store_id``, written with the database):
+    a new database at the same path, next to a cache file left behind, never shares it. JSONL stores
+    have no id of their own: the real path and the inode of the root stand in, so a store copied
+    elsewhere (or recreated at the same path) rebuilds its cache instead of trusting a copied file.
     """
     root = getattr(backend, "root", None)
     if isinstance(root, str):
@@ -429,11 +448,13 @@ def store_id_for(backend: object) -> str:
         try:
             inode = os.stat(real).st_ino
         except OSError:
-            inode = 0
+            return None
         return f"jsonl:{real}:{inode}"
     path = getattr(backend, "path", None)
     if isinstance(path, str):
         real = os.path.realpath(path)
+        if not os.path.isfile(real):
+            return None
         try:
             uri = "file:" + urllib.parse.quote(real) + "?mode=ro"
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
@@ -441,31 +462,38 @@ def store_id_for(backend: object) -> str:
                 row = conn.execute("SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
             finally:
                 conn.close()
-            if row is not None and type(row[0]) is str:
-                return f"sqlite-store:{row[0]}"
         except sqlite3.Error:
-            pass
-        return f"sqlite:{real}"
+            return None
+        return f"sqlite-store:{row[0]}" if row is not None and type(row[0]) is str else None
     return f"memory:{id(backend)}"
 
 
 def open_cache_storage(backend: object) -> CacheStorage:
     """The cache medium for a backend's store: a SQLite file beside it, or memory for in-process stores.
 
-    A store whose cache file cannot be created (a read-only store, a non-file in its place) gets a
-    memory medium with a warning: the cache is never required for correctness.
+    The file is opened (and checked, or discarded and rebuilt) at the first operation, once the store
+    exists. A store whose cache file cannot live beside it (a directory or another non-file in its
+    place, a store directory this user cannot write) gets a memory medium with a warning: the cache is
+    never required for correctness.
     """
     path = cache_path_for(backend)
     if path is None:
         return MemoryCacheStorage()
-    storage = SqliteCacheStorage(path, store_id=store_id_for(backend))
+    problem: str | None = None
     try:
-        storage.get_many(())  # opens (and if needed rebuilds) the file now
-        with storage._lock:
-            if storage._conn is None:
-                raise OSError("cannot open the cache database")
-    except Exception as err:
-        logger.warning('session projection cache: "%s" is unusable (%s); caching in memory for this process', path, err)
-        storage.close()
+        info = os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if os.path.isdir(parent) and not os.access(parent, os.W_OK):
+            problem = f'its directory "{parent}" is not writable'
+    except OSError as err:
+        problem = str(err)
+    else:
+        if not stat.S_ISREG(info.st_mode):
+            problem = "it is not a regular file"
+    if problem is not None:
+        logger.warning(
+            'session projection cache: "%s" is unusable (%s); caching in memory for this process', path, problem
+        )
         return MemoryCacheStorage()
-    return storage
+    return SqliteCacheStorage(path, store_id=lambda: store_id_for(backend))
