@@ -1224,9 +1224,11 @@ def test_an_all_prompts_model_title_follows_the_real_agent_loop() -> None:
     """With the agent loop's own event order (step/start, prompt, request/header, chunks), each prompt's
     title request starts after the loop's request and titles every prompt so far."""
     from agentlog.agent.loop import Agent, AgentOptions
+    from agentlog.kernel.invariants import SessionInvariants
 
     async def main() -> None:
         store = SessionStore()
+        SessionInvariants(store).install()  # every turn/step relation is checked at its append
         titles_model = ScriptedProvider([text_reply("First title"), text_reply("Second title")], name="scripted")
         service = SessionTitleService(
             store, CONFIG, provider=LlmSessionTitleProvider(titles_model, automatic="all-prompts")
@@ -1248,6 +1250,13 @@ def test_an_all_prompts_model_title_follows_the_real_agent_loop() -> None:
         assert (titles_model.requests[0].provider, titles_model.requests[0].model) == ("scripted", "chat-model")
         requests = [e for e in session.events if e["type"] == SESSION_TITLE_LLM_REQUEST]
         assert [r["data"]["messageSeqs"] for r in requests] == [snapshot["messageSeqs"][:1], snapshot["messageSeqs"]]
+        headers = [e.seq for e in session.events if e["type"] == "request/header"]
+        assert headers[0] < requests[0].seq  # the title request never runs ahead of the loop's request
+        second_prompt = snapshot["messageSeqs"][1]
+        first_chunk_after = min(
+            e.seq for e in session.events if e["type"] == "assistant/chunk" and e.seq > second_prompt
+        )
+        assert first_chunk_after < requests[1].seq
 
     run(main)
 
@@ -1276,5 +1285,27 @@ def test_a_model_title_over_http_with_the_local_demo_server() -> None:
         assert recorded.body["thinking"] == {"type": "disabled"}
         assert recorded.body["max_tokens"] == 64 or recorded.body.get("max_completion_tokens") == 64
         assert '"text":"name this session over http"' in recorded.body["messages"][-1]["content"]
+
+    run(main)
+
+
+def test_a_provider_may_answer_synchronously() -> None:
+    """``generate`` returning a plain result (no coroutine) is accepted like an awaited one."""
+
+    class Sync:
+        id = "sync-provider"
+        automatic: AutomaticMode = "first-prompt"
+
+        def generate(self, request: SessionTitleProviderRequest) -> Any:
+            return {"title": "Sync title", "messageSeqs": [request.messages[0].seq]}
+
+    async def main() -> None:
+        store = SessionStore()
+        service = SessionTitleService(store, CONFIG, provider=Sync())
+        session = start(store, "sync-provider")
+        prompt(session, "answer at once")
+        route(session)
+        await service.settle()
+        assert service.get(session)["source"] == {"kind": "provider", "provider": "sync-provider"}  # type: ignore[index]
 
     run(main)

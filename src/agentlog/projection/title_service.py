@@ -41,6 +41,7 @@ prints it, an agent runner after ``agent.run()``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import weakref
@@ -537,8 +538,15 @@ class SessionTitleService:
             if state is not None and state.active is work:
                 state.active = None
 
-    async def _generate(self, session: Session, work: _Work, call: Awaitable[object]) -> object:
-        """Await the provider, but stop at once (cancelling it) when the work's signal or the caller's is set."""
+    async def _generate(self, session: Session, work: _Work, call: object) -> object:
+        """Await the provider, but stop at once (cancelling it) when the work's signal or the caller's is set.
+
+        A provider that ignores its signal is cancelled rather than waited for (the original waits for it
+        and discards the answer): disposal and supersession never hang on a slow model.
+        """
+        if not inspect.isawaitable(call):  # a plain ``def generate`` answered synchronously
+            self._assert_current(session, work)
+            return call
         generation = asyncio.ensure_future(call)
         generation.add_done_callback(_consume)
         waiters = [asyncio.ensure_future(work.signal.wait())]
