@@ -746,6 +746,10 @@ def test_cancels_a_queued_fallback_when_the_session_title_service_unloads() -> N
     assert titles(session) == []
     with pytest.raises(SessionTitleCancelledError, match=r"^session-title service disposed$"):
         asyncio.run(service.refresh(session))
+    with pytest.raises(SessionTitleCancelledError, match=r"^session-title service disposed$"):
+        service.rename(session, "too late")
+    with pytest.raises(SessionTitleCancelledError, match=r"^session-title service disposed$"):
+        service.register(Recorder("late", "first-prompt", all_seqs("late")))
 
 
 def test_suppresses_a_queued_fallback_failure_after_service_unload_begins(caplog: pytest.LogCaptureFixture) -> None:

@@ -321,6 +321,8 @@ class SessionTitleService:
         """Register the one optional provider; returns its async disposer, which cancels its pending and
         active work and returns once that work has finished."""
         self._validate_provider(provider)
+        if self._closed:
+            raise SessionTitleCancelledError("session-title service disposed")
         if self._registration is not None:
             raise SessionTitleProviderError(
                 f'session-title provider "{self._registration.provider.id}" is already registered'
