@@ -27,6 +27,8 @@ READ_COMMANDS: dict[str, list[list[str]]] = {
     "export": [["export", SESSION]],
     "verify": [["verify"], ["verify", SESSION]],
     "show": [["show", SESSION], ["show", SESSION, "--log"], ["show", SESSION, "--at", "3"]],
+    "stats": [["stats", SESSION]],
+    "title": [["title", SESSION]],
 }
 """Read commands and the command lines whose ``--json`` standard output must be one JSON document."""
 
@@ -39,6 +41,7 @@ OTHER_COMMANDS = {
     "fork": "tests/test_cli_agent.py (fork --json)",
     "compact": "tests/test_compaction_cli.py (compact --json)",
     "demo": "tests/test_demo.py (demo --json)",
+    "reindex": "tests/test_projection_cli.py (reindex --projections --json)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""
 

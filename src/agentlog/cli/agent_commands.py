@@ -34,6 +34,7 @@ from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
 from ._reading import _last_turn, _read_view
 from .options import DEFAULT_OPTIONS, OptionGroup, StoreOptions, shared_options
+from .projection_commands import LiveProjections, attach_projections
 from .render import _emit_json, _emit_json_line, _EventPrinter, render_error
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands th
     from ..agent.loop import AgentOptions, TurnOutcome
     from ..compaction import CompactionEngine, CompactionResult
     from ..llm.openai_compat import OpenAICompatibleProvider
+    from ..projection.title_service import SessionTitleService
 
 DEFAULT_PROVIDER = "deepseek"
 DEFAULT_MAX_RETRIES = 5
@@ -249,8 +251,16 @@ def _api_key(provider: str, api_key: str | None = None, base_url: str | None = N
         ) from None
 
 
-def _release(coordinator: PersistenceCoordinator, sessions: Sequence[Session]) -> AgentlogError | None:
-    """Flush, dispose and close: nothing stays live or locked. Returns the first persistence failure."""
+def _release(
+    coordinator: PersistenceCoordinator,
+    sessions: Sequence[Session],
+    *,
+    before_close: Callable[[], None] | None = None,
+) -> AgentlogError | None:
+    """Flush, dispose and close: nothing stays live or locked. Returns the first persistence failure.
+
+    ``before_close`` runs between the disposals and closing the coordinator: the projection services
+    (:func:`~agentlog.cli.projection_commands.attach_projections`) land their detach writes there."""
     failure: AgentlogError | None = None
     store = coordinator.store
     for session in sessions:
@@ -260,6 +270,8 @@ def _release(coordinator: PersistenceCoordinator, sessions: Sequence[Session]) -
             failure = failure or err
     for session in sessions:
         store.dispose(session)
+    if before_close is not None:
+        before_close()  # fail-soft by contract: cache writes only warn
     try:
         coordinator.close()
     except AgentlogError as err:
@@ -279,6 +291,7 @@ async def _agent_turns(
     timeout_s: float | None = None,
     signals: list[int] | None = None,
     compaction: bool = True,
+    titles: SessionTitleService | None = None,
 ) -> list[TurnOutcome]:
     from ..agent.builtin_tools import CommandPolicy, builtin_registry
     from ..agent.loop import Agent
@@ -318,7 +331,10 @@ async def _agent_turns(
             break
     try:
         agent.followup(prompt)
-        return await agent.run()
+        outcomes = await agent.run()
+        if titles is not None:
+            await titles.settle(session)  # the fallback title of the first prompt lands before the release
+        return outcomes
     finally:
         for installed in handled:
             loop.remove_signal_handler(installed)
@@ -370,10 +386,12 @@ def _run_agent(
     as_json: bool,
     extra: Mapping[str, Any] | None = None,
     command_policy: CommandPolicy | None = None,
+    projections: LiveProjections | None = None,
 ) -> None:
     """Run the prompt to the end, release the session, report; exit non-zero if the turn failed.
 
-    ``run`` gives the endpoint (``--base-url``) and the idle timeout (``--timeout``)."""
+    ``run`` gives the endpoint (``--base-url``) and the idle timeout (``--timeout``); ``projections``
+    (attached to the coordinator's store) keep the cache current and title the session."""
     store = coordinator.store
     printer = None if as_json else _EventPrinter()
     unsubscribe: Callable[[], None] | None = None
@@ -402,6 +420,7 @@ def _run_agent(
             timeout_s=run.timeout,
             signals=signals,
             compaction=not run.no_compaction,
+            titles=projections.titles if projections is not None else None,
         )
         outcomes = asyncio.run(turns)
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -411,7 +430,7 @@ def _run_agent(
     finally:
         if unsubscribe is not None:
             unsubscribe()
-        released = _release(coordinator, [session])
+        released = _release(coordinator, [session], before_close=projections.close if projections is not None else None)
     failure = failure or released
     if printer is not None:
         printer.end_line()
@@ -504,9 +523,11 @@ def run_command(
 
     sessions = SessionStore()
     coordinator = PersistenceCoordinator(sessions, storage)
+    projections = attach_projections(coordinator)
     try:
         session = sessions.create(new_id, meta={"cwd": str(work_dir)})
     except AgentlogError as err:
+        projections.close()
         coordinator.close()
         render_error(err, opts.as_json)
     options = _agent_options(run, provider=route, model=run.model or DEFAULT_MODEL, system=run.system, cwd=work_dir)
@@ -519,6 +540,7 @@ def run_command(
         prompt=prompt,
         as_json=opts.as_json,
         command_policy=command_policy,
+        projections=projections,
     )
 
 
@@ -551,16 +573,18 @@ def resume_command(
         repairs.append("closed the interrupted turn")
     sessions = SessionStore()
     coordinator = PersistenceCoordinator(sessions, storage)
+    projections = attach_projections(coordinator)
     try:
         session = coordinator.resume(session_id)
     except AgentlogError as err:
+        projections.close()
         coordinator.close()
         render_error(err, opts.as_json)
     state = {"repaired": bool(repairs), "repairs": repairs}
     if prompt is None:
         events = session.events
         last = _last_turn(events)
-        failure = _release(coordinator, [session])
+        failure = _release(coordinator, [session], before_close=projections.close)
         if failure is not None:
             render_error(failure, opts.as_json)
         if opts.as_json:
@@ -596,6 +620,7 @@ def resume_command(
         as_json=opts.as_json,
         extra=state,
         command_policy=command_policy,
+        projections=projections,
     )
 
 

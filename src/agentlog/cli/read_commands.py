@@ -4,10 +4,12 @@ written and no writer lock is taken)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..errors import (
@@ -18,6 +20,7 @@ from ..errors import (
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import SeqOutOfRangeError, Session
+from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _reader, _require_store
@@ -26,6 +29,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
+from .projection_commands import LAST_ACTIVITY_KEY, cache_exists, read_cache, total_tokens
 from .render import (
     _emit_json,
     _emit_json_line,
@@ -41,52 +45,113 @@ from .render import (
 @shared_options()
 def ls_command(
     opts: StoreOptions = DEFAULT_OPTIONS,
-    cursor: Annotated[str | None, typer.Option("--cursor", help="Show sessions after this id.")] = None,
+    cursor: Annotated[str | None, typer.Option("--cursor", help="Show the sessions listed after this id.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 50,
 ) -> None:
-    """List stored sessions from their headers (damaged or foreign headers are reported, not hidden).
+    """List stored sessions, newest first: title, turns, tokens and last activity (damaged or foreign
+    headers are reported, not hidden).
 
-    Only each session's header is read, so listing stays cheap however long the logs are: event counts
-    are not reported (``events`` and ``lastActivity`` are ``null`` in ``--json``); ``agentlog verify``
-    reads and checks whole logs.
+    Titles and counts come from the projection cache: a row that is current for the stored log is
+    served without reading the log; a stale or missing row is refreshed by reading only the log's tail.
+    A store that has no projection cache yet (never run through agentlog run/resume, nor reindexed
+    with ``agentlog reindex --projections``) is listed from its headers only: those fields are
+    ``null`` in ``--json`` and no log is read. Sessions are sorted by last activity (else creation
+    time), newest first, ties by id; ``--cursor ID`` continues after ID in that order.
     """
     try:
         storage = opts.open_backend(read_only=True)
         try:
             listings = storage.list_sessions()
+            projected = _projected(storage, listings)
         finally:
             storage.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
-    listings = [item for item in listings if cursor is None or item.id > cursor]
-    page = listings[:limit]
-    next_cursor = page[-1].id if len(listings) > limit else None
     rows: list[dict[str, Any]] = []
-    for item in page:
+    for item in listings:
         header = item.header or {}
+        values, as_of = projected.get(item.id, ({}, None))
         rows.append(
             {
                 "id": item.id,
+                "title": values.get("title"),
                 "createdAt": header.get("createdAt"),
                 "cwd": header.get("cwd"),
                 "parentSession": header.get("parentSession"),
-                "events": None,  # not counted: ls reads headers only
-                "lastActivity": None,
+                "events": None if as_of is None else as_of + 1,
+                "lastActivity": values.get(LAST_ACTIVITY_KEY),
+                "turns": (values.get("sessionStats") or {}).get("turns"),
+                "tokens": total_tokens(values.get("tokenUsage")),
+                "tokenUsage": values.get("tokenUsage"),
                 "error": None if item.error_code is None else {"code": item.error_code, "message": item.error_message},
             }
         )
+    rows.sort(key=_newest_first)
+    position = next((i for i, row in enumerate(rows) if row["id"] == cursor), None) if cursor is not None else None
+    if position is not None:
+        rows = rows[position + 1 :]
+    elif cursor is not None:  # the cursor's session is gone: continue by id
+        rows = [row for row in rows if row["id"] > cursor]
+    page = rows[:limit]
+    next_cursor = page[-1]["id"] if len(rows) > limit else None
     if opts.as_json:
-        _emit_json({"sessions": rows, "nextCursor": next_cursor})
+        _emit_json({"sessions": page, "nextCursor": next_cursor})
         return
-    table = _TableOutput(("id", "created", "cwd", "parent", "status"), title=f"sessions in {opts.root}")
-    for row in rows:
+    table = _TableOutput(
+        ("id", "title", "turns", "tokens", "last activity", "cwd", "parent", "status"),
+        title=f"sessions in {opts.root}",
+        right=("turns", "tokens"),
+    )
+    for row in page:
         status = "ok" if row["error"] is None else str(row["error"]["code"])
-        cells = [str(row["id"]), _iso(row["createdAt"]), str(row["cwd"] or ""), str(row["parentSession"] or ""), status]
+        cells = [
+            str(row["id"]),
+            str(row["title"] or ""),
+            "" if row["turns"] is None else f"{row['turns']:,}",
+            "" if row["tokens"] is None else f"{row['tokens']:,}",
+            _iso(row["lastActivity"] if row["lastActivity"] is not None else row["createdAt"]),
+            str(row["cwd"] or ""),
+            str(row["parentSession"] or ""),
+            status,
+        ]
         colour = "green" if row["error"] is None else "red"
-        table.add_row(*cells[:-1], f"[{colour}]{status}[/]", plain=cells)
+        table.add_row(*[escape(cell) for cell in cells[:-1]], f"[{colour}]{status}[/]", plain=cells)
     console = table.print()
     if next_cursor is not None:
-        console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True)
+        console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True, markup=False, highlight=False)
+
+
+def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
+    when = row["lastActivity"] if type(row["lastActivity"]) is int else row["createdAt"]
+    return (-(when if type(when) is int else 0), str(row["id"]))
+
+
+def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str, tuple[dict[str, Any], int | None]]:
+    """``{id: (values, asOfSeq)}`` from the store's projection cache (nothing when it has none).
+
+    One query reads every record; a record verified against the listed revision is served as is, any
+    other session with a readable header is cold-read (rows plus the log tail, written back). A log
+    that cannot be read leaves its fields empty: ``verify`` is the command that reports damage.
+    """
+    if not cache_exists(storage):
+        return {}
+    reader = _reader(storage)
+    cache = read_cache(reader)
+    out: dict[str, tuple[dict[str, Any], int | None]] = {}
+    try:
+        usable = [item for item in listings if item.error_code is None and item.header is not None]
+        served = cache.cached_snapshots(usable, current_only=True)
+        for item in usable:
+            snapshot = served.get(item.id)
+            if snapshot is None or LAST_ACTIVITY_KEY not in snapshot["values"]:
+                try:
+                    snapshot = cache.cold_snapshot(item.id)
+                except AgentlogError:
+                    continue
+            out[item.id] = (thaw(snapshot["values"]), snapshot["asOfSeq"])
+    finally:
+        cache.close()
+    return out
 
 
 PARTIAL_EXIT = 3

@@ -1,0 +1,351 @@
+"""The projection commands ``stats``, ``title`` and ``reindex --projections``, and the projection wiring
+the other commands share (the registry, the persisted cache, the title service).
+
+Every command composes the same registry (:func:`cli_registry`): the five built-in units plus
+``lastActivity`` (the time of the newest event), so a cache record written by ``run`` serves ``ls``
+without reading the log. The cache is derived and rebuildable (``agentlog.projection.cache``): a command
+never *needs* it to answer correctly, it only makes answers cheap.
+
+Who creates the cache database: the commands that write a store (``run``, ``resume``, ``title
+NEW_TITLE``) and ``reindex --projections``. The read commands use it when it exists (and refresh stale
+rows in it) but never create it: ``ls`` over a store that was never indexed stays a header-only listing,
+so it never reads a thousand logs behind the user's back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..compaction.units import ProjectionUnit
+from ..errors import AgentlogError, InvalidOptionError
+from ..kernel.events import Event
+from ..kernel.jsonvalue import thaw
+from ..kernel.session import Session
+from ..kernel.store import SessionStore
+from ..persistence.backend import Backend
+from ..persistence.coordinator import PersistenceCoordinator
+from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.registry import ProjectionRegistry
+from ..projection.title import fold_session_title
+from ..projection.title_service import DEFAULT_SESSION_TITLE_CONFIG, SessionTitleService
+from ._reading import _reader, _require_store
+from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
+from .render import _emit_json, _iso, _TableOutput, render_error
+
+LAST_ACTIVITY_KEY: Final = "lastActivity"
+
+
+def _last_activity_reduce(state: int | None, event: Event) -> int | None:
+    when = event.get("time")
+    return state if type(when) is not int or when == state else when
+
+
+def _parse_last_activity(value: object) -> int | None:
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise InvalidOptionError(f"lastActivity projection state must be a non-negative integer or null, got {value!r}")
+
+
+LAST_ACTIVITY_UNIT: Final[ProjectionUnit[int | None, int | None]] = ProjectionUnit(
+    key=LAST_ACTIVITY_KEY,
+    state_version=1,
+    initial=lambda: None,
+    reduce=_last_activity_reduce,
+    view=lambda state: state,
+    client_visible=True,
+    parse_state=_parse_last_activity,
+)
+"""The ``time`` (ms) of the newest event, ``None`` for an empty log: ``ls``'s "last activity" column,
+served from the cache like the other units (the built-in five carry no event times)."""
+
+
+def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
+    """The registry every command uses: the five built-in units, then :data:`LAST_ACTIVITY_UNIT`."""
+    registry = ProjectionRegistry.with_builtin_units(store)
+    registry.register(LAST_ACTIVITY_UNIT)
+    return registry
+
+
+def cache_exists(backend: Backend) -> bool:
+    """Whether the store already has its cache database (read commands never create one)."""
+    path = cache_path_for(backend)
+    return path is not None and os.path.isfile(path)
+
+
+def read_cache(coordinator: PersistenceCoordinator) -> ProjectionCache:
+    """A cache for a read command: the store's database if it exists, else a throw-away memory medium.
+
+    Writes (the cold read's write-back) run inline: the command returns only once they have landed.
+    """
+    backend = coordinator.backend
+    storage: CacheStorage = open_cache_storage(backend) if cache_exists(backend) else MemoryCacheStorage()
+    return ProjectionCache(
+        cli_registry(), coordinator, storage, writer=InlineWriter(), store=SessionStore(), owns_storage=True
+    )
+
+
+@dataclass
+class LiveProjections:
+    """The projection services a writing command attaches to its store (see :func:`attach_projections`)."""
+
+    registry: ProjectionRegistry
+    cache: ProjectionCache
+    titles: SessionTitleService
+
+    def close(self) -> None:
+        """Stop the title service and the cache (waits for queued cache writes). Call it after the
+        sessions are disposed (their detach writes are queued then) and before the coordinator closes."""
+        self.titles.close()
+        self.cache.close()
+        self.registry.dispose()
+
+
+def attach_projections(coordinator: PersistenceCoordinator) -> LiveProjections:
+    """Keep the store's cache current while a command appends (``run``, ``resume``, ``title``): the
+    registry and the cache on the coordinator's store (write policy: ``turn/end``, 200 events, 5 s,
+    detach), and the title service that gives a session its fallback title after its first prompt."""
+    store = coordinator.store
+    registry = cli_registry(store)
+    cache = ProjectionCache(registry, coordinator, open_cache_storage(coordinator.backend), owns_storage=True)
+    titles = SessionTitleService(store, DEFAULT_SESSION_TITLE_CONFIG)
+    return LiveProjections(registry, cache, titles)
+
+
+def total_tokens(usage: object) -> int | None:
+    """The four usage buckets added up (``None`` when the unit was not served)."""
+    if not isinstance(usage, Mapping):
+        return None
+    return sum(int(usage.get(name) or 0) for name in _BUCKETS)
+
+
+_BUCKETS: Final = ("uncachedInputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens")
+
+
+# --- stats ---------------------------------------------------------------------------------------------
+
+
+def _seconds(ms: object) -> str:
+    return f"{float(ms) / 1000:.2f} s" if isinstance(ms, int | float) else ""
+
+
+def _number(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else ("" if value is None else str(value))
+
+
+def _stats_rows(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    stats = values.get("sessionStats") or {}
+    usage = values.get("tokenUsage") or {}
+    pressure = values.get("contextPressure") or {}
+    breakdown = values.get("contextBreakdown") or {}
+    ttft_steps = stats.get("ttftSteps") or 0
+    decode_ms = stats.get("decodeMs") or 0
+    rows = [
+        ("title", str(values.get("title") or "(untitled)")),
+        ("last activity", _iso(values.get(LAST_ACTIVITY_KEY))),
+        ("turns", _number(stats.get("turns"))),
+        ("steps", _number(stats.get("steps"))),
+        ("time in the model", _seconds(stats.get("llmMs"))),
+        ("time in tools", _seconds(stats.get("toolMs"))),
+        ("mean time to first token", _seconds(stats["ttftMs"] / ttft_steps) if ttft_steps else ""),
+        (
+            "decode rate",
+            f"{stats['decodeTokens'] * 1000 / decode_ms:,.1f} tokens/s" if decode_ms else "",
+        ),
+    ]
+    rows += [(f"tokens: {name}", _number(usage.get(name))) for name in _BUCKETS]
+    rows.append(("tokens: total", _number(total_tokens(usage))))
+    for name in ("pressureTokens", "projectedTokens", "contextWindow"):
+        if name in pressure:
+            rows.append((f"context: {name}", _number(pressure[name])))
+    for name in ("systemTokens", "toolsTokens", "messageTokens"):
+        if name in breakdown:
+            rows.append((f"surface: {name}", _number(breakdown[name])))
+    return rows
+
+
+@shared_options()
+def stats_command(
+    session_id: Annotated[str, typer.Argument(help="The session to report on.")],
+    opts: StoreOptions = DEFAULT_OPTIONS,
+) -> None:
+    """Per-session projections: title, turns, steps, model and tool time, token use, context pressure.
+
+    Read from the projection cache (only the log's tail past the cached rows is read) and never written
+    to the log. --json prints the snapshot: {sessionId, asOfSeq, values} with every unit's view
+    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity).
+    """
+    try:
+        storage = opts.open_backend(read_only=True)
+        _require_store(storage, session_id)
+        reader = _reader(storage)
+        cache = read_cache(reader)
+        try:
+            snapshot = cache.cold_snapshot(session_id)
+        finally:
+            cache.close()
+            reader.close()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    values = thaw(snapshot["values"])
+    if opts.as_json:
+        _emit_json({"sessionId": session_id, "asOfSeq": snapshot["asOfSeq"], "values": values})
+        return
+    table = _TableOutput(("projection", "value"), title=f"session {session_id} (as of seq {snapshot['asOfSeq']})")
+    for name, value in _stats_rows(values):
+        table.add_row(name, value)
+    table.print()
+
+
+# --- title ---------------------------------------------------------------------------------------------
+
+
+def _title_document(session_id: str, events: Any) -> dict[str, Any]:
+    current = fold_session_title(events)
+    if current is None:
+        return {"sessionId": session_id, "title": None, "source": None, "messageSeqs": [], "eventSeq": None}
+    return {
+        "sessionId": session_id,
+        "title": current["title"],
+        "source": thaw(current["source"]),
+        "messageSeqs": list(current["messageSeqs"]),
+        "eventSeq": current["eventSeq"],
+    }
+
+
+def _rename(session_id: str, new_title: str, opts: StoreOptions) -> dict[str, Any]:
+    """Resume the session, append the pinned user title, flush, release (cache record updated)."""
+    from .agent_commands import _release
+
+    storage = opts.open_backend()
+    coordinator = PersistenceCoordinator(SessionStore(), storage)
+    projections = attach_projections(coordinator)
+    session: Session | None = None
+    failure: AgentlogError | None = None
+    try:
+        session = coordinator.resume(session_id)
+        projections.titles.rename(session, new_title)
+        document = _title_document(session_id, session.events)
+    except AgentlogError as err:
+        failure = err
+    finally:
+        released = _release(coordinator, [session] if session is not None else [], before_close=projections.close)
+    failure = failure or released
+    if failure is not None:
+        raise failure
+    return document
+
+
+@shared_options()
+def title_command(
+    session_id: Annotated[str, typer.Argument(help="The session whose title to show or set.")],
+    new_title: Annotated[
+        str | None, typer.Argument(help="Rename: the new title (pinned: no automatic title replaces it).")
+    ] = None,
+    opts: StoreOptions = DEFAULT_OPTIONS,
+) -> None:
+    """Show a session's title, or with NEW_TITLE rename it (a pinned user title, appended to the log).
+
+    The title is a log fact (the last session/title event), normalized to one printable line of at most
+    80 UTF-8 bytes. A new session gets a fallback title (the first words of its first prompt) from
+    run; a rename pins the title. --json: {sessionId, title, source, messageSeqs, eventSeq}.
+    """
+    try:
+        if new_title is None:
+            reader = _reader(opts.open_backend(read_only=True))
+            try:
+                document = _title_document(session_id, reader.view(session_id).events)
+            finally:
+                reader.close()
+        else:
+            document = _rename(session_id, new_title, opts)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        _emit_json(document)
+        return
+    shown = document["title"] if document["title"] is not None else "(untitled)"
+    source = document["source"]["kind"] if document["source"] else "none"
+    typer.echo(f"{shown}  ({source})" if new_title is None else f"session {session_id}: title set to {shown}")
+
+
+# --- reindex -------------------------------------------------------------------------------------------
+
+
+def _drop_cache_file(path: str) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(path + suffix)
+        except FileNotFoundError:
+            pass
+
+
+@shared_options()
+def reindex_command(
+    opts: StoreOptions = DEFAULT_OPTIONS,
+    projections: Annotated[
+        bool, typer.Option("--projections", help="Drop and rebuild the projection cache of every session.")
+    ] = False,
+) -> None:
+    """Rebuild derived data: with --projections, drop the projection cache and refold every stored log.
+
+    The cache is never needed for correctness (ls, stats and title work without it), only for speed.
+    Sessions whose log cannot be read are reported and left out. --json: {sessions, indexed, failed:
+    [{id, error: {code, message}}], cache}. Exit code 1 if any session failed.
+    """
+    try:
+        if not projections:
+            raise InvalidOptionError("reindex: say what to rebuild (--projections)")
+        storage = opts.open_backend(read_only=True)
+        listings = storage.list_sessions()
+        path = cache_path_for(storage)
+        if path is not None:
+            _drop_cache_file(path)
+        reader = _reader(storage)
+        medium = open_cache_storage(storage)
+        medium.clear()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    cache = ProjectionCache(
+        cli_registry(), reader, medium, writer=InlineWriter(), store=SessionStore(), owns_storage=True
+    )
+    failed: list[dict[str, Any]] = []
+    indexed = 0
+    with Progress(
+        TextColumn("reindexing projections"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=opts.as_json,
+    ) as progress:
+        task = progress.add_task("reindex", total=len(listings))
+        for listing in listings:
+            if listing.error_code is not None:
+                failed.append(
+                    {"id": listing.id, "error": {"code": listing.error_code, "message": listing.error_message}}
+                )
+            else:
+                try:
+                    cache.cold_snapshot(listing.id)
+                    indexed += 1
+                except AgentlogError as err:
+                    failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
+            progress.advance(task)
+    cache.close()
+    reader.close()
+    if opts.as_json:
+        _emit_json({"sessions": len(listings), "indexed": indexed, "failed": failed, "cache": path})
+    else:
+        typer.echo(f"projection cache rebuilt: {indexed} of {len(listings)} sessions" + (f" ({path})" if path else ""))
+        for item in failed:
+            typer.echo(f"  {item['id']}: [{item['error']['code']}] {item['error']['message']}")
+    if failed:
+        raise typer.Exit(code=1)
