@@ -1,9 +1,10 @@
 """The pure session-title half (runtime spec §6.10): normalizer vectors, fallback, UTF-8 budget, fold, unit.
 
 The cases named after the original come from ``packages/session/session-title/tests/session-title.spec.ts``
-(normalization, replay fold), ``projection.spec.ts`` (the ``title`` unit; its registry halves — the change
-feed and lazy cells — are checked here on the unit's ``is`` contract that the registry relies on) and
-``invariant.spec.ts`` (the title-source relation). The vectors pin each normalization rule on its own.
+(normalization, replay fold), ``projection.spec.ts`` (the ``title`` unit: once on the unit's own ``is``
+contract, once through :class:`~agentlog.projection.registry.ProjectionRegistry` as the original mounts it;
+"the title service unloads" is the unit's disposer here) and ``invariant.spec.ts`` (the title-source
+relation). The vectors pin each normalization rule on its own.
 """
 
 from __future__ import annotations
@@ -351,3 +352,51 @@ def test_title_unit_refuses_to_serve_a_title_that_is_not_a_string() -> None:
     session.append(SESSION_TITLE, {"title": 5, "messageSeqs": [1], "source": {"kind": "fallback"}})
     with pytest.raises(SessionTitleStateError, match="non-empty string or null"):
         TITLE_UNIT.view(TITLE_UNIT.fold(session.events))
+
+
+# --- projection.spec.ts through the registry (the original's harness: store + registry + title unit) -------
+
+
+def _registry_harness(with_title: bool) -> tuple[Any, Session, Any]:
+    from agentlog.kernel.store import SessionStore
+    from agentlog.projection.registry import ProjectionRegistry
+
+    store = SessionStore()
+    registry = ProjectionRegistry(store)
+    dispose = registry.register(TITLE_UNIT) if with_title else None
+    return registry, store.create("titled"), dispose
+
+
+def test_registry_serves_null_before_the_first_title_event() -> None:
+    registry, session, _ = _registry_harness(True)
+    assert registry.snapshot(session)["values"]["title"] is None
+
+
+def test_registry_serves_the_latest_title_last_wins_and_notifies_the_change_feed_with_the_causing_seq() -> None:
+    registry, session, _ = _registry_harness(True)
+    changes: list[tuple[str, Any, int]] = []
+    registry.on_changed(lambda _session, key, value, seq: changes.append((key, value, seq)))
+    first = append_title(session, "First title").seq
+    second = append_title(session, "Second title").seq
+    session.append("turn/start", {"turn": 1})  # unrelated: same state, no notification
+    assert changes == [("title", "First title", first), ("title", "Second title", second)]
+    snapshot = registry.snapshot(session)
+    assert snapshot["values"]["title"] == "Second title"
+    assert snapshot["asOfSeq"] == session.seq - 1
+
+
+def test_registry_folds_titles_already_in_the_log_when_the_unit_registers_late() -> None:
+    registry, session, _ = _registry_harness(False)
+    append_title(session, "Pre-mount title")
+    registry.register(TITLE_UNIT)
+    assert registry.snapshot(session)["values"]["title"] == "Pre-mount title"
+
+
+def test_registry_has_no_title_key_without_the_unit_and_drops_it_when_the_unit_unregisters() -> None:
+    registry, session, _ = _registry_harness(False)
+    assert "title" not in registry.snapshot(session)["values"]
+    dispose = registry.register(TITLE_UNIT)
+    append_title(session, "Ephemeral")
+    assert registry.snapshot(session)["values"]["title"] == "Ephemeral"
+    dispose()
+    assert "title" not in registry.snapshot(session)["values"]
