@@ -1313,3 +1313,73 @@ def test_a_provider_may_answer_synchronously() -> None:
         assert service.get(session)["source"] == {"kind": "provider", "provider": "sync-provider"}  # type: ignore[index]
 
     run(main)
+
+
+# --- session-title-first-prompt-llm / session-title-all-prompts-llm: provider.spec.ts ---------------------
+
+
+def test_first_prompt_llm_provider_rejects_an_impossible_empty_provider_request_at_its_own_boundary() -> None:
+    async def main() -> None:
+        titler = LlmSessionTitleProvider(ScriptedProvider([]), LLM_CONFIG)
+        request = SessionTitleProviderRequest(Session.create("empty-first-provider"), (), None, asyncio.Event())
+        with pytest.raises(SessionTitleProviderError, match="requires one human message"):
+            await titler.generate(request)
+
+    run(main)
+
+
+def test_first_prompt_llm_provider_always_selects_only_the_first_eligible_message_including_refresh() -> None:
+    async def main() -> None:
+        store = SessionStore()
+        model = ScriptedProvider([text_reply("First title"), text_reply("Refreshed title")], name="title-route")
+        config = SessionTitleLlmConfig(5, 10, 1_000, 32, 1_000, "title-route", "title-model")
+        service = SessionTitleService(store, CONFIG, provider=LlmSessionTitleProvider(model, config))
+        session = start(store, "first-plugin")
+        first = prompt(session, "first input")
+        await service.settle()
+        session.append(
+            "request/header", {"header": {"config": {"provider": "main", "model": "main-model"}}, "reason": "initial"}
+        )
+        await service.settle()
+        prompt(session, "second input must be ignored")
+        await service.refresh(session)
+        assert len(model.requests) == 2
+        for sent in model.requests:
+            text = sent.messages[0]["content"][0]["text"]
+            assert "first input" in text and "second input must be ignored" not in text
+            assert (sent.provider, sent.model) == ("title-route", "title-model")
+        assert service.get(session)["messageSeqs"] == [first.seq]  # type: ignore[index]
+
+    run(main)
+
+
+def test_all_prompts_llm_provider_includes_seeded_history_and_the_latest_prompt_inheriting_the_logged_route() -> None:
+    async def main() -> None:
+        seeded = Session.create("seed-source")
+        seeded.append("turn/start", {"turn": 1})
+        inherited = prompt(seeded, "inherited prompt")
+        seeded.append(
+            SESSION_TITLE,
+            {"title": "Inherited fallback", "messageSeqs": [inherited.seq], "source": {"kind": "fallback"}},
+        )
+        seeded.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        store = SessionStore()
+        model = ScriptedProvider([text_reply("All prompts title")], name="current-route")
+        titler = LlmSessionTitleProvider(model, LLM_CONFIG, automatic="all-prompts")
+        assert titler.id == "session-title-all-prompts-llm"
+        service = SessionTitleService(store, CONFIG, provider=titler)
+        session = store.create(
+            "all-plugin", seed=seeded.events, meta={"parentSession": seeded.id, "seedLength": seeded.seq}
+        )
+        session.append("turn/start", {"turn": 2})
+        latest = prompt(session, "latest prompt")
+        await service.settle()
+        session.append("request/header", {"header": {"config": dict(CURRENT)}, "reason": "resume"})
+        await service.settle()
+        (sent,) = model.requests
+        assert (sent.provider, sent.model) == ("current-route", "current-model")
+        text = sent.messages[0]["content"][0]["text"]
+        assert "inherited prompt" in text and "latest prompt" in text
+        assert service.get(session)["messageSeqs"] == [inherited.seq, latest.seq]  # type: ignore[index]
+
+    run(main)
