@@ -579,6 +579,29 @@ def test_cache__a_current_row_is_served_by_revision_without_reading_the_log(
     }
 
 
+@pytest.mark.parametrize("kind", ["memory", "jsonl", "sqlite"])
+def test_cold__a_record_verified_for_the_current_log_is_served_without_reading_it(
+    harness: Callable[..., Harness], tmp_path: Path, kind: str
+) -> None:
+    """The cold read's shortcut: same revision as the stored log, every unit's row at one cut and at its
+    stateVersion ⇒ the rows are the log's complete fold; anything less falls back to the ordinary read
+    (here: the anchored tail, then one refold)."""
+    h = harness(backend=_backends(tmp_path)[kind]())
+    session = h.store.create("current")
+    mark(session, ["a"])
+    end_turn(session)
+    h.store.dispose(session)
+    assert h.cache.cold_snapshot("current") == {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}
+    assert h.spy.reads == []
+    # Same revision, but a row the unit's schema now rejects: not served, one full refold instead.
+    record = h.storage.get("current")
+    assert record is not None and record.revision is not None
+    bad = {KEY: {"ver": 1, "seq": 1, "val": {"marks": 7}}}
+    h.storage.put("current", CacheRecord(record.identity, bad, record.revision))
+    assert h.cache.cold_snapshot("current") == {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}
+    assert h.spy.reads == [("current", 1), ("current", 0)]
+
+
 def test_cache__a_cut_followed_by_more_events_is_not_claimed_current(harness: Callable[..., Harness]) -> None:
     """A write whose cut is not the log end records no revision (the row is behind, not current)."""
     h = harness(writer=_DeferredWriter())

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from ..compaction.units import ProjectionUnit
 from ..errors import (
     InvalidOptionError,
     NonJsonValueError,
@@ -79,6 +80,9 @@ Timer = Callable[[float, Callable[[], None]], Cancel]
 
 class _Registry(Protocol):
     """The part of :class:`~agentlog.projection.registry.ProjectionRegistry` the cache uses."""
+
+    @property
+    def units(self) -> tuple[ProjectionUnit[Any, Any], ...]: ...
 
     def checkpoint(self, session: Session) -> dict[str, Any]: ...
 
@@ -351,8 +355,12 @@ class ProjectionCache:
         """
         record = self._record(session_id)
         cached: Checkpoint = record.rows if record is not None else {}
-        floor = self.registry.restore_floor(cached)
         before = self._revision(session_id)
+        if record is not None and record.revision is not None and record.revision == before:
+            current = self._current_cut(record)
+            if current is not None:
+                return current  # verified against exactly this stored log: no log read at all
+        floor = self.registry.restore_floor(cached)
         if floor is None:
             # No unit registered: nothing to fold, but an absent log still raises "not found".
             probe = self.coordinator.read_from(session_id, 0)
@@ -375,6 +383,26 @@ class ProjectionCache:
         self._put_soft(session_id, identity, checkpoint, revision, "cold-read write-back")
         snapshot: dict[str, Any] = dict(_field(restored, "snapshot"))
         return snapshot
+
+    def _current_cut(self, record: CacheRecord) -> dict[str, Any] | None:
+        """The snapshot of a record verified complete for the stored log, if every unit can be served
+        from it: each registered unit's row present, at its ``stateVersion``, all at one cut, and every
+        client-visible view accepted. ``None`` sends the caller down the ordinary cold read."""
+        units = self.registry.units
+        if not units:
+            return None
+        seqs: set[int] = set()
+        for unit in units:
+            row = record.rows.get(unit.key)
+            if row is None or row["ver"] != unit.state_version:
+                return None
+            seqs.add(row["seq"])
+        if len(seqs) != 1:
+            return None
+        values = self.registry.view_checkpoint(record.rows)
+        if any(unit.client_visible and unit.key not in values for unit in units):
+            return None  # a row the unit's schema rejects: refold
+        return {"asOfSeq": seqs.pop(), "values": values}
 
     # -- writes -----------------------------------------------------------------------------------
     @staticmethod
