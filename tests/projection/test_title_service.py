@@ -18,6 +18,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlog.errors import (
     InvalidOptionError,
@@ -32,7 +34,13 @@ from agentlog.kernel.messages import user_message
 from agentlog.kernel.session import Session
 from agentlog.kernel.store import SessionStore
 from agentlog.llm.types import ABORTED, GenerateRequest, StreamChunk, failure_chunk, finish_chunk
-from agentlog.projection.title import SESSION_TITLE, SESSION_TITLE_LLM_REQUEST, fold_session_title
+from agentlog.projection.title import (
+    SESSION_TITLE,
+    SESSION_TITLE_LLM_REQUEST,
+    fold_session_title,
+    normalize_session_title,
+    title_event_problem,
+)
 from agentlog.projection.title_service import (
     DEFAULT_SESSION_TITLE_CONFIG,
     DEFAULT_SESSION_TITLE_LLM_CONFIG,
@@ -1381,5 +1389,70 @@ def test_all_prompts_llm_provider_includes_seeded_history_and_the_latest_prompt_
         text = sent.messages[0]["content"][0]["text"]
         assert "inherited prompt" in text and "latest prompt" in text
         assert service.get(session)["messageSeqs"] == [inherited.seq, latest.seq]  # type: ignore[index]
+
+    run(main)
+
+
+# --- property ------------------------------------------------------------------------------------------------
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("prompt"), st.text(max_size=30)),
+        st.tuples(st.just("rename"), st.text(min_size=1, max_size=30)),
+        st.tuples(st.just("refresh"), st.none()),
+        st.tuples(st.just("route"), st.none()),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_OPS, st.sampled_from([None, "first-prompt", "all-prompts"]))
+def test_property_every_title_is_normalized_cited_and_a_rename_pins_until_refresh(
+    ops: list[tuple[str, str | None]], mode: AutomaticMode | None
+) -> None:
+    """Random prompts, renames, refreshes and routes, with no provider or either cadence: every logged title
+    is normalized within its budget and keeps the source invariant, and a rename stays the latest title
+    until an explicit refresh."""
+    config = SessionTitleConfig(3, 12, 20)
+
+    async def main() -> None:
+        store = SessionStore()
+        provider = None
+        if mode is not None:
+            provider = Recorder(
+                "prop",
+                mode,
+                lambda r: {
+                    "title": f"p{len(r.messages)} " + r.messages[-1].text,
+                    "messageSeqs": [m.seq for m in r.messages],
+                },
+            )
+        service = SessionTitleService(store, config, provider=provider)
+        session = start(store, "prop")
+        pinned: str | None = None
+        for op, text in ops:
+            if op == "prompt":
+                prompt(session, text or "")
+            elif op == "rename":
+                try:
+                    pinned = service.rename(session, text or "")["title"]
+                except SessionTitleInvalidError:
+                    pass
+            elif op == "refresh":
+                await service.refresh(session)
+                pinned = None if kind(service, session) != "user" else pinned
+            else:
+                route(session, "change")
+            await service.settle()
+            if pinned is not None:
+                assert service.get(session)["title"] == pinned  # type: ignore[index]
+        for event in titles(session):
+            data = event["data"]
+            assert title_event_problem(data) is None
+            budget = config.fallback_max_bytes if data["source"]["kind"] == "fallback" else config.max_title_bytes
+            assert data["title"] and normalize_session_title(data["title"], budget) == data["title"]
+        await service.aclose()
 
     run(main)
