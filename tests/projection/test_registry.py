@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -881,3 +883,64 @@ def test_eager_drive_lazy_cell_and_restore_from_a_random_cut_agree(
     assert restored["snapshot"] == snapshot
     assert restored["checkpoint"] == rows
     assert lazy.view_checkpoint(orjson.loads(orjson.dumps(rows))) == snapshot["values"]
+
+
+def test_reads_from_another_thread_see_consistent_cuts_while_appends_are_driven() -> None:
+    """Cells are only touched under the session's lock: a reader thread never sees a torn cut (a count
+    that disagrees with ``asOfSeq``), and the final values equal a fresh fold."""
+    store = SessionStore(now=Clock())
+    registry = ProjectionRegistry(store)
+    registry.register(count_unit(client_visible=True))
+    registry.register(marks_unit())
+    registry.on_changed(lambda *args: None)
+    session = store.create("threaded")
+    done = threading.Event()
+    torn: list[Any] = []
+
+    def read() -> None:
+        while not done.is_set():
+            cut = registry.snapshot(session)
+            if cut["values"]["test/count"] != cut["asOfSeq"] + 1:
+                torn.append(cut)
+
+    reader = threading.Thread(target=read)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a race would show
+    reader.start()
+    try:
+        for n in range(300):
+            mark(session, [str(n)])
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert torn == []
+    fresh = ProjectionRegistry()
+    fresh.register(count_unit(client_visible=True))
+    fresh.register(marks_unit())
+    assert (
+        fresh.snapshot(session)
+        == registry.snapshot(session)
+        == {
+            "asOfSeq": 299,
+            "values": {"test/count": 300, "test/marks": {"marks": ["299"]}},
+        }
+    )
+
+
+def test_attaching_a_store_twice_drives_its_events_once(store: SessionStore, session: Session) -> None:
+    """The attachment is counted: one notification per change, and the drive stops after both detach."""
+    registry = ProjectionRegistry(store)
+    registry.register(marks_unit())
+    seen: list[int] = []
+    registry.on_changed(lambda _session, _key, _value, seq: seen.append(seq))
+    detach = registry.attach(store)
+    mark(session, ["a"])
+    assert seen == [0]
+    detach()
+    detach()  # counts once
+    mark(session, ["b"])
+    assert seen == [0, 1]  # the constructor's attachment still holds
+    registry.dispose()
+    mark(session, ["c"])
+    assert seen == [0, 1]

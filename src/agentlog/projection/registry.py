@@ -184,6 +184,22 @@ class _Record:
         self.last_changed: list[_Cell] = []
 
 
+class _Attachment:
+    """One attached store: its attachment count and, while the drive is observable, its subscription."""
+
+    __slots__ = ("refs", "store", "unsubscriber")
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self.refs = 1
+        self.unsubscriber: Callable[[], None] | None = None
+
+    def unsubscribe(self) -> None:
+        unsubscriber, self.unsubscriber = self.unsubscriber, None
+        if unsubscriber is not None:
+            unsubscriber()
+
+
 class _StateNotJson(Exception):
     """Internal: a reducer's result failed the JSON gate (carries the gate's error)."""
 
@@ -326,7 +342,7 @@ class ProjectionRegistry:
         self._listeners: tuple[ChangeListener, ...] = ()
         self._records: weakref.WeakKeyDictionary[Session, _Record] = weakref.WeakKeyDictionary()
         self._hot: tuple[weakref.ref[Session], _Record] | None = None
-        self._stores: list[list[Any]] = []  # [store, unsubscribe-or-None]
+        self._stores: list[_Attachment] = []
         if store is not None:
             self.attach(store)
 
@@ -421,40 +437,46 @@ class ProjectionRegistry:
     # -- stores ------------------------------------------------------------------------------------
 
     def attach(self, store: SessionStore) -> Callable[[], None]:
-        """Drive the units over the committed events of ``store``'s sessions; return the detacher."""
-        entry: list[Any] = [store, None]
-        self._stores.append(entry)
-        self._sync_subscriptions()
+        """Drive the units over the committed events of ``store``'s sessions; return the detacher.
+
+        Attaching a store that is already attached only counts the attachment (events are driven once);
+        the store is detached when every detacher has been called (each one counts once).
+        """
+        attachment = next((entry for entry in self._stores if entry.store is store), None)
+        if attachment is None:
+            attachment = _Attachment(store)
+            self._stores.append(attachment)
+            self._sync_subscriptions()
+        else:
+            attachment.refs += 1
+        released = False
 
         def detach() -> None:
-            if entry in self._stores:
-                self._stores.remove(entry)
-            unsubscribe = entry[1]
-            entry[1] = None
-            if unsubscribe is not None:
-                unsubscribe()
+            nonlocal released
+            if released or attachment not in self._stores:
+                return
+            released = True
+            attachment.refs -= 1
+            if attachment.refs == 0:
+                self._stores.remove(attachment)
+                attachment.unsubscribe()
 
         return detach
 
     def dispose(self) -> None:
         """Detach from every store (reads keep working; nothing is driven or notified any more)."""
-        entries, self._stores = self._stores, []
-        for entry in entries:
-            unsubscribe = entry[1]
-            entry[1] = None
-            if unsubscribe is not None:
-                unsubscribe()
+        attachments, self._stores = self._stores, []
+        for attachment in attachments:
+            attachment.unsubscribe()
 
     def _sync_subscriptions(self) -> None:
         """Hold the stores' event subscriptions exactly while the drive is observable."""
         wanted = bool(self._listeners) and bool(self._order)
-        for entry in self._stores:
-            if wanted and entry[1] is None:
-                entry[1] = entry[0].on_event(self._drive)
-            elif not wanted and entry[1] is not None:
-                unsubscribe = entry[1]
-                entry[1] = None
-                unsubscribe()
+        for attachment in self._stores:
+            if not wanted:
+                attachment.unsubscribe()
+            elif attachment.unsubscriber is None:
+                attachment.unsubscriber = attachment.store.on_event(self._drive)
 
     # -- cells -------------------------------------------------------------------------------------
 
@@ -501,7 +523,7 @@ class ProjectionRegistry:
         last = span[-1]
         changed: list[_Cell] = []
         for cell in rec.cells:
-            if _fold_cell(cell, span) is last and cell.visible:
+            if cell.failure is None and _fold_cell(cell, span) is last and cell.visible:
                 changed.append(cell)
         rec.seq = target
         rec.last_seq = target
