@@ -602,6 +602,35 @@ def test_cold__a_record_verified_for_the_current_log_is_served_without_reading_i
     assert h.spy.reads == [("current", 1), ("current", 0)]
 
 
+def test_cached__current_is_all_or_nothing_when_a_unit_was_added_since(harness: Callable[..., Harness]) -> None:
+    """A verified record that lacks a row for a unit registered since is no longer "current" (the listing
+    would miss that value); the plain listing read still serves the rows it has."""
+    h = harness()
+    session = h.store.create("grown")
+    mark(session, ["a"])
+    end_turn(session)
+    h.store.dispose(session)
+    assert h.cache.cached_snapshots(h.coordinator.list(), current_only=True)["grown"] is not None
+    h.registry.register(
+        ProjectionUnit(
+            key="cache-test/count",
+            state_version=1,
+            initial=lambda: 0,
+            reduce=lambda state, event: state + 1,
+            view=lambda state: state,
+            client_visible=True,
+            parse_state=lambda value: value,
+        )
+    )
+    listings = h.coordinator.list()
+    assert h.cache.cached_snapshots(listings, current_only=True) == {"grown": None}
+    assert h.cache.cached_snapshots(listings)["grown"] == {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}
+    assert h.cache.cold_snapshot("grown") == {
+        "asOfSeq": 1,
+        "values": {KEY: {"marks": ["a"]}, "cache-test/count": 2},
+    }
+
+
 def test_cache__a_cut_followed_by_more_events_is_not_claimed_current(harness: Callable[..., Harness]) -> None:
     """A write whose cut is not the log end records no revision (the row is behind, not current)."""
     h = harness(writer=_DeferredWriter())

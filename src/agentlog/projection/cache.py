@@ -242,9 +242,9 @@ class ProjectionCache:
     ``registry`` folds the units; ``coordinator`` is the store's
     :class:`~agentlog.persistence.PersistenceCoordinator` (its ``store`` is the store whose live sessions
     are checkpointed; flush barrier, ``read_from`` suffix reads, its backend's ``read_revision``);
-    ``storage`` the medium. Both
-    throttles are the original's shipped values by default. Call :meth:`close` to stop (it cancels
-    armed timers and waits for queued writes; it does not close ``storage`` unless ``owns_storage``).
+    ``storage`` the medium. Both throttles default to the original's shipped values. Call
+    :meth:`close` before closing the coordinator: it unsubscribes, cancels armed timers and waits for
+    queued writes (it closes ``storage`` only with ``owns_storage``).
     """
 
     def __init__(
@@ -274,8 +274,8 @@ class ProjectionCache:
         self._generation = 0
         self._landed: dict[str, int] = {}
         self._closed = False
-        # Registered after the registry's own listener (the registry exists first), so every cut taken
-        # inside an event's dispatch already contains that event.
+        # A cut taken inside an event's dispatch contains that event whatever the listener order: the
+        # registry's checkpoint folds its cells up to the end of the session's log first.
         self._unsubscribe = [self.store.on_event(self._on_event), self.store.on_disposed(self._on_disposed)]
         reference = weakref.ref(self)
         self._atexit = lambda: _drain_at_exit(reference)
@@ -294,8 +294,9 @@ class ProjectionCache:
     ) -> dict[str, Any] | None:
         if record is None or not identity_matches(record.identity, identity_of(header)):
             return None
-        if revision is not None and record.revision != revision:
-            return None
+        if revision is not None:
+            # "Current" is all or nothing: a row of a since-bumped unit would leave a value out.
+            return self._current_cut(record) if record.revision == revision else None
         values = self.registry.view_checkpoint(record.rows)
         if not values:
             return None
@@ -308,7 +309,8 @@ class ProjectionCache:
 
         ``header`` (a live or stored header) is the identity witness; ``None`` when no usable row
         exists for this lifecycle. With ``revision`` (a :class:`~agentlog.persistence.SessionListing`
-        revision), only a record verified against exactly that stored log is served.
+        revision), only a record verified as the complete fold of exactly that stored log is served
+        (every registered unit's row at one cut), with ``asOfSeq`` = that log's last seq.
         """
         return self._serve(self._record(str(header["id"])), header, revision)
 
