@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentlog.compaction.estimate import estimate_message
 from agentlog.compaction.units import (
     CONTEXT_BREAKDOWN_UNIT,
     CONTEXT_PRESSURE_UNIT,
@@ -51,7 +52,7 @@ from agentlog.kernel.messages import (
     tool_result_message,
     user_message,
 )
-from agentlog.kernel.session import Session
+from agentlog.kernel.session import Session, derive_event_message
 from agentlog.kernel.store import SessionStore
 from agentlog.projection.registry import BUILTIN_UNITS, ProjectionRegistry
 from agentlog.projection.stats import SESSION_STATS_UNIT
@@ -787,14 +788,32 @@ def test_with_builtin_units_registers_the_five_units_in_the_original_order(sessi
 PROVIDER = {"provider": "test", "model": "test-model"}
 
 
+def _price(type: str, data: Any) -> int:
+    """The heuristic price of a surface event's message (what a shadow-price event states)."""
+    message = derive_event_message({"type": type, "data": data})
+    return 0 if message is None else estimate_message(message)
+
+
 @st.composite
 def agent_logs(draw: st.DrawFn) -> list[tuple[int, str, Any, Any]]:
     """A valid agent log as ``(clock delta, type, data, intent)``: turns of steps with streamed chunks,
-    usage chunks and messages, tool calls settled in any order, titles and context reports."""
+    usage chunks and messages, tool calls settled in any order, titles, headers and context reports, and
+    between turns summaries that replace a surface range (metered by a shadow price, or not)."""
     entries: list[tuple[int, str, Any, Any]] = []
+    nodes: list[int] = []  # the surface, tracked as the log is drawn (seq = position in a fresh session)
+    prices: dict[int, int] = {}
     delta = st.integers(min_value=-5, max_value=400)  # a little clock skew exercises the clamps
 
     def add(type: str, data: Any, intent: Any = None) -> None:
+        seq = len(entries)
+        if intent is not None:
+            prices[seq] = _price(type, data)
+            op = intent["surfaceOp"]
+            if op == "append":
+                nodes.append(seq)
+            else:
+                i, j = nodes.index(op["start"]), nodes.index(op["end"])
+                nodes[i : j + 1] = [seq]
         entries.append((draw(delta), type, data, intent))
 
     for turn in range(1, draw(st.integers(min_value=0, max_value=3)) + 1):
@@ -807,6 +826,9 @@ def agent_logs(draw: st.DrawFn) -> list[tuple[int, str, Any, Any]]:
             )
         if draw(st.booleans()):
             add("request/context", {"contextWindow": draw(st.integers(1_000, 200_000))})
+        if draw(st.booleans()):
+            header: dict[str, Any] = {"config": PROVIDER, "system": "s" * draw(st.integers(0, 40))}
+            add("request/header", {"header": header, "reason": "change"})
         for step in range(1, draw(st.integers(min_value=0, max_value=3)) + 1):
             add("step/start", {"turn": turn, "step": step})
             for _ in range(draw(st.integers(min_value=0, max_value=3))):
@@ -843,10 +865,36 @@ def agent_logs(draw: st.DrawFn) -> list[tuple[int, str, Any, Any]]:
                     )
             add("step/end", {"turn": turn, "step": step})
         add("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+        summarize: bool = draw(st.booleans())
+        if nodes and summarize:
+            i = draw(st.integers(0, len(nodes) - 1))
+            j = draw(st.integers(i, len(nodes) - 1))
+            shadowed = nodes[i : j + 1]
+            if draw(st.booleans()):
+                add(
+                    "compaction/summary",
+                    {
+                        "compactionId": f"summary-{turn}",
+                        "summary": [{"type": "text", "text": "summary"}],
+                        "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
+                        "shadowedSeqs": shadowed,
+                        "shadowedTokenCount": sum(prices[seq] for seq in shadowed),
+                        "provider": "mock",
+                        "model": "mock",
+                    },
+                )
+            add(
+                "user/message",
+                user_message(f"summary of turn {turn}", source={"kind": "plugin", "plugin": "test"}),
+                {
+                    "surfaceOp": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]},
+                    "sourceEventSeqs": shadowed,
+                },
+            )
     return entries
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=agent_logs(), cut_fraction=st.floats(min_value=0, max_value=1))
 def test_eager_drive_lazy_cell_and_restore_from_a_random_cut_agree(
     log: list[tuple[int, str, Any, Any]], cut_fraction: float
