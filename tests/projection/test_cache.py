@@ -631,6 +631,58 @@ def test_cached__current_is_all_or_nothing_when_a_unit_was_added_since(harness: 
     }
 
 
+def test_cache__a_session_disposed_before_its_queued_write_is_verified_against_the_log(
+    harness: Callable[..., Harness],
+) -> None:
+    """turn/end then an immediate disposal (a CLI run ending): the queued write finds the session gone,
+    proves the stored log ends at its cut with one suffix read, and records it as current."""
+    writer = _DeferredWriter()
+    h = harness(writer=writer)
+    session = h.store.create("quick")
+    mark(session, ["a"])
+    end_turn(session)
+    h.store.dispose(session)
+    writer.drain()
+    assert h.spy.reads == [("quick", 1)]  # one verification read; the detach write then kept it
+    assert h.cache.cached_snapshots(h.coordinator.list(), current_only=True)["quick"] == {
+        "asOfSeq": 1,
+        "values": {KEY: {"marks": ["a"]}},
+    }
+
+
+class _RefusingBackend(MemoryBackend):
+    """A memory backend whose appends fail while ``refuse`` is set (a disk that filled up)."""
+
+    refuse = False
+
+    def append_batch(self, meta: Any, events: Any, materialized: bool) -> None:
+        if self.refuse:
+            raise OSError("no space left")
+        super().append_batch(meta, events, materialized)
+
+
+def test_cache__a_detach_whose_log_retirement_failed_is_never_claimed_current(
+    harness: Callable[..., Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record of a disposed session may be ahead of a log whose final drain failed; it is then
+    never claimed current, and the cold read's anchor refolds the log that is actually stored."""
+    backend = _RefusingBackend()
+    h = harness(backend=backend)
+    session = h.store.create("full-disk")
+    mark(session, ["durable"])
+    h.cache.write(session)  # seq 0 durable
+    backend.refuse = True
+    mark(session, ["lost"])
+    mark(session, ["lost-too"])
+    with caplog.at_level(logging.WARNING):
+        h.store.dispose(session)  # retirement fails (logged); the detach write still lands its cut
+    record = h.storage.get("full-disk")
+    assert record is not None and record.rows[KEY]["seq"] == 2 and record.revision is None
+    backend.refuse = False
+    assert h.cache.cached_snapshots(h.coordinator.list(), current_only=True)["full-disk"] is None
+    assert h.cache.cold_snapshot("full-disk") == {"asOfSeq": 0, "values": {KEY: {"marks": ["durable"]}}}
+
+
 def test_cache__a_cut_followed_by_more_events_is_not_claimed_current(harness: Callable[..., Harness]) -> None:
     """A write whose cut is not the log end records no revision (the row is behind, not current)."""
     h = harness(writer=_DeferredWriter())
@@ -721,6 +773,39 @@ def test_default_timer__uses_the_running_loop_or_a_thread() -> None:
     default_timer(1, fire_in_thread)
     assert event.wait(30)
     assert fired[-1] != threading.get_ident()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_cache_open__a_second_process_serves_the_first_ones_rows_from_the_store_medium(
+    tmp_path: Path, kind: str
+) -> None:
+    """ProjectionCache.open keeps the cache beside the store: a later process (fresh backend, fresh
+    cache) lists the session from its row, verified current, without reading its log."""
+    make = _backends(tmp_path)[kind]
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, make())
+    registry = ProjectionRegistry(store)
+    registry.register(marks_unit())
+    cache = ProjectionCache.open(registry, coordinator)
+    session = store.create("kept", meta={"cwd": "/work"})
+    mark(session, ["a"])
+    end_turn(session)
+    store.dispose(session)
+    cache.close()
+    coordinator.close()
+    later = PersistenceCoordinator(al.SessionStore(), make())
+    spy = SpyCoordinator(later, [])
+    registry = ProjectionRegistry()
+    registry.register(marks_unit())
+    cache = ProjectionCache.open(registry, spy, writer=InlineWriter())
+    try:
+        served = cache.cached_snapshots(later.list(), current_only=True)
+        assert served == {"kept": {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}}
+        assert cache.cold_snapshot("kept") == served["kept"]
+        assert spy.reads == []
+    finally:
+        cache.close()
+        later.close()
 
 
 def test_cache__works_inside_asyncio_with_awrite_and_adrain(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ from ..errors import (
 from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore
-from .cache_storage import CacheRecord, CacheStorage
+from .cache_storage import CacheRecord, CacheStorage, open_cache_storage
 
 __all__ = [
     "DEFAULT_WRITE_EVERY_EVENTS",
@@ -281,6 +281,17 @@ class ProjectionCache:
         self._atexit = lambda: _drain_at_exit(reference)
         atexit.register(self._atexit)
 
+    @classmethod
+    def open(cls, registry: _Registry, coordinator: Any, **options: Any) -> ProjectionCache:
+        """The cache of ``coordinator``'s store in the store's own medium (closed with the cache).
+
+        :func:`~agentlog.projection.cache_storage.open_cache_storage` picks it from the backend: a
+        file beside a JSONL or SQLite store, memory for in-process stores. ``options`` are the
+        constructor's keyword arguments.
+        """
+        storage = open_cache_storage(coordinator.backend)
+        return cls(registry, coordinator, storage, owns_storage=True, **options)
+
     # -- reads ------------------------------------------------------------------------------------
     def _record(self, session_id: str) -> CacheRecord | None:
         try:
@@ -460,8 +471,10 @@ class ProjectionCache:
         with self._lock:
             if self._landed.get(session.id, 0) > cut.generation:
                 return  # a newer cut of this session already landed: never replace it with an older one
-            if not live and revision is None:
-                # At detach the log cannot be flushed here; keep a verified revision of the same cut.
+            if not live:
+                # Disposed (detach, or disposed before this queued write ran): the store entry is gone,
+                # so persistence's retirement drain made the log durable — unless it failed. Keep the
+                # verified revision of an identical stored cut, or verify this one against the log.
                 existing = self._record(session.id)
                 if (
                     existing is not None
@@ -471,8 +484,26 @@ class ProjectionCache:
                 ):
                     self._landed[session.id] = cut.generation
                     return
+                revision = self._verified_revision(cut)
             self.storage.put(session.id, CacheRecord(cut.identity, rows, revision))
             self._landed[session.id] = cut.generation
+
+    def _verified_revision(self, cut: _Cut) -> str | None:
+        """The stored log's revision if it provably ends exactly at the cut (one suffix read), else ``None``."""
+        if cut.end_seq < 0:
+            return None
+        session_id = cut.session.id
+        before = self._revision(session_id)
+        if before is None:
+            return None
+        try:
+            tail = self.coordinator.read_from(session_id, cut.end_seq)
+        except Exception:
+            return None
+        events = tail.events
+        if len(events) != 1 or events[0]["seq"] != cut.end_seq or identity_of(tail.meta) != cut.identity:
+            return None
+        return before if self._revision(session_id) == before else None
 
     def write(self, session: Session) -> None:
         """Durably checkpoint ``session`` now, in this thread (not fail-soft).

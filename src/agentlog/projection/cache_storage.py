@@ -88,7 +88,7 @@ def _is_int(value: object, low: int) -> bool:
     return type(value) is int and low <= value <= MAX_SAFE_INTEGER
 
 
-def parse_record(identity: object, rows: object, revision: object = None) -> CacheRecord | None:
+def parse_record(identity: object, rows: object, revision: object = None, *, copy: bool = True) -> CacheRecord | None:
     """The record if ``identity``/``rows`` have the stored shape (spec §3.1 schemas), else ``None``.
 
     Row ``val``s are not checked here: the registry validates them against each unit's own schema and
@@ -107,6 +107,8 @@ def parse_record(identity: object, rows: object, revision: object = None) -> Cac
             return None
     if revision is not None and type(revision) is not str:
         return None
+    if not copy:  # freshly parsed JSON: nothing else holds these objects
+        return CacheRecord(identity, rows, revision)
     return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision)
 
 
@@ -136,7 +138,7 @@ class MemoryCacheStorage:
 
     @staticmethod
     def _decode(stored: tuple[bytes, bytes, str | None]) -> CacheRecord | None:
-        return parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2])
+        return parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2], copy=False)
 
     def get(self, session_id: str) -> CacheRecord | None:
         with self._lock:
@@ -333,7 +335,7 @@ class SqliteCacheStorage:
             logger.warning('session projection cache: record for "%s" fails its digest; ignoring it', session_id)
             return None
         try:
-            return parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision)
+            return parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False)
         except Exception:  # a malformed record is absent, never served
             return None
 
