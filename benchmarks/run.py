@@ -8,6 +8,7 @@ Subcommands:
     persist  --backend jsonl-zstd|jsonl-none|sqlite --style bulk|step: M3 write, M4 cold restore
     list     --backend ... --sessions 1000: M5 listing in a fresh process
     compaction --turns 2000: M7 token meter after every step, M8 one prune, M9 one region compaction
+    projections: M10 ls from the projection cache, M11 cold snapshot, M12 append with the five units
 
 Each subcommand prints an aligned plain-text table and, as the LAST line of stdout, exactly one
 JSON object with its figures (medians over --repeat runs), so scripts can ``tail -n 1`` it.
@@ -251,8 +252,10 @@ def positive_int(text: str) -> int:
 
 try:
     from persist import add_list_parser, add_persist_parser
+    from projections import add_projections_parser
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.persist import add_list_parser, add_persist_parser
+    from benchmarks.projections import add_projections_parser
 
 
 # --------------------------------------------------------------------------- compaction (M7-M9)
@@ -357,6 +360,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_persist_parser,
     add_list_parser,
     add_compaction_parser,
+    add_projections_parser,
 ]
 
 

@@ -255,12 +255,13 @@ def _release(
     coordinator: PersistenceCoordinator,
     sessions: Sequence[Session],
     *,
-    before_close: Callable[[], None] | None = None,
+    projections: LiveProjections | None = None,
 ) -> AgentlogError | None:
     """Flush, dispose and close: nothing stays live or locked. Returns the first persistence failure.
 
-    ``before_close`` runs between the disposals and closing the coordinator: the projection services
-    (:func:`~agentlog.cli.projection_commands.attach_projections`) land their detach writes there."""
+    With ``projections`` (see :func:`~agentlog.cli.projection_commands.attach_projections`), each
+    flushed session's cache record is written before it is disposed, and the services are closed
+    before the coordinator (their queued writes land first). Cache failures only warn."""
     failure: AgentlogError | None = None
     store = coordinator.store
     for session in sessions:
@@ -268,10 +269,13 @@ def _release(
             store.flush(session)
         except AgentlogError as err:
             failure = failure or err
+            continue
+        if projections is not None:
+            projections.checkpoint(session)
     for session in sessions:
         store.dispose(session)
-    if before_close is not None:
-        before_close()  # fail-soft by contract: cache writes only warn
+    if projections is not None:
+        projections.close()
     try:
         coordinator.close()
     except AgentlogError as err:
@@ -430,7 +434,7 @@ def _run_agent(
     finally:
         if unsubscribe is not None:
             unsubscribe()
-        released = _release(coordinator, [session], before_close=projections.close if projections is not None else None)
+        released = _release(coordinator, [session], projections=projections)
     failure = failure or released
     if printer is not None:
         printer.end_line()
@@ -584,7 +588,7 @@ def resume_command(
     if prompt is None:
         events = session.events
         last = _last_turn(events)
-        failure = _release(coordinator, [session], before_close=projections.close)
+        failure = _release(coordinator, [session], projections=projections)
         if failure is not None:
             render_error(failure, opts.as_json)
         if opts.as_json:

@@ -14,6 +14,7 @@ so it never reads a thousand logs behind the user's back.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..compaction.units import ProjectionUnit
-from ..errors import AgentlogError, InvalidOptionError
+from ..errors import AgentlogError, InvalidOptionError, describe_error
 from ..kernel.events import Event
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import Session
@@ -39,6 +40,8 @@ from ..projection.title_service import DEFAULT_SESSION_TITLE_CONFIG, SessionTitl
 from ._reading import _reader, _require_store
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, _iso, _TableOutput, render_error
+
+logger = logging.getLogger("agentlog.projection.cache")
 
 LAST_ACTIVITY_KEY: Final = "lastActivity"
 
@@ -74,6 +77,20 @@ def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
     return registry
 
 
+def listing_registry() -> ProjectionRegistry:
+    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity): serving a listing parses
+    only their rows. Only for reading rows: a cold read through it would write back a record without the
+    other units' rows, so ``ls`` refreshes stale rows through :func:`cli_registry`'s cache."""
+    registry = ProjectionRegistry()
+    for unit in cli_registry().units:
+        if unit.key in _LISTED:
+            registry.register(unit)
+    return registry
+
+
+_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY})
+
+
 def cache_exists(backend: Backend) -> bool:
     """Whether the store already has its cache database (read commands never create one)."""
     path = cache_path_for(backend)
@@ -99,6 +116,16 @@ class LiveProjections:
     registry: ProjectionRegistry
     cache: ProjectionCache
     titles: SessionTitleService
+
+    def checkpoint(self, session: Session) -> None:
+        """Write ``session``'s cache record now, after its log was flushed (fail-soft: a failure only
+        warns). This lands a record bound to the stored revision, so the next ``ls`` serves it without
+        reading the log; the detach write of a disposal cannot (it runs when the log can no longer be
+        flushed, so it cannot tell the record is the complete fold)."""
+        try:
+            self.cache.write(session)
+        except Exception as err:  # the cache is never required for correctness
+            logger.warning('session projection cache: final write for "%s" failed: %s', session.id, describe_error(err))
 
     def close(self) -> None:
         """Stop the title service and the cache (waits for queued cache writes). Call it after the
@@ -236,7 +263,7 @@ def _rename(session_id: str, new_title: str, opts: StoreOptions) -> dict[str, An
     except AgentlogError as err:
         failure = err
     finally:
-        released = _release(coordinator, [session] if session is not None else [], before_close=projections.close)
+        released = _release(coordinator, [session] if session is not None else [], projections=projections)
     failure = failure or released
     if failure is not None:
         raise failure

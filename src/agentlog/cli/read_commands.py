@@ -22,6 +22,7 @@ from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import SeqOutOfRangeError, Session
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
+from ..projection.cache import InlineWriter, ProjectionCache
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _reader, _require_store
 from .options import (
@@ -29,7 +30,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .projection_commands import LAST_ACTIVITY_KEY, cache_exists, read_cache, total_tokens
+from .projection_commands import LAST_ACTIVITY_KEY, cache_exists, listing_registry, read_cache, total_tokens
 from .render import (
     _emit_json,
     _emit_json_line,
@@ -137,10 +138,11 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
         return {}
     reader = _reader(storage)
     cache = read_cache(reader)
+    rows = ProjectionCache(listing_registry(), reader, cache.storage, writer=InlineWriter(), store=reader.store)
     out: dict[str, tuple[dict[str, Any], int | None]] = {}
     try:
         usable = [item for item in listings if item.error_code is None and item.header is not None]
-        served = cache.cached_snapshots(usable, current_only=True)
+        served = rows.cached_snapshots(usable, current_only=True)
         for item in usable:
             snapshot = served.get(item.id)
             if snapshot is None or LAST_ACTIVITY_KEY not in snapshot["values"]:
@@ -150,6 +152,7 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
                     continue
             out[item.id] = (thaw(snapshot["values"]), snapshot["asOfSeq"])
     finally:
+        rows.close()
         cache.close()
     return out
 

@@ -1,0 +1,318 @@
+"""Projection benchmarks: M10 ``agentlog ls`` from the cache, M11 cold snapshot, M12 append with units.
+
+* M10 — ``agentlog ls --json`` over 1,000 stored W(5) sessions whose titles and stats are in the
+  projection cache, in a fresh interpreter (``python benchmarks/projections.py _ls BACKEND ROOT``): the
+  timer starts after the imports and covers the whole command (listing, one cache query, the served
+  rows, the JSON page on standard output). The child also counts cold reads: it must serve every
+  session from the cache (0 cold reads), or the figure would not be what M10 claims.
+* M11 — ``ProjectionCache.cold_snapshot`` of a stored W(2000) session whose cache row is one step
+  behind the log (the last step's events were appended after the row was written), in a fresh
+  interpreter; the stale cache file is restored before every run (the cold read writes the row back).
+* M12 — appending W(2000) to a store session with the five built-in units registered on the store and
+  a change listener subscribed (so the registry drives every unit on every event, as a UI would see
+  it), as a fraction of the same appends without the registry (M1's loop; runs interleaved).
+
+Targets (issue 10): M10 <= 0.03 s (jsonl-zstd) and <= 0.005 s (sqlite), M11 <= 0.005 s, M12 >= 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import agentlog as al
+from agentlog.persistence.coordinator import PersistenceCoordinator
+
+try:
+    from persist import make_backend
+    from workload import build_workload
+except ImportError:  # imported as ``benchmarks.projections``
+    from benchmarks.persist import make_backend
+    from benchmarks.workload import build_workload
+
+BACKENDS = ("jsonl-zstd", "sqlite")
+TARGET_M10 = {"jsonl-zstd": 0.03, "sqlite": 0.005}
+TARGET_M11 = 0.005
+TARGET_M12 = 0.8
+
+
+def _cli_args(kind: str, root: str) -> list[str]:
+    if kind == "sqlite":
+        return ["--store", root, "--backend", "sqlite"]
+    return ["--store", root, "--backend", "jsonl", "--compression", "zstd" if kind == "jsonl-zstd" else "none"]
+
+
+def _titled(session: Any, index: int) -> None:
+    """A ``session/title`` as the title service writes it after the first prompt (fallback)."""
+    from agentlog.projection.title import SESSION_TITLE
+
+    session.append(
+        SESSION_TITLE, {"title": f"bench session {index}", "messageSeqs": [1], "source": {"kind": "fallback"}}
+    )
+
+
+def build_store(kind: str, root: str, sessions: int) -> None:
+    """``sessions`` W(5) sessions written through a store with the CLI's projections attached."""
+    from agentlog.cli.projection_commands import attach_projections
+
+    workload = build_workload(5)
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, make_backend(kind, root))
+    projections = attach_projections(coordinator)
+    for index in range(sessions):
+        session = store.create(f"s{index:05d}", meta={"cwd": f"/bench/p{index % 10}"})
+        for n, (type_, data, intent) in enumerate(workload):
+            session.append(type_, data, intent)
+            if n == 1:
+                _titled(session, index)
+        store.flush(session)
+        projections.checkpoint(session)  # as the CLI releases a session (agent_commands._release)
+        store.dispose(session)
+    projections.close()
+    coordinator.close()
+
+
+# --------------------------------------------------------------------------- M10
+
+
+def _ls_main(kind: str, root: str) -> None:
+    import agentlog.cli.commands as commands
+    import agentlog.persistence.jsonl.backend
+    import agentlog.persistence.sqlite.backend  # noqa: F401
+    from agentlog.projection.cache import ProjectionCache
+
+    cold = 0
+    original = ProjectionCache.cold_snapshot
+
+    def counted(self: ProjectionCache, session_id: str) -> dict[str, Any]:
+        nonlocal cold
+        cold += 1
+        return original(self, session_id)
+
+    ProjectionCache.cold_snapshot = counted  # type: ignore[method-assign]
+    argv = ["ls", *_cli_args(kind, root), "--json"]
+    out = io.StringIO()
+    gc.collect()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        commands.app(argv, standalone_mode=False)
+    elapsed = time.perf_counter() - start
+    page = json.loads(out.getvalue())["sessions"]
+    titled = sum(1 for row in page if row["title"] and row["turns"] is not None)
+    print(json.dumps({"M10_seconds": elapsed, "rows": len(page), "titled": titled, "cold_reads": cold}))
+
+
+def m10(kind: str, sessions: int, repeat: int) -> dict[str, float]:
+    root = tempfile.mkdtemp(prefix="agentlog-bench-ls-")
+    try:
+        build_store(kind, root, sessions)
+        results = []
+        for _ in range(repeat):
+            out = subprocess.run(
+                [sys.executable, __file__, "_ls", kind, root], check=True, capture_output=True, text=True
+            )
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if result["cold_reads"] or result["titled"] != result["rows"]:
+                raise SystemExit(f"M10: not served from the cache: {result}")
+            results.append(result["M10_seconds"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"median": statistics.median(results), "min": min(results), "max": max(results)}
+
+
+# --------------------------------------------------------------------------- M11
+
+
+def _cold_main(kind: str, root: str) -> None:
+    import agentlog.persistence.jsonl.backend
+    import agentlog.persistence.sqlite.backend  # noqa: F401
+    from agentlog.cli.projection_commands import read_cache
+
+    gc.collect()
+    start = time.perf_counter()
+    coordinator = PersistenceCoordinator(al.SessionStore(), make_backend(kind, root))
+    cache = read_cache(coordinator)
+    snapshot = cache.cold_snapshot("bench")
+    elapsed = time.perf_counter() - start
+    cache.close()
+    coordinator.close()
+    print(
+        json.dumps(
+            {
+                "M11_seconds": elapsed,
+                "asOfSeq": snapshot["asOfSeq"],
+                "turns": snapshot["values"]["sessionStats"]["turns"],
+            }
+        )
+    )
+
+
+def _cache_files(root: str) -> list[str]:
+    return [
+        os.path.join(dirpath, name) for dirpath, _d, names in os.walk(root) for name in names if ".projections" in name
+    ]
+
+
+def m11(kind: str, turns: int, repeat: int) -> dict[str, float]:
+    from agentlog.cli.projection_commands import attach_projections
+
+    workload = build_workload(turns)
+    last_step = max(i for i, (type_, _d, _i) in enumerate(workload) if type_ == "step/start")
+    root = tempfile.mkdtemp(prefix="agentlog-bench-cold-")
+    try:
+        store = al.SessionStore()
+        coordinator = PersistenceCoordinator(store, make_backend(kind, root))
+        projections = attach_projections(coordinator)
+        session = store.create("bench", meta={"cwd": "/bench"})
+        for type_, data, intent in workload[:last_step]:
+            session.append(type_, data, intent)
+        projections.cache.write(session)  # the row: everything up to the last step
+        projections.close()  # detached: the last step reaches the log only
+        for type_, data, intent in workload[last_step:]:
+            session.append(type_, data, intent)
+        store.flush(session)
+        store.dispose(session)
+        coordinator.close()
+        saved = {path: Path(path).read_bytes() for path in _cache_files(root)}
+        results = []
+        for _ in range(repeat):
+            for path in _cache_files(root):
+                os.unlink(path)
+            for path, data in saved.items():
+                Path(path).write_bytes(data)
+            out = subprocess.run(
+                [sys.executable, __file__, "_cold", kind, root], check=True, capture_output=True, text=True
+            )
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if result["asOfSeq"] != len(workload) - 1 or result["turns"] != turns:
+                raise SystemExit(f"M11: wrong snapshot {result}")
+            results.append(result["M11_seconds"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"median": statistics.median(results), "min": min(results), "max": max(results)}
+
+
+# --------------------------------------------------------------------------- M12
+
+
+def _append(workload: Sequence[Any], with_units: bool) -> float:
+    from agentlog.projection.registry import ProjectionRegistry
+
+    store = al.SessionStore()
+    registry = None
+    changes = 0
+    if with_units:
+        registry = ProjectionRegistry.with_builtin_units(store)
+
+        def listener(_session: Any, _key: str, _value: Any, _seq: int) -> None:
+            nonlocal changes
+            changes += 1
+
+        registry.on_changed(listener)
+    session = store.create("bench", meta={"cwd": "/bench"})
+    append = session.append
+    gc.collect()
+    start = time.perf_counter()
+    for type_, data, intent in workload:
+        if intent is None:
+            append(type_, data)
+        else:
+            append(type_, data, intent)
+    elapsed = time.perf_counter() - start
+    if with_units and not changes:
+        raise SystemExit("M12: the registry did not drive")
+    if registry is not None:
+        registry.dispose()
+    return elapsed
+
+
+def m12(turns: int, repeat: int) -> dict[str, float]:
+    workload = build_workload(turns)
+    plain, units = [], []
+    for _ in range(repeat):
+        plain.append(_append(workload, False))
+        units.append(_append(workload, True))
+    m1 = statistics.median(plain)
+    m12_s = statistics.median(units)
+    return {"M1_events_per_s": len(workload) / m1, "units_events_per_s": len(workload) / m12_s, "ratio": m1 / m12_s}
+
+
+# --------------------------------------------------------------------------- command
+
+
+def cmd_projections(args: argparse.Namespace) -> dict[str, Any]:
+    load = os.getloadavg()[0]
+    figures: dict[str, Any] = {}
+    rows: list[tuple[str, str, str]] = []
+    for kind in args.backends:
+        result = m10(kind, args.sessions, args.repeat)
+        figures[f"M10_{kind}_seconds"] = round(result["median"], 6)
+        rows.append(
+            (
+                f"M10 ls, {args.sessions} W(5) sessions from the cache ({kind})",
+                f"{result['median']:.4f} s",
+                f"<= {TARGET_M10[kind]} (min {result['min']:.4f}, max {result['max']:.4f})",
+            )
+        )
+    for kind in args.backends:
+        result = m11(kind, args.turns, args.repeat)
+        figures[f"M11_{kind}_seconds"] = round(result["median"], 6)
+        rows.append(
+            (
+                f"M11 cold snapshot, W({args.turns}) row one step behind ({kind})",
+                f"{result['median']:.4f} s",
+                f"<= {TARGET_M11} (min {result['min']:.4f}, max {result['max']:.4f})",
+            )
+        )
+    result12 = m12(args.turns, args.repeat)
+    rows.append(
+        (
+            f"M12 append W({args.turns}), five units driven / without",
+            f"{result12['ratio']:.3f}",
+            f">= {TARGET_M12} ({result12['units_events_per_s']:,.0f} vs {result12['M1_events_per_s']:,.0f} events/s)",
+        )
+    )
+    print(f"agentlog projections — medians of {args.repeat} runs, load average {load:.2f} at start")
+    width = max(len(r[0]) for r in rows)
+    for label, value, note in rows:
+        print(f"{label.ljust(width)}  {value:>10}  {note}")
+    primary = args.backends[0]  # jsonl-zstd by default: the headline M10/M11 figures
+    return {
+        "M10_seconds": figures[f"M10_{primary}_seconds"],
+        "M11_seconds": figures[f"M11_{primary}_seconds"],
+        "M12_ratio": round(result12["ratio"], 4),
+        **figures,
+        "M12_events_per_s": round(result12["units_events_per_s"], 1),
+        "M1_events_per_s": round(result12["M1_events_per_s"], 1),
+        "load_average": round(load, 2),
+    }
+
+
+def add_projections_parser(sub: Any) -> None:
+    p = sub.add_parser("projections", help="M10 ls from the cache, M11 cold snapshot, M12 append with units")
+    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS), help="M10/M11 backends")
+    p.add_argument("--sessions", type=int, default=1000, help="stored W(5) sessions for M10 (default 1000)")
+    p.add_argument("--turns", type=int, default=2000, help="turns T of W(T) for M11/M12 (default 2000)")
+    p.add_argument("--repeat", type=int, default=5, help="runs; medians reported (default 5)")
+    p.set_defaults(func=cmd_projections)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if sys.argv[1] == "_ls":
+        _ls_main(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "_cold":
+        _cold_main(sys.argv[2], sys.argv[3])
