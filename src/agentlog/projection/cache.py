@@ -48,6 +48,7 @@ from ..errors import (
     ProjectionStateError,
     describe_error,
 )
+from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore
@@ -570,8 +571,8 @@ class ProjectionCache:
     def _on_event(self, session: Session, event: Any) -> None:
         if self._closed:
             return
-        if event["type"] == "turn/end":
-            self._write_soft(session, "turn/end")
+        if event["type"] == TURN_END:
+            self._write_soft(session, TURN_END)  # the trigger label is the type name
             return
         with self._lock:
             state = self._dirty.get(id(session))
