@@ -334,6 +334,7 @@ def test_docs_benchmark_commands_exist() -> None:
         "persist": ["--backend", "jsonl-zstd", "jsonl-none", "sqlite", "--style", "bulk", "step"],
         "list": ["--backend", "--sessions"],
         "compaction": ["--turns", "--repeat"],
+        "projections": ["--backends", "jsonl-zstd", "sqlite", "--sessions", "--turns", "--repeat"],
     }
     for name, words in expected.items():
         assert f"python benchmarks/run.py {name}" in text
