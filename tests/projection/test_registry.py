@@ -12,9 +12,11 @@ later and a restore from a checkpoint at a random cut all give the same views an
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -992,3 +994,16 @@ def test_attaching_a_store_twice_drives_its_events_once(store: SessionStore, ses
     registry.dispose()
     mark(session, ["c"])
     assert seen == [0, 1]
+
+
+def test_cells_are_weakly_keyed_by_session() -> None:
+    """A registry that has served a session does not keep it (or its log) alive."""
+    registry = ProjectionRegistry.with_builtin_units()
+    registry.on_changed(lambda *args: None)
+    session = Session.create("transient", now=Clock())
+    session.append("turn/start", {"turn": 1})
+    assert registry.snapshot(session)["asOfSeq"] == 0
+    alive = weakref.ref(session)
+    del session
+    gc.collect()
+    assert alive() is None
