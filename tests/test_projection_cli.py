@@ -10,7 +10,7 @@ reads are replaced by a spy (or a refusal) while the command runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +127,16 @@ def _append_turn(store: Path, kind: str, session_id: str, turn: int) -> None:
         coordinator.close()
 
 
+def _clock(when: int) -> Callable[[], int]:
+    return lambda: when
+
+
 def _write_direct(
     store: Path, ids_and_times: list[tuple[str, int]], *, cached: bool, cwd: str = "/work/project"
 ) -> None:
     """Sessions with a title and one event at a known time each (``cached``: with the CLI's projections)."""
     for session_id, when in ids_and_times:
-        sessions = al.SessionStore(now=lambda when=when: when)
+        sessions = al.SessionStore(now=_clock(when))
         coordinator = PersistenceCoordinator(sessions, _backend(store, "jsonl"))
         projections = attach_projections(coordinator) if cached else None
         session = sessions.create(session_id, meta={"cwd": cwd})
