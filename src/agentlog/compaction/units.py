@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, NotRequired, TypedDict, TypeVar, cast
 
 from ..errors import CompactionStateError
-from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, REQUEST_CONTEXT, REQUEST_HEADER, Event
+from ..kernel.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    Event,
+)
 from ..kernel.request_header import canonical_header
 from ..kernel.session import derive_event_message
 from ..kernel.surface import APPEND, is_surface_event
@@ -251,6 +259,9 @@ def _token_usage_reduce(state: TokenUsageState, event: Event) -> TokenUsageState
     restates (or corrects) it. One ``last`` slot suffices because a legal log reports one step's usage
     samples adjacently: once a later step reports, an earlier one never does again.
     """
+    etype = event["type"]
+    if etype != ASSISTANT_CHUNK and etype != ASSISTANT_MESSAGE:
+        return state
     usage = _usage_sample(event)
     if usage is None:
         return state
@@ -287,6 +298,11 @@ def _context_pressure_initial() -> ContextPressureState:
     return {"surfaceTokens": 0}
 
 
+_SURFACE_TYPES: Final = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
+_PRESSURE_TYPES: Final = _SURFACE_TYPES | _SHADOW_PRICE_TYPES | {REQUEST_CONTEXT}
+_BREAKDOWN_TYPES: Final = _SURFACE_TYPES | _SHADOW_PRICE_TYPES | {REQUEST_HEADER}
+
+
 def _context_pressure_reduce(state: ContextPressureState, event: Event) -> ContextPressureState:
     """Last-wins capacity and pressure sample, plus the surface's movement since the sample was taken.
 
@@ -294,6 +310,14 @@ def _context_pressure_reduce(state: ContextPressureState, event: Event) -> Conte
     against the surface its own request saw. ``surfaceTokens`` rides :func:`fold_surface_projection`, so a
     compaction (which reports no usage of its own) still moves the projected figure.
     """
+    if "claim" not in state:  # the fast exit: most events (chunks, step markers) concern no figure here
+        etype = event["type"]
+        if etype == ASSISTANT_CHUNK:
+            chunk = event["data"].get("chunk")
+            if not isinstance(chunk, dict) or chunk.get("type") != "usage":
+                return state
+        elif etype not in _PRESSURE_TYPES:
+            return state
     fold = fold_surface_projection(state.get("claim"), event)
     nxt: dict[str, Any] = cast("dict[str, Any]", state)
     if event.get("type") == REQUEST_CONTEXT:
@@ -345,6 +369,8 @@ def _context_breakdown_initial() -> ContextBreakdownState:
 
 def _context_breakdown_reduce(state: ContextBreakdownState, event: Event) -> ContextBreakdownState:
     """System and tools priced from the newest ``request/header`` (last wins), messages from the surface."""
+    if "claim" not in state and event["type"] not in _BREAKDOWN_TYPES:
+        return state  # nothing to expire and nothing priced: the fast exit most events take
     fold = fold_surface_projection(state.get("claim"), event)
     system_tokens = state["systemTokens"]
     tools_tokens = state["toolsTokens"]
