@@ -136,11 +136,18 @@ __version__ = "0.1.0"
 _LAZY = {
     "JsonlBackend": ("agentlog.persistence.jsonl", "JsonlBackend"),
     "SqliteBackend": ("agentlog.persistence.sqlite", "SqliteBackend"),
+    "ProjectionRegistry": ("agentlog.projection", "ProjectionRegistry"),
+    "ProjectionCache": ("agentlog.projection", "ProjectionCache"),
+    "SessionTitleService": ("agentlog.projection", "SessionTitleService"),
+    "normalize_session_title": ("agentlog.projection", "normalize_session_title"),
+    "fallback_session_title": ("agentlog.projection", "fallback_session_title"),
+    "SESSION_STATS_UNIT": ("agentlog.projection", "SESSION_STATS_UNIT"),
+    "TITLE_UNIT": ("agentlog.projection", "TITLE_UNIT"),
 }
 
 
 def __getattr__(name: str) -> object:
-    """File backends load on first use, so ``import agentlog`` stays light (no sqlite3/zstd import)."""
+    """File backends and projections load on first use, so ``import agentlog`` stays light (no sqlite3/zstd)."""
     if name in _LAZY:
         import importlib
 
@@ -164,9 +171,11 @@ __all__ = [
     "REQUEST_HEADER",
     "SESSION_END_SEED",
     "SESSION_FORMAT_VERSION",
+    "SESSION_STATS_UNIT",
     "STEP_END",
     "STEP_START",
     "SURFACE_EVENT_TYPES",
+    "TITLE_UNIT",
     "TODO_WRITE",
     "TOOL_CALL",
     "TOOL_NOT_STARTED",
@@ -209,6 +218,8 @@ __all__ = [
     "NonJsonValueError",
     "PersistenceCoordinator",
     "PersistenceError",
+    "ProjectionCache",
+    "ProjectionRegistry",
     "ProviderSummarizer",
     "ReentrantAppendError",
     "RequestContextData",
@@ -231,6 +242,7 @@ __all__ = [
     "SessionPreparation",
     "SessionSnapshot",
     "SessionStore",
+    "SessionTitleService",
     "SessionView",
     "SqliteBackend",
     "StepData",
@@ -254,6 +266,7 @@ __all__ = [
     "decode_storage_record",
     "derive_event_message",
     "event_types",
+    "fallback_session_title",
     "fold_request_header",
     "fold_surface",
     "header_equals",
@@ -265,6 +278,7 @@ __all__ = [
     "is_surface_eligible_type",
     "is_surface_event",
     "new_message_id",
+    "normalize_session_title",
     "pack_chunk_runs",
     "plugin_message",
     "reasoning_block",
