@@ -125,6 +125,12 @@ class Backend(Protocol):
     #     naming the limit, for an id this backend cannot store; called before create and every read.
     # ``read_prefix(session_id) -> PartialRead | None``: the salvageable prefix of a damaged log
     #     (``agentlog export --partial``); never writes; ``None`` when no artifact exists.
+    # ``load_stored_from(session_id, from_seq) -> StoredPrefix | None``: a seek read, the events with
+    #     ``seq >= from_seq`` of the valid stored prefix (``torn_marker`` always ``None``, never writes;
+    #     ``None`` when no artifact exists), at a cost of the suffix rather than the log. It must return
+    #     what ``load_stored`` would, sliced at ``from_seq``, for a log whose records before the span are
+    #     intact (damage before the span may go unseen). ``PersistenceCoordinator.read_from`` uses it
+    #     when present and reads the whole log otherwise.
 
 
 def validate_session_id(backend: object, session_id: object) -> None:

@@ -48,7 +48,7 @@ from ..errors import InvalidOptionError as InvalidOptionError
 from ..kernel._gc import gc_paused
 from ..kernel._js import js_string
 from ..kernel.events import Event, EventTypes, event_types
-from ..kernel.jsonvalue import FrozenDict, snapshot_json, thaw
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, snapshot_json, thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.seeds import SessionPreparation, check_header_fields, check_message_event_shape
 from ..kernel.session import EventsView, Session, SessionView
@@ -426,17 +426,41 @@ class PersistenceCoordinator:
         self._states[session_id] = _State(thaw(source.meta), len(source.events), True)
 
     def read_from(self, session_id: str, from_seq: int) -> SessionSnapshot:
-        """The durable events with ``seq >= from_seq``, as stored (no repair, no closers)."""
-        if type(from_seq) is not int or from_seq < 0:
+        """The durable events with ``seq >= from_seq``, as stored (no repair, no closers).
+
+        A backend with a seek read (``load_stored_from``) is asked for the suffix only, so a tail read
+        of a long log costs the tail; its events are checked like a whole read's, but only the suffix
+        is (removed vocabulary and unknown types before ``from_seq`` are not seen). When a suffix event
+        needs the events before it to be normalised (a legacy message shape), or the backend has no
+        seek read, the whole stored log is read and sliced.
+        """
+        if type(from_seq) is not int or not 0 <= from_seq <= MAX_SAFE_INTEGER:
             raise InvalidOptionError(f"readFrom fromSeq must be a non-negative safe integer, got {from_seq}")
         self._check_id(session_id)
         with self._serialized(session_id), gc_paused():
-            stored = self.backend.load_stored(session_id)
-            if stored is None:
-                raise SessionNotFoundError(f'session "{session_id}" not found')
-            events = self._interpret(session_id, stored, adopt=_adopt_stored)
-            suffix = [snapshot_json(event) for event in events[from_seq:]]
-            return SessionSnapshot(snapshot_json(stored.meta), EventsView(suffix, len(suffix)))
+            sought = self._stored_suffix(session_id, from_seq)
+            if sought is None:
+                stored = self.backend.load_stored(session_id)
+                if stored is None:
+                    raise SessionNotFoundError(f'session "{session_id}" not found')
+                meta = stored.meta
+                events = self._interpret(session_id, stored, adopt=_adopt_stored)[from_seq:]
+            else:
+                meta, events = sought
+            suffix = [snapshot_json(event) for event in events]
+            return SessionSnapshot(snapshot_json(meta), EventsView(suffix, len(suffix)))
+
+    def _stored_suffix(self, session_id: str, from_seq: int) -> tuple[Any, list[Any]] | None:
+        """``(meta, events)`` of the backend's seek read, or ``None`` when the whole log must be read."""
+        seek = getattr(self.backend, "load_stored_from", None)
+        if seek is None or from_seq == 0:
+            return None
+        stored = seek(session_id, from_seq)
+        if stored is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        if any(legacy.needs_legacy_prefix(event) for event in stored.events):
+            return None
+        return stored.meta, self._interpret(session_id, stored, adopt=_adopt_stored)
 
     def _wait_unreserved(self, session_id: str) -> None:
         with self._cond:

@@ -100,6 +100,17 @@ class MemoryBackend:
             header, lines, revision = record.header, list(record.events), self._revision(session_id, record)
         return StoredPrefix(meta=loads(header), events=[loads(line) for line in lines], revision=revision)
 
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+        """Seek read: only the events with ``seq >= from_seq`` are parsed (records are stored by seq)."""
+        if type(from_seq) is not int or from_seq < 0:
+            raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
+        with self._mutex:
+            record = self._records.get(session_id)
+            if record is None:
+                return None
+            header, lines, revision = record.header, record.events[from_seq:], self._revision(session_id, record)
+        return StoredPrefix(meta=loads(header), events=[loads(line) for line in lines], revision=revision)
+
     def read_revision(self, session_id: str) -> str | None:
         with self._mutex:
             record = self._records.get(session_id)

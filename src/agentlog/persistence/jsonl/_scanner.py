@@ -353,6 +353,7 @@ class SessionLogScanner:
     """
 
     __slots__ = (
+        "_base",
         "_committed",
         "_events",
         "_finished",
@@ -386,9 +387,21 @@ class SessionLogScanner:
         self._input = self._committed = len(record)
         self._line = 0
         self._events: list[Any] = []
+        self._base = 0
         self._issue: SessionPersistenceCorruptionError | None = None
         self._fragment = b""
         self._finished = False
+
+    def resume_at(self, base_seq: int) -> None:
+        """Scan a suffix: the next record must start at ``base_seq`` (a seek read's first line).
+
+        The records before it are not read, so their defects are not seen, and line numbers in
+        defect messages count from the suffix; a seek read that meets any defect falls back to the
+        whole read for the exact error. Only allowed before any event line was written.
+        """
+        if self._input != self._committed or self._events or self._fragment or self._line:
+            raise RuntimeError("resume_at must precede every event line")
+        self._base = base_seq
 
     def write(self, chunk: bytes | bytearray | memoryview) -> None:
         """Consume the next piece of text. The caller may reuse its buffer afterwards (we copy)."""
@@ -421,7 +434,7 @@ class SessionLogScanner:
         """
         events = self._events
         append = events.append
-        n = len(events)
+        n = self._base + len(events)
         max_depth = self._max_depth
         check_size = sum(map(len, lines)) > self._max_line_bytes
         issue = self._issue

@@ -31,6 +31,7 @@ __all__ = [
     "compress_frame",
     "decompress_frame",
     "decompress_torn_frame",
+    "frame_ends_at",
     "scan_zstd_frames",
 ]
 
@@ -81,6 +82,18 @@ def scan_zstd_frames(
         frames.append((start, end))
         start = end
     return FrameScan(frames, None)
+
+
+def frame_ends_at(data: bytes, start: int, end: int) -> bool:
+    """Whether a structurally complete frame starts at ``start`` and ends exactly at ``end``.
+
+    The backward seek of a suffix read tests candidate magic numbers with it: a false candidate (the
+    magic bytes inside compressed data) is rejected here or, at the latest, by the frame's checksum.
+    """
+    try:
+        return _frame_end(data, start, end) == end
+    except SessionPersistenceCorruptionError:
+        return False
 
 
 def _frame_end(data: bytes | memoryview, start: int, size: int) -> int | None:

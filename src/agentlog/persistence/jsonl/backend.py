@@ -31,6 +31,7 @@ import errno
 import fcntl
 import functools
 import os
+import re
 import secrets
 import stat
 import threading
@@ -41,6 +42,7 @@ from typing import Any, Final, Literal, ParamSpec, TypeVar
 from ...errors import (
     AgentlogError,
     AppendRollbackError,
+    ChunkRowError,
     InvalidSessionIdError,
     PersistenceError,
     ResourceExhaustedError,
@@ -53,7 +55,7 @@ from ...errors import (
     describe_error,
 )
 from ...kernel._gc import gc_paused
-from ...kernel.chunkrows import pack_chunk_runs
+from ...kernel.chunkrows import decode_storage_record, pack_chunk_runs
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
 from ..backend import (
     PartialRead,
@@ -68,6 +70,7 @@ from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encode
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
+    ROW_TAGS,
     ReaderLimitError,
     SessionLogScanner,
     header_line,
@@ -83,6 +86,7 @@ from ._zstdframes import (
     compress_frame,
     decompress_frame,
     decompress_torn_frame,
+    frame_ends_at,
     scan_zstd_frames,
 )
 
@@ -382,6 +386,74 @@ class _FileLock:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+
+# --- seek reads ------------------------------------------------------------------------------------
+
+_SEEK_BLOCK: Final = 64 * 1024
+"""First backward read of a seek (doubling after): a few steps of a typical session's tail."""
+_RECORD_HEAD: Final = re.compile(rb'\{"type":"[^"\\]*","seq0?":(0|[1-9][0-9]{0,15})[,}]')
+"""How a record this writer wrote opens (events ``{"type":..,"seq":..``, packed rows ``"seq0"``)."""
+_WHOLE: Final = object()
+"""Internal answer of a seek: read the whole log instead."""
+
+
+class _TailWindow:
+    """The bytes of an open file from some offset to its end, grown backwards (doubling) on demand.
+
+    A seek read only ever looks at the header and at a suffix of the file, so it reads those with
+    ``pread`` instead of the whole file; the window is contiguous, so searches may span block edges.
+    """
+
+    __slots__ = ("_block", "_data", "_fd", "_start", "size")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd = fd
+        self.size = size
+        self._start = size
+        self._data = b""
+        self._block = _SEEK_BLOCK
+
+    def _pread(self, offset: int, length: int) -> bytes:
+        parts: list[bytes] = []
+        while length > 0:
+            chunk = os.pread(self._fd, length, offset)
+            if not chunk:
+                break  # the file shrank: the bracketing stats notice and the read is retried
+            parts.append(chunk)
+            offset += len(chunk)
+            length -= len(chunk)
+        return b"".join(parts)
+
+    def head(self, length: int) -> bytes:
+        return self._pread(0, min(length, self.size))
+
+    def _reach(self, offset: int) -> None:
+        """Make the window start at or before ``offset``."""
+        if offset >= self._start:
+            return
+        start = max(0, min(offset, self._start - self._block))
+        self._block = max(self._block, self.size - start)
+        self._data = self._pread(start, self._start - start) + self._data
+        self._start = start
+
+    def rfind(self, needle: bytes, lo: int, hi: int) -> int:
+        """The last offset in ``[lo, hi)`` where ``needle`` starts and ends before ``hi``, else -1."""
+        while True:
+            found = self._data.rfind(needle, max(lo, self._start) - self._start, max(hi - self._start, 0))
+            if found >= 0:
+                return self._start + found
+            if self._start <= lo:
+                return -1
+            self._reach(self._start - 1)
+
+    def slice(self, start: int, end: int) -> bytes:
+        self._reach(start)
+        return self._data[start - self._start : end - self._start]
+
+    def frame_ends_at(self, start: int, end: int) -> bool:
+        self._reach(start)
+        return frame_ends_at(self._data, start - self._start, end - self._start)
 
 
 # --- the backend -----------------------------------------------------------------------------------
@@ -899,6 +971,142 @@ class JsonlBackend:
         self._check_identity(path, meta, session_id)
         self._remember_tail(path, revision, len(events), marker)
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=marker)
+
+    @_typed_os_errors
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+        """Seek read: the stored events with ``seq >= from_seq``, reading the file backwards from its end.
+
+        Only the header and the records from the last one that starts below ``from_seq`` are read and
+        parsed (raw: lines found block by block from the end; zstd: the trailing frames, located by
+        their magic numbers and accepted only when their structure ends exactly where the next frame
+        starts and their checksum holds), so a tail read of a long log costs the tail. A torn tail is
+        left out as :meth:`load_stored` leaves it out. Whenever the span holds anything unusual (a
+        defect, a torn zstd frame, no record below ``from_seq``) the whole log is read and sliced, so
+        damage inside the span raises exactly what :meth:`load_stored` raises. Records before the span
+        are not read: damage there is not seen (as SQLite's seek read does not see it). Never writes.
+        """
+        if type(from_seq) is not int or from_seq < 0:
+            raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
+        self._preflight()
+        path = self._find_log(session_id)
+        found = None if path is None else self._seek_stable(path, from_seq)
+        if found is None:
+            return None
+        if found is _WHOLE:
+            stored = self.load_stored(session_id)
+            if stored is not None:
+                stored = StoredPrefix(meta=stored.meta, events=stored.events[from_seq:], revision=stored.revision)
+            return stored
+        assert path is not None and isinstance(found, StoredPrefix)
+        self._check_identity(path, found.meta, session_id)
+        return found
+
+    def _seek_stable(self, path: str, from_seq: int) -> StoredPrefix | object | None:
+        """The seek read bracketed by two stats like :meth:`_read_stable`: a prefix, ``_WHOLE``, or None."""
+        while True:
+            try:
+                before = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if not stat.S_ISREG(before.st_mode):
+                raise _not_a_file(path, before.st_mode)
+            self._check_budget(path, before.st_size)
+            try:
+                fd, opened = _open_regular(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                with gc_paused():
+                    seek = self._seek_zstd if self._zstd else self._seek_raw
+                    try:
+                        found = seek(_TailWindow(fd, opened.st_size), from_seq, path)
+                    except (SessionPersistenceCorruptionError, SessionFormatUnsupportedError, ChunkRowError):
+                        found = None  # the whole read reports it exactly
+            finally:
+                os.close(fd)
+            after = os.stat(path, follow_symlinks=False)
+            if _stat_key(before) == _stat_key(after) == _stat_key(opened):
+                if found is None:
+                    return _WHOLE
+                meta, events = found
+                return StoredPrefix(meta=meta, events=events, revision=_revision(before))
+
+    def _record_seq(self, line: bytes, from_seq: int) -> int | None:
+        """The first seq a complete record holds, when that is enough to place it; ``None`` if unknown.
+
+        A record this writer wrote opens with its type and seq, so most records of the span are placed
+        by a match on their first bytes; only a candidate anchor (a seq below ``from_seq``) is parsed.
+        """
+        match = _RECORD_HEAD.match(line)
+        if match is not None and int(match.group(1)) >= from_seq:
+            return int(match.group(1))
+        try:
+            value = loads(line, max_depth=self.max_depth)
+        except (ValueError, RecursionError):
+            return None
+        if type(value) is not dict:
+            return None
+        if value.get("type") in ROW_TAGS:
+            try:
+                value = decode_storage_record(value)[0]
+            except ChunkRowError:
+                return None
+        seq = value.get("seq")
+        return seq if type(seq) is int else None
+
+    def _seek_raw(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[dict[str, Any], list[Any]] | None:
+        head = tail.head(_SEEK_BLOCK)
+        newline = head.find(b"\n")
+        if newline < 0 or from_seq == 0:
+            return None
+        scanner = SessionLogScanner(head[: newline + 1], **self._limits())
+        body = newline + 1
+        # ``end``: where the next complete line (searching backwards) ends — at the last newline.
+        end = tail.rfind(b"\n", body, tail.size)
+        while end >= body:
+            previous = tail.rfind(b"\n", body, end)
+            start = body if previous < 0 else previous + 1
+            seq = self._record_seq(tail.slice(start, end), from_seq)
+            if seq is not None and seq < from_seq:
+                scanner.resume_at(seq)
+                scanner.write(tail.slice(start, tail.size))
+                result = scanner.finish()
+                return result.meta, result.events[from_seq - seq :]
+            end = start - 1
+        return None
+
+    def _seek_zstd(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[dict[str, Any], list[Any]] | None:
+        head = tail.head(_SEEK_BLOCK)
+        header = scan_zstd_frames(head, 1)
+        if not header.frames or from_seq == 0:
+            return None
+        scanner = self._header_scanner(memoryview(head), header.frames[0], path)
+        body = header.frames[0][1]
+        texts: list[bytes] = []
+        end = tail.size  # the start of the earliest frame found so far
+        while end > body:
+            candidate = end
+            while True:
+                candidate = tail.rfind(ZSTD_MAGIC_BYTES, body, candidate)
+                if candidate < 0:
+                    return None  # a torn or damaged final frame: the whole read decides
+                if tail.frame_ends_at(candidate, end):
+                    break
+            text = decompress_frame(tail.slice(candidate, end), candidate, self.max_frame_bytes)
+            texts.append(text)
+            end = candidate
+            newline = text.find(b"\n")
+            seq = self._record_seq(text[:newline] if newline >= 0 else text, from_seq)
+            if seq is not None and seq < from_seq:
+                scanner.resume_at(seq)
+                for chunk in reversed(texts):
+                    scanner.write(chunk)
+                checkpoint = scanner.checkpoint()
+                if checkpoint.committed_bytes != checkpoint.input_bytes:
+                    return None  # a complete frame ends inside a record: corruption, reported by the whole read
+                result = scanner.finish()
+                return result.meta, result.events[from_seq - seq :]
+        return None
 
     @_typed_os_errors
     def read_prefix(self, session_id: str) -> PartialRead | None:
