@@ -72,9 +72,7 @@ memory is refused up front, because the C parser is not safe against allocation 
 _BIG_LINE_BYTES: Final = 1024 * 1024
 _BIG_LINE_HEADROOM: Final = 4
 """A single long line is mostly one long string: its parse needs a few times its size."""
-_LIMITS: Final = tuple(
-    getattr(resource, name) for name in ("RLIMIT_AS", "RLIMIT_DATA") if hasattr(resource, name)
-)
+_LIMITS: Final = tuple(getattr(resource, name) for name in ("RLIMIT_AS", "RLIMIT_DATA") if hasattr(resource, name))
 ROW_TAGS: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 """Storage-row tags (bare words, never event types): a line with one of these must be expanded."""
 
