@@ -1040,6 +1040,8 @@ class JsonlBackend:
         match = _RECORD_HEAD.match(line)
         if match is not None and int(match.group(1)) >= from_seq:
             return int(match.group(1))
+        if len(line) > self.max_line_bytes:
+            return None  # never parsed: the forward scan (or the whole read) refuses it
         try:
             value = loads(line, max_depth=self.max_depth)
         except (ValueError, RecursionError):
@@ -1053,6 +1055,23 @@ class JsonlBackend:
                 return None
         seq = value.get("seq")
         return seq if type(seq) is int else None
+
+    def _last_line_below(self, text: bytes, from_seq: int, first_seq: int) -> tuple[int, int]:
+        """Offset and seq of the last complete line of a frame's text that starts below ``from_seq``.
+
+        The frame's first line does (``first_seq``), so a large batch frame is parsed only from the
+        last record the suffix needs, not from its start.
+        """
+        end = text.rfind(b"\n")
+        while end > 0:
+            previous = text.rfind(b"\n", 0, end)
+            if previous < 0:
+                break  # the first line, known to start below from_seq
+            seq = self._record_seq(text[previous + 1 : end], from_seq)
+            if seq is not None and seq < from_seq:
+                return previous + 1, seq
+            end = previous
+        return 0, first_seq
 
     def _seek_raw(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[dict[str, Any], list[Any]] | None:
         head = tail.head(_SEEK_BLOCK)
@@ -1098,7 +1117,9 @@ class JsonlBackend:
             newline = text.find(b"\n")
             seq = self._record_seq(text[:newline] if newline >= 0 else text, from_seq)
             if seq is not None and seq < from_seq:
+                start, seq = self._last_line_below(text, from_seq, seq)
                 scanner.resume_at(seq)
+                texts[-1] = text[start:]
                 for chunk in reversed(texts):
                     scanner.write(chunk)
                 checkpoint = scanner.checkpoint()
