@@ -127,6 +127,17 @@ def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
     return (-(when if type(when) is int else 0), str(row["id"]))
 
 
+def _listed(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The served values ``ls`` shows, as plain JSON (only the usage buckets are a nested value)."""
+    stats = values.get("sessionStats")
+    return {
+        "title": values.get("title"),
+        "sessionStats": {"turns": stats.get("turns")} if isinstance(stats, Mapping) else None,
+        "tokenUsage": thaw(values["tokenUsage"]) if values.get("tokenUsage") is not None else None,
+        LAST_ACTIVITY_KEY: values.get(LAST_ACTIVITY_KEY),
+    }
+
+
 def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str, tuple[dict[str, Any], int | None]]:
     """``{id: (values, asOfSeq)}`` from the store's projection cache (nothing when it has none).
 
@@ -150,7 +161,7 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
                     snapshot = cache.cold_snapshot(item.id)
                 except AgentlogError:
                     continue
-            out[item.id] = (thaw(snapshot["values"]), snapshot["asOfSeq"])
+            out[item.id] = (_listed(snapshot["values"]), snapshot["asOfSeq"])
     finally:
         rows.close()
         cache.close()
