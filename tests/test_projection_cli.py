@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 import agentlog as al
@@ -445,3 +447,68 @@ def test_reindex_of_a_missing_store_is_store_not_found(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert orjson.loads(result.stderr)["error"]["code"] == "STORE_NOT_FOUND"
     assert not missing.exists()
+
+
+# --- property: whatever the cache holds, ls shows the fold of the stored log ----------------------------------
+
+
+def _turn_events(turn: int) -> list[tuple[str, Any, dict[str, Any] | None]]:
+    message = al.assistant_message(
+        [al.text_block(f"answer {turn}")], provider="deepseek", model="deepseek-chat", id=f"a{turn}"
+    )
+    return [
+        ("turn/start", {"turn": turn}, None),
+        ("user/message", al.user_message(f"question {turn}", id=f"u{turn}"), {"surfaceOp": "append"}),
+        ("step/start", {"turn": turn, "step": 1}, None),
+        ("assistant/message", {"turn": turn, "step": 1, "message": message}, {"surfaceOp": "append"}),
+        ("step/end", {"turn": turn, "step": 1}, None),
+        ("turn/end", {"turn": turn, "reason": {"kind": "completed"}}, None),
+    ]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    turns=st.integers(min_value=1, max_value=4),
+    cut=st.integers(min_value=0, max_value=30),
+    titles=st.lists(st.sampled_from(["alpha", "beta", "gamma"]), max_size=3),
+)
+def test_property_ls_figures_equal_a_fresh_fold_whatever_the_cache_row(
+    tmp_path_factory: pytest.TempPathFactory, turns: int, cut: int, titles: list[str]
+) -> None:
+    """A log written with the cache attached up to a random event, then continued by a host without
+    it (the row goes stale at a random point, mid-turn included): ``ls`` shows exactly the figures of a
+    fresh fold of the stored log — the cache is possibly stale, never wrong — and so does ``stats``."""
+    from agentlog.cli.projection_commands import cli_registry
+
+    store = tmp_path_factory.mktemp("prop") / "store"
+    plan: list[tuple[str, Any, dict[str, Any] | None]] = []
+    for turn in range(1, turns + 1):
+        plan += _turn_events(turn)
+        if titles and turn <= len(titles):
+            plan.append(
+                ("session/title", {"title": titles[turn - 1], "messageSeqs": [], "source": {"kind": "user"}}, None)
+            )
+    cut = min(cut, len(plan))
+    sessions = al.SessionStore()
+    coordinator = PersistenceCoordinator(sessions, _backend(store, "jsonl"))
+    projections = attach_projections(coordinator)
+    session = sessions.create("p", meta={"cwd": "/w"})
+    for type_, data, intent in plan[:cut]:
+        session.append(type_, data, intent)
+    sessions.flush(session)
+    projections.checkpoint(session)
+    projections.close()  # detached: the rest reaches the log only
+    for type_, data, intent in plan[cut:]:
+        session.append(type_, data, intent)
+    sessions.flush(session)
+    expected = cli_registry().snapshot(session)
+    sessions.dispose(session)
+    coordinator.close()
+    row = _rows(store)["p"]
+    values = expected["values"]
+    assert row["events"] == expected["asOfSeq"] + 1
+    assert row["title"] == values["title"]
+    assert row["turns"] == values["sessionStats"]["turns"] == turns
+    assert row["tokenUsage"] == values["tokenUsage"]
+    assert row["lastActivity"] == values["lastActivity"]
+    assert _json("stats", "p", "--store", str(store))["values"] == values
