@@ -514,3 +514,30 @@ def test_a_magic_number_inside_a_frame_is_not_taken_for_a_frame_start() -> None:
     assert not frame_ends_at(planted, fake, len(planted))
     assert frame_ends_at(frame + frame, len(frame), 2 * len(frame))
     assert not frame_ends_at(frame + frame, 0, 2 * len(frame))  # two frames are not one
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS)
+def test_a_file_that_changes_under_the_seek_is_read_again(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short read (the file shrank or was replaced mid-read) restarts the seek instead of misplacing bytes."""
+    storage = _Storage(kind, tmp_path)
+    log = long_log(4)
+    write(storage, log, [26, 52, 78])
+    real_pread = os.pread
+    calls: list[int] = []
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        calls.append(offset)
+        if len(calls) == 2:  # the header was read; the tail is gone (as if truncated meanwhile)
+            return b""
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    backend = storage.backend()
+    try:
+        tail = backend.load_stored_from(SID, len(log) - 30)
+    finally:
+        backend.close()
+    assert len(calls) > 3 and calls[2] == 0  # the seek started over from the header
+    assert [dumps(e) for e in tail.events] == [dumps(e) for e in log[-30:]]

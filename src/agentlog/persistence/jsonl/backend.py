@@ -398,6 +398,10 @@ _WHOLE: Final = object()
 """Internal answer of a seek: read the whole log instead."""
 
 
+class _FileChanged(Exception):
+    """Internal: the file changed while a seek read it (a short read); the read starts over."""
+
+
 class _TailWindow:
     """The bytes of an open file from some offset to its end, grown backwards (doubling) on demand.
 
@@ -419,7 +423,7 @@ class _TailWindow:
         while length > 0:
             chunk = os.pread(self._fd, length, offset)
             if not chunk:
-                break  # the file shrank: the bracketing stats notice and the read is retried
+                raise _FileChanged  # it shrank under the read: read it again
             parts.append(chunk)
             offset += len(chunk)
             length -= len(chunk)
@@ -1022,6 +1026,8 @@ class JsonlBackend:
                         found = seek(_TailWindow(fd, opened.st_size), from_seq, path)
                     except (SessionPersistenceCorruptionError, SessionFormatUnsupportedError, ChunkRowError):
                         found = None  # the whole read reports it exactly
+            except _FileChanged:
+                continue
             finally:
                 os.close(fd)
             after = os.stat(path, follow_symlinks=False)
