@@ -212,7 +212,8 @@ def _usage_sample(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
     etype = event.get("type")
     if etype == ASSISTANT_CHUNK:
         chunk = event["data"].get("chunk")
-        if isinstance(chunk, Mapping) and chunk.get("type") == "usage":
+        # a committed chunk is a (frozen) dict: the concrete check is far cheaper than the Mapping ABC's
+        if isinstance(chunk, dict) and chunk.get("type") == "usage":
             return cast("Mapping[str, Any]", chunk["usage"])
         return None
     if etype == ASSISTANT_MESSAGE:
@@ -260,7 +261,11 @@ def _token_usage_reduce(state: TokenUsageState, event: Event) -> TokenUsageState
     samples adjacently: once a later step reports, an earlier one never does again.
     """
     etype = event["type"]
-    if etype != ASSISTANT_CHUNK and etype != ASSISTANT_MESSAGE:
+    if etype == ASSISTANT_CHUNK:
+        chunk = event["data"].get("chunk")
+        if not isinstance(chunk, dict) or chunk.get("type") != "usage":
+            return state  # the common case, decided inline
+    elif etype != ASSISTANT_MESSAGE:
         return state
     usage = _usage_sample(event)
     if usage is None:
