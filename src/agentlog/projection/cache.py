@@ -52,7 +52,7 @@ from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore
-from .cache_storage import CacheRecord, CacheStorage, open_cache_storage
+from .cache_storage import CacheRecord, CacheStorage, ServedViews, open_cache_storage
 
 __all__ = [
     "DEFAULT_WRITE_EVERY_EVENTS",
@@ -306,6 +306,8 @@ class ProjectionCache:
     ) -> dict[str, Any] | None:
         if record is None or not identity_matches(record.identity, identity_of(header)):
             return None
+        if record.views is not None and _usable_views(record.views, code_stamp()):
+            return self._serve_views(ServedViews(record.identity, record.revision, record.views), header, revision)
         if revision is not None:
             # "Current" is all or nothing: a row of a since-bumped unit would leave a value out.
             return self._current_cut(record) if record.revision == revision else None
@@ -315,6 +317,57 @@ class ProjectionCache:
         # One cut: the lowest served watermark (under-claiming is safe under higher-seq-wins).
         as_of = min(int(record.rows[key]["seq"]) for key in values)
         return {"asOfSeq": as_of, "values": values}
+
+    def _serve_views(
+        self,
+        stored: ServedViews,
+        header: Mapping[str, Any],
+        revision: str | None,
+        units: tuple[ProjectionUnit[Any, Any], ...] | None = None,
+    ) -> dict[str, Any] | None:
+        """:meth:`_serve` from the views the writer computed from the same rows (no state parsed).
+
+        The decisions are the rows path's: a row's ``[ver, seq]`` is the row's own, and a row with no
+        view is one the unit's schema (or its view) rejected at write time — the same code rejects it
+        again at read time (the caller checked the code stamp with :func:`_usable_views`). Every part
+        used is shape-checked here; anything else in the blob is ignored. Values are plain JSON,
+        decoded for this call only.
+        """
+        identity = stored.identity
+        if (
+            type(identity) is not dict
+            or identity.get("createdAt") != header["createdAt"]
+            or identity.get("cwd") != header.get("cwd")
+        ):
+            return None
+        cuts: dict[str, Any] = stored.views["rows"]
+        views: dict[str, Any] = stored.views["views"]
+        values: dict[str, Any] = {}
+        if units is None:
+            units = self.registry.units
+        if revision is not None:  # current only: every registered unit's row at one cut, every view present
+            if stored.revision != revision or not units:
+                return None
+            seq: int | None = None
+            for unit in units:
+                at = _cut_seq(cuts.get(unit.key), unit.state_version)
+                if at is None or (seq is not None and at != seq):
+                    return None
+                seq = at
+                if unit.client_visible:
+                    if unit.key not in views:
+                        return None
+                    values[unit.key] = views[unit.key]
+            return {"asOfSeq": seq, "values": values}
+        as_of: int | None = None
+        for unit in units:
+            if not unit.client_visible or unit.key not in views:
+                continue  # host-only rows are never served
+            at = _cut_seq(cuts.get(unit.key), unit.state_version)
+            if at is not None:
+                values[unit.key] = views[unit.key]
+                as_of = at if as_of is None else min(as_of, at)
+        return None if as_of is None else {"asOfSeq": as_of, "values": values}
 
     def cached_snapshot(self, header: Mapping[str, Any], *, revision: str | None = None) -> dict[str, Any] | None:
         """The listing read (spec §3.4): client values straight from the stored rows, no log read.
@@ -329,25 +382,47 @@ class ProjectionCache:
     def cached_snapshots(
         self, listings: Iterable[Any], *, current_only: bool = False
     ) -> dict[str, dict[str, Any] | None]:
-        """:meth:`cached_snapshot` for many listings with one storage read (``agentlog ls``).
+        """:meth:`cached_snapshot` for many listings (``agentlog ls``).
 
         ``listings`` are :class:`~agentlog.persistence.SessionListing`\\ s (or objects with ``id``,
         ``header``, ``revision``); with ``current_only`` a row is served only when its revision is the
-        listing's. A listing without a header maps to ``None``.
+        listing's. A listing without a header maps to ``None``. One query reads the listing columns
+        (identity, revision, the stored views); only records without usable views (written by another
+        release, or before views were stored) are read whole, in a second query, and parsed.
         """
-        wanted = list(listings)
+        wanted = [listing for listing in listings]
+        out: dict[str, dict[str, Any] | None] = {}
+        usable = []
+        for listing in wanted:
+            if listing.header is None or (current_only and listing.revision is None):
+                out[listing.id] = None
+            else:
+                usable.append(listing)
         try:
-            records = self.storage.get_many([listing.id for listing in wanted])
+            stored = self.storage.get_views([listing.id for listing in usable])
         except Exception as err:
             logger.warning("session projection cache: listing read failed: %s", describe_error(err))
-            records = {}
-        out: dict[str, dict[str, Any] | None] = {}
-        for listing in wanted:
-            header = listing.header
-            if header is None or (current_only and listing.revision is None):
-                out[listing.id] = None
+            stored = {}
+        stamp, units = code_stamp(), self.registry.units
+        rest = []
+        for listing in usable:
+            found = stored.get(listing.id)
+            if found is None or not _usable_views(found.views, stamp):
+                rest.append(listing)
                 continue
-            out[listing.id] = self._serve(records.get(listing.id), header, listing.revision if current_only else None)
+            out[listing.id] = self._serve_views(
+                found, listing.header, listing.revision if current_only else None, units
+            )
+        if rest:
+            try:
+                records = self.storage.get_many([listing.id for listing in rest])
+            except Exception as err:
+                logger.warning("session projection cache: listing read failed: %s", describe_error(err))
+                records = {}
+            for listing in rest:
+                out[listing.id] = self._serve(
+                    records.get(listing.id), listing.header, listing.revision if current_only else None
+                )
         return out
 
     def _revision(self, session_id: str) -> str | None:
@@ -428,8 +503,22 @@ class ProjectionCache:
             raise ProjectionCheckpointNotJsonError(f"{NOT_LOSSLESS_JSON}: {err}") from err
         return detached
 
+    def _views(self, rows: Checkpoint) -> dict[str, Any] | None:
+        """The served form of ``rows`` stored beside them (see :class:`~agentlog.projection.cache_storage.ServedViews`):
+        exactly what :meth:`_serve` would compute from them, so a listing read parses no state. ``None``
+        (the reader then parses the rows) when a view cannot be computed."""
+        try:
+            served = self.registry.view_checkpoint(rows)
+            cuts = {key: [row["ver"], row["seq"]] for key, row in rows.items()}
+            return {"code": code_stamp(), "rows": cuts, "views": thaw(served)}
+        except Exception:
+            return None
+
+    def _record_of(self, identity: Mapping[str, Any], rows: dict[str, Any], revision: str | None) -> CacheRecord:
+        return CacheRecord(dict(identity), rows, revision, self._views(rows))
+
     def _put(self, session_id: str, identity: Mapping[str, Any], rows: Mapping[str, Any], revision: str | None) -> None:
-        self.storage.put(session_id, CacheRecord(dict(identity), self._lossless(rows), revision))
+        self.storage.put(session_id, self._record_of(identity, self._lossless(rows), revision))
 
     def _put_soft(
         self, session_id: str, identity: Mapping[str, Any], rows: Mapping[str, Any], revision: str | None, what: str
@@ -482,11 +571,12 @@ class ProjectionCache:
                     and existing.revision is not None
                     and identity_matches(existing.identity, cut.identity)
                     and existing.rows == rows
+                    and existing.views is not None
                 ):
                     self._landed[session.id] = cut.generation
                     return
                 revision = self._verified_revision(cut)
-            self.storage.put(session.id, CacheRecord(cut.identity, rows, revision))
+            self.storage.put(session.id, self._record_of(cut.identity, rows, revision))
             self._landed[session.id] = cut.generation
 
     def _verified_revision(self, cut: _Cut) -> str | None:
@@ -631,6 +721,32 @@ class ProjectionCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _usable_views(blob: object, stamp: str) -> bool:
+    """Whether a stored views blob was written by this code and has its two tables."""
+    return (
+        type(blob) is dict
+        and blob.get("code") == stamp
+        and type(blob.get("rows")) is dict
+        and type(blob.get("views")) is dict
+    )
+
+
+def _cut_seq(cut: object, version: int) -> int | None:
+    """The seq of a stored ``[ver, seq]`` at ``version``, else ``None``."""
+    if type(cut) is not list or len(cut) != 2 or type(cut[0]) is not int or cut[0] != version:
+        return None
+    seq = cut[1]
+    return seq if type(seq) is int and seq >= -1 else None
+
+
+def code_stamp() -> str:
+    """The code a stored view was computed by: views are served only to the same agentlog release (a
+    unit's ``view`` may change between releases without a ``stateVersion`` bump; its rows stay valid)."""
+    from .. import __version__
+
+    return f"agentlog {__version__}"
 
 
 class _UnrelatedRecord(Exception):

@@ -30,9 +30,10 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
@@ -44,10 +45,12 @@ __all__ = [
     "CacheRecord",
     "CacheStorage",
     "MemoryCacheStorage",
+    "ServedViews",
     "SqliteCacheStorage",
     "cache_path_for",
     "open_cache_storage",
     "parse_record",
+    "parse_views",
     "store_id_for",
 ]
 
@@ -65,8 +68,11 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS cache_state (singleton INTEGER PRIMARY KEY CHECK (singleton = 1), "
     "store_id TEXT NOT NULL) STRICT",
     "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, identity TEXT NOT NULL, "
-    "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL, digest TEXT NOT NULL) STRICT",
+    "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL, digest TEXT NOT NULL, "
+    "views TEXT, views_digest TEXT) STRICT",
 )
+_BASE_COLUMNS: Final = ["session_id", "identity", "rows", "revision", "domain_version", "digest"]
+_COLUMNS: Final = [*_BASE_COLUMNS, "views", "views_digest"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,30 @@ class CacheRecord:
     identity: Mapping[str, Any]
     rows: Mapping[str, Mapping[str, Any]]
     revision: str | None = None
+    views: Mapping[str, Any] | None = None
+    """The served form of ``rows`` (agentlog addition, see :class:`ServedViews`), written by the cache
+    from the very same rows, or ``None``. Never needed: a reader without it parses the rows."""
+
+
+class ServedViews(NamedTuple):
+    """What a listing read returns per session: the record's identity and revision, and the views blob.
+
+    The listing read checks only the record's views digest (and decodes the JSON): a reader checks
+    the shape of exactly what it serves (``ProjectionCache`` does), so a thousand rows cost one
+    decode and one checksum each. ``identity`` is the decoded JSON as stored (any value: the reader
+    compares it with the listing's header).
+
+    ``views`` is ``{"code": stamp, "rows": {key: [ver, seq]}, "views": {key: view}}``: the ``[ver,
+    seq]`` of every stored row (host-only ones included) and the client-visible views the writing
+    registry computed from exactly those rows (a row its unit's schema rejected has no view). A reader
+    serves a view only for a registered client-visible unit whose ``stateVersion`` is the row's
+    ``ver``, from a record written by the same code ``stamp`` (a view is the unit's code applied to
+    the state: another release may compute it differently without bumping ``stateVersion``).
+    """
+
+    identity: Any
+    revision: str | None
+    views: Mapping[str, Any]
 
 
 def _is_int(value: object, low: int) -> bool:
@@ -112,12 +142,32 @@ def parse_record(identity: object, rows: object, revision: object = None, *, cop
     return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision)
 
 
+def parse_views(views: object) -> Mapping[str, Any] | None:
+    """The views blob if it has the :class:`ServedViews` shape (the views themselves are plain JSON
+    by construction: they were decoded from JSON text), else ``None``."""
+    if not isinstance(views, Mapping) or type(views.get("code")) is not str:
+        return None
+    rows, served = views.get("rows"), views.get("views")
+    if not isinstance(rows, Mapping) or not isinstance(served, Mapping):
+        return None
+    for cut in rows.values():
+        if type(cut) is not list or len(cut) != 2 or not _is_int(cut[0], 0) or not _is_int(cut[1], -1):
+            return None
+    if any(key not in rows for key in served):
+        return None
+    return views
+
+
 class CacheStorage(Protocol):
     """A medium for cache records (all methods thread-safe; ``put``/``delete`` replace one record atomically)."""
 
     def get(self, session_id: str) -> CacheRecord | None: ...
 
     def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]: ...
+
+    def get_views(self, session_ids: Iterable[str] | None = None) -> dict[str, ServedViews]:
+        """The listing read: identity, revision and views blob of every record that has one (one query)."""
+        ...
 
     def put(self, session_id: str, record: CacheRecord) -> None: ...
 
@@ -133,34 +183,48 @@ class MemoryCacheStorage:
     """An in-process medium (tests, the memory backend): records kept as JSON text, like a durable one,
     so nothing the caller holds aliases a stored record."""
 
-    records: dict[str, tuple[bytes, bytes, str | None]] = field(default_factory=dict)
+    records: dict[str, tuple[bytes, bytes, str | None, bytes | None]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @staticmethod
-    def _decode(stored: tuple[bytes, bytes, str | None]) -> CacheRecord | None:
-        return parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2], copy=False)
+    def _decode(stored: tuple[bytes, bytes, str | None, bytes | None]) -> CacheRecord | None:
+        record = parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2], copy=False)
+        if record is None or stored[3] is None:
+            return record
+        return CacheRecord(record.identity, record.rows, record.revision, parse_views(jsoncodec.loads(stored[3])))
 
     def get(self, session_id: str) -> CacheRecord | None:
         with self._lock:
             stored = self.records.get(session_id)
         return None if stored is None else self._decode(stored)
 
-    def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]:
+    def _picked(self, session_ids: Iterable[str] | None) -> dict[str, tuple[bytes, bytes, str | None, bytes | None]]:
         with self._lock:
             if session_ids is None:
-                picked = dict(self.records)
-            else:
-                picked = {sid: self.records[sid] for sid in session_ids if sid in self.records}
+                return dict(self.records)
+            return {sid: self.records[sid] for sid in session_ids if sid in self.records}
+
+    def get_many(self, session_ids: Iterable[str] | None = None) -> dict[str, CacheRecord]:
         out: dict[str, CacheRecord] = {}
-        for sid, stored in picked.items():
+        for sid, stored in self._picked(session_ids).items():
             decoded = self._decode(stored)
             if decoded is not None:
                 out[sid] = decoded
         return out
 
+    def get_views(self, session_ids: Iterable[str] | None = None) -> dict[str, ServedViews]:
+        out: dict[str, ServedViews] = {}
+        for sid, (_identity, _rows, _revision, views) in self._picked(session_ids).items():
+            served = None if views is None else _served_views(jsoncodec.loads(views))
+            if served is not None:
+                out[sid] = served
+        return out
+
     def put(self, session_id: str, record: CacheRecord) -> None:
-        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision)
-        if self._decode(stored) is None:
+        views = None if record.views is None else jsoncodec.dumps(_listing_blob(record))
+        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision, views)
+        decoded = self._decode(stored)
+        if decoded is None or (views is not None and decoded.views is None):
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         with self._lock:
             self.records[session_id] = stored
@@ -277,7 +341,10 @@ class SqliteCacheStorage:
         if not {"cache_state", "sessions"} <= tables:
             return "incomplete schema"
         columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
-        if columns != ["session_id", "identity", "rows", "revision", "domain_version", "digest"]:
+        if columns == _BASE_COLUMNS:  # written before the views columns: add them (records lack views)
+            conn.execute("ALTER TABLE sessions ADD COLUMN views TEXT")
+            conn.execute("ALTER TABLE sessions ADD COLUMN views_digest TEXT")
+        elif columns != _COLUMNS:
             return "unexpected schema"
         row = conn.execute("SELECT store_id FROM cache_state WHERE singleton = 1").fetchone()
         if row is None or row[0] != self.store_id:
@@ -323,7 +390,7 @@ class SqliteCacheStorage:
     # -- records ----------------------------------------------------------------------------------
     @staticmethod
     def _decode(session_id: str, row: tuple[Any, ...]) -> CacheRecord | None:
-        identity, rows, revision, domain_version, digest = row
+        identity, rows, revision, domain_version, digest, views, views_digest = row
         if domain_version != DOMAIN_VERSION:
             return None
         if (
@@ -335,15 +402,23 @@ class SqliteCacheStorage:
             logger.warning('session projection cache: record for "%s" fails its digest; ignoring it', session_id)
             return None
         try:
-            return parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False)
+            record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False)
         except Exception:  # a malformed record is absent, never served
             return None
+        if record is None or type(views) is not str or views_digest != _views_digest(session_id, views):
+            return record  # views are optional: a record without (intact) ones is served from its rows
+        try:
+            parsed = parse_views(jsoncodec.loads(views))
+        except Exception:
+            return record
+        return CacheRecord(record.identity, record.rows, record.revision, parsed)
+
+    _RECORD_COLUMNS: Final = "identity, rows, revision, domain_version, digest, views, views_digest"
 
     def get(self, session_id: str) -> CacheRecord | None:
         def body(conn: sqlite3.Connection) -> CacheRecord | None:
             row = conn.execute(
-                "SELECT identity, rows, revision, domain_version, digest FROM sessions WHERE session_id = ?",
-                (session_id,),
+                f"SELECT {self._RECORD_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             return None if row is None else self._decode(session_id, row)
 
@@ -355,8 +430,7 @@ class SqliteCacheStorage:
 
         def body(conn: sqlite3.Connection) -> dict[str, CacheRecord]:
             out: dict[str, CacheRecord] = {}
-            statement = "SELECT session_id, identity, rows, revision, domain_version, digest FROM sessions"
-            for sid, *rest in conn.execute(statement):
+            for sid, *rest in conn.execute(f"SELECT session_id, {self._RECORD_COLUMNS} FROM sessions"):
                 if wanted is not None and sid not in wanted:
                     continue
                 record = self._decode(sid, tuple(rest))
@@ -367,18 +441,51 @@ class SqliteCacheStorage:
         result: dict[str, CacheRecord] = self._run("listing read", body, default={}, soft=True)
         return result
 
+    def get_views(self, session_ids: Iterable[str] | None = None) -> dict[str, ServedViews]:
+        """One query over the listing columns only (the rows texts are neither read nor hashed): the
+        views digest covers exactly what is served — the session id and the views text, which carries
+        the record's identity and revision."""
+        wanted = None if session_ids is None else set(session_ids)
+        loads = jsoncodec.loads
+
+        def body(conn: sqlite3.Connection) -> dict[str, ServedViews]:
+            out: dict[str, ServedViews] = {}
+            statement = (
+                "SELECT session_id, views, views_digest FROM sessions "
+                f"WHERE views IS NOT NULL AND domain_version = {DOMAIN_VERSION}"
+            )
+            for sid, views, digest in conn.execute(statement):
+                if wanted is not None and sid not in wanted:
+                    continue
+                if type(views) is not str or digest != _views_digest(sid, views):
+                    logger.warning('session projection cache: views of "%s" fail their digest; ignoring them', sid)
+                    continue
+                try:
+                    served = _served_views(loads(views))
+                except Exception:  # malformed: absent (the reader falls back to the rows)
+                    continue
+                if served is not None:
+                    out[sid] = served
+            return out
+
+        result: dict[str, ServedViews] = self._run("listing read", body, default={}, soft=True)
+        return result
+
     def put(self, session_id: str, record: CacheRecord) -> None:
         if parse_record(record.identity, record.rows, record.revision) is None:
+            raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
+        if record.views is not None and parse_views(record.views) is None:
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         identity = jsoncodec.dumps(record.identity).decode()
         rows = jsoncodec.dumps(record.rows).decode()
         digest = _digest(session_id, identity, rows, record.revision)
+        views = None if record.views is None else jsoncodec.dumps(_listing_blob(record)).decode()
+        views_digest = None if views is None else _views_digest(session_id, views)
         self._run(
             "write",
             lambda conn: conn.execute(
-                "INSERT OR REPLACE INTO sessions (session_id, identity, rows, revision, domain_version, digest) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest),
+                f"INSERT OR REPLACE INTO sessions (session_id, {self._RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest, views, views_digest),
             ),
             soft=False,
         )
@@ -406,6 +513,33 @@ def _digest(session_id: str, identity: str, rows: str, revision: str | None) -> 
         h.update(data)
     h.update(b"\x01" if revision is not None else b"\x00")
     return h.hexdigest()
+
+
+def _listing_blob(record: CacheRecord) -> dict[str, Any]:
+    """The stored ``views`` text's object: the views blob with the record's identity and revision in it,
+    so a listing read decodes one text per session."""
+    assert record.views is not None
+    return {**record.views, "identity": record.identity, "revision": record.revision}
+
+
+def _served_views(blob: object) -> ServedViews | None:
+    if type(blob) is not dict:
+        return None
+    revision = blob.get("revision")
+    if revision is not None and type(revision) is not str:
+        return None
+    return ServedViews(blob.get("identity"), revision, blob)
+
+
+def _views_digest(session_id: str, views: str) -> str:
+    """The check of what a listing read serves: the session id and the views text (which carries the
+    identity and revision; the rows text is not part of it, it is not read).
+
+    A CRC-32 of one length-prefixed buffer: what it guards against is damage (SQLite does not checksum
+    pages), not forgery — the file is the owner's own, like the logs — and a listing checks a thousand
+    of these per command (a fifth of the cost of a cryptographic hash here)."""
+    data = f"{len(session_id)}:{session_id}{views}".encode("utf-8", "surrogatepass")
+    return format(zlib.crc32(data), "08x")
 
 
 class _StoreNotMaterialized(Exception):
