@@ -10,6 +10,7 @@ reads are replaced by a spy (or a refusal) while the command runs.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.projection.cache_storage import cache_path_for
+from agentlog.projection.registry import ProjectionRegistry
 
 runner = CliRunner()
 
@@ -512,3 +514,31 @@ def test_property_ls_figures_equal_a_fresh_fold_whatever_the_cache_row(
     assert row["tokenUsage"] == values["tokenUsage"]
     assert row["lastActivity"] == values["lastActivity"]
     assert _json("stats", "p", "--store", str(store))["values"] == values
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_ls_serves_the_stored_views_and_a_cache_without_views_the_same(
+    store: Path, work: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run`` stores the served views beside the rows: ``ls`` shows them without viewing a single row
+    (``view_checkpoint`` refused); a cache written before views were stored (views columns empty)
+    gives the very same rows from the parsed rows — and neither reads a log."""
+    _record(store, work, kind)
+    expected = _rows(store, kind)["s1"]
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("not expected on this path")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PersistenceCoordinator, "read_from", refuse)
+        patch.setattr(ProjectionRegistry, "view_checkpoint", refuse)
+        assert _rows(store, kind)["s1"] == expected
+    conn = sqlite3.connect(str(cache_path_for(_backend(store, kind))))
+    try:
+        assert conn.execute("SELECT count(*) FROM sessions WHERE views IS NOT NULL").fetchone()[0] == 1
+        conn.execute("UPDATE sessions SET views = NULL, views_digest = NULL")
+        conn.commit()
+    finally:
+        conn.close()
+    monkeypatch.setattr(PersistenceCoordinator, "read_from", refuse)
+    assert _rows(store, kind)["s1"] == expected

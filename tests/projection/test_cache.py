@@ -915,3 +915,207 @@ def test_property__a_record_from_another_lifecycle_is_never_served(
         assert new.cache.cached_snapshot(header_of("slot", 10, "/a")) is None
     finally:
         new.close()
+
+
+# --- stored views: the listing read without parsing states -------------------------------------------
+
+HOST_KEY = "cache-test/host-count"
+
+
+def _host_only_unit() -> ProjectionUnit[Any, Any]:
+    return ProjectionUnit(
+        key=HOST_KEY,
+        state_version=1,
+        initial=lambda: 0,
+        reduce=lambda state, event: state + 1,
+        view=lambda state: {"count": state},
+        client_visible=False,
+        parse_state=lambda value: value,
+    )
+
+
+def _without_views(storage: Any, session_id: str) -> None:
+    """Rewrite a record as one written before views were stored (rows only)."""
+    record = storage.get(session_id)
+    assert record is not None and record.views is not None
+    storage.put(session_id, CacheRecord(record.identity, record.rows, record.revision))
+
+
+def _listing_reads(h: Harness) -> tuple[Any, Any]:
+    listings = h.coordinator.list()
+    return h.cache.cached_snapshots(listings, current_only=True), h.cache.cached_snapshots(listings)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_ops, every=st.integers(1, 5), bump=st.booleans())
+def test_property__the_listing_served_from_views_equals_the_listing_parsed_from_rows(
+    ops: list[Any], every: int, bump: bool
+) -> None:
+    """Random histories and write points, a host-only unit beside the visible one, and optionally a
+    reader whose unit has a bumped stateVersion: ``cached_snapshots`` served from the stored views is
+    exactly what parsing the same records' rows serves (current-only and plain), the host-only row
+    is never served, and whatever is served is a prefix fold of the log."""
+    h = Harness(units=(marks_unit(), _host_only_unit()), write_every_events=every, write_interval_ms=10)
+    try:
+        session = h.store.create("prop", meta={"cwd": "/p"})
+        session.append("turn/start", {"turn": 1})
+        for op, arg in ops:
+            if op == "mark":
+                mark(session, arg)
+            elif op == "end":
+                end_turn(session)
+            elif op == "write":
+                h.cache.write(session)
+            else:
+                h.timer.advance(10)
+        events = list(session.events)
+        h.store.dispose(session)
+        if h.storage.get("prop") is None:
+            return
+        if bump:  # the reader's unit changed its state schema: no row of it may be served
+            h.registry = ProjectionRegistry()
+            h.registry.register(marks_unit(state_version=2))
+            h.registry.register(_host_only_unit())
+            h.cache.close()
+            h.cache = ProjectionCache(h.registry, h.spy, h.storage, writer=InlineWriter(), store=al.SessionStore())
+        from_views = _listing_reads(h)
+        _without_views(h.storage, "prop")
+        assert _listing_reads(h) == from_views
+        for served in from_views:
+            snapshot = served["prop"]
+            if snapshot is not None:
+                assert not bump and HOST_KEY not in snapshot["values"]
+                assert snapshot["values"] == _fresh_fold(events[: snapshot["asOfSeq"] + 1])
+    finally:
+        h.close()
+
+
+def test_cached__views_are_stored_with_each_write_and_serve_without_parsing_a_state(
+    harness: Callable[..., Harness],
+) -> None:
+    """A write stores the served views beside the rows; the listing read then never calls a unit's
+    ``parse_state`` or ``view`` (the writer computed them from the same rows)."""
+    calls: list[str] = []
+    base = marks_unit()
+
+    def parse(value: object) -> Any:
+        calls.append("parse")
+        return _parse_marks(value)
+
+    def view(state: Any) -> Any:
+        calls.append("view")
+        return base.view(state)
+
+    unit = ProjectionUnit(
+        key=KEY,
+        state_version=1,
+        initial=base.initial,
+        reduce=base.reduce,
+        view=view,
+        client_visible=True,
+        parse_state=parse,
+    )
+    h = harness(units=(unit, _host_only_unit()))
+    session = h.store.create("viewed", meta={"cwd": "/v"})
+    mark(session, ["a"])
+    end_turn(session)
+    h.store.dispose(session)
+    record = h.storage.get("viewed")
+    assert record is not None and record.views is not None
+    assert record.views["views"] == {KEY: {"marks": ["a"]}}  # the host-only unit has no view stored
+    assert record.views["rows"] == {KEY: [1, 1], HOST_KEY: [1, 1]}
+    calls.clear()
+    served = h.cache.cached_snapshots(h.coordinator.list(), current_only=True)
+    assert served == {"viewed": {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}}
+    assert h.cache.cached_snapshot(header_of("viewed", 0, "/v")) == served["viewed"]
+    assert calls == []
+    assert h.spy.reads == []
+
+
+def test_cached__a_stored_view_of_a_host_only_unit_is_never_served(harness: Callable[..., Harness]) -> None:
+    """Host-only rows stay host-only even if a record's views carried one (the reader's registry
+    decides what is client-visible, not the record)."""
+    h = harness(units=(marks_unit(), _host_only_unit()))
+    session = h.store.create("host")
+    mark(session, ["a"])
+    end_turn(session)
+    h.store.dispose(session)
+    record = h.storage.get("host")
+    assert record is not None and record.views is not None
+    views = {**record.views, "views": {**record.views["views"], HOST_KEY: {"count": 99}}}
+    h.storage.put("host", CacheRecord(record.identity, record.rows, record.revision, views))
+    for served in _listing_reads(h):
+        assert served["host"] == {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}
+
+
+def test_cached__views_written_by_another_release_are_recomputed_from_the_rows(
+    harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit's ``view`` may change between releases without a stateVersion bump: views stamped by
+    other code are not served; the rows are parsed and viewed by this code instead."""
+    h = harness()
+    session = h.store.create("older")
+    mark(session, ["a"])
+    end_turn(session)
+    h.store.dispose(session)
+    record = h.storage.get("older")
+    assert record is not None and record.views is not None
+    stale = {**record.views, "views": {KEY: {"marks": ["as the old release viewed it"]}}}
+    h.storage.put("older", CacheRecord(record.identity, record.rows, record.revision, stale))
+    same_release = h.cache.cached_snapshots(h.coordinator.list(), current_only=True)["older"]
+    assert same_release is not None  # the same release: the stored views are what is served
+    assert same_release["values"] == {KEY: {"marks": ["as the old release viewed it"]}}
+    monkeypatch.setattr("agentlog.projection.cache.code_stamp", lambda: "agentlog 99.0")
+    expected = {"asOfSeq": 1, "values": {KEY: {"marks": ["a"]}}}
+    assert h.cache.cached_snapshots(h.coordinator.list(), current_only=True)["older"] == expected
+    assert h.cache.cached_snapshot(header_of("older")) == expected
+
+
+def test_cached__a_views_listing_read_that_fails_is_an_absent_cache(
+    harness: Callable[..., Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cache is never required: a medium whose listing read raises serves nothing (and warns)."""
+    h = harness()
+    session = h.store.create("unlucky")
+    end_turn(session)
+    h.store.dispose(session)
+
+    def broken(_ids: Any = None) -> Any:
+        raise OSError("disk went away")
+
+    h.storage.get_views = broken  # type: ignore[method-assign, assignment]
+    h.storage.get_many = broken  # type: ignore[method-assign, assignment]
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert h.cache.cached_snapshots(h.coordinator.list()) == {"unlucky": None}
+    assert "listing read failed" in caplog.text
+
+
+def test_cache__a_turn_end_write_landing_mid_disposal_still_ends_current(tmp_path: Path) -> None:
+    """The race a CLI run ends in: the background writer lands the ``turn/end`` cut after the store
+    dropped the session but before persistence drained its log (the cut cannot be proven then and
+    gets no revision); the detach write that follows proves it against the drained log, so the next
+    ``ls`` serves the session as current without reading it."""
+    writer = _DeferredWriter()
+    store = al.SessionStore(now=lambda: 0)
+    store.on_disposed(lambda _session: writer.drain())  # runs before persistence's retirement drain
+    coordinator = PersistenceCoordinator(store, JsonlBackend(str(tmp_path / "store")), batch_delay_ms=60_000)
+    registry = ProjectionRegistry(store)
+    registry.register(marks_unit())
+    storage = MemoryCacheStorage()
+    cache = ProjectionCache(registry, coordinator, storage, writer=writer)
+    try:
+        session = store.create("racing-exit")
+        mark(session, ["a"])
+        end_turn(session)
+        store.dispose(session)
+        raced = storage.get("racing-exit")
+        assert raced is not None and raced.revision is None  # landed before the log was durable
+        writer.drain()  # the detach write
+        listings = coordinator.list()
+        assert cache.cached_snapshots(listings, current_only=True)["racing-exit"] == {
+            "asOfSeq": 1,
+            "values": {KEY: {"marks": ["a"]}},
+        }
+    finally:
+        cache.close()
+        coordinator.close()

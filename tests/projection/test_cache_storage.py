@@ -27,10 +27,12 @@ from agentlog.projection.cache_storage import (
     DOMAIN_VERSION,
     CacheRecord,
     MemoryCacheStorage,
+    ServedViews,
     SqliteCacheStorage,
     cache_path_for,
     open_cache_storage,
     parse_record,
+    parse_views,
     store_id_for,
 )
 
@@ -365,3 +367,128 @@ def test_open_cache_storage__a_cache_opened_before_the_store_exists_keeps_its_re
         assert reopened.get("s1") == record(0, ["first"])
     assert "discarding" not in caplog.text
     reopened.close()
+
+
+def viewed(seq: int, marks: list[str], *, revision: str | None = "rev-1") -> CacheRecord:
+    """``record`` with the served views of its rows, as the cache writes it."""
+    base = record(seq, marks)
+    views = {"code": "agentlog test", "rows": {"marks": [1, seq]}, "views": {"marks": {"marks": marks}}}
+    return CacheRecord(base.identity, base.rows, revision, views)
+
+
+def test_storage__views_round_trip_and_the_listing_read_returns_them_with_identity_and_revision(
+    medium: Any,
+) -> None:
+    """A record's views come back from ``get`` as written, and ``get_views`` returns, per session that
+    has views, the record's identity, revision and views (a record without views is not listed)."""
+    medium.put("viewed", viewed(4, ["a"]))
+    medium.put("plain", record(2, ["b"]))
+    assert medium.get("viewed") == viewed(4, ["a"])
+    listed = medium.get_views()
+    assert set(listed) == {"viewed"}
+    found = listed["viewed"]
+    assert isinstance(found, ServedViews)
+    assert (found.identity, found.revision) == ({"createdAt": 0}, "rev-1")
+    assert found.views["rows"] == {"marks": [1, 4]} and found.views["views"] == {"marks": {"marks": ["a"]}}
+    assert medium.get_views(["plain", "absent"]) == {}
+    medium.put("viewed", record(5, ["c"]))  # a whole-record replace drops the views too
+    assert medium.get_views() == {}
+
+
+def test_storage__a_record_with_malformed_views_is_refused_at_write(medium: Any) -> None:
+    """The cache writes views of one shape; anything else is a bug caught before it is stored."""
+    base = record(1, [])
+    with pytest.raises(ValueError, match="invalid shape"):
+        medium.put("s", CacheRecord(base.identity, base.rows, None, {"code": "x", "rows": {"marks": [1]}, "views": {}}))
+    assert medium.get("s") is None
+
+
+def test_parse_views__refuses_every_shape_a_listing_could_misread() -> None:
+    """Rows are ``[ver, seq]`` pairs of safe naturals (seq may be -1), views only for listed rows."""
+    good = {"code": "c", "rows": {"k": [1, -1]}, "views": {"k": None}}
+    assert parse_views(good) == good
+    bad: object
+    for bad in (
+        None,
+        [],
+        {"rows": {}, "views": {}},
+        {"code": 1, "rows": {}, "views": {}},
+        {"code": "c", "rows": [], "views": {}},
+        {"code": "c", "rows": {}, "views": []},
+        {"code": "c", "rows": {"k": [1]}, "views": {}},
+        {"code": "c", "rows": {"k": [True, 0]}, "views": {}},
+        {"code": "c", "rows": {"k": [1, -2]}, "views": {}},
+        {"code": "c", "rows": {"k": [1, 2**53]}, "views": {}},
+        {"code": "c", "rows": {}, "views": {"k": 1}},
+    ):
+        assert parse_views(bad) is None, bad
+
+
+def test_sqlite_storage__the_listing_read_is_one_query_that_never_reads_the_rows(tmp_path: Path) -> None:
+    """``get_views`` is one SELECT of the listing columns: the rows text is neither read nor hashed."""
+    storage = SqliteCacheStorage(tmp_path / "cache.sqlite", store_id="s")
+    for i in range(20):
+        storage.put(f"s{i}", viewed(i, ["m"]))
+    statements: list[str] = []
+    assert storage._conn is not None
+    storage._conn.set_trace_callback(statements.append)
+    assert len(storage.get_views()) == 20
+    assert len(statements) == 1 and statements[0].lstrip().upper().startswith("SELECT")
+    assert "rows" not in statements[0].split("FROM")[0]
+    storage.close()
+
+
+def test_sqlite_storage__a_flipped_byte_inside_the_views_is_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The views text carries its own check: altered views (or an altered revision inside them) are
+    not listed, and ``get`` returns the intact rows without them — the reader then parses the rows."""
+    path = tmp_path / "cache.sqlite"
+    storage = SqliteCacheStorage(path, store_id="a")
+    storage.put("s", viewed(4, ["t"]))
+    storage.put("other", viewed(1, ["o"]))
+    storage.close()
+    _poke(path, """UPDATE sessions SET views = replace(views, '"t"', '"x"') WHERE session_id = 's'""")
+    _poke(path, """UPDATE sessions SET views = replace(views, 'rev-1', 'rev-2') WHERE session_id = 'other'""")
+    reopened = SqliteCacheStorage(path, store_id="a")
+    with caplog.at_level(logging.WARNING, logger="agentlog.projection.cache"):
+        assert reopened.get_views() == {}
+    assert "fail their digest" in caplog.text
+    found = reopened.get("s")
+    assert found is not None and found.views is None and found.rows == record(4, ["t"]).rows
+    reopened.close()
+
+
+def test_sqlite_storage__views_copied_under_another_session_id_are_refused(tmp_path: Path) -> None:
+    """The views check covers the session id, like the record digest."""
+    path = tmp_path / "cache.sqlite"
+    storage = SqliteCacheStorage(path, store_id="a")
+    storage.put("s", viewed(4, ["t"]))
+    storage.close()
+    _poke(path, "UPDATE sessions SET session_id = 'impostor'")
+    reopened = SqliteCacheStorage(path, store_id="a")
+    assert reopened.get_views() == {}
+    reopened.close()
+
+
+def test_sqlite_storage__a_file_from_before_the_views_columns_keeps_its_records(tmp_path: Path) -> None:
+    """A cache written before records stored their views is not discarded: the columns are added in
+    place, its records are served from their rows (no views listed), and the next write adds views."""
+    path = tmp_path / "cache.sqlite"
+    storage = SqliteCacheStorage(path, store_id="a")
+    storage.put("old", record(3, ["kept"]))
+    storage.close()
+    _poke(path, "ALTER TABLE sessions DROP COLUMN views_digest")
+    _poke(path, "ALTER TABLE sessions DROP COLUMN views")
+    reopened = SqliteCacheStorage(path, store_id="a")
+    assert reopened.get("old") == record(3, ["kept"])
+    assert reopened.get_views() == {}
+    reopened.put("old", viewed(4, ["new"]))
+    assert set(reopened.get_views()) == {"old"}
+    reopened.close()
+    conn = sqlite3.connect(path)
+    try:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
+    finally:
+        conn.close()
+    assert columns[-2:] == ["views", "views_digest"]

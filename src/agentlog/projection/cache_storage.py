@@ -155,7 +155,11 @@ def parse_views(views: object) -> Mapping[str, Any] | None:
             return None
     if any(key not in rows for key in served):
         return None
-    return views
+    return {key: value for key, value in views.items() if key not in _LISTING_KEYS}
+
+
+_LISTING_KEYS: Final = frozenset({"identity", "revision"})
+"""What the stored views text adds to the blob (the record's own columns): left out of a record's views."""
 
 
 class CacheStorage(Protocol):
