@@ -26,6 +26,14 @@ agentlog addition: a record also keeps the backend revision of the stored log wh
 known to be its complete fold (the write saw no event after its cut; a cold read saw the same revision
 before and after reading). :meth:`ProjectionCache.cached_snapshot` with ``revision=`` serves a record
 only for that exact stored log, which is how ``agentlog ls`` skips reading logs whose row is current.
+
+agentlog addition: every write also stores the record's *views* — what :meth:`ProjectionCache._serve`
+computes from its rows (each row's ``[ver, seq]`` and the client-visible units' views), stamped with
+the code that computed them (:func:`code_stamp`). :meth:`ProjectionCache.cached_snapshots` serves a
+listing from those (one query over the listing columns, no state parsed, no view computed) with the
+rows path's decisions: identity match, each unit's ``stateVersion``, host-only rows never served,
+``asOfSeq`` the lowest served watermark, "current" all or nothing. Records without usable views
+(another release's, or written before views were stored) are parsed from their rows as before.
 """
 
 from __future__ import annotations
@@ -469,8 +477,9 @@ class ProjectionCache:
             restored = self.registry.restore({}, whole.events, 0)
         revision = before if before is not None and self._revision(session_id) == before else None
         checkpoint = _field(restored, "checkpoint")
-        self._put_soft(session_id, identity, checkpoint, revision, "cold-read write-back")
         snapshot: dict[str, Any] = dict(_field(restored, "snapshot"))
+        # The fold's own values are the refreshed rows' views (every row at its end): no recompute.
+        self._put_soft(session_id, identity, checkpoint, revision, "cold-read write-back", snapshot["values"])
         return snapshot
 
     def _current_cut(self, record: CacheRecord) -> dict[str, Any] | None:
@@ -503,28 +512,49 @@ class ProjectionCache:
             raise ProjectionCheckpointNotJsonError(f"{NOT_LOSSLESS_JSON}: {err}") from err
         return detached
 
-    def _views(self, rows: Checkpoint) -> dict[str, Any] | None:
+    def _views(self, rows: Checkpoint, served: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """The served form of ``rows`` stored beside them (see :class:`~agentlog.projection.cache_storage.ServedViews`):
         exactly what :meth:`_serve` would compute from them, so a listing read parses no state. ``None``
-        (the reader then parses the rows) when a view cannot be computed."""
+        (the reader then parses the rows) when a view cannot be computed. ``served``: the views, when
+        the caller has them already (a cold read's fold at the rows' cut)."""
         try:
-            served = self.registry.view_checkpoint(rows)
+            if served is None:
+                served = self.registry.view_checkpoint(rows)
             cuts = {key: [row["ver"], row["seq"]] for key, row in rows.items()}
             return {"code": code_stamp(), "rows": cuts, "views": thaw(served)}
         except Exception:
             return None
 
-    def _record_of(self, identity: Mapping[str, Any], rows: dict[str, Any], revision: str | None) -> CacheRecord:
-        return CacheRecord(dict(identity), rows, revision, self._views(rows))
+    def _record_of(
+        self,
+        identity: Mapping[str, Any],
+        rows: dict[str, Any],
+        revision: str | None,
+        served: Mapping[str, Any] | None = None,
+    ) -> CacheRecord:
+        return CacheRecord(dict(identity), rows, revision, self._views(rows, served))
 
-    def _put(self, session_id: str, identity: Mapping[str, Any], rows: Mapping[str, Any], revision: str | None) -> None:
-        self.storage.put(session_id, self._record_of(identity, self._lossless(rows), revision))
+    def _put(
+        self,
+        session_id: str,
+        identity: Mapping[str, Any],
+        rows: Mapping[str, Any],
+        revision: str | None,
+        served: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.storage.put(session_id, self._record_of(identity, self._lossless(rows), revision, served))
 
     def _put_soft(
-        self, session_id: str, identity: Mapping[str, Any], rows: Mapping[str, Any], revision: str | None, what: str
+        self,
+        session_id: str,
+        identity: Mapping[str, Any],
+        rows: Mapping[str, Any],
+        revision: str | None,
+        what: str,
+        served: Mapping[str, Any] | None = None,
     ) -> None:
         try:
-            self._put(session_id, identity, rows, revision)
+            self._put(session_id, identity, rows, revision, served)
         except Exception as err:
             logger.warning(
                 'session projection cache: %s for "%s" failed (cache stays stale): %s',
