@@ -4,6 +4,7 @@ The log stores what happened; the surface decides what the model sees now; every
 (messages, transcripts, forks, repairs) is derived from the two.
 """
 
+from ._version import __version__ as __version__
 from .agent.checkpoint import CheckpointPolicy
 from .compaction import (
     CHECKPOINT_PREAMBLE,
@@ -130,8 +131,6 @@ from .kernel.surface import (
 )
 from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from .persistence.memory import MemoryBackend
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "JsonlBackend": ("agentlog.persistence.jsonl", "JsonlBackend"),

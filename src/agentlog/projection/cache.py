@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from .._version import __version__
 from ..compaction.units import ProjectionUnit
 from ..errors import (
     InvalidOptionError,
@@ -774,8 +775,6 @@ def _cut_seq(cut: object, version: int) -> int | None:
 def code_stamp() -> str:
     """The code a stored view was computed by: views are served only to the same agentlog release (a
     unit's ``view`` may change between releases without a ``stateVersion`` bump; its rows stay valid)."""
-    from .. import __version__
-
     return f"agentlog {__version__}"
 
 
