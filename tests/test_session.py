@@ -1091,3 +1091,18 @@ def test_session__accepts_and_preserves_the_ignorable_true_envelope_marker() -> 
     assert marked.events[0]["ignorable"] is True
     assert marked.events[0].ignorable is True
     assert list(marked.events)[:1] == [{**_ENVELOPE_BASE, "ignorable": True}]
+
+
+def test_events_view_slices_exactly_like_a_list_of_its_prefix() -> None:
+    """A view's slice equals slicing the prefix as a list (any bounds, any step), though the backing list
+    has grown past the view: the forward fast path must never see the newer events."""
+    from agentlog.kernel.session import _Snapshot
+
+    backing = list(range(12))
+    view = _Snapshot(backing, 10)
+    prefix = list(range(10))
+    bounds = [None, -15, -3, 0, 2, 9, 10, 20]
+    for start in bounds:
+        for stop in bounds:
+            for step in (None, 1, 2, -1, -2, 3):
+                assert view[start:stop:step] == prefix[start:stop:step], (start, stop, step)

@@ -127,6 +127,9 @@ class _Snapshot(Sequence[Any]):
     def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
+            start, stop, step = index.indices(self._n)
+            if step == 1:  # the common forward slice costs the slice, not a copy of the whole prefix
+                return self._items[start:stop]
             return self._items[: self._n][index]
         n = self._n
         if index < 0:
