@@ -26,15 +26,14 @@ kernel's rules.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, NamedTuple, NoReturn
+from typing import Any, Final, NoReturn
 
 from ..errors import InvariantError
 from ..kernel.events import SESSION_END_SEED, TURN_END, TURN_START, USER_MESSAGE
+from ..kernel.invariants import StagedInvariants
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
-from ..kernel.session import Session
 from ..kernel.store import SessionStore
 from .region import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY, is_checkpoint_source
 
@@ -315,69 +314,12 @@ def replay(events: Iterable[Mapping[str, Any]]) -> CompactionTrace:
 # --- the store companion ---------------------------------------------------------------------------
 
 
-class _Staged(NamedTuple):
-    """The transition an interceptor computed for ``candidate``, kept until it is committed."""
-
-    candidate: Any
-    trace: CompactionTrace
-
-
-class CompactionInvariants:
-    """Installs the compaction checks on a store (all sessions, present and future).
-
-    ``install()`` first replays every live session (a violation in an existing log raises and installs
-    nothing), then checks every new session's seed when it is created and every append before it is
-    committed. A session the store never announced is replayed the first time it appends.
-    """
+class CompactionInvariants(StagedInvariants[CompactionTrace]):
+    """Installs the compaction checks on a store (all sessions, present and future), beside the kernel's
+    :class:`~agentlog.kernel.invariants.SessionInvariants` and through the same installer."""
 
     def __init__(self, store: SessionStore) -> None:
-        self._store = store
-        self._traces: weakref.WeakKeyDictionary[Session, CompactionTrace] = weakref.WeakKeyDictionary()
-        # One append is in flight per session at most (appends cannot reenter), so one slot each.
-        self._staged: weakref.WeakKeyDictionary[Session, _Staged] = weakref.WeakKeyDictionary()
-        self._unsubscribe: list[Callable[[], None]] = []
-
-    def install(self) -> CompactionInvariants:
-        if self._unsubscribe:
-            return self
-        traces = [(session, replay(session.events)) for session in self._store.list()]
-        for session, trace in traces:
-            self._traces[session] = trace
-        self._unsubscribe = [
-            self._store.on_created(self._on_created),
-            self._store.before_event(self._before_event),
-            self._store.on_event(self._after_event),
-        ]
-        return self
-
-    def dispose(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._unsubscribe = []
-        self._staged.clear()
-
-    def trace(self, session: Session) -> CompactionTrace | None:
-        """The committed trace of ``session`` (``None`` until it was seen)."""
-        return self._traces.get(session)
-
-    def _on_created(self, session: Session) -> None:
-        self._traces[session] = replay(session.events)
-
-    def _before_event(self, session: Session, candidate: Any) -> None:
-        current = self._traces.get(session)
-        if current is None:
-            current = replay(session.events)
-            self._traces[session] = current
-        # A veto by a later interceptor leaves the staged transition unused; the next append replaces it.
-        self._staged[session] = _Staged(candidate, advance(current, candidate))
-
-    def _after_event(self, session: Session, event: Any) -> None:
-        staged = self._staged.pop(session, None)
-        if staged is not None and staged.candidate is event:
-            self._traces[session] = staged.trace
-        else:
-            # Committed without our pre-commit check (installed mid-append): rebuild from the log next time.
-            self._traces.pop(session, None)
+        super().__init__(store, replay, advance)
 
 
 __all__ = [

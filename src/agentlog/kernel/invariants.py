@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 from ..errors import InvariantError, ToolPairingError
 from .events import (
@@ -34,6 +34,8 @@ from .events import (
 )
 from .session import Session
 from .store import SessionStore
+
+T = TypeVar("T")
 
 PACKAGE_NAME = "@deepseek-ai/dsh-session"
 
@@ -160,28 +162,45 @@ def replay(events: Iterable[Mapping[str, Any]], trace: Trace | None = None) -> T
     return state
 
 
-class _Staged(NamedTuple):
+class _Staged(NamedTuple, Generic[T]):
     """The transition an interceptor computed for ``candidate``, kept until it is committed."""
 
     candidate: Any
-    trace: Trace
+    trace: T
 
 
-class SessionInvariants:
-    """Installs the relational checks on a store (all sessions, present and future)."""
+class StagedInvariants(Generic[T]):
+    """A store companion that checks every append against a trace folded from the log.
 
-    def __init__(self, store: SessionStore) -> None:
+    ``replay(events)`` folds a whole log into a trace (raising on a violation); ``advance(trace, event)``
+    checks one candidate event and returns the next trace. ``install()`` first replays every live session
+    (a violation in an existing log raises and installs nothing), then checks each new session's seed when
+    it is created and every append before it is committed (``before_event``, so a refused event is never
+    committed); the staged trace is kept only once that very event commits. A session the store never
+    announced is replayed the first time it appends. Plugins install their own rules the same way
+    (:class:`agentlog.compaction.CompactionInvariants`).
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        replay: Callable[[Iterable[Mapping[str, Any]]], T],
+        advance: Callable[[T, Mapping[str, Any]], T],
+    ) -> None:
         self._store = store
-        self._traces: weakref.WeakKeyDictionary[Session, Trace] = weakref.WeakKeyDictionary()
+        self._replay = replay
+        self._advance = advance
+        self._traces: weakref.WeakKeyDictionary[Session, T] = weakref.WeakKeyDictionary()
         # One append is in flight per session at most (appends cannot reenter), so one slot each.
-        self._staged: weakref.WeakKeyDictionary[Session, _Staged] = weakref.WeakKeyDictionary()
+        self._staged: weakref.WeakKeyDictionary[Session, _Staged[T]] = weakref.WeakKeyDictionary()
         self._unsubscribe: list[Callable[[], None]] = []
 
-    def install(self) -> SessionInvariants:
+    def install(self) -> Self:
         if self._unsubscribe:
             return self
-        for session in self._store.list():
-            self._traces[session] = replay(session.events)
+        traces = [(session, self._replay(session.events)) for session in self._store.list()]
+        for session, trace in traces:
+            self._traces[session] = trace
         self._unsubscribe = [
             self._store.on_created(self._on_created),
             self._store.before_event(self._before_event),
@@ -195,24 +214,35 @@ class SessionInvariants:
         self._unsubscribe = []
         self._staged.clear()
 
-    def trace(self, session: Session) -> Trace | None:
+    def trace(self, session: Session) -> T | None:
+        """The committed trace of ``session`` (``None`` until it was seen)."""
         return self._traces.get(session)
 
     def _on_created(self, session: Session) -> None:
-        self._traces[session] = replay(session.events)
+        self._traces[session] = self._replay(session.events)
 
     def _before_event(self, session: Session, candidate: Any) -> None:
         current = self._traces.get(session)
         if current is None:
-            current = replay(session.events)
+            current = self._replay(session.events)
             self._traces[session] = current
         # A veto by a later interceptor leaves the staged transition unused; the next append replaces it.
-        self._staged[session] = _Staged(candidate, advance(current, candidate))
+        self._staged[session] = _Staged(candidate, self._advance(current, candidate))
 
     def _after_event(self, session: Session, event: Any) -> None:
         staged = self._staged.pop(session, None)
         if staged is not None and staged.candidate is event:
             self._traces[session] = staged.trace
+        else:
+            # Committed without our pre-commit check (installed mid-append): rebuild from the log next time.
+            self._traces.pop(session, None)
+
+
+class SessionInvariants(StagedInvariants[Trace]):
+    """Installs the relational checks on a store (all sessions, present and future)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        super().__init__(store, replay, advance)
 
 
 # --- tool pairing of derived messages ------------------------------------------------------------------
