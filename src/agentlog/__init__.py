@@ -88,7 +88,7 @@ from .kernel.events import (
     TurnStartData,
     event_types,
 )
-from .kernel.invariants import SessionInvariants
+from .kernel.invariants import SessionInvariants, StagedInvariants
 from .kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, is_json_value, snapshot_json, thaw
 from .kernel.messages import (
     assistant_message,
@@ -244,6 +244,7 @@ __all__ = [
     "SessionTitleService",
     "SessionView",
     "SqliteBackend",
+    "StagedInvariants",
     "StepData",
     "Summarizer",
     "SurfaceError",
