@@ -774,11 +774,12 @@ class JsonlBackend:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _read_stable(self, path: str) -> tuple[bytes, str] | None:
-        """Whole-file read bracketed by two stats, retried until they agree (spec §4.7 step 3).
+    def _stable(self, path: str, read: Callable[[int, os.stat_result], _R]) -> tuple[_R, os.stat_result] | None:
+        """``read(fd, opened)`` of the file bracketed by two stats, retried until they agree (spec §4.7 step 3).
 
-        The revision then names exactly the bytes returned, which is what lets the coordinator
-        compare it later to decide whether a cached view is still current.
+        The revision taken from the returned stat then names exactly the bytes ``read`` saw, which is what
+        lets the coordinator compare it later to decide whether a cached view is still current. ``None``:
+        no file. ``read`` may raise ``_FileChanged`` to start over.
         """
         while True:
             try:
@@ -793,13 +794,25 @@ class JsonlBackend:
             except FileNotFoundError:
                 continue
             try:
-                data = _read_fd(fd, opened.st_size)
+                result = read(fd, opened)
+            except _FileChanged:
+                continue
             finally:
                 os.close(fd)
-            self._check_budget(path, len(data))
             after = os.stat(path, follow_symlinks=False)
             if _stat_key(before) == _stat_key(after) == _stat_key(opened):
-                return data, _revision(before)
+                return result, before
+
+    def _read_stable(self, path: str) -> tuple[bytes, str] | None:
+        """The whole file, with the revision naming exactly these bytes."""
+
+        def read(fd: int, opened: os.stat_result) -> bytes:
+            data = _read_fd(fd, opened.st_size)
+            self._check_budget(path, len(data))
+            return data
+
+        found = self._stable(path, read)
+        return None if found is None else (found[0], _revision(found[1]))
 
     def _check_budget(self, path: str, size: int, decoded: bool = False) -> None:
         if size > self.max_log_bytes:
@@ -1006,36 +1019,24 @@ class JsonlBackend:
         return found
 
     def _seek_stable(self, path: str, from_seq: int) -> StoredPrefix | object | None:
-        """The seek read bracketed by two stats like :meth:`_read_stable`: a prefix, ``_WHOLE``, or None."""
-        while True:
-            try:
-                before = os.stat(path, follow_symlinks=False)
-            except FileNotFoundError:
-                return None
-            if not stat.S_ISREG(before.st_mode):
-                raise _not_a_file(path, before.st_mode)
-            self._check_budget(path, before.st_size)
-            try:
-                fd, opened = _open_regular(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                with gc_paused():
-                    seek = self._seek_zstd if self._zstd else self._seek_raw
-                    try:
-                        found = seek(_TailWindow(fd, opened.st_size), from_seq, path)
-                    except (SessionPersistenceCorruptionError, SessionFormatUnsupportedError, ChunkRowError):
-                        found = None  # the whole read reports it exactly
-            except _FileChanged:
-                continue
-            finally:
-                os.close(fd)
-            after = os.stat(path, follow_symlinks=False)
-            if _stat_key(before) == _stat_key(after) == _stat_key(opened):
-                if found is None:
-                    return _WHOLE
-                meta, events = found
-                return StoredPrefix(meta=meta, events=events, revision=_revision(before))
+        """The seek read, bracketed by two stats like :meth:`_read_stable`: a prefix, ``_WHOLE``, or None."""
+        seek = self._seek_zstd if self._zstd else self._seek_raw
+
+        def read(fd: int, opened: os.stat_result) -> Any:
+            with gc_paused():
+                try:
+                    return seek(_TailWindow(fd, opened.st_size), from_seq, path)
+                except (SessionPersistenceCorruptionError, SessionFormatUnsupportedError, ChunkRowError):
+                    return None  # the whole read reports it exactly
+
+        stable = self._stable(path, read)
+        if stable is None:
+            return None
+        found, before = stable
+        if found is None:
+            return _WHOLE
+        meta, events = found
+        return StoredPrefix(meta=meta, events=events, revision=_revision(before))
 
     def _record_seq(self, line: bytes, from_seq: int) -> int | None:
         """The first seq a complete record holds, when that is enough to place it; ``None`` if unknown.
