@@ -99,20 +99,21 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── ProjectionReducerError [PROJECTION_REDUCER_FAILED]
     │   ├── ProjectionRowError (ValueError) [PROJECTION_ROW_INVALID]
     │   └── ProjectionRestoreError (ValueError) [PROJECTION_RESTORE_REREAD]
-    └── CompactionError [COMPACTION_ERROR]
-        ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
-        │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
-        ├── CompactionRangeError (ValueError) [INVALID_COMPACTION_RANGE]
-        ├── CompactionStateError [COMPACTION_STATE]
-        ├── CompactionBusyError [COMPACTION_BUSY]
-        ├── SurfaceChangedError [COMPACTION_SURFACE_CHANGED]
-        ├── SummaryNotSmallerError [COMPACTION_NOT_SMALLER]
-        ├── SummarizationError [SUMMARIZATION_FAILED; codes: NO_SUMMARIZATION_TARGET, EMPTY_SUMMARY,
-        │                                     INVALID_SUMMARY_RESULT]
-        ├── CompactionThresholdError [COMPACTION_ABOVE_THRESHOLD]
-        └── ManualCompactionError [MANUAL_COMPACTION_FAILED; codes: COMPACTION_BUSY, COMPACTION_CANCELLED,
-                                   COMPACTION_CHANGED, COMPACTION_SUMMARY, COMPACTION_COMMIT,
-                                   COMPACTION_PERSISTENCE]
+    ├── CompactionError [COMPACTION_ERROR]
+    │   ├── CompactionConfigError (ValueError) [INVALID_COMPACTION_CONFIG]
+    │   │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
+    │   ├── CompactionRangeError (ValueError) [INVALID_COMPACTION_RANGE]
+    │   ├── CompactionStateError [COMPACTION_STATE]
+    │   ├── CompactionBusyError [COMPACTION_BUSY]
+    │   ├── SurfaceChangedError [COMPACTION_SURFACE_CHANGED]
+    │   ├── SummaryNotSmallerError [COMPACTION_NOT_SMALLER]
+    │   ├── SummarizationError [SUMMARIZATION_FAILED; codes: NO_SUMMARIZATION_TARGET, EMPTY_SUMMARY,
+    │   │                                     INVALID_SUMMARY_RESULT]
+    │   ├── CompactionThresholdError [COMPACTION_ABOVE_THRESHOLD]
+    │   └── ManualCompactionError [MANUAL_COMPACTION_FAILED; codes: COMPACTION_BUSY, COMPACTION_CANCELLED,
+    │                              COMPACTION_CHANGED, COMPACTION_SUMMARY, COMPACTION_COMMIT,
+    │                              COMPACTION_PERSISTENCE]
+    └── SessionQueryError [SESSION_QUERY_PERSISTENCE_FAILED; codes: the closed SESSION_QUERY_* set]
 
 Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
 — ``StorageRowError`` (a ``ValueError`` of :mod:`agentlog.persistence.sqlite._codec` that the row
@@ -894,3 +895,49 @@ class ProjectionCheckpointNotJsonError(ProjectionStateError):
     """The persisted cache refused a checkpoint: a unit state is not lossless JSON (spec §3.1)."""
 
     code = "PROJECTION_CHECKPOINT_NOT_JSON"
+
+
+# --- session query and search -------------------------------------------------------------------------
+
+
+SESSION_QUERY_CODES: Final[frozenset[str]] = frozenset(
+    f"SESSION_QUERY_{name}"
+    for name in (
+        "ABORTED",
+        "CORRUPT_SESSION",
+        "EVENT_NOT_FOUND",
+        "INDEX_FAILED",
+        "INVALID_CONFIG",
+        "INVALID_CURSOR",
+        "INVALID_FILTER",
+        "INVALID_LIMIT",
+        "INVALID_QUERY",
+        "INVALID_LINEAGE",
+        "INVALID_SURFACE",
+        "INVALID_WINDOW",
+        "PERSISTENCE_FAILED",
+        "SEARCH_DISABLED",
+        "SESSION_NOT_FOUND",
+        "STALE_CURSOR",
+        "SOURCE_CONFLICT",
+    )
+)
+"""The closed code set of :class:`SessionQueryError` (runtime spec §4.1), exactly the original's."""
+
+
+class SessionQueryError(AgentlogError):
+    """The session query engine or its search index refused a request, or could not answer it.
+
+    Like the original's ``SessionQueryError(message, code)``, one class carries the whole closed
+    ``SESSION_QUERY_*`` set: callers branch on ``code`` (``SESSION_QUERY_STALE_CURSOR``: restart the
+    search from the first page; ``SESSION_QUERY_INDEX_FAILED``: the derived index could not be used,
+    the store itself is untouched). Nothing a query raises has written to the store.
+    """
+
+    code = "SESSION_QUERY_PERSISTENCE_FAILED"
+    codes = SESSION_QUERY_CODES
+
+    def __init__(self, message: str, code: str) -> None:
+        if code not in SESSION_QUERY_CODES:
+            raise ValueError(f"unknown session query code {code!r}")
+        super().__init__(message, code=code)
