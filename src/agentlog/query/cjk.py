@@ -48,6 +48,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from .filters import JS_WHITESPACE_CLASS
+from .normalize import FTS_HIGHLIGHT_END, FTS_HIGHLIGHT_START, sanitize_fts_text
+
 __all__ = [
     "COMPANION_LIVE_DDL",
     "COMPANION_LIVE_TABLE",
@@ -64,8 +67,6 @@ __all__ = [
     "uses_substring",
 ]
 
-HIGHLIGHT_START: Final = "\ufdd0"
-HIGHLIGHT_END: Final = "\ufdd1"
 TRIGRAM_MIN_CODEPOINTS: Final = 3
 """The shortest query the trigram index can look up; shorter CJK queries scan the companion rows."""
 
@@ -101,10 +102,8 @@ _CJK_CLASS: Final = (
 )
 _CJK: Final = re.compile(f"[{_CJK_CLASS}]")
 
-# The original's query normalization (JavaScript ``/\s+/u`` and ``String.prototype.trim``).
-_WHITESPACE_CLASS: Final = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-_WHITESPACE_RUN: Final = re.compile(f"[{_WHITESPACE_CLASS}]+")
-_RESERVED: Final = {0: "\ufffd", 0xFDD0: "\ufffd", 0xFDD1: "\ufffd"}
+# Whitespace exactly as the query normalisation collapses it (ECMAScript ``\\s``, shared with filters).
+_WHITESPACE_RUN: Final = re.compile(JS_WHITESPACE_CLASS + "+")
 
 # SQLite 3.40.1's trigram fold (``sqlite3Fts5UnicodeFold(c, 0)`` plus its UTF-8 reader), captured from the
 # tokenizer itself: ``start:count:stride:delta`` (start in hex) — code points ``start + i*stride``
@@ -176,7 +175,7 @@ def companion_text(text: str) -> str:
     queries are — so ``"日志 abc"`` finds
     ``"日志\n  abc"``. The provider enters it only for documents where :func:`has_cjk` holds.
     """
-    return _WHITESPACE_RUN.sub(" ", text.translate(_RESERVED)).strip(" ")
+    return _WHITESPACE_RUN.sub(" ", sanitize_fts_text(text)).strip(" ")
 
 
 def fold(text: str) -> str:
@@ -207,9 +206,9 @@ def mark_substrings(text: str, query: str) -> str | None:
     cursor = 0
     while found >= 0:
         pieces.append(text[cursor:found])
-        pieces.append(HIGHLIGHT_START)
+        pieces.append(FTS_HIGHLIGHT_START)
         pieces.append(text[found : found + width])
-        pieces.append(HIGHLIGHT_END)
+        pieces.append(FTS_HIGHLIGHT_END)
         cursor = found + width
         found = haystack.find(needle, cursor)
     pieces.append(text[cursor:])
