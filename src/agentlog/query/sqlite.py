@@ -1,0 +1,1156 @@
+"""Full-text session search over a derived SQLite FTS5 index (runtime spec §4.3, the original's
+``SqliteSessionQueryEngine``).
+
+:class:`SqliteSearch` is a :class:`~agentlog.query.engine.SessionQuery` (every exact read is inherited)
+that adds :meth:`~SqliteSearch.search_sessions` and :meth:`~SqliteSearch.search_events`. Why it is built
+this way:
+
+* **The index is derived, the store is the truth.** Every search first *reconciles* the index with the
+  corpus: stored sessions by their backend revision (an unchanged revision is never re-read), live
+  sessions of this process by a fingerprint. The observation is *stable* — listing, inspections, a second
+  listing and the live population must agree, with one retry — and the changes are applied in one
+  ``BEGIN IMMEDIATE`` transaction, so a crash (even ``kill -9``) leaves the index as it was and the next
+  search redoes the work. The query path reads stored logs with ``inspect`` (never repairs, never takes a
+  writer lock): a search never writes the store.
+* **Live sessions are connection-local.** Their rows live in TEMP tables, dropped on reopen; stored
+  sessions live in the main database and survive reopens, so reopening an unchanged store inspects
+  nothing. A live session shadows its stored log (the live row wins; its log is never read while live).
+* **Generations make cursors honest.** A page cursor is bound to its normalized request and to a
+  generation: cross-session cursors go stale on any corpus change or persistence mount/unmount,
+  within-session cursors only when *their* session changes.
+* **One operation at a time.** A lock serializes searches (and :meth:`~SqliteSearch.close`, which waits
+  for the accepted operation); a waiting search still honours its cancellation signal.
+* **CJK substring companion** (agentlog addition, :mod:`agentlog.query.cjk`): documents containing CJK
+  text are also entered into trigram tables; a query containing a CJK character is answered there as a
+  substring query (trigram MATCH for three or more code points, else a scan of the companion rows with
+  a registered marking function) with the same filters, ranking, cursors and hit shapes. Every other
+  query takes the original's ``unicode61`` one-phrase path unchanged.
+
+Deviations from the original, on purpose: a stored session whose listing is damaged, or whose inspection
+reports ``SESSION_CORRUPT``, is left out of the corpus and reported in :attr:`SqliteSearch.skipped`
+instead of failing every search of the store; a session deleted between listing and inspection makes the
+observation unstable (retried) rather than a persistence failure; a damaged index file that carries our
+application id is rebuilt from the logs (see :mod:`agentlog.query.schema`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, TypeVar
+
+from ..errors import (
+    PersistenceError,
+    SessionNotFoundError,
+    SessionPersistenceCorruptionError,
+    SessionQueryError,
+)
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, thaw
+from ..kernel.session import Session
+from ..kernel.store import SessionStore
+from ..persistence.coordinator import PersistenceCoordinator
+from .cjk import (
+    COMPANION_LIVE_TABLE,
+    COMPANION_PERSISTED_TABLE,
+    companion_text,
+    has_cjk,
+    literal_needle,
+    mark_substrings,
+    trigram_match_expression,
+    uses_substring,
+)
+from .cursor import decode_cursor, encode_cursor
+from .documents import build_documents
+from .engine import SessionQuery, assert_headers_compatible
+from .normalize import (
+    FTS_HIGHLIGHT_END,
+    FTS_HIGHLIGHT_START,
+    SQLITE_MAX_PAGE_LIMIT,
+    EventSearchRequest,
+    SessionSearchRequest,
+    SqlWhere,
+    assert_fts5_outer_predicate_count,
+    assert_portable_binding_count,
+    build_event_where,
+    build_session_where,
+    make_snippet,
+    normalize_event_request,
+    normalize_session_request,
+    quote_fts_data,
+    request_fingerprint,
+    sanitize_fts_text,
+)
+from .schema import (
+    JOURNAL_MODES,
+    MEMORY_PATH,
+    discard_database_files,
+    file_is_ours,
+    is_corruption,
+    open_search_database,
+    reset_search_database,
+)
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "INDEX_FILE_NAME",
+    "MAX_LIMIT",
+    "OPEN_AT",
+    "SNIPPET_CHARS",
+    "SqliteSearch",
+    "default_index_path",
+]
+
+logger = logging.getLogger("agentlog.query.search")
+
+DEFAULT_LIMIT: Final = 20
+MAX_LIMIT: Final = 100
+SNIPPET_CHARS: Final = 240
+OPEN_AT: Final = ("startup", "first-search", "never")
+INDEX_FILE_NAME: Final = ".agentlog-search.sqlite3"
+SQLITE_INDEX_SUFFIX: Final = ".search.sqlite3"
+
+# One transient source change gets a retry; repeated churn fails rather than monopolizing the queue.
+STABLE_OBSERVATION_ATTEMPTS: Final = 2
+_T = TypeVar("_T")
+_WAIT_SLICE_S: Final = 0.02
+_MARK_FUNCTION: Final = "agentlog_mark_substrings"
+_MARKER_BYTES: Final = len(FTS_HIGHLIGHT_START.encode("utf-8"))
+_HEADER_FIELDS: Final = (
+    ("cwd", "cwd"),
+    ("parent_session", "parentSession"),
+    ("seed_length", "seedLength"),
+    ("delegation_depth", "delegationDepth"),
+    ("agent_preset", "agentPreset"),
+)
+
+
+class Signal(Protocol):
+    """A cancellation signal: ``threading.Event``, ``asyncio.Event`` or anything with ``is_set()``."""
+
+    def is_set(self) -> bool: ...
+
+
+# --- observation records ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Loaded:
+    header: dict[str, Any]
+    documents: list[dict[str, Any]]
+
+
+@dataclass
+class _Persisted:
+    header: dict[str, Any]
+    revision: str
+    loaded: _Loaded | None = None
+
+
+@dataclass
+class _Live:
+    session: Session
+    header: dict[str, Any]
+    count: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class _Binding:
+    identity: int
+    service: PersistenceCoordinator | None
+
+
+@dataclass
+class _Observation:
+    binding: _Binding
+    persisted: dict[str, _Persisted]
+    live: dict[str, _Live]
+    skipped: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    """Stored sessions left out of the corpus: id → (revision, skipped record)."""
+
+
+class _Unstable(Exception):
+    """The observed corpus moved under the observation: retry it."""
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+
+def _aborted() -> SessionQueryError:
+    return SessionQueryError("session-search aborted", "SESSION_QUERY_ABORTED")
+
+
+def _check(signal: Signal | None) -> None:
+    if signal is not None and signal.is_set():
+        raise _aborted()
+
+
+def _invalid_config(detail: str) -> SessionQueryError:
+    return SessionQueryError(f"session-search SQLite config: {detail}", "SESSION_QUERY_INVALID_CONFIG")
+
+
+def _index_closed() -> SessionQueryError:
+    return SessionQueryError("session-search SQLite index is closed", "SESSION_QUERY_INDEX_FAILED")
+
+
+def _message(err: BaseException) -> str:
+    return str(err) if isinstance(err, Exception) and str(err) else "unknown error"
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _check_config(
+    *,
+    path: object,
+    open_at: object,
+    journal_mode: object,
+    default_limit: object,
+    max_limit: object,
+    snippet_chars: object,
+    read_window_max: object,
+    persisted_inspect_concurrency: object,
+) -> None:
+    """The original's ``resolveConfig`` checks, in its order, with its messages."""
+    if not isinstance(path, str) or not path.strip():
+        raise _invalid_config("path must not be blank")
+    if open_at not in OPEN_AT:
+        raise _invalid_config("openAt is not supported")
+    for name, value in (("defaultLimit", default_limit), ("maxLimit", max_limit)):
+        if not _is_int(value) or not 1 <= value <= SQLITE_MAX_PAGE_LIMIT:  # type: ignore[operator]
+            raise _invalid_config(f"{name} must be an integer between 1 and {SQLITE_MAX_PAGE_LIMIT}")
+    if not _is_int(snippet_chars) or snippet_chars < 1:  # type: ignore[operator]
+        raise _invalid_config("snippetChars must be a positive integer")
+    if not _is_int(read_window_max) or read_window_max < 0:  # type: ignore[operator]
+        raise _invalid_config("readWindowMax must be a non-negative integer")
+    if not _is_int(persisted_inspect_concurrency) or not 1 <= persisted_inspect_concurrency <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+        raise _invalid_config("persistedInspectConcurrency must be a positive safe integer")
+    if default_limit > max_limit:  # type: ignore[operator]
+        raise _invalid_config("defaultLimit must be less than or equal to maxLimit")
+    if journal_mode not in JOURNAL_MODES:
+        raise _invalid_config("journalMode is not supported")
+
+
+def default_index_path(backend: object) -> str | None:
+    """Where a store keeps its search index by default (``None``: keep it in memory).
+
+    A JSONL store: ``<root>/.agentlog-search.sqlite3`` (the listing ignores files in the root, and a
+    dot-name is never a project directory). A SQLite store: the sibling ``<database>.search.sqlite3`` —
+    never inside the store's own database, which checks an exact copy of its schema (spec: the index is
+    a dedicated derived database). A memory store, or anything else: ``None``.
+    """
+    from ..persistence.jsonl.backend import JsonlBackend
+    from ..persistence.sqlite.backend import SqliteBackend
+
+    if isinstance(backend, JsonlBackend):
+        return f"{backend.root}/{INDEX_FILE_NAME}"
+    if isinstance(backend, SqliteBackend):
+        path = backend.path
+        if path == MEMORY_PATH:
+            return None
+        return path + SQLITE_INDEX_SUFFIX
+    return None
+
+
+# --- the provider ----------------------------------------------------------------------------------------
+
+
+class SqliteSearch(SessionQuery):
+    """Session query with SQLite FTS5 search over the live-preferred corpus.
+
+    ``path`` is a dedicated derived database (or ``:memory:``), never the store's own database.
+    ``open_at``: ``"startup"`` opens and validates in the constructor (failure raises
+    ``SESSION_QUERY_INDEX_FAILED`` and nothing is left open); ``"first-search"`` opens on the first
+    search; ``"never"`` disables both search methods (``SESSION_QUERY_SEARCH_DISABLED``) and never
+    touches SQLite, while the inherited reads keep working.
+    """
+
+    def __init__(
+        self,
+        coordinator: PersistenceCoordinator | None = None,
+        *,
+        path: str,
+        store: SessionStore | None = None,
+        open_at: str = "startup",
+        journal_mode: str = "wal",
+        default_limit: int = DEFAULT_LIMIT,
+        max_limit: int = MAX_LIMIT,
+        snippet_chars: int = SNIPPET_CHARS,
+        read_window_max: int = 50,
+        persisted_inspect_concurrency: int = 4,
+    ) -> None:
+        _check_config(
+            path=path,
+            open_at=open_at,
+            journal_mode=journal_mode,
+            default_limit=default_limit,
+            max_limit=max_limit,
+            snippet_chars=snippet_chars,
+            read_window_max=read_window_max,
+            persisted_inspect_concurrency=persisted_inspect_concurrency,
+        )
+        super().__init__(
+            coordinator,
+            store=store,
+            read_window_max=read_window_max,
+            persisted_inspect_concurrency=persisted_inspect_concurrency,
+        )
+        self.path = path
+        self.open_at = open_at
+        self.journal_mode = journal_mode
+        self.default_limit = default_limit
+        self.max_limit = max_limit
+        self.snippet_chars = snippet_chars
+        self.skipped: list[dict[str, str]] = []
+        """Stored sessions the last search left out of the corpus: ``{"sessionId", "code", "message"}``."""
+        self._instance = str(uuid.uuid4())
+        self._serial = threading.Lock()  # one operation at a time
+        self._state = threading.Lock()  # guards _closed and the close handshake
+        self._conn: sqlite3.Connection | None = None
+        self._open_failure: SessionQueryError | None = None
+        self._opened = 0  # how many times the database was opened (readiness is shared: once)
+        self._closed = False
+        self._last_identity: int | None = None
+        self._persistence_epoch = 0
+        self._global_generation = 0
+        self._local_generation = 0
+        self._skipped_revisions: dict[str, tuple[int, str, dict[str, str]]] = {}
+        self._tokens: dict[int, tuple[weakref.ref[Session], str]] = {}
+        if open_at == "startup":
+            try:
+                self._ensure_ready()
+            except BaseException:
+                super().close()
+                raise
+
+    # -- public -------------------------------------------------------------------------------------
+    def search_sessions(
+        self,
+        *,
+        query: object,
+        session_filters: object = None,
+        event_filters: object = None,
+        limit: object = None,
+        cursor: object = None,
+        signal: Signal | None = None,
+    ) -> dict[str, Any]:
+        """One page of sessions ranked by their best matching event: ``{items, nextCursor?}``.
+
+        Each item is ``{header, live, persisted, bestMatch: {sessionId, seq, type, time, surface,
+        snippet}}``. The request is validated and copied before waiting for the serializer.
+        """
+        self._assert_enabled()
+        request = normalize_session_request(
+            query=query,
+            session_filters=session_filters,
+            event_filters=event_filters,
+            limit=limit,
+            cursor=cursor,
+            default_limit=self.default_limit,
+            max_limit=self.max_limit,
+        )
+        session_where = build_session_where(request.session_filters)
+        event_where = build_event_where(request.event_filters)
+        assert_fts5_outer_predicate_count(session_where.predicate_count + event_where.predicate_count)
+        fingerprint = request_fingerprint(request)
+
+        def operation() -> dict[str, Any]:
+            binding = self._reconcile(signal)
+            _check(signal)
+            generation = str(self._global_generation)
+            offset = 0
+            if request.cursor is not None:
+                offset = decode_cursor(
+                    request.cursor,
+                    instance=self._instance,
+                    scope="sessions",
+                    fingerprint=fingerprint,
+                    generation=generation,
+                )
+            rows = self._query_sessions(request, session_where, event_where, offset, binding)
+            return self._page(rows, request.limit, offset, self._session_hit, "sessions", fingerprint, generation)
+
+        return self._serialized(signal, operation)
+
+    def search_events(
+        self,
+        *,
+        session_id: object,
+        query: object,
+        filters: object = None,
+        limit: object = None,
+        cursor: object = None,
+        signal: Signal | None = None,
+    ) -> dict[str, Any]:
+        """One page of one session's matching events: ``{session: header, items, nextCursor?}``."""
+        self._assert_enabled()
+        request = normalize_event_request(
+            session_id=session_id,
+            query=query,
+            filters=filters,
+            limit=limit,
+            cursor=cursor,
+            default_limit=self.default_limit,
+            max_limit=self.max_limit,
+        )
+        event_where = build_event_where(request.filters)
+        assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
+        fingerprint = request_fingerprint(request)
+
+        def operation() -> dict[str, Any]:
+            binding = self._reconcile(signal)
+            _check(signal)
+            header, generation = self._target(request.session_id, binding)
+            offset = 0
+            if request.cursor is not None:
+                offset = decode_cursor(
+                    request.cursor,
+                    instance=self._instance,
+                    scope="events",
+                    fingerprint=fingerprint,
+                    generation=generation,
+                )
+            rows = self._query_events(request, event_where, offset, binding)
+            page = self._page(rows, request.limit, offset, self._event_hit, "events", fingerprint, generation)
+            return {"session": header, **page}
+
+        return self._serialized(signal, operation)
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None, *, signal: Signal | None = None) -> None:
+        """Drop every derived row and index the whole corpus again (``agentlog reindex --search``).
+
+        ``progress(done, total)`` is called after each stored session is written, inside the one write
+        transaction (``total`` = stored sessions to write): the index commits after the last call, so an
+        interrupted rebuild leaves an empty, consistent index that the next search fills.
+        """
+        self._assert_enabled()
+
+        def operation() -> None:
+            conn = self._require()
+            main = self._main_generation(conn)
+            try:
+                reset_search_database(conn)
+                conn.execute("UPDATE search_state SET global_generation = ? WHERE singleton = 1", (main,))
+            except sqlite3.Error as err:
+                raise SessionQueryError(f"session-search rebuild failed: {err}", "SESSION_QUERY_INDEX_FAILED") from err
+            # Everything is re-inspected and every earlier cursor must go stale.
+            self._last_identity = None
+            self._persistence_epoch += 1
+            self._global_generation += 1
+            self._skipped_revisions.clear()
+            self._reconcile(signal, progress=progress)
+
+        self._serialized(signal, operation)
+
+    def close(self) -> None:
+        """Close the index after the accepted operation finishes; queued and later searches then fail
+        with ``SESSION_QUERY_INDEX_FAILED`` ("index is closed"). Idempotent."""
+        with self._state:
+            self._closed = True
+        with self._serial:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+        super().close()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def _assert_enabled(self) -> None:
+        """Refuse full-text calls under ``open_at="never"`` before any normalization or SQLite work."""
+        if self.open_at == "never":
+            raise SessionQueryError(
+                'session search is disabled: this deployment configures the session-query index with openAt "never"',
+                "SESSION_QUERY_SEARCH_DISABLED",
+            )
+
+    def _open(self) -> None:
+        conn = open_search_database(self.path, self.journal_mode)
+        try:
+            conn.create_function(_MARK_FUNCTION, 2, _mark, deterministic=True)
+            main = self._main_generation(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._opened += 1
+        # Monotone across reopens (a rebuilt file restarts its counter): cursors never come back to life.
+        self._global_generation = max(self._global_generation + (1 if self._opened > 1 else 0), main)
+        self._local_generation = max(self._local_generation, main)
+
+    def _ensure_ready(self) -> sqlite3.Connection:
+        """Open the database once; a failed open is remembered (readiness is shared, as in the original)."""
+        if self._conn is not None:
+            return self._conn
+        if self._open_failure is not None:
+            raise self._open_failure
+        try:
+            self._open()
+        except SessionQueryError as err:
+            self._open_failure = err
+            raise
+        except Exception as err:
+            failure = SessionQueryError(
+                f"session-search SQLite index failed to open: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
+            )
+            failure.__cause__ = err
+            self._open_failure = failure
+            raise failure from err
+        assert self._conn is not None
+        return self._conn
+
+    def _require(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise _index_closed()
+        return self._conn
+
+    def _acquire(self, signal: Signal | None) -> None:
+        """Wait for the serializer, still honouring cancellation and close while queued."""
+        while True:
+            if self._closed:
+                raise _index_closed()
+            _check(signal)
+            if self._serial.acquire(timeout=_WAIT_SLICE_S):
+                return
+
+    def _serialized(self, signal: Signal | None, operation: Callable[[], _T]) -> _T:
+        if self._closed:
+            raise _index_closed()
+        self._acquire(signal)
+        try:
+            if self._closed:
+                raise _index_closed()
+            _check(signal)
+            self._ensure_ready()
+            _check(signal)
+            try:
+                return operation()
+            except BaseException as err:
+                if not self._damaged(err):
+                    raise
+                self._discard_damaged(err)
+            # The file was ours and damaged: it was deleted and reopened empty; run once more.
+            _check(signal)
+            self._ensure_ready()
+            return operation()
+        finally:
+            self._serial.release()
+
+    @staticmethod
+    def _damaged(err: BaseException) -> bool:
+        """Whether an operation failed on damaged index bytes (directly or as the chained cause)."""
+        return is_corruption(err) or (err.__cause__ is not None and is_corruption(err.__cause__))
+
+    def _discard_damaged(self, err: BaseException) -> None:
+        """Damage found by a search: rebuild a file that is provably ours, else refuse (never trust it)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        if self.path == MEMORY_PATH:
+            raise err
+        actual = os.path.abspath(self.path)
+        if not file_is_ours(actual):
+            failure = SessionQueryError(
+                f'session-search database at "{actual}" is damaged and does not carry the session-search '
+                "application id; refusing to replace it (delete it to rebuild the index)",
+                "SESSION_QUERY_INDEX_FAILED",
+            )
+            self._open_failure = failure
+            raise failure from err
+        logger.warning('session-search index "%s" is damaged (%s); rebuilding it from the logs', actual, err)
+        discard_database_files(actual)
+        self._last_identity = None
+        self._persistence_epoch += 1
+        self._global_generation += 1
+        self._skipped_revisions.clear()
+
+    # -- reconciliation -----------------------------------------------------------------------------
+    def _binding(self) -> _Binding:
+        while True:
+            identity = self.binding_epoch
+            service = self.persistence
+            if self.binding_epoch == identity:
+                return _Binding(identity, service)
+
+    def _fingerprint(self, session: Session, count: int) -> str:
+        """A live session's fingerprint: a token unique to the Session object plus its event count.
+
+        The original hashes the JSON of header and events; a live log is append-only and its header
+        immutable, so (this object, this many events) names the same content at a fraction of the
+        cost. The token (not ``id()``, which Python reuses after collection) is held weakly.
+        """
+        key = id(session)
+        entry = self._tokens.get(key)
+        if entry is None or entry[0]() is not session:
+            tokens = self._tokens
+
+            def forget(ref: weakref.ref[Session]) -> None:
+                current = tokens.get(key)
+                if current is not None and current[0] is ref:
+                    del tokens[key]
+
+            entry = (weakref.ref(session, forget), uuid.uuid4().hex)
+            tokens[key] = entry
+        return f"{entry[1]}:{count}"
+
+    def _reconcile(self, signal: Signal | None, *, progress: Callable[[int, int], None] | None = None) -> _Binding:
+        _check(signal)
+        conn = self._require()
+        indexed_persisted = {
+            str(row[0]): str(row[1]) for row in conn.execute("SELECT id, revision FROM persisted_sessions")
+        }
+        indexed_live = {
+            str(row[0]): (str(row[1]), int(row[2]))
+            for row in conn.execute("SELECT id, fingerprint, persisted FROM temp.live_sessions")
+        }
+        observation = self._observe_stable(indexed_persisted, signal)
+        _check(signal)
+        mounted = observation.binding.service is not None
+        persisted_changes = (
+            [entry for entry in observation.persisted.values() if entry.loaded is not None] if mounted else []
+        )
+        persisted_deletes = [sid for sid in indexed_persisted if sid not in observation.persisted] if mounted else []
+        live_changes = [
+            entry
+            for sid, entry in observation.live.items()
+            if indexed_live.get(sid) != (entry.fingerprint, 1 if sid in observation.persisted else 0)
+        ]
+        live_deletes = [sid for sid in indexed_live if sid not in observation.live]
+        pointer_changed = self._last_identity is not None and self._last_identity != observation.binding.identity
+        has_writes = bool(persisted_changes or persisted_deletes or live_changes or live_deletes)
+        # Live documents are built only for sessions that changed, from the observed prefix.
+        live_documents = {entry.header["id"]: self._live_documents(entry) for entry in live_changes}
+        local = self._local_generation
+        if has_writes:
+            local = self._apply(
+                conn,
+                observation,
+                persisted_changes,
+                persisted_deletes,
+                live_changes,
+                live_deletes,
+                live_documents,
+                progress,
+            )
+        if has_writes or pointer_changed:
+            self._global_generation += 1
+        if pointer_changed:
+            self._persistence_epoch += 1
+        self._local_generation = local
+        self._last_identity = observation.binding.identity
+        if mounted:
+            self._skipped_revisions = {
+                sid: (observation.binding.identity, revision, record)
+                for sid, (revision, record) in observation.skipped.items()
+            }
+            self.skipped = [record for _, record in observation.skipped.values()]
+        else:
+            self.skipped = []
+        return observation.binding
+
+    def _live_documents(self, entry: _Live) -> list[dict[str, Any]]:
+        events = [thaw(event) for event in entry.session.events[: entry.count]]
+        return build_documents(entry.header["id"], events)
+
+    def _apply(
+        self,
+        conn: sqlite3.Connection,
+        observation: _Observation,
+        persisted_changes: list[_Persisted],
+        persisted_deletes: list[str],
+        live_changes: list[_Live],
+        live_deletes: list[str],
+        live_documents: dict[str, list[dict[str, Any]]],
+        progress: Callable[[int, int], None] | None,
+    ) -> int:
+        began = False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            began = True
+            # Read inside the write transaction: another process's commit cannot be overtaken.
+            main = self._main_generation(conn)
+            persisted_changed = bool(persisted_changes or persisted_deletes)
+            if persisted_changed:
+                main += 1
+            local = self._local_generation
+            _delete_sessions(conn, "persisted", [*persisted_deletes, *(e.header["id"] for e in persisted_changes)])
+            total = len(persisted_changes)
+            for done, entry in enumerate(persisted_changes, 1):
+                assert entry.loaded is not None
+                conn.execute(
+                    "INSERT INTO persisted_sessions (id, version, created_at, cwd, parent_session, seed_length, "
+                    "delegation_depth, agent_preset, revision, generation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*_header_bindings(entry.loaded.header), entry.revision, main),
+                )
+                _insert_documents(conn, "persisted", entry.loaded.documents)
+                if progress is not None:
+                    progress(done, total)
+            if persisted_changed:
+                conn.execute("UPDATE search_state SET global_generation = ? WHERE singleton = 1", (main,))
+            _delete_sessions(conn, "live", [*live_deletes, *(e.header["id"] for e in live_changes)])
+            for change in live_changes:
+                local = max(local, main) + 1
+                sid = change.header["id"]
+                conn.execute(
+                    "INSERT INTO temp.live_sessions (id, version, created_at, cwd, parent_session, seed_length, "
+                    "delegation_depth, agent_preset, fingerprint, persisted, generation) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        *_header_bindings(change.header),
+                        change.fingerprint,
+                        1 if sid in observation.persisted else 0,
+                        local,
+                    ),
+                )
+                _insert_documents(conn, "live", live_documents[sid])
+            conn.execute("COMMIT")
+            return local
+        except BaseException as err:
+            if began:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # the original failure remains the actionable cause
+            if not isinstance(err, Exception):
+                raise
+            raise SessionQueryError(
+                f"session-search reconciliation failed: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
+            ) from err
+
+    @staticmethod
+    def _main_generation(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT global_generation FROM search_state WHERE singleton = 1").fetchone()
+        return int(row[0])
+
+    def _observe_stable(self, indexed: Mapping[str, str], signal: Signal | None) -> _Observation:
+        for _attempt in range(STABLE_OBSERVATION_ATTEMPTS):
+            _check(signal)
+            binding = self._binding()
+            initially_live = set(self._live_sessions())
+            persisted: dict[str, _Persisted] = {}
+            skipped: dict[str, tuple[str, dict[str, str]]] = {}
+            if binding.service is not None:
+                try:
+                    persisted, skipped = self._observe_persisted(binding, indexed, initially_live, signal)
+                except _Unstable:
+                    continue
+                except BaseException as err:
+                    if not isinstance(err, Exception):
+                        raise
+                    if _is_abort(err) or (signal is not None and signal.is_set()):
+                        raise _aborted() from err
+                    if self.binding_epoch != binding.identity:
+                        continue  # a failure of a binding that was meanwhile replaced: retry
+                    if isinstance(err, SessionQueryError):
+                        raise
+                    raise SessionQueryError(
+                        f"session-search persistence observation failed: {_message(err)}",
+                        "SESSION_QUERY_PERSISTENCE_FAILED",
+                    ) from err
+            live: dict[str, _Live] = {}
+            for sid, session in self._live_sessions().items():
+                header = thaw(session.header)
+                durable = persisted.get(sid)
+                if durable is not None:
+                    assert_headers_compatible(header, durable.header)
+                live[sid] = _Live(session, header, len(session.events), "")
+            if set(live) != initially_live:
+                continue
+            if self.binding_epoch != binding.identity:
+                continue
+            for observed in live.values():
+                observed.fingerprint = self._fingerprint(observed.session, observed.count)
+            return _Observation(binding, persisted, live, skipped)
+        raise SessionQueryError(
+            "session-search persistence observation did not stabilize after one retry",
+            "SESSION_QUERY_PERSISTENCE_FAILED",
+        )
+
+    def _observe_persisted(
+        self,
+        binding: _Binding,
+        indexed: Mapping[str, str],
+        initially_live: set[str],
+        signal: Signal | None,
+    ) -> tuple[dict[str, _Persisted], dict[str, tuple[str, dict[str, str]]]]:
+        service = binding.service
+        assert service is not None
+        can_reuse = self._last_identity is None or self._last_identity == binding.identity
+        before, skipped = _materialize(service.list())
+        _check(signal)
+        for sid, entry in before.items():
+            if can_reuse and indexed.get(sid) == entry.revision:
+                continue
+            # Never read a stored log while it is live here: ``inspect`` is non-mutating, so an owner
+            # attaching after this check cannot cause a repair; the live-population check retries.
+            if sid in initially_live or self.store.get(sid) is not None:
+                continue
+            remembered = self._skipped_revisions.get(sid)
+            if remembered is not None and remembered[0] == binding.identity and remembered[1] == entry.revision:
+                skipped[sid] = (entry.revision, remembered[2])
+                continue
+            _check(signal)
+            try:
+                snapshot = service.inspect(sid)
+            except SessionPersistenceCorruptionError as err:
+                _check(signal)
+                skipped[sid] = (
+                    entry.revision,
+                    {"sessionId": sid, "code": err.code, "message": str(err)},
+                )
+                continue
+            except SessionNotFoundError:
+                _check(signal)
+                raise _Unstable() from None  # deleted since the listing
+            _check(signal)
+            header = thaw(snapshot.meta)
+            assert_headers_compatible(entry.header, header)
+            events = thaw(snapshot.events)
+            entry.loaded = _Loaded(header, build_documents(sid, events))
+        for sid in skipped:
+            before.pop(sid, None)
+        _check(signal)
+        after, after_skipped = _materialize(service.list())
+        _check(signal)
+        if not _same_listing(before, after, skipped, after_skipped):
+            raise _Unstable()
+        if self.binding_epoch != binding.identity:
+            raise _Unstable()
+        return before, skipped
+
+    # -- queries ------------------------------------------------------------------------------------
+    def _query_sessions(
+        self,
+        request: SessionSearchRequest,
+        session_where: SqlWhere,
+        event_where: SqlWhere,
+        offset: int,
+        binding: _Binding,
+    ) -> list[dict[str, Any]]:
+        selected, params = _selected_documents(request.query, binding.service is not None)
+        where = " AND ".join(part for part in (session_where.sql, event_where.sql) if part)
+        bindings = [*params, *session_where.params, *event_where.params, request.limit + 1, offset]
+        assert_portable_binding_count(len(bindings))
+        sql = (
+            f"{selected}, filtered AS (SELECT * FROM matched{' WHERE ' + where if where else ''}), "
+            "ranked AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY session_id "
+            "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC) AS event_rank FROM filtered) "
+            "SELECT * FROM ranked WHERE event_rank = 1 "
+            "ORDER BY match_count DESC, document_length ASC, time DESC, session_id ASC, seq DESC LIMIT ? OFFSET ?"
+        )
+        return self._rows(sql, bindings)
+
+    def _query_events(
+        self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
+    ) -> list[dict[str, Any]]:
+        selected, params = _selected_documents(request.query, binding.service is not None)
+        where = " AND ".join(part for part in ("session_id = ?", event_where.sql) if part)
+        bindings = [*params, request.session_id, *event_where.params, request.limit + 1, offset]
+        assert_portable_binding_count(len(bindings))
+        sql = (
+            f"{selected} SELECT * FROM matched WHERE {where} "
+            "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC LIMIT ? OFFSET ?"
+        )
+        return self._rows(sql, bindings)
+
+    def _rows(self, sql: str, bindings: Sequence[Any]) -> list[dict[str, Any]]:
+        conn = self._require()
+        try:
+            cursor = conn.execute(sql, tuple(bindings))
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        except sqlite3.Error as err:
+            raise SessionQueryError(f"session-search query failed: {err}", "SESSION_QUERY_INDEX_FAILED") from err
+
+    def _target(self, session_id: str, binding: _Binding) -> tuple[dict[str, Any], str]:
+        conn = self._require()
+        columns = (
+            "id AS session_id, version, created_at, cwd, parent_session, seed_length, delegation_depth, "
+            "agent_preset, generation"
+        )
+        cursor = conn.execute(f"SELECT {columns} FROM temp.live_sessions WHERE id = ?", (session_id,))
+        row = cursor.fetchone()
+        if row is not None:
+            names = [column[0] for column in cursor.description]
+            record = dict(zip(names, row, strict=True))
+            return _row_header(record), f"live:{record['generation']}"
+        if binding.service is not None:
+            cursor = conn.execute(f"SELECT {columns} FROM persisted_sessions WHERE id = ?", (session_id,))
+            row = cursor.fetchone()
+            if row is not None:
+                names = [column[0] for column in cursor.description]
+                record = dict(zip(names, row, strict=True))
+                return _row_header(record), f"persisted:{self._persistence_epoch}:{record['generation']}"
+        raise SessionQueryError(f'session "{session_id}" not found', "SESSION_QUERY_SESSION_NOT_FOUND")
+
+    def _page(
+        self,
+        rows: list[Any],
+        limit: int,
+        offset: int,
+        convert: Callable[[Mapping[str, Any]], dict[str, Any]],
+        scope: str,
+        fingerprint: str,
+        generation: str,
+    ) -> dict[str, Any]:
+        page: dict[str, Any] = {"items": [convert(row) for row in rows[:limit]]}
+        if len(rows) > limit:
+            page["nextCursor"] = encode_cursor(
+                instance=self._instance,
+                scope=scope,
+                fingerprint=fingerprint,
+                generation=generation,
+                offset=offset + limit,
+            )
+        return page
+
+    def _event_hit(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "sessionId": row["session_id"],
+            "seq": row["seq"],
+            "type": row["type"],
+            "time": row["time"],
+            "surface": row["surface"],
+            "snippet": make_snippet(row["marked_text"], self.snippet_chars),
+        }
+
+    def _session_hit(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "header": _row_header(row),
+            "live": row["live"] == 1,
+            "persisted": row["persisted"] == 1,
+            "bestMatch": self._event_hit(row),
+        }
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+
+def _is_abort(err: BaseException) -> bool:
+    return isinstance(err, SessionQueryError) and err.code == "SESSION_QUERY_ABORTED"
+
+
+def _mark(text: object, query: object) -> str | None:
+    """The SQL function of the companion path: ``text`` with every occurrence of ``query`` marked."""
+    if not isinstance(text, str) or not isinstance(query, str):
+        return None
+    return mark_substrings(text, query)
+
+
+def _materialize(listings: object) -> tuple[dict[str, _Persisted], dict[str, tuple[str, dict[str, str]]]]:
+    """A persistence listing as ``{id: (header copy, revision)}``; damaged entries set aside.
+
+    Malformed listings (not a list, a non-string revision, a duplicate id) are refused, as the
+    original refuses malformed snapshots.
+    """
+    if not isinstance(listings, list):
+        raise PersistenceError("persistence snapshots must be an array")
+    result: dict[str, _Persisted] = {}
+    skipped: dict[str, tuple[str, dict[str, str]]] = {}
+    for listing in listings:
+        sid = getattr(listing, "id", None)
+        if not isinstance(sid, str):
+            raise PersistenceError("persistence snapshot id must be a string")
+        if sid in result or sid in skipped:
+            raise PersistenceError(f'persistence listed duplicate session "{sid}"')
+        if not getattr(listing, "ok", False):
+            code = str(getattr(listing, "error_code", None) or "SESSION_CORRUPT")
+            message = str(getattr(listing, "error_message", None) or f'session "{sid}" cannot be listed')
+            skipped[sid] = (f"damaged:{code}:{message}", {"sessionId": sid, "code": code, "message": message})
+            continue
+        revision = getattr(listing, "revision", None)
+        if not isinstance(revision, str):
+            raise PersistenceError("persistence snapshot revision must be a string")
+        header = getattr(listing, "header", None)
+        if not isinstance(header, Mapping):
+            raise PersistenceError(f'persistence listed no header for session "{sid}"')
+        result[sid] = _Persisted(thaw(header), revision)
+    return result, skipped
+
+
+def _same_header(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return (
+        a.get("version") == b.get("version")
+        and a.get("id") == b.get("id")
+        and a.get("createdAt") == b.get("createdAt")
+        and a.get("cwd") == b.get("cwd")
+        and a.get("parentSession") == b.get("parentSession")
+        and a.get("seedLength") == b.get("seedLength")
+        and (a.get("delegationDepth") or 0) == (b.get("delegationDepth") or 0)
+        and a.get("agentPreset") == b.get("agentPreset")
+    )
+
+
+def _same_listing(
+    before: Mapping[str, _Persisted],
+    after: Mapping[str, _Persisted],
+    before_skipped: Mapping[str, tuple[str, dict[str, str]]],
+    after_skipped: Mapping[str, tuple[str, dict[str, str]]],
+) -> bool:
+    """Whether two listings show the same population, revisions and headers.
+
+    A session set aside after the first listing (its inspection reported damage) must still be listed
+    at the same revision; a damaged listing entry must still be damaged.
+    """
+    if set(before) | set(before_skipped) != set(after) | set(after_skipped):
+        return False
+    for sid, first in before.items():
+        second = after.get(sid)
+        if second is None or second.revision != first.revision or not _same_header(first.header, second.header):
+            return False
+    for sid, (revision, _) in before_skipped.items():
+        if sid in after:
+            if after[sid].revision != revision:
+                return False
+        elif after_skipped[sid][0] != revision:
+            return False
+    return True
+
+
+def _header_bindings(header: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        header["id"],
+        header["version"],
+        header["createdAt"],
+        header.get("cwd"),
+        header.get("parentSession"),
+        header.get("seedLength"),
+        header.get("delegationDepth"),
+        header.get("agentPreset"),
+    )
+
+
+def _row_header(row: Mapping[str, Any]) -> dict[str, Any]:
+    header: dict[str, Any] = {"version": row["version"], "id": row["session_id"], "createdAt": row["created_at"]}
+    for column, key in _HEADER_FIELDS:
+        value = row[column]
+        if value is not None:
+            header[key] = value
+    return header
+
+
+_DOC_TABLES: Final = {
+    "persisted": ("persisted_sessions", "persisted_docs", COMPANION_PERSISTED_TABLE),
+    "live": ("temp.live_sessions", "temp.live_docs", f"temp.{COMPANION_LIVE_TABLE}"),
+}
+
+
+def _delete_sessions(conn: sqlite3.Connection, source: str, ids: list[str]) -> None:
+    """Delete sessions' rows: one statement per table (an FTS5 UNINDEXED column is scanned, not
+    looked up, so one pass for all ids instead of one per id)."""
+    if not ids:
+        return
+    sessions, docs, grams = _DOC_TABLES[source]
+    payload = json.dumps(ids)
+    for table in (docs, grams):
+        conn.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))", (payload,))
+    conn.execute(f"DELETE FROM {sessions} WHERE id IN (SELECT value FROM json_each(?))", (payload,))
+
+
+def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dict[str, Any]]) -> None:
+    _, docs, grams = _DOC_TABLES[source]
+    rows = []
+    companion = []
+    for document in documents:
+        text = sanitize_fts_text(document["text"])
+        row = (
+            document["sessionId"],
+            document["seq"],
+            document["type"],
+            document["time"],
+            document["surface"],
+            len(text),
+        )
+        rows.append((text, *row))
+        if has_cjk(text):
+            companion.append((companion_text(text), *row))
+    columns = "(text, session_id, seq, type, time, surface, codepoint_length) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    conn.executemany(f"INSERT INTO {docs} {columns}", rows)
+    if companion:
+        conn.executemany(f"INSERT INTO {grams} {columns}", companion)
+
+
+def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
+    """The candidate CTEs (``candidates`` and ``matched``) and their bindings, in placeholder order.
+
+    Candidates are the UNION ALL of stored documents of sessions without a live row (only while
+    persistence is visible) and live documents, each carrying the header columns, the event columns,
+    ``marked_text`` and ``document_length``; ``matched`` adds ``match_count`` (markers in the text).
+    A CJK query reads the trigram companion tables instead, with ``marked_text`` from the registered
+    marking function (a substring query of fewer than three code points scans the companion rows).
+    """
+    flag = 1 if visible else 0
+    substring = uses_substring(query)
+    if substring:
+        tables = (COMPANION_PERSISTED_TABLE, COMPANION_LIVE_TABLE)
+        expression = trigram_match_expression(query)
+        needle = literal_needle(query) if expression is None else None
+        mark_sql = f"{_MARK_FUNCTION}({{alias}}.text, ?)"
+        mark_params: list[Any] = [query]
+    else:
+        tables = ("persisted_docs", "live_docs")
+        expression = quote_fts_data(query)
+        needle = None
+        mark_sql = "highlight({table}, 0, ?, ?)"
+        mark_params = [FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END]
+
+    def part(alias: str, table: str) -> tuple[str, list[Any]]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        if expression is not None:
+            conditions.append(f"{table} MATCH ?")
+            params.append(expression)
+        if needle is not None:
+            conditions.append(f"instr({alias}.text, ?) > 0")
+            params.append(needle)
+        return " AND ".join(conditions), params
+
+    persisted_table, live_table = tables
+    persisted_match, persisted_match_params = part("pd", persisted_table)
+    live_match, live_match_params = part("ld", live_table)
+    persisted_mark = mark_sql.format(alias="pd", table=persisted_table)
+    live_mark = mark_sql.format(alias="ld", table=live_table)
+    persisted_where = " AND ".join(c for c in (persisted_match, "? = 1") if c)
+    live_where = live_match or "1"
+    sql = (
+        "WITH candidates AS ("
+        "SELECT pd.session_id AS session_id, ps.version AS version, ps.created_at AS created_at, ps.cwd AS cwd, "
+        "ps.parent_session AS parent_session, ps.seed_length AS seed_length, "
+        "ps.delegation_depth AS delegation_depth, ps.agent_preset AS agent_preset, 0 AS live, 1 AS persisted, "
+        "CAST(pd.seq AS INTEGER) AS seq, pd.type AS type, CAST(pd.time AS INTEGER) AS time, "
+        f"pd.surface AS surface, {persisted_mark} AS marked_text, "
+        "CAST(pd.codepoint_length AS INTEGER) AS document_length "
+        f"FROM {persisted_table} AS pd JOIN persisted_sessions AS ps ON ps.id = pd.session_id "
+        f"WHERE {persisted_where} "
+        "AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pd.session_id) "
+        "UNION ALL "
+        "SELECT ld.session_id AS session_id, ls.version AS version, ls.created_at AS created_at, ls.cwd AS cwd, "
+        "ls.parent_session AS parent_session, ls.seed_length AS seed_length, "
+        "ls.delegation_depth AS delegation_depth, ls.agent_preset AS agent_preset, 1 AS live, "
+        "CASE WHEN ? = 1 THEN ls.persisted ELSE 0 END AS persisted, "
+        "CAST(ld.seq AS INTEGER) AS seq, ld.type AS type, CAST(ld.time AS INTEGER) AS time, "
+        f"ld.surface AS surface, {live_mark} AS marked_text, "
+        "CAST(ld.codepoint_length AS INTEGER) AS document_length "
+        f"FROM temp.{live_table} AS ld JOIN temp.live_sessions AS ls ON ls.id = ld.session_id "
+        f"WHERE {live_where}"
+        "), matched AS (SELECT *, (length(CAST(marked_text AS BLOB)) "
+        "- length(CAST(replace(marked_text, ?, '') AS BLOB))) / ? AS match_count FROM candidates"
+        f"{' WHERE marked_text IS NOT NULL' if substring else ''})"
+    )
+    params: list[Any] = [
+        *mark_params,
+        *persisted_match_params,
+        flag,
+        flag,
+        *mark_params,
+        *live_match_params,
+        FTS_HIGHLIGHT_START,
+        _MARKER_BYTES,
+    ]
+    return sql, params
