@@ -655,8 +655,8 @@ class SqliteSearch(SessionQuery):
         return observation.binding
 
     def _live_documents(self, entry: _Live) -> list[dict[str, Any]]:
-        events = [thaw(event) for event in entry.session.events[: entry.count]]
-        return build_documents(entry.header["id"], events)
+        # Committed events are frozen: the documents read them in place, no copy needed.
+        return build_documents(entry.header["id"], list(entry.session.events[: entry.count]))
 
     def _apply(
         self,
@@ -811,8 +811,7 @@ class SqliteSearch(SessionQuery):
             _check(signal)
             header = thaw(snapshot.meta)
             assert_headers_compatible(entry.header, header)
-            events = thaw(snapshot.events)
-            entry.loaded = _Loaded(header, build_documents(sid, events))
+            entry.loaded = _Loaded(header, build_documents(sid, list(snapshot.events)))
         for sid in skipped:
             before.pop(sid, None)
         _check(signal)

@@ -1,0 +1,624 @@
+"""SqliteSearch (runtime spec §4.3): the original's ``sqlite.spec.ts`` cases (§10.4) plus real-store tests.
+
+Names follow the inventory (``test_10_4_<n>_...``). The original's Cordis plugin lifecycle maps to
+constructing and closing :class:`SqliteSearch`; its ``AbortSignal`` maps to a ``threading.Event``-like
+signal; its ``TestPersistence`` maps to :class:`FakePersistence`, a real :class:`PersistenceCoordinator`
+whose ``list``/``inspect`` serve a scripted population and can interleave changes on purpose — the cases
+are about those interleavings. Everything else is real: SQLite, the store, JSONL and SQLite backends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentlog.errors import SessionQueryError
+from agentlog.kernel.jsonvalue import FrozenDict, snapshot_json
+from agentlog.kernel.store import SessionStore
+from agentlog.persistence.backend import SessionListing
+from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnapshot
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.memory import MemoryBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
+from agentlog.query.sqlite import SqliteSearch, default_index_path
+
+from factories import APPEND, assistant_data, intent, replace, seed_event, text_block, user_msg
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+
+def header(session_id: str, created_at: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"version": 0, "id": session_id, "createdAt": created_at, **extra}
+
+
+def message_events(text: str, time: int = 1, seq: int = 0) -> list[dict[str, Any]]:
+    return [seed_event("user/message", seq, user_msg(text), time=time, surfaceOp=APPEND)]
+
+
+def code_of(call: Callable[[], Any]) -> str:
+    with pytest.raises(SessionQueryError) as info:
+        call()
+    return info.value.code
+
+
+class Flag:
+    """A cancellation signal (the ``is_set`` protocol) that can record when it is consulted."""
+
+    def __init__(self, *, on_check: Callable[[], None] | None = None) -> None:
+        self._event = threading.Event()
+        self.checks = 0
+        self._on_check = on_check
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        if self._on_check is not None:
+            self._on_check()
+        return self._event.is_set()
+
+
+class Entries:
+    """The scripted stored population, shared by every FakePersistence over it (the original's statics)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.revisions: dict[str, int] = {}
+        self.next_revision = 0
+
+    def set(self, meta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        self.entries[meta["id"]] = {"meta": json.loads(json.dumps(meta)), "events": json.loads(json.dumps(events))}
+        self.next_revision += 1
+        self.revisions[meta["id"]] = self.next_revision
+
+
+class FakePersistence(PersistenceCoordinator):
+    """A real coordinator whose listing and inspection serve :class:`Entries` and misbehave on cue.
+
+    ``list`` reports ``SessionListing``\\ s with revision ``test:<n>``; hooks: ``list_gate`` (an Event the
+    listing waits on), ``list_started`` (set when a listing starts), ``snapshot_effect`` (runs after the
+    listing was computed), ``snapshot_override`` (replaces the listing), ``inspect_effect`` (runs during
+    an inspection), ``load_effect`` (an external mutating repair through ``load``), ``failure`` (raised by
+    every call). ``calls`` logs ``"list"``/``"inspect:<id>"`` in order.
+    """
+
+    def __init__(self, store: SessionStore, entries: Entries) -> None:
+        super().__init__(store, MemoryBackend())
+        self.data = entries
+        self.inspections: Counter[str] = Counter()
+        self.loads: Counter[str] = Counter()
+        self.lists = 0
+        self.calls: list[str] = []
+        self.list_gate: threading.Event | None = None
+        self.list_started = threading.Event()
+        self.snapshot_effect: Callable[[], None] | None = None
+        self.snapshot_override: Callable[[], Any] | None = None
+        self.inspect_effect: Callable[[dict[str, Any]], None] | None = None
+        self.load_effect: Callable[[dict[str, Any]], None] | None = None
+        self.failure: BaseException | None = None
+
+    def list(self) -> Any:
+        self.lists += 1
+        self.calls.append("list")
+        self.list_started.set()
+        if self.list_gate is not None:
+            self.list_gate.wait(30)
+        if self.failure is not None:
+            raise self.failure
+        if self.snapshot_override is not None:
+            listings = self.snapshot_override()
+        else:
+            listings = [
+                SessionListing(
+                    id=sid, header=json.loads(json.dumps(entry["meta"])), revision=f"test:{self.data.revisions[sid]}"
+                )
+                for sid, entry in sorted(self.data.entries.items())
+            ]
+        if self.snapshot_effect is not None:
+            self.snapshot_effect()
+        return listings
+
+    def inspect(self, session_id: str) -> SessionSnapshot:
+        self.inspections[session_id] += 1
+        self.calls.append(f"inspect:{session_id}")
+        if self.failure is not None:
+            raise self.failure
+        entry = self.data.entries[session_id]
+        if self.inspect_effect is not None:
+            effect, self.inspect_effect = self.inspect_effect, None
+            effect(entry)
+        return SessionSnapshot(FrozenDict(entry["meta"]), snapshot_json(entry["events"]))
+
+    def load(self, session_id: str) -> SessionSnapshot:
+        self.loads[session_id] += 1
+        entry = self.data.entries[session_id]
+        if self.load_effect is not None:
+            effect, self.load_effect = self.load_effect, None
+            effect(entry)
+            self.data.next_revision += 1
+            self.data.revisions[session_id] = self.data.next_revision
+        return SessionSnapshot(FrozenDict(entry["meta"]), snapshot_json(entry["events"]))
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    executor = ThreadPoolExecutor(max_workers=4)
+    yield executor
+    executor.shutdown(wait=True, cancel_futures=True)
+
+
+def live_search(store: SessionStore | None = None, **config: Any) -> SqliteSearch:
+    config.setdefault("path", ":memory:")
+    return SqliteSearch(store=store or SessionStore(), **config)
+
+
+def mounted(
+    entries: list[tuple[dict[str, Any], list[dict[str, Any]]]] | None = None, **config: Any
+) -> tuple[SqliteSearch, FakePersistence, Entries]:
+    data = Entries()
+    for meta, events in entries or []:
+        data.set(meta, events)
+    store = SessionStore()
+    search = live_search(store, **config)
+    persistence = FakePersistence(store, data)
+    search.bind_persistence(persistence)
+    return search, persistence, data
+
+
+def ids(page: dict[str, Any]) -> list[str]:
+    return [item["header"]["id"] for item in page["items"]]
+
+
+def replace_cursor_offset(cursor: str, offset: object) -> str:
+    payload = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    payload["offset"] = offset
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+def wait_blocked(future: Future[Any]) -> None:
+    """The future has not completed (it is parked behind a gate the test holds)."""
+    assert not future.done()
+
+
+# --- SQLite session search (cases 1–18) -------------------------------------------------------------------
+
+
+def test_10_4_1_defaults_and_validates_opening_policy_and_inspection_concurrency() -> None:
+    search = live_search()
+    assert search.open_at == "startup"
+    assert search.persisted_inspect_concurrency == 4
+    configured = live_search(open_at="first-search", persisted_inspect_concurrency=2)
+    assert configured.open_at == "first-search"
+    assert configured.persisted_inspect_concurrency == 2
+    for concurrency in (0, 2**53):
+        assert (
+            code_of(lambda c=concurrency: live_search(persisted_inspect_concurrency=c))
+            == "SESSION_QUERY_INVALID_CONFIG"
+        )
+    assert code_of(lambda: live_search(open_at="later")) == "SESSION_QUERY_INVALID_CONFIG"
+
+
+def test_10_4_2_first_search_mode_mounts_and_closes_without_opening(tmp_path: Path) -> None:
+    path = tmp_path / "unopened.db"
+    search = SqliteSearch(store=SessionStore(), path=str(path), open_at="first-search")
+    assert not path.exists()
+    search.close()
+    assert not path.exists()
+
+
+def test_10_4_3_never_mode_refuses_search_while_reads_and_traces_work(tmp_path: Path) -> None:
+    path = tmp_path / "never-mode.db"
+    store = SessionStore()
+    search = SqliteSearch(store=store, path=str(path), open_at="never")
+    assert search.open_at == "never"
+    store.create("never-parent", seed=message_events("never opened needle"), meta={"createdAt": 10})
+    store.create("never-child", meta={"parentSession": "never-parent", "createdAt": 20})
+    assert code_of(lambda: search.search_sessions(query="needle")) == "SESSION_QUERY_SEARCH_DISABLED"
+    assert (
+        code_of(lambda: search.search_events(session_id="never-parent", query="needle"))
+        == "SESSION_QUERY_SEARCH_DISABLED"
+    )
+    # Disabled before any normalization: even an invalid request reports the disabled search.
+    assert code_of(lambda: search.search_sessions(query=3)) == "SESSION_QUERY_SEARCH_DISABLED"
+    assert sorted(record["header"]["id"] for record in search.list_sessions()) == ["never-child", "never-parent"]
+    lineage = search.trace_session("never-parent")
+    assert lineage["complete"] is True
+    assert [node["session"]["header"]["id"] for node in lineage["descendants"]] == ["never-child"]
+    assert not path.exists()
+    search.close()
+    assert not path.exists()
+
+
+def test_10_4_4_opens_once_on_first_search_and_reuses_readiness(monkeypatch: pytest.MonkeyPatch) -> None:
+    search = live_search(open_at="first-search")
+    opens = Counter[str]()
+    original = search._open
+
+    def counting() -> None:
+        opens["open"] += 1
+        original()
+
+    monkeypatch.setattr(search, "_open", counting)
+    assert search.search_sessions(query="first") == {"items": []}
+    assert search.search_sessions(query="second") == {"items": []}
+    assert opens["open"] == 1
+
+
+def test_10_4_5_concurrent_first_searches_share_one_readiness(
+    monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
+) -> None:
+    search = live_search(open_at="first-search")
+    started, release = threading.Event(), threading.Event()
+    opens = Counter[str]()
+    original = search._open
+
+    def gated() -> None:
+        opens["open"] += 1
+        started.set()
+        release.wait(30)
+        original()
+
+    monkeypatch.setattr(search, "_open", gated)
+    first = pool.submit(search.search_sessions, query="first")
+    assert started.wait(30)
+    second = pool.submit(search.search_sessions, query="second")
+    wait_blocked(second)
+    release.set()
+    assert first.result(30) == {"items": []}
+    assert second.result(30) == {"items": []}
+    assert opens["open"] == 1
+
+
+def test_10_4_6_two_character_unicode61_tokens_in_live_only_sessions() -> None:
+    store = SessionStore()
+    search = live_search(store, snippet_chars=20)
+    session = store.create(
+        "live", meta={"cwd": "/work", "createdAt": 10, "seedLength": 1, "delegationDepth": 2, "agentPreset": "minimal"}
+    )
+    session.append("user/message", user_msg("An AI helper"), intent(APPEND))
+    full = header("live", 10, cwd="/work", seedLength=1, delegationDepth=2, agentPreset="minimal")
+    page = search.search_events(session_id="live", query="AI")
+    assert page["session"] == full
+    assert [(item["sessionId"], item["seq"], item["snippet"]) for item in page["items"]] == [
+        ("live", 0, "An AI helper")
+    ]
+    sessions = search.search_sessions(query="AI")
+    assert [(item["header"], item["live"], item["persisted"]) for item in sessions["items"]] == [(full, True, False)]
+
+
+def test_10_4_7_excludes_assistant_reasoning_and_indexes_visible_answer() -> None:
+    store = SessionStore()
+    search = live_search(store)
+    session = store.create("reasoning")
+    session.append("turn/start", {"turn": 1})
+    session.append("step/start", {"turn": 1, "step": 1})
+    blocks = [{"type": "reasoning", "text": "private-chain-marker"}, text_block("visible-answer-marker")]
+    session.append("assistant/message", assistant_data(blocks), intent(APPEND))
+    assert search.search_sessions(query="private-chain-marker") == {"items": []}
+    page = search.search_sessions(query="visible-answer-marker")
+    assert [(item["header"]["id"], item["bestMatch"]["snippet"]) for item in page["items"]] == [
+        ("reasoning", "visible-answer-marker")
+    ]
+
+
+def _surface_log() -> list[dict[str, Any]]:
+    return [
+        seed_event("user/message", 0, user_msg("needle original"), time=10, surfaceOp=APPEND),
+        seed_event("turn/start", 1, {"turn": 1}, time=11),
+        seed_event(
+            "user/message",
+            2,
+            user_msg("needle summary", source={"kind": "plugin", "plugin": "test"}),
+            time=12,
+            surfaceOp=replace(0, 0),
+            sourceEventSeqs=[0],
+        ),
+        seed_event(
+            "turn/end",
+            3,
+            {"turn": 1, "reason": {"kind": "error", "error": {"message": "needle failure", "code": "UNKNOWN"}}},
+            time=13,
+        ),
+    ]
+
+
+def test_10_4_8_searches_all_surfaces_and_applies_metadata_before_ranking() -> None:
+    store = SessionStore()
+    search = live_search(store, default_limit=10, max_limit=20)
+    store.create("a", seed=_surface_log(), meta={"cwd": "/a", "parentSession": "parent", "createdAt": 20})
+    store.create("b", seed=message_events("needle peer", 12), meta={"createdAt": 20})
+    every = search.search_events(session_id="a", query="needle")
+    assert {item["surface"] for item in every["items"]} == {"current", "shadowed", "log-only"}
+    narrowed = search.search_events(
+        session_id="a",
+        query="needle",
+        filters=[
+            {"kind": "seq", "from": 2, "to": 2},
+            {"kind": "time", "from": 12, "to": 12},
+            {"kind": "type", "values": ["user/message"]},
+            {"kind": "surface", "values": ["current"]},
+        ],
+    )
+    assert [(item["seq"], item["surface"]) for item in narrowed["items"]] == [(2, "current")]
+    grouped = search.search_sessions(
+        query="needle",
+        session_filters=[
+            {"kind": "id", "values": ["a"]},
+            {"kind": "cwd", "values": ["/a"]},
+            {"kind": "created-at", "from": 20, "to": 20},
+            {"kind": "parent", "values": ["parent"]},
+            {"kind": "availability", "values": ["live"]},
+        ],
+        event_filters=[{"kind": "surface", "values": ["shadowed"]}],
+    )
+    assert len(grouped["items"]) == 1
+    item = grouped["items"][0]
+    assert (item["header"]["id"], item["header"]["cwd"], item["header"]["parentSession"]) == ("a", "/a", "parent")
+    assert (item["live"], item["persisted"], item["bestMatch"]["seq"], item["bestMatch"]["surface"]) == (
+        True,
+        False,
+        0,
+        "shadowed",
+    )
+
+
+def test_10_4_9_searches_at_the_fts5_outer_predicate_boundary_in_both_scopes() -> None:
+    store = SessionStore()
+    search = live_search(store)
+    store.create("predicate-boundary", seed=message_events("needle"), meta={"cwd": "/work"})
+    session_filters = [{"kind": "cwd", "values": ["/work", None]} for _ in range(14)]
+    event_filters = [{"kind": "type", "values": ["user/message"]} for _ in range(13)]
+    assert ids(search.search_sessions(query="needle", session_filters=session_filters)) == ["predicate-boundary"]
+    page = search.search_events(session_id="predicate-boundary", query="needle", filters=event_filters)
+    assert [(item["sessionId"], item["seq"]) for item in page["items"]] == [("predicate-boundary", 0)]
+
+
+def test_10_4_10_rejects_unsupported_fts5_outer_predicate_counts() -> None:
+    store = SessionStore()
+    search = live_search(store)
+    store.create("predicate-limit", seed=message_events("needle"))
+    session_filters = [{"kind": "id", "values": ["predicate-limit"]} for _ in range(1_100)]
+    event_filters = [{"kind": "type", "values": ["user/message"]} for _ in range(1_100)]
+    invalid = "SESSION_QUERY_INVALID_FILTER"
+    assert code_of(lambda: search.search_sessions(query="needle", session_filters=session_filters)) == invalid
+    assert (
+        code_of(lambda: search.search_events(session_id="predicate-limit", query="needle", filters=event_filters))
+        == invalid
+    )
+    assert (
+        code_of(
+            lambda: search.search_sessions(
+                query="needle", session_filters=session_filters[:7], event_filters=event_filters[:8]
+            )
+        )
+        == invalid
+    )
+    assert (
+        code_of(lambda: search.search_events(session_id="predicate-limit", query="needle", filters=event_filters[:14]))
+        == invalid
+    )
+
+
+def test_10_4_11_literal_phrase_tokens_stable_ties_and_bounded_snippets() -> None:
+    store = SessionStore()
+    search = live_search(store, default_limit=10, max_limit=10, snippet_chars=5)
+    for sid, text in (
+        ("a", "😀😀 alpha beta BRAID 😀😀"),
+        ("b", "alpha beta"),
+        ("c", "alpha middle beta"),
+        ("d", "alpha beta"),
+        ("operator", "needle OR absent"),
+        ("only", "needle only"),
+        ("quote", 'say "needle" exactly'),
+    ):
+        store.create(sid, seed=message_events(text, 10), meta={"createdAt": 1})
+    phrase = search.search_sessions(query="alpha beta")
+    assert ids(phrase) == ["b", "d", "a"]
+    assert all(len(item["bestMatch"]["snippet"]) <= 5 for item in phrase["items"])
+    assert search.search_sessions(query="AI") == {"items": []}
+    assert ids(search.search_sessions(query="needle OR absent")) == ["operator"]
+    assert ids(search.search_sessions(query='say "needle"')) == ["quote"]
+    assert search.search_sessions(query="*") == {"items": []}
+
+
+def test_10_4_12_ranks_live_and_persisted_matches_on_one_contract() -> None:
+    persisted = header("z-persisted")
+    fillers = [(header(f"filler-{i}"), message_events("needle", 10)) for i in range(12)]
+    search, _, _ = mounted([(persisted, message_events("needle needle", 10)), *fillers])
+    search.store.create("a-live", seed=message_events("needle needle", 10), meta={"createdAt": 1})
+    page = search.search_sessions(query="needle", session_filters=[{"kind": "id", "values": ["a-live", "z-persisted"]}])
+    assert ids(page) == ["a-live", "z-persisted"]
+
+
+def test_10_4_13_positions_snippets_across_diacritics_and_punctuation() -> None:
+    store = SessionStore()
+    search = live_search(store, snippet_chars=14)
+    store.create("snippet", seed=message_events("long long long—café,\nnext value", 10))
+    page = search.search_events(session_id="snippet", query="CAFE")
+    assert len(page["items"]) == 1
+    snippet = page["items"][0]["snippet"]
+    assert "café" in snippet and "—" in snippet and "\n" not in snippet
+    assert len(snippet) <= 14
+
+
+def test_10_4_14_binds_cursors_to_requests_and_invalidates_within_session_pages_only_for_target_changes() -> None:
+    store = SessionStore()
+    search = live_search(store, default_limit=1, max_limit=5)
+    target = store.create(
+        "target",
+        seed=[
+            *message_events("needle one", 10),
+            *message_events("needle two", 11, seq=1),
+            *message_events("needle three", 12, seq=2),
+        ],
+    )
+    store.create("other", seed=message_events("needle other", 10))
+    event_page = search.search_events(session_id="target", query="needle", limit=1)
+    session_page = search.search_sessions(query="needle", limit=1)
+    assert isinstance(event_page.get("nextCursor"), str) and isinstance(session_page.get("nextCursor"), str)
+
+    unsafe = replace_cursor_offset(event_page["nextCursor"], 1e100)
+    assert (
+        code_of(lambda: search.search_events(session_id="target", query="needle", limit=1, cursor=unsafe))
+        == "SESSION_QUERY_INVALID_CURSOR"
+    )
+
+    keys = [(item["sessionId"], item["seq"]) for item in event_page["items"]]
+    cursor = event_page.get("nextCursor")
+    while cursor is not None:
+        page = search.search_events(session_id="target", query="needle", limit=1, cursor=cursor)
+        keys += [(item["sessionId"], item["seq"]) for item in page["items"]]
+        cursor = page.get("nextCursor")
+    assert len(keys) == 3 and len(set(keys)) == 3
+
+    found = ids(session_page)
+    cursor = session_page.get("nextCursor")
+    while cursor is not None:
+        page = search.search_sessions(query="needle", limit=1, cursor=cursor)
+        found += ids(page)
+        cursor = page.get("nextCursor")
+    assert len(found) == 2 and len(set(found)) == 2
+
+    store.create("unrelated", seed=message_events("needle unrelated", 20))
+    kept = search.search_events(session_id="target", query="needle", limit=1, cursor=event_page["nextCursor"])
+    assert [item["sessionId"] for item in kept["items"]] == ["target"]
+    stale = "SESSION_QUERY_STALE_CURSOR"
+    assert code_of(lambda: search.search_sessions(query="needle", limit=1, cursor=session_page["nextCursor"])) == stale
+    assert (
+        code_of(
+            lambda: search.search_events(
+                session_id="target", query="different", limit=1, cursor=event_page["nextCursor"]
+            )
+        )
+        == "SESSION_QUERY_INVALID_CURSOR"
+    )
+    target.append("user/message", user_msg("needle four"), intent(APPEND))
+    assert (
+        code_of(
+            lambda: search.search_events(session_id="target", query="needle", limit=1, cursor=event_page["nextCursor"])
+        )
+        == stale
+    )
+
+
+def test_10_4_15_invalidates_session_cursors_after_transient_topology_changes() -> None:
+    store = SessionStore()
+    search = live_search(store, default_limit=1, max_limit=5)
+    store.create("first", seed=message_events("needle first"))
+    store.create("second", seed=message_events("needle second"))
+    page = search.search_sessions(query="needle", limit=1)
+    persistence = FakePersistence(store, Entries())
+    search.bind_persistence(persistence)
+    search.bind_persistence(None)
+    assert (
+        code_of(lambda: search.search_sessions(query="needle", limit=1, cursor=page["nextCursor"]))
+        == "SESSION_QUERY_STALE_CURSOR"
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"path": ""},
+        {"path": "   "},
+        {"path": ":memory:", "default_limit": 0},
+        {"path": ":memory:", "max_limit": 0},
+        {"path": ":memory:", "default_limit": 10**100},
+        {"path": ":memory:", "max_limit": 10**100},
+        {"path": ":memory:", "snippet_chars": 0},
+        {"path": ":memory:", "read_window_max": -1},
+        {"path": ":memory:", "persisted_inspect_concurrency": 0},
+        {"path": ":memory:", "persisted_inspect_concurrency": 2**53},
+        {"path": ":memory:", "default_limit": 3, "max_limit": 2},
+        {"path": ":memory:", "open_at": "later"},
+        {"path": ":memory:", "journal_mode": "memory"},
+        {"path": ":memory:", "default_limit": 2.5},
+        {"path": ":memory:", "default_limit": True},
+    ],
+)
+def test_10_4_16_rejects_invalid_direct_config(config: dict[str, Any]) -> None:
+    assert code_of(lambda: SqliteSearch(store=SessionStore(), **config)) == "SESSION_QUERY_INVALID_CONFIG"
+
+
+def test_10_4_16_rejects_invalid_requests_filters_and_cursors() -> None:
+    store = SessionStore()
+    search = live_search(store, default_limit=2, max_limit=3)
+    store.create("valid", seed=message_events("needle"))
+    for request, code in (
+        ({"query": ""}, "SESSION_QUERY_INVALID_QUERY"),
+        ({"query": "needle", "limit": 0}, "SESSION_QUERY_INVALID_LIMIT"),
+        ({"query": "needle", "limit": 4}, "SESSION_QUERY_INVALID_LIMIT"),
+        ({"query": "needle", "filters": [{"kind": "seq", "from": 2, "to": 1}]}, "SESSION_QUERY_INVALID_FILTER"),
+        ({"query": "needle", "filters": [{"kind": "surface", "values": ["future"]}]}, "SESSION_QUERY_INVALID_FILTER"),
+        ({"query": "bad\0query"}, "SESSION_QUERY_INVALID_QUERY"),
+        ({"query": "needle", "filters": [{"kind": "future"}]}, "SESSION_QUERY_INVALID_FILTER"),
+        ({"query": "needle", "filters": [{"kind": "text", "text": "needle"}]}, "SESSION_QUERY_INVALID_FILTER"),
+        ({"query": "needle", "cursor": "not-json"}, "SESSION_QUERY_INVALID_CURSOR"),
+        ({"query": "needle", "cursor": 7}, "SESSION_QUERY_INVALID_CURSOR"),
+    ):
+        assert code_of(lambda r=request: search.search_events(session_id="valid", **r)) == code, request
+    for filters in (
+        {"session_filters": [{"kind": "availability", "values": ["remote"]}]},
+        {"session_filters": [{"kind": "future"}]},
+        {"event_filters": [{"kind": "future"}]},
+    ):
+        assert code_of(lambda f=filters: search.search_sessions(query="needle", **f)) == "SESSION_QUERY_INVALID_FILTER"
+    assert (
+        code_of(lambda: search.search_events(session_id="absent", query="needle")) == "SESSION_QUERY_SESSION_NOT_FOUND"
+    )
+
+
+def test_10_4_17_rejects_aggregate_bindings_above_the_portable_variable_limit() -> None:
+    store = SessionStore()
+    search = live_search(store)
+    store.create("binding-limit", seed=message_events("needle"))
+    half = 16_383
+    session_ids = [f"binding-{i}" for i in range(half)]
+    assert (
+        code_of(
+            lambda: search.search_sessions(
+                query="needle",
+                session_filters=[{"kind": "id", "values": session_ids}],
+                event_filters=[{"kind": "type", "values": ["user/message"] * half}],
+            )
+        )
+        == "SESSION_QUERY_INVALID_FILTER"
+    )
+    assert (
+        code_of(
+            lambda: search.search_events(
+                session_id="binding-limit",
+                query="needle",
+                filters=[
+                    {"kind": "type", "values": ["user/message"] * half},
+                    {"kind": "surface", "values": ["current"] * half},
+                ],
+            )
+        )
+        == "SESSION_QUERY_INVALID_FILTER"
+    )
+
+
+def test_10_4_18_rejects_one_125000_value_filter_list() -> None:
+    search = live_search()
+    values = [f"oversized-binding-{i}" for i in range(125_000)]
+    assert (
+        code_of(lambda: search.search_sessions(query="needle", session_filters=[{"kind": "id", "values": values}]))
+        == "SESSION_QUERY_INVALID_FILTER"
+    )
