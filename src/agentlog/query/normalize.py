@@ -21,8 +21,9 @@ so that every rule a search obeys before touching SQLite can be tested without a
   ``Array.from``), so a bound never splits a surrogate pair or an astral character.
 
 Whitespace is ECMAScript's (``\\s`` and ``trim()`` of the original), spelled out in
-:data:`agentlog.query.filters.JS_WHITESPACE` (re-exported here): Python's ``str.isspace`` also covers U+001C–U+001F and U+0085 and misses
-U+FEFF, and a query must normalise to the same text here as in the original.
+:data:`agentlog.query.filters.JS_WHITESPACE` (re-exported here): Python's ``str.isspace`` also covers
+U+001C–U+001F and U+0085 and misses U+FEFF, and a query must normalise to the same text here as in the
+original.
 """
 
 from __future__ import annotations
