@@ -9,6 +9,7 @@ Subcommands:
     list     --backend ... --sessions 1000: M5 listing in a fresh process
     compaction --turns 2000: M7 token meter after every step, M8 one prune, M9 one region compaction
     projections: M10 ls from the projection cache, M11 cold snapshot, M12 append with the five units
+    search   --sessions 1000: M13 index build, M14 reconciliation after one turn, M15/M16 query p50/p95
 
 Each subcommand prints an aligned plain-text table and, as the LAST line of stdout, exactly one
 JSON object with its figures (medians over --repeat runs), so scripts can ``tail -n 1`` it.
@@ -253,9 +254,11 @@ def positive_int(text: str) -> int:
 try:
     from persist import add_list_parser, add_persist_parser
     from projections import add_projections_parser
+    from search import add_search_parser
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.persist import add_list_parser, add_persist_parser
     from benchmarks.projections import add_projections_parser
+    from benchmarks.search import add_search_parser
 
 
 # --------------------------------------------------------------------------- compaction (M7-M9)
@@ -361,6 +364,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_list_parser,
     add_compaction_parser,
     add_projections_parser,
+    add_search_parser,
 ]
 
 

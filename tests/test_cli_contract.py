@@ -29,6 +29,7 @@ READ_COMMANDS: dict[str, list[list[str]]] = {
     "show": [["show", SESSION], ["show", SESSION, "--log"], ["show", SESSION, "--at", "3"]],
     "stats": [["stats", SESSION]],
     "title": [["title", SESSION]],
+    "trace": [["trace", SESSION], ["trace", SESSION, "--seq", "3"]],
 }
 """Read commands and the command lines whose ``--json`` standard output must be one JSON document."""
 
@@ -42,6 +43,7 @@ OTHER_COMMANDS = {
     "compact": "tests/test_compaction_cli.py (compact --json)",
     "demo": "tests/test_demo.py (demo --json)",
     "reindex": "tests/test_projection_cli.py (reindex --projections --json)",
+    "search": "tests/test_query_cli.py (search --json; it creates the store's search index)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""
 

@@ -10,7 +10,8 @@ script can branch on the stable code.
 This module is the command table: it registers each command on the Typer app (:mod:`._app`) in the
 order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
 ``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``),
-:mod:`.projection_commands` (``stats``, ``title``, ``reindex``) and :mod:`.demo_commands`;
+:mod:`.projection_commands` (``stats``, ``title``, ``reindex``), :mod:`.query_commands` (``search``,
+``trace``) and :mod:`.demo_commands`;
 they take the shared options from :mod:`.options` and print through :mod:`.render`. The names below
 stay importable from here.
 """
@@ -33,6 +34,7 @@ from .agent_commands import (
 from .demo_commands import demo_command
 from .options import SQLITE_FILENAME, BackendKind, Compression, open_backend
 from .projection_commands import reindex_command, stats_command, title_command
+from .query_commands import search_command, trace_command
 from .read_commands import PARTIAL_EXIT, PENDING_MARK, export_command, ls_command, show_command, verify_command
 
 __all__ = [
@@ -60,6 +62,8 @@ app.command("resume")(resume_command)
 app.command("show")(show_command)
 app.command("stats")(stats_command)
 app.command("title")(title_command)
+app.command("search")(search_command)
+app.command("trace")(trace_command)
 app.command("replay")(replay_command)
 app.command("fork")(fork_command)
 app.command("compact")(compact_command)

@@ -320,39 +320,72 @@ def reindex_command(
     projections: Annotated[
         bool, typer.Option("--projections", help="Drop and rebuild the projection cache of every session.")
     ] = False,
+    search: Annotated[
+        bool, typer.Option("--search", help="Drop and rebuild the full-text search index of every session.")
+    ] = False,
 ) -> None:
-    """Rebuild derived data: with --projections, drop the projection cache and refold every stored log.
+    """Rebuild derived data: --projections refolds every stored log into the projection cache, --search
+    indexes every stored log again into the search index (both may be given; each drops its file first).
 
-    The cache is never needed for correctness (ls, stats and title work without it), only for speed.
-    Sessions whose log cannot be read are reported and left out. --json: {sessions, indexed, failed:
-    [{id, error: {code, message}}], cache}. Exit code 1 if any session failed.
+    Neither is ever needed for correctness (ls, stats and title work without the cache; search builds
+    and reconciles its index by itself), only for speed or to replace a damaged file. Sessions whose log
+    cannot be read are reported and left out. --json: {sessions, indexed, failed: [{id, error: {code,
+    message}}], cache} for --projections, {sessions, indexed, failed, index} for --search, and
+    {projections: {...}, search: {...}} for both. Exit code 1 if any session failed.
     """
+    documents: dict[str, dict[str, Any]] = {}
     try:
-        if not projections:
-            raise InvalidOptionError("reindex: say what to rebuild (--projections)")
-        storage = opts.open_backend(read_only=True)
-        listings = storage.list_sessions()
-        path = cache_path_for(storage)
-        if path is not None:
-            _drop_cache_file(path)
-        reader = _reader(storage)
-        medium = open_cache_storage(storage)
-        medium.clear()
+        if not projections and not search:
+            raise InvalidOptionError("reindex: say what to rebuild (--projections, --search)")
+        if projections:
+            documents["projections"] = _reindex_projections(opts)
+        if search:
+            documents["search"] = _reindex_search(opts)
     except AgentlogError as err:
         render_error(err, opts.as_json)
-    cache = ProjectionCache(
-        cli_registry(), reader, medium, writer=InlineWriter(), store=SessionStore(), owns_storage=True
-    )
-    failed: list[dict[str, Any]] = []
-    indexed = 0
-    with Progress(
-        TextColumn("reindexing projections"),
+    if opts.as_json:
+        _emit_json(documents["projections" if projections else "search"] if len(documents) == 1 else documents)
+    else:
+        for kind, document in documents.items():
+            what = "projection cache" if kind == "projections" else "search index"
+            where = document["cache"] if kind == "projections" else document["index"]
+            typer.echo(
+                f"{what} rebuilt: {document['indexed']} of {document['sessions']} sessions"
+                + (f" ({where})" if where else "")
+            )
+            for item in document["failed"]:
+                typer.echo(f"  {item['id']}: [{item['error']['code']}] {item['error']['message']}")
+    if any(document["failed"] for document in documents.values()):
+        raise typer.Exit(code=1)
+
+
+def _progress(label: str, opts: StoreOptions) -> Progress:
+    return Progress(
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         disable=opts.as_json,
-    ) as progress:
+    )
+
+
+def _reindex_projections(opts: StoreOptions) -> dict[str, Any]:
+    """Drop the projection cache and refold every stored log: ``{sessions, indexed, failed, cache}``."""
+    storage = opts.open_backend(read_only=True)
+    listings = storage.list_sessions()
+    path = cache_path_for(storage)
+    if path is not None:
+        _drop_cache_file(path)
+    reader = _reader(storage)
+    medium = open_cache_storage(storage)
+    medium.clear()
+    cache = ProjectionCache(
+        cli_registry(), reader, medium, writer=InlineWriter(), store=SessionStore(), owns_storage=True
+    )
+    failed: list[dict[str, Any]] = []
+    indexed = 0
+    with _progress("reindexing projections", opts) as progress:
         task = progress.add_task("reindex", total=len(listings))
         for listing in listings:
             if listing.error_code is not None:
@@ -368,11 +401,23 @@ def reindex_command(
             progress.advance(task)
     cache.close()
     reader.close()
-    if opts.as_json:
-        _emit_json({"sessions": len(listings), "indexed": indexed, "failed": failed, "cache": path})
-    else:
-        typer.echo(f"projection cache rebuilt: {indexed} of {len(listings)} sessions" + (f" ({path})" if path else ""))
-        for item in failed:
-            typer.echo(f"  {item['id']}: [{item['error']['code']}] {item['error']['message']}")
-    if failed:
-        raise typer.Exit(code=1)
+    return {"sessions": len(listings), "indexed": indexed, "failed": failed, "cache": path}
+
+
+def _reindex_search(opts: StoreOptions) -> dict[str, Any]:
+    """Drop the search index and index every stored log again: ``{sessions, indexed, failed, index}``."""
+    from .query_commands import rebuild_search_index
+
+    storage = opts.open_backend(read_only=True)
+    storage.list_sessions()  # a missing store is STORE_NOT_FOUND before the index file is made
+    reader = _reader(storage)
+    try:
+        with _progress("reindexing search", opts) as progress:
+            task = progress.add_task("reindex", total=None)
+
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            return rebuild_search_index(reader, advance)
+    finally:
+        reader.close()
