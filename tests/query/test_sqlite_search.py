@@ -622,3 +622,378 @@ def test_10_4_18_rejects_one_125000_value_filter_list() -> None:
         code_of(lambda: search.search_sessions(query="needle", session_filters=[{"kind": "id", "values": values}]))
         == "SESSION_QUERY_INVALID_FILTER"
     )
+
+
+# --- reconciliation and source lifecycle (cases 19–38) ----------------------------------------------------
+
+
+def test_10_4_19_owns_queued_request_and_filter_values_before_waiting(pool: ThreadPoolExecutor) -> None:
+    durable = header("owned")
+    search, persistence, _ = mounted([(durable, message_events("durable needle"))])
+    persistence.list_gate = threading.Event()
+    blocking = pool.submit(search.search_sessions, query="needle")
+    assert persistence.list_started.wait(30)
+    availability = ["persisted"]
+    filters = [{"kind": "availability", "values": availability}]
+    waiting = threading.Event()
+    queued = pool.submit(
+        search.search_sessions, query="needle", session_filters=filters, signal=Flag(on_check=waiting.set)
+    )
+    assert waiting.wait(30)  # the signal is first consulted after the request was copied
+    availability[0] = "live"
+    filters.append({"kind": "id", "values": []})
+    persistence.list_gate.set()
+    assert [item["header"] for item in blocking.result(30)["items"]] == [durable]
+    assert [item["header"] for item in queued.result(30)["items"]] == [durable]
+
+
+def test_10_4_20_mounts_dynamically_shadows_with_temp_live_rows_reveals_and_hides_on_unmount() -> None:
+    shared = header("shared", 10, cwd="/work")
+    durable = header("durable", 5)
+    data = Entries()
+    data.set(shared, message_events("persisted needle"))
+    data.set(durable, message_events("durable needle"))
+    store = SessionStore()
+    search = live_search(store)
+    assert search.search_sessions(query="durable") == {"items": []}
+    persistence = FakePersistence(store, data)
+    search.bind_persistence(persistence)
+    page = search.search_sessions(query="durable")
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(durable, False, True)]
+
+    live = store.prepare("shared", meta={"createdAt": 10, "cwd": "/work"})
+    live.append("user/message", user_msg("live needle"), intent(APPEND))
+    detach = store.enter(live)
+    store.announce(live)
+    assert search.search_sessions(query="persisted") == {"items": []}
+    page = search.search_sessions(query="live")
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, True, True)]
+    detach()
+    page = search.search_sessions(query="persisted")
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, False, True)]
+
+    search.bind_persistence(None)
+    assert search.search_sessions(query="durable") == {"items": []}
+    assert code_of(lambda: search.search_events(session_id="durable", query="needle")) == "SESSION_QUERY_SESSION_NOT_FOUND"
+
+
+def test_10_4_21_never_loads_a_persisted_log_while_the_session_is_live() -> None:
+    shared = header("checkpointed-live", 10)
+    data = Entries()
+    data.set(shared, message_events("persisted needle"))
+    store = SessionStore()
+    search = live_search(store)
+    live = store.prepare("checkpointed-live", seed=message_events("live needle"), meta={"createdAt": 10})
+    detach = store.enter(live)
+    store.announce(live)
+    persistence = FakePersistence(store, data)
+    search.bind_persistence(persistence)
+    page = search.search_sessions(query="live", session_filters=[{"kind": "availability", "values": ["persisted"]}])
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, True, True)]
+    assert persistence.loads["checkpointed-live"] == 0
+    assert persistence.inspections["checkpointed-live"] == 0
+    detach()
+    page = search.search_sessions(query="persisted")
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, False, True)]
+    assert persistence.loads["checkpointed-live"] == 0
+    assert persistence.inspections["checkpointed-live"] == 1
+
+
+def test_10_4_22_retries_when_a_live_owner_attaches_during_observation() -> None:
+    search, persistence, _ = mounted()
+
+    def attach() -> None:
+        persistence.snapshot_effect = None
+        search.store.create("attached", seed=message_events("attached needle"))
+
+    persistence.snapshot_effect = attach
+    assert ids(search.search_sessions(query="attached")) == ["attached"]
+
+
+def test_10_4_23_cannot_crash_repair_when_live_ownership_begins_during_inspection() -> None:
+    shared = header("attach-during-inspect", 10)
+    persisted_events = message_events("persisted needle")
+    search, persistence, data = mounted([(shared, persisted_events)])
+    persistence.load_effect = lambda entry: entry.update(events=message_events("incorrect repair"))
+    persistence.inspect_effect = lambda _entry: search.store.create(
+        "attach-during-inspect", seed=message_events("live needle"), meta={"createdAt": 10}
+    )
+    page = search.search_sessions(query="live")
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, True, True)]
+    assert persistence.loads["attach-during-inspect"] == 0
+    assert data.entries["attach-during-inspect"]["events"] == persisted_events
+
+
+def test_10_4_24_retries_when_one_live_owner_replaces_another_during_observation() -> None:
+    data = Entries()
+    store = SessionStore()
+    search = live_search(store)
+    first = store.prepare("first", seed=message_events("first needle"))
+    detach_first = store.enter(first)
+    store.announce(first)
+    persistence = FakePersistence(store, data)
+    search.bind_persistence(persistence)
+
+    def swap() -> None:
+        persistence.snapshot_effect = None
+        detach_first()
+        store.create("second", seed=message_events("second needle"))
+
+    persistence.snapshot_effect = swap
+    assert ids(search.search_sessions(query="second")) == ["second"]
+
+
+def test_10_4_25_uses_the_reconciled_binding_through_the_query_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    durable = header("post-reconcile-unmount")
+    events = [*message_events("durable needle", 1), *message_events("durable needle again", 2, seq=1)]
+    search, _, _ = mounted([(durable, events)], default_limit=1, max_limit=2)
+    original = search._reconcile
+
+    def then_unmount(signal: Any, **kwargs: Any) -> Any:
+        binding = original(signal, **kwargs)
+        search.bind_persistence(None)
+        return binding
+
+    monkeypatch.setattr(search, "_reconcile", then_unmount)
+    page = search.search_events(session_id="post-reconcile-unmount", query="needle", limit=1)
+    assert [item["sessionId"] for item in page["items"]] == ["post-reconcile-unmount"]
+    assert isinstance(page.get("nextCursor"), str)
+    monkeypatch.undo()
+    assert (
+        code_of(lambda: search.search_events(session_id="post-reconcile-unmount", query="needle"))
+        == "SESSION_QUERY_SESSION_NOT_FOUND"
+    )
+
+
+def test_10_4_26_discards_a_stale_list_rejection_when_persistence_unmounts(pool: ThreadPoolExecutor) -> None:
+    search, persistence, _ = mounted([(header("racing"), message_events("durable needle"))])
+    persistence.list_gate = threading.Event()
+    pending = pool.submit(search.search_sessions, query="needle")
+    assert persistence.list_started.wait(30)
+    search.bind_persistence(None)
+    persistence.failure = RuntimeError("stale backend rejection")
+    persistence.list_gate.set()
+    assert pending.result(30) == {"items": []}
+
+
+def test_10_4_27_retries_against_a_replacement_after_the_prior_binding_rejects(pool: ThreadPoolExecutor) -> None:
+    durable = header("replacement")
+    search, prior, data = mounted([(durable, message_events("durable needle"))])
+    prior.list_gate = threading.Event()
+    pending = pool.submit(search.search_sessions, query="needle")
+    assert prior.list_started.wait(30)
+    search.bind_persistence(None)
+    replacement = FakePersistence(search.store, data)
+    search.bind_persistence(replacement)
+    prior.failure = RuntimeError("stale prior binding")
+    prior.list_gate.set()
+    assert [item["header"] for item in pending.result(30)["items"]] == [durable]
+
+
+def test_10_4_28_reloads_a_replacement_source_even_when_revisions_collide() -> None:
+    durable = header("colliding-replacement")
+    search, prior, data = mounted([(durable, message_events("old content"))])
+    revision = data.revisions["colliding-replacement"]
+    assert [item["header"] for item in search.search_sessions(query="old")["items"]] == [durable]
+    search.bind_persistence(None)
+    data.set(durable, message_events("new needle"))
+    data.revisions["colliding-replacement"] = revision
+    replacement = FakePersistence(search.store, data)
+    search.bind_persistence(replacement)
+    page = search.search_sessions(query="new needle")
+    assert prior.inspections["colliding-replacement"] + replacement.inspections["colliding-replacement"] == 2
+    assert [item["header"] for item in page["items"]] == [durable]
+    assert search.search_sessions(query="old") == {"items": []}
+    assert replacement.inspections["colliding-replacement"] == 1
+
+
+def test_10_4_29_retries_when_a_successful_observation_belongs_to_an_unmounted_source() -> None:
+    search, persistence, _ = mounted([(header("successful-unmount"), message_events("durable needle"))])
+
+    def unmount_on_second_list() -> None:
+        if persistence.lists == 2:
+            search.bind_persistence(None)
+
+    persistence.snapshot_effect = unmount_on_second_list
+    assert search.search_sessions(query="needle") == {"items": []}
+    assert persistence.lists == 2
+
+
+def test_10_4_30_retries_when_the_snapshot_population_changes_during_observation() -> None:
+    first, added = header("first"), header("added-during-list")
+    search, persistence, data = mounted([(first, message_events("first needle"))])
+
+    def add() -> None:
+        persistence.snapshot_effect = None
+        data.set(added, message_events("added needle"))
+
+    persistence.snapshot_effect = add
+    page = search.search_sessions(query="needle")
+    assert sorted(ids(page)) == sorted(["added-during-list", "first"])
+    assert persistence.inspections["first"] == 2
+    assert persistence.inspections["added-during-list"] == 1
+
+
+def test_10_4_31_fails_after_one_retry_when_snapshots_keep_changing() -> None:
+    durable = header("continuous-mutation")
+    search, persistence, data = mounted([(durable, message_events("durable needle"))])
+    persistence.snapshot_effect = lambda: data.set(durable, message_events(f"durable needle {persistence.lists}"))
+    with pytest.raises(SessionQueryError) as info:
+        search.search_sessions(query="needle")
+    assert info.value.code == "SESSION_QUERY_PERSISTENCE_FAILED"
+    assert str(info.value) == "session-search persistence observation did not stabilize after one retry"
+    assert persistence.lists == 4
+
+
+class _RebindingStore(SessionStore):
+    """A store whose first listing replaces the search's persistence binding (same service, new binding)."""
+
+    search: SqliteSearch | None = None
+    bumped = False
+
+    def list(self) -> Any:
+        if self.search is not None and not self.bumped:
+            self.bumped = True
+            persistence = self.search.persistence
+            self.search.bind_persistence(None)
+            self.search.bind_persistence(persistence)
+        return super().list()
+
+
+def test_10_4_32_retries_if_the_binding_changes_while_live_sessions_are_observed() -> None:
+    durable = header("live-boundary-retry")
+    data = Entries()
+    data.set(durable, message_events("durable needle"))
+    store = _RebindingStore()
+    search = live_search(store)
+    persistence = FakePersistence(store, data)
+    search.bind_persistence(persistence)
+    store.search = search
+    assert [item["header"] for item in search.search_sessions(query="needle")["items"]] == [durable]
+    assert persistence.inspections["live-boundary-retry"] == 2
+
+
+def test_10_4_33_rejects_malformed_snapshots_and_preserves_typed_failures() -> None:
+    durable = header("invalid-snapshot")
+    search, persistence, _ = mounted([(durable, message_events("durable needle"))])
+    for override in (
+        lambda: "not-an-array",
+        lambda: [SessionListing(id="invalid-snapshot", header=durable, revision=1)],  # type: ignore[arg-type]
+        lambda: [
+            SessionListing(id="invalid-snapshot", header=durable, revision="duplicate:1"),
+            SessionListing(id="invalid-snapshot", header=durable, revision="duplicate:2"),
+        ],
+    ):
+        persistence.snapshot_override = override
+        assert code_of(lambda: search.search_sessions(query="needle")) == "SESSION_QUERY_PERSISTENCE_FAILED"
+    persistence.snapshot_override = None
+    typed = SessionQueryError("typed persistence failure", "SESSION_QUERY_PERSISTENCE_FAILED")
+    persistence.failure = typed
+    with pytest.raises(SessionQueryError) as info:
+        search.search_sessions(query="needle")
+    assert info.value is typed
+
+
+def test_10_4_34_rejects_immutable_header_conflicts_between_live_and_persisted() -> None:
+    shared = header("conflict", 10, delegationDepth=1)
+    search, _, _ = mounted([(shared, message_events("persisted needle"))])
+    search.store.create("conflict", seed=message_events("live needle"), meta={"createdAt": 10, "delegationDepth": 2})
+    assert code_of(lambda: search.search_sessions(query="needle")) == "SESSION_QUERY_SOURCE_CONFLICT"
+
+
+def _generations(path: Path) -> dict[str, int]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT id, generation FROM persisted_sessions ORDER BY id").fetchall())
+
+
+def test_10_4_35_preserves_unchanged_generations_while_reconciling_new_changed_and_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "search.db"
+    unchanged, changed, deleted, added = header("unchanged"), header("changed"), header("deleted"), header("added")
+    data = Entries()
+    data.set(unchanged, message_events("unchanged needle"))
+    data.set(changed, message_events("old needle"))
+    data.set(deleted, message_events("deleted needle"))
+    store = SessionStore()
+    first = FakePersistence(store, data)
+    search = SqliteSearch(first, path=str(path))
+    search.search_sessions(query="needle")
+    assert dict(first.inspections) == {"unchanged": 1, "changed": 1, "deleted": 1}
+    search.search_sessions(query="needle")
+    assert dict(first.inspections) == {"unchanged": 1, "changed": 1, "deleted": 1}
+    search.close()
+    first.close()
+    before = _generations(path)
+
+    del data.entries["deleted"]
+    data.set(changed, message_events("changed needle"))
+    data.set(added, message_events("added needle"))
+    store = SessionStore()
+    second = FakePersistence(store, data)
+    search = SqliteSearch(second, path=str(path))
+    assert sorted(ids(search.search_sessions(query="needle"))) == ["added", "changed", "unchanged"]
+    assert dict(second.inspections) == {"changed": 1, "added": 1}
+    search.close()
+    second.close()
+    after = _generations(path)
+    assert after["unchanged"] == before["unchanged"]
+    assert after["changed"] > before["changed"]
+    assert "deleted" not in after and "added" in after
+
+
+def test_10_4_36_drops_connection_local_live_overlays_on_reopen_and_keeps_persistent_bases(tmp_path: Path) -> None:
+    path = tmp_path / "search.db"
+    shared = header("shared", 10)
+    data = Entries()
+    data.set(shared, message_events("persisted needle"))
+    store = SessionStore()
+    persistence = FakePersistence(store, data)
+    store.create("shared", seed=message_events("live needle"), meta={"createdAt": 10})
+    search = SqliteSearch(persistence, path=str(path))
+    assert len(search.search_events(session_id="shared", query="live")["items"]) == 1
+    search.close()
+    persistence.close()
+
+    store = SessionStore()
+    again = FakePersistence(store, data)
+    search = SqliteSearch(again, path=str(path))
+    assert search.search_sessions(query="live") == {"items": []}
+    page = search.search_sessions(query="persisted")
+    assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, False, True)]
+    assert again.inspections["shared"] == 1  # the first process never read it: it was live there
+    search.close()
+
+
+def test_10_4_37_refreshes_after_an_external_mutating_repair_without_loading() -> None:
+    durable = header("repair")
+    search, persistence, _ = mounted([(durable, message_events("before repair"))])
+    assert [item["header"] for item in search.search_sessions(query="before")["items"]] == [durable]
+    persistence.load_effect = lambda entry: entry.update(events=message_events("repaired needle"))
+    persistence.load("repair")
+    assert [item["header"] for item in search.search_sessions(query="repaired")["items"]] == [durable]
+    assert persistence.inspections["repair"] == 2
+    search.search_sessions(query="repaired")
+    assert persistence.inspections["repair"] == 2
+    assert persistence.loads["repair"] == 1
+
+
+def test_10_4_38_recovers_on_the_next_search_after_source_and_transaction_failures() -> None:
+    search, persistence, _ = mounted([(header("durable"), message_events("durable needle"))])
+    persistence.failure = RuntimeError("offline")
+    failed = "SESSION_QUERY_PERSISTENCE_FAILED"
+    assert code_of(lambda: search.search_sessions(query="needle")) == failed
+    signal = Flag()
+    assert code_of(lambda: search.search_sessions(query="needle", signal=signal)) == failed
+    persistence.failure = OSError("still offline")
+    assert code_of(lambda: search.search_sessions(query="needle", signal=signal)) == failed
+    persistence.failure = None
+    assert len(search.search_sessions(query="needle")["items"]) == 1
+
+    live = search.store.create("live", seed=message_events("base"))
+    search.search_events(session_id="live", query="base")
+    assert search._conn is not None
+    search._conn.execute("PRAGMA query_only = ON")
+    live.append("user/message", user_msg("retry needle"), intent(APPEND))
+    assert code_of(lambda: search.search_events(session_id="live", query="needle")) == "SESSION_QUERY_INDEX_FAILED"
+    search._conn.execute("PRAGMA query_only = OFF")
+    # seq 2: the one-event seed, its end-seed marker, then the live message.
+    assert [item["seq"] for item in search.search_events(session_id="live", query="needle")["items"]] == [2]
