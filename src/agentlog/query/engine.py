@@ -35,7 +35,7 @@ import threading
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, Self, TypeVar
 
 from ..errors import AgentlogError, SessionPersistenceCorruptionError, SessionQueryError, SurfaceError
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, thaw
@@ -338,7 +338,7 @@ class SessionQuery:
         """Release the persistence binding (idempotent); live reads keep working."""
         self.bind_persistence(None)
 
-    def __enter__(self) -> SessionQuery:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -656,7 +656,7 @@ class SessionQuery:
         signal: Signal | None,
     ) -> list[Json]:
         """Project each unique id's logical source once (live first, stored ones by bounded workers)."""
-        ids = list(dict.fromkeys(session_ids))
+        ids = [session_ids] if isinstance(session_ids, str) else list(dict.fromkeys(session_ids))
         self._check_signal(signal)
         resolved: dict[str, Json] = {}
         aborted = threading.Event()
@@ -668,7 +668,9 @@ class SessionQuery:
             except SessionQueryError as err:
                 return _rejected(session_id, err)
             except Exception as err:
-                failure = SessionQueryError(f'session "{session_id}" could not be projected: {_message(err)}', _CORRUPT)
+                # A log that validates but cannot be folded (a malformed title event): that session's
+                # failure, typed like every other per-session failure, with the fold's error as its cause.
+                failure = SessionQueryError(f'session "{session_id}" could not be folded: {_message(err)}', _CORRUPT)
                 failure.__cause__ = err
                 return _rejected(session_id, failure)
             self._check_signal(signal)
