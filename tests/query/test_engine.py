@@ -1090,3 +1090,54 @@ def test_header_compatibility_is_reflexive_and_detects_any_identity_field_change
         with pytest.raises(SessionQueryError) as caught:
             assert_headers_compatible(header, changed)
         assert caught.value.code == "SESSION_QUERY_SOURCE_CONFLICT"
+
+
+# --- the query path never writes the store (Python-specific guarantees) -------------------------------------
+
+
+def test_reads_a_stored_open_turn_balanced_in_memory_without_repairing_or_writing_the_store(world: World) -> None:
+    """An interrupted stored turn is read with the repair closers balanced in memory only: the stored
+    revision is the same after every read (``inspect`` never commits a repair)."""
+    open_turn = [
+        {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}},
+        user_event(1, "interrupted"),
+    ]
+    stored = world.persist(meta("open-turn"), open_turn)
+    before = world.backend.read_revision(stored["id"])
+    query = world.query()
+
+    log = query.read_session(stored["id"])
+    assert [event["type"] for event in log["events"]][:2] == ["turn/start", "user/message"]
+    assert log["events"][-1]["type"] == "turn/end"  # the in-memory closer
+    assert query.list_events(stored["id"])[-1]["type"] == "turn/end"
+    assert query.trace_event(stored["id"], 1)["target"]["surface"] == "current"
+    assert query.read_title(stored["id"]) is None
+    assert world.backend.read_revision(stored["id"]) == before
+    stored_again = world.backend.load_stored(stored["id"])
+    assert [event["type"] for event in stored_again.events] == ["turn/start", "user/message"]
+
+
+def test_reads_a_session_another_process_is_writing_without_taking_its_writer_lock(
+    world: World, tmp_path: Path
+) -> None:
+    """A second store over the same files owns a live session (it holds the writer lock); this engine
+    reads the stored prefix all the same and never reports it live."""
+    other_store = SessionStore()
+    other_backend: Any = (
+        JsonlBackend(tmp_path / "jsonl") if world.kind == "jsonl" else SqliteBackend(tmp_path / "store.sqlite3")
+    )
+    writer = PersistenceCoordinator(other_store, other_backend, batch_delay_ms=1)
+    try:
+        session = other_store.create("elsewhere", meta={"createdAt": 7, "delegationDepth": 0})
+        session.append("user/message", user("written elsewhere"), APPEND)
+        other_store.flush(session)
+        query = world.query()
+        records = query.list_sessions()
+        assert [(r["header"]["id"], r["live"], r["persisted"]) for r in records] == [("elsewhere", False, True)]
+        documents = query.filter_events("elsewhere", [{"kind": "text", "text": "WRITTEN   elsewhere"}])
+        assert [doc["text"] for doc in documents] == ["written elsewhere"]
+        session.append("user/message", user("and more"), APPEND)
+        other_store.flush(session)
+        assert [doc["text"] for doc in query.filter_events("elsewhere", [])] == ["written elsewhere", "and more"]
+    finally:
+        writer.close()
