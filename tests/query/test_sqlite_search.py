@@ -674,7 +674,9 @@ def test_10_4_20_mounts_dynamically_shadows_with_temp_live_rows_reveals_and_hide
 
     search.bind_persistence(None)
     assert search.search_sessions(query="durable") == {"items": []}
-    assert code_of(lambda: search.search_events(session_id="durable", query="needle")) == "SESSION_QUERY_SESSION_NOT_FOUND"
+    assert (
+        code_of(lambda: search.search_events(session_id="durable", query="needle")) == "SESSION_QUERY_SESSION_NOT_FOUND"
+    )
 
 
 def test_10_4_21_never_loads_a_persisted_log_while_the_session_is_live() -> None:
@@ -997,3 +999,257 @@ def test_10_4_38_recovers_on_the_next_search_after_source_and_transaction_failur
     search._conn.execute("PRAGMA query_only = OFF")
     # seq 2: the one-event seed, its end-seed marker, then the live message.
     assert [item["seq"] for item in search.search_events(session_id="live", query="needle")["items"]] == [2]
+
+
+# --- cancellation, close, real persistence (cases 46–57) -------------------------------------------------
+
+
+def _run(search: SqliteSearch, scope: str, session_id: str, signal: Any = None) -> dict[str, Any]:
+    if scope == "sessions":
+        return search.search_sessions(query="needle", signal=signal)
+    return search.search_events(session_id=session_id, query="needle", signal=signal)
+
+
+@pytest.mark.parametrize("scope", ["sessions", "events"])
+def test_10_4_46_consults_one_signal_around_both_lists_and_the_inspection(scope: str) -> None:
+    """The backend calls take no signal here (they are synchronous): the one signal of the search is
+    consulted before and after each of them, so every backend call is bracketed by checks."""
+    sid = f"signal-{scope}"
+    search, persistence, _ = mounted([(header(sid), message_events("signal needle"))])
+    signal = Flag(on_check=lambda: persistence.calls.append("check"))
+    assert len(_run(search, scope, sid, signal)["items"]) == 1
+    calls = persistence.calls
+    assert [c for c in calls if c != "check"] == ["list", f"inspect:{sid}", "list"]
+    for index, call in enumerate(calls):
+        if call != "check":
+            assert calls[index - 1] == "check" and calls[index + 1] == "check"
+
+
+@pytest.mark.parametrize("scope", ["sessions", "events"])
+def test_10_4_47_starts_no_persistence_observation_for_a_pre_aborted_search(scope: str) -> None:
+    sid = f"pre-aborted-{scope}"
+    search, persistence, _ = mounted([(header(sid), message_events("needle"))])
+    signal = Flag()
+    signal.set()
+    assert code_of(lambda: _run(search, scope, sid, signal)) == "SESSION_QUERY_ABORTED"
+    assert persistence.calls == []
+
+
+def test_10_4_48_awaits_a_listing_that_observes_cancellation_without_another_step(pool: ThreadPoolExecutor) -> None:
+    search, persistence, _ = mounted([(header("cooperative-list-abort"), message_events("needle"))])
+    signal = Flag()
+    seen, cleanup = threading.Event(), threading.Event()
+
+    def cooperative() -> None:
+        persistence.snapshot_effect = None
+        while not signal.is_set():
+            threading.Event().wait(0.005)
+        seen.set()
+        cleanup.wait(30)
+
+    persistence.snapshot_effect = cooperative
+    pending = pool.submit(search.search_sessions, query="needle", signal=signal)
+    assert persistence.list_started.wait(30)
+    signal.set()
+    assert seen.wait(30)
+    wait_blocked(pending)
+    assert persistence.calls == ["list"]
+    cleanup.set()
+    assert code_of(lambda: pending.result(30)) == "SESSION_QUERY_ABORTED"
+    assert persistence.calls == ["list"]
+
+
+def test_10_4_49_keeps_a_second_search_serialized_while_an_abort_ignoring_list_finishes(
+    pool: ThreadPoolExecutor,
+) -> None:
+    search, persistence, _ = mounted([(header("serialized-list-abort"), message_events("needle"))])
+    persistence.list_gate = threading.Event()
+    signal = Flag()
+    first = pool.submit(search.search_sessions, query="needle", signal=signal)
+    assert persistence.list_started.wait(30)
+    signal.set()
+    second = pool.submit(search.search_events, session_id="serialized-list-abort", query="needle")
+    wait_blocked(first)
+    wait_blocked(second)
+    assert persistence.calls == ["list"]
+    persistence.list_gate.set()
+    assert code_of(lambda: first.result(30)) == "SESSION_QUERY_ABORTED"
+    assert [item["sessionId"] for item in second.result(30)["items"]] == ["serialized-list-abort"]
+
+
+def test_10_4_50_awaits_an_abort_ignoring_inspection_and_starts_nothing_more(pool: ThreadPoolExecutor) -> None:
+    search, persistence, _ = mounted(
+        [
+            (header("ignored-inspect-first"), message_events("first needle")),
+            (header("ignored-inspect-second"), message_events("second needle")),
+        ]
+    )
+    started, cleanup = threading.Event(), threading.Event()
+
+    def ignoring(_entry: dict[str, Any]) -> None:
+        started.set()
+        cleanup.wait(30)
+
+    persistence.inspect_effect = ignoring
+    signal = Flag()
+    pending = pool.submit(search.search_sessions, query="needle", signal=signal)
+    assert started.wait(30)
+    signal.set()
+    wait_blocked(pending)
+    cleanup.set()
+    assert code_of(lambda: pending.result(30)) == "SESSION_QUERY_ABORTED"
+    assert persistence.calls == ["list", "inspect:ignored-inspect-first"]
+
+
+def test_10_4_51_cancels_queued_and_in_flight_waits_without_committing(pool: ThreadPoolExecutor) -> None:
+    search, persistence, data = mounted()
+    persistence.list_gate = threading.Event()
+    blocking = pool.submit(search.search_sessions, query="needle")
+    assert persistence.list_started.wait(30)
+    queued_signal = Flag()
+    queued = pool.submit(search.search_sessions, query="needle", signal=queued_signal)
+    queued_signal.set()
+    assert code_of(lambda: queued.result(30)) == "SESSION_QUERY_ABORTED"  # cancelled while still queued
+    persistence.list_gate.set()
+    assert blocking.result(30) == {"items": []}
+
+    data.set(header("uncommitted"), message_events("durable needle"))
+    persistence.list_gate = threading.Event()
+    persistence.list_started.clear()
+    active_signal = Flag()
+    active = pool.submit(search.search_sessions, query="needle", signal=active_signal)
+    assert persistence.list_started.wait(30)
+    active_signal.set()
+    wait_blocked(active)
+    persistence.list_gate.set()
+    assert code_of(lambda: active.result(30)) == "SESSION_QUERY_ABORTED"
+    assert search._conn is not None
+    assert search._conn.execute("SELECT COUNT(*) FROM persisted_sessions").fetchone() == (0,)
+    assert ids(search.search_sessions(query="needle")) == ["uncommitted"]
+
+
+def test_10_4_52_normalizes_a_failed_readiness_into_an_index_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    search = live_search(open_at="first-search")
+
+    def failing() -> None:
+        raise RuntimeError("ready error")
+
+    monkeypatch.setattr(search, "_open", failing)
+    with pytest.raises(SessionQueryError) as info:
+        search.search_sessions(query="needle")
+    assert info.value.code == "SESSION_QUERY_INDEX_FAILED"
+    assert str(info.value) == "session-search SQLite index failed to open: ready error"
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_10_4_53_checks_cancellation_after_readiness_before_reconciliation_touches_sqlite(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    search = live_search(open_at="first-search")
+    statements: list[str] = []
+    signal = Flag()
+    original = search._open
+
+    def open_then_abort() -> None:
+        original()
+        assert search._conn is not None
+        search._conn.set_trace_callback(statements.append)
+        signal.set()
+
+    monkeypatch.setattr(search, "_open", open_then_abort)
+    assert code_of(lambda: search.search_sessions(query="needle", signal=signal)) == "SESSION_QUERY_ABORTED"
+    assert statements == []
+
+
+def test_10_4_54_close_waits_for_the_accepted_operation_and_rejects_queued_and_future_work(
+    pool: ThreadPoolExecutor,
+) -> None:
+    search, persistence, _ = mounted()
+    persistence.list_gate = threading.Event()
+    accepted = pool.submit(search.search_sessions, query="needle")
+    assert persistence.list_started.wait(30)
+    queued = pool.submit(search.search_sessions, query="needle")
+    closing = pool.submit(search.close)
+    assert code_of(lambda: queued.result(30)) == "SESSION_QUERY_INDEX_FAILED"
+    wait_blocked(closing)  # close waits for the accepted operation
+    persistence.list_gate.set()
+    assert accepted.result(30) == {"items": []}
+    closing.result(30)
+    with pytest.raises(SessionQueryError) as info:
+        search.search_sessions(query="needle")
+    assert (info.value.code, str(info.value)) == ("SESSION_QUERY_INDEX_FAILED", "session-search SQLite index is closed")
+    search.close()  # idempotent
+    assert search._conn is None
+
+
+def test_10_4_55_close_releases_the_optional_persistence_binding() -> None:
+    """The original awaits its optional-persistence child fiber on disposal; here close() (after the
+    accepted operation) releases the binding, and the inherited live reads keep working."""
+    search, _, _ = mounted([(header("bound"), message_events("needle"))])
+    search.store.create("live", seed=message_events("live needle"))
+    search.search_sessions(query="needle")
+    search.close()
+    assert search.persistence is None
+    assert [record["header"]["id"] for record in search.list_sessions()] == ["live"]
+
+
+def test_10_4_56_real_sqlite_persistence_backend_with_the_real_search(tmp_path: Path) -> None:
+    backend = SqliteBackend(str(tmp_path / "canonical.db"))
+    coordinator = PersistenceCoordinator(SessionStore(), backend)
+    search = SqliteSearch(coordinator, path=str(tmp_path / "derived.db"))
+    meta = header("real", 10, cwd="/work")
+    coordinator.create(meta)
+    coordinator.append("real", message_events("real SQLite needle"))
+    page = search.search_sessions(query="SQLite needle")
+    assert [(i["header"], i["persisted"], i["live"]) for i in page["items"]] == [(meta, True, False)]
+    events = search.search_events(session_id="real", query="SQLite needle")
+    assert events["session"] == meta
+    assert [(i["sessionId"], i["seq"]) for i in events["items"]] == [("real", 0)]
+    assert (
+        code_of(lambda: search.search_events(session_id="absent", query="needle")) == "SESSION_QUERY_SESSION_NOT_FOUND"
+    )
+    search.close()
+    loaded = coordinator.load("real")
+    assert dict(loaded.meta) == meta and [event["seq"] for event in loaded.events] == [0]
+    coordinator.close()
+
+
+class _CountingCoordinator(PersistenceCoordinator):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.inspected = 0
+
+    def inspect(self, session_id: str) -> SessionSnapshot:
+        self.inspected += 1
+        return super().inspect(session_id)
+
+
+def test_10_4_57_reconciles_colliding_revisions_when_reopened_against_another_sqlite_store(tmp_path: Path) -> None:
+    index = str(tmp_path / "derived-collision.db")
+    shared = header("same-id", 10)
+
+    first = _CountingCoordinator(SessionStore(), SqliteBackend(str(tmp_path / "canonical-a.db")))
+    first.create(shared)
+    first.append("same-id", message_events("alpha source"))
+    search = SqliteSearch(first, path=index)
+    assert [i["header"] for i in search.search_sessions(query="alpha")["items"]] == [shared]
+    assert first.inspected == 1
+    search.close()
+    first.close()
+
+    reopened = _CountingCoordinator(SessionStore(), SqliteBackend(str(tmp_path / "canonical-a.db")))
+    search = SqliteSearch(reopened, path=index)
+    assert [i["header"] for i in search.search_sessions(query="alpha")["items"]] == [shared]
+    assert reopened.inspected == 0
+    search.close()
+    reopened.close()
+
+    second = _CountingCoordinator(SessionStore(), SqliteBackend(str(tmp_path / "canonical-b.db")))
+    second.create(shared)
+    second.append("same-id", message_events("bravo source"))
+    search = SqliteSearch(second, path=index)
+    assert [i["header"] for i in search.search_sessions(query="bravo")["items"]] == [shared]
+    assert search.search_sessions(query="alpha") == {"items": []}
+    assert second.inspected == 1
+    search.close()
+    second.close()
