@@ -37,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.errors import SessionPersistenceCorruptionError, SessionQueryError
+from agentlog.kernel.events import EventTypes, event_types
 from agentlog.kernel.jsonvalue import thaw
 from agentlog.kernel.store import SessionStore
 from agentlog.persistence.backend import SessionListing
@@ -1141,3 +1142,22 @@ def test_reads_a_session_another_process_is_writing_without_taking_its_writer_lo
         assert [doc["text"] for doc in query.filter_events("elsewhere", [])] == ["written elsewhere", "and more"]
     finally:
         writer.close()
+
+
+def test_reads_a_stored_log_with_an_event_type_only_its_coordinator_knows(world: World, tmp_path: Path) -> None:
+    """``read_session`` does not re-replay a coordinator's log with the default registry (which would
+    refuse an event type the coordinator's own registry admits)."""
+    registry = EventTypes()
+    registry.register("query-test/private")
+    assert not event_types.is_known("query-test/private")
+    root = tmp_path / "private"
+    root.mkdir()
+    backend: Any = JsonlBackend(root) if world.kind == "jsonl" else SqliteBackend(root / "store.sqlite3")
+    coordinator = PersistenceCoordinator(SessionStore(), backend, batch_delay_ms=1, registry=registry)
+    try:
+        coordinator.create(meta("private"))
+        coordinator.append("private", [{"type": "query-test/private", "seq": 0, "time": 1, "data": {"n": 1}}])
+        log = SessionQuery(coordinator).read_session("private")
+        assert [event["type"] for event in log["events"]] == ["query-test/private"]
+    finally:
+        coordinator.close()

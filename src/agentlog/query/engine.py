@@ -397,7 +397,12 @@ class SessionQuery:
         return header_copy(session.header), thaw(list(events))
 
     def _load_source(self, session_id: str, signal: Signal | None) -> tuple[Json, list[Json], bool]:
-        """``(header, events, live)``: the logical source of one id, as detached plain JSON."""
+        """``(header, events, validated)``: the logical source of one id, as detached plain JSON.
+
+        ``validated`` says the events were already replay-validated by their source: a live Session
+        (every event checked as it was appended) or a real :class:`PersistenceCoordinator`, whose
+        ``inspect`` restores the log into a Session with the coordinator's own event-type registry.
+        """
         self._check_signal(signal)
         live = self._live(session_id)
         if live is not None:
@@ -419,7 +424,7 @@ class SessionQuery:
         assert_headers_compatible(snapshot.meta, listed)
         header, events = header_copy(snapshot.meta), thaw(list(snapshot.events))
         self._check_signal(signal)
-        return header, events, False
+        return header, events, isinstance(persistence, PersistenceCoordinator)
 
     def _load(self, session_id: str, signal: Signal | None = None) -> tuple[Json, list[Json]]:
         """Header and thawed events of the logical source of ``session_id`` (spec §4.1 ``load``)."""
@@ -456,12 +461,14 @@ class SessionQuery:
     def read_session(self, session_id: str, *, signal: Signal | None = None) -> Json:
         """``{session, events}``: the whole raw log, replay-validated, without making it live.
 
-        A live session was validated event by event as it was appended; a stored log is replayed into a
-        detached Session (the coordinator validated it too — this guards any other binding), and a log
-        that does not replay is a ``SESSION_QUERY_CORRUPT_SESSION``.
+        A live session was validated event by event as it was appended, and the coordinator's ``inspect``
+        replays a stored log with the coordinator's own event-type registry (replaying it again here with
+        the default registry would refuse a custom event type the store legitimately holds). A log from any
+        other binding is replayed into a detached Session; one that does not replay is a
+        ``SESSION_QUERY_CORRUPT_SESSION``.
         """
-        header, events, live = self._load_source(session_id, signal)
-        if not live:
+        header, events, validated = self._load_source(session_id, signal)
+        if not validated:
             try:
                 Session.create(session_id, events, header)
             except AgentlogError as err:
