@@ -335,6 +335,7 @@ def test_docs_benchmark_commands_exist() -> None:
         "list": ["--backend", "--sessions"],
         "compaction": ["--turns", "--repeat"],
         "projections": ["--backends", "jsonl-zstd", "sqlite", "--sessions", "--turns", "--repeat"],
+        "search": ["--sessions", "--backend"],
     }
     for name, words in expected.items():
         assert f"python benchmarks/run.py {name}" in text
