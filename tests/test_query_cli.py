@@ -507,3 +507,22 @@ def test_cli_cursor_round_trips_and_is_bound_to_its_request(digest: str, offset:
     with pytest.raises(SessionQueryError) as info:
         decode_cli_cursor(cursor, digest + "x")
     assert info.value.code == "SESSION_QUERY_INVALID_CURSOR"
+
+
+def test_search_refuses_a_foreign_index_file_and_reindex_replaces_it(store: Path) -> None:
+    """A database of another application at the index path is never adopted (nor modified) by ``search``;
+    ``reindex --search`` is the explicit way to replace it."""
+    import sqlite3
+
+    _lineage(store, "jsonl")
+    index = _index(store, "jsonl")
+    foreign = sqlite3.connect(index)
+    foreign.execute("PRAGMA application_id = 12345")
+    foreign.execute("CREATE TABLE notes (body TEXT)")
+    foreign.commit()
+    foreign.close()
+    before = index.read_bytes()
+    assert _error("search", "migration", *_at(store, "jsonl"))["code"] == "SESSION_QUERY_INDEX_FAILED"
+    assert index.read_bytes() == before
+    assert _json("reindex", "--search", *_at(store, "jsonl"))["indexed"] == 4
+    assert _json("search", "alpha", *_at(store, "jsonl"))["items"][0]["header"]["id"] == "other"
