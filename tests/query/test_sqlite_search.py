@@ -36,7 +36,6 @@ from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.query.sqlite import SqliteSearch, default_index_path
-
 from factories import APPEND, assistant_data, intent, replace, seed_event, text_block, user_msg
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -207,10 +206,9 @@ def test_10_4_1_defaults_and_validates_opening_policy_and_inspection_concurrency
     assert configured.open_at == "first-search"
     assert configured.persisted_inspect_concurrency == 2
     for concurrency in (0, 2**53):
-        assert (
-            code_of(lambda c=concurrency: live_search(persisted_inspect_concurrency=c))
-            == "SESSION_QUERY_INVALID_CONFIG"
-        )
+        with pytest.raises(SessionQueryError) as info:
+            live_search(persisted_inspect_concurrency=concurrency)
+        assert info.value.code == "SESSION_QUERY_INVALID_CONFIG"
     assert code_of(lambda: live_search(open_at="later")) == "SESSION_QUERY_INVALID_CONFIG"
 
 
@@ -572,13 +570,17 @@ def test_10_4_16_rejects_invalid_requests_filters_and_cursors() -> None:
         ({"query": "needle", "cursor": "not-json"}, "SESSION_QUERY_INVALID_CURSOR"),
         ({"query": "needle", "cursor": 7}, "SESSION_QUERY_INVALID_CURSOR"),
     ):
-        assert code_of(lambda r=request: search.search_events(session_id="valid", **r)) == code, request
+        with pytest.raises(SessionQueryError) as info:
+            search.search_events(session_id="valid", **request)
+        assert info.value.code == code, request
     for filters in (
         {"session_filters": [{"kind": "availability", "values": ["remote"]}]},
         {"session_filters": [{"kind": "future"}]},
         {"event_filters": [{"kind": "future"}]},
     ):
-        assert code_of(lambda f=filters: search.search_sessions(query="needle", **f)) == "SESSION_QUERY_INVALID_FILTER"
+        with pytest.raises(SessionQueryError) as info:
+            search.search_sessions(query="needle", **filters)
+        assert info.value.code == "SESSION_QUERY_INVALID_FILTER"
     assert (
         code_of(lambda: search.search_events(session_id="absent", query="needle")) == "SESSION_QUERY_SESSION_NOT_FOUND"
     )
@@ -717,9 +719,11 @@ def test_10_4_23_cannot_crash_repair_when_live_ownership_begins_during_inspectio
     persisted_events = message_events("persisted needle")
     search, persistence, data = mounted([(shared, persisted_events)])
     persistence.load_effect = lambda entry: entry.update(events=message_events("incorrect repair"))
-    persistence.inspect_effect = lambda _entry: search.store.create(
-        "attach-during-inspect", seed=message_events("live needle"), meta={"createdAt": 10}
-    )
+
+    def attach(_entry: dict[str, Any]) -> None:
+        search.store.create("attach-during-inspect", seed=message_events("live needle"), meta={"createdAt": 10})
+
+    persistence.inspect_effect = attach
     page = search.search_sessions(query="live")
     assert [(i["header"], i["live"], i["persisted"]) for i in page["items"]] == [(shared, True, True)]
     assert persistence.loads["attach-during-inspect"] == 0
@@ -1253,3 +1257,262 @@ def test_10_4_57_reconciles_colliding_revisions_when_reopened_against_another_sq
     assert second.inspected == 1
     search.close()
     second.close()
+
+
+# --- real stores, crashes, rebuild, CJK companion, properties ----------------------------------------------
+
+
+def _jsonl_store(root: Path, sessions: int, *, counting: bool = False) -> PersistenceCoordinator:
+    cls = _CountingCoordinator if counting else PersistenceCoordinator
+    coordinator = cls(SessionStore(), JsonlBackend(str(root)))
+    for i in range(sessions):
+        coordinator.create(header(f"s{i:03d}", 100 + i, cwd="/work"))
+        coordinator.append(f"s{i:03d}", message_events(f"stored needle {i} " + "padding words " * 50, 10 + i))
+    return coordinator
+
+
+def test_default_index_path_per_backend(tmp_path: Path) -> None:
+    jsonl = JsonlBackend(str(tmp_path))
+    assert default_index_path(jsonl) == f"{tmp_path}/.agentlog-search.sqlite3"
+    sqlite_backend = SqliteBackend(str(tmp_path / "store.db"))
+    assert default_index_path(sqlite_backend) == f"{tmp_path / 'store.db'}.search.sqlite3"
+    assert default_index_path(SqliteBackend(":memory:")) is None
+    assert default_index_path(MemoryBackend()) is None
+
+
+def test_reconciles_a_real_jsonl_store_by_revision_and_keeps_it_untouched(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    writer = _jsonl_store(root, 5)
+    writer.close()
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    reader = _jsonl_store(root, 0, counting=True)
+    assert isinstance(reader, _CountingCoordinator)
+    index = default_index_path(reader.backend)
+    assert index is not None
+    search = SqliteSearch(reader, path=index)
+    page = search.search_sessions(query="stored needle", limit=10)
+    assert sorted(ids(page)) == [f"s{i:03d}" for i in range(5)]
+    assert all(item["persisted"] and not item["live"] for item in page["items"])
+    assert reader.inspected == 5
+    search.search_sessions(query="needle")
+    assert reader.inspected == 5  # unchanged revisions are never re-read
+    # The index file in the store root is not a session: the listing stays clean.
+    assert all(listing.ok for listing in reader.list()) and len(reader.list()) == 5
+    after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.parent != root}
+    assert after == {p: b for p, b in before.items() if p.parent != root}
+
+    # Another process appends: its revision changes, exactly that session is re-read.
+    other = PersistenceCoordinator(SessionStore(), JsonlBackend(str(root)))
+    other.append("s002", message_events("appended afterthought", 99, seq=1))
+    other.close()
+    hits = search.search_events(session_id="s002", query="afterthought")
+    assert [item["seq"] for item in hits["items"]] == [1]
+    assert reader.inspected == 6
+    search.close()
+
+    # Reopening the index against the unchanged store inspects nothing.
+    again = _jsonl_store(root, 0, counting=True)
+    assert isinstance(again, _CountingCoordinator)
+    search = SqliteSearch(again, path=index)
+    assert len(search.search_sessions(query="needle", limit=10)["items"]) == 5
+    assert again.inspected == 0
+    search.close()
+
+
+def test_a_damaged_stored_log_is_skipped_and_reported_not_fatal(tmp_path: Path) -> None:
+    """A log damaged before its tail (SESSION_CORRUPT on inspect) leaves the corpus instead of failing every
+    search; it is reported in ``skipped`` and not re-read while its revision stays the same."""
+    root = tmp_path / "store"
+    root.mkdir()
+    writer = PersistenceCoordinator(SessionStore(), JsonlBackend(str(root), compression="none"))
+    for i in range(3):
+        writer.create(header(f"s{i:03d}", 100 + i, cwd="/work"))
+        writer.append(
+            f"s{i:03d}", [*message_events(f"needle {i}"), *message_events("more", seq=1), *message_events("end", seq=2)]
+        )
+    location = next(listing.location for listing in writer.list() if listing.id == "s001")
+    assert location is not None
+    writer.close()
+    lines = Path(location).read_bytes().split(b"\n")
+    lines[2] = b'{"type": "user/message", "seq": 1, broken'
+    Path(location).write_bytes(b"\n".join(lines))
+
+    reader = _CountingCoordinator(SessionStore(), JsonlBackend(str(root), compression="auto"))
+    search = SqliteSearch(reader, path=str(tmp_path / "index.db"))
+    assert sorted(ids(search.search_sessions(query="needle"))) == ["s000", "s002"]
+    assert [(entry["sessionId"], entry["code"]) for entry in search.skipped] == [("s001", "SESSION_CORRUPT")]
+    inspected = reader.inspected
+    search.search_sessions(query="needle")
+    assert reader.inspected == inspected  # a damaged log at the same revision is not re-read every search
+    assert [entry["sessionId"] for entry in search.skipped] == ["s001"]
+    search.close()
+
+
+_KILL_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from agentlog.kernel.store import SessionStore
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.query.sqlite import SqliteSearch
+
+    root, index, marker = sys.argv[1:4]
+    search = SqliteSearch(PersistenceCoordinator(SessionStore(), JsonlBackend(root)), path=index)
+
+    def progress(done, total):
+        if done == 5:
+            with open(marker, "w") as handle:
+                handle.write(str(total))
+            time.sleep(600)  # killed here, inside the write transaction
+
+    search.rebuild(progress)
+    """
+)
+
+
+def test_kill_9_during_reconciliation_leaves_a_consistent_index_the_next_search_repairs(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    root.mkdir()
+    coordinator = _jsonl_store(root, 20)
+    index = str(tmp_path / "index.db")
+    search = SqliteSearch(coordinator, path=index)
+    assert len(search.search_sessions(query="needle", limit=100)["items"]) == 20
+    search.close()
+    coordinator.create(header("late", 500))
+    coordinator.append("late", message_events("late needle"))
+    coordinator.close()
+
+    marker = tmp_path / "marker"
+    child = subprocess.Popen([sys.executable, "-c", _KILL_CHILD, str(root), index, str(marker)])
+    try:
+        for _ in range(3000):
+            if marker.exists() and marker.read_text():
+                break
+            if child.poll() is not None:
+                pytest.fail(f"child exited early with {child.returncode}")
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("child never reached the write transaction")
+        os.kill(child.pid, 9)
+    finally:
+        child.wait(30)
+    assert child.returncode == -9
+    assert marker.read_text() == "21"
+
+    # The interrupted transaction left nothing half-written: the rebuild's reset is all that committed.
+    db = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert db.execute("SELECT COUNT(*) FROM persisted_sessions").fetchone() == (0,)
+    db.close()
+
+    reader = PersistenceCoordinator(SessionStore(), JsonlBackend(str(root)))
+    search = SqliteSearch(reader, path=index)
+    found = ids(search.search_sessions(query="needle", limit=100))
+    assert sorted(found) == sorted(["late", *(f"s{i:03d}" for i in range(20))])
+    search.close()
+    reader.close()
+
+
+def test_rebuild_reindexes_everything_reports_progress_and_stales_cursors() -> None:
+    entries = [(header(f"r{i}"), message_events(f"needle {i}")) for i in range(4)]
+    search, persistence, _ = mounted(entries, default_limit=1)
+    page = search.search_sessions(query="needle")
+    assert sum(persistence.inspections.values()) == 4
+    calls: list[tuple[int, int]] = []
+    search.rebuild(lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert sum(persistence.inspections.values()) == 8
+    assert (
+        code_of(lambda: search.search_sessions(query="needle", cursor=page["nextCursor"]))
+        == "SESSION_QUERY_STALE_CURSOR"
+    )
+    assert len(search.search_sessions(query="needle", limit=10)["items"]) == 4
+
+
+def _companion_rows(search: SqliteSearch, table: str) -> int:
+    assert search._conn is not None
+    return int(search._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def test_cjk_queries_use_the_substring_companion_with_the_same_contract() -> None:
+    search, _, data = mounted(
+        [
+            (header("zh-stored", 5), message_events("我们修复了会话日志的问题，会话日志很重要", 10)),
+            (header("en-stored", 6), message_events("session log needle", 10)),
+        ],
+        default_limit=1,
+        max_limit=10,
+        snippet_chars=8,
+    )
+    live = search.store.create("ja-live", seed=message_events("ログを検索する会话日志", 11), meta={"createdAt": 7})
+    # Only CJK-bearing documents are entered into the companion.
+    search.search_sessions(query="needle")
+    assert _companion_rows(search, "persisted_grams") == 1
+    assert _companion_rows(search, "temp.live_grams") == 1
+
+    # Three or more code points (trigram MATCH) and two code points (scan), both inside longer runs.
+    for query in ("会话日志", "日志"):
+        first = search.search_sessions(query=query)
+        assert ids(first) == ["zh-stored"]  # two occurrences rank above one
+        snippet = first["items"][0]["bestMatch"]["snippet"]
+        assert len(snippet) <= 8 and query in snippet
+        rest = search.search_sessions(query=query, cursor=first["nextCursor"])
+        assert ids(rest) == ["ja-live"] and "nextCursor" not in rest
+        item = rest["items"][0]
+        assert (item["live"], item["persisted"], item["bestMatch"]["sessionId"]) == (True, False, "ja-live")
+    # Metadata filters apply on the companion path as on the unicode61 path.
+    only_live = search.search_sessions(query="日志", session_filters=[{"kind": "availability", "values": ["live"]}])
+    assert ids(only_live) == ["ja-live"]
+    events = search.search_events(session_id="zh-stored", query="日志", filters=[{"kind": "seq", "from": 0, "to": 0}])
+    assert events["session"] == header("zh-stored", 5)
+    assert [hit["seq"] for hit in events["items"]] == [0]
+    assert search.search_sessions(query="日誌") == {"items": []}
+    # Latin queries keep token semantics; a within-session cursor goes stale when its session changes.
+    assert ids(search.search_sessions(query="log")) == ["en-stored"]
+    page = search.search_events(session_id="ja-live", query="日志")
+    assert "nextCursor" not in page
+    live.append("user/message", user_msg("日志 again 日志"), intent(APPEND))
+    assert search.search_events(session_id="ja-live", query="日志", limit=5)["items"][0]["seq"] == 2
+    # Deleting a stored session deletes its companion rows.
+    del data.entries["zh-stored"]
+    assert ids(search.search_sessions(query="日志", limit=5)) == ["ja-live"]
+    assert _companion_rows(search, "persisted_grams") == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 5),
+)
+def test_property_pages_partition_the_ranked_result(docs: list[tuple[int, int, int]], limit: int) -> None:
+    """Walking the cursors yields exactly the one-page result, in the ranking order (match count desc,
+    length asc, time desc, seq desc), for every page size."""
+    store = SessionStore()
+    search = live_search(store, default_limit=limit, max_limit=100)
+    events = []
+    for seq, (needles, padding, time) in enumerate(docs):
+        text = " ".join(["needle"] * needles + ["pad"] * padding) or "nothing"
+        events += message_events(text, time, seq=seq)
+    store.create("p", seed=events)
+    whole = search.search_events(session_id="p", query="needle", limit=100)["items"]
+    walked: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = search.search_events(session_id="p", query="needle", cursor=cursor)
+        walked += page["items"]
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    assert walked == whole
+    expected = sorted(
+        (seq for seq, (needles, _, _) in enumerate(docs) if needles),
+        key=lambda seq: (-docs[seq][0], docs[seq][0] * 7 + docs[seq][1] * 4, -docs[seq][2], -seq),
+    )
+    assert [hit["seq"] for hit in whole] == expected
+    search.close()
