@@ -205,6 +205,7 @@ def test_10_4_1_defaults_and_validates_opening_policy_and_inspection_concurrency
     configured = live_search(open_at="first-search", persisted_inspect_concurrency=2)
     assert configured.open_at == "first-search"
     assert configured.persisted_inspect_concurrency == 2
+    assert live_search(default_limit=20.0, max_limit=100.0).default_limit == 20  # JavaScript integers
     for concurrency in (0, 2**53):
         with pytest.raises(SessionQueryError) as info:
             live_search(persisted_inspect_concurrency=concurrency)
@@ -1516,3 +1517,24 @@ def test_property_pages_partition_the_ranked_result(docs: list[tuple[int, int, i
     )
     assert [hit["seq"] for hit in whole] == expected
     search.close()
+
+
+def test_a_second_process_changing_the_shared_index_stales_our_session_cursors(tmp_path: Path) -> None:
+    """Two processes (two searches) share one index file: rows another one wrote move our corpus too."""
+    root = tmp_path / "store"
+    root.mkdir()
+    writer = _jsonl_store(root, 3)
+    index = str(tmp_path / "index.db")
+    ours = SqliteSearch(PersistenceCoordinator(SessionStore(), JsonlBackend(str(root))), path=index, default_limit=1)
+    page = ours.search_sessions(query="needle")
+    writer.create(header("added", 900))
+    writer.append("added", message_events("added needle"))
+    theirs = SqliteSearch(PersistenceCoordinator(SessionStore(), JsonlBackend(str(root))), path=index)
+    assert "added" in ids(theirs.search_sessions(query="needle", limit=10))
+    theirs.close()
+    assert (
+        code_of(lambda: ours.search_sessions(query="needle", cursor=page["nextCursor"])) == "SESSION_QUERY_STALE_CURSOR"
+    )
+    assert len(ours.search_sessions(query="needle", limit=10)["items"]) == 4
+    ours.close()
+    writer.close()

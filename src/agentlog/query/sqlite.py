@@ -204,8 +204,22 @@ def _message(err: BaseException) -> str:
     return str(err) if isinstance(err, Exception) and str(err) else "unknown error"
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int
+def _js_int(value: object) -> int | None:
+    """``value`` as an ``int`` when JavaScript would call it an integer (``20.0`` yes, ``True`` no)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class _Limits:
+    default_limit: int
+    max_limit: int
+    snippet_chars: int
 
 
 def _check_config(
@@ -218,25 +232,32 @@ def _check_config(
     snippet_chars: object,
     read_window_max: object,
     persisted_inspect_concurrency: object,
-) -> None:
-    """The original's ``resolveConfig`` checks, in its order, with its messages."""
+) -> _Limits:
+    """The original's ``resolveConfig`` checks, in its order, with its messages; the resolved numbers."""
     if not isinstance(path, str) or not path.strip():
         raise _invalid_config("path must not be blank")
     if open_at not in OPEN_AT:
         raise _invalid_config("openAt is not supported")
+    limits: list[int] = []
     for name, value in (("defaultLimit", default_limit), ("maxLimit", max_limit)):
-        if not _is_int(value) or not 1 <= value <= SQLITE_MAX_PAGE_LIMIT:  # type: ignore[operator]
+        number = _js_int(value)
+        if number is None or not 1 <= number <= SQLITE_MAX_PAGE_LIMIT:
             raise _invalid_config(f"{name} must be an integer between 1 and {SQLITE_MAX_PAGE_LIMIT}")
-    if not _is_int(snippet_chars) or snippet_chars < 1:  # type: ignore[operator]
+        limits.append(number)
+    snippet = _js_int(snippet_chars)
+    if snippet is None or snippet < 1:
         raise _invalid_config("snippetChars must be a positive integer")
-    if not _is_int(read_window_max) or read_window_max < 0:  # type: ignore[operator]
+    window = _js_int(read_window_max)
+    if window is None or window < 0:
         raise _invalid_config("readWindowMax must be a non-negative integer")
-    if not _is_int(persisted_inspect_concurrency) or not 1 <= persisted_inspect_concurrency <= MAX_SAFE_INTEGER:  # type: ignore[operator]
+    concurrency = _js_int(persisted_inspect_concurrency)
+    if concurrency is None or not 1 <= concurrency <= MAX_SAFE_INTEGER:
         raise _invalid_config("persistedInspectConcurrency must be a positive safe integer")
-    if default_limit > max_limit:  # type: ignore[operator]
+    if limits[0] > limits[1]:
         raise _invalid_config("defaultLimit must be less than or equal to maxLimit")
     if journal_mode not in JOURNAL_MODES:
         raise _invalid_config("journalMode is not supported")
+    return _Limits(limits[0], limits[1], snippet)
 
 
 def default_index_path(backend: object) -> str | None:
@@ -251,7 +272,7 @@ def default_index_path(backend: object) -> str | None:
     from ..persistence.sqlite.backend import SqliteBackend
 
     if isinstance(backend, JsonlBackend):
-        return f"{backend.root}/{INDEX_FILE_NAME}"
+        return os.path.join(backend.root, INDEX_FILE_NAME)
     if isinstance(backend, SqliteBackend):
         path = backend.path
         if path == MEMORY_PATH:
@@ -287,7 +308,7 @@ class SqliteSearch(SessionQuery):
         read_window_max: int = 50,
         persisted_inspect_concurrency: int = 4,
     ) -> None:
-        _check_config(
+        limits = _check_config(
             path=path,
             open_at=open_at,
             journal_mode=journal_mode,
@@ -306,9 +327,9 @@ class SqliteSearch(SessionQuery):
         self.path = path
         self.open_at = open_at
         self.journal_mode = journal_mode
-        self.default_limit = default_limit
-        self.max_limit = max_limit
-        self.snippet_chars = snippet_chars
+        self.default_limit = limits.default_limit
+        self.max_limit = limits.max_limit
+        self.snippet_chars = limits.snippet_chars
         self.skipped: list[dict[str, str]] = []
         """Stored sessions the last search left out of the corpus: ``{"sessionId", "code", "message"}``."""
         self._instance = str(uuid.uuid4())
@@ -322,6 +343,7 @@ class SqliteSearch(SessionQuery):
         self._persistence_epoch = 0
         self._global_generation = 0
         self._local_generation = 0
+        self._seen_main: int | None = None
         self._skipped_revisions: dict[str, tuple[int, str, dict[str, str]]] = {}
         self._tokens: dict[int, tuple[weakref.ref[Session], str]] = {}
         if open_at == "startup":
@@ -359,7 +381,6 @@ class SqliteSearch(SessionQuery):
         )
         session_where = build_session_where(request.session_filters)
         event_where = build_event_where(request.event_filters)
-        assert_fts5_outer_predicate_count(session_where.predicate_count + event_where.predicate_count)
         fingerprint = request_fingerprint(request)
 
         def operation() -> dict[str, Any]:
@@ -402,7 +423,6 @@ class SqliteSearch(SessionQuery):
             max_limit=self.max_limit,
         )
         event_where = build_event_where(request.filters)
-        assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
         fingerprint = request_fingerprint(request)
 
         def operation() -> dict[str, Any]:
@@ -602,6 +622,13 @@ class SqliteSearch(SessionQuery):
     def _reconcile(self, signal: Signal | None, *, progress: Callable[[int, int], None] | None = None) -> _Binding:
         _check(signal)
         conn = self._require()
+        main = self._main_generation(conn)
+        if main != self._seen_main:
+            # Another process sharing this index changed its stored rows: our cross-session cursors
+            # count in a corpus that moved, so they must go stale too.
+            if self._seen_main is not None:
+                self._global_generation += 1
+            self._seen_main = main
         indexed_persisted = {
             str(row[0]): str(row[1]) for row in conn.execute("SELECT id, revision FROM persisted_sessions")
         }
@@ -710,6 +737,7 @@ class SqliteSearch(SessionQuery):
                 )
                 _insert_documents(conn, "live", live_documents[sid])
             conn.execute("COMMIT")
+            self._seen_main = main
             return local
         except BaseException as err:
             if began:
@@ -832,6 +860,7 @@ class SqliteSearch(SessionQuery):
         offset: int,
         binding: _Binding,
     ) -> list[dict[str, Any]]:
+        assert_fts5_outer_predicate_count(session_where.predicate_count + event_where.predicate_count)
         selected, params = _selected_documents(request.query, binding.service is not None)
         where = " AND ".join(part for part in (session_where.sql, event_where.sql) if part)
         bindings = [*params, *session_where.params, *event_where.params, request.limit + 1, offset]
@@ -848,6 +877,7 @@ class SqliteSearch(SessionQuery):
     def _query_events(
         self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
     ) -> list[dict[str, Any]]:
+        assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
         selected, params = _selected_documents(request.query, binding.service is not None)
         where = " AND ".join(part for part in ("session_id = ?", event_where.sql) if part)
         bindings = [*params, request.session_id, *event_where.params, request.limit + 1, offset]
