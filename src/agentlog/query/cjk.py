@@ -27,9 +27,9 @@ How a CJK query runs (in :mod:`agentlog.query.sqlite`, which owns the connection
 
 **Folding.** :func:`fold` is exactly the case folding of SQLite's ``trigram`` tokenizer with its
 default ``case_sensitive 0`` (the FTS5 Unicode fold with diacritics kept — SQLite 3.40 offers no
-``remove_diacritics`` for ``trigram``), as a per-code-point table captured from SQLite 3.40.1 (Unicode
-6.1-era simple lowercase plus a few case-fold extras such as ``ſ`` → ``s``, ``ς`` → ``σ``; U+FFFE/U+FFFF
-read as U+FFFD). Python's ``str.lower`` would disagree on letters added to Unicode later (Cherokee,
+``remove_diacritics`` for ``trigram``), as a per-code-point table captured from SQLite 3.40.1 (an older
+Unicode's simple lowercase plus a few case-fold extras such as ``ſ`` → ``s``, ``ς`` → ``σ``;
+U+FFFE/U+FFFF read as U+FFFD). Python's ``str.lower`` would disagree on letters added to Unicode later (Cherokee,
 Georgian Mtavruli, Osage …) and lengthen ``İ``; with the same fold, the trigram prefilter admits
 precisely the documents :func:`mark_substrings` marks, so the prefilter never drops a match. The test
 suite compares the table with the running SQLite over every code point. Diacritics are *not* folded on
@@ -102,7 +102,7 @@ _CJK_CLASS: Final = (
 )
 _CJK: Final = re.compile(f"[{_CJK_CLASS}]")
 
-# Whitespace exactly as the query normalisation collapses it (ECMAScript ``\\s``, shared with filters).
+# Whitespace exactly as the query normalisation collapses it (ECMAScript ``\s``, shared with filters).
 _WHITESPACE_RUN: Final = re.compile(JS_WHITESPACE_CLASS + "+")
 
 # SQLite 3.40.1's trigram fold (``sqlite3Fts5UnicodeFold(c, 0)`` plus its UTF-8 reader), captured from the
@@ -146,8 +146,8 @@ def _fold_table() -> dict[int, int]:
 
 
 _FOLD: Final = _fold_table()
-# Code points that fold to themselves and that nothing else folds to: matched only by themselves, so a run
-# of them in a query must occur verbatim (case-sensitively) in any text that matches it.
+# What some other code point folds to. A code point neither in _FOLD nor here is matched only by itself, so
+# a run of such code points in a query occurs verbatim (case-sensitively) in any text that matches it.
 _FOLD_TARGETS: Final = frozenset(_FOLD.values())
 
 
@@ -169,11 +169,12 @@ def uses_substring(query: str) -> bool:
 
 
 def companion_text(text: str) -> str:
-    """The text the companion stores for a document: sanitized like every indexed text (NUL, U+FDD0 and
-    U+FDD1 become U+FFFD, so stored text never contains the highlight markers) and with every whitespace
-    run collapsed to one space and the ends trimmed (after the collapse an end can only be one space), as
-    queries are — so ``"日志 abc"`` finds
-    ``"日志\n  abc"``. The provider enters it only for documents where :func:`has_cjk` holds.
+    """The text the companion stores for a document (entered only where :func:`has_cjk` holds).
+
+    Sanitized like every indexed text (NUL, U+FDD0 and U+FDD1 become U+FFFD, so stored text never holds
+    the highlight markers), every whitespace run collapsed to one space and the ends trimmed — exactly
+    as queries are normalized, so the query ``日志 abc`` finds a document ``日志`` + line break + ``abc``.
+    After the collapse an end can only be a single space, hence the plain ``strip(" ")``.
     """
     return _WHITESPACE_RUN.sub(" ", sanitize_fts_text(text)).strip(" ")
 
