@@ -334,7 +334,6 @@ class SqliteSearch(SessionQuery):
         """Stored sessions the last search left out of the corpus: ``{"sessionId", "code", "message"}``."""
         self._instance = str(uuid.uuid4())
         self._serial = threading.Lock()  # one operation at a time
-        self._state = threading.Lock()  # guards _closed and the close handshake
         self._conn: sqlite3.Connection | None = None
         self._open_failure: SessionQueryError | None = None
         self._opened = 0  # how many times the database was opened (readiness is shared: once)
@@ -473,8 +472,7 @@ class SqliteSearch(SessionQuery):
     def close(self) -> None:
         """Close the index after the accepted operation finishes; queued and later searches then fail
         with ``SESSION_QUERY_INDEX_FAILED`` ("index is closed"). Idempotent."""
-        with self._state:
-            self._closed = True
+        self._closed = True
         with self._serial:
             conn, self._conn = self._conn, None
             if conn is not None:
@@ -540,25 +538,31 @@ class SqliteSearch(SessionQuery):
                 return
 
     def _serialized(self, signal: Signal | None, operation: Callable[[], _T]) -> _T:
+        """Run ``operation`` alone, on a ready index. Damaged index bytes found on the way discard a
+        file that is ours and run the operation once more on the rebuilt (empty) index; any other SQLite
+        failure is ``SESSION_QUERY_INDEX_FAILED``."""
         if self._closed:
             raise _index_closed()
         self._acquire(signal)
         try:
             if self._closed:
                 raise _index_closed()
-            _check(signal)
-            self._ensure_ready()
-            _check(signal)
-            try:
-                return operation()
-            except BaseException as err:
-                if not self._damaged(err):
+            for attempt in (1, 2):
+                _check(signal)
+                self._ensure_ready()
+                _check(signal)
+                try:
+                    return operation()
+                except (sqlite3.Error, SessionQueryError) as err:
+                    if attempt == 1 and self.path != MEMORY_PATH and self._damaged(err):
+                        self._discard_damaged(err)
+                        continue
+                    if isinstance(err, sqlite3.Error):
+                        raise SessionQueryError(
+                            f"session-search SQLite index failed: {err}", "SESSION_QUERY_INDEX_FAILED"
+                        ) from err
                     raise
-                self._discard_damaged(err)
-            # The file was ours and damaged: it was deleted and reopened empty; run once more.
-            _check(signal)
-            self._ensure_ready()
-            return operation()
+            raise AssertionError("unreachable")
         finally:
             self._serial.release()
 
@@ -572,8 +576,6 @@ class SqliteSearch(SessionQuery):
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-        if self.path == MEMORY_PATH:
-            raise err
         actual = os.path.abspath(self.path)
         if not file_is_ours(actual):
             failure = SessionQueryError(
