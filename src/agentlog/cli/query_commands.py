@@ -307,23 +307,19 @@ def _continuation(argv: Sequence[str], opts: StoreOptions, cursor: str) -> str:
 
 
 def _print_hits(document: Mapping[str, Any], query: str, session: str | None, title: str) -> Console:
+    """The page as a table: (session,) seq, type, surface, time and the snippet with the match highlighted."""
     items: Sequence[Mapping[str, Any]] = document["items"]
-    columns = ("seq", "type", "surface", "time", "match") if session else ("session", "seq", "type", "time", "match")
-    table = _TableOutput(columns, title=title, right=("seq",))
+    columns = ("seq", "type", "surface", "time", "match")
+    table = _TableOutput(columns if session else ("session", *columns), title=title, right=("seq",))
     for item in items:
         hit = item if session else item["bestMatch"]
-        surface = str(hit["surface"])
-        snippet = str(hit["snippet"])
-        cells = [str(hit["seq"]), str(hit["type"])]
-        marked = [escape(cells[0]), escape(cells[1])]
-        if session:
-            cells.append(surface)
-            marked.append(f"[{_SURFACE_STYLE.get(surface, 'default')}]{escape(surface)}[/]")
-        else:
+        surface, snippet = str(hit["surface"]), str(hit["snippet"])
+        cells = [str(hit["seq"]), str(hit["type"]), surface, _iso(hit["time"]), snippet]
+        marked = [escape(cells[0]), escape(cells[1]), f"[{_SURFACE_STYLE.get(surface, 'default')}]{escape(surface)}[/]"]
+        marked += [escape(cells[3]), highlighted(snippet, query)]
+        if not session:
             cells.insert(0, str(hit["sessionId"]))
             marked.insert(0, escape(cells[0]))
-        cells += [_iso(hit["time"]), snippet]
-        marked += [escape(cells[-2]), highlighted(snippet, query)]
         table.add_row(*marked, plain=cells)
     return table.print()
 
