@@ -1089,7 +1089,9 @@ def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dic
     rows = []
     companion = []
     for document in documents:
-        text = sanitize_fts_text(document["text"])
+        text = document["text"]
+        if "\0" in text or FTS_HIGHLIGHT_START in text or FTS_HIGHLIGHT_END in text:
+            text = sanitize_fts_text(text)  # rare: skip the per-character translation otherwise
         row = (
             document["sessionId"],
             document["seq"],
@@ -1150,7 +1152,7 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
     persisted_where = " AND ".join(c for c in (persisted_match, "? = 1") if c)
     live_where = live_match or "1"
     sql = (
-        "WITH candidates AS ("
+        f"WITH candidates AS {'MATERIALIZED ' if substring else ''}("
         "SELECT pd.session_id AS session_id, ps.version AS version, ps.created_at AS created_at, ps.cwd AS cwd, "
         "ps.parent_session AS parent_session, ps.seed_length AS seed_length, "
         "ps.delegation_depth AS delegation_depth, ps.agent_preset AS agent_preset, 0 AS live, 1 AS persisted, "
