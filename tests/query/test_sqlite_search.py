@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.errors import SessionQueryError
+from agentlog.errors import SessionNotFoundError, SessionQueryError
 from agentlog.kernel.jsonvalue import FrozenDict, snapshot_json
 from agentlog.kernel.store import SessionStore
 from agentlog.persistence.backend import SessionListing
@@ -138,6 +138,8 @@ class FakePersistence(PersistenceCoordinator):
         self.calls.append(f"inspect:{session_id}")
         if self.failure is not None:
             raise self.failure
+        if session_id not in self.data.entries:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
         entry = self.data.entries[session_id]
         if self.inspect_effect is not None:
             effect, self.inspect_effect = self.inspect_effect, None
@@ -1538,3 +1540,19 @@ def test_a_second_process_changing_the_shared_index_stales_our_session_cursors(t
     assert len(ours.search_sessions(query="needle", limit=10)["items"]) == 4
     ours.close()
     writer.close()
+
+
+def test_a_session_deleted_between_listing_and_inspection_is_retried_not_fatal() -> None:
+    """Deviation from the original (which reports any inspect failure): a stored session that vanished
+    after the listing named it is the corpus moving, so the observation is retried."""
+    search, persistence, data = mounted(
+        [(header("gone"), message_events("gone needle")), (header("kept"), message_events("kept needle"))]
+    )
+
+    def delete() -> None:
+        persistence.snapshot_effect = None
+        del data.entries["gone"]
+
+    persistence.snapshot_effect = delete
+    assert ids(search.search_sessions(query="needle")) == ["kept"]
+    assert persistence.lists == 3  # the vanished session ends the first attempt at once

@@ -1117,6 +1117,8 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
     ``marked_text`` and ``document_length``; ``matched`` adds ``match_count`` (markers in the text).
     A CJK query reads the trigram companion tables instead, with ``marked_text`` from the registered
     marking function (a substring query of fewer than three code points scans the companion rows).
+    That CTE is ``MATERIALIZED``: ``marked_text`` is referenced three times below, and a flattened CTE
+    would call the Python marking function once per reference.
     """
     flag = 1 if visible else 0
     substring = uses_substring(query)
