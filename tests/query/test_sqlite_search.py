@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -97,8 +97,11 @@ class FakePersistence(PersistenceCoordinator):
     every call). ``calls`` logs ``"list"``/``"inspect:<id>"`` in order.
     """
 
+    created: ClassVar[list[FakePersistence]] = []
+
     def __init__(self, store: SessionStore, entries: Entries) -> None:
         super().__init__(store, MemoryBackend())
+        FakePersistence.created.append(self)
         self.data = entries
         self.inspections: Counter[str] = Counter()
         self.loads: Counter[str] = Counter()
@@ -155,6 +158,14 @@ class FakePersistence(PersistenceCoordinator):
             self.data.next_revision += 1
             self.data.revisions[session_id] = self.data.next_revision
         return SessionSnapshot(FrozenDict(entry["meta"]), snapshot_json(entry["events"]))
+
+
+@pytest.fixture(autouse=True)
+def _close_doubles() -> Iterator[None]:
+    """Close every coordinator double a test made (their write-behind scheduler and exit hook)."""
+    yield
+    while FakePersistence.created:
+        FakePersistence.created.pop().close()
 
 
 @pytest.fixture
@@ -1556,3 +1567,48 @@ def test_a_session_deleted_between_listing_and_inspection_is_retried_not_fatal()
     persistence.snapshot_effect = delete
     assert ids(search.search_sessions(query="needle")) == ["kept"]
     assert persistence.lists == 3  # the vanished session ends the first attempt at once
+
+
+_WORDS = st.sampled_from(["needle", "pad", "other", "needle", "日志", "会话"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.lists(st.lists(_WORDS, min_size=1, max_size=6), min_size=1, max_size=3), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["needle", "日志", "日志会话"]),
+)
+def test_property_ranking_is_source_comparable_between_live_and_stored(
+    corpus: list[tuple[list[list[str]], bool]], query: str
+) -> None:
+    """The same sessions rank identically whether each one is live or stored (any mix), on the unicode61
+    and the substring path alike: the order keys never depend on the source."""
+    sessions = []
+    for index, (documents, _) in enumerate(corpus):
+        events = []
+        for seq, words in enumerate(documents):
+            events += message_events(" ".join(words), 10 + seq % 2, seq=seq)
+        sessions.append((header(f"s{index}", 5), events))
+
+    def ranking(live_mask: list[bool]) -> list[tuple[str, int, str]]:
+        data = Entries()
+        store = SessionStore()
+        for (meta, events), live in zip(sessions, live_mask, strict=True):
+            if live:
+                store.create(meta["id"], seed=events, meta={"createdAt": 5})
+            else:
+                data.set(meta, events)
+        search = SqliteSearch(store=store, path=":memory:", max_limit=100)
+        search.bind_persistence(FakePersistence(store, data))
+        page = search.search_sessions(query=query, limit=100)
+        search.close()
+        while FakePersistence.created:
+            FakePersistence.created.pop().close()
+        return [(i["header"]["id"], i["bestMatch"]["seq"], i["bestMatch"]["snippet"]) for i in page["items"]]
+
+    stored = ranking([False] * len(sessions))
+    assert ranking([True] * len(sessions)) == stored
+    assert ranking([live for _, live in corpus]) == stored
