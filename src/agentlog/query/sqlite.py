@@ -30,7 +30,13 @@ Deviations from the original, on purpose: a stored session whose listing is dama
 reports ``SESSION_CORRUPT``, is left out of the corpus and reported in :attr:`SqliteSearch.skipped`
 instead of failing every search of the store; a session deleted between listing and inspection makes the
 observation unstable (retried) rather than a persistence failure; a damaged index file that carries our
-application id is rebuilt from the logs (see :mod:`agentlog.query.schema`).
+application id is rebuilt from the logs (see :mod:`agentlog.query.schema`); a live session's fingerprint
+is a per-object token plus its event count instead of a hash of its JSON (see ``_fingerprint``); the main
+generation is read inside the write transaction, and a main generation moved by another process sharing
+the index file also stales this process's cross-session cursors (the original supports one owner only).
+
+Cancellation: the backends are synchronous, so a started ``list``/``inspect`` always finishes; the
+signal is checked before and after each of them, before any SQLite work and while queued for the lock.
 """
 
 from __future__ import annotations
