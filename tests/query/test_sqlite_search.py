@@ -1361,6 +1361,7 @@ def test_a_damaged_stored_log_is_skipped_and_reported_not_fatal(tmp_path: Path) 
     search.search_sessions(query="needle")
     assert reader.inspected == inspected  # a damaged log at the same revision is not re-read every search
     assert [entry["sessionId"] for entry in search.skipped] == ["s001"]
+    assert code_of(lambda: search.search_events(session_id="s001", query="needle")) == "SESSION_QUERY_CORRUPT_SESSION"
     search.close()
 
 

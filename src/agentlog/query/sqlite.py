@@ -924,6 +924,14 @@ class SqliteSearch(SessionQuery):
                 names = [column[0] for column in cursor.description]
                 record = dict(zip(names, row, strict=True))
                 return _row_header(record), f"persisted:{self._persistence_epoch}:{record['generation']}"
+            for entry in self.skipped:
+                if entry["sessionId"] == session_id:
+                    # Listed but left out as damaged: saying "not found" would send the user looking
+                    # for a session that is right there.
+                    raise SessionQueryError(
+                        f'session "{session_id}" cannot be searched: {entry["message"]}',
+                        "SESSION_QUERY_CORRUPT_SESSION",
+                    )
         raise SessionQueryError(f'session "{session_id}" not found', "SESSION_QUERY_SESSION_NOT_FOUND")
 
     def _page(
