@@ -28,7 +28,8 @@ this way:
 
 Deviations from the original, on purpose: a stored session whose listing is damaged, or whose inspection
 reports ``SESSION_CORRUPT``, is left out of the corpus and reported in :attr:`SqliteSearch.skipped`
-instead of failing every search of the store; a session deleted between listing and inspection makes the
+instead of failing every search of the store (a within-session search of it is
+``SESSION_QUERY_CORRUPT_SESSION``); a session deleted between listing and inspection makes the
 observation unstable (retried) rather than a persistence failure; a damaged index file that carries our
 application id is rebuilt from the logs (see :mod:`agentlog.query.schema`); a live session's fingerprint
 is a per-object token plus its event count instead of a hash of its JSON (see ``_fingerprint``); the main
