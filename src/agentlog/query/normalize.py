@@ -79,9 +79,10 @@ SQLITE_FTS5_OUTER_PREDICATE_LIMIT: Final = 14
 _WHITESPACE_RUN: Final = re.compile(JS_WHITESPACE_CLASS + "+")
 
 _REPLACEMENT: Final = "\ufffd"
-_SANITIZE: Final = str.maketrans(
-    {"\0": _REPLACEMENT, FTS_HIGHLIGHT_START: _REPLACEMENT, FTS_HIGHLIGHT_END: _REPLACEMENT}
-)
+# NUL and the two highlight markers, as the original; and lone surrogates, which a Python string holds
+# where the original's UTF-16 string held an unpaired half (the JSON gate admits them) and which SQLite
+# cannot store as UTF-8 — the original's driver writes U+FFFD for them, so the index sees the same text.
+_RESERVED: Final = re.compile("[\0\ufdd0\ufdd1\ud800-\udfff]")
 
 SqlParam: TypeAlias = str | int | float
 """One SQL binding: text for list values, a number for range endpoints (a range may be fractional)."""
@@ -118,8 +119,9 @@ def assert_fts5_outer_predicate_count(count: int) -> None:
 
 
 def sanitize_fts_text(text: str) -> str:
-    """``text`` with NUL, U+FDD0 and U+FDD1 each replaced by U+FFFD (documents and queries alike)."""
-    return text.translate(_SANITIZE)
+    """``text`` with NUL, U+FDD0, U+FDD1 and lone surrogates each replaced by U+FFFD (documents and
+    queries alike; the code point count is unchanged)."""
+    return _RESERVED.sub(_REPLACEMENT, text)
 
 
 def normalize_query(value: object) -> str:

@@ -1105,8 +1105,7 @@ def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dic
     companion = []
     for document in documents:
         text = document["text"]
-        if "\0" in text or FTS_HIGHLIGHT_START in text or FTS_HIGHLIGHT_END in text:
-            text = sanitize_fts_text(text)  # rare: skip the per-character translation otherwise
+        text = sanitize_fts_text(text)
         row = (
             document["sessionId"],
             document["seq"],
