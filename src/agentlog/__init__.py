@@ -50,6 +50,7 @@ from .errors import (
     SessionNotFoundError,
     SessionNotLiveError,
     SessionPersistenceCorruptionError,
+    SessionQueryError,
     SurfaceError,
 )
 from .kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
@@ -142,11 +143,13 @@ _LAZY = {
     "fallback_session_title": ("agentlog.projection", "fallback_session_title"),
     "SESSION_STATS_UNIT": ("agentlog.projection", "SESSION_STATS_UNIT"),
     "TITLE_UNIT": ("agentlog.projection", "TITLE_UNIT"),
+    "SessionQuery": ("agentlog.query", "SessionQuery"),
+    "SqliteSearch": ("agentlog.query", "SqliteSearch"),
 }
 
 
 def __getattr__(name: str) -> object:
-    """File backends and projections load on first use, so ``import agentlog`` stays light (no sqlite3/zstd)."""
+    """File backends, projections and search load on first use, so ``import agentlog`` stays light (no sqlite3/zstd)."""
     if name in _LAZY:
         import importlib
 
@@ -239,11 +242,14 @@ __all__ = [
     "SessionNotLiveError",
     "SessionPersistenceCorruptionError",
     "SessionPreparation",
+    "SessionQuery",
+    "SessionQueryError",
     "SessionSnapshot",
     "SessionStore",
     "SessionTitleService",
     "SessionView",
     "SqliteBackend",
+    "SqliteSearch",
     "StagedInvariants",
     "StepData",
     "Summarizer",
