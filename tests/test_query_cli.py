@@ -441,7 +441,16 @@ def test_trace_bad_input_is_a_typed_error(store: Path) -> None:
 def test_reindex_search_drops_and_rebuilds_the_index(store: Path, kind: str) -> None:
     _lineage(store, kind)
     index = _index(store, kind)
-    index.write_bytes(b"not a database at all" * 100)  # damaged: never trusted, replaced
+    junk = b"not a database at all" * 100
+    index.write_bytes(junk)  # not provably an index: refused untouched, the message says what to do
+    refused = _error("reindex", "--search", *_at(store, kind))
+    assert refused["code"] == "SESSION_QUERY_INDEX_FAILED" and "delete it to rebuild" in refused["message"]
+    assert index.read_bytes() == junk
+    index.unlink()
+    assert _json("search", "alpha", *_at(store, kind))["items"]  # a real index now
+    data = bytearray(index.read_bytes())
+    data[100:] = b"\xff" * (len(data) - 100)  # ours (header and application id intact) but damaged
+    index.write_bytes(bytes(data))
     summary = _json("reindex", "--search", *_at(store, kind))
     assert summary == {"sessions": 4, "indexed": 4, "failed": [], "index": str(index.absolute())}
     assert index.is_file() and index.read_bytes()[:16] == b"SQLite format 3\x00"
@@ -509,9 +518,9 @@ def test_cli_cursor_round_trips_and_is_bound_to_its_request(digest: str, offset:
     assert info.value.code == "SESSION_QUERY_INVALID_CURSOR"
 
 
-def test_search_refuses_a_foreign_index_file_and_reindex_replaces_it(store: Path) -> None:
-    """A database of another application at the index path is never adopted (nor modified) by ``search``;
-    ``reindex --search`` is the explicit way to replace it."""
+def test_search_and_reindex_refuse_a_foreign_index_file_untouched(store: Path) -> None:
+    """A database of another application at the index path is never adopted, modified or deleted, not
+    even by ``reindex --search``: the error names the file, and once the user moves it away the rebuild works."""
     import sqlite3
 
     _lineage(store, "jsonl")
@@ -524,5 +533,10 @@ def test_search_refuses_a_foreign_index_file_and_reindex_replaces_it(store: Path
     before = index.read_bytes()
     assert _error("search", "migration", *_at(store, "jsonl"))["code"] == "SESSION_QUERY_INDEX_FAILED"
     assert index.read_bytes() == before
+    refused = _error("reindex", "--search", *_at(store, "jsonl"))
+    assert refused["code"] == "SESSION_QUERY_INDEX_FAILED"
+    assert str(index) in refused["message"]
+    assert index.read_bytes() == before
+    index.rename(index.with_name("notes.sqlite3"))
     assert _json("reindex", "--search", *_at(store, "jsonl"))["indexed"] == 4
     assert _json("search", "alpha", *_at(store, "jsonl"))["items"][0]["header"]["id"] == "other"

@@ -597,13 +597,17 @@ def trace_command(
 def rebuild_search_index(
     reader: PersistenceCoordinator, progress: Callable[[int, int], None] | None = None
 ) -> dict[str, Any]:
-    """Drop the store's search index file and index every stored session again (``reindex --search``).
+    """Drop every row of the store's search index and index every stored session again
+    (``reindex --search``).
+
+    The rows are dropped in place by :meth:`SqliteSearch.rebuild`; the file itself is never deleted here:
+    opening it already rebuilds a damaged index that is provably agentlog's, and refuses (untouched) a
+    file at the index path that belongs to something else — the error names it, so the user can move it.
 
     Returns ``{sessions, indexed, failed: [{id, error: {code, message}}], index}`` (``failed``: the
     sessions the index had to leave out, see :attr:`SqliteSearch.skipped`).
     """
     path = index_path(reader.backend)
-    drop_index_files(path)
     listings = reader.list()
     search = open_search(reader, max_limit=MAX_LIMIT)
     try:
@@ -616,14 +620,3 @@ def rebuild_search_index(
         for item in skipped
     ]
     return {"sessions": len(listings), "indexed": len(listings) - len(failed), "failed": failed, "index": path}
-
-
-def drop_index_files(path: str) -> None:
-    """Remove the index database and its journal files (a damaged or foreign file is never trusted)."""
-    import os
-
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
-            os.unlink(path + suffix)
-        except FileNotFoundError:
-            pass
