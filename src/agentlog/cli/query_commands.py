@@ -36,6 +36,7 @@ import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 from rich.tree import Tree
 
 from ..errors import AgentlogError, InvalidOptionError, SessionQueryError
@@ -198,16 +199,16 @@ def highlight_spans(snippet: str, query: str) -> list[tuple[int, int]]:
     return spans
 
 
-def highlighted(snippet: str, query: str) -> str:
-    """``snippet`` as rich markup with every match of ``query`` in bold yellow (the rest escaped)."""
-    parts: list[str] = []
-    position = 0
+def highlighted(snippet: str, query: str) -> Text:
+    """``snippet`` as rich text with every match of ``query`` in bold yellow.
+
+    A styled :class:`~rich.text.Text`, not markup: escaping arbitrary text into markup is lossy at the
+    edges (rich doubles a trailing backslash that ``from_markup`` then keeps), and a snippet is arbitrary.
+    """
+    text = Text(snippet)
     for start, end in highlight_spans(snippet, query):
-        parts.append(escape(snippet[position:start]))
-        parts.append(f"[{_HIGHLIGHT}]{escape(snippet[start:end])}[/]")
-        position = end
-    parts.append(escape(snippet[position:]))
-    return "".join(parts)
+        text.stylize(_HIGHLIGHT, start, end)
+    return text
 
 
 # --- search ------------------------------------------------------------------------------------------------
@@ -315,7 +316,11 @@ def _print_hits(document: Mapping[str, Any], query: str, session: str | None, ti
         hit = item if session else item["bestMatch"]
         surface, snippet = str(hit["surface"]), str(hit["snippet"])
         cells = [str(hit["seq"]), str(hit["type"]), surface, _iso(hit["time"]), snippet]
-        marked = [escape(cells[0]), escape(cells[1]), f"[{_SURFACE_STYLE.get(surface, 'default')}]{escape(surface)}[/]"]
+        marked: list[str | Text] = [
+            escape(cells[0]),
+            escape(cells[1]),
+            f"[{_SURFACE_STYLE.get(surface, 'default')}]{escape(surface)}[/]",
+        ]
         marked += [escape(cells[3]), highlighted(snippet, query)]
         if not session:
             cells.insert(0, str(hit["sessionId"]))
@@ -534,8 +539,6 @@ def _print_tree(tree: Tree) -> None:
 
 
 def _plain_lines(tree: Tree) -> list[str]:
-    from rich.text import Text
-
     lines: list[str] = []
 
     def walk(node: Tree, depth: int) -> None:

@@ -11,6 +11,7 @@ import orjson
 import typer
 from rich.console import Console, JustifyMethod
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import (
     AgentlogError,
@@ -73,10 +74,11 @@ class _TableOutput:
                 self.table.add_column(column, justify=justify)
         self.cells: list[list[str]] = [list(columns)]
 
-    def add_row(self, *cells: str, plain: Sequence[str] | None = None) -> None:
-        """One row; ``plain`` is its text without markup when ``cells`` carry some."""
+    def add_row(self, *cells: str | Text, plain: Sequence[str] | None = None) -> None:
+        """One row of markup strings or styled texts; ``plain`` is its text without markup when ``cells``
+        carry some."""
         self.table.add_row(*cells)
-        self.cells.append(list(plain if plain is not None else cells))
+        self.cells.append(list(plain if plain is not None else (str(cell) for cell in cells)))
 
     def print(self, console: Console | None = None) -> Console:
         """Print the table on ``console`` (default: standard output, sized by :func:`_table_console`)."""
