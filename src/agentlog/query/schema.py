@@ -243,9 +243,18 @@ def _validate(conn: sqlite3.Connection, path: str) -> None:
         raise IndexRefusedError(
             f'session-search database at "{path}" has unrecognized user tables: {", ".join(unknown)}'
         )
-    complete = not tables or "persisted_grams" in tables
+    # A file without the companion (the original's, or an earlier layout of ours) is rebuilt: CJK
+    # searches would otherwise silently miss its documents.
+    complete = not tables or ("persisted_grams" in tables and _has_column(conn, "persisted_grams", "folded"))
     if version != SCHEMA_VERSION or not complete:
         _drop_user_tables(conn, tables)
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    try:
+        return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({_quote(table)})"))
+    except sqlite3.Error:
+        return False  # a table FTS5 cannot open is not the companion this code writes
 
 
 def _drop_user_tables(conn: sqlite3.Connection, tables: list[str]) -> None:

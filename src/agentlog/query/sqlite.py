@@ -67,8 +67,8 @@ from .cjk import (
     COMPANION_LIVE_TABLE,
     COMPANION_PERSISTED_TABLE,
     companion_text,
+    fold,
     has_cjk,
-    literal_needle,
     mark_substrings,
     trigram_match_expression,
     uses_substring,
@@ -127,7 +127,6 @@ SQLITE_INDEX_SUFFIX: Final = ".search.sqlite3"
 STABLE_OBSERVATION_ATTEMPTS: Final = 2
 _T = TypeVar("_T")
 _WAIT_SLICE_S: Final = 0.02
-_MARK_FUNCTION: Final = "agentlog_mark_substrings"
 _MARKER_BYTES: Final = len(FTS_HIGHLIGHT_START.encode("utf-8"))
 _HEADER_FIELDS: Final = (
     ("cwd", "cwd"),
@@ -498,7 +497,6 @@ class SqliteSearch(SessionQuery):
     def _open(self) -> None:
         conn = open_search_database(self.path, self.journal_mode)
         try:
-            conn.create_function(_MARK_FUNCTION, 2, _mark, deterministic=True)
             main = self._main_generation(conn)
         except BaseException:
             conn.close()
@@ -881,7 +879,7 @@ class SqliteSearch(SessionQuery):
             "SELECT * FROM ranked WHERE event_rank = 1 "
             "ORDER BY match_count DESC, document_length ASC, time DESC, session_id ASC, seq DESC LIMIT ? OFFSET ?"
         )
-        return self._rows(sql, bindings)
+        return _with_marks(self._rows(sql, bindings), request.query)
 
     def _query_events(
         self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
@@ -895,7 +893,7 @@ class SqliteSearch(SessionQuery):
             f"{selected} SELECT * FROM matched WHERE {where} "
             "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC LIMIT ? OFFSET ?"
         )
-        return self._rows(sql, bindings)
+        return _with_marks(self._rows(sql, bindings), request.query)
 
     def _rows(self, sql: str, bindings: Sequence[Any]) -> list[dict[str, Any]]:
         conn = self._require()
@@ -980,13 +978,6 @@ class SqliteSearch(SessionQuery):
 
 def _is_abort(err: BaseException) -> bool:
     return isinstance(err, SessionQueryError) and err.code == "SESSION_QUERY_ABORTED"
-
-
-def _mark(text: object, query: object) -> str | None:
-    """The SQL function of the companion path: ``text`` with every occurrence of ``query`` marked."""
-    if not isinstance(text, str) or not isinstance(query, str):
-        return None
-    return mark_substrings(text, query)
 
 
 def _materialize(listings: object) -> tuple[dict[str, _Persisted], dict[str, tuple[str, dict[str, str]]]]:
@@ -1116,67 +1107,88 @@ def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dic
         )
         rows.append((text, *row))
         if has_cjk(text):
-            companion.append((companion_text(text), *row))
+            stored = companion_text(text)
+            companion.append((stored, *row, fold(stored)))
     columns = "(text, session_id, seq, type, time, surface, codepoint_length) VALUES (?, ?, ?, ?, ?, ?, ?)"
     conn.executemany(f"INSERT INTO {docs} {columns}", rows)
     if companion:
-        conn.executemany(f"INSERT INTO {grams} {columns}", companion)
+        conn.executemany(
+            f"INSERT INTO {grams} (text, session_id, seq, type, time, surface, codepoint_length, folded) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            companion,
+        )
 
 
 def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
     """The candidate CTEs (``candidates`` and ``matched``) and their bindings, in placeholder order.
 
     Candidates are the UNION ALL of stored documents of sessions without a live row (only while
-    persistence is visible) and live documents, each carrying the header columns, the event columns,
-    ``marked_text`` and ``document_length``; ``matched`` adds ``match_count`` (markers in the text).
-    A CJK query reads the trigram companion tables instead, with ``marked_text`` from the registered
-    marking function (a substring query of fewer than three code points scans the companion rows).
-    That CTE is ``MATERIALIZED``: ``marked_text`` is referenced three times below, and a flattened CTE
-    would call the Python marking function once per reference.
+    persistence is visible) and live documents, each carrying the header columns, the event columns and
+    ``document_length``; ``matched`` adds ``match_count``.
+
+    On the ``unicode61`` path each candidate carries ``marked_text`` (FTS5 ``highlight()``), and
+    ``match_count`` is its number of start markers, as the original computes it. The CTE is
+    ``MATERIALIZED`` so that ``highlight()`` — the dominant cost of a broad query — runs once per row,
+    not once per reference.
+
+    A CJK query reads the trigram companion tables instead (trigram MATCH for three or more code points,
+    else ``instr`` over the stored folded text): ``match_count`` is the number of non-overlapping
+    occurrences of the folded query in the folded text, computed in SQL from the companion's ``folded``
+    column (exactly the marks :func:`~agentlog.query.cjk.mark_substrings` would make), and candidates carry
+    ``doc_text`` instead of ``marked_text``: only the page's rows are marked, in Python, by
+    :func:`_with_marks` — a broad CJK query no longer calls Python once per candidate row.
     """
     flag = 1 if visible else 0
-    substring = uses_substring(query)
-    if substring:
-        tables = (COMPANION_PERSISTED_TABLE, COMPANION_LIVE_TABLE)
+    if uses_substring(query):
+        needle = fold(query)
         expression = trigram_match_expression(query)
-        needle = literal_needle(query) if expression is None else None
-        mark_sql = f"{_MARK_FUNCTION}({{alias}}.text, ?)"
-        mark_params: list[Any] = [query]
-    else:
-        tables = ("persisted_docs", "live_docs")
-        expression = quote_fts_data(query)
-        needle = None
-        mark_sql = "highlight({table}, 0, ?, ?)"
-        mark_params = [FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END]
 
-    def part(alias: str, table: str) -> tuple[str, list[Any]]:
-        conditions: list[str] = []
-        params: list[Any] = []
-        if expression is not None:
-            conditions.append(f"{table} MATCH ?")
-            params.append(expression)
-        if needle is not None:
-            conditions.append(f"instr({alias}.text, ?) > 0")
-            params.append(needle)
-        return " AND ".join(conditions), params
+        def filter_of(alias: str, table: str) -> tuple[str, list[Any]]:
+            if expression is not None:
+                return f"{table} MATCH ?", [expression]
+            return f"instr({alias}.folded, ?) > 0", [needle]
+
+        def extra_of(alias: str) -> str:
+            return (
+                f"{alias}.text AS doc_text, (length({alias}.folded) - length(replace({alias}.folded, ?, ''))) / ? "
+                "AS match_count"
+            )
+
+        extra_params: list[Any] = [needle, len(needle)]
+        tables = (COMPANION_PERSISTED_TABLE, COMPANION_LIVE_TABLE)
+        matched = "matched AS (SELECT * FROM candidates WHERE match_count > 0)"
+        matched_params: list[Any] = []
+    else:
+        expression = quote_fts_data(query)
+
+        def filter_of(alias: str, table: str) -> tuple[str, list[Any]]:
+            return f"{table} MATCH ?", [expression]
+
+        def extra_of(alias: str) -> str:
+            table = "persisted_docs" if alias == "pd" else "live_docs"
+            return f"highlight({table}, 0, ?, ?) AS marked_text"
+
+        extra_params = [FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END]
+        tables = ("persisted_docs", "live_docs")
+        matched = (
+            "matched AS (SELECT *, (length(CAST(marked_text AS BLOB)) "
+            "- length(CAST(replace(marked_text, ?, '') AS BLOB))) / ? AS match_count FROM candidates)"
+        )
+        matched_params = [FTS_HIGHLIGHT_START, _MARKER_BYTES]
 
     persisted_table, live_table = tables
-    persisted_match, persisted_match_params = part("pd", persisted_table)
-    live_match, live_match_params = part("ld", live_table)
-    persisted_mark = mark_sql.format(alias="pd", table=persisted_table)
-    live_mark = mark_sql.format(alias="ld", table=live_table)
-    persisted_where = " AND ".join(c for c in (persisted_match, "? = 1") if c)
-    live_where = live_match or "1"
+    persisted_match, persisted_match_params = filter_of("pd", persisted_table)
+    live_match, live_match_params = filter_of("ld", live_table)
     sql = (
-        f"WITH candidates AS {'MATERIALIZED ' if substring else ''}("
+        "WITH candidates AS MATERIALIZED ("
         "SELECT pd.session_id AS session_id, ps.version AS version, ps.created_at AS created_at, ps.cwd AS cwd, "
         "ps.parent_session AS parent_session, ps.seed_length AS seed_length, "
         "ps.delegation_depth AS delegation_depth, ps.agent_preset AS agent_preset, 0 AS live, 1 AS persisted, "
         "CAST(pd.seq AS INTEGER) AS seq, pd.type AS type, CAST(pd.time AS INTEGER) AS time, "
-        f"pd.surface AS surface, {persisted_mark} AS marked_text, "
+        f"pd.surface AS surface, {extra_of('pd')}, "
         "CAST(pd.codepoint_length AS INTEGER) AS document_length "
         f"FROM {persisted_table} AS pd JOIN persisted_sessions AS ps ON ps.id = pd.session_id "
-        f"WHERE {persisted_where} "
+        f"WHERE {persisted_match} AND ? = 1 "
         "AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pd.session_id) "
         "UNION ALL "
         "SELECT ld.session_id AS session_id, ls.version AS version, ls.created_at AS created_at, ls.cwd AS cwd, "
@@ -1184,22 +1196,28 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
         "ls.delegation_depth AS delegation_depth, ls.agent_preset AS agent_preset, 1 AS live, "
         "CASE WHEN ? = 1 THEN ls.persisted ELSE 0 END AS persisted, "
         "CAST(ld.seq AS INTEGER) AS seq, ld.type AS type, CAST(ld.time AS INTEGER) AS time, "
-        f"ld.surface AS surface, {live_mark} AS marked_text, "
+        f"ld.surface AS surface, {extra_of('ld')}, "
         "CAST(ld.codepoint_length AS INTEGER) AS document_length "
         f"FROM temp.{live_table} AS ld JOIN temp.live_sessions AS ls ON ls.id = ld.session_id "
-        f"WHERE {live_where}"
-        "), matched AS (SELECT *, (length(CAST(marked_text AS BLOB)) "
-        "- length(CAST(replace(marked_text, ?, '') AS BLOB))) / ? AS match_count FROM candidates"
-        f"{' WHERE marked_text IS NOT NULL' if substring else ''})"
+        f"WHERE {live_match}"
+        f"), {matched}"
     )
     params: list[Any] = [
-        *mark_params,
+        *extra_params,
         *persisted_match_params,
         flag,
         flag,
-        *mark_params,
+        *extra_params,
         *live_match_params,
-        FTS_HIGHLIGHT_START,
-        _MARKER_BYTES,
+        *matched_params,
     ]
     return sql, params
+
+
+def _with_marks(rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+    """The companion path's page rows with ``marked_text`` (the text with the query's occurrences marked)."""
+    for row in rows:
+        text = row.pop("doc_text", None)
+        if "marked_text" not in row:
+            row["marked_text"] = (mark_substrings(text, query) if isinstance(text, str) else None) or (text or "")
+    return rows
