@@ -17,7 +17,7 @@ from agentlog.query.normalize import FTS_HIGHLIGHT_START, make_snippet
 from agentlog.query.schema import SCHEMA_VERSION, open_search_database
 from factories import APPEND, intent, user_msg
 
-_ALPHABET = st.sampled_from(list("日志会话修复ログテAa ") + ["itgc"])
+_ALPHABET = st.sampled_from([*"日志会话修复ログテAa ", "itgc"])
 
 
 def _expected(texts: list[str], query: str) -> list[int]:
