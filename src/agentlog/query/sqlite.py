@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import uuid
@@ -868,32 +869,35 @@ class SqliteSearch(SessionQuery):
         binding: _Binding,
     ) -> list[dict[str, Any]]:
         assert_fts5_outer_predicate_count(session_where.predicate_count + event_where.predicate_count)
+        where = [part for part in (session_where.sql, event_where.sql) if part]
+        filters = [*session_where.params, *event_where.params]
         selected, params = _selected_documents(request.query, binding.service is not None)
-        where = " AND ".join(part for part in (session_where.sql, event_where.sql) if part)
-        bindings = [*params, *session_where.params, *event_where.params, request.limit + 1, offset]
-        assert_portable_binding_count(len(bindings))
+        # Counted as the original binds them (each filter value once); the statement binds the same values.
+        assert_portable_binding_count(len(params) + len(filters) + 2)
         sql = (
-            f"{selected}, filtered AS (SELECT * FROM matched{' WHERE ' + where if where else ''}), "
+            f"{selected}, "
             "ranked AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY session_id "
-            "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC) AS event_rank FROM filtered) "
+            "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC) AS event_rank FROM matched) "
             "SELECT * FROM ranked WHERE event_rank = 1 "
             "ORDER BY match_count DESC, document_length ASC, time DESC, session_id ASC, seq DESC LIMIT ? OFFSET ?"
         )
-        return _with_marks(self._rows(sql, bindings), request.query)
+        statement, bindings = _pushed_down(sql, params, where, filters, binding.service is not None)
+        return _with_marks(self._rows(statement, [*bindings, request.limit + 1, offset]), request.query)
 
     def _query_events(
         self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
     ) -> list[dict[str, Any]]:
         assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
+        where = [part for part in ("session_id = ?", event_where.sql) if part]
+        filters = [request.session_id, *event_where.params]
         selected, params = _selected_documents(request.query, binding.service is not None)
-        where = " AND ".join(part for part in ("session_id = ?", event_where.sql) if part)
-        bindings = [*params, request.session_id, *event_where.params, request.limit + 1, offset]
-        assert_portable_binding_count(len(bindings))
+        assert_portable_binding_count(len(params) + len(filters) + 2)
         sql = (
-            f"{selected} SELECT * FROM matched WHERE {where} "
+            f"{selected} SELECT * FROM matched "
             "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC LIMIT ? OFFSET ?"
         )
-        return _with_marks(self._rows(sql, bindings), request.query)
+        statement, bindings = _pushed_down(sql, params, where, filters, binding.service is not None)
+        return _with_marks(self._rows(statement, [*bindings, request.limit + 1, offset]), request.query)
 
     def _rows(self, sql: str, bindings: Sequence[Any]) -> list[dict[str, Any]]:
         conn = self._require()
@@ -1128,8 +1132,9 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
 
     On the ``unicode61`` path each candidate carries ``marked_text`` (FTS5 ``highlight()``), and
     ``match_count`` is its number of start markers, as the original computes it. The CTE is
-    ``MATERIALIZED`` so that ``highlight()`` — the dominant cost of a broad query — runs once per row,
-    not once per reference.
+    ``MATERIALIZED``, so that ``highlight()`` — the dominant cost of a broad query — runs once per row,
+    not once per reference; the request's filters are placed in each arm (``{filters}``, see
+    :func:`_pushed_down`), so it runs only for rows that pass them.
 
     A CJK query reads the trigram companion tables instead (trigram MATCH for three or more code points,
     else ``instr`` over the stored folded text): ``match_count`` is the number of non-overlapping
@@ -1189,7 +1194,7 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
         "CAST(pd.codepoint_length AS INTEGER) AS document_length "
         f"FROM {persisted_table} AS pd JOIN persisted_sessions AS ps ON ps.id = pd.session_id "
         f"WHERE {persisted_match} AND ? = 1 "
-        "AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pd.session_id) "
+        "AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pd.session_id){persisted_filters} "
         "UNION ALL "
         "SELECT ld.session_id AS session_id, ls.version AS version, ls.created_at AS created_at, ls.cwd AS cwd, "
         "ls.parent_session AS parent_session, ls.seed_length AS seed_length, "
@@ -1199,7 +1204,7 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
         f"ld.surface AS surface, {extra_of('ld')}, "
         "CAST(ld.codepoint_length AS INTEGER) AS document_length "
         f"FROM temp.{live_table} AS ld JOIN temp.live_sessions AS ls ON ls.id = ld.session_id "
-        f"WHERE {live_match}"
+        f"WHERE {live_match}{{live_filters}}"
         f"), {matched}"
     )
     params: list[Any] = [
@@ -1212,6 +1217,57 @@ def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
         *matched_params,
     ]
     return sql, params
+
+
+_SLOTS: Final = re.compile(r"(\?|\{persisted_filters\}|\{live_filters\})")
+_LIVE_CLAUSE: Final = re.compile(r"\blive = 1\b")
+_PERSISTED_CLAUSE: Final = re.compile(r"\bpersisted = 1\b")
+_TRAILING: Final = object()
+
+
+def _pushed_down(
+    sql: str, params: list[Any], where: list[str], filters: list[Any], visible: bool
+) -> tuple[str, list[Any]]:
+    """``sql`` with the request's compiled filters placed in both arms of the candidate UNION ALL, and
+    every placeholder numbered, so the filter values are bound once and referenced by both arms.
+
+    The original filters the UNION's rows; filtering inside each arm selects the same rows (every
+    filter column resolves to the arm's own table column: ``session_id``, ``seq``, ``time``, ``type`` and
+    ``surface`` to the documents table, the header columns to the sessions table) but before
+    ``highlight()`` runs. The availability clauses become the arm's constants (``live`` is 0 for stored
+    rows and 1 for live ones; ``persisted`` is 1 for stored rows and ``ls.persisted`` for live ones while
+    persistence is visible). Returns the statement and its bindings for every placeholder but the
+    trailing ones (``LIMIT ? OFFSET ?``), which the caller appends in order.
+    """
+    arms = {
+        "{persisted_filters}": _PERSISTED_CLAUSE.sub("1", _LIVE_CLAUSE.sub("0", " AND ".join(where))),
+        "{live_filters}": _PERSISTED_CLAUSE.sub(
+            "ls.persisted = 1" if visible else "0", _LIVE_CLAUSE.sub("1", " AND ".join(where))
+        ),
+    }
+    values = iter(params)
+    bindings: list[Any] = []
+    numbers: list[int] | None = None
+    out: list[str] = []
+    for token in _SLOTS.split(sql):
+        if token == "?":
+            bindings.append(next(values, _TRAILING))
+            out.append(f"?{len(bindings)}")
+        elif token in arms:
+            if not where:
+                continue
+            if numbers is None:
+                numbers = list(range(len(bindings) + 1, len(bindings) + 1 + len(filters)))
+                bindings.extend(filters)
+            pieces = arms[token].split("?")
+            assert len(pieces) == len(numbers) + 1, "one filter value per placeholder"
+            numbered = [f"{piece}?{number}" for piece, number in zip(pieces, numbers, strict=False)]
+            out.append(f" AND ({''.join(numbered)}{pieces[-1]})")
+        else:
+            out.append(token)
+    trailing = bindings.index(_TRAILING) if _TRAILING in bindings else len(bindings)
+    assert all(value is _TRAILING for value in bindings[trailing:]), "only LIMIT and OFFSET may trail"
+    return "".join(out), bindings[:trailing]
 
 
 def _with_marks(rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
