@@ -131,6 +131,16 @@ class Backend(Protocol):
     #     what ``load_stored`` would, sliced at ``from_seq``, for a log whose records before the span are
     #     intact (damage before the span may go unseen). ``PersistenceCoordinator.read_from`` uses it
     #     when present and reads the whole log otherwise.
+    # ``list_revisions() -> dict[str, str]``: every stored session's id mapped to its current revision
+    #     (exactly the string ``list_sessions`` and ``read_revision`` report for it), sorted by id, without
+    #     reading a header or a log byte (a directory scan and a stat per log; one SELECT of ids and
+    #     revision columns). It is what the search index reconciles against on every search, so it must
+    #     cost far less than ``list_sessions``: a session whose header is damaged may be included (only its
+    #     header would tell), a session ``list_sessions`` reports without a revision (a refused symlink, a
+    #     row whose revision columns are invalid) is left out, and root-level misconfiguration that
+    #     ``list_sessions`` raises for raises here too when checking it costs no extra read.
+    #     ``PersistenceCoordinator.list_revisions`` uses it when present and builds the map from
+    #     ``list_sessions`` otherwise.
 
 
 def validate_session_id(backend: object, session_id: object) -> None:

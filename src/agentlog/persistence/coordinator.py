@@ -532,6 +532,19 @@ class PersistenceCoordinator:
         """Every materialized session (headers only; damaged or foreign headers are reported)."""
         return self.backend.list_sessions()
 
+    def list_revisions(self) -> dict[str, str]:
+        """Every stored session's current revision by id, at the cost of a stat per session, not a header read.
+
+        The search index reconciles against this on every search (re-reading only the sessions whose
+        revision moved). A backend's optional ``list_revisions`` answers when it has one; otherwise the
+        map is built from :meth:`list`, keeping the listings that carry a revision. Either way a session
+        with a damaged header may be present: the reader it is handed to reports the damage.
+        """
+        fast = getattr(self.backend, "list_revisions", None)
+        if fast is not None:
+            return dict(fast())
+        return {listing.id: listing.revision for listing in self.list() if listing.revision is not None}
+
     # -- public writes (ownerless) -----------------------------------------------------------------------
     def create(self, meta: Mapping[str, Any]) -> None:
         """Register a session's header without writing anything (the first append materializes it)."""

@@ -151,6 +151,11 @@ class MemoryBackend:
             items = [(sid, rec.header, self._revision(sid, rec)) for sid, rec in self._records.items()]
         return [SessionListing(id=sid, header=loads(header), revision=rev) for sid, header, rev in sorted(items)]
 
+    def list_revisions(self) -> dict[str, str]:
+        """Every session's revision by id, sorted, without parsing a header (what listing reports)."""
+        with self._mutex:
+            return {sid: self._revision(sid, self._records[sid]) for sid in sorted(self._records)}
+
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
 

@@ -22,8 +22,10 @@ the backend only through the one factory:
 
 Optional capabilities are class attributes: :attr:`~BackendContract.has_torn_tail` with
 :meth:`~BackendContract.inject_torn_tail` for backends whose log can end in a torn write (the torn-tail
-tests are skipped otherwise), and :attr:`~BackendContract.locates_raw_log` for backends whose ``locate()``
-names a raw log file that error messages cite.
+tests are skipped otherwise), :attr:`~BackendContract.locates_raw_log` for backends whose ``locate()``
+names a raw log file that error messages cite, and :attr:`~BackendContract.can_damage_header` with
+:meth:`~BackendContract.damage_header` for storage that can hold a damaged header (the ``list_revisions``
+case then mixes damaged sessions into its random stores).
 
 The fault-injection tests subclass the backend's class on the fly (``instance.__class__`` is swapped for
 ``class _(Mixin, type(instance))``), so a backend class must allow that (no ``__slots__``-only layout).
@@ -558,6 +560,8 @@ class BackendContract(ABC):
     has_torn_tail: ClassVar[bool] = False
     #: True if ``locate()`` names a raw log file and format errors cite it as ``(raw log: <path>)``.
     locates_raw_log: ClassVar[bool] = False
+    #: True if the storage can hold a damaged header; then :meth:`damage_header` must be defined.
+    can_damage_header: ClassVar[bool] = False
 
     def new_location(self, tmp_path: Path) -> Any:
         """A fresh storage location for one test; ``make_backend`` receives it (default: ``tmp_path / "store"``)."""
@@ -570,6 +574,14 @@ class BackendContract(ABC):
     def inject_torn_tail(self, location: Any, meta: Mapping[str, Any], next_seq: int) -> None:
         """Append a torn (half-written) record for event ``next_seq`` to the stored log of ``meta["id"]``."""
         raise NotImplementedError(f"{type(self).__name__} has no torn tails (has_torn_tail is false)")
+
+    def damage_header(self, location: Any, meta: Mapping[str, Any]) -> None:
+        """Damage the stored header of ``meta["id"]`` so listing reports it with an ``error_code``.
+
+        Optional (set :attr:`can_damage_header`): a backend that cannot hold a damaged header (the memory
+        backend) leaves it undefined, and the cases that use it store intact sessions only.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot store a damaged header (can_damage_header is false)")
 
     @pytest.fixture
     def env(self, tmp_path: Path) -> Iterator[ContractHarness]:
@@ -764,6 +776,111 @@ class BackendContract(ABC):
         second = revision_of(coordinator)
         assert second is not None and second != first
         assert revision_of(fresh(env)) == second
+
+    def test_list_revisions_are_the_listed_revisions_and_move_with_appends(self, tmp_path: Path) -> None:
+        """``list_revisions`` (the search index's per-search reconciliation) against listing and ``read_revision``.
+
+        For random sets of sessions — appended, crash-repaired (an open turn closed by ``load``, over a torn
+        tail where the backend has one), damaged headers where the backend can store one, created but
+        never appended — the map holds every listed session's revision, is ``read_revision`` for each id,
+        and after an append to one session differs in exactly that session. A backend without the
+        optional method is checked through ``PersistenceCoordinator.list_revisions`` (built from listing).
+        """
+        from hypothesis import HealthCheck, given, settings
+        from hypothesis import strategies as st
+
+        ids = ["s1", "s2", "a b", "caf\u00e9", "x/y", "~tilde", ".", "long-" + "n" * 40, "\u6f22\u5b57"]
+        cwds = [CWD, None, "/other/project"]
+        fates = ["closed", "repaired", "created-only"] + (["torn"] if self.has_torn_tail else [])
+        fates += ["damaged"] if self.can_damage_header else []
+        plans = st.lists(
+            st.tuples(st.sampled_from(ids), st.sampled_from(cwds), st.sampled_from(fates)),
+            min_size=1,
+            max_size=6,
+            unique_by=lambda item: item[0],
+        )
+        examples = iter(range(10_000))
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(plan=plans, target=st.integers(min_value=0, max_value=5))
+        def check(plan: list[tuple[str, str | None, str]], target: int) -> None:
+            folder = tmp_path / f"example-{next(examples)}"
+            folder.mkdir()
+            location = self.new_location(folder)
+            env = ContractHarness(ContractBackends(self, location))
+            try:
+                self._check_list_revisions(env, location, plan, target)
+            finally:
+                env.close()
+
+        check()
+
+    def _check_list_revisions(
+        self, env: Harness, location: Any, plan: list[tuple[str, str | None, str]], target: int
+    ) -> None:
+        lengths: dict[str, int] = {}  # stored events of each materialized, readable session
+        damaged: set[str] = set()
+        for session_id, cwd, fate in plan:
+            meta = header(session_id, cwd=cwd)
+            if fate == "created-only":
+                fresh(env).create(meta)
+                continue
+            persist(env, open_turn_with_chunks() if fate in ("repaired", "torn") else closed_turn(), meta)
+            if fate == "torn":
+                assert env.factory.inject_torn_tail is not None
+                env.factory.inject_torn_tail(meta, 8)
+            if fate in ("repaired", "torn"):
+                assert len(fresh(env).load(session_id).events) == 10  # closers committed by the repair
+            if fate == "damaged":
+                self.damage_header(location, meta)
+                damaged.add(session_id)
+            else:
+                lengths[session_id] = 10 if fate in ("repaired", "torn") else 6
+
+        def revisions(backend: Any) -> dict[str, str]:
+            method = getattr(backend, "list_revisions", None)
+            found: dict[str, str] = (
+                method() if method is not None else env.coordinator(backend=backend).list_revisions()
+            )
+            assert list(found) == sorted(found), "list_revisions is sorted by id"
+            return found
+
+        def check_against_listing(backend: Any) -> dict[str, str]:
+            found = revisions(backend)
+            listings = backend.list_sessions()
+            listed = {item.id: item.revision for item in listings if item.revision is not None}
+            assert {item.id for item in listings if item.ok} == set(lengths)
+            assert {k: v for k, v in found.items() if k not in damaged} == {
+                k: v for k, v in listed.items() if k not in damaged
+            }
+            assert set(found) - damaged == set(lengths)
+            for session_id in damaged & set(found):  # included or not: the index inspects and skips it
+                if session_id in listed:
+                    assert found[session_id] == listed[session_id]
+            for session_id, revision in found.items():
+                if session_id in damaged:
+                    try:
+                        current = backend.read_revision(session_id)
+                    except SessionPersistenceCorruptionError:
+                        continue  # a backend that validates the header on read_revision
+                    assert current == revision, session_id
+                else:
+                    assert backend.read_revision(session_id) == revision, session_id
+            assert env.coordinator(backend=backend).list_revisions() == found
+            return found
+
+        reader = env.backend()
+        before = check_against_listing(reader)
+        assert revisions(reader) == before  # stable while nothing is written
+        if not lengths:
+            return
+        grown = sorted(lengths)[target % len(lengths)]
+        writer = fresh(env)
+        writer.append(grown, closed_turn(lengths[grown], 2))
+        for backend in (reader, env.backend()):  # the same instance and a reopened one
+            after = check_against_listing(backend)
+            assert set(after) == set(before)
+            assert {k for k in before if after[k] != before[k]} == {grown}
 
     def test_40_append_rejects_a_first_seq_that_is_not_the_stored_next_seq(self, env: Harness) -> None:  # spec 8.3 #40
         coordinator = env.coordinator()
@@ -1037,7 +1154,8 @@ class BackendContract(ABC):
         coordinator = fresh(env)
         inner = re.escape(text.format(id=SID))
         with pytest.raises(
-            SessionPersistenceCorruptionError, match=re.escape(f'stored session "{SID}" failed validation: ') + ".*" + inner  # noqa: E501
+            SessionPersistenceCorruptionError,
+            match=re.escape(f'stored session "{SID}" failed validation: ') + ".*" + inner,
         ):
             coordinator.inspect(SID)
         with pytest.raises(SessionPersistenceCorruptionError, match=inner):

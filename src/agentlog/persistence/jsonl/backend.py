@@ -1367,6 +1367,65 @@ class JsonlBackend:
         listings.sort(key=lambda item: (item.id, item.location or ""))
         return listings
 
+    def _directory_id(self, name: str) -> str | None:
+        """The session id whose directory is ``name``, or ``None`` when no id maps to it.
+
+        Only a canonical name counts: ``load(id)`` reaches the directory ``encode_segment(id)`` and no
+        other, so a hand-made name that merely decodes to an id (``a~0041`` for ``aA``) or an id this
+        store refuses (a lone surrogate, too long) names nothing a reader could open by id.
+        """
+        if encodes_verbatim(name):
+            return name if len(name) <= MAX_ENCODED_ID_BYTES else None
+        session_id = decode_segment(name)
+        try:
+            self.validate_session_id(session_id)
+        except InvalidSessionIdError:
+            return None
+        return session_id if encode_segment(session_id) == name else None
+
+    @_typed_os_errors
+    def list_revisions(self) -> dict[str, str]:
+        """Every stored session's revision, by id, from a directory scan and a stat per log; never reads a byte.
+
+        The search index reconciles against this on every search, where :meth:`list_sessions` (it opens
+        and parses every header) costs too much. The revision is the one :meth:`read_revision` and
+        :meth:`list_sessions` report (the same ``_revision`` of the same file's stat), and a session whose
+        header is damaged is included: telling it apart needs the header, and the reader it is handed to
+        reports the damage. Left out, as listing reports them without a revision and no load can open
+        them: symbolic links in place of a session directory or a log, and logs that are not regular
+        files. Directory names that no id encodes to are left out too (see :meth:`_directory_id`).
+
+        The root-level refusals of :meth:`list_sessions` cost a stat at most, so they stay: a flat legacy
+        file or an opposite-encoding log raises, and so does one id in two project directories — here
+        whatever its header holds (listing raises only when both headers parse, but ``read_revision``
+        and ``load`` of that id refuse it either way).
+        """
+        found: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        opposite_name = "/session" + self._opposite
+        own_name = "/session" + self._suffix
+        lstat = os.lstat
+        is_regular = stat.S_ISREG
+        for project in self._project_dirs():
+            project_path = f"{self.root}/{project}"
+            for name in self._session_dirs(project_path):
+                session_dir = f"{project_path}/{name}"
+                if _exists(session_dir + opposite_name):
+                    raise self._mismatch(session_dir + opposite_name)
+                try:
+                    st = lstat(session_dir + own_name)
+                except FileNotFoundError:
+                    continue  # no transcript (yet)
+                session_id = self._directory_id(name)
+                if session_id is None or not is_regular(st.st_mode):
+                    continue
+                if session_id in seen:
+                    raise self._duplicate(session_id)
+                seen.add(session_id)
+                found.append((session_id, _revision(st)))
+        found.sort()
+        return dict(found)
+
     # --- writing -------------------------------------------------------------------------------
 
     def _batch_text(self, events: Sequence[WireEvent]) -> bytes:

@@ -101,6 +101,7 @@ _DECODE_SLACK_BYTES: Final = 16 << 20
 
 _UNKNOWN: Final = object()
 _SPAN_MEMO_SIZE: Final = 8192
+_KNOWN_INCARNATIONS_MAX: Final = 65536
 
 _NAME_MARKER: Final = re.compile(r"^-- name: ([a-z_]+)[ \t]*$", re.MULTILINE)
 _WHITESPACE: Final = re.compile(r"\s+")
@@ -273,6 +274,7 @@ class SqliteBackend:
         # function of the columns, and every append re-checks the packed rows up to 1023 seqs back.
         self._span_memo: dict[tuple[Any, ...], Any] = {}
         self._schema_seen: list[Any] = []
+        self._known_incarnations: set[str] = set()  # proven by list_revisions (see there)
         self._schema_cookie: Any = None
         if not self._memory:
             if not self.read_only:
@@ -1056,6 +1058,44 @@ class SqliteBackend:
         listings.sort(key=_listing_id)
         return listings
 
+    def list_revisions(self) -> dict[str, str]:
+        """Every stored session's revision string, by id, from one SELECT of the id and revision columns.
+
+        The search index reconciles against this on every search, so it neither rebuilds nor validates
+        headers as :meth:`list_sessions` does; the strings are the ones listing and :meth:`read_revision`
+        report. A row whose header columns are damaged is included (the reader it is handed to reports
+        the damage); one whose id or revision columns are themselves invalid — listing reports it without
+        a revision, and no read can name it — is left out.
+        """
+
+        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if self._pristine:
+                return []
+            try:
+                return self._fetchall(conn, SQL["select_session_revisions"], ())
+            except BaseException as err:
+                failure = self._typed(err, "list")
+                if failure is err:
+                    raise
+                raise failure from err
+
+        rows = self._locked_read(run)
+        identity = self._store_identity
+        known = self._known_incarnations  # an incarnation is fixed for a session's life: check it once
+        is_uuid = codec.is_uuid
+        found: list[tuple[str, str]] = []
+        for sid, incarnation, revision in rows:
+            if type(sid) is not str or not sid or type(revision) is not int or not 0 <= revision <= MAX_SAFE_INTEGER:
+                continue
+            if incarnation not in known:
+                if not is_uuid(incarnation):
+                    continue
+                if len(known) < _KNOWN_INCARNATIONS_MAX:
+                    known.add(incarnation)
+            found.append((sid, f"{identity}:incarnation:{incarnation}:revision:{revision}"))
+        found.sort()
+        return dict(found)
+
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
 
@@ -1287,8 +1327,6 @@ def _on_read_only_file_system(path: str) -> bool:
         return False
 
 
-
-
 class _RawText(bytes):
     """``text_factory`` of the re-read: marks TEXT values so they are not mistaken for BLOBs."""
 
@@ -1316,8 +1354,6 @@ def _session_id(meta: Mapping[str, Any]) -> str:
     if type(session_id) is not str or not session_id:
         raise PersistenceError(f"session header id must be a non-empty string, got {session_id!r}")
     return session_id
-
-
 
 
 def _optional(meta: Mapping[str, Any], key: str, check: Callable[[Any], bool], what: str) -> Any:

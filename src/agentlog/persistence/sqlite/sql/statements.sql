@@ -84,6 +84,9 @@ SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delega
        incarnation, revision
 FROM sessions;
 
+-- name: select_session_revisions
+SELECT id, incarnation, revision FROM sessions;
+
 -- name: upsert_session
 INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth,
                       agent_preset, incarnation, revision)
