@@ -155,7 +155,8 @@ class _Loaded:
 
 @dataclass
 class _Persisted:
-    header: dict[str, Any]
+    header: dict[str, Any] | None
+    """The listed header; ``None`` when the revision listing showed it unchanged (not read)."""
     revision: str
     loaded: _Loaded | None = None
 
@@ -351,6 +352,9 @@ class SqliteSearch(SessionQuery):
         self._local_generation = 0
         self._seen_main: int | None = None
         self._skipped_revisions: dict[str, tuple[int, str, dict[str, str]]] = {}
+        # Stored headers of sessions that were live when last listed (binding identity, header): a
+        # stored header never changes, so the revision fast path can check a live session against it.
+        self._stored_headers: dict[str, tuple[int, dict[str, Any]]] = {}
         self._tokens: dict[int, tuple[weakref.ref[Session], str]] = {}
         if open_at == "startup":
             try:
@@ -714,7 +718,8 @@ class SqliteSearch(SessionQuery):
             if persisted_changed:
                 main += 1
             local = self._local_generation
-            _delete_sessions(conn, "persisted", [*persisted_deletes, *(e.header["id"] for e in persisted_changes)])
+            changed_ids = [entry.loaded.header["id"] for entry in persisted_changes if entry.loaded is not None]
+            _delete_sessions(conn, "persisted", [*persisted_deletes, *changed_ids])
             total = len(persisted_changes)
             for done, entry in enumerate(persisted_changes, 1):
                 assert entry.loaded is not None
@@ -793,7 +798,7 @@ class SqliteSearch(SessionQuery):
             for sid, session in self._live_sessions().items():
                 header = thaw(session.header)
                 durable = persisted.get(sid)
-                if durable is not None:
+                if durable is not None and durable.header is not None:
                     assert_headers_compatible(header, durable.header)
                 live[sid] = _Live(session, header, len(session.events), "")
             if set(live) != initially_live:
@@ -818,7 +823,15 @@ class SqliteSearch(SessionQuery):
         service = binding.service
         assert service is not None
         can_reuse = self._last_identity is None or self._last_identity == binding.identity
+        if can_reuse:
+            unchanged = self._unchanged(binding, indexed, initially_live, signal)
+            if unchanged is not None:
+                return unchanged
         before, skipped = _materialize(service.list())
+        for sid in initially_live:
+            entry = before.get(sid)
+            if entry is not None and entry.header is not None:
+                self._stored_headers[sid] = (binding.identity, entry.header)
         _check(signal)
         for sid, entry in before.items():
             if can_reuse and indexed.get(sid) == entry.revision:
@@ -846,7 +859,8 @@ class SqliteSearch(SessionQuery):
                 raise _Unstable() from None  # deleted since the listing
             _check(signal)
             header = thaw(snapshot.meta)
-            assert_headers_compatible(entry.header, header)
+            if entry.header is not None:
+                assert_headers_compatible(entry.header, header)
             entry.loaded = _Loaded(header, build_documents(sid, list(snapshot.events)))
         for sid in skipped:
             before.pop(sid, None)
@@ -858,6 +872,49 @@ class SqliteSearch(SessionQuery):
         if self.binding_epoch != binding.identity:
             raise _Unstable()
         return before, skipped
+
+    def _unchanged(
+        self,
+        binding: _Binding,
+        indexed: Mapping[str, str],
+        initially_live: set[str],
+        signal: Signal | None,
+    ) -> tuple[dict[str, _Persisted], dict[str, tuple[str, dict[str, str]]]] | None:
+        """The observation of an unchanged store from its revision listing alone, or ``None`` when
+        anything moved (or the binding has no revision listing) and the full observation must run.
+
+        Unchanged means: every listed session is indexed at its listed revision, still skipped at it, or
+        live here (its log is not read while live); no indexed session is gone. Nothing is inspected, so
+        there is nothing a second listing could disagree with: the one listing is the whole (stable)
+        observation. This is what makes a search of an unchanged store cost a directory scan instead of
+        a header parse per session.
+        """
+        service = binding.service
+        quick = getattr(service, "list_revisions", None)
+        if quick is None:
+            return None
+        revisions = quick()
+        _check(signal)
+        if not isinstance(revisions, dict) or any(sid not in revisions for sid in indexed):
+            return None
+        persisted: dict[str, _Persisted] = {}
+        skipped: dict[str, tuple[str, dict[str, str]]] = {}
+        for sid, revision in revisions.items():
+            if not isinstance(sid, str) or not isinstance(revision, str):
+                return None
+            if sid in initially_live or self.store.get(sid) is not None:
+                stored = self._stored_headers.get(sid)
+                if stored is None or stored[0] != binding.identity:
+                    return None  # never listed while live: the full listing checks its header once
+                persisted[sid] = _Persisted(stored[1], revision)
+            elif indexed.get(sid) == revision:
+                persisted[sid] = _Persisted(None, revision)
+            else:
+                remembered = self._skipped_revisions.get(sid)
+                if remembered is None or remembered[0] != binding.identity or remembered[1] != revision:
+                    return None
+                skipped[sid] = (revision, remembered[2])
+        return persisted, skipped
 
     # -- queries ------------------------------------------------------------------------------------
     def _query_sessions(
@@ -1043,7 +1100,9 @@ def _same_listing(
         return False
     for sid, first in before.items():
         second = after.get(sid)
-        if second is None or second.revision != first.revision or not _same_header(first.header, second.header):
+        if second is None or second.revision != first.revision:
+            return False
+        if first.header is not None and second.header is not None and not _same_header(first.header, second.header):
             return False
     for sid, (revision, _) in before_skipped.items():
         if sid in after:
