@@ -238,14 +238,12 @@ def grams() -> Iterator[sqlite3.Connection]:
     conn.close()
 
 
-def test_companion_ddl_creates_exactly_the_listed_tables_with_the_docs_columns_and_folded(
-    grams: sqlite3.Connection,
-) -> None:
+def test_companion_ddl_creates_exactly_the_listed_tables_with_the_docs_columns(grams: sqlite3.Connection) -> None:
     main = {row[0] for row in grams.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
     temp = {row[0] for row in grams.execute("SELECT name FROM temp.sqlite_master WHERE type = 'table'")}
     assert main == set(COMPANION_TABLES)
     assert "live_grams" in temp and not temp & set(COMPANION_TABLES)
-    columns = ["text", "session_id", "seq", "type", "time", "surface", "codepoint_length", "folded"]
+    columns = ["text", "session_id", "seq", "type", "time", "surface", "codepoint_length"]
     assert [row[1] for row in grams.execute("PRAGMA main.table_info(persisted_grams)")] == columns
     assert [row[1] for row in grams.execute("PRAGMA temp.table_info(live_grams)")] == columns
 

@@ -56,23 +56,21 @@ def test_cjk_hits_rank_by_occurrences_like_marking_counts_them(texts: list[str],
         search.close()
 
 
-def test_a_version_8_index_whose_companion_lacks_the_folded_column_is_rebuilt(tmp_path: Path) -> None:
+def test_a_version_8_index_missing_a_side_table_is_rebuilt(tmp_path: Path) -> None:
+    """An index of the original's layout (or an earlier one of ours) lacks the side tables: CJK and one-term
+    searches would miss its documents, so it is rebuilt in place, not trusted."""
     path = tmp_path / "index.sqlite3"
     open_search_database(str(path), "wal").close()
     conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE persisted_grams")
-    conn.execute(
-        "CREATE VIRTUAL TABLE persisted_grams USING fts5(text, session_id UNINDEXED, seq UNINDEXED, "
-        "type UNINDEXED, time UNINDEXED, surface UNINDEXED, codepoint_length UNINDEXED, tokenize = 'trigram')"
-    )
-    conn.execute("INSERT INTO persisted_grams (text) VALUES ('stale 日志')")
+    conn.execute("DROP TABLE persisted_gram_folded")
+    conn.execute("INSERT INTO persisted_docs (text, session_id) VALUES ('stale', 's')")
     conn.commit()
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
     reopened = open_search_database(str(path), "wal")
     try:
-        columns = [row[1] for row in reopened.execute("PRAGMA table_info(persisted_grams)")]
-        assert columns[-1] == "folded"
-        assert reopened.execute("SELECT count(*) FROM persisted_grams").fetchone()[0] == 0
+        tables = {row[0] for row in reopened.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"persisted_gram_folded", "persisted_terms", "persisted_doc_meta"} <= tables
+        assert reopened.execute("SELECT count(*) FROM persisted_docs").fetchone()[0] == 0
     finally:
         reopened.close()

@@ -74,10 +74,8 @@ COMPANION_PERSISTED_TABLE: Final = "persisted_grams"
 COMPANION_LIVE_TABLE: Final = "live_grams"
 _COMPANION_COLUMNS: Final = (
     "text, session_id UNINDEXED, seq UNINDEXED, type UNINDEXED, time UNINDEXED, surface UNINDEXED, "
-    "codepoint_length UNINDEXED, folded UNINDEXED"
+    "codepoint_length UNINDEXED"
 )
-"""The docs tables' columns plus ``folded``: the stored text under :func:`fold`, so the provider counts a
-query's non-overlapping occurrences in SQL (``replace``) and marks only the rows of the page it serves."""
 COMPANION_PERSISTED_DDL: Final = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {COMPANION_PERSISTED_TABLE} USING fts5({_COMPANION_COLUMNS}, "
     "tokenize = 'trigram')"

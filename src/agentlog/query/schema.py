@@ -76,9 +76,22 @@ _FTS_SHADOWS: Final = ("data", "idx", "content", "docsize", "config")
 _ORIGINAL_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", *(f"persisted_docs_{s}" for s in _FTS_SHADOWS)}
 )
-DERIVED_USER_TABLES: Final = _ORIGINAL_TABLES | frozenset(COMPANION_TABLES)
+_SIDE_TABLES: Final = frozenset({"persisted_doc_meta", "persisted_terms", "persisted_gram_folded"})
+DERIVED_USER_TABLES: Final = _ORIGINAL_TABLES | frozenset(COMPANION_TABLES) | _SIDE_TABLES
 """Every table the persistent schema may hold: the original's three (with the FTS5 shadow tables of
-``persisted_docs``) and the substring companion's."""
+``persisted_docs``), the substring companion's, and the two side tables (agentlog additions):
+``persisted_doc_meta`` — each document's event columns by its ``persisted_docs`` rowid (an FTS5
+UNINDEXED column is read through the content table at ~2 µs a row and cannot be looked up; this is a
+B-tree, with an index by session for deletes) — and ``persisted_terms`` — each document's ``unicode61``
+term frequencies, so a one-term query is ranked without re-tokenizing every matching document through
+``highlight()`` — and ``persisted_gram_folded``, the folded text of each CJK-bearing document, from which a
+substring query counts its occurrences in SQL."""
+
+_META_COLUMNS: Final = (
+    "doc INTEGER PRIMARY KEY, session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, "
+    "time INTEGER NOT NULL, surface TEXT NOT NULL, codepoint_length INTEGER NOT NULL"
+)
+_TERM_COLUMNS: Final = "term TEXT NOT NULL, doc INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (term, doc)"
 
 _HEADER_COLUMNS: Final = (
     "id TEXT PRIMARY KEY, version INTEGER NOT NULL, created_at INTEGER NOT NULL, cwd TEXT, "
@@ -97,6 +110,11 @@ PERSISTENT_SCHEMA: Final = (
     "generation INTEGER NOT NULL) STRICT",
     f"CREATE VIRTUAL TABLE IF NOT EXISTS persisted_docs USING fts5({_DOC_COLUMNS}, tokenize = 'unicode61')",
     COMPANION_PERSISTED_DDL,
+    f"CREATE TABLE IF NOT EXISTS persisted_doc_meta ({_META_COLUMNS}) STRICT",
+    "CREATE INDEX IF NOT EXISTS persisted_doc_meta_by_session ON persisted_doc_meta (session_id)",
+    f"CREATE TABLE IF NOT EXISTS persisted_terms ({_TERM_COLUMNS}) WITHOUT ROWID, STRICT",
+    "CREATE INDEX IF NOT EXISTS persisted_terms_by_doc ON persisted_terms (doc)",
+    "CREATE TABLE IF NOT EXISTS persisted_gram_folded (doc INTEGER PRIMARY KEY, folded TEXT NOT NULL) STRICT",
 )
 
 TEMPORARY_SCHEMA: Final = (
@@ -104,6 +122,15 @@ TEMPORARY_SCHEMA: Final = (
     "persisted INTEGER NOT NULL CHECK (persisted IN (0, 1)), generation INTEGER NOT NULL) STRICT",
     f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.live_docs USING fts5({_DOC_COLUMNS}, tokenize = 'unicode61')",
     COMPANION_LIVE_DDL,
+    f"CREATE TEMP TABLE IF NOT EXISTS live_doc_meta ({_META_COLUMNS}) STRICT",
+    "CREATE INDEX IF NOT EXISTS temp.live_doc_meta_by_session ON live_doc_meta (session_id)",
+    f"CREATE TEMP TABLE IF NOT EXISTS live_terms ({_TERM_COLUMNS}) WITHOUT ROWID, STRICT",
+    "CREATE INDEX IF NOT EXISTS temp.live_terms_by_doc ON live_terms (doc)",
+    "CREATE TEMP TABLE IF NOT EXISTS live_gram_folded (doc INTEGER PRIMARY KEY, folded TEXT NOT NULL) STRICT",
+    # Tokenizes a batch of documents (or a query) with the index's own tokenizer: its instance
+    # vocabulary gives exact per-document term frequencies; emptied after every use.
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_stage USING fts5(text, content = '', tokenize = 'unicode61')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_stage_terms USING fts5vocab(temp, term_stage, instance)",
 )
 
 
@@ -245,16 +272,9 @@ def _validate(conn: sqlite3.Connection, path: str) -> None:
         )
     # A file without the companion (the original's, or an earlier layout of ours) is rebuilt: CJK
     # searches would otherwise silently miss its documents.
-    complete = not tables or ("persisted_grams" in tables and _has_column(conn, "persisted_grams", "folded"))
+    complete = not tables or ("persisted_grams" in tables and _SIDE_TABLES.issubset(tables))
     if version != SCHEMA_VERSION or not complete:
         _drop_user_tables(conn, tables)
-
-
-def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
-    try:
-        return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({_quote(table)})"))
-    except sqlite3.Error:
-        return False  # a table FTS5 cannot open is not the companion this code writes
 
 
 def _drop_user_tables(conn: sqlite3.Connection, tables: list[str]) -> None:
@@ -292,7 +312,16 @@ def reset_search_database(conn: sqlite3.Connection) -> None:
     """Drop every derived row (persistent and TEMP) and recreate the empty schema (a forced rebuild)."""
     tables, _ = _user_objects(conn)
     _drop_user_tables(conn, tables)
-    for name in ("live_docs", "live_sessions", "live_grams"):
+    for name in (
+        "live_docs",
+        "live_sessions",
+        "live_grams",
+        "live_doc_meta",
+        "live_terms",
+        "live_gram_folded",
+        "term_stage_terms",
+        "term_stage",
+    ):
         conn.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
     _ensure_persistent_schema(conn)
     _ensure_temporary_schema(conn)

@@ -355,6 +355,9 @@ class SqliteSearch(SessionQuery):
         # Stored headers of sessions that were live when last listed (binding identity, header): a
         # stored header never changes, so the revision fast path can check a live session against it.
         self._stored_headers: dict[str, tuple[int, dict[str, Any]]] = {}
+        # One-term queries are ranked from the term side table; False forces the general (highlight)
+        # path, which the equivalence tests compare it with.
+        self._term_path = True
         self._tokens: dict[int, tuple[weakref.ref[Session], str]] = {}
         if open_at == "startup":
             try:
@@ -928,7 +931,7 @@ class SqliteSearch(SessionQuery):
         assert_fts5_outer_predicate_count(session_where.predicate_count + event_where.predicate_count)
         where = [part for part in (session_where.sql, event_where.sql) if part]
         filters = [*session_where.params, *event_where.params]
-        selected, params = _selected_documents(request.query, binding.service is not None)
+        selected, params, path = self._candidates(request.query, binding.service is not None)
         # Counted as the original binds them (each filter value once); the statement binds the same values.
         assert_portable_binding_count(len(params) + len(filters) + 2)
         sql = (
@@ -939,7 +942,8 @@ class SqliteSearch(SessionQuery):
             "ORDER BY match_count DESC, document_length ASC, time DESC, session_id ASC, seq DESC LIMIT ? OFFSET ?"
         )
         statement, bindings = _pushed_down(sql, params, where, filters, binding.service is not None)
-        return _with_marks(self._rows(statement, [*bindings, request.limit + 1, offset]), request.query)
+        rows = self._rows(statement, [*bindings, request.limit + 1, offset])
+        return self._page_marks(rows, request.query, path)
 
     def _query_events(
         self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
@@ -947,14 +951,95 @@ class SqliteSearch(SessionQuery):
         assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
         where = [part for part in ("session_id = ?", event_where.sql) if part]
         filters = [request.session_id, *event_where.params]
-        selected, params = _selected_documents(request.query, binding.service is not None)
+        selected, params, path = self._candidates(request.query, binding.service is not None)
         assert_portable_binding_count(len(params) + len(filters) + 2)
         sql = (
             f"{selected} SELECT * FROM matched "
             "ORDER BY match_count DESC, document_length ASC, time DESC, seq DESC LIMIT ? OFFSET ?"
         )
         statement, bindings = _pushed_down(sql, params, where, filters, binding.service is not None)
-        return _with_marks(self._rows(statement, [*bindings, request.limit + 1, offset]), request.query)
+        rows = self._rows(statement, [*bindings, request.limit + 1, offset])
+        return self._page_marks(rows, request.query, path)
+
+    def _candidates(self, query: str, visible: bool) -> tuple[str, list[Any], str]:
+        """The candidate CTEs of one query and which path made them: ``"substring"`` (a CJK query, the
+        companion), ``"term"`` (one ``unicode61`` term, the term table) or ``"phrase"`` (the original's
+        ``highlight()`` formulation, which every other query takes)."""
+        if uses_substring(query):
+            return (*_substring_documents(query, visible), "substring")
+        term = self._single_term(query)
+        if term is not None:
+            return (*_term_documents(term, visible), "term")
+        return (*_selected_documents(query, visible), "phrase")
+
+    def _page_marks(self, rows: list[dict[str, Any]], query: str, path: str) -> list[dict[str, Any]]:
+        if path == "term":
+            return self._highlight_page(rows, query)
+        if path == "substring":
+            return self._mark_page(rows, query)
+        return rows
+
+    def _mark_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+        """``marked_text`` for a substring page: its rows' companion texts, marked in Python."""
+        conn = self._require()
+        for live, table in ((0, COMPANION_PERSISTED_TABLE), (1, f"temp.{COMPANION_LIVE_TABLE}")):
+            docs = [row["doc"] for row in rows if row["live"] == live]
+            if not docs:
+                continue
+            try:
+                texts = dict(
+                    conn.execute(
+                        f"SELECT rowid, text FROM {table} WHERE rowid IN (SELECT value FROM json_each(?))",
+                        (json.dumps(docs),),
+                    ).fetchall()
+                )
+            except sqlite3.Error as err:
+                raise SessionQueryError(f"session-search query failed: {err}", "SESSION_QUERY_INDEX_FAILED") from err
+            for row in rows:
+                if row["live"] == live:
+                    text = texts.get(row["doc"], "")
+                    row["marked_text"] = mark_substrings(text, query) or text
+        return rows
+
+    def _single_term(self, query: str) -> str | None:
+        """The query's one ``unicode61`` term, or ``None`` (several terms, none, a CJK query, or the
+        staging table unavailable): tokenized by the index's own tokenizer, never re-implemented."""
+        if not self._term_path or uses_substring(query):
+            return None
+        conn = self._require()
+        try:
+            conn.execute("INSERT INTO temp.term_stage (rowid, text) VALUES (1, ?)", (query,))
+            try:
+                terms = conn.execute("SELECT term FROM temp.term_stage_terms").fetchall()
+            finally:
+                conn.execute("INSERT INTO temp.term_stage (term_stage) VALUES ('delete-all')")
+        except sqlite3.Error:
+            return None  # e.g. a read-only connection: the general path needs no staging write
+        return str(terms[0][0]) if len(terms) == 1 else None
+
+    def _highlight_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+        """``marked_text`` for the rows of one page (``highlight()`` of just these documents)."""
+        conn = self._require()
+        expression = quote_fts_data(query)
+        for live, table in ((0, "persisted_docs"), (1, "live_docs")):
+            docs = [row["doc"] for row in rows if row["live"] == live]
+            if not docs:
+                continue
+            source = table if live == 0 else f"temp.{table}"
+            try:
+                marked = dict(
+                    conn.execute(
+                        f"SELECT rowid, highlight({table}, 0, ?, ?) FROM {source} WHERE {table} MATCH ? "
+                        "AND rowid IN (SELECT value FROM json_each(?))",
+                        (FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END, expression, json.dumps(docs)),
+                    ).fetchall()
+                )
+            except sqlite3.Error as err:
+                raise SessionQueryError(f"session-search query failed: {err}", "SESSION_QUERY_INDEX_FAILED") from err
+            for row in rows:
+                if row["live"] == live:
+                    row["marked_text"] = marked.get(row["doc"], "")
+        return rows
 
     def _rows(self, sql: str, bindings: Sequence[Any]) -> list[dict[str, Any]]:
         conn = self._require()
@@ -1136,30 +1221,55 @@ def _row_header(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _DOC_TABLES: Final = {
-    "persisted": ("persisted_sessions", "persisted_docs", COMPANION_PERSISTED_TABLE),
-    "live": ("temp.live_sessions", "temp.live_docs", f"temp.{COMPANION_LIVE_TABLE}"),
+    "persisted": (
+        "persisted_sessions",
+        "persisted_docs",
+        COMPANION_PERSISTED_TABLE,
+        "persisted_doc_meta",
+        "persisted_terms",
+        "persisted_gram_folded",
+    ),
+    "live": (
+        "temp.live_sessions",
+        "temp.live_docs",
+        f"temp.{COMPANION_LIVE_TABLE}",
+        "temp.live_doc_meta",
+        "temp.live_terms",
+        "temp.live_gram_folded",
+    ),
 }
 
 
 def _delete_sessions(conn: sqlite3.Connection, source: str, ids: list[str]) -> None:
-    """Delete sessions' rows: one statement per table (an FTS5 UNINDEXED column is scanned, not
-    looked up, so one pass for all ids instead of one per id)."""
+    """Delete sessions' rows. Documents are found by their rowids through the meta table's session
+    index (an FTS5 UNINDEXED column can only be scanned: deleting one session's rows by ``session_id``
+    read every document of the index). A companion row shares its document's rowid."""
     if not ids:
         return
-    sessions, docs, grams = _DOC_TABLES[source]
+    sessions, docs, grams, meta, terms, folded = _DOC_TABLES[source]
     payload = json.dumps(ids)
+    selected = f"SELECT doc FROM {meta} WHERE session_id IN (SELECT value FROM json_each(?))"
     for table in (docs, grams):
-        conn.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))", (payload,))
+        conn.execute(f"DELETE FROM {table} WHERE rowid IN ({selected})", (payload,))
+    for table in (terms, folded):
+        conn.execute(f"DELETE FROM {table} WHERE doc IN ({selected})", (payload,))
+    conn.execute(f"DELETE FROM {meta} WHERE session_id IN (SELECT value FROM json_each(?))", (payload,))
     conn.execute(f"DELETE FROM {sessions} WHERE id IN (SELECT value FROM json_each(?))", (payload,))
 
 
 def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dict[str, Any]]) -> None:
-    _, docs, grams = _DOC_TABLES[source]
+    """Insert documents with explicit rowids: the meta row, the term frequencies and the companion row
+    of a document all carry its ``persisted_docs``/``live_docs`` rowid."""
+    if not documents:
+        return
+    _, docs, grams, meta, terms, folded = _DOC_TABLES[source]
+    first = int(conn.execute(f"SELECT coalesce(max(doc), 0) FROM {meta}").fetchone()[0]) + 1
     rows = []
+    metas = []
     companion = []
-    for document in documents:
-        text = document["text"]
-        text = sanitize_fts_text(text)
+    foldings = []
+    for rowid, document in enumerate(documents, first):
+        text = sanitize_fts_text(document["text"])
         row = (
             document["sessionId"],
             document["seq"],
@@ -1168,114 +1278,126 @@ def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dic
             document["surface"],
             len(text),
         )
-        rows.append((text, *row))
+        rows.append((rowid, text, *row))
+        metas.append((rowid, *row))
         if has_cjk(text):
             stored = companion_text(text)
-            companion.append((stored, *row, fold(stored)))
-    columns = "(text, session_id, seq, type, time, surface, codepoint_length) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            companion.append((rowid, stored, *row))
+            foldings.append((rowid, fold(stored)))
+    columns = "(rowid, text, session_id, seq, type, time, surface, codepoint_length) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     conn.executemany(f"INSERT INTO {docs} {columns}", rows)
+    conn.executemany(
+        f"INSERT INTO {meta} (doc, session_id, seq, type, time, surface, codepoint_length) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        metas,
+    )
+    # Term frequencies from the index's own tokenizer (a staging table with the same tokenizer).
+    conn.executemany("INSERT INTO temp.term_stage (rowid, text) VALUES (?, ?)", [(row[0], row[1]) for row in rows])
+    conn.execute(
+        f"INSERT INTO {terms} (term, doc, n) SELECT term, doc, count(*) FROM temp.term_stage_terms GROUP BY term, doc"
+    )
+    conn.execute("INSERT INTO temp.term_stage (term_stage) VALUES ('delete-all')")
     if companion:
-        conn.executemany(
-            f"INSERT INTO {grams} (text, session_id, seq, type, time, surface, codepoint_length, folded) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            companion,
-        )
+        conn.executemany(f"INSERT INTO {grams} {columns}", companion)
+        conn.executemany(f"INSERT INTO {folded} (doc, folded) VALUES (?, ?)", foldings)
 
 
 def _selected_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
-    """The candidate CTEs (``candidates`` and ``matched``) and their bindings, in placeholder order.
+    """The candidate CTEs (``candidates`` and ``matched``) of the original's ``unicode61`` path and their
+    bindings, in placeholder order.
 
     Candidates are the UNION ALL of stored documents of sessions without a live row (only while
-    persistence is visible) and live documents, each carrying the header columns, the event columns and
-    ``document_length``; ``matched`` adds ``match_count``.
-
-    On the ``unicode61`` path each candidate carries ``marked_text`` (FTS5 ``highlight()``), and
-    ``match_count`` is its number of start markers, as the original computes it. The CTE is
-    ``MATERIALIZED``, so that ``highlight()`` — the dominant cost of a broad query — runs once per row,
-    not once per reference; the request's filters are placed in each arm (``{filters}``, see
+    persistence is visible) and live documents, each carrying the header columns, the event columns,
+    ``marked_text`` (FTS5 ``highlight()``) and ``document_length``; ``matched`` adds ``match_count``, the
+    number of start markers, as the original computes it. The CTE is ``MATERIALIZED``, so that
+    ``highlight()`` — the dominant cost of a broad query — runs once per row, not once per reference;
+    the request's filters are placed in each arm (``{persisted_filters}``/``{live_filters}``, see
     :func:`_pushed_down`), so it runs only for rows that pass them.
-
-    A CJK query reads the trigram companion tables instead (trigram MATCH for three or more code points,
-    else ``instr`` over the stored folded text): ``match_count`` is the number of non-overlapping
-    occurrences of the folded query in the folded text, computed in SQL from the companion's ``folded``
-    column (exactly the marks :func:`~agentlog.query.cjk.mark_substrings` would make), and candidates carry
-    ``doc_text`` instead of ``marked_text``: only the page's rows are marked, in Python, by
-    :func:`_with_marks` — a broad CJK query no longer calls Python once per candidate row.
     """
     flag = 1 if visible else 0
-    if uses_substring(query):
-        needle = fold(query)
-        expression = trigram_match_expression(query)
+    expression = quote_fts_data(query)
 
-        def filter_of(alias: str, table: str) -> tuple[str, list[Any]]:
-            if expression is not None:
-                return f"{table} MATCH ?", [expression]
-            return f"instr({alias}.folded, ?) > 0", [needle]
-
-        def extra_of(alias: str) -> str:
-            return (
-                f"{alias}.text AS doc_text, (length({alias}.folded) - length(replace({alias}.folded, ?, ''))) / ? "
-                "AS match_count"
-            )
-
-        extra_params: list[Any] = [needle, len(needle)]
-        tables = (COMPANION_PERSISTED_TABLE, COMPANION_LIVE_TABLE)
-        matched = "matched AS (SELECT * FROM candidates WHERE match_count > 0)"
-        matched_params: list[Any] = []
-    else:
-        expression = quote_fts_data(query)
-
-        def filter_of(alias: str, table: str) -> tuple[str, list[Any]]:
-            return f"{table} MATCH ?", [expression]
-
-        def extra_of(alias: str) -> str:
-            table = "persisted_docs" if alias == "pd" else "live_docs"
-            return f"highlight({table}, 0, ?, ?) AS marked_text"
-
-        extra_params = [FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END]
-        tables = ("persisted_docs", "live_docs")
-        matched = (
-            "matched AS (SELECT *, (length(CAST(marked_text AS BLOB)) "
-            "- length(CAST(replace(marked_text, ?, '') AS BLOB))) / ? AS match_count FROM candidates)"
+    def arm(alias: str, table: str, sessions: str, availability: str) -> str:
+        return (
+            f"SELECT {alias}.session_id AS session_id, {sessions}.version AS version, "
+            f"{sessions}.created_at AS created_at, {sessions}.cwd AS cwd, "
+            f"{sessions}.parent_session AS parent_session, {sessions}.seed_length AS seed_length, "
+            f"{sessions}.delegation_depth AS delegation_depth, {sessions}.agent_preset AS agent_preset, "
+            f"{availability}, CAST({alias}.seq AS INTEGER) AS seq, {alias}.type AS type, "
+            f"CAST({alias}.time AS INTEGER) AS time, {alias}.surface AS surface, "
+            f"highlight({table}, 0, ?, ?) AS marked_text, CAST({alias}.codepoint_length AS INTEGER) AS document_length "
         )
-        matched_params = [FTS_HIGHLIGHT_START, _MARKER_BYTES]
 
-    persisted_table, live_table = tables
-    persisted_match, persisted_match_params = filter_of("pd", persisted_table)
-    live_match, live_match_params = filter_of("ld", live_table)
+    persisted = arm("pd", "persisted_docs", "ps", "0 AS live, 1 AS persisted")
+    live = arm("ld", "live_docs", "ls", "1 AS live, CASE WHEN ? = 1 THEN ls.persisted ELSE 0 END AS persisted")
     sql = (
-        "WITH candidates AS MATERIALIZED ("
-        "SELECT pd.session_id AS session_id, ps.version AS version, ps.created_at AS created_at, ps.cwd AS cwd, "
-        "ps.parent_session AS parent_session, ps.seed_length AS seed_length, "
-        "ps.delegation_depth AS delegation_depth, ps.agent_preset AS agent_preset, 0 AS live, 1 AS persisted, "
-        "CAST(pd.seq AS INTEGER) AS seq, pd.type AS type, CAST(pd.time AS INTEGER) AS time, "
-        f"pd.surface AS surface, {extra_of('pd')}, "
-        "CAST(pd.codepoint_length AS INTEGER) AS document_length "
-        f"FROM {persisted_table} AS pd JOIN persisted_sessions AS ps ON ps.id = pd.session_id "
-        f"WHERE {persisted_match} AND ? = 1 "
+        f"WITH candidates AS MATERIALIZED ({persisted}"
+        "FROM persisted_docs AS pd JOIN persisted_sessions AS ps ON ps.id = pd.session_id "
+        "WHERE persisted_docs MATCH ? AND ? = 1 "
         "AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pd.session_id){persisted_filters} "
-        "UNION ALL "
-        "SELECT ld.session_id AS session_id, ls.version AS version, ls.created_at AS created_at, ls.cwd AS cwd, "
-        "ls.parent_session AS parent_session, ls.seed_length AS seed_length, "
-        "ls.delegation_depth AS delegation_depth, ls.agent_preset AS agent_preset, 1 AS live, "
-        "CASE WHEN ? = 1 THEN ls.persisted ELSE 0 END AS persisted, "
-        "CAST(ld.seq AS INTEGER) AS seq, ld.type AS type, CAST(ld.time AS INTEGER) AS time, "
-        f"ld.surface AS surface, {extra_of('ld')}, "
-        "CAST(ld.codepoint_length AS INTEGER) AS document_length "
-        f"FROM temp.{live_table} AS ld JOIN temp.live_sessions AS ls ON ls.id = ld.session_id "
-        f"WHERE {live_match}{{live_filters}}"
-        f"), {matched}"
+        f"UNION ALL {live}"
+        "FROM temp.live_docs AS ld JOIN temp.live_sessions AS ls ON ls.id = ld.session_id "
+        "WHERE live_docs MATCH ?{live_filters}"
+        "), matched AS (SELECT *, (length(CAST(marked_text AS BLOB)) "
+        "- length(CAST(replace(marked_text, ?, '') AS BLOB))) / ? AS match_count FROM candidates)"
     )
-    params: list[Any] = [
-        *extra_params,
-        *persisted_match_params,
-        flag,
-        flag,
-        *extra_params,
-        *live_match_params,
-        *matched_params,
-    ]
-    return sql, params
+    marks = [FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END]
+    return sql, [*marks, expression, flag, flag, *marks, expression, FTS_HIGHLIGHT_START, _MARKER_BYTES]
+
+
+def _substring_documents(query: str, visible: bool) -> tuple[str, list[Any]]:
+    """The candidate CTEs of a CJK (substring) query, over the companion.
+
+    Candidates are the CJK-bearing documents holding the folded query (trigram MATCH for three or more
+    code points; below that an ``instr`` scan of the folded texts — a regular table, a B-tree away from
+    each row's event columns); ``match_count`` is the number of non-overlapping occurrences of the folded
+    query in the folded text, counted in SQL — exactly the marks
+    :func:`~agentlog.query.cjk.mark_substrings` makes, which only the page's rows get
+    (:meth:`SqliteSearch._mark_page`). Same columns as the other paths, with ``doc`` instead of
+    ``marked_text``.
+    """
+    flag = 1 if visible else 0
+    needle = fold(query)
+    expression = trigram_match_expression(query)
+
+    def arm(prefix: str, grams: str, tables: tuple[str, str, str]) -> tuple[str, list[Any]]:
+        folded, meta, sessions = tables
+        found: str
+        found_params: list[Any]
+        if expression is not None:
+            name = grams.split(".")[-1]
+            found, found_params = f"{prefix}f.doc IN (SELECT rowid FROM {grams} WHERE {name} MATCH ?)", [expression]
+        else:
+            found, found_params = f"instr({prefix}f.folded, ?) > 0", [needle]
+        if prefix == "p":
+            availability, head = "0 AS live, 1 AS persisted", []
+        else:
+            availability, head = "1 AS live, CASE WHEN ? = 1 THEN ls.persisted ELSE 0 END AS persisted", [flag]
+        sql = (
+            f"SELECT {prefix}m.session_id AS session_id, {prefix}s.version AS version, "
+            f"{prefix}s.created_at AS created_at, {prefix}s.cwd AS cwd, {prefix}s.parent_session AS parent_session, "
+            f"{prefix}s.seed_length AS seed_length, {prefix}s.delegation_depth AS delegation_depth, "
+            f"{prefix}s.agent_preset AS agent_preset, {availability}, "
+            f"{prefix}m.seq AS seq, {prefix}m.type AS type, {prefix}m.time AS time, {prefix}m.surface AS surface, "
+            f"{prefix}m.doc AS doc, (length({prefix}f.folded) - length(replace({prefix}f.folded, ?, ''))) / ? "
+            f"AS match_count, {prefix}m.codepoint_length AS document_length "
+            f"FROM {folded} AS {prefix}f JOIN {meta} AS {prefix}m ON {prefix}m.doc = {prefix}f.doc "
+            f"JOIN {sessions} AS {prefix}s ON {prefix}s.id = {prefix}m.session_id WHERE {found}"
+        )
+        return sql, [*head, needle, len(needle), *found_params]
+
+    persisted, persisted_params = arm(
+        "p", COMPANION_PERSISTED_TABLE, ("persisted_gram_folded", "persisted_doc_meta", "persisted_sessions")
+    )
+    live, live_params = arm(
+        "l", f"temp.{COMPANION_LIVE_TABLE}", ("temp.live_gram_folded", "temp.live_doc_meta", "temp.live_sessions")
+    )
+    sql = (
+        f"WITH candidates AS MATERIALIZED ({persisted} AND ? = 1 "
+        "AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pm.session_id){persisted_filters} "
+        f"UNION ALL {live}{{live_filters}}), matched AS (SELECT * FROM candidates WHERE match_count > 0)"
+    )
+    return sql, [*persisted_params, flag, *live_params]
 
 
 _SLOTS: Final = re.compile(r"(\?|\{persisted_filters\}|\{live_filters\})")
@@ -1329,10 +1451,40 @@ def _pushed_down(
     return "".join(out), bindings[:trailing]
 
 
-def _with_marks(rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
-    """The companion path's page rows with ``marked_text`` (the text with the query's occurrences marked)."""
-    for row in rows:
-        text = row.pop("doc_text", None)
-        if "marked_text" not in row:
-            row["marked_text"] = (mark_substrings(text, query) if isinstance(text, str) else None) or (text or "")
-    return rows
+def _term_documents(term: str, visible: bool) -> tuple[str, list[Any]]:
+    """The candidate CTEs for a query of exactly one ``unicode61`` term, from the side tables.
+
+    The same rows, columns and ``match_count`` as :func:`_selected_documents` (a one-term phrase matches
+    the documents holding the term, and ``highlight()`` marks each occurrence: its marker count is the
+    term's frequency), without reading the documents: the term index gives the frequencies, the meta table
+    the event columns. Candidates carry ``doc`` (the document's rowid) instead of ``marked_text``; the
+    page's rows are highlighted afterwards (:meth:`SqliteSearch._highlight_page`).
+    """
+    flag = 1 if visible else 0
+
+    def arm(prefix: str, terms: str, meta: str, sessions: str) -> str:
+        return (
+            f"SELECT {prefix}m.session_id AS session_id, {prefix}s.version AS version, "
+            f"{prefix}s.created_at AS created_at, {prefix}s.cwd AS cwd, {prefix}s.parent_session AS parent_session, "
+            f"{prefix}s.seed_length AS seed_length, {prefix}s.delegation_depth AS delegation_depth, "
+            f"{prefix}s.agent_preset AS agent_preset, "
+            + (
+                "0 AS live, 1 AS persisted, "
+                if prefix == "p"
+                else "1 AS live, CASE WHEN ? = 1 THEN ls.persisted ELSE 0 END AS persisted, "
+            )
+            + f"{prefix}m.seq AS seq, {prefix}m.type AS type, {prefix}m.time AS time, {prefix}m.surface AS surface, "
+            f"{prefix}m.doc AS doc, {prefix}t.n AS match_count, {prefix}m.codepoint_length AS document_length "
+            f"FROM {terms} AS {prefix}t JOIN {meta} AS {prefix}m ON {prefix}m.doc = {prefix}t.doc "
+            f"JOIN {sessions} AS {prefix}s ON {prefix}s.id = {prefix}m.session_id WHERE {prefix}t.term = ?"
+        )
+
+    sql = (
+        "WITH candidates AS MATERIALIZED ("
+        + arm("p", "persisted_terms", "persisted_doc_meta", "persisted_sessions")
+        + " AND ? = 1 AND NOT EXISTS (SELECT 1 FROM temp.live_sessions AS ls WHERE ls.id = pm.session_id)"
+        "{persisted_filters} UNION ALL "
+        + arm("l", "temp.live_terms", "temp.live_doc_meta", "temp.live_sessions")
+        + "{live_filters}), matched AS (SELECT * FROM candidates)"
+    )
+    return sql, [term, flag, flag, term]
