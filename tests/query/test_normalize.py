@@ -540,3 +540,34 @@ def test_property_fingerprint_is_invariant_under_filter_and_value_reordering(
 def test_property_cursor_round_trips(instance: str, fingerprint: str, generation: int | str, offset: int) -> None:
     binding = {"instance": instance, "scope": "sessions", "fingerprint": fingerprint, "generation": generation}
     assert decode_cursor(encode_cursor(**binding, offset=offset), **binding) == offset
+
+
+def _clean_marked_reference(marked: str) -> tuple[str, int]:
+    """The original's character walk (normalizeMarkedText), kept as the reference of the fast cleaner."""
+    from agentlog.query.normalize import JS_WHITESPACE
+
+    chars: list[str] = []
+    match_start: int | None = None
+    for char in marked:
+        if char == "\ufdd0":
+            if match_start is None:
+                match_start = len(chars)
+        elif char == "\ufdd1":
+            continue
+        elif char in JS_WHITESPACE:
+            if chars and chars[-1] != " ":
+                chars.append(" ")
+        else:
+            chars.append(char)
+    if chars and chars[-1] == " ":
+        chars.pop()
+    return "".join(chars), 0 if match_start is None else match_start
+
+
+@given(
+    st.text(st.sampled_from(["a", "b", " ", "\n", "\t", "\u3000", "\u00a0", "\ufeff", "\ufdd0", "\ufdd1", "日", "😀"])),
+)
+def test_snippet_cleaning_equals_the_original_character_walk(marked: str) -> None:
+    from agentlog.query.normalize import _clean_marked
+
+    assert _clean_marked(marked) == _clean_marked_reference(marked)

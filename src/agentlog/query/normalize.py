@@ -427,24 +427,27 @@ def request_fingerprint(request: SessionSearchRequest | EventSearchRequest) -> s
 _ELLIPSIS: Final = "…"
 
 
+_MARKERS: Final = str.maketrans("", "", FTS_HIGHLIGHT_START + FTS_HIGHLIGHT_END)
+
+
+def _collapse(text: str) -> str:
+    """Whitespace runs as one space, none leading (a trailing one is kept: see :func:`_clean_marked`)."""
+    return _WHITESPACE_RUN.sub(" ", text).lstrip(" ")
+
+
 def _clean_marked(marked: str) -> tuple[str, int]:
-    """Drop the markers, collapse whitespace to single spaces (none leading or trailing); the first match index."""
-    chars: list[str] = []
-    match_start: int | None = None
-    for char in marked:
-        if char == FTS_HIGHLIGHT_START:
-            if match_start is None:
-                match_start = len(chars)
-        elif char == FTS_HIGHLIGHT_END:
-            continue
-        elif char in JS_WHITESPACE:
-            if chars and chars[-1] != " ":
-                chars.append(" ")
-        else:
-            chars.append(char)
-    if chars and chars[-1] == " ":
-        chars.pop()
-    return "".join(chars), 0 if match_start is None else match_start
+    """Drop the markers, collapse whitespace to single spaces (none leading or trailing); the first match index.
+
+    The index is where the first start marker falls in the cleaned text: the length of the cleaned
+    prefix before it, trailing space included (a space before the match is part of the output). Done
+    with C-level string operations: a page of long documents is cleaned per search, and a Python loop
+    over every character was a tenth of a search's time.
+    """
+    first = marked.find(FTS_HIGHLIGHT_START)
+    clean = _collapse(marked.translate(_MARKERS)).rstrip(" ")
+    if first < 0:
+        return clean, 0
+    return clean, len(_collapse(marked[:first].translate(_MARKERS)))
 
 
 def make_snippet(marked: str, max_chars: int) -> str:
