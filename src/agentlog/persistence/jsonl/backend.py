@@ -530,6 +530,9 @@ class JsonlBackend:
         self._zstd = compression == "zstd"
         self._suffix = _SUFFIXES[compression]
         self._opposite = _SUFFIXES["none" if self._zstd else "zstd"]
+        # Directory name -> session id (or None): a pure function of the name, memoized because the
+        # revision listing decodes every session's name on every search.
+        self._directory_ids: dict[str, str | None] = {}
         self._mutex = threading.Lock()
         self._preflight_error: str | None = None
         self._preflight_done = False
@@ -1405,18 +1408,27 @@ class JsonlBackend:
         opposite_name = "/session" + self._opposite
         own_name = "/session" + self._suffix
         lstat = os.lstat
+        access = os.access
         is_regular = stat.S_ISREG
+        ids = self._directory_ids
         for project in self._project_dirs():
             project_path = f"{self.root}/{project}"
             for name in self._session_dirs(project_path):
                 session_dir = f"{project_path}/{name}"
-                if _exists(session_dir + opposite_name):
+                # access() answers "absent" without raising (this runs per session on every search); a
+                # present opposite log is then confirmed with the listing's own check.
+                if access(session_dir + opposite_name, os.F_OK, follow_symlinks=False) and _exists(
+                    session_dir + opposite_name
+                ):
                     raise self._mismatch(session_dir + opposite_name)
                 try:
                     st = lstat(session_dir + own_name)
                 except FileNotFoundError:
                     continue  # no transcript (yet)
-                session_id = self._directory_id(name)
+                if name in ids:
+                    session_id = ids[name]
+                else:
+                    session_id = ids[name] = self._directory_id(name)
                 if session_id is None or not is_regular(st.st_mode):
                     continue
                 if session_id in seen:
