@@ -1,6 +1,6 @@
-"""Reconciliation of an unchanged store costs its revision listing only: no header listing, no
-inspection. Anything that moved (a new, grown, deleted or damaged session) takes the full observation.
-Real coordinators over real JSONL and SQLite stores."""
+"""Reconciliation through the revision listing: an unchanged store costs one revision listing (no header
+listing, no inspection); a store where something moved costs a listing, the inspection of exactly what
+moved, and a second listing to confirm it held still. Real coordinators over real JSONL and SQLite stores."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_an_unchanged_store_is_reconciled_from_its_revisions_alone(tmp_path: Pat
     search = SqliteSearch(coordinator, path=str(tmp_path / "index.sqlite3"))
     try:
         assert _ids(search.search_sessions(query="needle")) == ["a", "b", "c"]
-        assert coordinator.calls.count("list") == 2 and sum(c.startswith("inspect:") for c in coordinator.calls) == 3
+        assert coordinator.calls == ["revisions", "inspect:a", "inspect:b", "inspect:c", "revisions"]
         coordinator.calls.clear()
         for _ in range(3):
             assert _ids(search.search_sessions(query="needle")) == ["a", "b", "c"]
@@ -82,8 +82,7 @@ def test_an_unchanged_store_is_reconciled_from_its_revisions_alone(tmp_path: Pat
         coordinator.calls.clear()
         page = search.search_events(session_id="b", query="second")
         assert [item["seq"] for item in page["items"]] == [2]  # resume wrote its end-seed at seq 1
-        assert [c for c in coordinator.calls if c.startswith("inspect:")] == ["inspect:b"]
-        assert coordinator.calls[0] == "revisions" and "list" in coordinator.calls
+        assert coordinator.calls == ["revisions", "inspect:b", "revisions"]
 
         _write(kind, root, "d", "needle in d")  # a new session
         assert _ids(search.search_sessions(query="needle")) == ["a", "b", "c", "d"]
@@ -95,7 +94,7 @@ def test_an_unchanged_store_is_reconciled_from_its_revisions_alone(tmp_path: Pat
         coordinator.close()
 
 
-def test_a_deleted_session_leaves_the_results_through_the_full_observation(tmp_path: Path) -> None:
+def test_a_deleted_session_leaves_the_results_without_any_read(tmp_path: Path) -> None:
     root = tmp_path / "store"
     for sid in ("a", "b"):
         _write("jsonl", root, sid, "needle")
@@ -108,7 +107,7 @@ def test_a_deleted_session_leaves_the_results_through_the_full_observation(tmp_p
         shutil.rmtree(Path(location).parent)
         coordinator.calls.clear()
         assert _ids(search.search_sessions(query="needle")) == ["b"]
-        assert "list" in coordinator.calls
+        assert coordinator.calls == ["revisions"]
     finally:
         search.close()
         coordinator.close()
@@ -160,6 +159,32 @@ def test_a_live_session_that_keeps_flushing_is_searched_without_header_listings(
                 item["seq"] for item in search.search_events(session_id="live", query=f"more {number}")["items"]
             ] == [number + 1]
             assert coordinator.calls == ["revisions"]
+    finally:
+        search.close()
+        coordinator.close()
+
+
+def test_a_store_that_moves_during_the_revision_observation_is_observed_again(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    for sid in ("a", "b"):
+        _write("jsonl", root, sid, "needle")
+    coordinator = Counting(SessionStore(), JsonlBackend(str(root)))
+    search = SqliteSearch(coordinator, path=str(tmp_path / "index.sqlite3"))
+    original = coordinator.inspect
+    moved: list[str] = []
+
+    def inspect_and_move(session_id: str) -> SessionSnapshot:
+        snapshot = original(session_id)
+        if not moved:  # another writer appends to b while a is being read
+            moved.append(session_id)
+            _write("jsonl", root, "b", "late needle")
+        return snapshot
+
+    coordinator.inspect = inspect_and_move  # type: ignore[method-assign]
+    try:
+        page = search.search_events(session_id="b", query="late")
+        assert [item["seq"] for item in page["items"]] == [2]
+        assert coordinator.calls.count("revisions") == 4  # unstable first attempt, stable second
     finally:
         search.close()
         coordinator.close()

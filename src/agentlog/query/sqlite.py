@@ -836,10 +836,9 @@ class SqliteSearch(SessionQuery):
         service = binding.service
         assert service is not None
         can_reuse = self._last_identity is None or self._last_identity == binding.identity
-        if can_reuse:
-            unchanged = self._unchanged(binding, indexed, initially_live, signal)
-            if unchanged is not None:
-                return unchanged
+        observed = self._observe_by_revisions(binding, indexed, initially_live, can_reuse, signal)
+        if observed is not None:
+            return observed
         before, skipped = _materialize(service.list())
         for sid in initially_live:
             entry = before.get(sid)
@@ -886,49 +885,77 @@ class SqliteSearch(SessionQuery):
             raise _Unstable()
         return before, skipped
 
-    def _unchanged(
+    def _observe_by_revisions(
         self,
         binding: _Binding,
         indexed: Mapping[str, str],
         initially_live: set[str],
+        can_reuse: bool,
         signal: Signal | None,
     ) -> tuple[dict[str, _Persisted], dict[str, tuple[str, dict[str, str]]]] | None:
-        """The observation of an unchanged store from its revision listing alone, or ``None`` when
-        anything moved (or the binding has no revision listing) and the full observation must run.
+        """The stable observation through the binding's revision listing, or ``None`` when it has none
+        (or a live session's stored header was never seen): then the listing observation runs.
 
-        Unchanged means: every listed session is indexed at its listed revision, still skipped at it, or
-        live here (its log is not read while live); no indexed session is gone. Nothing is inspected, so
-        there is nothing a second listing could disagree with: the one listing is the whole (stable)
-        observation. This is what makes a search of an unchanged store cost a directory scan instead of
-        a header parse per session.
+        The same observation as the original's — list, inspect what moved, list again and compare — with
+        a listing of revisions instead of headers: a stored session's header is what ``inspect`` returns
+        (the listing's copy is only ever compared with it), and a damaged header fails that inspection
+        and is skipped. When nothing moved nothing is inspected, and the one listing is the whole
+        observation (there is nothing a second one could disagree with). So a search of an unchanged
+        store costs a stat per session, and M14's one changed session costs its own read, not a header
+        parse of every other.
         """
         service = binding.service
         quick = getattr(service, "list_revisions", None)
-        if quick is None:
+        if service is None or quick is None:
             return None
-        revisions = quick()
+        before = quick()
         _check(signal)
-        if not isinstance(revisions, dict) or not indexed.keys() <= revisions.keys():
-            return None
+        if not isinstance(before, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in before.items()
+        ):
+            return None  # the listing observation refuses malformed snapshots with its typed error
         live = initially_live | {session.id for session in self.store.list()}
-        odd = [sid for sid, revision in revisions.items() if sid in live or indexed.get(sid) != revision]
-        persisted = {sid: _Persisted(None, revision) for sid, revision in revisions.items()}
+        persisted = {sid: _Persisted(None, revision) for sid, revision in before.items()}
         skipped: dict[str, tuple[str, dict[str, str]]] = {}
-        for sid in odd:  # live here, skipped as damaged, or moved (then: the full observation)
-            revision = revisions[sid]
-            if not isinstance(sid, str) or not isinstance(revision, str):
-                return None
+        inspected = False
+        for sid, revision in before.items():
             if sid in live:
+                # Never read a stored log while it is live here; its stored header (immutable) was seen
+                # by a listing observation, which checks it against the live one.
                 stored = self._stored_headers.get(sid)
                 if stored is None or stored[0] != binding.identity:
-                    return None  # never listed while live: the full listing checks its header once
-                persisted[sid] = _Persisted(stored[1], revision)
+                    return None
+                persisted[sid].header = stored[1]
+                continue
+            if can_reuse and indexed.get(sid) == revision:
                 continue
             remembered = self._skipped_revisions.get(sid)
-            if remembered is None or remembered[0] != binding.identity or remembered[1] != revision:
-                return None
-            del persisted[sid]
-            skipped[sid] = (revision, remembered[2])
+            if remembered is not None and remembered[0] == binding.identity and remembered[1] == revision:
+                del persisted[sid]
+                skipped[sid] = (revision, remembered[2])
+                continue
+            _check(signal)
+            inspected = True
+            try:
+                snapshot = service.inspect(sid)
+            except SessionPersistenceCorruptionError as err:
+                _check(signal)
+                del persisted[sid]
+                skipped[sid] = (revision, {"sessionId": sid, "code": err.code, "message": str(err)})
+                continue
+            except SessionNotFoundError:
+                _check(signal)
+                raise _Unstable() from None  # deleted since the listing
+            _check(signal)
+            header = thaw(snapshot.meta)
+            persisted[sid].loaded = _Loaded(header, build_documents(sid, list(snapshot.events)))
+        if inspected:
+            after = quick()
+            _check(signal)
+            if after != before:
+                raise _Unstable()
+        if self.binding_epoch != binding.identity:
+            raise _Unstable()
         return persisted, skipped
 
     # -- queries ------------------------------------------------------------------------------------
