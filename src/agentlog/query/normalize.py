@@ -427,8 +427,6 @@ def request_fingerprint(request: SessionSearchRequest | EventSearchRequest) -> s
 _ELLIPSIS: Final = "…"
 
 
-
-
 def _collapse(text: str) -> str:
     """Whitespace runs as one space, none leading (a trailing one is kept: see :func:`_clean_marked`)."""
     return _WHITESPACE_RUN.sub(" ", text).lstrip(" ")
