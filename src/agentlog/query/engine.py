@@ -59,6 +59,7 @@ __all__ = [
     "Signal",
     "assert_headers_compatible",
     "header_copy",
+    "js_integer",
     "session_order_key",
 ]
 
@@ -187,7 +188,7 @@ def _invalid_surface(err: BaseException) -> SessionQueryError:
     return failure
 
 
-def _js_integer(value: object) -> int | None:
+def js_integer(value: object) -> int | None:
     """``value`` as an int when JavaScript's ``Number.isInteger`` would accept it, else ``None``."""
     if isinstance(value, bool):
         return None
@@ -245,7 +246,7 @@ def _sources(event: Mapping[str, Any]) -> list[Any]:
 
 
 def _target(session_id: str, events: Sequence[Mapping[str, Any]], seq: object) -> Mapping[str, Any]:
-    index = _js_integer(seq)
+    index = js_integer(seq)
     if index is None or not 0 <= index < len(events) or events[index].get("seq") != index:
         raise _event_not_found(session_id, seq)
     return events[index]
@@ -269,10 +270,10 @@ class SessionQuery:
         read_window_max: int = READ_WINDOW_MAX,
         persisted_inspect_concurrency: int = DEFAULT_PERSISTED_INSPECT_CONCURRENCY,
     ) -> None:
-        window = _js_integer(read_window_max)
+        window = js_integer(read_window_max)
         if window is None or window < 0:
             raise SessionQueryError("session-query: readWindowMax must be a non-negative integer", _INVALID_CONFIG)
-        concurrency = _js_integer(persisted_inspect_concurrency)
+        concurrency = js_integer(persisted_inspect_concurrency)
         if concurrency is None or not 1 <= concurrency <= MAX_SAFE_INTEGER:
             raise SessionQueryError(
                 "session-query: persistedInspectConcurrency must be a positive safe integer", _INVALID_CONFIG
@@ -538,7 +539,7 @@ class SessionQuery:
     def _window(self, name: str, value: object) -> int:
         if value is None:
             return 0
-        size = _js_integer(value)
+        size = js_integer(value)
         if size is None or not 0 <= size <= self._read_window_max:
             raise SessionQueryError(f"{name} must be an integer between 0 and {self._read_window_max}", _INVALID_WINDOW)
         return size

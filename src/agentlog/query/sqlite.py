@@ -52,7 +52,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 from ..errors import (
     PersistenceError,
@@ -76,7 +76,7 @@ from .cjk import (
 )
 from .cursor import decode_cursor, encode_cursor
 from .documents import build_documents
-from .engine import SessionQuery, assert_headers_compatible
+from .engine import SessionQuery, Signal, assert_headers_compatible, js_integer
 from .normalize import (
     FTS_HIGHLIGHT_END,
     FTS_HIGHLIGHT_START,
@@ -136,12 +136,6 @@ _HEADER_FIELDS: Final = (
     ("delegation_depth", "delegationDepth"),
     ("agent_preset", "agentPreset"),
 )
-
-
-class Signal(Protocol):
-    """A cancellation signal: ``threading.Event``, ``asyncio.Event`` or anything with ``is_set()``."""
-
-    def is_set(self) -> bool: ...
 
 
 # --- observation records ---------------------------------------------------------------------------------
@@ -212,17 +206,6 @@ def _message(err: BaseException) -> str:
     return str(err) if isinstance(err, Exception) and str(err) else "unknown error"
 
 
-def _js_int(value: object) -> int | None:
-    """``value`` as an ``int`` when JavaScript would call it an integer (``20.0`` yes, ``True`` no)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 @dataclass(frozen=True)
 class _Limits:
     default_limit: int
@@ -248,17 +231,17 @@ def _check_config(
         raise _invalid_config("openAt is not supported")
     limits: list[int] = []
     for name, value in (("defaultLimit", default_limit), ("maxLimit", max_limit)):
-        number = _js_int(value)
+        number = js_integer(value)
         if number is None or not 1 <= number <= SQLITE_MAX_PAGE_LIMIT:
             raise _invalid_config(f"{name} must be an integer between 1 and {SQLITE_MAX_PAGE_LIMIT}")
         limits.append(number)
-    snippet = _js_int(snippet_chars)
+    snippet = js_integer(snippet_chars)
     if snippet is None or snippet < 1:
         raise _invalid_config("snippetChars must be a positive integer")
-    window = _js_int(read_window_max)
+    window = js_integer(read_window_max)
     if window is None or window < 0:
         raise _invalid_config("readWindowMax must be a non-negative integer")
-    concurrency = _js_int(persisted_inspect_concurrency)
+    concurrency = js_integer(persisted_inspect_concurrency)
     if concurrency is None or not 1 <= concurrency <= MAX_SAFE_INTEGER:
         raise _invalid_config("persistedInspectConcurrency must be a positive safe integer")
     if limits[0] > limits[1]:

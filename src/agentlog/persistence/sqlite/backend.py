@@ -1008,21 +1008,27 @@ class SqliteBackend:
 
         self._write("repair", body)
 
-    def list_sessions(self) -> list[SessionListing]:
-        """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
+    def _listing_rows(self, statement: str) -> list[tuple[Any, ...]]:
+        """All rows of a whole-store listing statement (none before the database exists), typed errors."""
 
         def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             if self._pristine:
                 return []
             try:
-                return self._fetchall(conn, SQL["select_sessions"], ())
+                return self._fetchall(conn, SQL[statement], ())
             except BaseException as err:
                 failure = self._typed(err, "list")
                 if failure is err:
                     raise
                 raise failure from err
 
-        rows = self._locked_read(run)
+        rows: list[tuple[Any, ...]] = self._locked_read(run)
+        return rows
+
+    def list_sessions(self) -> list[SessionListing]:
+        """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
+
+        rows = self._listing_rows("select_sessions")
         location = self.path
         identity = self._store_identity
         decode = codec.decode_session_row
@@ -1068,18 +1074,7 @@ class SqliteBackend:
         a revision, and no read can name it — is left out.
         """
 
-        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            if self._pristine:
-                return []
-            try:
-                return self._fetchall(conn, SQL["select_session_revisions"], ())
-            except BaseException as err:
-                failure = self._typed(err, "list")
-                if failure is err:
-                    raise
-                raise failure from err
-
-        rows = self._locked_read(run)
+        rows = self._listing_rows("select_session_revisions")
         identity = self._store_identity
         known = self._known_incarnations  # an incarnation is fixed for a session's life: check it once
         is_uuid = codec.is_uuid
