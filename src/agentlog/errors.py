@@ -113,7 +113,11 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   └── ManualCompactionError [MANUAL_COMPACTION_FAILED; codes: COMPACTION_BUSY, COMPACTION_CANCELLED,
     │                              COMPACTION_CHANGED, COMPACTION_SUMMARY, COMPACTION_COMMIT,
     │                              COMPACTION_PERSISTENCE]
-    └── SessionQueryError [SESSION_QUERY_PERSISTENCE_FAILED; codes: the closed SESSION_QUERY_* set]
+    ├── SessionQueryError [SESSION_QUERY_PERSISTENCE_FAILED; codes: the closed SESSION_QUERY_* set]
+    └── InteropError [INTEROP_ERROR]
+        ├── ConversionError (ValueError) [CONVERSION_UNSUPPORTED]
+        ├── RecorderStateError (RuntimeError) [RECORDER_STATE]
+        └── TranscriptError (ValueError) [TRANSCRIPT_INVALID]
 
 Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
 — ``StorageRowError`` (a ``ValueError`` of :mod:`agentlog.persistence.sqlite._codec` that the row
@@ -941,3 +945,44 @@ class SessionQueryError(AgentlogError):
         if code not in SESSION_QUERY_CODES:
             raise ValueError(f"unknown session query code {code!r}")
         super().__init__(message, code=code)
+
+
+# --- interop: converters, recorder, transcripts ----------------------------------------------------------
+
+
+class InteropError(AgentlogError):
+    """A conversion between agentlog and another format, or a recording, was refused (the family)."""
+
+    code = "INTEROP_ERROR"
+
+
+class ConversionError(InteropError, ValueError):
+    """An item in a foreign format cannot be represented (or an agentlog message cannot be rendered in
+    the target format) without loss. ``index`` is the item's position in the input and ``path`` the
+    JSON path of the offending part (``$[3].content[1]``); nothing was written."""
+
+    code = "CONVERSION_UNSUPPORTED"
+
+    def __init__(self, message: str, *, index: int | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+        self.path = path
+
+
+class RecorderStateError(InteropError, RuntimeError):
+    """A recorder was used out of order (a tool result for a call that was never made, a turn inside
+    a turn, a write after the turn ended); nothing was appended for the refused call."""
+
+    code = "RECORDER_STATE"
+
+
+class TranscriptError(InteropError, ValueError):
+    """A transcript being imported has a line that is not JSON, is truncated or has an unusable shape.
+    ``path`` names the file and ``line`` the 1-based line; nothing of the import was committed."""
+
+    code = "TRANSCRIPT_INVALID"
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
