@@ -1,5 +1,8 @@
 """The agent: its loop over the session log, its durable inbox, and its tools.
 
+``@tool`` (:mod:`.decorators`) makes a tool from a typed function; ``Agent.stream`` yields the typed
+updates (:data:`AgentUpdate`) that the log records as a run goes.
+
 The tool layer (tool definitions, one-call execution, the §6.6 batch scheduler) appends no events
 itself: the loop (:class:`Agent`) records ``tool/call`` / ``tool/result`` and everything else.
 """
@@ -13,6 +16,7 @@ from .builtin_tools import (
     WriteFileTool,
     builtin_registry,
 )
+from .decorators import DecoratedTool, tool
 from .inbox import Inbox, InboxError
 from .loop import (
     DEFAULT_MAX_STEPS,
@@ -20,12 +24,21 @@ from .loop import (
     AgentError,
     AgentNotDurableError,
     AgentOptions,
+    AgentUpdate,
+    AssistantMessage,
     InvalidAgentOptionError,
     OpenTurnError,
+    ReasoningDelta,
     ReconstructionError,
     RetryPolicy,
     StepLimitError,
+    TextDelta,
+    ToolCallStarted,
+    ToolResult,
+    TurnEnded,
     TurnOutcome,
+    TurnStarted,
+    update_from_event,
 )
 from .tools import (
     CallResult,
@@ -53,9 +66,12 @@ __all__ = [
     "AgentError",
     "AgentNotDurableError",
     "AgentOptions",
+    "AgentUpdate",
+    "AssistantMessage",
     "CallResult",
     "CommandPolicy",
     "CwdPolicy",
+    "DecoratedTool",
     "ExecutionMode",
     "FunctionTool",
     "Inbox",
@@ -64,19 +80,25 @@ __all__ = [
     "ListDirTool",
     "OpenTurnError",
     "ReadFileTool",
+    "ReasoningDelta",
     "ReconstructionError",
     "RetryPolicy",
     "RunCommandTool",
     "StepLimitError",
+    "TextDelta",
     "Tool",
     "ToolCall",
+    "ToolCallStarted",
     "ToolConflictError",
     "ToolContext",
     "ToolDefinitionError",
     "ToolOutcome",
     "ToolRegistry",
+    "ToolResult",
     "ToolSchedulerError",
+    "TurnEnded",
     "TurnOutcome",
+    "TurnStarted",
     "WriteFileTool",
     "aborted_before_dispatch_outcome",
     "batch_concludes_turn",
@@ -85,4 +107,6 @@ __all__ = [
     "parse_arguments",
     "run_tool_call",
     "schedule_calls",
+    "tool",
+    "update_from_event",
 ]

@@ -21,11 +21,12 @@ import asyncio
 import contextlib
 import logging
 import random
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import orjson
 
@@ -49,6 +50,7 @@ from ..kernel.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    Event,
 )
 from ..kernel.invariants import check_tool_pairing
 from ..kernel.jsonvalue import thaw
@@ -116,6 +118,163 @@ class TurnOutcome:
     error: BaseException | None = None
 
 
+# --- stream updates -----------------------------------------------------------------------------------
+# One update per log event that a caller watching a turn cares about, made from the committed event
+# itself (``update_from_event``): ``Agent.stream`` is a view of the log as it grows, never a second
+# channel, so what a stream shows is exactly what a replay of the stored session shows.
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    """``turn/start``: a turn began."""
+
+    turn: int
+    seq: int
+    kind: Literal["turn-start"] = "turn-start"
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """An ``assistant/chunk`` holding a ``text-delta``: the next piece of the model's text."""
+
+    turn: int
+    step: int
+    index: int
+    text: str
+    seq: int
+    kind: Literal["text-delta"] = "text-delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """An ``assistant/chunk`` holding a ``reasoning-delta``: the next piece of the model's reasoning."""
+
+    turn: int
+    step: int
+    index: int
+    text: str
+    seq: int
+    kind: Literal["reasoning-delta"] = "reasoning-delta"
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """``assistant/message``: the step's assembled reply (``interrupted`` when an abort cut it short)."""
+
+    turn: int
+    step: int
+    message: dict[str, Any]
+    interrupted: bool
+    seq: int
+    kind: Literal["assistant-message"] = "assistant-message"
+
+    @property
+    def text(self) -> str:
+        return "".join(b["text"] for b in self.message["content"] if b.get("type") == "text")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """``tool/call``: the loop is about to run a call's body (``arguments`` is the model's raw text).
+
+    A call cancelled before its body started is recorded as a ``tool/call`` immediately followed by
+    its ``ABORTED_BEFORE_DISPATCH`` result, so it appears here too, with that result right after it.
+    """
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+    seq: int
+    kind: Literal["tool-call"] = "tool-call"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """``tool/result``: what the model will see for a call (``error`` is the stable ``{name, code}``)."""
+
+    turn: int
+    step: int
+    call_id: str
+    content: list[dict[str, Any]]
+    is_error: bool
+    error: dict[str, str] | None
+    meta: Any
+    seq: int
+    kind: Literal["tool-result"] = "tool-result"
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b["text"] for b in self.content if b.get("type") == "text" and isinstance(b.get("text"), str))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """``turn/end``: how the turn ended (``reason["kind"]``: completed, error, aborted, max-tokens…)."""
+
+    turn: int
+    reason: dict[str, Any]
+    seq: int
+    kind: Literal["turn-end"] = "turn-end"
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        """The :class:`TurnOutcome` the log records (the exception object itself is not in the log)."""
+        return TurnOutcome(self.turn, self.reason)
+
+
+AgentUpdate: TypeAlias = (
+    TurnStarted | TextDelta | ReasoningDelta | AssistantMessage | ToolCallStarted | ToolResult | TurnEnded
+)
+"""What ``Agent.stream`` yields; branch on ``update.kind`` (or ``isinstance``)."""
+
+
+def update_from_event(event: Event) -> AgentUpdate | None:
+    """The stream update one committed event stands for, or ``None`` for events a watcher skips.
+
+    Pure and total over any stored session, so ``[u for e in session.events if (u := update_from_event(e))]``
+    replays exactly what ``Agent.stream`` showed live. Surface replaces (compaction's pruning of an old
+    result) are not new output and give ``None``.
+    """
+    etype = event["type"]
+    data = event["data"]
+    seq = event["seq"]
+    if etype == ASSISTANT_CHUNK:
+        chunk = data["chunk"]
+        ctype = chunk.get("type")
+        if ctype == "text-delta":
+            return TextDelta(data["turn"], data["step"], chunk["index"], chunk["text"], seq)
+        if ctype == "reasoning-delta":
+            return ReasoningDelta(data["turn"], data["step"], chunk["index"], chunk["text"], seq)
+        return None
+    if etype == TURN_START:
+        return TurnStarted(data["turn"], seq)
+    if etype == TURN_END:
+        return TurnEnded(data["turn"], thaw(data["reason"]), seq)
+    if etype == TOOL_CALL:
+        return ToolCallStarted(data["turn"], data["step"], data["callId"], data["name"], data["arguments"], seq)
+    if event.get("surfaceOp") != "append":
+        return None
+    if etype == ASSISTANT_MESSAGE:
+        return AssistantMessage(data["turn"], data["step"], thaw(data["message"]), data.get("interrupted") is True, seq)
+    if etype == TOOL_RESULT:
+        message = data["message"]
+        block = message["content"][0]
+        error = data.get("error")
+        return ToolResult(
+            data["turn"],
+            data["step"],
+            message["source"]["callId"],
+            thaw(block.get("content") or []),
+            block.get("isError") is True,
+            thaw(error) if error is not None else None,
+            thaw(data["meta"]) if "meta" in data else None,
+            seq,
+        )
+    return None
+
+
 @dataclass
 class AgentOptions:
     provider: str
@@ -148,6 +307,11 @@ class Agent:
     :class:`~agentlog.persistence.coordinator.PersistenceCoordinator` attached, every checkpoint is a
     durable flush). ``store`` may name that store explicitly; any other store is refused. Running
     without checkpoints is an explicit choice: ``durable=False``.
+
+    A turn that fails is recorded (``turn/end`` with ``reason.kind == "error"``) and reported in its
+    :class:`TurnOutcome`, not raised: the log is the report. ``raise_on_error=True`` (here, or per call
+    on :meth:`run` / :meth:`stream`) raises the turn's exception as well, after the turn is closed and
+    flushed, for callers who prefer ``try``/``except``.
     """
 
     def __init__(
@@ -160,8 +324,10 @@ class Agent:
         store: SessionStore | None = None,
         durable: bool = True,
         compaction: Any | None = None,
+        raise_on_error: bool = False,
     ) -> None:
         self.session = session
+        self.raise_on_error = raise_on_error
         self.provider = provider
         self.options = options
         self.tools = tools or ToolRegistry()
@@ -289,8 +455,83 @@ class Agent:
         self._abort.set()
 
     # -- driving ---------------------------------------------------------------------------------------
-    async def run(self) -> list[TurnOutcome]:
-        """Run turns while input is pending; returns each turn's ending (errors are recorded, not raised)."""
+    async def run(self, *, raise_on_error: bool | None = None) -> list[TurnOutcome]:
+        """Run turns while input is pending; returns each turn's ending.
+
+        Errors are recorded, not raised, unless ``raise_on_error`` (default: the constructor's) is true:
+        then a turn that ended with ``reason.kind == "error"`` raises its exception (an
+        :class:`~agentlog.errors.LlmError`, a :class:`~agentlog.errors.StepLimitError`, …) once the
+        turn is closed in the log. Aborted turns (``cancel()``) are the caller's choice and never raise.
+        """
+        outcomes = await self._run()
+        raising = self.raise_on_error if raise_on_error is None else raise_on_error
+        if raising:
+            for outcome in outcomes:
+                if outcome.reason.get("kind") == "error" and outcome.error is not None:
+                    outcome.error.add_note(
+                        f'agentlog: turn {outcome.turn} of session "{self.session.id}" ended with this error '
+                        "(recorded in its turn/end; raised because raise_on_error is on)"
+                    )
+                    raise outcome.error
+        return outcomes
+
+    async def stream(
+        self, prompt: Mapping[str, Any] | str | None = None, *, raise_on_error: bool | None = None
+    ) -> AsyncIterator[AgentUpdate]:
+        """Send ``prompt`` (if given), run until idle, and yield the updates as the log records them.
+
+        ``async for update in agent.stream("hi")`` yields :class:`TurnStarted`, :class:`TextDelta`,
+        :class:`ReasoningDelta`, :class:`AssistantMessage`, :class:`ToolCallStarted`,
+        :class:`ToolResult` and :class:`TurnEnded`, one per event this session's store publishes while
+        the run lasts (see :func:`update_from_event`), in log order. A failed turn ends with its
+        :class:`TurnEnded` (``reason.kind == "error"``); with ``raise_on_error`` its exception is raised
+        after that update. Leaving the loop early (``break``) cancels the run like :meth:`cancel` and
+        waits for the turn to close. The session must be live in a store (the stream listens to it).
+        """
+        session = self.session
+        store = store_of(session)
+        if store is None:
+            raise AgentError(
+                f'session "{session.id}" is not live in a store, so there are no events to stream; '
+                "create it with store.create(...) or coordinator.resume(...)"
+            )
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        owner = threading.get_ident()
+
+        def listen(source: Session, event: Event) -> None:
+            if source is not session:
+                return
+            if threading.get_ident() == owner:
+                queue.put_nowait(event)
+            else:  # an append from a worker thread (a tool that writes to the log)
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        unsubscribe = store.on_event(listen)
+        task: asyncio.Task[list[TurnOutcome]] | None = None
+        try:
+            if prompt is not None:
+                self.send(prompt)
+            task = asyncio.create_task(self.run(raise_on_error=raise_on_error), name=f"agent-stream:{session.id}")
+            task.add_done_callback(lambda _: queue.put_nowait(None))
+            while True:
+                event = await queue.get()
+                if event is None:
+                    break
+                update = update_from_event(event)
+                if update is not None:
+                    yield update
+            task.result()  # re-raise what the run raised (raise_on_error, an open turn, …)
+        finally:
+            unsubscribe()
+            if task is not None and not task.done():
+                # The consumer left early (break, an exception, its own cancellation): end the turn as a
+                # cancel() would, and let it close in the log before handing control back.
+                self.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(task)
+
+    async def _run(self) -> list[TurnOutcome]:
         outcomes: list[TurnOutcome] = []
         while self._maintenance is not None:  # a maintenance job (manual compaction) settles first
             await self._maintenance.wait()
