@@ -44,6 +44,7 @@ OTHER_COMMANDS = {
     "demo": "tests/test_demo.py (demo --json)",
     "reindex": "tests/test_projection_cli.py (reindex --projections --json)",
     "search": "tests/test_query_cli.py (search --json; it creates the store's search index)",
+    "import": "tests/test_import_cli.py (import --json)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""
 

@@ -11,7 +11,7 @@ This module is the command table: it registers each command on the Typer app (:m
 order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
 ``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``),
 :mod:`.projection_commands` (``stats``, ``title``, ``reindex``), :mod:`.query_commands` (``search``,
-``trace``) and :mod:`.demo_commands`;
+``trace``), :mod:`.interop_commands` (``import``) and :mod:`.demo_commands`;
 they take the shared options from :mod:`.options` and print through :mod:`.render`. The names below
 stay importable from here.
 """
@@ -32,6 +32,7 @@ from .agent_commands import (
     run_command,
 )
 from .demo_commands import demo_command
+from .interop_commands import import_command
 from .options import SQLITE_FILENAME, BackendKind, Compression, open_backend
 from .projection_commands import reindex_command, stats_command, title_command
 from .query_commands import search_command, trace_command
@@ -56,6 +57,7 @@ __all__ = [
 # The command table, in the order ``agentlog --help`` lists it.
 app.command("ls")(ls_command)
 app.command("export")(export_command)
+app.command("import")(import_command)
 app.command("verify")(verify_command)
 app.command("run")(run_command)
 app.command("resume")(resume_command)

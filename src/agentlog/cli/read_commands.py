@@ -7,6 +7,7 @@ import contextlib
 import gc
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -26,7 +27,7 @@ from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
 from ..projection.cache import InlineWriter, ProjectionCache
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
-from ._reading import _last_turn, _open_view, _reader, _require_store
+from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
 from .options import (
     DEFAULT_OPTIONS,
     StoreOptions,
@@ -189,6 +190,25 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
     return out
 
 
+class ExportTarget(StrEnum):
+    openai_chat = "openai-chat"
+    openai_responses = "openai-responses"
+    anthropic = "anthropic"
+    sharegpt = "sharegpt"
+
+
+def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget) -> None:
+    """``export --to``: the conversation rendered by :func:`agentlog.interop.transcripts.export_session`."""
+    from ..interop.transcripts import export_session
+
+    try:
+        _header, view = _read_view(session_id, opts)
+        export_session(view, to.value, sys.stdout)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    sys.stdout.flush()
+
+
 PARTIAL_EXIT = 3
 """Exit code of ``export --partial`` when the log is damaged and only the prefix before it was written."""
 
@@ -240,13 +260,28 @@ def export_command(
             help=f"On a damaged log, print the records before the damage and say where it is (exit {PARTIAL_EXIT}).",
         ),
     ] = False,
+    to: Annotated[
+        ExportTarget | None,
+        typer.Option(
+            "--to",
+            help="Write the conversation in another tool's format instead of agentlog's document.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Print one JSON document: header, events, surface, derived messages, request header and context.
+
+    With --to openai-chat|openai-responses|anthropic|sharegpt, the document is the session's
+    conversation in that format instead (the system prompt and tools from its request header; the
+    message list is written item by item); --partial does not combine with --to.
 
     With --partial, a damaged log (SESSION_CORRUPT) is salvaged instead of refused: the document holds the
     header, the stored events before the damage and a "damage" object (code, message, location, offset,
     afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
     """
+    if to is not None:
+        _export_to(session_id, opts, to)
+        return
     try:
         reader = _reader(opts.open_backend(read_only=True))
         try:

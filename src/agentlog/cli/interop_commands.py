@@ -1,0 +1,74 @@
+"""``agentlog import``: another tool's transcript as a new stored session.
+
+The import itself lives in :mod:`agentlog.interop.transcripts` (streaming, two passes, nothing written
+for a transcript with a bad line); this module only opens the store, prints the new session id and the
+report of what did not map, and renders refusals the way every command does.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import AgentlogError
+from ..interop.transcripts import import_transcript
+from ..kernel.store import SessionStore
+from ..persistence.coordinator import PersistenceCoordinator
+from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
+from .render import _emit_json, render_error
+
+
+class ImportSource(StrEnum):
+    claude_code = "claude-code"
+    codex = "codex"
+
+
+@shared_options()
+def import_command(
+    file: Annotated[Path, typer.Argument(help="The transcript (JSONL) to import.", show_default=False)],
+    opts: StoreOptions = DEFAULT_OPTIONS,
+    source: Annotated[
+        ImportSource, typer.Option("--from", help="The tool that wrote the transcript.", show_default=False)
+    ] = ImportSource.claude_code,
+    session_id: Annotated[
+        str | None, typer.Option("--id", help="Id of the new session (default: a fresh one).", show_default=False)
+    ] = None,
+) -> None:
+    """Import a Claude Code or Codex CLI transcript as a new session; print its id and what did not map.
+
+    Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
+    them, the fields that were dropped and the tool results the transcript lacked. A line that is not
+    JSON, is truncated or has the wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and
+    line) and nothing is written.
+    """
+    try:
+        storage = opts.open_backend()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    coordinator = PersistenceCoordinator(SessionStore(), storage)
+    try:
+        report = import_transcript(coordinator, source.value, file, session_id=session_id)
+    except AgentlogError as err:
+        coordinator.close()
+        render_error(err, opts.as_json)
+    try:
+        coordinator.close()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    document = report.to_json()
+    if opts.as_json:
+        _emit_json(document)
+        return
+    typer.echo(report.session_id)
+    messages = ", ".join(f"{count} {kind}" for kind, count in document["messages"].items()) or "no messages"
+    typer.echo(f"imported {report.lines} lines ({report.bytes:,} bytes): {report.turns} turns, {messages}")
+    for title, table in (("kept as import/record", document["keptRecords"]), ("not mapped", document["dropped"])):
+        if table:
+            typer.echo(f"{title}: " + ", ".join(f"{kind} ×{count}" for kind, count in table.items()))
+    if report.synthesized_results:
+        typer.echo(
+            f"tool calls without a result in the transcript (closed with an error): {report.synthesized_results}"
+        )

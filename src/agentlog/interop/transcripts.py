@@ -1,0 +1,873 @@
+"""Import other tools' transcripts into agentlog sessions, and export sessions to other formats.
+
+**Importers** (:func:`import_transcript`, ``--from claude-code`` and ``--from codex``) read a JSONL
+transcript line by line and write a new session through a :class:`PersistenceCoordinator`'s
+ownerless ``create``/``append`` in bounded batches, so a 1 GB file needs a batch of memory, not a
+gigabyte. What maps becomes the ordinary turn/step/message vocabulary (a turn per user prompt, a step
+per assistant message, ``tool/call`` per tool-call block, ``tool/result`` per result, closed turns), so
+every reader (``show``, ``export``, ``stats``, ``resume``) treats the import like a recorded session.
+Records that have no counterpart are kept verbatim as ignorable :data:`IMPORT_RECORD` events (readers
+that do not know the type skip them; nothing is lost), and the :class:`ImportReport` counts what did not
+map (dropped fields such as thinking signatures, records kept as ``import/record``, tool calls whose
+result the transcript lacks).
+
+**Why two passes.** A bad line (not JSON, a truncated last line, a record of the wrong shape) must fail
+the import with nothing committed. The persistence seam has no delete, and a JSONL log is published at
+its first batch, so a single pass would leave a half-written session behind. The first pass therefore
+parses, maps and checks every event with the same rules ``Session.append`` applies (the JSON gate and
+the core data and message-shape rules) and writes nothing; only when the whole file is valid does the
+second pass, which is deterministic over the same bytes, write it. The file's size and modification
+time are compared between the passes, so a file that changed in between is refused before anything is
+written. The first pass also learns the header (cwd, creation time, model) the session is created with.
+A crash (kill -9, a full disk) *during* the second pass can still leave a valid prefix of the import;
+the session's id is printed only at the end, and such a prefix lacks its closing ``import/done`` record
+(:data:`IMPORT_DONE`), which tells a complete import from an interrupted one.
+
+**Formats, and what is guessed.** Both formats are undocumented internals of their tools; the mappings
+follow public descriptions of them (third-party notes and viewers), not a specification:
+
+* Claude Code (``~/.claude/projects/<project>/<session>.jsonl``): one record per line with ``type``
+  ``user`` / ``assistant`` (``message`` is an Anthropic Messages message; ``content`` a string or
+  blocks ``text``, ``thinking``, ``tool_use``, ``tool_result``, ``image``), ``uuid``, ``parentUuid``,
+  ``timestamp`` (ISO 8601), ``cwd``, ``sessionId``, ``isSidechain``; other types (``summary``,
+  ``system``, ``file-history-snapshot``, ``queue-operation``, …) carry no conversation. Guessed: that
+  one API message is written as several consecutive ``assistant`` records sharing ``message.id`` (they
+  are merged into one message); that sidechain records (``isSidechain: true``, a sub-agent's
+  conversation) do not belong to the main conversation (kept as ``import/record``); that records are in
+  conversation order (``parentUuid`` branches after a rewind are imported in file order, not as forks).
+* Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): ``{"timestamp", "type",
+  "payload"}`` lines with ``type`` ``session_meta`` (``id``, ``cwd``, ``instructions``…),
+  ``response_item`` (an OpenAI Responses item: ``message`` with ``input_text``/``output_text`` parts,
+  ``reasoning`` with ``summary`` texts, ``function_call``/``function_call_output``,
+  ``custom_tool_call``/``custom_tool_call_output``), ``turn_context`` (``model``…), ``event_msg`` and
+  ``compacted``. Guessed: ``function_call_output.output`` is a string or ``{"content", "success"}``; the
+  older layout (a bare meta object on line 1, bare response items after it, ``record_type`` state
+  lines) is read too; ``developer``/``system`` messages and ``event_msg`` lines (which repeat the
+  response items for the UI) are kept as ``import/record``, not mapped.
+
+**Exporters** (:func:`export_session`, ``--to openai-chat|openai-responses|anthropic|sharegpt``) render
+a stored session's derived messages (with the system prompt and tools of its request header) through
+the converters of :mod:`agentlog.interop` and write the document item by item to a text stream.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, Final, Literal
+
+import orjson
+
+from ..errors import AgentlogError, ConversionError, TranscriptError
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    REQUEST_HEADER,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    EventTypes,
+    event_types,
+)
+from ..kernel.jsonvalue import snapshot_json, thaw
+from ..kernel.messages import token_usage
+from ..kernel.seeds import check_append_data
+from ..persistence.coordinator import PersistenceCoordinator
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "IMPORT_DONE",
+    "IMPORT_FORMATS",
+    "IMPORT_RECORD",
+    "ExportFormat",
+    "ImportFormat",
+    "ImportReport",
+    "export_session",
+    "import_transcript",
+    "register_import_types",
+]
+
+IMPORT_RECORD: Final = "import/record"
+"""An ignorable event holding one transcript record that has no agentlog counterpart, verbatim:
+``{"source": "claude-code"|"codex", "line": n, "record": {...}}``."""
+
+IMPORT_DONE: Final = "import/done"
+"""The last event of a complete import (an ignorable record of the source file and the report's counts)."""
+
+ImportFormat = Literal["claude-code", "codex"]
+ExportFormat = Literal["openai-chat", "openai-responses", "anthropic", "sharegpt"]
+IMPORT_FORMATS: Final[tuple[str, ...]] = ("claude-code", "codex")
+EXPORT_FORMATS: Final[tuple[str, ...]] = ("openai-chat", "openai-responses", "anthropic", "sharegpt")
+
+DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
+"""Write a batch once the transcript bytes behind it reach this (memory stays a few batches' worth)."""
+DEFAULT_BATCH_EVENTS = 4096
+
+_APPEND: Final = {"surfaceOp": "append"}
+_MISSING_RESULT = "no result for this tool call in the imported transcript"
+
+
+def register_import_types(registry: EventTypes = event_types) -> None:
+    """Register the two import types as ignorable (idempotent), so appends and loads accept them."""
+    for name in (IMPORT_RECORD, IMPORT_DONE):
+        if not registry.is_ignorable(name):
+            registry.register(name, ignorable=True)
+
+
+register_import_types()
+
+
+@dataclass
+class ImportReport:
+    """What an import did, and what it could not map (``to_json`` is the CLI's ``--json`` document)."""
+
+    source: str
+    path: str
+    session_id: str | None = None
+    lines: int = 0
+    bytes: int = 0
+    events: int = 0
+    turns: int = 0
+    messages: dict[str, int] = field(default_factory=dict)
+    kept_records: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    synthesized_results: int = 0
+
+    def _count(self, table: dict[str, int], key: str, n: int = 1) -> None:
+        table[key] = table.get(key, 0) + n
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.session_id,
+            "source": self.source,
+            "path": self.path,
+            "lines": self.lines,
+            "bytes": self.bytes,
+            "events": self.events,
+            "turns": self.turns,
+            "messages": dict(sorted(self.messages.items())),
+            "keptRecords": dict(sorted(self.kept_records.items())),
+            "dropped": dict(sorted(self.dropped.items())),
+            "synthesizedToolResults": self.synthesized_results,
+        }
+
+
+# --------------------------------------------------------------------------- the event sink
+
+
+class _Sink:
+    """Numbers, times and checks the mapped events; in the write pass, appends them in batches.
+
+    The checks are ``Session.append``'s (the JSON gate, then the core data / message-shape rules), so
+    what the first pass accepts the store loads back. Events are plain wire dicts; the coordinator's
+    ownerless ``append`` freezes and writes them.
+    """
+
+    def __init__(
+        self,
+        report: ImportReport,
+        write: Callable[[list[dict[str, Any]]], None] | None,
+        batch_bytes: int,
+        batch_events: int,
+    ) -> None:
+        self.report = report
+        self._write = write
+        self._batch: list[dict[str, Any]] = []
+        self._batch_bytes = batch_bytes
+        self._batch_events = batch_events
+        self._pending_bytes = 0
+        self.seq = 0
+        self.time = 0
+        self.line = 0
+        self.path = report.path
+
+    def emit(self, etype: str, data: Any, *, surface: bool = False) -> None:
+        try:
+            if self._write is None:  # the check pass: the append rules (the write pass repeats the gate)
+                frozen = snapshot_json(data)
+                check_append_data(etype, frozen)
+        except AgentlogError as err:
+            raise TranscriptError(
+                f"{self.path}:{self.line}: the record maps to an event agentlog refuses ({err})",
+                path=self.path,
+                line=self.line,
+            ) from err
+        event: dict[str, Any] = {"type": etype, "seq": self.seq, "time": self.time, "data": data}
+        if surface:
+            event["surfaceOp"] = "append"
+        elif etype in (IMPORT_RECORD, IMPORT_DONE):
+            event["ignorable"] = True
+        self.seq += 1
+        self.report.events += 1
+        if self._write is not None:
+            self._batch.append(event)
+            if len(self._batch) >= self._batch_events:
+                self.flush()
+
+    def account(self, nbytes: int) -> None:
+        """The transcript bytes of a consumed line: writes the batch once enough input stands behind it."""
+        self._pending_bytes += nbytes
+        if self._pending_bytes >= self._batch_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        self._pending_bytes = 0
+        if self._write is not None and self._batch:
+            batch, self._batch = self._batch, []
+            self._write(batch)
+
+
+# --------------------------------------------------------------------------- turn bookkeeping
+
+
+class _Conversation:
+    """The turn/step/tool-call protocol over the mapped messages (shared by both importers).
+
+    A user prompt opens a turn unless the open turn has not had an assistant message yet (Codex writes
+    its environment context and the prompt as two user messages); each assistant message is one step
+    followed by one ``tool/call`` per tool-call block; a tool result pairs with its call. A turn is
+    closed (``completed``) at the next prompt and at the end of the file; a call still unanswered then is
+    given an error result (counted in the report) so the derived messages stay paired.
+    """
+
+    def __init__(self, sink: _Sink, provider: str, header_model: str | None, system: str | None) -> None:
+        self.sink = sink
+        self.report = sink.report
+        self.provider = provider
+        self.header_model = header_model
+        self.system = system
+        self.turn = 0
+        self.step = 0
+        self.in_turn = False
+        self.in_step = False
+        self.answered = False
+        self.open_calls: dict[str, None] = {}
+        self.header_written = False
+
+    def _write_header(self) -> None:
+        self.header_written = True
+        if self.header_model is None:
+            return
+        header: dict[str, Any] = {"config": {"provider": self.provider, "model": self.header_model}}
+        if self.system:
+            header["system"] = self.system
+        self.sink.emit(REQUEST_HEADER, {"header": header, "reason": "initial"})
+
+    def _open_turn(self) -> None:
+        if not self.header_written:
+            self._write_header()
+        self.turn += 1
+        self.step = 0
+        self.in_turn = True
+        self.answered = False
+        self.report.turns += 1
+        self.sink.emit(TURN_START, {"turn": self.turn})
+
+    def _end_step(self) -> None:
+        if self.in_step:
+            self.sink.emit(STEP_END, {"turn": self.turn, "step": self.step})
+            self.in_step = False
+
+    def close_turn(self) -> None:
+        if not self.in_turn:
+            return
+        for call_id in list(self.open_calls):
+            self.tool_result(call_id, [{"type": "text", "text": _MISSING_RESULT}], True, f"synth-{call_id}")
+            self.report.synthesized_results += 1
+        self._end_step()
+        self.sink.emit(TURN_END, {"turn": self.turn, "reason": {"kind": "completed"}})
+        self.in_turn = False
+
+    def user(self, content: list[Any], message_id: str) -> None:
+        if not content:
+            return
+        if self.in_turn and (self.answered or self.open_calls):
+            self.close_turn()
+        if not self.in_turn:
+            self._open_turn()
+        message = {"id": message_id, "role": "user", "content": content, "source": {"kind": "user"}}
+        self.sink.emit(USER_MESSAGE, message, surface=True)
+        self.report._count(self.report.messages, "user")
+
+    def assistant(self, blocks: list[Any], message_id: str, model: str, usage: Any) -> None:
+        if not blocks:
+            return
+        if not self.in_turn:
+            self._open_turn()
+        self._end_step()
+        self.step += 1
+        self.in_step = True
+        self.answered = True
+        self.sink.emit(STEP_START, {"turn": self.turn, "step": self.step})
+        source = {"kind": "model", "provider": self.provider, "model": model or "unknown"}
+        data: dict[str, Any] = {
+            "turn": self.turn,
+            "step": self.step,
+            "message": {"id": message_id, "role": "assistant", "content": blocks, "source": source},
+        }
+        if usage is not None:
+            data["usage"] = usage
+        self.sink.emit(ASSISTANT_MESSAGE, data, surface=True)
+        self.report._count(self.report.messages, "assistant")
+        for block in blocks:
+            if block["type"] == "tool-call":
+                call = {
+                    "turn": self.turn,
+                    "step": self.step,
+                    "callId": block["id"],
+                    "name": block["name"],
+                    "arguments": block["arguments"],
+                }
+                self.sink.emit(TOOL_CALL, call)
+                self.open_calls[block["id"]] = None
+
+    def has_call(self, call_id: str) -> bool:
+        return call_id in self.open_calls
+
+    def tool_result(self, call_id: str, content: list[Any], is_error: bool | None, message_id: str) -> None:
+        block: dict[str, Any] = {"type": "tool-result", "toolCallId": call_id, "content": content}
+        if is_error is not None:
+            block["isError"] = is_error
+        message = {
+            "id": message_id,
+            "role": "user",
+            "content": [block],
+            "source": {"kind": "tool", "callId": call_id},
+        }
+        self.open_calls.pop(call_id, None)
+        self.sink.emit(TOOL_RESULT, {"turn": self.turn, "step": self.step, "message": message}, surface=True)
+        self.report._count(self.report.messages, "tool")
+
+    def keep(self, source: str, record: Any, kind: str) -> None:
+        """An unmapped record, verbatim, as an ignorable event."""
+        self.sink.emit(IMPORT_RECORD, {"source": source, "line": self.sink.line, "record": record})
+        self.report._count(self.report.kept_records, kind)
+
+
+# --------------------------------------------------------------------------- reading lines
+
+
+def _lines(path: str, sink: _Sink) -> Iterator[Any]:
+    """Parse the file line by line (blank lines skipped); a bad line is a :class:`TranscriptError`."""
+    report = sink.report
+    with open(path, "rb") as handle:
+        number = 0
+        for raw in handle:
+            number += 1
+            sink.line = number
+            size = len(raw)
+            report.lines = number
+            report.bytes += size
+            if raw.isspace():
+                sink.account(size)
+                continue
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError as err:
+                truncated = not raw.endswith(b"\n")
+                what = "is truncated (the file ends inside a record)" if truncated else "is not JSON"
+                raise TranscriptError(f"{path}:{number}: line {number} {what}: {err}", path=path, line=number) from err
+            if not isinstance(record, dict):
+                raise TranscriptError(
+                    f"{path}:{number}: line {number} is not a JSON object (a transcript line is one record)",
+                    path=path,
+                    line=number,
+                )
+            yield record
+            sink.account(size)
+
+
+def _shape_error(sink: _Sink, what: str) -> TranscriptError:
+    return TranscriptError(f"{sink.path}:{sink.line}: line {sink.line} {what}", path=sink.path, line=sink.line)
+
+
+def _epoch_ms(value: Any) -> int | None:
+    """ISO 8601 (``2025-06-01T12:00:00.123Z``) to epoch milliseconds; ``None`` when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    ms = int(parsed.timestamp() * 1000)
+    return ms if ms >= 0 else None
+
+
+def _stamp(sink: _Sink, value: Any) -> None:
+    """Events take their record's time (else the previous record's), never going back in time."""
+    ms = _epoch_ms(value)
+    if ms is not None and ms > sink.time:
+        sink.time = ms
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+
+_CLAUDE_CONVERSATION = frozenset({"user", "assistant"})
+
+
+def _claude_text(value: Any) -> str:
+    """The text of a tool_result's ``content`` part list (non-text parts are reported by the caller)."""
+    return value if isinstance(value, str) else ""
+
+
+class _ClaudeImporter:
+    source = "claude-code"
+    provider = "anthropic"
+
+    def __init__(self, sink: _Sink, conversation: _Conversation) -> None:
+        self.sink = sink
+        self.report = sink.report
+        self.conv = conversation
+        self.pending: list[Any] | None = None
+        self.pending_id = ""
+        self.pending_api_id: Any = None
+        self.pending_model = ""
+        self.pending_usage: Any = None
+
+    def finish_pending(self) -> None:
+        if self.pending is not None:
+            blocks, self.pending = self.pending, None
+            self.conv.assistant(blocks, self.pending_id, self.pending_model, self.pending_usage)
+
+    def record(self, record: dict[str, Any]) -> None:
+        rtype = record.get("type")
+        _stamp(self.sink, record.get("timestamp"))
+        if rtype not in _CLAUDE_CONVERSATION or record.get("isSidechain") is True:
+            kind = f"{rtype}" if rtype not in _CLAUDE_CONVERSATION else f"{rtype} (sidechain)"
+            self.conv.keep(self.source, record, str(kind))
+            return
+        message = record.get("message")
+        if not isinstance(message, dict):
+            raise _shape_error(self.sink, f'is a "{rtype}" record without a "message" object')
+        content = message.get("content")
+        if not isinstance(content, (str, list)):
+            raise _shape_error(self.sink, f'is a "{rtype}" record whose message.content is not a string or a list')
+        record_id = record.get("uuid")
+        if rtype == "assistant":
+            self.assistant(message, content, record_id)
+        else:
+            self.finish_pending()
+            self.user(content, record_id)
+
+    def assistant(self, message: dict[str, Any], content: str | list[Any], record_id: Any) -> None:
+        api_id = message.get("id")
+        if self.pending is None or api_id is None or api_id != self.pending_api_id:
+            self.finish_pending()
+            self.pending = []
+            self.pending_api_id = api_id
+            self.pending_id = str(api_id or record_id or f"claude-line-{self.sink.line}")
+        self.pending_model = str(message.get("model") or "unknown")
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self.pending_usage = _anthropic_usage(usage)
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for index, block in enumerate(blocks):
+            if not isinstance(block, dict):
+                raise _shape_error(self.sink, f"has a content block at index {index} that is not an object")
+            btype = block.get("type")
+            if btype == "text" and isinstance(block.get("text"), str):
+                self.pending.append({"type": "text", "text": block["text"]})
+            elif btype == "thinking" and isinstance(block.get("thinking"), str):
+                self.pending.append({"type": "reasoning", "text": block["thinking"]})
+                if block.get("signature"):
+                    self.report._count(self.report.dropped, "thinking.signature")
+            elif btype == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
+                arguments = orjson.dumps(block.get("input", {})).decode()
+                self.pending.append(
+                    {"type": "tool-call", "id": block["id"], "name": block["name"], "arguments": arguments}
+                )
+            else:
+                self.report._count(self.report.dropped, f"assistant block {btype}")
+
+    def user(self, content: str | list[Any], record_id: Any) -> None:
+        base = str(record_id or f"claude-line-{self.sink.line}")
+        if isinstance(content, str):
+            self.conv.user([{"type": "text", "text": content}], base)
+            return
+        texts: list[Any] = []
+        for index, block in enumerate(content):
+            if not isinstance(block, dict):
+                raise _shape_error(self.sink, f"has a content block at index {index} that is not an object")
+            btype = block.get("type")
+            if btype == "tool_result":
+                call_id = block.get("tool_use_id")
+                if not isinstance(call_id, str) or not self.conv.has_call(call_id):
+                    self.report._count(self.report.dropped, "tool_result without its tool_use")
+                    continue
+                self.conv.tool_result(
+                    call_id, self._result_parts(block.get("content")), _is_error(block), f"{base}-{index}"
+                )
+            elif btype == "text" and isinstance(block.get("text"), str):
+                texts.append({"type": "text", "text": block["text"]})
+            else:
+                self.report._count(self.report.dropped, f"user block {btype}")
+        if texts:
+            self.conv.user(texts, base)
+
+    def _result_parts(self, value: Any) -> list[Any]:
+        if isinstance(value, str):
+            return [{"type": "text", "text": value}]
+        parts: list[Any] = []
+        if isinstance(value, list):
+            for part in value:
+                if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                    parts.append({"type": "text", "text": part["text"]})
+                else:
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    self.report._count(self.report.dropped, f"tool_result part {kind}")
+        return parts
+
+    def finish(self) -> None:
+        self.finish_pending()
+
+
+def _is_error(block: Mapping[str, Any]) -> bool | None:
+    value = block.get("is_error")
+    return value if isinstance(value, bool) else None
+
+
+def _anthropic_usage(usage: Mapping[str, Any]) -> Any:
+    def count(key: str) -> int | None:
+        value = usage.get(key)
+        return value if type(value) is int and value >= 0 else None
+
+    given, taken = count("input_tokens"), count("output_tokens")
+    if given is None or taken is None:
+        return None
+    return token_usage(
+        given,
+        taken,
+        cache_read_tokens=count("cache_read_input_tokens"),
+        cache_write_tokens=count("cache_creation_input_tokens"),
+    )
+
+
+# --------------------------------------------------------------------------- Codex
+
+
+_CODEX_ASSISTANT_ITEMS = frozenset({"reasoning", "function_call", "custom_tool_call"})
+_CODEX_RESULT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
+_CODEX_ITEMS = _CODEX_ASSISTANT_ITEMS | _CODEX_RESULT_ITEMS | {"message", "local_shell_call", "web_search_call"}
+
+
+class _CodexImporter:
+    source = "codex"
+    provider = "openai"
+
+    def __init__(self, sink: _Sink, conversation: _Conversation, model: str | None) -> None:
+        self.sink = sink
+        self.report = sink.report
+        self.conv = conversation
+        self.model = model or "unknown"
+        self.pending: list[Any] | None = None
+        self.pending_id = ""
+
+    def finish_pending(self) -> None:
+        if self.pending is not None:
+            blocks, self.pending = self.pending, None
+            self.conv.assistant(blocks, self.pending_id, self.model, None)
+
+    def _assistant_blocks(self, item: Mapping[str, Any]) -> list[Any]:
+        if self.pending is None:
+            self.pending = []
+            self.pending_id = str(item.get("id") or f"codex-line-{self.sink.line}")
+        return self.pending
+
+    def record(self, record: dict[str, Any]) -> None:
+        _stamp(self.sink, record.get("timestamp"))
+        rtype = record.get("type")
+        payload = record.get("payload")
+        if rtype == "response_item" or ("payload" not in record and rtype in _CODEX_ITEMS):
+            item = payload if rtype == "response_item" else record
+            if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+                raise _shape_error(self.sink, "is a response_item whose payload is not an item object")
+            self.item(record, item)
+            return
+        if rtype == "turn_context" and isinstance(payload, dict) and isinstance(payload.get("model"), str):
+            self.model = payload["model"]
+        kind = str(rtype) if rtype is not None else ("record_type" if "record_type" in record else "session meta")
+        if rtype == "event_msg" and isinstance(payload, dict):
+            kind = f"event_msg {payload.get('type')}"
+        self.conv.keep(self.source, record, kind)
+
+    def item(self, record: dict[str, Any], item: dict[str, Any]) -> None:
+        itype = item["type"]
+        if itype == "message":
+            self.message(record, item)
+        elif itype == "reasoning":
+            blocks = self._assistant_blocks(item)
+            texts = [part.get("text") for part in item.get("summary") or () if isinstance(part, dict)]
+            texts += [part.get("text") for part in item.get("content") or () if isinstance(part, dict)]
+            text = "\n\n".join(t for t in texts if isinstance(t, str))
+            if text:
+                blocks.append({"type": "reasoning", "text": text})
+            if item.get("encrypted_content"):
+                self.report._count(self.report.dropped, "reasoning.encrypted_content")
+        elif itype in ("function_call", "custom_tool_call"):
+            call_id, name = item.get("call_id"), item.get("name")
+            arguments = item.get("arguments") if itype == "function_call" else item.get("input")
+            if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
+                raise _shape_error(self.sink, f"is a {itype} without a string call_id, name and arguments")
+            self._assistant_blocks(item).append(
+                {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
+            )
+        elif itype in _CODEX_RESULT_ITEMS:
+            self.finish_pending()
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not self.conv.has_call(call_id):
+                self.report._count(self.report.dropped, f"{itype} without its call")
+                self.conv.keep(self.source, record, itype)
+                return
+            output, is_error = _codex_output(item.get("output"))
+            if output is None:
+                raise _shape_error(self.sink, f"is a {itype} whose output is neither a string nor {{content}}")
+            self.conv.tool_result(call_id, [{"type": "text", "text": output}], is_error, f"codex-line-{self.sink.line}")
+        else:
+            self.finish_pending()
+            self.conv.keep(self.source, record, f"response_item {itype}")
+
+    def message(self, record: dict[str, Any], item: dict[str, Any]) -> None:
+        role, content = item.get("role"), item.get("content")
+        if not isinstance(content, list):
+            raise _shape_error(self.sink, "is a message item whose content is not a list")
+        if role not in ("user", "assistant"):
+            self.finish_pending()
+            self.conv.keep(self.source, record, f"message {role}")
+            return
+        texts: list[Any] = []
+        for part in content:
+            ptype = part.get("type") if isinstance(part, dict) else None
+            if ptype in ("input_text", "output_text") and isinstance(part.get("text"), str):
+                texts.append({"type": "text", "text": part["text"]})
+            else:
+                self.report._count(self.report.dropped, f"{role} part {ptype}")
+        if role == "assistant":
+            self._assistant_blocks(item).extend(texts)
+            return
+        self.finish_pending()
+        self.conv.user(texts, str(item.get("id") or f"codex-line-{self.sink.line}"))
+
+    def finish(self) -> None:
+        self.finish_pending()
+
+
+def _codex_output(value: Any) -> tuple[str | None, bool | None]:
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        success = value.get("success")
+        return value["content"], (not success) if isinstance(success, bool) else None
+    return None, None
+
+
+# --------------------------------------------------------------------------- the import
+
+
+@dataclass
+class _Learned:
+    """What the check pass learns for the header and the request header."""
+
+    cwd: str | None = None
+    created_at: int | None = None
+    model: str | None = None
+    system: str | None = None
+
+
+def _learn(source: str, record: Mapping[str, Any], learned: _Learned) -> None:
+    if source == "claude-code":
+        if learned.cwd is None and isinstance(record.get("cwd"), str):
+            learned.cwd = record["cwd"]
+        if learned.model is None and record.get("type") == "assistant":
+            message = record.get("message")
+            if isinstance(message, dict) and isinstance(message.get("model"), str):
+                learned.model = message["model"]
+    else:
+        payload = record.get("payload")
+        meta = payload if record.get("type") == "session_meta" else None
+        if meta is None and "payload" not in record and "instructions" in record and "type" not in record:
+            meta = record  # the older layout's first line
+        if isinstance(meta, dict):
+            if learned.cwd is None and isinstance(meta.get("cwd"), str):
+                learned.cwd = meta["cwd"]
+            if learned.system is None and isinstance(meta.get("instructions"), str) and meta["instructions"]:
+                learned.system = meta["instructions"]
+        if learned.model is None and record.get("type") == "turn_context" and isinstance(payload, dict):
+            if isinstance(payload.get("model"), str):
+                learned.model = payload["model"]
+    if learned.created_at is None:
+        learned.created_at = _epoch_ms(record.get("timestamp"))
+
+
+def _run(
+    source: str,
+    path: str,
+    report: ImportReport,
+    learned: _Learned,
+    write: Callable[[list[dict[str, Any]]], None] | None,
+    batch_bytes: int,
+    batch_events: int,
+) -> None:
+    sink = _Sink(report, write, batch_bytes, batch_events)
+    sink.time = learned.created_at or 0
+    provider = "anthropic" if source == "claude-code" else "openai"
+    conversation = _Conversation(sink, provider, learned.model, learned.system)
+    importer: _ClaudeImporter | _CodexImporter
+    if source == "claude-code":
+        importer = _ClaudeImporter(sink, conversation)
+    else:
+        importer = _CodexImporter(sink, conversation, learned.model)
+    check = write is None
+    for record in _lines(path, sink):
+        if check:
+            _learn(source, record, learned)
+        importer.record(record)
+    importer.finish()
+    conversation.close_turn()
+    done = {"source": source, "path": path, "lines": report.lines, "bytes": report.bytes}
+    sink.emit(IMPORT_DONE, done)
+    sink.flush()
+
+
+def import_transcript(
+    coordinator: PersistenceCoordinator,
+    source: ImportFormat | str,
+    path: str | os.PathLike[str],
+    *,
+    session_id: str | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_events: int = DEFAULT_BATCH_EVENTS,
+    now: Callable[[], int] | None = None,
+) -> ImportReport:
+    """Import one transcript file into a new session of ``coordinator``'s store; return the report.
+
+    ``source`` is ``"claude-code"`` or ``"codex"``; ``session_id`` defaults to a fresh minted id. A bad
+    line raises :class:`~agentlog.errors.TranscriptError` (``.path``, ``.line``) before anything is
+    written; an id that already has a stored log is refused by the coordinator, also before writing.
+    """
+    if source not in IMPORT_FORMATS:
+        raise ConversionError(f'unknown transcript format "{source}" (expected one of: {", ".join(IMPORT_FORMATS)})')
+    file_path = os.fspath(path)
+    try:
+        before = os.stat(file_path)
+    except OSError as err:
+        raise TranscriptError(f"{file_path}: cannot read the transcript: {err.strerror}", path=file_path) from err
+    learned = _Learned()
+    checked = ImportReport(source, file_path)
+    _run(source, file_path, checked, learned, None, batch_bytes, batch_events)
+    from ..kernel.store import mint_session_id
+
+    target = session_id if session_id is not None else mint_session_id()
+    created = learned.created_at if learned.created_at is not None else (now() if now else _now_ms())
+    meta: dict[str, Any] = {"version": 0, "id": target, "createdAt": created}
+    if learned.cwd is not None:
+        meta["cwd"] = learned.cwd
+    coordinator.create(meta)
+    after = os.stat(file_path)
+    if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino):
+        raise TranscriptError(f"{file_path}: the transcript changed while it was being imported", path=file_path)
+    report = ImportReport(source, file_path, session_id=target)
+    _run(source, file_path, report, learned, lambda batch: coordinator.append(target, batch), batch_bytes, batch_events)
+    return report
+
+
+def _now_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _stream_document(out: IO[str], head: Mapping[str, Any], key: str, items: Iterator[Any]) -> int:
+    """Write ``{**head, key: [items...]}`` item by item (never the whole document as one string)."""
+    out.write("{")
+    for name, value in head.items():
+        out.write(orjson.dumps(name).decode() + ":" + orjson.dumps(value).decode() + ",")
+    out.write(orjson.dumps(key).decode() + ":[")
+    count = 0
+    for item in items:
+        out.write(("\n" if count == 0 else ",\n") + orjson.dumps(item).decode())
+        count += 1
+    out.write("\n]}\n")
+    return count
+
+
+def _sharegpt(messages: list[Any]) -> Iterator[dict[str, str]]:
+    """ShareGPT turns: ``human``/``gpt`` text, ``function_call`` and ``observation`` for tool use
+    (the LLaMA-Factory convention: one ``function_call`` turn per call, ``{"name", "arguments"}``)."""
+    for message in messages:
+        role = message["role"]
+        source = message.get("source") or {}
+        texts = [block["text"] for block in message["content"] if block.get("type") == "text"]
+        if role == "assistant":
+            if texts:
+                yield {"from": "gpt", "value": "\n".join(texts)}
+            for block in message["content"]:
+                if block.get("type") == "tool-call":
+                    call = {"name": block["name"], "arguments": _arguments(block["arguments"])}
+                    yield {"from": "function_call", "value": orjson.dumps(call).decode()}
+        elif source.get("kind") == "tool":
+            for block in message["content"]:
+                if block.get("type") == "tool-result":
+                    parts = [part["text"] for part in block["content"] if part.get("type") == "text"]
+                    yield {"from": "observation", "value": "\n".join(parts)}
+        elif role == "system":
+            yield {"from": "system", "value": "\n".join(texts)}
+        else:
+            yield {"from": "human", "value": "\n".join(texts)}
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
+    """Write a session (a ``SessionView`` or live ``Session``) in ``fmt`` to ``out``; return the item count.
+
+    ``openai-chat``, ``openai-responses`` and ``anthropic`` are the conversational part of that API's
+    request body (``model``, the system prompt, ``tools`` from the request header, and the
+    ``messages``/``input`` list), rendered by :func:`~agentlog.interop.openai_chat.session_to_openai_chat`
+    and its siblings; ``sharegpt`` is ``{"system"?, "tools"?, "conversations": [{"from", "value"}...]}``.
+    The list is written item by item. A conversion refusal is a
+    :class:`~agentlog.errors.ConversionError` naming the message, raised before anything is written.
+    """
+    if fmt == "sharegpt":
+        from ._common import header_parts
+
+        messages, system, tools, _model = header_parts(view)
+        head: dict[str, Any] = {}
+        if system:
+            head["system"] = system
+        if tools:
+            head["tools"] = orjson.dumps(tools).decode()
+        items = list(_sharegpt(thaw(messages)))
+        return _stream_document(out, head, "conversations", iter(items))
+    body: dict[str, Any]
+    if fmt == "openai-chat":
+        from .openai_chat import session_to_openai_chat
+
+        body, key = session_to_openai_chat(view), "messages"
+    elif fmt == "openai-responses":
+        from .openai_responses import session_to_openai_responses
+
+        body, key = session_to_openai_responses(view), "input"
+    elif fmt == "anthropic":
+        from .anthropic import session_to_anthropic
+
+        body, key = session_to_anthropic(view), "messages"
+    else:
+        raise ConversionError(f'unknown export format "{fmt}" (expected one of: {", ".join(EXPORT_FORMATS)})')
+    items = body.pop(key)
+    return _stream_document(out, body, key, iter(items))
