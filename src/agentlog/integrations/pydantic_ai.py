@@ -1,0 +1,660 @@
+"""pydantic-ai adapter: agentlog derived messages to and from ``ModelMessage`` lists, and recording a run.
+
+Why it is built this way:
+
+* **The model-facing content maps; nothing else pretends to.** A user message becomes a
+  ``UserPromptPart``, a tool result a ``ToolReturnPart``, an assistant message a ``ModelResponse``
+  of ``TextPart`` / ``ThinkingPart`` / ``ToolCallPart``; the system prompt (which agentlog keeps in the
+  request header, not among the messages) is a leading ``SystemPromptPart``. What agentlog needs to get
+  its own messages back exactly (message ids, sources, an explicit ``isError: false``, the provider's
+  replay state) rides in pydantic-ai's ``metadata`` fields, which pydantic-ai never sends to the model;
+  what pydantic-ai needs back from a provider (a thinking signature, part ids, ``provider_details``) rides
+  in the assistant message's ``source.replayState``. So ``from_model_messages(to_model_messages(m))``
+  gives ``m`` back unchanged, and the other direction keeps every model-facing field.
+* **Refuse rather than guess.** Anything with no agentlog form (images by reference, files, audio,
+  native/built-in tool parts, a system prompt in mid-conversation, a request-scoped system prompt, a
+  tool call never answered) raises :class:`~agentlog.errors.ConversionError` naming the message index
+  and the part's path (``$[2].parts[1]``). Conversions and recordings are checked whole before anything
+  is returned or appended, so a refusal leaves the log as it was.
+* **Not carried** (not model-facing, or kept elsewhere in agentlog): timestamps, run and conversation
+  ids, ``provider_response_id``, ``finish_reason``, response-level ``provider_details``, foreign
+  ``metadata`` keys and ``dynamic_ref``. Per-response token usage is kept by :func:`record_run` in the
+  ``assistant/message`` event (``usage``), as the agent loop keeps it. A tool's return value is kept as
+  the text the model was shown (``ToolReturnPart.model_response_str``), so ``3`` comes back as ``"3"``.
+  A tool outcome maps to what the model sees: ``failed``/``retried`` are ``isError: true``,
+  ``success``/``denied``/``interrupted`` plain results.
+* **Recording writes the loop's protocol.** :func:`record_run` turns a run's ``new_messages()`` into one
+  turn: ``turn/start``, one step per model response (``step/start``, the request's user messages, the
+  ``assistant/message``, a ``tool/call`` per call and the matching ``tool/result`` with
+  ``sourceEventSeqs``, ``step/end``), then ``turn/end``, through :meth:`Session.append` exactly as
+  :mod:`agentlog.agent.loop` writes them, so crash repair, ``at(seq)``, replay and forks work on it.
+  The system prompt goes into a ``request/header`` event when it differs from the session's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    import pydantic_core
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelRequestPart,
+        ModelResponse,
+        ModelResponsePart,
+        RetryFeedbackPart,
+        RetryPromptPart,
+        SystemPromptPart,
+        TextContent,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "agentlog.integrations.pydantic_ai needs pydantic-ai; install the extra: pip install 'agentlog[pydantic-ai]'"
+    ) from err
+
+from ..errors import ConversionError
+from ..interop._common import ImportedConversation  # the converters' result type, shared with them
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    REQUEST_HEADER,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
+from ..kernel.messages import new_message_id, token_usage
+from ..kernel.request_header import canonical_header
+
+__all__ = [
+    "METADATA_KEY",
+    "REPLAY_KEY",
+    "ImportedConversation",
+    "RecordedRun",
+    "from_model_messages",
+    "record_run",
+    "session_to_model_messages",
+    "to_model_messages",
+]
+
+METADATA_KEY = "agentlog"
+"""The key of agentlog's entry in ``ModelRequest.metadata`` / ``ModelResponse.metadata``."""
+REPLAY_KEY = "pydanticAi"
+"""The key under an assistant message's ``source.replayState`` that holds pydantic-ai's per-part extras."""
+RETRY_FEEDBACK_PLUGIN = "pydantic-ai"
+RETRY_FEEDBACK_FORM = "retry-feedback"
+_PART_EXTRAS = ("id", "signature", "provider_name", "provider_details")
+_DEFAULT_PROVIDER = "pydantic-ai"
+_DEFAULT_MODEL = "unknown"
+
+
+@dataclass
+class RecordedRun:
+    """What :func:`record_run` appended: the turn number and the seqs of its first and last event."""
+
+    turn: int
+    first_seq: int
+    last_seq: int
+
+
+# --- agentlog -> pydantic-ai ----------------------------------------------------------------------------
+
+
+def _texts(blocks: Sequence[Any], where: str, index: int, allowed: str) -> list[str]:
+    texts: list[str] = []
+    for j, block in enumerate(blocks):
+        if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+            kind = block.get("type") if isinstance(block, Mapping) else type(block).__name__
+            raise ConversionError(
+                f"message {index}: a {kind!r} block has no pydantic-ai form in {allowed} (only text blocks map)",
+                index=index,
+                path=f"{where}[{j}]",
+            )
+        texts.append(block["text"])
+    return texts
+
+
+def _text_content(texts: list[str]) -> str | list[str]:
+    """One text block is a plain string (pydantic-ai's usual form); any other count a list of strings."""
+    return texts[0] if len(texts) == 1 else texts
+
+
+def _plain(value: Any) -> Any:
+    """A thawed, plain copy of a (possibly frozen) JSON value, for pydantic-ai's mutable fields."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_model_messages(messages: Iterable[Mapping[str, Any]], *, system: str | None = None) -> list[ModelMessage]:
+    """Render agentlog derived messages as a pydantic-ai history (for ``message_history=``).
+
+    Consecutive user-role messages (prompts, injected context, tool results) form one ``ModelRequest``;
+    each assistant message is one ``ModelResponse``. ``system`` becomes a leading ``SystemPromptPart``.
+    Raises :class:`ConversionError` naming the message and block that has no pydantic-ai form.
+    """
+    out: list[ModelMessage] = []
+    parts: list[ModelRequestPart] = []
+    entries: list[dict[str, Any] | None] = []
+    tool_names: dict[str, str] = {}
+
+    def close_request() -> None:
+        if parts:
+            out.append(ModelRequest(parts=list(parts), metadata={METADATA_KEY: {"parts": list(entries)}}))
+            parts.clear()
+            entries.clear()
+
+    if system is not None:
+        parts.append(SystemPromptPart(system))
+        entries.append(None)
+    for index, message in enumerate(messages):
+        where = f"$[{index}].content"
+        if not isinstance(message, Mapping):
+            raise ConversionError(f"message {index} is not an agentlog message dict", index=index, path=f"$[{index}]")
+        role = message.get("role")
+        content = message.get("content")
+        source = message.get("source")
+        if not isinstance(content, list) or not isinstance(source, Mapping) or not isinstance(message.get("id"), str):
+            raise ConversionError(
+                f"message {index} is not an agentlog message (id, role, content list and source expected)",
+                index=index,
+                path=f"$[{index}]",
+            )
+        if role == "assistant":
+            close_request()
+            out.append(_response(message, index, tool_names))
+        elif role == "user" and source.get("kind") == "tool":
+            if len(content) != 1 or not isinstance(content[0], Mapping) or content[0].get("type") != "tool-result":
+                raise ConversionError(
+                    f"message {index}: a tool message must hold exactly one tool-result block", index=index, path=where
+                )
+            block = content[0]
+            call_id = block.get("toolCallId")
+            name = tool_names.get(call_id) if isinstance(call_id, str) else None
+            if name is None or not isinstance(call_id, str):
+                raise ConversionError(
+                    f"message {index}: tool result for call {call_id!r} follows no tool call of that id "
+                    "(pydantic-ai needs the tool's name)",
+                    index=index,
+                    path=f"{where}[0].toolCallId",
+                )
+            texts = _texts(block.get("content") or [], f"{where}[0].content", index, "a tool result")
+            entry: dict[str, Any] = {"id": message["id"], "source": _plain(source)}
+            is_error = block.get("isError")
+            if is_error is False:
+                entry["isError"] = False
+            parts.append(
+                ToolReturnPart(
+                    tool_name=name,
+                    content=_text_content(texts),
+                    tool_call_id=call_id,
+                    outcome="failed" if is_error is True else "success",
+                )
+            )
+            entries.append(entry)
+        elif role == "user":
+            texts = _texts(content, where, index, "a user message")
+            parts.append(UserPromptPart(_text_content(texts)))
+            entries.append({"id": message["id"], "source": _plain(source)})
+        else:
+            raise ConversionError(
+                f"message {index} has role {role!r}; agentlog keeps the system prompt in the request header "
+                "(pass it as system=)",
+                index=index,
+                path=f"$[{index}].role",
+            )
+    close_request()
+    return out
+
+
+def _response(message: Mapping[str, Any], index: int, tool_names: dict[str, str]) -> ModelResponse:
+    source = message["source"]
+    replay = source.get("replayState")
+    extras: list[Any] = []
+    meta: dict[str, Any] = {"id": message["id"]}
+    if isinstance(replay, Mapping) and set(replay) == {REPLAY_KEY}:
+        extras = list(replay[REPLAY_KEY].get("parts") or [])
+    elif replay is not None:
+        meta["replayState"] = _plain(replay)
+    response_parts: list[ModelResponsePart] = []
+    for j, block in enumerate(message["content"]):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        extra = _plain(extras[j]) if j < len(extras) and isinstance(extras[j], Mapping) else {}
+        if kind == "text" and isinstance(block.get("text"), str):
+            response_parts.append(TextPart(block["text"], **extra))
+        elif kind == "reasoning" and isinstance(block.get("text"), str):
+            response_parts.append(ThinkingPart(block["text"], **extra))
+        elif kind == "tool-call":
+            tool_names[block["id"]] = block["name"]
+            response_parts.append(
+                ToolCallPart(tool_name=block["name"], args=block["arguments"], tool_call_id=block["id"], **extra)
+            )
+        else:
+            raise ConversionError(
+                f"message {index}: a {kind!r} block has no pydantic-ai form in an assistant message",
+                index=index,
+                path=f"$[{index}].content[{j}]",
+            )
+    return ModelResponse(
+        parts=response_parts,
+        model_name=source.get("model"),
+        provider_name=source.get("provider"),
+        metadata={METADATA_KEY: meta},
+    )
+
+
+def session_to_model_messages(session: Any) -> list[ModelMessage]:
+    """A session's (or ``SessionView``'s) derived messages with the system prompt of its request header."""
+    header = session.request_header()
+    system = header.get("system") if isinstance(header, Mapping) else None
+    return to_model_messages(session.derive_messages(), system=system if isinstance(system, str) else None)
+
+
+# --- pydantic-ai -> agentlog ----------------------------------------------------------------------------
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _own_entry(metadata: Any) -> Any:
+    return metadata.get(METADATA_KEY) if isinstance(metadata, Mapping) else None
+
+
+def _user_texts(part: UserPromptPart, index: int, path: str) -> list[str]:
+    if isinstance(part.content, str):
+        return [part.content]
+    texts: list[str] = []
+    for j, item in enumerate(part.content):
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, TextContent) and type(item) is TextContent:
+            texts.append(item.content)
+        else:
+            raise ConversionError(
+                f"message {index}: user content of kind {getattr(item, 'kind', type(item).__name__)!r} has no "
+                "agentlog form (agentlog images are attachment references; only text maps)",
+                index=index,
+                path=f"{path}.content[{j}]",
+            )
+    return texts
+
+
+def _tool_texts(part: ToolReturnPart, index: int, path: str) -> list[str]:
+    content = part.content
+    if isinstance(content, list) and all(isinstance(item, str) for item in content):
+        return list(content)
+    if part.files:
+        raise ConversionError(
+            f"message {index}: tool return {part.tool_call_id!r} carries files, which have no agentlog form",
+            index=index,
+            path=f"{path}.content",
+        )
+    return [part.model_response_str(wrap_if_error=False)]
+
+
+def _split_system(model_messages: Sequence[Any]) -> tuple[str | None, int]:
+    """The conversation's system prompt and how many leading parts of the first request it used."""
+    first = model_messages[0] if model_messages else None
+    if not isinstance(first, ModelRequest):
+        return None, 0
+    leading = 0
+    for part in first.parts:
+        if not isinstance(part, SystemPromptPart):
+            break
+        leading += 1
+    if leading > 1:
+        raise ConversionError(
+            "message 0 opens with several system prompts; agentlog keeps one system prompt (join them)",
+            index=0,
+            path="$[0].parts[1]",
+        )
+    if leading == 1:
+        part = first.parts[0]
+        assert isinstance(part, SystemPromptPart)
+        if part.scope != "conversation" or part.context_id is not None:
+            raise ConversionError(
+                "message 0: a request-scoped or context-id system prompt has no agentlog form",
+                index=0,
+                path="$[0].parts[0]",
+            )
+        if first.instructions:
+            raise ConversionError(
+                "message 0 has both a system prompt part and instructions; agentlog keeps one system prompt",
+                index=0,
+                path="$[0].instructions",
+            )
+        return part.content, 1
+    return (first.instructions or None), 0
+
+
+def from_model_messages(model_messages: Sequence[ModelMessage]) -> ImportedConversation:
+    """Turn a pydantic-ai history (``result.all_messages()`` or ``new_messages()``) into agentlog messages.
+
+    The first request's leading system prompt (or its ``instructions``) becomes ``system``; each user
+    prompt, retry feedback and tool return becomes one agentlog message; each response one assistant
+    message. Raises :class:`ConversionError` naming the message and part that has no agentlog form.
+    """
+    system, skip = _split_system(model_messages)
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(model_messages):
+        if isinstance(message, ModelRequest):
+            own = _own_entry(message.metadata)
+            entries = own.get("parts") if isinstance(own, Mapping) else None
+            for j, part in enumerate(message.parts):
+                if index == 0 and j < skip:
+                    continue
+                entry = entries[j] if isinstance(entries, list) and j < len(entries) else None
+                out.append(_request_part(part, entry if isinstance(entry, Mapping) else None, index, j))
+        elif isinstance(message, ModelResponse):
+            out.append(_response_message(message, index))
+        else:
+            raise ConversionError(
+                f"message {index} is a {type(message).__name__}, not a ModelRequest or ModelResponse",
+                index=index,
+                path=f"$[{index}]",
+            )
+    return ImportedConversation(system=system, messages=out)
+
+
+def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int) -> dict[str, Any]:
+    path = f"$[{index}].parts[{j}]"
+    if entry is not None and isinstance(part, (UserPromptPart, ToolReturnPart)):
+        # An entry is trusted only for the part it was written for (a history processor may have moved parts).
+        entry_source = entry.get("source")
+        is_tool_entry = isinstance(entry_source, Mapping) and entry_source.get("kind") == "tool"
+        call_id = part.tool_call_id if isinstance(part, ToolReturnPart) else None
+        if (call_id is not None) != is_tool_entry or (
+            is_tool_entry and isinstance(entry_source, Mapping) and entry_source.get("callId") != call_id
+        ):
+            entry = None
+    own_id = entry.get("id") if entry is not None else None
+    message_id: str = own_id if isinstance(own_id, str) and own_id else new_message_id()
+    source = entry.get("source") if entry is not None and isinstance(entry.get("source"), Mapping) else None
+    if type(part) is UserPromptPart:
+        texts = _user_texts(part, index, path)
+        if source is None or source.get("kind") == "tool":  # no entry, or one that belongs to another part
+            source = {"kind": "user"}
+        return {
+            "id": message_id,
+            "role": "user",
+            "content": [{"type": "text", "text": t} for t in texts],
+            "source": _plain(source),
+        }
+    if type(part) is ToolReturnPart:
+        if part.tool_kind is not None:
+            raise ConversionError(
+                f"message {index}: tool return of kind {part.tool_kind!r} has no agentlog form", index=index, path=path
+            )
+        block: dict[str, Any] = {
+            "type": "tool-result",
+            "toolCallId": part.tool_call_id,
+            "content": [{"type": "text", "text": t} for t in _tool_texts(part, index, path)],
+        }
+        if part.outcome in ("failed", "retried"):
+            block["isError"] = True
+        elif entry is not None and entry.get("isError") is False:
+            block["isError"] = False
+        return {
+            "id": message_id,
+            "role": "user",
+            "content": [block],
+            "source": {"kind": "tool", "callId": part.tool_call_id},
+        }
+    if isinstance(part, RetryPromptPart):  # deprecated in 2.x; still found in histories built by hand
+        text = part.model_response()
+        if part.tool_name is not None:
+            return {
+                "id": message_id,
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool-result",
+                        "toolCallId": part.tool_call_id,
+                        "content": [{"type": "text", "text": text}],
+                        "isError": True,
+                    }
+                ],
+                "source": {"kind": "tool", "callId": part.tool_call_id},
+            }
+        return _feedback(message_id, text)
+    if type(part) is RetryFeedbackPart:
+        return _feedback(message_id, part.model_response())
+    if isinstance(part, SystemPromptPart):
+        raise ConversionError(
+            f"message {index}: a system prompt after the conversation's start has no agentlog form "
+            "(agentlog keeps one system prompt, in the request header)",
+            index=index,
+            path=path,
+        )
+    raise ConversionError(
+        f"message {index}: request part {getattr(part, 'part_kind', type(part).__name__)!r} has no agentlog form",
+        index=index,
+        path=path,
+    )
+
+
+def _feedback(message_id: str, text: str) -> dict[str, Any]:
+    """Retry feedback that answers no tool call: injected context the model sees as a user turn."""
+    return {
+        "id": message_id,
+        "role": "user",
+        "content": [{"type": "text", "text": text}],
+        "source": {"kind": "plugin", "plugin": RETRY_FEEDBACK_PLUGIN, "form": RETRY_FEEDBACK_FORM},
+    }
+
+
+def _response_message(message: ModelResponse, index: int) -> dict[str, Any]:
+    own = _own_entry(message.metadata)
+    own = own if isinstance(own, Mapping) else {}
+    blocks: list[dict[str, Any]] = []
+    extras: list[dict[str, Any] | None] = []
+    for j, part in enumerate(message.parts):
+        path = f"$[{index}].parts[{j}]"
+        if type(part) is TextPart:
+            if part.citations:
+                raise ConversionError(
+                    f"message {index}: text with citations has no agentlog form", index=index, path=path
+                )
+            blocks.append({"type": "text", "text": part.content})
+        elif type(part) is ThinkingPart:
+            blocks.append({"type": "reasoning", "text": part.content})
+        elif type(part) is ToolCallPart and part.tool_kind is None:
+            args = part.args
+            if isinstance(args, str):
+                arguments = args
+            elif args is None:
+                arguments = "{}"
+            else:
+                arguments = pydantic_core.to_json(args).decode()
+            blocks.append(
+                {"type": "tool-call", "id": part.tool_call_id, "name": part.tool_name, "arguments": arguments}
+            )
+        else:
+            raise ConversionError(
+                f"message {index}: response part {getattr(part, 'part_kind', type(part).__name__)!r} has no "
+                "agentlog form (text, thinking and function tool calls map)",
+                index=index,
+                path=path,
+            )
+        extra = {name: getattr(part, name) for name in _PART_EXTRAS if getattr(part, name, None) is not None}
+        if extra and not _is_json(extra):
+            raise ConversionError(
+                f"message {index}: the part's provider data is not plain JSON", index=index, path=f"{path}"
+            )
+        extras.append(extra or None)
+    source: dict[str, Any] = {
+        "kind": "model",
+        "provider": message.provider_name or _DEFAULT_PROVIDER,
+        "model": message.model_name or _DEFAULT_MODEL,
+    }
+    if any(extras):
+        source["replayState"] = {REPLAY_KEY: {"parts": extras}}
+    elif "replayState" in own:
+        source["replayState"] = _plain(own["replayState"])
+    message_id = own.get("id") if isinstance(own.get("id"), str) else new_message_id()
+    return {"id": message_id, "role": "assistant", "content": blocks, "source": source}
+
+
+# --- recording a run ------------------------------------------------------------------------------------
+
+
+def _usage(response: ModelResponse) -> Any:
+    usage = response.usage
+    if not (usage.input_tokens or usage.output_tokens):
+        return None
+    cache_read = usage.cache_read_tokens or 0
+    return token_usage(
+        max(usage.input_tokens - cache_read, 0),
+        usage.output_tokens,
+        cache_read_tokens=cache_read or None,
+        cache_write_tokens=usage.cache_write_tokens or None,
+    )
+
+
+def record_run(session: Any, result: Any) -> RecordedRun:
+    """Record a pydantic-ai run's ``new_messages()`` as one agentlog turn (see the module docstring).
+
+    ``result`` is an ``AgentRunResult`` (or anything with ``new_messages()``). The whole run is
+    converted and checked before the first append: a run that cannot be represented (a part with no
+    agentlog form, a tool call left unanswered, a tool return for a call the run never made) raises
+    :class:`ConversionError` and appends nothing.
+    """
+    model_messages = list(result.new_messages())
+    converted = from_model_messages(model_messages)
+    # Re-walk the converted messages per source message to group them into steps.
+    per_message: list[list[dict[str, Any]]] = []
+    cursor = 0
+    system, skip = _split_system(model_messages)
+    for index, message in enumerate(model_messages):
+        count = len(message.parts) - (skip if index == 0 else 0) if isinstance(message, ModelRequest) else 1
+        per_message.append(converted.messages[cursor : cursor + count])
+        cursor += count
+
+    steps: list[tuple[list[dict[str, Any]], dict[str, Any], ModelResponse, int]] = []
+    pending_users: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}
+    result_owner: dict[str, int] = {}
+    for index, message in enumerate(model_messages):
+        if isinstance(message, ModelRequest):
+            for item in per_message[index]:
+                if item["source"].get("kind") == "tool":
+                    call_id = item["source"]["callId"]
+                    results[call_id] = item
+                    result_owner[call_id] = index
+                else:
+                    pending_users.append(item)
+        else:
+            assert isinstance(message, ModelResponse)
+            steps.append((pending_users, per_message[index][0], message, index))
+            pending_users = []
+    if pending_users:
+        raise ConversionError(
+            "the run ends with user input no model response answers; record complete runs only",
+            index=len(model_messages) - 1,
+            path=f"$[{len(model_messages) - 1}]",
+        )
+    called: set[str] = set()
+    for _, assistant, _, response_index in steps:
+        for j, block in enumerate(assistant["content"]):
+            if block["type"] == "tool-call":
+                called.add(block["id"])
+                if block["id"] not in results:
+                    raise ConversionError(
+                        f"tool call {block['id']!r} ({block['name']}) has no tool return in the run "
+                        "(a deferred call cannot be recorded as a finished turn)",
+                        index=response_index,
+                        path=f"$[{response_index}].parts[{j}]",
+                    )
+    for call_id, owner in result_owner.items():
+        if call_id not in called:
+            raise ConversionError(
+                f"tool return for call {call_id!r} answers no tool call of this run",
+                index=owner,
+                path=f"$[{owner}]",
+            )
+
+    header_event: dict[str, Any] | None = None
+    if system is not None:
+        current = session.request_header()
+        current = current if isinstance(current, Mapping) else None
+        if current is None or current.get("system") != system:
+            first = steps[0][2] if steps else None
+            if current is not None:
+                config = _plain(current.get("config"))
+            else:
+                config = {
+                    "provider": (first.provider_name if first else None) or _DEFAULT_PROVIDER,
+                    "model": (first.model_name if first else None) or _DEFAULT_MODEL,
+                }
+            header = dict(_plain(current)) if current is not None else {}
+            header["config"] = config
+            header["system"] = system
+            header_event = {"header": canonical_header(header), "reason": "change" if current else "initial"}
+
+    turn = 0
+    for event in session.events:
+        if event["type"] == TURN_START:
+            turn = event["data"]["turn"]
+    turn += 1
+    first_seq: int | None = None
+
+    def append(etype: str, data: Any, intent: Mapping[str, Any] | None = None) -> int:
+        nonlocal first_seq
+        seq: int = session.append(etype, data, intent).seq
+        if first_seq is None:
+            first_seq = seq
+        return seq
+
+    append(TURN_START, {"turn": turn})
+    for step, (users, assistant, response, _) in enumerate(steps, start=1):
+        append(STEP_START, {"turn": turn, "step": step})
+        for user in users:
+            append(USER_MESSAGE, user, {"surfaceOp": "append"})
+        if step == 1 and header_event is not None:  # where the loop writes it: inside the step, before the request
+            append(REQUEST_HEADER, header_event)
+        data: dict[str, Any] = {"turn": turn, "step": step, "message": assistant}
+        usage = _usage(response)
+        if usage is not None:
+            data["usage"] = usage
+        append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append"})
+        call_seqs: dict[str, int] = {}
+        for block in assistant["content"]:
+            if block["type"] == "tool-call":
+                call_seqs[block["id"]] = append(
+                    TOOL_CALL,
+                    {
+                        "turn": turn,
+                        "step": step,
+                        "callId": block["id"],
+                        "name": block["name"],
+                        "arguments": block["arguments"],
+                    },
+                )
+        for call_id, seq in call_seqs.items():
+            append(
+                TOOL_RESULT,
+                {"turn": turn, "step": step, "message": results[call_id]},
+                {"surfaceOp": "append", "sourceEventSeqs": [seq]},
+            )
+        append(STEP_END, {"turn": turn, "step": step})
+    last = append(TURN_END, {"turn": turn, "reason": {"kind": "completed"}})
+    assert first_seq is not None
+    return RecordedRun(turn=turn, first_seq=first_seq, last_seq=last)
