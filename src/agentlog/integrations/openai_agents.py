@@ -1,0 +1,597 @@
+"""The openai-agents SDK's ``Session`` protocol over an agentlog session: ``AgentlogSession``.
+
+Why it is built this way:
+
+* **One item, one surface event, the item kept verbatim.** The SDK hands a session typed Responses
+  items (``message``, ``function_call``, ``function_call_output``, ``reasoning``, hosted tool calls, …)
+  and expects exactly those back: ids, ``status``, ``annotations`` and ``provider_data`` included. Each
+  item becomes one ``user/message``, ``assistant/message`` or ``tool/result`` whose content is
+  agentlog's rendering of the item (so ``agentlog show``, search, the converters and agentlog's own
+  agent read the conversation), and whose ``source`` keeps the item itself under ``openaiAgentsItem``.
+  :meth:`AgentlogSession.get_items` is derived from the session's surface: every visible message gives
+  back its stored item (a message agentlog wrote itself — a crash-repair closer, a turn of
+  :class:`agentlog.agent.Agent` — is rendered as items). Item types agentlog has no block for (images,
+  files, hosted tools) are rendered as a ``[type]`` text placeholder; the item itself is never lost.
+* **Pop and clear hide, the log keeps.** ``pop_item`` and ``clear_session`` append a surface
+  *replacement* (an ``assistant/message`` without content, which derives no message) that shadows the
+  hidden items, after an ignorable record event (``openai-agents/pop-item``, ``openai-agents/clear-session``)
+  saying what was hidden. Nothing is deleted: ``session.at(seq)`` still shows the conversation as it was.
+* **Turns like an agent's, so crash repair means something.** A batch that starts with the user's input
+  opens a turn; every ``add_items`` call is one step of it; a ``function_call`` is logged with its
+  ``tool/call`` (the SDK saves a call after running it, so it counts as started); the turn ends when a
+  batch ends with an assistant message and no call is unanswered (or when the next run's input
+  arrives). A process killed mid-run leaves the turn open, and the next open repairs it: the turn is
+  closed as interrupted and a call without its output gets a ``TOOL_OUTCOME_UNKNOWN`` result, which the
+  SDK then reads as that call's ``function_call_output`` — the model is never sent a dangling call.
+* **Durable on return.** Every mutation appends its events synchronously (one batch, in order, under a
+  per-session lock) and then awaits the coordinator's flush barrier, so when ``add_items``,
+  ``pop_item`` or ``clear_session`` returns, the change is on disk (``wait_durable=False`` returns at once
+  and leaves it to the write-behind window, 200 ms by default). If the caller is cancelled during the
+  flush, the flush still completes before the cancellation propagates. With the JSONL zstd or SQLite
+  backend a batch is normally written as one checksummed frame or one transaction; a crash inside a
+  write keeps a prefix of it, which the repair above closes.
+* **Bad input writes nothing.** Every item is checked (a mapping, lossless JSON, the fields its type
+  needs) before the first event is appended; a refusal is a :class:`~agentlog.errors.ConversionError`
+  naming the item's index and JSON path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "agentlog.integrations.openai_agents needs the openai-agents SDK: pip install 'agentlog[openai-agents]'"
+    ) from err
+
+from ..errors import AgentlogError, ConversionError, RecorderStateError
+from ..kernel import messages as m
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+    event_types,
+)
+from ..kernel.jsonvalue import snapshot_json, thaw
+from ..kernel.session import Session, derive_event_message
+from ..kernel.store import SessionStore
+from ..persistence.coordinator import PersistenceCoordinator
+
+if TYPE_CHECKING:
+    from agents.memory import Session as _SdkSession
+
+__all__ = [
+    "CLEAR_SESSION_EVENT",
+    "ITEM_KEY",
+    "POP_ITEM_EVENT",
+    "AgentlogSession",
+    "items_of_message",
+]
+
+ITEM_KEY: Final = "openaiAgentsItem"
+"""The key of a message's ``source`` that holds the SDK item the message was written from."""
+PROVIDER: Final = "openai-agents"
+POP_ITEM_EVENT: Final = "openai-agents/pop-item"
+"""Log-only record before a ``pop_item`` replacement: ``{"shadowedSeqs": [...], "item": <popped item>}``."""
+CLEAR_SESSION_EVENT: Final = "openai-agents/clear-session"
+"""Log-only record before a ``clear_session`` replacement: ``{"shadowedSeqs": [...], "items": n}``."""
+
+# Ignorable: a reader that does not import this module (the agentlog command, another harness) skips them.
+event_types.register(POP_ITEM_EVENT, ignorable=True)
+event_types.register(CLEAR_SESSION_EVENT, ignorable=True)
+
+_WITHDRAWN_TEXT = "This tool call was withdrawn from the conversation (openai-agents pop_item/clear_session)."
+_INPUT_ROLES = frozenset({"user", "system", "developer"})
+_SESSION_LOCKS: weakref.WeakKeyDictionary[Session, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_of(session: Session) -> threading.Lock:
+    """One lock per live session, shared by every adapter over it, so batches never interleave."""
+    with _LOCKS_GUARD:
+        lock = _SESSION_LOCKS.get(session)
+        if lock is None:
+            lock = _SESSION_LOCKS[session] = threading.Lock()
+        return lock
+
+
+# --- items → agentlog messages ---------------------------------------------------------------------
+
+
+def _refuse(index: int, path: str, what: str) -> ConversionError:
+    return ConversionError(f"openai-agents item {index} cannot be stored: {what} (at {path})", index=index, path=path)
+
+
+def _required_str(item: Mapping[str, Any], key: str, index: int, *, nonempty: bool = True) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or (nonempty and not value):
+        kind = "a non-empty string" if nonempty else "a string"
+        raise _refuse(index, f"$[{index}].{key}", f"{item.get('type')!r} needs {key!r} as {kind}, got {value!r}")
+    return value
+
+
+def _part_text(part: Any) -> str:
+    """The text of one content part; a ``[type]`` placeholder for a part agentlog has no block for."""
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Mapping):
+        kind = part.get("type")
+        for key in ("text", "refusal"):
+            if isinstance(part.get(key), str) and kind in (None, "input_text", "output_text", "text", "refusal"):
+                return cast(str, part[key])
+        return f"[{kind}]"
+    return "[content]"
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [m.text_block(content)]
+    if isinstance(content, Sequence):
+        return [m.text_block(_part_text(part)) for part in content]
+    return []
+
+
+def _model_of(item: Mapping[str, Any]) -> str:
+    data = item.get("provider_data")
+    model = data.get("model") if isinstance(data, Mapping) else None
+    return model if isinstance(model, str) and model else "unknown"
+
+
+def _message_of(item: Mapping[str, Any], index: int) -> tuple[str, dict[str, Any]]:
+    """The event type and agentlog message that stand for one SDK item (``source`` keeps the item)."""
+    kind = item.get("type")
+    role = item.get("role")
+    event: str
+    message: dict[str, Any]
+    if kind in (None, "message") and role in _INPUT_ROLES:
+        source: dict[str, Any] = {"kind": "user"} if role == "user" else {"kind": "plugin", "plugin": PROVIDER}
+        if role != "user":
+            source["form"] = role
+        event, message = USER_MESSAGE, dict(m.user_message(_blocks(item.get("content")), source=source))
+    elif kind in (None, "message") and role == "assistant":
+        blocks = _blocks(item.get("content"))
+        event = ASSISTANT_MESSAGE
+        message = dict(m.assistant_message(blocks, provider=PROVIDER, model=_model_of(item)))
+    elif kind in ("function_call", "custom_tool_call"):
+        call_id = _required_str(item, "call_id", index)
+        name = _required_str(item, "name", index, nonempty=False)
+        arguments = _required_str(item, "arguments" if kind == "function_call" else "input", index, nonempty=False)
+        block = m.tool_call_block(call_id, name, arguments)
+        event = ASSISTANT_MESSAGE
+        message = dict(m.assistant_message([block], provider=PROVIDER, model=_model_of(item)))
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        call_id = _required_str(item, "call_id", index)
+        event, message = TOOL_RESULT, dict(m.tool_result_message(call_id, _blocks(item.get("output"))))
+    elif kind == "reasoning":
+        parts = [p for key in ("summary", "content") for p in (item.get(key) or ()) if isinstance(p, Mapping)]
+        text = "\n".join(p["text"] for p in parts if isinstance(p.get("text"), str))
+        event = ASSISTANT_MESSAGE
+        message = dict(m.assistant_message([m.reasoning_block(text)], provider=PROVIDER, model=_model_of(item)))
+    elif kind is None:
+        raise _refuse(index, f"$[{index}].role", f"an item without a 'type' needs a message role, got {role!r}")
+    elif not isinstance(kind, str):
+        raise _refuse(index, f"$[{index}].type", f"'type' must be a string, got {kind!r}")
+    elif kind.endswith("_output") or kind in ("mcp_approval_response", "item_reference"):
+        source = {"kind": "plugin", "plugin": PROVIDER, "form": kind}
+        event, message = USER_MESSAGE, dict(m.user_message(f"[{kind}]", source=source))
+    else:
+        event = ASSISTANT_MESSAGE
+        message = dict(m.assistant_message(f"[{kind}]", provider=PROVIDER, model=_model_of(item)))
+    message["source"] = {**message["source"], ITEM_KEY: item}
+    return event, message
+
+
+# --- agentlog messages → items ---------------------------------------------------------------------
+
+
+def _text_of(blocks: Any) -> list[str]:
+    return [b["text"] for b in blocks or () if isinstance(b, Mapping) and isinstance(b.get("text"), str)]
+
+
+def _rendered(message: Mapping[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """Items for a message this adapter did not write, each with the index of the block it came from
+    (-1: the whole message). Reasoning blocks are not rendered: providers accept only their own."""
+    role = message.get("role")
+    content = message.get("content") or ()
+    if role == "assistant":
+        rendered: list[tuple[int, dict[str, Any]]] = []
+        for position, block in enumerate(content):
+            kind = block.get("type") if isinstance(block, Mapping) else None
+            if kind == "text":
+                rendered.append((position, {"role": "assistant", "content": block["text"]}))
+            elif kind == "tool-call":
+                call = {"type": "function_call", "call_id": block["id"], "name": block["name"]}
+                rendered.append((position, {**call, "arguments": block["arguments"]}))
+        return rendered
+    results = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool-result"]
+    if results:
+        texts = _text_of(results[0].get("content"))
+        output: Any = texts[0] if len(texts) == 1 else [{"type": "input_text", "text": t} for t in texts]
+        return [(-1, {"type": "function_call_output", "call_id": results[0]["toolCallId"], "output": output})]
+    texts = [b["text"] if b.get("type") == "text" else f"[{b.get('type')}]" for b in content if isinstance(b, Mapping)]
+    if not texts:
+        return []
+    body: Any = texts[0] if len(texts) == 1 else [{"type": "input_text", "text": t} for t in texts]
+    return [(-1, {"role": "user", "content": body})]
+
+
+def _item_pairs(message: Any) -> list[tuple[int, Any]]:
+    if message is None:
+        return []
+    source = message.get("source")
+    if isinstance(source, Mapping) and ITEM_KEY in source:
+        return [(-1, source[ITEM_KEY])]
+    return cast(list[tuple[int, Any]], _rendered(message))
+
+
+def items_of_message(message: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The SDK items a derived agentlog message stands for (plain, mutable copies).
+
+    A message written by :class:`AgentlogSession` gives back its stored item exactly; any other message
+    is rendered: user text as ``{"role": "user", "content": ...}``, assistant text and tool calls as one
+    item per block, a tool result as ``function_call_output``.
+    """
+    return [cast(dict[str, Any], thaw(item)) for _, item in _item_pairs(message)]
+
+
+# --- the log's turn state --------------------------------------------------------------------------
+
+
+class _TurnState:
+    """Where the log stands: the open turn (if any), its last step, and its unanswered calls."""
+
+    __slots__ = ("last_step", "last_turn", "open_step", "open_turn", "unanswered")
+
+    def __init__(self, events: Sequence[Any]) -> None:
+        self.open_turn: int | None = None
+        self.open_step: int | None = None
+        self.last_turn = 0
+        self.last_step = 0
+        self.unanswered: dict[str, Mapping[str, Any]] = {}
+        start = 0
+        for index in range(len(events) - 1, -1, -1):
+            etype = events[index]["type"]
+            if etype == TURN_END:
+                self.last_turn = int(events[index]["data"]["turn"])
+                return
+            if etype == TURN_START:
+                start = index
+                break
+        else:
+            return
+        for event in events[start:]:
+            etype, data = event["type"], event["data"]
+            if etype == TURN_START:
+                self.open_turn = self.last_turn = int(data["turn"])
+            elif etype == STEP_START:
+                self.open_step = self.last_step = int(data["step"])
+            elif etype == STEP_END:
+                self.open_step = None
+            elif etype == ASSISTANT_MESSAGE:
+                for block in data["message"]["content"]:
+                    if isinstance(block, Mapping) and block.get("type") == "tool-call":
+                        self.unanswered[block["id"]] = block
+            elif etype == TOOL_RESULT:
+                self.unanswered.pop(data["message"]["source"].get("callId"), None)
+
+
+class _Batch:
+    """Appends one mutation's events inside a step of the open turn (opening one if needed)."""
+
+    def __init__(self, session: Session, *, starts_run: bool) -> None:
+        self.session = session
+        state = _TurnState(session.events)
+        if state.open_step is not None:
+            raise RecorderStateError(
+                f'session "{session.id}" has step {state.open_step} of turn {state.open_turn} open: another writer '
+                "is in the middle of a step; let it finish before using the openai-agents session"
+            )
+        self.state = state
+        self.close_previous = starts_run and state.open_turn is not None and not state.unanswered
+        self.turn = state.last_turn + 1 if state.open_turn is None or self.close_previous else state.open_turn
+        self.step = 1 if self.turn != state.open_turn else state.last_step + 1
+        self.unanswered = {} if self.turn != state.open_turn else dict(state.unanswered)
+        self.step_calls: set[str] = set()
+        self.new_turn = self.turn != state.open_turn
+        """Whether this batch opens its own turn (a pop or clear outside a run then also closes it)."""
+        self._opened = False
+
+    def open(self) -> None:
+        if self._opened:
+            return
+        self._opened = True
+        state = self.state
+        if self.close_previous and state.open_turn is not None:
+            self.session.append(TURN_END, {"turn": state.open_turn, "reason": {"kind": "completed"}})
+        if self.turn != state.open_turn:
+            self.session.append(TURN_START, {"turn": self.turn})
+        self.session.append(STEP_START, {"turn": self.turn, "step": self.step})
+
+    def surface(self, event: str, message: dict[str, Any], intent: dict[str, Any]) -> Any:
+        self.open()
+        if event == USER_MESSAGE:
+            return self.session.append(event, message, intent)
+        if event == TOOL_RESULT:
+            call_id = message["source"]["callId"]
+            if call_id not in self.step_calls:  # a result is recorded with its call in the same step
+                call = self.unanswered.get(call_id)
+                name = call["name"] if call is not None else ""
+                arguments = call["arguments"] if call is not None else ""
+                self._tool_call(call_id, name, arguments)
+            self.unanswered.pop(call_id, None)
+        appended = self.session.append(event, {"turn": self.turn, "step": self.step, "message": message}, intent)
+        if event == ASSISTANT_MESSAGE:
+            for block in message["content"]:
+                if block.get("type") == "tool-call":
+                    self.unanswered[block["id"]] = block
+                    self._tool_call(block["id"], block["name"], block["arguments"])
+        return appended
+
+    def _tool_call(self, call_id: str, name: str, arguments: str) -> None:
+        data = {"turn": self.turn, "step": self.step, "callId": call_id, "name": name, "arguments": arguments}
+        self.session.append(TOOL_CALL, data)
+        self.step_calls.add(call_id)
+
+    def record(self, event: str, data: dict[str, Any]) -> Any:
+        self.open()
+        return self.session.append(event, data)
+
+    def finish(self, *, end_turn: bool) -> None:
+        if not self._opened:
+            return
+        self.session.append(STEP_END, {"turn": self.turn, "step": self.step})
+        if end_turn and not self.unanswered:
+            self.session.append(TURN_END, {"turn": self.turn, "reason": {"kind": "completed"}})
+
+
+def _visible(session: Session) -> Iterator[tuple[int, Any]]:
+    """``(seq, derived message or None)`` for every surface node, oldest first (one consistent snapshot)."""
+    nodes = list(session.surface.nodes)  # read before the events: the snapshot then covers every node
+    events = session.events
+    for seq in nodes:
+        yield seq, derive_event_message(events[seq])
+
+
+def _starts_run(item: Mapping[str, Any]) -> bool:
+    return item.get("type") in (None, "message") and item.get("role") in _INPUT_ROLES
+
+
+def _ends_turn(item: Mapping[str, Any]) -> bool:
+    return item.get("type") in (None, "message") and item.get("role") == "assistant"
+
+
+# --- the session -------------------------------------------------------------------------------------
+
+Backend = Literal["jsonl", "sqlite"]
+
+
+def _open_coordinator(store: str | os.PathLike[str] | None, backend: Backend) -> PersistenceCoordinator:
+    """A store and coordinator over the same root the ``agentlog`` command reads (``--store``/``--backend``)."""
+    root = Path(store if store is not None else os.environ.get("AGENTLOG_STORE") or ".agentlog").absolute()
+    if backend == "sqlite":
+        from ..persistence.sqlite.backend import SqliteBackend
+
+        root.mkdir(parents=True, exist_ok=True)
+        return PersistenceCoordinator(SessionStore(), SqliteBackend(str(root / "sessions.sqlite3")))
+    if backend != "jsonl":
+        raise ValueError(f'backend must be "jsonl" or "sqlite", not {backend!r}')
+    from ..persistence.jsonl.backend import JsonlBackend
+
+    return PersistenceCoordinator(SessionStore(), JsonlBackend(str(root)))
+
+
+class AgentlogSession:
+    """An openai-agents ``Session`` whose history is a durable agentlog session.
+
+    ``AgentlogSession("conv-1")`` stores under ``$AGENTLOG_STORE`` or ``./.agentlog`` (JSONL, zstd; the
+    root the ``agentlog`` command reads, so ``agentlog show conv-1`` shows the conversation);
+    ``AgentlogSession("conv-1", "path/to/store", backend="sqlite")`` picks the root and backend; with
+    ``coordinator=`` the session lives in that coordinator's store (a session already live there is
+    used as it is and left live on :meth:`close`). An existing session is resumed (a crash repaired),
+    a new one created. The adapter owns what it opened: :meth:`close` (or leaving a ``with`` block)
+    flushes and releases the session (and closes the coordinator it created). One writer per session:
+    a second process (or a second adapter with its own store) opening the same id gets
+    ``SESSION_LOCKED`` until the first closes or dies.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: str | os.PathLike[str] | None = None,
+        *,
+        backend: Backend = "jsonl",
+        coordinator: PersistenceCoordinator | None = None,
+        cwd: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        wait_durable: bool = True,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
+        self.wait_durable = wait_durable
+        if coordinator is not None and store is not None:
+            raise ValueError("pass either a store path or a coordinator, not both")
+        self._owns_coordinator = coordinator is None
+        self.coordinator = coordinator if coordinator is not None else _open_coordinator(store, backend)
+        self._closed = False
+        try:
+            live = self.coordinator.store.get(session_id)
+            self._owns_session = live is None
+            if live is not None:
+                self.session: Session = live
+            elif self.coordinator.backend.read_revision(session_id) is not None:
+                self.session = self.coordinator.resume(session_id)
+            else:
+                meta = {"cwd": cwd} if cwd is not None else None
+                self.session = self.coordinator.store.create(session_id, meta=meta)
+        except BaseException:
+            if self._owns_coordinator:
+                self.coordinator.close()
+            raise
+
+    # -- the Session protocol -------------------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The items the model currently sees (the newest ``limit``, oldest first; ``session_settings.limit``
+        when no limit is given). Derived from the session's surface, so hidden items never appear."""
+        self._check_open()
+        effective = resolve_session_limit(limit, self.session_settings)
+        if effective is not None and effective <= 0:
+            return []
+        items: list[Any] = []
+        for _, message in _visible(self.session):
+            items.extend(item for _, item in _item_pairs(message))
+        if effective is not None:
+            items = items[-effective:]
+        return [cast(TResponseInputItem, thaw(item)) for item in items]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items (one step of the current turn), then wait until they are durable."""
+        self._check_open()
+        if not items:
+            return
+        prepared = [self._prepare(item, index) for index, item in enumerate(items)]  # refuse before writing
+        with _lock_of(self.session):
+            batch = _Batch(self.session, starts_run=_starts_run(prepared[0][0]))
+            for _, event, message in prepared:
+                batch.surface(event, message, {"surfaceOp": "append"})
+            batch.finish(end_turn=_ends_turn(prepared[-1][0]))
+        await self._durable()
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Hide the most recent item from the model and return it (``None`` when nothing is visible).
+        The log keeps it: a surface replacement shadows it."""
+        self._check_open()
+        with _lock_of(self.session):
+            visible = [(seq, message, _item_pairs(message)) for seq, message in _visible(self.session)]
+            last = next((i for i in range(len(visible) - 1, -1, -1) if visible[i][2]), None)
+            if last is None:
+                return None
+            _, message, pairs = visible[last]
+            block, popped = pairs[-1]
+            batch = _Batch(self.session, starts_run=False)
+            keep: list[Any] = []
+            if block >= 0 and len(pairs) > 1:  # a rendered assistant message: keep its other blocks
+                keep = [b for position, b in enumerate(message["content"]) if position != block]
+            shadowed = [s for s, _, _ in visible[last:]]
+            record = batch.record(POP_ITEM_EVENT, {"shadowedSeqs": shadowed, "item": popped})
+            self._replace(batch, shadowed, [record.seq], keep, "pop_item")
+            batch.finish(end_turn=batch.new_turn)
+        await self._durable()
+        return cast(TResponseInputItem, thaw(popped))
+
+    async def clear_session(self) -> None:
+        """Hide every item from the model (the log keeps them all: one surface replacement)."""
+        self._check_open()
+        with _lock_of(self.session):
+            visible = [(seq, _item_pairs(message)) for seq, message in _visible(self.session)]
+            count = sum(len(pairs) for _, pairs in visible)
+            if count == 0:
+                return
+            batch = _Batch(self.session, starts_run=False)
+            shadowed = [seq for seq, _ in visible]
+            record = batch.record(CLEAR_SESSION_EVENT, {"shadowedSeqs": shadowed, "items": count})
+            self._replace(batch, shadowed, [record.seq], [], "clear_session")
+            batch.finish(end_turn=batch.new_turn)
+        await self._durable()
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """A barrier: every change made so far is durable when it returns (for ``wait_durable=False``)."""
+        self.coordinator.flush(self.session)
+
+    def close(self) -> None:
+        """Flush and release what this adapter opened (idempotent); the log stays on disk."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._owns_session:
+                self.coordinator.store.dispose(self.session)
+            else:
+                self.coordinator.flush(self.session)
+        finally:
+            if self._owns_coordinator:
+                self.coordinator.close()
+
+    def __enter__(self) -> AgentlogSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"AgentlogSession({self.session_id!r}, backend={self.coordinator.backend.name!r})"
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RecorderStateError(f'AgentlogSession "{self.session_id}" is closed')
+
+    @staticmethod
+    def _prepare(item: Any, index: int) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
+        if not isinstance(item, Mapping):
+            raise _refuse(index, f"$[{index}]", f"an item must be a mapping, got {type(item).__name__}")
+        try:
+            frozen = snapshot_json(dict(item))
+        except AgentlogError as err:
+            path = getattr(err, "path", "$")
+            raise _refuse(index, f"$[{index}]{path[1:]}", f"not lossless JSON: {err}") from None
+        event, message = _message_of(frozen, index)
+        return frozen, event, message
+
+    @staticmethod
+    def _replace(batch: _Batch, shadowed: list[int], sources: list[int], keep: list[Any], operation: str) -> None:
+        """Shadow the nodes ``shadowed`` with one assistant message holding ``keep`` (none: it derives nothing).
+
+        A hidden call that has no result yet first gets one (appended, then shadowed with the rest), so
+        crash repair never answers a call the SDK can no longer see.
+        """
+        hidden_calls = set()
+        events = batch.session.events
+        for seq in shadowed:
+            message = derive_event_message(events[seq])
+            for block in (message or {}).get("content") or ():
+                if isinstance(block, Mapping) and block.get("type") == "tool-call":
+                    hidden_calls.add(block["id"])
+        kept = {b["id"] for b in keep if b.get("type") == "tool-call"}
+        for call_id in sorted(set(batch.unanswered) & (hidden_calls - kept)):
+            result = m.tool_result_message(call_id, _WITHDRAWN_TEXT, is_error=True)
+            shadowed = [*shadowed, batch.surface(TOOL_RESULT, dict(result), {"surfaceOp": "append"}).seq]
+        replacement = m.assistant_message(keep, provider=PROVIDER, model=operation)
+        intent = {"surfaceOp": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]}}
+        batch.surface(ASSISTANT_MESSAGE, dict(replacement), {**intent, "sourceEventSeqs": [*sources, *shadowed]})
+
+    async def _durable(self) -> None:
+        if not self.wait_durable:
+            return
+        flush = asyncio.ensure_future(self.coordinator.aflush(self.session))
+        cancelled: asyncio.CancelledError | None = None
+        while not flush.done():  # a cancelled caller still learns the outcome: the write is not abandoned
+            try:
+                await asyncio.wait({flush})
+            except asyncio.CancelledError as err:
+                cancelled = cancelled or err
+        flush.result()
+        if cancelled is not None:
+            raise cancelled
+
+
+if TYPE_CHECKING:
+    _protocol_check: type[_SdkSession] = AgentlogSession
