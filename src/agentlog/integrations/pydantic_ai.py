@@ -22,13 +22,17 @@ Why it is built this way:
   ``assistant/message`` event (``usage``), as the agent loop keeps it. A tool's return value is kept as
   the text the model was shown (``ToolReturnPart.model_response_str``), so ``3`` comes back as ``"3"``.
   A tool outcome maps to what the model sees: ``failed``/``retried`` are ``isError: true``,
-  ``success``/``denied``/``interrupted`` plain results.
+  ``success``/``denied``/``interrupted`` plain results. A recorded tool result gets the recorder's own
+  message id (the conversion's id is kept for user and assistant messages).
 * **Recording writes the loop's protocol.** :func:`record_run` turns a run's ``new_messages()`` into one
-  turn: ``turn/start``, one step per model response (``step/start``, the request's user messages, the
-  ``assistant/message``, a ``tool/call`` per call and the matching ``tool/result`` with
-  ``sourceEventSeqs``, ``step/end``), then ``turn/end``, through :meth:`Session.append` exactly as
-  :mod:`agentlog.agent.loop` writes them, so crash repair, ``at(seq)``, replay and forks work on it.
-  The system prompt goes into a ``request/header`` event when it differs from the session's.
+  turn through :class:`agentlog.interop.recorder.Recorder`, which writes what the agent loop writes: one
+  step per model response (the request's user messages, the ``request/header`` and ``request/context``,
+  the reply as ``assistant/chunk`` events and the assembled ``assistant/message`` with its usage, then a
+  ``tool/call`` and ``tool/result`` per call), so crash repair, ``at(seq)``, replay and forks work on
+  it. The header keeps the session's system prompt and tools unless the run brought a new system
+  prompt; its route is each response's ``provider_name`` / ``model_name``. The run is converted and
+  checked whole first (a refusal appends nothing) and flushed once at the end, when the session is live
+  in a store.
 """
 
 from __future__ import annotations
@@ -63,19 +67,9 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from ..errors import ConversionError
 from ..interop._common import ImportedConversation  # the converters' result type, shared with them
-from ..kernel.events import (
-    ASSISTANT_MESSAGE,
-    REQUEST_HEADER,
-    STEP_END,
-    STEP_START,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_END,
-    TURN_START,
-    USER_MESSAGE,
-)
+from ..interop.recorder import Recorder
 from ..kernel.messages import new_message_id, token_usage
-from ..kernel.request_header import canonical_header
+from ..kernel.store import store_of
 
 __all__ = [
     "METADATA_KEY",
@@ -565,6 +559,8 @@ def record_run(session: Any, result: Any) -> RecordedRun:
             assert isinstance(message, ModelResponse)
             steps.append((pending_users, per_message[index][0], message, index))
             pending_users = []
+    if not steps:
+        raise ConversionError("the run has no model response to record", index=None, path="$")
     if pending_users:
         raise ConversionError(
             "the run ends with user input no model response answers; record complete runs only",
@@ -573,8 +569,21 @@ def record_run(session: Any, result: Any) -> RecordedRun:
         )
     called: set[str] = set()
     for _, assistant, _, response_index in steps:
+        if not assistant["content"]:
+            raise ConversionError(
+                f"message {response_index}: a model response with no parts has no agentlog form "
+                "(a recorded reply needs text, reasoning or a tool call)",
+                index=response_index,
+                path=f"$[{response_index}].parts",
+            )
         for j, block in enumerate(assistant["content"]):
             if block["type"] == "tool-call":
+                if block["id"] in called:
+                    raise ConversionError(
+                        f"tool call id {block['id']!r} is used twice in the run",
+                        index=response_index,
+                        path=f"$[{response_index}].parts[{j}]",
+                    )
                 called.add(block["id"])
                 if block["id"] not in results:
                     raise ConversionError(
@@ -591,70 +600,40 @@ def record_run(session: Any, result: Any) -> RecordedRun:
                 path=f"$[{owner}]",
             )
 
-    header_event: dict[str, Any] | None = None
-    if system is not None:
-        current = session.request_header()
-        current = current if isinstance(current, Mapping) else None
-        if current is None or current.get("system") != system:
-            first = steps[0][2] if steps else None
-            if current is not None:
-                config = _plain(current.get("config"))
-            else:
-                config = {
-                    "provider": (first.provider_name if first else None) or _DEFAULT_PROVIDER,
-                    "model": (first.model_name if first else None) or _DEFAULT_MODEL,
-                }
-            header = dict(_plain(current)) if current is not None else {}
-            header["config"] = config
-            header["system"] = system
-            header_event = {"header": canonical_header(header), "reason": "change" if current else "initial"}
+    current = session.request_header()
+    current = current if isinstance(current, Mapping) else {}
+    if system is None and isinstance(current.get("system"), str):
+        system = current["system"]  # a run continuing a history: the session's prompt still holds
+    tools = _plain(current.get("tools")) or None
 
-    turn = 0
-    for event in session.events:
-        if event["type"] == TURN_START:
-            turn = event["data"]["turn"]
-    turn += 1
-    first_seq: int | None = None
+    def route(response: ModelResponse | None) -> tuple[str, str]:
+        """The response's provider and model (the assistant message's source and the header's config)."""
+        provider = (response.provider_name if response else None) or _DEFAULT_PROVIDER
+        return provider, (response.model_name if response else None) or _DEFAULT_MODEL
 
-    def append(etype: str, data: Any, intent: Mapping[str, Any] | None = None) -> int:
-        nonlocal first_seq
-        seq: int = session.append(etype, data, intent).seq
-        if first_seq is None:
-            first_seq = seq
-        return seq
-
-    append(TURN_START, {"turn": turn})
-    for step, (users, assistant, response, _) in enumerate(steps, start=1):
-        append(STEP_START, {"turn": turn, "step": step})
-        for user in users:
-            append(USER_MESSAGE, user, {"surfaceOp": "append"})
-        if step == 1 and header_event is not None:  # where the loop writes it: inside the step, before the request
-            append(REQUEST_HEADER, header_event)
-        data: dict[str, Any] = {"turn": turn, "step": step, "message": assistant}
-        usage = _usage(response)
-        if usage is not None:
-            data["usage"] = usage
-        append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append"})
-        call_seqs: dict[str, int] = {}
-        for block in assistant["content"]:
-            if block["type"] == "tool-call":
-                call_seqs[block["id"]] = append(
-                    TOOL_CALL,
-                    {
-                        "turn": turn,
-                        "step": step,
-                        "callId": block["id"],
-                        "name": block["name"],
-                        "arguments": block["arguments"],
-                    },
-                )
-        for call_id, seq in call_seqs.items():
-            append(
-                TOOL_RESULT,
-                {"turn": turn, "step": step, "message": results[call_id]},
-                {"surfaceOp": "append", "sourceEventSeqs": [seq]},
+    # The recorder writes the loop's protocol; durability is one flush at the end (the run already
+    # happened, so there is no model call or tool body for a barrier to precede).
+    provider, model = route(steps[0][2] if steps else None)
+    recorder = Recorder(session, provider=provider, model=model, system=system, tools=tools, flush=False)
+    first_seq = session.seq
+    with recorder.turn(steps[0][0] if steps else None) as turn:
+        for step, (users, assistant, response, _) in enumerate(steps, start=1):
+            if step > 1:
+                provider, model = route(response)
+                recorder.configure(provider=provider, model=model)
+                for user in users:
+                    turn.user(user)
+            turn.assistant(
+                content=assistant["content"],
+                usage=_usage(response),
+                replay_state=assistant["source"].get("replayState"),
+                id=assistant["id"],
             )
-        append(STEP_END, {"turn": turn, "step": step})
-    last = append(TURN_END, {"turn": turn, "reason": {"kind": "completed"}})
-    assert first_seq is not None
-    return RecordedRun(turn=turn, first_seq=first_seq, last_seq=last)
+            for block in assistant["content"]:
+                if block["type"] == "tool-call":
+                    answer = results[block["id"]]["content"][0]
+                    turn.tool_result(block["id"], list(answer["content"]), is_error=answer.get("isError"))
+    live = store_of(session)
+    if live is not None:
+        live.flush(session)
+    return RecordedRun(turn=turn.number, first_seq=first_seq, last_seq=session.seq - 1)
