@@ -52,7 +52,7 @@ from ._common import (
 
 __all__ = ["canonical_arguments", "from_anthropic", "session_to_anthropic", "to_anthropic", "tools_to_anthropic"]
 
-Reasoning = Literal["thinking", "omit"]
+Reasoning = Literal["signed", "thinking", "omit"]
 
 
 def canonical_arguments(value: Any) -> str:
@@ -72,14 +72,15 @@ def to_anthropic(
     messages: Sequence[Any],
     *,
     system: str | None = None,
-    reasoning: Reasoning = "thinking",
+    reasoning: Reasoning = "signed",
     unsupported: Unsupported = "refuse",
 ) -> dict[str, Any]:
     """Render derived messages as ``{"system"?: str, "messages": [...]}`` (``system`` only when given).
 
-    Reasoning becomes ``thinking`` blocks, with the signature kept in ``replayState`` when there is
-    one; the API refuses unsigned thinking, so pass ``reasoning="omit"`` for reasoning from another
-    provider."""
+    Reasoning becomes ``thinking`` blocks carrying the signature kept in ``replayState``. The API
+    refuses a thinking block without a valid signature, so by default (``"signed"``) reasoning without
+    one (another provider's) is left out; ``"thinking"`` writes every reasoning block (the lossless form,
+    for exports), ``"omit"`` none."""
     wire: list[dict[str, Any]] = []
     pending_results: list[dict[str, Any]] | None = None  # the user message collecting tool results
     for index, message in enumerate(messages):
@@ -121,7 +122,7 @@ def _assistant(
         elif kind == "reasoning":
             signature = signatures[thought] if thought < len(signatures) else None
             thought += 1
-            if reasoning == "thinking":
+            if reasoning == "thinking" or (reasoning == "signed" and isinstance(signature, str)):
                 rendered: dict[str, Any] = {"type": "thinking", "thinking": text_of(block, index, path)}
                 if isinstance(signature, str):
                     rendered["signature"] = signature
@@ -181,7 +182,7 @@ def tools_to_anthropic(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def session_to_anthropic(
-    session: SessionLike, *, reasoning: Reasoning = "thinking", unsupported: Unsupported = "refuse"
+    session: SessionLike, *, reasoning: Reasoning = "signed", unsupported: Unsupported = "refuse"
 ) -> dict[str, Any]:
     """The conversational part of a Messages request body for a session (or an ``at(seq)`` view):
     ``model``, ``system`` and ``tools`` from its request header, plus its messages."""

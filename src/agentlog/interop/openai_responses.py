@@ -4,16 +4,20 @@ Why it is built this way: the Responses API flattens a conversation into typed i
 ``message`` per user or assistant text, a ``function_call`` per tool call, a ``function_call_output``
 per result, a ``reasoning`` item per thought — where agentlog groups an assistant step into one message
 of ordered blocks. Because the items keep their order, the mapping is exact in both directions: an
-assistant message's blocks become items in block order (adjacent text blocks share one ``message``
-item), and a run of assistant-side items (``reasoning``, assistant ``message``, ``function_call``) is
-read back as one assistant message.
+assistant message's blocks become items in block order, and a run of assistant-side items
+(``reasoning``, assistant ``message``, ``function_call``) is read back as one assistant message. (So two
+assistant messages in a row, with nothing between, come back as one: the format has no boundary there.)
 
-* ``to_openai_responses`` writes user and system text as ``input_text`` parts, assistant text as
-  ``output_text`` parts, reasoning as a ``reasoning`` item with one ``summary_text`` (``reasoning="omit"``
-  leaves it out: the API only accepts reasoning items it issued itself, with their ``id``), tool results
+* ``to_openai_responses`` writes user and system text as ``input_text`` parts, each assistant text
+  block as an assistant ``message`` item with a string content (the easy-input form: the API's
+  ``output_text`` form also wants the ``id`` and ``status`` of an item it stored), tool results
   as ``function_call_output`` (a single text is a string ``output``, anything else a list of
-  ``input_text`` parts).
-* ``from_openai_responses`` accepts exactly that, plus a string ``input`` and string message contents,
+  ``input_text`` parts). Reasoning is left out by default: the API only accepts back reasoning items it
+  issued itself (with their ``id``), which agentlog's reasoning text is not. ``reasoning="item"`` writes
+  each reasoning block as a ``reasoning`` item with one ``summary_text`` — the lossless form, for exports
+  and for servers that accept it.
+* ``from_openai_responses`` accepts exactly that, plus a string ``input``, string user contents and
+  ``output_text`` assistant contents,
   and refuses with a located :class:`~agentlog.errors.ConversionError` what agentlog cannot hold:
   images and files, annotations, ``encrypted_content`` or full reasoning ``content``, built-in tool
   calls (web search, computer use, …) and item references. Item ``id`` and ``status`` fields are the
@@ -63,7 +67,7 @@ def to_openai_responses(
     messages: Sequence[Any],
     *,
     system: str | None = None,
-    reasoning: Reasoning = "item",
+    reasoning: Reasoning = "omit",
     unsupported: Unsupported = "refuse",
 ) -> list[dict[str, Any]]:
     """Render derived messages (plus an optional system prompt, as a leading ``system`` message item)
@@ -85,17 +89,12 @@ def _assistant(
     content: Sequence[Any], index: int, reasoning: Reasoning, unsupported: Unsupported
 ) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    text_item: dict[str, Any] | None = None
     for j, block in enumerate(content):
         path = f"$[{index}].content[{j}]"
         kind = block_type(block, index, path)
         if kind == "text":
-            if text_item is None:
-                text_item = {"type": "message", "role": "assistant", "content": []}
-                items.append(text_item)
-            text_item["content"].append({"type": "output_text", "text": text_of(block, index, path), "annotations": []})
+            items.append({"type": "message", "role": "assistant", "content": text_of(block, index, path)})
             continue
-        text_item = None
         if kind == "reasoning":
             if reasoning == "item":
                 text = text_of(block, index, path)
@@ -147,7 +146,7 @@ def tools_to_openai_responses(tools: Sequence[Mapping[str, Any]]) -> list[dict[s
 
 
 def session_to_openai_responses(
-    session: SessionLike, *, reasoning: Reasoning = "item", unsupported: Unsupported = "refuse"
+    session: SessionLike, *, reasoning: Reasoning = "omit", unsupported: Unsupported = "refuse"
 ) -> dict[str, Any]:
     """The conversational part of a Responses request body for a session (or an ``at(seq)`` view):
     ``model``, the system prompt as ``instructions``, ``input`` and ``tools`` from the request header."""
