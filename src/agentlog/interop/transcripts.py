@@ -8,7 +8,7 @@ per assistant message, ``tool/call`` per tool-call block, ``tool/result`` per re
 every reader (``show``, ``export``, ``stats``, ``resume``) treats the import like a recorded session.
 Records that have no counterpart are kept verbatim as ignorable :data:`IMPORT_RECORD` events (readers
 that do not know the type skip them; nothing is lost), and the :class:`ImportReport` counts what did not
-map (dropped fields such as thinking signatures, records kept as ``import/record``, tool calls whose
+map (dropped parts such as images and encrypted reasoning, records kept as ``import/record``, tool calls whose
 result the transcript lacks).
 
 **Why two passes.** A bad line (not JSON, a truncated last line, a record of the wrong shape) must fail
@@ -32,7 +32,8 @@ follow public descriptions of them (third-party notes and viewers), not a specif
   ``timestamp`` (ISO 8601), ``cwd``, ``sessionId``, ``isSidechain``; other types (``summary``,
   ``system``, ``file-history-snapshot``, ``queue-operation``, …) carry no conversation. Guessed: that
   one API message is written as several consecutive ``assistant`` records sharing ``message.id`` (they
-  are merged into one message); that sidechain records (``isSidechain: true``, a sub-agent's
+  are merged into one message; thinking signatures go where :mod:`agentlog.interop.anthropic` keeps
+  them, ``source.replayState.anthropic.signatures``); that sidechain records (``isSidechain: true``, a sub-agent's
   conversation) do not belong to the main conversation (kept as ``import/record``); that records are in
   conversation order (``parentUuid`` branches after a rewind are imported in file order, not as forks).
 * Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): ``{"timestamp", "type",
@@ -104,9 +105,9 @@ ExportFormat = Literal["openai-chat", "openai-responses", "anthropic", "sharegpt
 IMPORT_FORMATS: Final[tuple[str, ...]] = ("claude-code", "codex")
 EXPORT_FORMATS: Final[tuple[str, ...]] = ("openai-chat", "openai-responses", "anthropic", "sharegpt")
 
-DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
+DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 """Write a batch once the transcript bytes behind it reach this (memory stays a few batches' worth)."""
-DEFAULT_BATCH_EVENTS = 4096
+DEFAULT_BATCH_EVENTS = 8192
 
 _APPEND: Final = {"surfaceOp": "append"}
 _MISSING_RESULT = "no result for this tool call in the imported transcript"
@@ -185,6 +186,7 @@ class _Sink:
         self.time = 0
         self.line = 0
         self.path = report.path
+        self.stamp: Any = None
 
     def emit(self, etype: str, data: Any, *, surface: bool = False) -> None:
         try:
@@ -193,7 +195,7 @@ class _Sink:
                 check_append_data(etype, frozen)
         except AgentlogError as err:
             raise TranscriptError(
-                f"{self.path}:{self.line}: the record maps to an event agentlog refuses ({err})",
+                f"{self.path}:{self.line}: line {self.line} maps to an event agentlog refuses ({err})",
                 path=self.path,
                 line=self.line,
             ) from err
@@ -294,7 +296,7 @@ class _Conversation:
         self.sink.emit(USER_MESSAGE, message, surface=True)
         self.report._count(self.report.messages, "user")
 
-    def assistant(self, blocks: list[Any], message_id: str, model: str, usage: Any) -> None:
+    def assistant(self, blocks: list[Any], message_id: str, model: str, usage: Any, replay_state: Any = None) -> None:
         if not blocks:
             return
         if not self.in_turn:
@@ -304,7 +306,9 @@ class _Conversation:
         self.in_step = True
         self.answered = True
         self.sink.emit(STEP_START, {"turn": self.turn, "step": self.step})
-        source = {"kind": "model", "provider": self.provider, "model": model or "unknown"}
+        source: dict[str, Any] = {"kind": "model", "provider": self.provider, "model": model or "unknown"}
+        if replay_state is not None:
+            source["replayState"] = replay_state
         data: dict[str, Any] = {
             "turn": self.turn,
             "step": self.step,
@@ -402,6 +406,9 @@ def _epoch_ms(value: Any) -> int | None:
 
 def _stamp(sink: _Sink, value: Any) -> None:
     """Events take their record's time (else the previous record's), never going back in time."""
+    if value == sink.stamp:  # consecutive records often share a timestamp: parse it once
+        return
+    sink.stamp = value
     ms = _epoch_ms(value)
     if ms is not None and ms > sink.time:
         sink.time = ms
@@ -431,11 +438,17 @@ class _ClaudeImporter:
         self.pending_api_id: Any = None
         self.pending_model = ""
         self.pending_usage: Any = None
+        self.signatures: list[str | None] = []
 
     def finish_pending(self) -> None:
         if self.pending is not None:
             blocks, self.pending = self.pending, None
-            self.conv.assistant(blocks, self.pending_id, self.pending_model, self.pending_usage)
+            usage = _anthropic_usage(self.pending_usage) if self.pending_usage is not None else None
+            self.pending_usage = None
+            signatures, self.signatures = self.signatures, []
+            # where agentlog.interop.anthropic keeps thinking signatures (one per reasoning block, in order)
+            state = {"anthropic": {"signatures": signatures}} if any(signatures) else None
+            self.conv.assistant(blocks, self.pending_id, self.pending_model, usage, state)
 
     def record(self, record: dict[str, Any]) -> None:
         rtype = record.get("type")
@@ -467,7 +480,7 @@ class _ClaudeImporter:
         self.pending_model = str(message.get("model") or "unknown")
         usage = message.get("usage")
         if isinstance(usage, dict):
-            self.pending_usage = _anthropic_usage(usage)
+            self.pending_usage = usage  # converted once, when the message is complete
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         for index, block in enumerate(blocks):
             if not isinstance(block, dict):
@@ -477,8 +490,8 @@ class _ClaudeImporter:
                 self.pending.append({"type": "text", "text": block["text"]})
             elif btype == "thinking" and isinstance(block.get("thinking"), str):
                 self.pending.append({"type": "reasoning", "text": block["thinking"]})
-                if block.get("signature"):
-                    self.report._count(self.report.dropped, "thinking.signature")
+                signature = block.get("signature")
+                self.signatures.append(signature if isinstance(signature, str) and signature else None)
             elif btype == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
                 arguments = orjson.dumps(block.get("input", {})).decode()
                 self.pending.append(
@@ -862,11 +875,11 @@ def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
     elif fmt == "openai-responses":
         from .openai_responses import session_to_openai_responses
 
-        body, key = session_to_openai_responses(view), "input"
+        body, key = session_to_openai_responses(view, reasoning="item"), "input"
     elif fmt == "anthropic":
         from .anthropic import session_to_anthropic
 
-        body, key = session_to_anthropic(view), "messages"
+        body, key = session_to_anthropic(view, reasoning="thinking"), "messages"
     else:
         raise ConversionError(f'unknown export format "{fmt}" (expected one of: {", ".join(EXPORT_FORMATS)})')
     items = body.pop(key)
