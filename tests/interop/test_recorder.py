@@ -405,6 +405,15 @@ MISUSES: list[tuple[str, Callable[[Any], Any], str]] = [
         "twice",
     ),
     ("bad error", lambda t: t.tool_result("c1", "x", error=42), "error must be"),
+    (
+        "bad content block",
+        lambda t: (
+            t.tool_result("c1", "1"),
+            t.tool_result("c2", "2"),
+            t.assistant(content=[{"type": "tool-call", "id": "c3", "arguments": "{}"}]),
+        ),
+        "string id and name",
+    ),
 ]
 
 
@@ -423,6 +432,8 @@ def test_recorder__misuse_raises_recorder_state_error_and_appends_nothing(
         # the refused call wrote nothing; what succeeded before it in the same lambda may have
         if label in ("result for an unknown call", "reply with open calls", "stream with open calls", "bad error"):
             assert len(session.events) == before
+        if label == "bad content block":
+            assert len(session.events) == before + 4  # the two results (and their tool/call) only
         for call_id in t.open_calls:
             t.tool_result(call_id, "done")
     _balanced(session)

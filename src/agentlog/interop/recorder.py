@@ -515,10 +515,10 @@ class RecordedTurn:
         self._check_blocks(blocks)
         if finish not in (None, "stop", "tool-calls", "max-tokens"):
             raise RecorderStateError(f'assistant: finish must be "stop", "tool-calls" or "max-tokens", got {finish!r}')
-        self._next_step("assistant")
         chunks = reply_chunks(blocks, usage=usage, finish=finish)
         if replay_state is not None:
             chunks[-1]["replayState"] = replay_state
+        self._next_step("assistant")
         assembler = Assembler()
         seqs: list[int] = []
         for chunk in chunks:
@@ -540,6 +540,10 @@ class RecordedTurn:
                 raise RecorderStateError(f"assistant: content[{index}] ({kind}) needs a string text")
             if kind == "tool-call":
                 call_id = block.get("id")
+                if not all(isinstance(block.get(key), str) and block.get(key) for key in ("id", "name")):
+                    raise RecorderStateError(f"assistant: content[{index}] (tool-call) needs a string id and name")
+                if not isinstance(block.get("arguments"), str):
+                    raise RecorderStateError(f"assistant: content[{index}] (tool-call) needs raw JSON text arguments")
                 if call_id in seen or call_id in self._answered:
                     raise RecorderStateError(f'assistant: tool call id "{call_id}" is used twice')
                 seen.add(str(call_id))
