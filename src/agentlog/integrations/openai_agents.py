@@ -17,12 +17,13 @@ Why it is built this way:
   hidden items, after an ignorable record event (``openai-agents/pop-item``, ``openai-agents/clear-session``)
   saying what was hidden. Nothing is deleted: ``session.at(seq)`` still shows the conversation as it was.
 * **Turns like an agent's, so crash repair means something.** A batch that starts with the user's input
-  opens a turn; every ``add_items`` call is one step of it; a ``function_call`` is logged with its
-  ``tool/call`` (the SDK saves a call after running it, so it counts as started); the turn ends when a
-  batch ends with an assistant message and no call is unanswered (or when the next run's input
-  arrives). A process killed mid-run leaves the turn open, and the next open repairs it: the turn is
-  closed as interrupted and a call without its output gets a ``TOOL_OUTCOME_UNKNOWN`` result, which the
-  SDK then reads as that call's ``function_call_output`` — the model is never sent a dangling call.
+  opens a turn; every ``add_items`` call is one step of it (a step whose call has no output yet stays
+  open for the batch that brings it); a ``function_call`` is logged with its ``tool/call`` (the SDK
+  saves a call after running it, so it counts as started); the turn ends when a batch ends with an
+  assistant message and no call is unanswered (or when the next run's input arrives). A process
+  killed mid-run leaves the turn open, and the next open repairs it: the turn is closed as
+  interrupted and a call without its output gets a ``TOOL_OUTCOME_UNKNOWN`` result, which the SDK
+  then reads as that call's ``function_call_output``: the model is never sent a dangling call.
 * **Durable on return.** Every mutation appends its events synchronously (one batch, in order, under a
   per-session lock) and then awaits the coordinator's flush barrier, so when ``add_items``,
   ``pop_item`` or ``clear_session`` returns, the change is on disk (``wait_durable=False`` returns at once
@@ -252,9 +253,10 @@ def items_of_message(message: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 
 class _TurnState:
-    """Where the log stands: the open turn (if any), its last step, and its unanswered calls."""
+    """Where the log stands: the open turn and step (if any), the turn's unanswered calls and the calls
+    the open step has logged with ``tool/call``."""
 
-    __slots__ = ("last_step", "last_turn", "open_step", "open_turn", "unanswered")
+    __slots__ = ("last_step", "last_turn", "open_step", "open_turn", "step_calls", "unanswered")
 
     def __init__(self, events: Sequence[Any]) -> None:
         self.open_turn: int | None = None
@@ -262,6 +264,7 @@ class _TurnState:
         self.last_turn = 0
         self.last_step = 0
         self.unanswered: dict[str, Mapping[str, Any]] = {}
+        self.step_calls: set[str] = set()
         start = 0
         for index in range(len(events) - 1, -1, -1):
             etype = events[index]["type"]
@@ -279,8 +282,12 @@ class _TurnState:
                 self.open_turn = self.last_turn = int(data["turn"])
             elif etype == STEP_START:
                 self.open_step = self.last_step = int(data["step"])
+                self.step_calls = set()
             elif etype == STEP_END:
                 self.open_step = None
+                self.step_calls = set()
+            elif etype == TOOL_CALL:
+                self.step_calls.add(data["callId"])
             elif etype == ASSISTANT_MESSAGE:
                 for block in data["message"]["content"]:
                     if isinstance(block, Mapping) and block.get("type") == "tool-call":
@@ -290,36 +297,40 @@ class _TurnState:
 
 
 class _Batch:
-    """Appends one mutation's events inside a step of the open turn (opening one if needed)."""
+    """Appends one mutation's events inside a step of the open turn (opening the turn or step if needed).
+
+    A step stays open while one of its calls has no result: crash repair answers only the calls of an
+    open step, and the invariants want a result in the step of its ``tool/call``. So a ``function_call``
+    saved alone keeps its step open, and the batch bringing its output continues that step.
+    """
 
     def __init__(self, session: Session, *, starts_run: bool) -> None:
         self.session = session
         state = _TurnState(session.events)
-        if state.open_step is not None:
-            raise RecorderStateError(
-                f'session "{session.id}" has step {state.open_step} of turn {state.open_turn} open: another writer '
-                "is in the middle of a step; let it finish before using the openai-agents session"
-            )
         self.state = state
         self.close_previous = starts_run and state.open_turn is not None and not state.unanswered
-        self.turn = state.last_turn + 1 if state.open_turn is None or self.close_previous else state.open_turn
-        self.step = 1 if self.turn != state.open_turn else state.last_step + 1
-        self.unanswered = {} if self.turn != state.open_turn else dict(state.unanswered)
-        self.step_calls: set[str] = set()
-        self.new_turn = self.turn != state.open_turn
+        self.new_turn = state.open_turn is None or self.close_previous
         """Whether this batch opens its own turn (a pop or clear outside a run then also closes it)."""
+        self.turn = state.last_turn + 1 if self.new_turn else cast(int, state.open_turn)
+        self.continues_step = not self.new_turn and state.open_step is not None
+        self.step = cast(int, state.open_step) if self.continues_step else (1 if self.new_turn else state.last_step + 1)
+        self.unanswered = {} if self.new_turn else dict(state.unanswered)
+        self.step_calls: set[str] = set(state.step_calls) if self.continues_step else set()
         self._opened = False
 
     def open(self) -> None:
         if self._opened:
             return
         self._opened = True
-        state = self.state
+        state, append = self.state, self.session.append
         if self.close_previous and state.open_turn is not None:
-            self.session.append(TURN_END, {"turn": state.open_turn, "reason": {"kind": "completed"}})
-        if self.turn != state.open_turn:
-            self.session.append(TURN_START, {"turn": self.turn})
-        self.session.append(STEP_START, {"turn": self.turn, "step": self.step})
+            if state.open_step is not None:
+                append(STEP_END, {"turn": state.open_turn, "step": state.open_step})
+            append(TURN_END, {"turn": state.open_turn, "reason": {"kind": "completed"}})
+        if self.new_turn:
+            append(TURN_START, {"turn": self.turn})
+        if not self.continues_step:
+            append(STEP_START, {"turn": self.turn, "step": self.step})
 
     def surface(self, event: str, message: dict[str, Any], intent: dict[str, Any]) -> Any:
         self.open()
@@ -351,10 +362,10 @@ class _Batch:
         return self.session.append(event, data)
 
     def finish(self, *, end_turn: bool) -> None:
-        if not self._opened:
-            return
+        if not self._opened or self.unanswered:
+            return  # a call without its result keeps the step (and the turn) open
         self.session.append(STEP_END, {"turn": self.turn, "step": self.step})
-        if end_turn and not self.unanswered:
+        if end_turn:
             self.session.append(TURN_END, {"turn": self.turn, "reason": {"kind": "completed"}})
 
 
