@@ -601,3 +601,20 @@ def test_recorder__the_docs_example_path(tmp_path: Path) -> None:
         _balanced(resumed)
     finally:
         coordinator2.close()
+
+
+def test_recorder__a_failed_model_call_caught_inside_the_turn_is_retried_in_the_same_step() -> None:
+    store = _store()
+    session = store.create("s")
+    rec = Recorder(session, provider="p", model="m")
+    failure = {"message": "overloaded", "code": "SERVER"}
+    with rec.turn("hi") as t:
+        with pytest.raises(LlmError) as caught, t.stream() as s:
+            s.chunk({"type": "finish", "reason": {"kind": "error", "failure": failure}})
+        assert caught.value.code == "SERVER"
+        with t.stream() as s:
+            s.text("ok")
+        assert t.step == 1
+    assert t.outcome == {"kind": "completed"}
+    assert [c.complete for c in ReplayProvider(session).calls] == [True, True]  # both attempts replay
+    _balanced(session)
