@@ -458,7 +458,8 @@ def _hints(obj: Any, builder: _Builder) -> dict[str, Any]:
         return typing.get_type_hints(obj, include_extras=True)
     except Exception as err:
         raise ToolDefinitionError(
-            f"{builder.where}: annotations cannot be resolved: {type(err).__name__}: {err}"
+            f"{builder.where}: annotations cannot be resolved: {type(err).__name__}: {err} (string annotations, as "
+            "under `from __future__ import annotations`, can name only module-level types)"
         ) from err
 
 
@@ -650,7 +651,8 @@ class DecoratedTool:
             if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
                 raise ToolDefinitionError(f"{where}: *{pname} / **{pname} cannot be described to the model")
             if pname not in hints:
-                raise ToolDefinitionError(f"{where}: parameter {pname!r} has no type annotation")
+                hint_text = " (for a method, decorate the bound method: tool(obj.method))" if pname == "self" else ""
+                raise ToolDefinitionError(f"{where}: parameter {pname!r} has no type annotation{hint_text}")
             hint = hints[pname]
             if hint is ToolContext:
                 if context_name is not None:
