@@ -156,6 +156,68 @@ def test_history_round_trip__rebuilt_history_sends_what_pydantic_ai_sends_for_it
     assert [m["content"] for m in again.messages] == [m["content"] for m in derived[:4]]
 
 
+def test_history_round_trip__an_agent_with_instructions_gets_its_prompt_once() -> None:
+    async def main() -> tuple[al.Session, list[Any]]:
+        with DemoModelServer(["One.", "Two.", "Two."]) as server:
+            model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=server.base_url, api_key="demo"))
+            agent: Agent[None, str] = Agent(model, instructions=SYSTEM)
+            first = await agent.run("Count.", event_stream_handler=_drain)
+            session = _store().create("instr")
+            record_run(session, first)
+            history = session_to_model_messages(session, system_as="instructions")
+            second = await agent.run("More.", message_history=history, event_stream_handler=_drain)
+            record_run(session, second)
+            await agent.run("More.", message_history=first.all_messages(), event_stream_handler=_drain)
+            return session, server.requests
+
+    session, requests = asyncio.run(main())
+    assert (
+        requests[1].body["messages"]
+        == requests[2].body["messages"]
+        == [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Count."},
+            {"role": "assistant", "content": "One."},
+            {"role": "user", "content": "More."},
+        ]
+    )
+    assert session.request_header()["system"] == SYSTEM  # the instructions the model saw
+    assert [m["content"][0]["text"] for m in session.derive_messages()] == ["Count.", "One.", "More.", "Two."]
+
+
+def test_record_run__keeps_each_requests_instructions_in_the_request_header() -> None:
+    calls = iter(["first rules", "second rules"])
+
+    async def main() -> al.Session:
+        with DemoModelServer([Reply(tool_calls=[ScriptedCall("add", {"a": 1, "b": 1}, id="k1")]), "Two."]) as server:
+            model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=server.base_url, api_key="demo"))
+            agent: Agent[None, str] = Agent(model)
+
+            @agent.instructions
+            def rules() -> str:
+                return next(calls)  # dynamic instructions: each request has its own
+
+            @agent.tool_plain
+            def add(a: int, b: int) -> int:
+                """Add two numbers."""
+                return a + b
+
+            result = await agent.run("1+1?", event_stream_handler=_drain)
+            with pytest.raises(ConversionError) as caught:
+                from_model_messages(result.new_messages())  # one system prompt cannot hold both
+            assert caught.value.path == "$[2].instructions"
+            session = _store().create("rules")
+            record_run(session, result)
+            return session
+
+    session = asyncio.run(main())
+    headers = [e["data"] for e in session.events if e["type"] == "request/header"]
+    assert [(h["reason"], h["header"]["system"]) for h in headers] == [
+        ("initial", "first rules"),
+        ("change", "second rules"),
+    ]
+
+
 def test_tool_call__recorded_as_the_loops_turn_step_and_tool_protocol() -> None:
     attempts: list[int] = []
     script: list[Any] = [
@@ -376,10 +438,12 @@ def agentlog_conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, 
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(agentlog_conversations())
-def test_property__agentlog_to_pydantic_ai_and_back_is_exact(conversation: tuple[str | None, list[Any]]) -> None:
+@given(agentlog_conversations(), st.sampled_from(["part", "instructions"]))
+def test_property__agentlog_to_pydantic_ai_and_back_is_exact(
+    conversation: tuple[str | None, list[Any]], system_as: Any
+) -> None:
     system, messages = conversation
-    model_messages = to_model_messages(messages, system=system)
+    model_messages = to_model_messages(messages, system=system, system_as=system_as)
     back = from_model_messages(model_messages)
     assert back.system == system
     assert back.messages == messages

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 try:
     import pydantic_core
@@ -89,7 +89,10 @@ REPLAY_KEY = "pydanticAi"
 RETRY_FEEDBACK_PLUGIN = "pydantic-ai"
 RETRY_FEEDBACK_FORM = "retry-feedback"
 _PART_EXTRAS = ("id", "signature", "provider_name", "provider_details")
+_PART_EXTRAS_NO_SIGNATURE = ("id", "provider_name", "provider_details")  # text and tool-call parts
 _DEFAULT_PROVIDER = "pydantic-ai"
+SystemAs = Literal["part", "instructions"]
+"""How :func:`to_model_messages` hands pydantic-ai the system prompt."""
 _DEFAULT_MODEL = "unknown"
 
 
@@ -133,25 +136,40 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def to_model_messages(messages: Iterable[Mapping[str, Any]], *, system: str | None = None) -> list[ModelMessage]:
+def to_model_messages(
+    messages: Iterable[Mapping[str, Any]], *, system: str | None = None, system_as: SystemAs = "part"
+) -> list[ModelMessage]:
     """Render agentlog derived messages as a pydantic-ai history (for ``message_history=``).
 
     Consecutive user-role messages (prompts, injected context, tool results) form one ``ModelRequest``;
-    each assistant message is one ``ModelResponse``. ``system`` becomes a leading ``SystemPromptPart``.
+    each assistant message is one ``ModelResponse``. ``system`` becomes a leading ``SystemPromptPart``
+    (``system_as="part"``, for an agent built with ``system_prompt=``: pydantic-ai adds no system prompt
+    to a given history) or the first request's ``instructions`` (``system_as="instructions"``, for an
+    agent built with ``instructions=``: pydantic-ai sends the agent's own instructions, and a
+    ``SystemPromptPart`` would be sent beside them). Either form converts back to the same ``system``.
     Raises :class:`ConversionError` naming the message and block that has no pydantic-ai form.
     """
+    if system_as not in ("part", "instructions"):
+        raise ValueError(f'system_as must be "part" or "instructions", got {system_as!r}')
     out: list[ModelMessage] = []
     parts: list[ModelRequestPart] = []
     entries: list[dict[str, Any] | None] = []
     tool_names: dict[str, str] = {}
 
-    def close_request() -> None:
-        if parts:
-            out.append(ModelRequest(parts=list(parts), metadata={METADATA_KEY: {"parts": list(entries)}}))
+    instructions = system if system_as == "instructions" else None
+
+    def close_request(final: bool = False) -> None:
+        nonlocal instructions
+        if parts or (final and instructions is not None and not out):
+            request = ModelRequest(
+                parts=list(parts), instructions=instructions, metadata={METADATA_KEY: {"parts": list(entries)}}
+            )
+            out.append(request)
+            instructions = None  # only the first request carries the conversation's system prompt
             parts.clear()
             entries.clear()
 
-    if system is not None:
+    if system is not None and system_as == "part":
         parts.append(SystemPromptPart(system))
         entries.append(None)
     for index, message in enumerate(messages):
@@ -168,6 +186,8 @@ def to_model_messages(messages: Iterable[Mapping[str, Any]], *, system: str | No
                 path=f"$[{index}]",
             )
         if role == "assistant":
+            if instructions is not None and not parts:
+                close_request(final=True)  # a conversation opening with a reply: the request holds the prompt
             close_request()
             out.append(_response(message, index, tool_names))
         elif role == "user" and source.get("kind") == "tool":
@@ -185,7 +205,14 @@ def to_model_messages(messages: Iterable[Mapping[str, Any]], *, system: str | No
                     index=index,
                     path=f"{where}[0].toolCallId",
                 )
-            texts = _texts(block.get("content") or [], f"{where}[0].content", index, "a tool result")
+            inner = block.get("content")
+            if not isinstance(inner, list):
+                raise ConversionError(
+                    f"message {index}: a tool-result block's content must be a list of blocks",
+                    index=index,
+                    path=f"{where}[0].content",
+                )
+            texts = _texts(inner, f"{where}[0].content", index, "a tool result")
             entry: dict[str, Any] = {"id": message["id"], "source": _plain(source)}
             is_error = block.get("isError")
             if is_error is False:
@@ -210,7 +237,7 @@ def to_model_messages(messages: Iterable[Mapping[str, Any]], *, system: str | No
                 index=index,
                 path=f"$[{index}].role",
             )
-    close_request()
+    close_request(final=True)
     return out
 
 
@@ -219,19 +246,36 @@ def _response(message: Mapping[str, Any], index: int, tool_names: dict[str, str]
     replay = source.get("replayState")
     extras: list[Any] = []
     meta: dict[str, Any] = {"id": message["id"]}
-    if isinstance(replay, Mapping) and set(replay) == {REPLAY_KEY}:
-        extras = list(replay[REPLAY_KEY].get("parts") or [])
+    own = replay.get(REPLAY_KEY) if isinstance(replay, Mapping) and set(replay) == {REPLAY_KEY} else None
+    if isinstance(own, Mapping) and isinstance(own.get("parts"), list):
+        extras = list(own["parts"])
     elif replay is not None:
         meta["replayState"] = _plain(replay)
     response_parts: list[ModelResponsePart] = []
     for j, block in enumerate(message["content"]):
         kind = block.get("type") if isinstance(block, Mapping) else None
+        path = f"$[{index}].content[{j}]"
         extra = _plain(extras[j]) if j < len(extras) and isinstance(extras[j], Mapping) else {}
+        allowed = _PART_EXTRAS if kind == "reasoning" else _PART_EXTRAS_NO_SIGNATURE
+        unknown = [key for key in extra if key not in allowed]
+        if unknown:
+            raise ConversionError(
+                f"message {index}: replayState[{REPLAY_KEY!r}] gives a {kind!r} block fields pydantic-ai's part "
+                f"does not have: {unknown}",
+                index=index,
+                path=f"$[{index}].source.replayState.{REPLAY_KEY}.parts[{j}]",
+            )
         if kind == "text" and isinstance(block.get("text"), str):
             response_parts.append(TextPart(block["text"], **extra))
         elif kind == "reasoning" and isinstance(block.get("text"), str):
             response_parts.append(ThinkingPart(block["text"], **extra))
         elif kind == "tool-call":
+            if not all(isinstance(block.get(key), str) for key in ("id", "name", "arguments")):
+                raise ConversionError(
+                    f"message {index}: a tool-call block needs string id, name and arguments",
+                    index=index,
+                    path=path,
+                )
             tool_names[block["id"]] = block["name"]
             response_parts.append(
                 ToolCallPart(tool_name=block["name"], args=block["arguments"], tool_call_id=block["id"], **extra)
@@ -240,7 +284,7 @@ def _response(message: Mapping[str, Any], index: int, tool_names: dict[str, str]
             raise ConversionError(
                 f"message {index}: a {kind!r} block has no pydantic-ai form in an assistant message",
                 index=index,
-                path=f"$[{index}].content[{j}]",
+                path=path,
             )
     return ModelResponse(
         parts=response_parts,
@@ -250,11 +294,14 @@ def _response(message: Mapping[str, Any], index: int, tool_names: dict[str, str]
     )
 
 
-def session_to_model_messages(session: Any) -> list[ModelMessage]:
-    """A session's (or ``SessionView``'s) derived messages with the system prompt of its request header."""
+def session_to_model_messages(session: Any, *, system_as: SystemAs = "part") -> list[ModelMessage]:
+    """A session's (or ``SessionView``'s) derived messages with the system prompt of its request header
+    (``system_as`` as in :func:`to_model_messages`: ``"instructions"`` for an agent with ``instructions=``)."""
     header = session.request_header()
     system = header.get("system") if isinstance(header, Mapping) else None
-    return to_model_messages(session.derive_messages(), system=system if isinstance(system, str) else None)
+    return to_model_messages(
+        session.derive_messages(), system=system if isinstance(system, str) else None, system_as=system_as
+    )
 
 
 # --- pydantic-ai -> agentlog ----------------------------------------------------------------------------
@@ -336,7 +383,7 @@ def _split_system(model_messages: Sequence[Any]) -> tuple[str | None, int]:
                 path="$[0].instructions",
             )
         return part.content, 1
-    return (first.instructions or None), 0
+    return first.instructions, 0
 
 
 def from_model_messages(model_messages: Sequence[ModelMessage]) -> ImportedConversation:
@@ -346,10 +393,21 @@ def from_model_messages(model_messages: Sequence[ModelMessage]) -> ImportedConve
     prompt, retry feedback and tool return becomes one agentlog message; each response one assistant
     message. Raises :class:`ConversionError` naming the message and part that has no agentlog form.
     """
+    return _from_model_messages(model_messages, check_instructions=True)
+
+
+def _from_model_messages(model_messages: Sequence[ModelMessage], *, check_instructions: bool) -> ImportedConversation:
     system, skip = _split_system(model_messages)
     out: list[dict[str, Any]] = []
     for index, message in enumerate(model_messages):
         if isinstance(message, ModelRequest):
+            if check_instructions and index > 0 and message.instructions not in (None, system):
+                raise ConversionError(
+                    f"message {index}: its instructions differ from the conversation's system prompt; agentlog "
+                    "messages hold one system prompt (record_run keeps each request's in the request header)",
+                    index=index,
+                    path=f"$[{index}].instructions",
+                )
             own = _own_entry(message.metadata)
             entries = own.get("parts") if isinstance(own, Mapping) else None
             for j, part in enumerate(message.parts):
@@ -532,7 +590,7 @@ def record_run(session: Any, result: Any) -> RecordedRun:
     :class:`ConversionError` and appends nothing.
     """
     model_messages = list(result.new_messages())
-    converted = from_model_messages(model_messages)
+    converted = _from_model_messages(model_messages, check_instructions=False)  # per-step: the header
     # Re-walk the converted messages per source message to group them into steps.
     per_message: list[list[dict[str, Any]]] = []
     cursor = 0
@@ -542,12 +600,14 @@ def record_run(session: Any, result: Any) -> RecordedRun:
         per_message.append(converted.messages[cursor : cursor + count])
         cursor += count
 
-    steps: list[tuple[list[dict[str, Any]], dict[str, Any], ModelResponse, int]] = []
+    steps: list[tuple[list[dict[str, Any]], dict[str, Any], ModelResponse, int, str | None]] = []
     pending_users: list[dict[str, Any]] = []
+    instructions: str | None = None
     results: dict[str, dict[str, Any]] = {}
     result_owner: dict[str, int] = {}
     for index, message in enumerate(model_messages):
         if isinstance(message, ModelRequest):
+            instructions = message.instructions if message.instructions is not None else instructions
             for item in per_message[index]:
                 if item["source"].get("kind") == "tool":
                     call_id = item["source"]["callId"]
@@ -557,7 +617,7 @@ def record_run(session: Any, result: Any) -> RecordedRun:
                     pending_users.append(item)
         else:
             assert isinstance(message, ModelResponse)
-            steps.append((pending_users, per_message[index][0], message, index))
+            steps.append((pending_users, per_message[index][0], message, index, instructions))
             pending_users = []
     if not steps:
         raise ConversionError("the run has no model response to record", index=None, path="$")
@@ -568,7 +628,7 @@ def record_run(session: Any, result: Any) -> RecordedRun:
             path=f"$[{len(model_messages) - 1}]",
         )
     called: set[str] = set()
-    for _, assistant, _, response_index in steps:
+    for _, assistant, _, response_index, _ in steps:
         if not assistant["content"]:
             raise ConversionError(
                 f"message {response_index}: a model response with no parts has no agentlog form "
@@ -602,8 +662,9 @@ def record_run(session: Any, result: Any) -> RecordedRun:
 
     current = session.request_header()
     current = current if isinstance(current, Mapping) else {}
-    if system is None and isinstance(current.get("system"), str):
-        system = current["system"]  # a run continuing a history: the session's prompt still holds
+    base = system if skip == 1 else None  # the run's own system prompt part
+    if base is None and isinstance(current.get("system"), str):
+        base = current["system"]  # a run continuing a history: the session's prompt still holds
     tools = _plain(current.get("tools")) or None
 
     def route(response: ModelResponse | None) -> tuple[str, str]:
@@ -613,14 +674,17 @@ def record_run(session: Any, result: Any) -> RecordedRun:
 
     # The recorder writes the loop's protocol; durability is one flush at the end (the run already
     # happened, so there is no model call or tool body for a barrier to precede).
-    provider, model = route(steps[0][2] if steps else None)
-    recorder = Recorder(session, provider=provider, model=model, system=system, tools=tools, flush=False)
+    # A request's instructions are the system prompt the model saw for it; each goes into the header.
+    provider, model = route(steps[0][2])
+    first_system = steps[0][4] if steps[0][4] is not None else base
+    recorder = Recorder(session, provider=provider, model=model, system=first_system, tools=tools, flush=False)
     first_seq = session.seq
-    with recorder.turn(steps[0][0] if steps else None) as turn:
-        for step, (users, assistant, response, _) in enumerate(steps, start=1):
+    with recorder.turn(steps[0][0]) as turn:
+        for step, (users, assistant, response, _, step_instructions) in enumerate(steps, start=1):
             if step > 1:
                 provider, model = route(response)
-                recorder.configure(provider=provider, model=model)
+                step_system = step_instructions if step_instructions is not None else base
+                recorder.configure(provider=provider, model=model, system=step_system)
                 for user in users:
                     turn.user(user)
             turn.assistant(
