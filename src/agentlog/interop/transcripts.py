@@ -75,7 +75,7 @@ from ..kernel.events import (
     EventTypes,
     event_types,
 )
-from ..kernel.jsonvalue import snapshot_json, thaw
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
 from ..persistence.coordinator import PersistenceCoordinator
@@ -190,9 +190,11 @@ class _Sink:
 
     def emit(self, etype: str, data: Any, *, surface: bool = False) -> None:
         try:
-            if self._write is None:  # the check pass: the append rules (the write pass repeats the gate)
-                frozen = snapshot_json(data)
-                check_append_data(etype, frozen)
+            if self._write is None:  # the check pass: the append rules (the coordinator repeats the gate)
+                # orjson never yields a lone surrogate or a non-finite float, and the mapped events hold
+                # only strings, bounded counts and booleans: a verbatim record is what the gate must see
+                # (-0.0, integers beyond 2**53).
+                check_append_data(etype, snapshot_json(data) if etype == IMPORT_RECORD else data)
         except AgentlogError as err:
             raise TranscriptError(
                 f"{self.path}:{self.line}: line {self.line} maps to an event agentlog refuses ({err})",
@@ -253,9 +255,10 @@ class _Conversation:
 
     def _write_header(self) -> None:
         self.header_written = True
-        if self.header_model is None:
+        if self.header_model is None and self.system is None:
             return
-        header: dict[str, Any] = {"config": {"provider": self.provider, "model": self.header_model}}
+        model = self.header_model or "unknown"
+        header: dict[str, Any] = {"config": {"provider": self.provider, "model": model}}
         if self.system:
             header["system"] = self.system
         self.sink.emit(REQUEST_HEADER, {"header": header, "reason": "initial"})
@@ -550,7 +553,7 @@ def _is_error(block: Mapping[str, Any]) -> bool | None:
 def _anthropic_usage(usage: Mapping[str, Any]) -> Any:
     def count(key: str) -> int | None:
         value = usage.get(key)
-        return value if type(value) is int and value >= 0 else None
+        return value if type(value) is int and 0 <= value <= MAX_SAFE_INTEGER else None
 
     given, taken = count("input_tokens"), count("output_tokens")
     if given is None or taken is None:
