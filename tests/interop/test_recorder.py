@@ -618,3 +618,20 @@ def test_recorder__a_failed_model_call_caught_inside_the_turn_is_retried_in_the_
     assert t.outcome == {"kind": "completed"}
     assert [c.complete for c in ReplayProvider(session).calls] == [True, True]  # both attempts replay
     _balanced(session)
+
+
+def test_recorder__a_turn_refused_on_entry_or_never_entered_does_not_block_the_next_one() -> None:
+    session = al.Session.create("raw")
+    session.append(al.TURN_START, {"turn": 1})
+    rec = Recorder(session, provider="p", model="m")
+    with pytest.raises(RecorderStateError, match="open turn"):
+        rec.turn("go").__enter__()
+    session.append(al.TURN_END, {"turn": 1, "reason": {"kind": "completed"}})  # repaired by hand
+    rec.turn("never entered")
+    first, second = rec.turn("a"), rec.turn("b")
+    with first as t:
+        with pytest.raises(RecorderStateError, match="still open"):
+            second.__enter__()
+        t.assistant("hi")
+    assert t.number == 2
+    _balanced(session)

@@ -280,7 +280,7 @@ class Recorder:
         """A turn for ``prompt`` (a string, a user message, several, or ``None``); use it as a context
         manager. Entering writes ``turn/start``, the first ``step/start``, the prompt and the request
         header, and flushes: the model may be called then."""
-        if self._turn is not None and not self._turn.closed:
+        if self._turn is not None and self._turn._entered and not self._turn.closed:
             raise RecorderStateError(
                 f'turn {self._turn.number} of session "{self.session.id}" is still open: end it before the next one'
             )
@@ -362,6 +362,11 @@ class RecordedTurn:
         if self._entered:
             raise RecorderStateError("a recorded turn can be entered only once; start another with rec.turn(...)")
         session = self.session
+        current = self._recorder._turn
+        if current is not None and current is not self and current._entered and not current.closed:
+            raise RecorderStateError(
+                f'turn {current.number} of session "{session.id}" is still open: end it before the next one'
+            )
         if interrupted_turn_closers(session.events):
             raise RecorderStateError(
                 f'session "{session.id}" ends inside an open turn; reload it from its store '
@@ -372,8 +377,13 @@ class RecordedTurn:
             if event["type"] == TURN_START:
                 last = event["data"]["turn"]
         self._entered = True
+        self._recorder._turn = self
         self.number = last + 1
-        session.append(TURN_START, {"turn": self.number})
+        try:
+            session.append(TURN_START, {"turn": self.number})
+        except BaseException:
+            self.closed = True  # nothing was opened: the recorder is free for another turn
+            raise
         try:
             self._open_step(self._prompt)
         except BaseException as err:
