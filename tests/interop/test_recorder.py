@@ -26,7 +26,7 @@ from agentlog.llm.demo_server import DemoModelServer, Reply, Usage
 from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider, serialize_messages
 from agentlog.llm.replay import ReplayProvider
-from agentlog.testing.provider import ScriptedProvider, text_reply, tool_call_reply
+from agentlog.testing.provider import ScriptedProvider, failure_reply, text_reply, tool_call_reply
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 SYSTEM = "You are terse."
@@ -635,3 +635,38 @@ def test_recorder__a_turn_refused_on_entry_or_never_entered_does_not_block_the_n
         t.assistant("hi")
     assert t.number == 2
     _balanced(session)
+
+
+def _agent_outcome_session(script: list[Any], prompt: str) -> tuple[al.Session, Any]:
+    store = _store()
+    session = store.create("agent")
+
+    async def main() -> Any:
+        agent = Agent(session, ScriptedProvider(script), AgentOptions(provider="p", model="m", system=SYSTEM))
+        agent.followup(prompt)
+        return await agent.run()
+
+    outcomes = asyncio.run(main())
+    return session, outcomes[0].reason
+
+
+def test_recorder__a_max_tokens_reply_matches_the_agent_event_for_event() -> None:
+    agent_session, reason = _agent_outcome_session([text_reply("cut sh", finish="max-tokens")], "long please")
+    assert reason == {"kind": "max-tokens"}
+    session = _store().create("recorded")
+    with Recorder(session, provider="p", model="m", system=SYSTEM).turn("long please") as t:
+        t.assistant("cut sh", finish="max-tokens")
+    assert t.outcome == reason
+    assert _normalized(session.events) == _normalized(agent_session.events)
+
+
+def test_recorder__a_failed_model_call_streamed_raw_matches_the_agent_event_for_event() -> None:
+    agent_session, reason = _agent_outcome_session([failure_reply("AUTH", "bad key")], "hi")
+    assert reason["kind"] == "error" and reason["error"]["code"] == "AUTH"
+    session = _store().create("recorded")
+    with pytest.raises(LlmError), Recorder(session, provider="p", model="m", system=SYSTEM).turn("hi") as t:
+        with t.stream() as s:
+            for chunk in failure_reply("AUTH", "bad key"):  # the provider's chunks, logged verbatim
+                s.chunk(chunk)
+    assert t.outcome == reason
+    assert _normalized(session.events) == _normalized(agent_session.events)
