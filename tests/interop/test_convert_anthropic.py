@@ -319,3 +319,19 @@ def test_session_body_merges_the_steps_results_and_reads_the_header() -> None:
         ],
         "tools": [{"name": "add", "description": "Add.", "input_schema": {"type": "object", "properties": {}}}],
     }
+
+
+def test_empty_argument_text_is_an_empty_input() -> None:
+    call = m.assistant_message([m.tool_call_block("c", "now", "")], provider="deepseek", model="d")
+    assert to_anthropic([call])["messages"][0]["content"] == [
+        {"type": "tool_use", "id": "c", "name": "now", "input": {}}
+    ]
+
+
+def test_a_malformed_header_tool_is_refused_naming_it() -> None:
+    session = Session.create("bad-tools")
+    header = {"config": {"provider": "p", "model": "x"}, "tools": [{"name": "ok", "parameters": {}}, {"name": "bad"}]}
+    session.append(REQUEST_HEADER, {"header": header, "reason": "initial"})
+    with pytest.raises(ConversionError) as caught:
+        session_to_anthropic(session)
+    assert (caught.value.index, caught.value.path) == (1, "tools[1].parameters")

@@ -62,6 +62,19 @@ def header_parts(session: SessionLike) -> tuple[list[Any], str | None, list[dict
     )
 
 
+def tool_schemas(tools: Sequence[Any]) -> list[tuple[str, str, Any]]:
+    """``(name, description, parameters)`` of each header tool schema, refusing a malformed one."""
+    out: list[tuple[str, str, Any]] = []
+    for i, tool in enumerate(tools):
+        path = f"tools[{i}]"
+        tool = expect_mapping(tool, i, path, "a tool schema")
+        name = expect_str(tool.get("name"), i, f"{path}.name", "name")
+        description = expect_str(tool.get("description", ""), i, f"{path}.description", "description")
+        parameters = expect_mapping(tool.get("parameters"), i, f"{path}.parameters", "parameters")
+        out.append((name, description, thaw(parameters)))
+    return out
+
+
 # --- reading agentlog messages ------------------------------------------------------------------
 
 MessageKind = Literal["user", "assistant", "tool", "system"]

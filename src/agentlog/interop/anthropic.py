@@ -12,7 +12,8 @@ rule, and each is decided once here:
 * Tool arguments. agentlog keeps the model's raw argument text; Anthropic's ``tool_use.input`` is a JSON
   object. ``to_anthropic`` parses the text (and refuses text that is not a JSON object); ``from_anthropic``
   writes ``json.dumps(input, ensure_ascii=False, separators=(",", ":"))``, the canonical text the round
-  trip keeps.
+  trip keeps. Empty argument text (some models send ``""`` for a call without arguments) is written
+  as ``{}``.
 * Thinking signatures. Anthropic returns a ``signature`` with each thinking block and requires it back;
   agentlog's reasoning block holds only text, so the signatures ride in the assistant message's
   ``source.replayState`` as ``{"anthropic": {"signatures": [...]}}`` (one entry per reasoning block,
@@ -47,6 +48,7 @@ from ._common import (
     result_texts,
     text_of,
     tool_call_of,
+    tool_schemas,
     unsupported_block,
 )
 
@@ -130,7 +132,7 @@ def _assistant(
         elif kind == "tool-call":
             call_id, name, arguments = tool_call_of(block, index, path)
             try:
-                value = json.loads(arguments)
+                value = json.loads(arguments) if arguments.strip() else {}
             except ValueError:
                 value = None
             if not isinstance(value, dict):
@@ -177,7 +179,8 @@ def _user(
 def tools_to_anthropic(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Header tool schemas as Anthropic tools (``input_schema``)."""
     return [
-        {"name": t["name"], "description": t.get("description", ""), "input_schema": t["parameters"]} for t in tools
+        {"name": name, "description": description, "input_schema": parameters}
+        for name, description, parameters in tool_schemas(tools)
     ]
 
 

@@ -44,6 +44,7 @@ from ._common import (
     result_texts,
     text_of,
     tool_call_of,
+    tool_schemas,
     unsupported_block,
 )
 
@@ -145,11 +146,8 @@ def _user(content: Sequence[Any], index: int, unsupported: Unsupported) -> list[
 def tools_to_openai_chat(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Header tool schemas (``name, description, parameters``) as chat-completions ``tools``."""
     return [
-        {
-            "type": "function",
-            "function": {"name": t["name"], "description": t.get("description", ""), "parameters": t["parameters"]},
-        }
-        for t in tools
+        {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+        for name, description, parameters in tool_schemas(tools)
     ]
 
 

@@ -46,6 +46,7 @@ from ._common import (
     result_texts,
     text_of,
     tool_call_of,
+    tool_schemas,
     unsupported_block,
 )
 
@@ -134,14 +135,8 @@ def tools_to_openai_responses(tools: Sequence[Mapping[str, Any]]) -> list[dict[s
     """Header tool schemas as Responses function tools (``strict: false``: agentlog's schemas are not
     written for strict mode, which the Responses API would otherwise assume)."""
     return [
-        {
-            "type": "function",
-            "name": t["name"],
-            "description": t.get("description", ""),
-            "parameters": t["parameters"],
-            "strict": False,
-        }
-        for t in tools
+        {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": False}
+        for name, description, parameters in tool_schemas(tools)
     ]
 
 
