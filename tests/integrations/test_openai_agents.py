@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 import agentlog as al
@@ -39,6 +41,7 @@ from agentlog.kernel.repair import TOOL_OUTCOME_UNKNOWN_TEXT
 from agentlog.llm.demo_server import DemoModelServer, Hang, RecordedRequest, Reply, ToolCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.memory import MemoryBackend, MemoryStorage
 
 set_tracing_disabled(True)
 
@@ -391,5 +394,77 @@ def test_a_call_left_without_output_by_kill_9_reads_back_as_outcome_unknown(tmp_
             final = await _run(_agent(server.base_url), "Did it work?", session)
         assert final == "I will check whether the payment went through first."
         session.close()
+
+    asyncio.run(main())
+
+
+# --- a property: any sequence of operations behaves like a list, keeps the invariants, and reloads ----
+
+_CALL_IDS = st.sampled_from(["c1", "c2", "c3"])
+_TEXT = st.text(max_size=12)
+_ITEMS = st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, _TEXT),
+    st.builds(lambda t: {"role": "developer", "content": [{"type": "input_text", "text": t}]}, _TEXT),
+    st.builds(
+        lambda t, i: {
+            "id": i,
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": t, "annotations": [], "logprobs": []}],
+        },
+        _TEXT,
+        _TEXT,
+    ),
+    st.builds(lambda c, a: {"type": "function_call", "call_id": c, "name": "f", "arguments": a}, _CALL_IDS, _TEXT),
+    st.builds(lambda c, o: {"type": "function_call_output", "call_id": c, "output": o}, _CALL_IDS, _TEXT),
+    st.builds(lambda t: {"id": "r", "type": "reasoning", "summary": [{"type": "summary_text", "text": t}]}, _TEXT),
+    st.builds(lambda q: {"id": "w", "type": "web_search_call", "status": "completed", "action": {"query": q}}, _TEXT),
+)
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(_ITEMS, min_size=1, max_size=4)),
+        st.tuples(st.just("pop"), st.none()),
+        st.tuples(st.just("clear"), st.none()),
+        st.tuples(st.just("get"), st.integers(min_value=0, max_value=6)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_OPS)
+def test_any_operations_behave_like_a_list_keep_the_invariants_and_reload(ops: list[Any]) -> None:
+    storage = MemoryStorage()
+
+    def open_session() -> tuple[AgentlogSession, PersistenceCoordinator]:
+        store = al.SessionStore()
+        al.SessionInvariants(store).install()  # a violation would veto an append and fail the operation
+        coordinator = PersistenceCoordinator(store, MemoryBackend(storage))
+        return AgentlogSession("prop", coordinator=coordinator), coordinator
+
+    async def main() -> None:
+        session, coordinator = open_session()
+        expected: list[Any] = []
+        for op, argument in ops:
+            if op == "add":
+                await session.add_items(argument)
+                expected.extend(argument)
+            elif op == "pop":
+                assert await session.pop_item() == (expected.pop() if expected else None)
+            elif op == "clear":
+                await session.clear_session()
+                expected.clear()
+            else:
+                assert await session.get_items(limit=argument) == (expected[-argument:] if argument else [])
+        assert await session.get_items() == expected
+        session.close()
+        coordinator.close()
+        reopened, coordinator = open_session()  # a repair of an open turn may answer a dangling call
+        items = await reopened.get_items()
+        assert items[: len(expected)] == expected
+        assert all(item["type"] == "function_call_output" for item in items[len(expected) :])
+        reopened.close()
+        coordinator.close()
 
     asyncio.run(main())

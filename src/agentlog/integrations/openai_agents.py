@@ -293,7 +293,9 @@ class _TurnState:
                     if isinstance(block, Mapping) and block.get("type") == "tool-call":
                         self.unanswered[block["id"]] = block
             elif etype == TOOL_RESULT:
-                self.unanswered.pop(data["message"]["source"].get("callId"), None)
+                call_id = data["message"]["source"].get("callId")
+                self.unanswered.pop(call_id, None)
+                self.step_calls.discard(call_id)
 
 
 class _Batch:
@@ -344,6 +346,7 @@ class _Batch:
                 arguments = call["arguments"] if call is not None else ""
                 self._tool_call(call_id, name, arguments)
             self.unanswered.pop(call_id, None)
+            self.step_calls.discard(call_id)  # answered: another result for it needs its own tool/call
         appended = self.session.append(event, {"turn": self.turn, "step": self.step, "message": message}, intent)
         if event == ASSISTANT_MESSAGE:
             for block in message["content"]:
