@@ -609,3 +609,54 @@ def test_tool_decorator__dataclass_arguments_round_trip(point: Point) -> None:
 
     outcome = _call(where, {"at": {"x": point.x, "y": point.y, "tags": point.tags}})
     assert Point(**json.loads(outcome.text_content)) == point
+
+
+# --- pydantic models and NewType -------------------------------------------------------------------------
+
+
+def test_tool_decorator__pydantic_models_keep_their_schema_and_validate() -> None:
+    import pydantic  # installed by the test extra (pydantic-ai-slim)
+
+    class Address(pydantic.BaseModel):
+        street: str
+        number: int = pydantic.Field(ge=1)
+
+    class Person(pydantic.BaseModel):
+        name: str
+        home: Address
+
+    seen: list[Any] = []
+
+    def register(person: Any) -> str:
+        """Register a person.
+
+        Args:
+            person: Who to register.
+        """
+        seen.append(person)
+        return person.name
+
+    register.__annotations__ = {"person": Person, "return": str}
+    made = tool(register)
+    prop = made.parameters["properties"]["person"]
+    assert prop["description"] == "Who to register."
+    assert prop["properties"]["home"] == {"$ref": "#/$defs/Address"}
+    assert made.parameters["$defs"]["Address"]["properties"]["number"]["minimum"] == 1
+    ok = _call(made, {"person": {"name": "Ada", "home": {"street": "Main", "number": 3}}})
+    assert ok.text_content == "Ada" and isinstance(seen[0], Person) and seen[0].home.number == 3
+    bad = _call(made, {"person": {"name": "Ada", "home": {"street": "Main", "number": 0}}})
+    assert bad.error == {"name": "InvalidArgumentsError", "code": "INVALID_ARGUMENTS"}
+    assert "$.person.home.number: Input should be greater than or equal to 1" in bad.text_content
+    assert len(seen) == 1
+
+
+def test_tool_decorator__newtype_is_its_supertype() -> None:
+    from typing import NewType
+
+    UserId = NewType("UserId", int)
+
+    def find(user: Any) -> str:
+        return str(user)
+
+    find.__annotations__ = {"user": UserId, "return": str}
+    assert tool(find).parameters["properties"]["user"] == {"type": "integer"}

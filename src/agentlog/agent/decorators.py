@@ -19,8 +19,9 @@ and a raising body becomes ``TOOL_ERROR`` there too.
 Supported parameter annotations (nesting allowed): ``str``, ``int``, ``float``, ``bool``, ``None``,
 ``Any`` (any JSON value), ``list[T]``, ``tuple[T, ...]``, ``tuple[A, B]``, ``set[T]``/``frozenset[T]``,
 ``dict[str, T]``, ``T | None``/``Optional[T]``, other unions, ``Literal[...]`` (strings, ints, bools,
-None), :class:`enum.Enum` subclasses with str/int values, ``TypedDict`` classes, dataclasses, and
-``Annotated[T, "description"]``. A parameter annotated :class:`~agentlog.agent.tools.ToolContext` is
+None), :class:`enum.Enum` subclasses with str/int values, ``TypedDict`` classes, dataclasses,
+pydantic models (recognised by ``model_json_schema``/``model_validate``; pydantic is not a dependency),
+``typing.NewType`` aliases, and ``Annotated[T, "description"]``. A parameter annotated :class:`~agentlog.agent.tools.ToolContext` is
 injected and never shown to the model. Sync functions run in a worker thread so a slow body does not
 stall the event loop (streaming and ``cancel()`` keep working); async functions run on the loop.
 """
@@ -308,6 +309,39 @@ class _Described(_Node):
         return self.inner.convert(value, path)
 
 
+@dataclass
+class _Model(_Node):
+    """A pydantic model: the model's own schema; ``model_validate`` checks and builds the instance."""
+
+    cls: type[Any]
+    model_schema: dict[str, Any]
+
+    def schema(self) -> dict[str, Any]:
+        return dict(self.model_schema)
+
+    def convert(self, value: Any, path: str) -> Any:
+        try:
+            return self.cls.model_validate(value)
+        except Exception as err:
+            errors = getattr(err, "errors", None)
+            details = errors() if callable(errors) else None
+            if isinstance(details, list) and details and isinstance(details[0], dict):
+                first = details[0]
+                where = path
+                for part in first.get("loc", ()):
+                    where = f"{where}[{part}]" if isinstance(part, int) else _key_path(where, str(part))
+                raise _Invalid(where, str(first.get("msg", err))) from None
+            raise _Invalid(path, f"{type(err).__name__}: {err}") from None
+
+
+def _is_pydantic_model(annotation: Any) -> bool:
+    return (
+        isinstance(annotation, type)
+        and callable(getattr(annotation, "model_json_schema", None))
+        and callable(getattr(annotation, "model_validate", None))
+    )
+
+
 # --- annotation → node ----------------------------------------------------------------------------
 
 _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
@@ -323,6 +357,7 @@ class _Builder:
     def __init__(self, where: str) -> None:
         self.where = where
         self.active: list[Any] = []
+        self.defs: dict[str, Any] = {}  # pydantic models' shared definitions, hoisted to the top level
 
     def refuse(self, annotation: Any, why: str) -> ToolDefinitionError:
         return ToolDefinitionError(f"{self.where}: unsupported annotation {_show(annotation)}: {why}")
@@ -376,6 +411,11 @@ class _Builder:
             return self.enum(annotation)
         if _is_typeddict(annotation) or (isinstance(annotation, type) and dataclasses.is_dataclass(annotation)):
             return self.record(annotation)
+        if _is_pydantic_model(annotation):
+            return self.model(annotation)
+        supertype = getattr(annotation, "__supertype__", None)  # typing.NewType("UserId", int)
+        if supertype is not None:
+            return self.node(supertype)
         if isinstance(annotation, str):
             raise self.refuse(annotation, "a string annotation that could not be resolved")
         raise self.refuse(
@@ -383,6 +423,21 @@ class _Builder:
             "use str, int, float, bool, list, tuple, set, dict[str, T], Optional, Literal, an Enum, "
             "a TypedDict or a dataclass",
         )
+
+    def model(self, cls: type[Any]) -> _Node:
+        """A pydantic model (duck-typed: agentlog does not depend on pydantic): its own JSON schema, with
+        its ``$defs`` hoisted to the tool's top level so every ``#/$defs/...`` reference still resolves."""
+        try:
+            schema = dict(cls.model_json_schema())
+        except Exception as err:
+            raise self.refuse(cls, f"its model_json_schema() failed: {type(err).__name__}: {err}") from err
+        for name, definition in (schema.pop("$defs", None) or {}).items():
+            if name in self.defs and self.defs[name] != definition:
+                raise self.refuse(cls, f"two different models are both named {name!r} in one tool")
+            self.defs[name] = definition
+        if not is_json_value(schema):
+            raise self.refuse(cls, "its JSON schema is not plain JSON")
+        return _Model(cls, schema)
 
     def enum(self, cls: type[enum.Enum]) -> _Node:
         members = list(cls)
@@ -671,6 +726,8 @@ class DecoratedTool:
         self._async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
         self._object = _Object(tool_name, fields)
         self._schema = self._object.schema()
+        if builder.defs:
+            self._schema["$defs"] = builder.defs
         self._name = tool_name
         self._description = doc.summary if description is None else description
         self._execution: ExecutionMode = execution
