@@ -38,7 +38,9 @@ def test_import__json_report_and_the_session_reads_back(tmp_path: Path) -> None:
 
 def test_import__readable_output_starts_with_the_id(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
-    code, out, err = _run("import", str(FIXTURES / "claude-code.jsonl"), "--store", store, "--id", "cc1")
+    code, out, err = _run(
+        "import", str(FIXTURES / "claude-code.jsonl"), "--from", "claude-code", "--store", store, "--id", "cc1"
+    )
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "cc1"
@@ -52,12 +54,18 @@ def test_import__a_bad_line_is_transcript_invalid_and_nothing_is_stored(tmp_path
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join([*lines[:4], '{"type": "assistant", ', *lines[4:]]) + "\n")
     store = tmp_path / "store"
-    code, out, err = _run("import", str(bad), "--store", str(store), "--id", "x", "--json")
+    code, out, err = _run("import", str(bad), "--from", "claude-code", "--store", str(store), "--id", "x", "--json")
     assert code == 1 and out == ""
     error = orjson.loads(err)["error"]
     assert error["code"] == "TRANSCRIPT_INVALID"
     assert f"{bad}:5: line 5 is not JSON" in error["message"]
     assert not list(store.rglob("session.jsonl*"))  # no log at all (the store itself need not exist)
+
+
+def test_import__from_is_required(tmp_path: Path) -> None:
+    code, out, _err = _run("import", str(FIXTURES / "codex.jsonl"), "--store", str(tmp_path / "store"))
+    assert code == 2 and out == ""
+    assert not (tmp_path / "store").exists()
 
 
 def test_import__an_existing_id_is_refused(tmp_path: Path) -> None:
@@ -80,7 +88,10 @@ def test_import__an_existing_id_is_refused(tmp_path: Path) -> None:
 )
 def test_export_to__each_format_is_one_document(tmp_path: Path, fmt: str, key: str) -> None:
     store = str(tmp_path / "store")
-    assert _run("import", str(FIXTURES / "claude-code.jsonl"), "--store", store, "--id", "cc")[0] == 0
+    assert (
+        _run("import", str(FIXTURES / "claude-code.jsonl"), "--from", "claude-code", "--store", store, "--id", "cc")[0]
+        == 0
+    )
     code, out, err = _run("export", "cc", "--store", store, "--to", fmt)
     assert code == 0, err
     document = orjson.loads(out)
@@ -91,7 +102,10 @@ def test_export_to__each_format_is_one_document(tmp_path: Path, fmt: str, key: s
 
 def test_export__without_to_is_the_agentlog_document(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
-    assert _run("import", str(FIXTURES / "claude-code.jsonl"), "--store", store, "--id", "cc")[0] == 0
+    assert (
+        _run("import", str(FIXTURES / "claude-code.jsonl"), "--from", "claude-code", "--store", store, "--id", "cc")[0]
+        == 0
+    )
     code, out, _err = _run("export", "cc", "--store", store)
     assert code == 0
     document = orjson.loads(out)

@@ -29,10 +29,8 @@ class ImportSource(StrEnum):
 @shared_options()
 def import_command(
     file: Annotated[Path, typer.Argument(help="The transcript (JSONL) to import.", show_default=False)],
+    source: Annotated[ImportSource, typer.Option("--from", help="The tool that wrote the transcript.")],
     opts: StoreOptions = DEFAULT_OPTIONS,
-    source: Annotated[
-        ImportSource, typer.Option("--from", help="The tool that wrote the transcript.", show_default=False)
-    ] = ImportSource.claude_code,
     session_id: Annotated[
         str | None, typer.Option("--id", help="Id of the new session (default: a fresh one).", show_default=False)
     ] = None,
