@@ -21,9 +21,10 @@ Supported parameter annotations (nesting allowed): ``str``, ``int``, ``float``, 
 ``dict[str, T]``, ``T | None``/``Optional[T]``, other unions, ``Literal[...]`` (strings, ints, bools,
 None), :class:`enum.Enum` subclasses with str/int values, ``TypedDict`` classes, dataclasses,
 pydantic models (recognised by ``model_json_schema``/``model_validate``; pydantic is not a dependency),
-``typing.NewType`` aliases, and ``Annotated[T, "description"]``. A parameter annotated :class:`~agentlog.agent.tools.ToolContext` is
-injected and never shown to the model. Sync functions run in a worker thread so a slow body does not
-stall the event loop (streaming and ``cancel()`` keep working); async functions run on the loop.
+``typing.NewType`` aliases, and ``Annotated[T, "description"]``. A parameter annotated
+:class:`~agentlog.agent.tools.ToolContext` is injected and never shown to the model. Sync functions run
+in a worker thread so a slow body does not stall the event loop (streaming and ``cancel()`` keep
+working); async functions run on the loop.
 """
 
 from __future__ import annotations
@@ -536,6 +537,11 @@ class Docstring:
 
 
 _GOOGLE_HEADERS = ("args", "arguments", "parameters", "params", "attributes", "keyword args", "keyword arguments")
+_GOOGLE_SECTIONS = frozenset(
+    {*_GOOGLE_HEADERS, "returns", "return", "raises", "yields", "examples", "example", "note", "notes", "see also"}
+    | {"warning", "warnings", "todo", "references"}
+)
+"""Headers that end the summary; only the parameter-like ones (``_GOOGLE_HEADERS``) are read for names."""
 _GOOGLE_SECTION = re.compile(r"^\s*([A-Za-z][A-Za-z ]*):\s*$")
 _GOOGLE_ITEM = re.compile(r"^(\*{0,2}[A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _NUMPY_UNDERLINE = re.compile(r"^\s*-{3,}\s*$")
@@ -578,22 +584,7 @@ def parse_docstring(doc: str | None) -> Docstring:
             if header in ("parameters", "other parameters", "attributes", "keyword arguments"):
                 _numpy_items(body, params)
             continue
-        if google and google.group(1).strip().lower() in {
-            *_GOOGLE_HEADERS,
-            "returns",
-            "return",
-            "raises",
-            "yields",
-            "examples",
-            "example",
-            "note",
-            "notes",
-            "see also",
-            "warning",
-            "warnings",
-            "todo",
-            "references",
-        }:
+        if google and google.group(1).strip().lower() in _GOOGLE_SECTIONS:
             summary_end = min(summary_end, index)
             header = google.group(1).strip().lower()
             index += 1
