@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from openai.types.responses import ResponseInputItemParam
 
 from agentlog.errors import ConversionError
+from agentlog.interop.openai_chat import from_openai_chat
 from agentlog.interop.openai_responses import (
     from_openai_responses,
     session_to_openai_responses,
@@ -251,3 +252,43 @@ def test_session_body_puts_the_system_prompt_in_instructions() -> None:
     body = session_to_openai_responses(session, reasoning="item")
     back = from_openai_responses(body["input"], instructions=body["instructions"], provider="openai", model="gpt-x")
     assert back.system == "Be brief." and strip_ids(back.messages) == strip_ids(list(session.derive_messages()))
+
+
+# --- a real framework reads the items ------------------------------------------------------------
+
+words = st.text(min_size=1, max_size=8)
+sdk_blocks = st.one_of(words.map(m.text_block), st.builds(m.tool_call_block, ids, words, words))
+sdk_conversations = st.lists(
+    st.one_of(
+        st.lists(words, min_size=1, max_size=2).map(lambda ts: m.user_message([m.text_block(t) for t in ts])),
+        st.builds(m.tool_result_message, ids, words),
+        st.lists(sdk_blocks, min_size=1, max_size=4).map(
+            lambda bs: m.assistant_message(bs, provider=PROVIDER, model=MODEL)
+        ),
+    ),
+    max_size=6,
+).map(no_adjacent_assistants)
+
+
+def merge_adjacent_assistants(messages: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for msg in messages:
+        if out and out[-1]["role"] == "assistant" and msg["role"] == "assistant":
+            out[-1] = {**out[-1], "content": out[-1]["content"] + msg["content"]}
+        else:
+            out.append(msg)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(sdk_conversations, words)
+def test_the_openai_agents_converter_reads_the_items_as_the_same_conversation(messages: list[Any], system: str) -> None:
+    """openai-agents turns Responses input items into chat messages for chat-completions models; fed our
+    items, it must produce the same conversation (it starts a new assistant message where the Responses
+    form has no boundary, so adjacent assistant messages are merged before comparing)."""
+    from agents.models.chatcmpl_converter import Converter
+
+    chat = Converter.items_to_messages(to_openai_responses(messages, system=system))  # type: ignore[arg-type]
+    imported = from_openai_chat([dict(entry) for entry in chat], provider=PROVIDER, model=MODEL)
+    assert imported.system == system
+    assert strip_ids(merge_adjacent_assistants(imported.messages)) == strip_ids(messages)
