@@ -317,7 +317,7 @@ def test_stream__refuses_a_session_that_is_not_live_and_a_second_concurrent_run(
         await release.wait()
         return "released"
 
-    _session, busy = _scripted_agent(
+    busy_session, busy = _scripted_agent(
         [tool_call_reply(("c1", "gate", "{}")), text_reply("done")], tools=ToolRegistry([gate])
     )
 
@@ -326,12 +326,14 @@ def test_stream__refuses_a_session_that_is_not_live_and_a_second_concurrent_run(
         async with contextlib.aclosing(busy.stream("one")) as first:
             async for update in first:
                 if isinstance(update, ToolCallStarted):
-                    _, err = await _collect(busy, None)  # the first run is parked in its tool
+                    _, err = await _collect(busy, "meanwhile")  # the first run is parked in its tool
                     release.set()
         return err
 
     err = asyncio.run(twice())
     assert isinstance(err, AgentError) and "already running" in str(err)
+    users = [e for e in busy_session.events if e["type"] == "user/message"]
+    assert len(users) == 1  # the refused prompt was not queued behind the running turn
 
 
 # --- property: any scripted run streams exactly its log ------------------------------------------------

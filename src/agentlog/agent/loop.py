@@ -495,6 +495,8 @@ class Agent:
                 f'session "{session.id}" is not live in a store, so there are no events to stream; '
                 "create it with store.create(...) or coordinator.resume(...)"
             )
+        if self._running:  # refused before the prompt is queued: a running loop would take it as a follow-up
+            raise AgentError(f'agent "{session.id}" is already running')
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
         owner = threading.get_ident()
