@@ -109,7 +109,9 @@ DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 """Write a batch once the transcript bytes behind it reach this (memory stays a few batches' worth)."""
 DEFAULT_BATCH_EVENTS = 8192
 
-_APPEND: Final = {"surfaceOp": "append"}
+_FRAMING: Final = frozenset({TURN_START, TURN_END, STEP_START, STEP_END})
+"""Events built here from counters alone (the check pass need not re-check them)."""
+_SPACE: Final = frozenset(b" \t\r\n\f\v")
 _MISSING_RESULT = "no result for this tool call in the imported transcript"
 
 
@@ -194,7 +196,8 @@ class _Sink:
                 # orjson never yields a lone surrogate or a non-finite float, and the mapped events hold
                 # only strings, bounded counts and booleans: a verbatim record is what the gate must see
                 # (-0.0, integers beyond 2**53).
-                check_append_data(etype, snapshot_json(data) if etype == IMPORT_RECORD else data)
+                if etype not in _FRAMING:
+                    check_append_data(etype, snapshot_json(data) if etype == IMPORT_RECORD else data)
         except AgentlogError as err:
             raise TranscriptError(
                 f"{self.path}:{self.line}: line {self.line} maps to an event agentlog refuses ({err})",
@@ -370,7 +373,7 @@ def _lines(path: str, sink: _Sink) -> Iterator[Any]:
             size = len(raw)
             report.lines = number
             report.bytes += size
-            if raw.isspace():
+            if raw[0] in _SPACE and raw.isspace():
                 sink.account(size)
                 continue
             try:
