@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,8 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
     SystemPromptPart,
     TextPart,
     ThinkingPart,
@@ -218,6 +221,31 @@ def test_record_run__keeps_each_requests_instructions_in_the_request_header() ->
     ]
 
 
+def test_history_round_trip__output_retry_feedback_reaches_the_model_as_pydantic_ai_frames_it() -> None:
+    async def main() -> tuple[al.Session, list[Any]]:
+        with DemoModelServer(["bad", "good", "fine", "fine"]) as server:
+            agent = _agent(server)
+
+            @agent.output_validator
+            def no_bad(output: str) -> str:
+                if output == "bad":
+                    raise ModelRetry("say something else")
+                return output
+
+            first = await agent.run("Say something.", event_stream_handler=_drain)
+            session = _store().create("feedback")
+            record_run(session, first)
+            await agent.run("Again.", message_history=session_to_model_messages(session), event_stream_handler=_drain)
+            await agent.run("Again.", message_history=first.all_messages(), event_stream_handler=_drain)
+            return session, server.requests
+
+    session, requests = asyncio.run(main())
+    assert requests[2].body["messages"] == requests[3].body["messages"]
+    feedback = session.derive_messages()[2]
+    assert feedback["source"] == {"kind": "plugin", "plugin": "pydantic-ai", "form": "retry-feedback/model_retry"}
+    assert feedback["content"] == [{"type": "text", "text": "say something else"}]
+
+
 def test_tool_call__recorded_as_the_loops_turn_step_and_tool_protocol() -> None:
     attempts: list[int] = []
     script: list[Any] = [
@@ -389,10 +417,23 @@ def agentlog_conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, 
                         {"kind": "user"},
                         {"kind": "plugin", "plugin": "memory"},
                         {"kind": "plugin", "plugin": "pydantic-ai", "form": "retry-feedback"},
+                        {"kind": "plugin", "plugin": "pydantic-ai", "form": "retry-feedback/model_retry"},
+                        {"kind": "plugin", "plugin": "pydantic-ai", "form": "retry-feedback/validation_error/json"},
                     ]
                 )
             )
             texts = draw(st.lists(_text, max_size=3))
+            if source.get("form", "").endswith("/json"):
+                detail = st.fixed_dictionaries(
+                    {
+                        "type": _name,
+                        "loc": st.lists(_name | st.integers(0, 9), max_size=2),
+                        "msg": _text,
+                        "input": _json,
+                    }
+                )
+                errors = draw(st.lists(detail | st.dictionaries(_name, _json, max_size=2), max_size=2))
+                texts = [pydantic_core.to_json(errors).decode()]  # canonical or not: both round trip
             messages.append(al.user_message([al.text_block(t) for t in texts], id=mid, source=source))
         elif kind == "assistant":
             blocks: list[dict[str, Any]] = []
@@ -477,6 +518,14 @@ def pydantic_histories(draw: st.DrawFn) -> list[ModelMessage]:
                 )
             )
         open_calls = []
+        if turn > 0 and draw(st.booleans()):
+            cause = draw(st.sampled_from(["model_retry", "no_output", "validation_error"]))
+            content: Any = (
+                draw(_text)
+                if cause != "validation_error"
+                else [{"type": "missing", "loc": ("x",), "msg": "Field required", "input": {}}]
+            )
+            parts.append(RetryFeedbackPart(content=content, retry=RetryInfo(cause=cause)))
         if not parts or draw(st.booleans()):
             parts.append(UserPromptPart(draw(_text | st.lists(_text, max_size=3))))
         history.append(ModelRequest(parts=parts))
@@ -524,6 +573,9 @@ def _seen(history: Sequence[ModelMessage]) -> list[Any]:
                     out.append(("system", part.content))
                 elif isinstance(part, UserPromptPart):
                     out.append(("user", texts(part.content)))
+                elif isinstance(part, RetryFeedbackPart):
+                    details = pydantic_core.to_json(part.content).decode()  # a tuple loc is a JSON list
+                    out.append(("feedback", part.retry.cause, details, part.model_response()))
                 else:
                     assert isinstance(part, ToolReturnPart)
                     error = part.outcome in ("failed", "retried")

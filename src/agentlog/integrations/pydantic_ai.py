@@ -24,6 +24,11 @@ Why it is built this way:
   A tool outcome maps to what the model sees: ``failed``/``retried`` are ``isError: true``,
   ``success``/``denied``/``interrupted`` plain results. A recorded tool result gets the recorder's own
   message id (the conversion's id is kept for user and assistant messages).
+* **Retry feedback stays pydantic-ai's.** A ``RetryFeedbackPart`` (output validation failed, the output
+  validator raised ``ModelRetry``, no usable output) is a plugin message (``plugin: "pydantic-ai"``,
+  ``form: "retry-feedback/<cause>"``, ``/json`` added when its content is validation error details kept
+  as their JSON text), and comes back as the same ``RetryFeedbackPart``, so pydantic-ai frames it for
+  the model exactly as it framed the original (as a bare user prompt it would be flagged as user text).
 * **Recording writes the loop's protocol.** :func:`record_run` turns a run's ``new_messages()`` into one
   turn through :class:`agentlog.interop.recorder.Recorder`, which writes what the agent loop writes: one
   step per model response (the request's user messages, the ``request/header`` and ``request/context``,
@@ -43,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 try:
+    import pydantic
     import pydantic_core
     from pydantic_ai.messages import (
         ModelMessage,
@@ -51,6 +57,7 @@ try:
         ModelResponse,
         ModelResponsePart,
         RetryFeedbackPart,
+        RetryInfo,
         RetryPromptPart,
         SystemPromptPart,
         TextContent,
@@ -59,6 +66,7 @@ try:
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
+        error_details_ta,
     )
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -228,7 +236,8 @@ def to_model_messages(
             entries.append(entry)
         elif role == "user":
             texts = _texts(content, where, index, "a user message")
-            parts.append(UserPromptPart(_text_content(texts)))
+            feedback = _feedback_part(source, texts)
+            parts.append(feedback if feedback is not None else UserPromptPart(_text_content(texts)))
             entries.append({"id": message["id"], "source": _plain(source)})
         else:
             raise ConversionError(
@@ -471,8 +480,7 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
             "source": {"kind": "tool", "callId": part.tool_call_id},
         }
     if isinstance(part, RetryPromptPart):  # deprecated in 2.x; still found in histories built by hand
-        text = part.model_response()
-        if part.tool_name is not None:
+        if part.tool_name is not None:  # pydantic-ai reads it as the call's ToolReturnPart(outcome="retried")
             return {
                 "id": message_id,
                 "role": "user",
@@ -480,15 +488,16 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
                     {
                         "type": "tool-result",
                         "toolCallId": part.tool_call_id,
-                        "content": [{"type": "text", "text": text}],
+                        "content": [{"type": "text", "text": _json_text(part.content, index, path)}],
                         "isError": True,
                     }
                 ],
                 "source": {"kind": "tool", "callId": part.tool_call_id},
             }
-        return _feedback(message_id, text)
+        cause = "model_retry" if isinstance(part.content, str) else "validation_error"
+        return _feedback(message_id, part.content, cause, index, path)
     if type(part) is RetryFeedbackPart:
-        return _feedback(message_id, part.model_response())
+        return _feedback(message_id, part.content, part.retry.cause, index, path)
     if isinstance(part, SystemPromptPart):
         raise ConversionError(
             f"message {index}: a system prompt after the conversation's start has no agentlog form "
@@ -503,14 +512,56 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
     )
 
 
-def _feedback(message_id: str, text: str) -> dict[str, Any]:
-    """Retry feedback that answers no tool call: injected context the model sees as a user turn."""
+def _json_text(content: Any, index: int, path: str) -> str:
+    """Retry content as text: a string as is, validation error details as their JSON text."""
+    if isinstance(content, str):
+        return content
+    try:
+        return error_details_ta.dump_json(content).decode()
+    except (TypeError, ValueError, pydantic_core.PydanticSerializationError) as err:
+        raise ConversionError(
+            f"message {index}: retry details are not JSON: {err}", index=index, path=f"{path}.content"
+        ) from None
+
+
+def _feedback(message_id: str, content: Any, cause: str, index: int, path: str) -> dict[str, Any]:
+    """Retry feedback that answers no tool call: injected context (a plugin message) whose ``form``
+    names the cause (``retry-feedback/<cause>``, plus ``/json`` for error details kept as JSON text), so
+    :func:`to_model_messages` rebuilds the ``RetryFeedbackPart`` pydantic-ai frames for the model."""
+    form = f"{RETRY_FEEDBACK_FORM}/{cause}" + ("" if isinstance(content, str) else "/json")
     return {
         "id": message_id,
         "role": "user",
-        "content": [{"type": "text", "text": text}],
-        "source": {"kind": "plugin", "plugin": RETRY_FEEDBACK_PLUGIN, "form": RETRY_FEEDBACK_FORM},
+        "content": [{"type": "text", "text": _json_text(content, index, path)}],
+        "source": {"kind": "plugin", "plugin": RETRY_FEEDBACK_PLUGIN, "form": form},
     }
+
+
+def _feedback_part(source: Mapping[str, Any], texts: list[str]) -> RetryFeedbackPart | None:
+    """The ``RetryFeedbackPart`` a retry-feedback plugin message came from, or None for any other message."""
+    form = source.get("form")
+    if source.get("kind") != "plugin" or source.get("plugin") != RETRY_FEEDBACK_PLUGIN or not isinstance(form, str):
+        return None
+    pieces = form.split("/")
+    if pieces[0] != RETRY_FEEDBACK_FORM or len(pieces) not in (2, 3) or len(texts) != 1:
+        return None
+    cause = pieces[1]
+    if cause not in ("validation_error", "no_output", "model_retry") or pieces[2:] not in ([], ["json"]):
+        return None
+    content: Any = texts[0]
+    if pieces[2:] == ["json"]:
+        try:
+            content = json.loads(texts[0])
+        except ValueError:
+            return None
+        try:  # only pydantic's own error details, in its own JSON form, make a part (else it is a user turn)
+            content = error_details_ta.validate_python(content)  # the shapes pydantic-ai holds (loc a tuple)
+            canonical = error_details_ta.dump_json(content)
+        except (pydantic.ValidationError, pydantic_core.PydanticSerializationError):
+            return None
+        if canonical != texts[0].encode():
+            return None
+    return RetryFeedbackPart(content=content, retry=RetryInfo(cause=cause))  # type: ignore[arg-type]
 
 
 def _response_message(message: ModelResponse, index: int) -> dict[str, Any]:
