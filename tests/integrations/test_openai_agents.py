@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, SQLiteSession, function_tool, set_tracing_disabled
@@ -42,6 +42,7 @@ from agentlog.llm.demo_server import DemoModelServer, Hang, RecordedRequest, Rep
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend, MemoryStorage
+from agentlog.persistence.sqlite.backend import SqliteBackend
 
 set_tracing_disabled(True)
 
@@ -124,18 +125,26 @@ def test_multi_turn_with_a_tool_gives_the_sdk_exactly_what_sqlite_session_gives(
     ours.close()
 
 
-def test_add_items_is_durable_when_it_returns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_add_items_is_durable_when_it_returns(tmp_path: Path, backend: Literal["jsonl", "sqlite"]) -> None:
     root = tmp_path / "store"
     item = {"role": "user", "content": "remember me"}
 
+    def reader() -> Any:  # another backend instance over the same storage: what is on disk
+        if backend == "sqlite":
+            return SqliteBackend(str(root / "sessions.sqlite3"), read_only=True)
+        return JsonlBackend(str(root), read_only=True)
+
     async def main() -> None:
-        session = AgentlogSession("durable", root)
+        session = AgentlogSession("durable", root, backend=backend)
         await session.add_items([item])  # type: ignore[list-item]
-        stored = JsonlBackend(str(root), read_only=True).load_stored("durable")  # another reader, at once
+        stored = reader().load_stored("durable")  # at once: no close, no sleep
         assert stored is not None
         messages = [e["data"] for e in stored.events if e["type"] == "user/message"]
         assert [message["source"][ITEM_KEY] for message in messages] == [item]
         session.close()
+        with AgentlogSession("durable", root, backend=backend) as reopened:
+            assert await reopened.get_items() == [item]
 
     asyncio.run(main())
 
