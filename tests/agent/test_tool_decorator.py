@@ -8,7 +8,9 @@ and what the model is sent back.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
+import inspect
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -429,6 +431,8 @@ def test_tool_decorator__return_values_and_raising_bodies() -> None:
             return {"a": [1, 2]}
         if kind == "dataclass":
             return Point(1.0)
+        if kind == "date":
+            return datetime.date(2026, 1, 2)
         if kind == "object":
             return object()
         raise RuntimeError("boom")
@@ -437,6 +441,7 @@ def test_tool_decorator__return_values_and_raising_bodies() -> None:
     assert _call(give, {"kind": "none"}).text_content == ""
     assert _call(give, {"kind": "json"}).text_content == '{"a":[1,2]}'
     assert json.loads(_call(give, {"kind": "dataclass"}).text_content) == {"x": 1.0, "y": 0.0, "tags": []}
+    assert _call(give, {"kind": "date"}).text_content == '"2026-01-02"'
     bad = _call(give, {"kind": "object"})
     assert bad.is_error and bad.error == {"name": "ToolError", "code": "INVALID_TOOL_OUTCOME"}
     boom = _call(give, {"kind": "raise"})
@@ -660,3 +665,42 @@ def test_tool_decorator__newtype_is_its_supertype() -> None:
 
     find.__annotations__ = {"user": UserId, "return": str}
     assert tool(find).parameters["properties"]["user"] == {"type": "integer"}
+
+
+NAMES = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=4, unique=True)
+WORDS = st.lists(st.from_regex(r"[A-Za-z][a-z0-9]{0,6}", fullmatch=True), min_size=1, max_size=6).map(" ".join)
+
+
+def _render(style: str, summary: str, described: dict[str, str]) -> str:
+    lines = [summary, ""]
+    if style == "google":
+        lines.append("Args:")
+        lines.extend(f"    {name}: {text}" for name, text in described.items())
+    elif style == "numpy":
+        lines.extend(["Parameters", "----------"])
+        for name, text in described.items():
+            lines.extend([f"{name} : int", f"    {text}"])
+    else:
+        lines.extend(f":param {name}: {text}" for name, text in described.items())
+    return "\n".join(lines)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["google", "numpy", "rest"]), WORDS, NAMES, st.data())
+def test_tool_decorator__docstring_descriptions_round_trip(
+    style: str, summary: str, names: list[str], data: Any
+) -> None:
+    described = {name: data.draw(WORDS) for name in names}
+
+    def fn(**kwargs: Any) -> str:
+        return ""
+
+    # A function with exactly these int parameters, documented in ``style``.
+    fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=int) for name in names]
+    )
+    fn.__annotations__ = dict.fromkeys(names, int)
+    fn.__doc__ = _render(style, summary, described)
+    made = tool(fn)
+    assert made.description == summary
+    assert {name: prop.get("description") for name, prop in made.parameters["properties"].items()} == described

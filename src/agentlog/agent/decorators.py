@@ -661,7 +661,8 @@ class DecoratedTool:
     is the ``INVALID_ARGUMENTS`` tool error), injects the :class:`ToolContext` parameter if the function
     has one, runs the body (sync bodies in a worker thread) and turns its return value into a
     :class:`ToolOutcome`: a ``ToolOutcome`` as is, a ``str`` as one text block, ``None`` as an empty
-    text, any other JSON value (or a dataclass) as its compact JSON text.
+    text, anything else orjson can write (JSON values, dataclasses, enums, dates, pydantic models)
+    as its compact JSON text.
     """
 
     def __init__(
@@ -779,25 +780,27 @@ class DecoratedTool:
 
 
 def _outcome(name: str, result: Any) -> ToolOutcome:
+    """The body's return value as an outcome: only the text reaches the log, so any value orjson can
+    write (dicts, lists, dataclasses, enums, datetimes, pydantic's ``model_dump()``…) is accepted."""
     if isinstance(result, ToolOutcome):
         return result
     if isinstance(result, str):
         return ToolOutcome.text(result)
     if result is None:
         return ToolOutcome.text("")
-    if dataclasses.is_dataclass(result) and not isinstance(result, type):
-        result = dataclasses.asdict(result)
-    if isinstance(result, enum.Enum):
-        result = result.value
-    if isinstance(result, (tuple, set, frozenset)):
+    if isinstance(result, (set, frozenset)):
         result = list(result)
-    if is_json_value(result):
+    dump = getattr(result, "model_dump", None)  # a pydantic model
+    if callable(dump) and not isinstance(result, type):
+        result = dump(mode="json")
+    try:
         return ToolOutcome.text(orjson.dumps(result).decode())
-    return ToolOutcome.failure(
-        f'tool "{name}" returned {type(result).__name__}; return a str, a ToolOutcome or a JSON value',
-        code=INVALID_TOOL_OUTCOME,
-        name="ToolError",
-    )
+    except (TypeError, orjson.JSONEncodeError):
+        return ToolOutcome.failure(
+            f'tool "{name}" returned {type(result).__name__}; return a str, a ToolOutcome or a JSON value',
+            code=INVALID_TOOL_OUTCOME,
+            name="ToolError",
+        )
 
 
 @overload
