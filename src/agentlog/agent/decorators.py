@@ -701,7 +701,7 @@ class DecoratedTool:
                 hint_text = " (for a method, decorate the bound method: tool(obj.method))" if pname == "self" else ""
                 raise ToolDefinitionError(f"{where}: parameter {pname!r} has no type annotation{hint_text}")
             hint = hints[pname]
-            if hint is ToolContext:
+            if hint is ToolContext or hint == ToolContext | None:
                 if context_name is not None:
                     raise ToolDefinitionError(f"{where}: more than one ToolContext parameter")
                 context_name = pname
