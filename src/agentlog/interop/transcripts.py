@@ -5,20 +5,22 @@ transcript line by line and write a new session through a :class:`PersistenceCoo
 ownerless ``create``/``append`` in bounded batches, so a 1 GB file needs a batch of memory, not a
 gigabyte. What maps becomes the ordinary turn/step/message vocabulary (a turn per user prompt, a step
 per assistant message, ``tool/call`` per tool-call block, ``tool/result`` per result, closed turns), so
-every reader (``show``, ``export``, ``stats``, ``resume``) treats the import like a recorded session.
+every reader (``show``, ``export``, ``verify``, ``at(seq)``) treats the import like a recorded session.
 Records that have no counterpart are kept verbatim as ignorable :data:`IMPORT_RECORD` events (readers
 that do not know the type skip them; nothing is lost), and the :class:`ImportReport` counts what did not
-map (dropped parts such as images and encrypted reasoning, records kept as ``import/record``, tool calls whose
-result the transcript lacks).
+map (dropped parts such as images and encrypted reasoning, records kept as ``import/record``, tool
+calls whose result the transcript lacks).
 
 **Why two passes.** A bad line (not JSON, a truncated last line, a record of the wrong shape) must fail
 the import with nothing committed. The persistence seam has no delete, and a JSONL log is published at
 its first batch, so a single pass would leave a half-written session behind. The first pass therefore
-parses, maps and checks every event with the same rules ``Session.append`` applies (the JSON gate and
-the core data and message-shape rules) and writes nothing; only when the whole file is valid does the
-second pass, which is deterministic over the same bytes, write it. The file's size and modification
-time are compared between the passes, so a file that changed in between is refused before anything is
-written. The first pass also learns the header (cwd, creation time, model) the session is created with.
+parses, maps and checks every event with the rules ``Session.append`` applies (the core data and
+message-shape rules, and the JSON gate for verbatim records: orjson itself refuses lone surrogates and
+non-finite numbers, so only those can still hold ``-0.0`` or integers beyond 2**53) and writes nothing;
+only when the whole file is valid does the second pass, which is deterministic over the same bytes,
+write it. The file's size, modification time and inode are compared between the passes, so a file
+that changed in between is refused before anything is written. The first pass also learns the header
+(cwd, creation time, model) the session is created with.
 A crash (kill -9, a full disk) *during* the second pass can still leave a valid prefix of the import;
 the session's id is printed only at the end, and such a prefix lacks its closing ``import/done`` record
 (:data:`IMPORT_DONE`), which tells a complete import from an interrupted one.
