@@ -246,6 +246,31 @@ def test_history_round_trip__output_retry_feedback_reaches_the_model_as_pydantic
     assert feedback["content"] == [{"type": "text", "text": "say something else"}]
 
 
+def test_history_round_trip__a_tool_call_with_invalid_arguments_is_retried_as_pydantic_ai_sent_it() -> None:
+    script: list[Any] = [
+        Reply(tool_calls=[ScriptedCall("add", {"a": "one", "b": 2}, id="bad")]),
+        Reply(tool_calls=[ScriptedCall("add", {"a": 1, "b": 2}, id="good")]),
+        "3.",
+        "Yes.",
+        "Yes.",
+    ]
+
+    async def main() -> tuple[al.Session, list[Any]]:
+        with DemoModelServer(script) as server:
+            agent = _agent(server)
+            first = await agent.run("1+2?", event_stream_handler=_drain)
+            session = _store().create("invalid-args")
+            record_run(session, first)
+            await agent.run("Sure?", message_history=session_to_model_messages(session), event_stream_handler=_drain)
+            await agent.run("Sure?", message_history=first.all_messages(), event_stream_handler=_drain)
+            return session, server.requests
+
+    session, requests = asyncio.run(main())
+    assert requests[3].body["messages"] == requests[4].body["messages"]
+    refused = session.derive_messages()[2]["content"][0]
+    assert refused["isError"] is True and json.loads(refused["content"][0]["text"])[0]["loc"] == ["a"]
+
+
 def test_tool_call__recorded_as_the_loops_turn_step_and_tool_protocol() -> None:
     attempts: list[int] = []
     script: list[Any] = [
@@ -471,6 +496,9 @@ def agentlog_conversations(draw: st.DrawFn) -> tuple[str | None, list[dict[str, 
             open_calls.remove(call_id)
             texts = draw(st.lists(_text, max_size=2))
             is_error = draw(st.sampled_from([None, True, False]))
+            if is_error and draw(st.booleans()):  # argument validation errors, as from_model_messages writes them
+                details = [{"type": "missing", "loc": [draw(_name)], "msg": draw(_text), "input": draw(_json)}]
+                texts = [pydantic_core.to_json(details).decode()]
             messages.append(
                 al.tool_result_message(call_id, [al.text_block(t) for t in texts], is_error=is_error, id=mid)
             )
@@ -509,14 +537,14 @@ def pydantic_histories(draw: st.DrawFn) -> list[ModelMessage]:
             parts.append(SystemPromptPart(draw(_text)))
         for call_id, name in open_calls:
             content: Any = draw(_text | st.lists(_text, max_size=2))
-            parts.append(
-                ToolReturnPart(
-                    tool_name=name,
-                    content=content,
-                    tool_call_id=call_id,
-                    outcome=draw(st.sampled_from(["success", "failed"])),
+            outcome = draw(st.sampled_from(["success", "failed", "retried"]))
+            if outcome == "retried":  # pydantic-ai retries with a message or argument validation errors
+                content = (
+                    draw(_text)
+                    if draw(st.booleans())
+                    else [{"type": "int_parsing", "loc": [draw(_name)], "msg": draw(_text), "input": draw(_json)}]
                 )
-            )
+            parts.append(ToolReturnPart(tool_name=name, content=content, tool_call_id=call_id, outcome=outcome))
         open_calls = []
         if turn > 0 and draw(st.booleans()):
             cause = draw(st.sampled_from(["model_retry", "no_output", "validation_error"]))
@@ -579,7 +607,7 @@ def _seen(history: Sequence[ModelMessage]) -> list[Any]:
                 else:
                     assert isinstance(part, ToolReturnPart)
                     error = part.outcome in ("failed", "retried")
-                    out.append(("return", part.tool_name, part.tool_call_id, texts(part.content), error))
+                    out.append(("return", part.tool_name, part.tool_call_id, part.model_response_str(), error))
         else:
             parts: list[Any] = []
             for part in message.parts:

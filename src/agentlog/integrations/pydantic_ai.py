@@ -225,14 +225,23 @@ def to_model_messages(
             is_error = block.get("isError")
             if is_error is False:
                 entry["isError"] = False
-            parts.append(
-                ToolReturnPart(
+            details = _error_details(texts[0]) if is_error is True and len(texts) == 1 else None
+            if details is not None:  # argument validation errors: pydantic-ai's retry, sent as structured data
+                part: ToolReturnPart[Any] = ToolReturnPart(
+                    tool_name=name,
+                    content=details,
+                    tool_call_id=call_id,
+                    outcome="retried",
+                    retry=RetryInfo(cause="validation_error"),
+                )
+            else:
+                part = ToolReturnPart(
                     tool_name=name,
                     content=_text_content(texts),
                     tool_call_id=call_id,
                     outcome="failed" if is_error is True else "success",
                 )
-            )
+            parts.append(part)
             entries.append(entry)
         elif role == "user":
             texts = _texts(content, where, index, "a user message")
@@ -347,10 +356,17 @@ def _user_texts(part: UserPromptPart, index: int, path: str) -> list[str]:
     return texts
 
 
-def _tool_texts(part: ToolReturnPart, index: int, path: str) -> list[str]:
+def _tool_texts(part: ToolReturnPart, index: int, path: str, ours: bool) -> list[str]:
+    """The text blocks of a tool return: the model-facing text, or, for a return
+    :func:`to_model_messages` built from several text blocks (``ours``), those blocks again."""
     content = part.content
-    if isinstance(content, list) and all(isinstance(item, str) for item in content):
+    if ours and isinstance(content, list) and all(isinstance(item, str) for item in content):
         return list(content)
+    if part.outcome == "retried" and isinstance(content, list):
+        try:  # validation error details, in the form to_model_messages turns back into them
+            return [error_details_ta.dump_json(error_details_ta.validate_python(content)).decode()]
+        except (pydantic.ValidationError, pydantic_core.PydanticSerializationError):
+            pass
     if part.files:
         raise ConversionError(
             f"message {index}: tool return {part.tool_call_id!r} carries files, which have no agentlog form",
@@ -467,7 +483,7 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
         block: dict[str, Any] = {
             "type": "tool-result",
             "toolCallId": part.tool_call_id,
-            "content": [{"type": "text", "text": t} for t in _tool_texts(part, index, path)],
+            "content": [{"type": "text", "text": t} for t in _tool_texts(part, index, path, entry is not None)],
         }
         if part.outcome in ("failed", "retried"):
             block["isError"] = True
@@ -517,8 +533,8 @@ def _json_text(content: Any, index: int, path: str) -> str:
     if isinstance(content, str):
         return content
     try:
-        return error_details_ta.dump_json(content).decode()
-    except (TypeError, ValueError, pydantic_core.PydanticSerializationError) as err:
+        return error_details_ta.dump_json(error_details_ta.validate_python(content)).decode()
+    except (TypeError, ValueError, pydantic_core.PydanticSerializationError) as err:  # ValidationError too
         raise ConversionError(
             f"message {index}: retry details are not JSON: {err}", index=index, path=f"{path}.content"
         ) from None
@@ -537,6 +553,19 @@ def _feedback(message_id: str, content: Any, cause: str, index: int, path: str) 
     }
 
 
+def _error_details(text: str) -> list[Any] | None:
+    """Validation error details from their JSON text, or None: only pydantic's own details, in exactly
+    the JSON form :func:`from_model_messages` writes them in, count (anything else stays text)."""
+    if not text.startswith("["):
+        return None
+    try:
+        details: list[Any] = error_details_ta.validate_python(json.loads(text))  # loc becomes a tuple
+        canonical = error_details_ta.dump_json(details)
+    except (ValueError, pydantic.ValidationError, pydantic_core.PydanticSerializationError):
+        return None
+    return details if canonical == text.encode() else None
+
+
 def _feedback_part(source: Mapping[str, Any], texts: list[str]) -> RetryFeedbackPart | None:
     """The ``RetryFeedbackPart`` a retry-feedback plugin message came from, or None for any other message."""
     form = source.get("form")
@@ -550,16 +579,8 @@ def _feedback_part(source: Mapping[str, Any], texts: list[str]) -> RetryFeedback
         return None
     content: Any = texts[0]
     if pieces[2:] == ["json"]:
-        try:
-            content = json.loads(texts[0])
-        except ValueError:
-            return None
-        try:  # only pydantic's own error details, in its own JSON form, make a part (else it is a user turn)
-            content = error_details_ta.validate_python(content)  # the shapes pydantic-ai holds (loc a tuple)
-            canonical = error_details_ta.dump_json(content)
-        except (pydantic.ValidationError, pydantic_core.PydanticSerializationError):
-            return None
-        if canonical != texts[0].encode():
+        content = _error_details(texts[0])
+        if content is None:
             return None
     return RetryFeedbackPart(content=content, retry=RetryInfo(cause=cause))  # type: ignore[arg-type]
 
