@@ -22,8 +22,11 @@ Why it is built this way:
   ``assistant/message`` event (``usage``), as the agent loop keeps it. A tool's return value is kept as
   the text the model was shown (``ToolReturnPart.model_response_str``), so ``3`` comes back as ``"3"``.
   A tool outcome maps to what the model sees: ``failed``/``retried`` are ``isError: true``,
-  ``success``/``denied``/``interrupted`` plain results. A recorded tool result gets the recorder's own
-  message id (the conversion's id is kept for user and assistant messages).
+  ``success``/``denied``/``interrupted`` plain results; a retry for invalid arguments keeps pydantic's
+  error details as their JSON text, and an error result holding exactly that text converts back to the
+  ``retried`` part (so the details reach the model as structured data again, as pydantic-ai sent them).
+  A recorded tool result gets the recorder's own message id (the conversion's id is kept for user and
+  assistant messages).
 * **Retry feedback stays pydantic-ai's.** A ``RetryFeedbackPart`` (output validation failed, the output
   validator raised ``ModelRetry``, no usable output) is a plugin message (``plugin: "pydantic-ai"``,
   ``form: "retry-feedback/<cause>"``, ``/json`` added when its content is validation error details kept
