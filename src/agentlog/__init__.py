@@ -145,11 +145,14 @@ _LAZY = {
     "TITLE_UNIT": ("agentlog.projection", "TITLE_UNIT"),
     "SessionQuery": ("agentlog.query", "SessionQuery"),
     "SqliteSearch": ("agentlog.query", "SqliteSearch"),
+    "Recorder": ("agentlog.interop", "Recorder"),
+    "tool": ("agentlog.agent", "tool"),
 }
 
 
 def __getattr__(name: str) -> object:
-    """File backends, projections and search load on first use, so ``import agentlog`` stays light (no sqlite3/zstd)."""
+    """File backends, projections, search, the recorder and ``tool`` load on first use, so ``import agentlog``
+    stays light (no sqlite3/zstd, no agent loop)."""
     if name in _LAZY:
         import importlib
 
@@ -223,6 +226,7 @@ __all__ = [
     "ProjectionCache",
     "ProjectionRegistry",
     "ProviderSummarizer",
+    "Recorder",
     "ReentrantAppendError",
     "RequestContextData",
     "RequestHeaderData",
@@ -297,6 +301,7 @@ __all__ = [
     "text_delta",
     "thaw",
     "token_usage",
+    "tool",
     "tool_call_block",
     "tool_call_delta",
     "tool_result_block",

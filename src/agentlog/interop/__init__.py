@@ -5,3 +5,40 @@ Messages formats (both directions), a recorder that writes the turn/step/tool-ca
 the user keeps, and importers/exporters of other tools' transcripts. The framework adapters live in
 :mod:`agentlog.integrations`, each behind its optional extra.
 """
+
+from ._common import ImportedConversation
+from .anthropic import from_anthropic, session_to_anthropic, to_anthropic, tools_to_anthropic
+from .openai_chat import from_openai_chat, session_to_openai_chat, to_openai_chat, tools_to_openai_chat
+from .openai_responses import (
+    from_openai_responses,
+    session_to_openai_responses,
+    to_openai_responses,
+    tools_to_openai_responses,
+)
+from .recorder import RecordedStream, RecordedTurn, Recorder, ToolRun
+from .transcripts import IMPORT_DONE, IMPORT_RECORD, ImportReport, export_session, import_transcript
+
+__all__ = [
+    "IMPORT_DONE",
+    "IMPORT_RECORD",
+    "ImportReport",
+    "ImportedConversation",
+    "RecordedStream",
+    "RecordedTurn",
+    "Recorder",
+    "ToolRun",
+    "export_session",
+    "from_anthropic",
+    "from_openai_chat",
+    "from_openai_responses",
+    "import_transcript",
+    "session_to_anthropic",
+    "session_to_openai_chat",
+    "session_to_openai_responses",
+    "to_anthropic",
+    "to_openai_chat",
+    "to_openai_responses",
+    "tools_to_anthropic",
+    "tools_to_openai_chat",
+    "tools_to_openai_responses",
+]
