@@ -401,6 +401,25 @@ def test_from_model_messages__refuses_what_agentlog_cannot_hold() -> None:
     assert caught.value.path == "$[0].parts[1]"
 
 
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+def test_from_model_messages__reads_the_deprecated_retry_prompt_part_as_pydantic_ai_does() -> None:
+    from pydantic_ai.messages import RetryPromptPart
+
+    history = [
+        ModelRequest(parts=[UserPromptPart("hi")]),
+        ModelResponse(parts=[ToolCallPart("lookup", "{}", tool_call_id="c")], model_name="m", provider_name="p"),
+        ModelRequest(parts=[RetryPromptPart("bad args", tool_name="lookup", tool_call_id="c"), RetryPromptPart("no")]),
+    ]
+    call_retry, feedback = from_model_messages(history).messages[2:]
+    assert call_retry["content"] == [
+        {"type": "tool-result", "toolCallId": "c", "content": [{"type": "text", "text": "bad args"}], "isError": True}
+    ]
+    assert feedback["source"] == {"kind": "plugin", "plugin": "pydantic-ai", "form": "retry-feedback/model_retry"}
+    rebuilt = to_model_messages(from_model_messages(history).messages)[-1]
+    assert isinstance(rebuilt, ModelRequest)
+    assert [type(p).__name__ for p in rebuilt.parts] == ["ToolReturnPart", "RetryFeedbackPart"]
+
+
 def test_to_model_messages__refuses_what_pydantic_ai_cannot_hold() -> None:
     image = al.user_message([al.image_block("att-1", "image/png", bytes=10, width=1, height=1)])
     with pytest.raises(ConversionError) as caught:
