@@ -80,6 +80,7 @@ from ..errors import ConversionError
 from ..interop._common import ImportedConversation  # the converters' result type, shared with them
 from ..interop.recorder import Recorder
 from ..kernel.messages import new_message_id, token_usage
+from ..kernel.session import Session
 from ..kernel.store import store_of
 
 __all__ = [
@@ -656,13 +657,14 @@ def _usage(response: ModelResponse) -> Any:
     )
 
 
-def record_run(session: Any, result: Any) -> RecordedRun:
+def record_run(session: Session, result: Any) -> RecordedRun:
     """Record a pydantic-ai run's ``new_messages()`` as one agentlog turn (see the module docstring).
 
     ``result`` is an ``AgentRunResult`` (or anything with ``new_messages()``). The whole run is
     converted and checked before the first append: a run that cannot be represented (a part with no
     agentlog form, a tool call left unanswered, a tool return for a call the run never made) raises
-    :class:`ConversionError` and appends nothing.
+    :class:`ConversionError` and appends nothing; a session that ends inside an open turn is refused by
+    the recorder (:class:`~agentlog.errors.RecorderStateError`), also before any append.
     """
     model_messages = list(result.new_messages())
     converted = _from_model_messages(model_messages, check_instructions=False)  # per-step: the header
