@@ -61,6 +61,9 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── SessionLockedError [SESSION_LOCKED]
     │   ├── SessionCollisionError [SESSION_COLLISION]
     │   ├── SessionTailChangedError [SESSION_TAIL_CHANGED]
+    │   ├── SessionConflictError [SESSION_CONFLICT]
+    │   ├── DatabaseUnavailableError [DATABASE_UNAVAILABLE]
+    │   ├── DatabaseSchemaError [DATABASE_SCHEMA]
     │   ├── StorageAccessError [STORAGE_IO; codes: STORAGE_PERMISSION_DENIED, STORAGE_FULL,
     │   │                       STORAGE_READ_ONLY, STORAGE_NOT_A_FILE, STORAGE_NOT_A_DIRECTORY, STORAGE_IO]
     │   ├── ResourceExhaustedError (MemoryError) [RESOURCE_EXHAUSTED]
@@ -986,3 +989,31 @@ class TranscriptError(InteropError, ValueError):
         super().__init__(message)
         self.path = path
         self.line = line
+
+
+# --- PostgreSQL backend ------------------------------------------------------------------------------------
+
+
+class SessionConflictError(PersistenceError):
+    """Another writer appended to the session first: the batch started at ``expected`` but the store's
+    next seq is ``found``. Nothing of the batch was stored; reload the session and retry."""
+
+    code = "SESSION_CONFLICT"
+
+    def __init__(self, message: str, *, expected: int | None = None, found: int | None = None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.found = found
+
+
+class DatabaseUnavailableError(PersistenceError):
+    """The database server could not be reached or dropped the connection (wrong DSN, server down,
+    connection terminated, statement timeout). Nothing unacknowledged was committed; retry once it is back."""
+
+    code = "DATABASE_UNAVAILABLE"
+
+
+class DatabaseSchemaError(PersistenceError):
+    """The database holds tables agentlog did not create, or a newer agentlog schema: it is refused untouched."""
+
+    code = "DATABASE_SCHEMA"
