@@ -25,7 +25,7 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,7 @@ from ..kernel.session import EventsView, Session, SessionView
 from ..kernel.store import SessionStore
 from . import legacy
 from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
+from .tail import DEFAULT_POLL_INTERVAL_S, tail_events
 from .write_behind import Scheduler, WriteBehind
 
 logger = logging.getLogger("agentlog")
@@ -449,6 +450,25 @@ class PersistenceCoordinator:
                 meta, events = sought
             suffix = [snapshot_json(event) for event in events]
             return SessionSnapshot(snapshot_json(meta), EventsView(suffix, len(suffix)))
+
+    def tail(
+        self,
+        session_id: str,
+        *,
+        from_seq: int = 0,
+        follow: bool = True,
+        poll_interval: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> AsyncIterator[FrozenDict]:
+        """The stored events with ``seq >= from_seq``, then (``follow``) each one as it is committed.
+
+        ``async for event in coordinator.tail(session_id, from_seq=...)``: every committed event
+        exactly once and in seq order, by whichever writer commits it; nothing is written and no lock
+        is taken. Without ``follow`` the iteration ends at the end of the stored log. File and SQLite
+        stores are polled every ``poll_interval`` seconds (a cheap revision check); a backend with a
+        ``wait_for_change`` signal is waited on, as a hint, for at most a second between checks. See
+        :mod:`agentlog.persistence.tail`.
+        """
+        return tail_events(self, session_id, from_seq=from_seq, follow=follow, poll_interval=poll_interval)
 
     def _stored_suffix(self, session_id: str, from_seq: int) -> tuple[Any, list[Any]] | None:
         """``(meta, events)`` of the backend's seek read, or ``None`` when the whole log must be read."""

@@ -1,0 +1,100 @@
+"""Live tails: the committed events of one stored session, each exactly once and in seq order.
+
+:meth:`PersistenceCoordinator.tail` is this module's :func:`tail_events`. A tail never writes and
+never takes the writer lock; it reads what is durable through ``PersistenceCoordinator.read_from``
+(a seek read on every backend that has one), so it sees events as they are committed by any writer,
+in this process or another, on this host or (PostgreSQL) another.
+
+How it learns that something changed:
+
+- every backend: the session's revision (``read_revision``: a ``stat`` for JSONL, one row for SQLite)
+  is compared with the revision of the last read; only a changed revision is read, from the next
+  expected seq. The revision is taken *before* the read, so an append racing the read is either in
+  it or changes the revision again: nothing is skipped, and the expected seq keeps anything from
+  being yielded twice.
+- between checks a backend without a change signal is polled every ``poll_interval`` seconds;
+  a backend with the optional ``wait_for_change(session_id, timeout_s) -> bool`` method (PostgreSQL,
+  ``LISTEN/NOTIFY``) is waited on instead, for at most :data:`MAX_HINT_WAIT_S`. Its answer is a hint
+  only: the revision is checked after every wait, whatever it returned, so a lost notification
+  delays an event by at most that bound and never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidOptionError, PersistenceError, SessionNotFoundError
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict
+from .backend import validate_session_id
+
+if TYPE_CHECKING:
+    from .coordinator import PersistenceCoordinator
+
+DEFAULT_POLL_INTERVAL_S = 0.2
+"""How often a backend without a change signal is polled (seconds)."""
+
+MAX_HINT_WAIT_S = 1.0
+"""The longest one wait on a backend's change signal lasts before the revision is checked anyway."""
+
+
+def check_tail_options(from_seq: object, poll_interval: object) -> float:
+    """Refuse a bad ``from_seq`` or ``poll_interval`` up front (``INVALID_OPTION``); the interval as a float."""
+    if type(from_seq) is not int or not 0 <= from_seq <= MAX_SAFE_INTEGER:
+        raise InvalidOptionError(f"tail from_seq must be a non-negative safe integer, got {from_seq!r}")
+    if (
+        type(poll_interval) not in (int, float)
+        or not math.isfinite(poll_interval)  # type: ignore[arg-type]
+        or not 0 < poll_interval <= 60  # type: ignore[operator]
+    ):
+        raise InvalidOptionError(f"tail poll_interval must be a number of seconds in (0, 60], got {poll_interval!r}")
+    return float(poll_interval)  # type: ignore[arg-type]
+
+
+async def tail_events(
+    coordinator: PersistenceCoordinator,
+    session_id: str,
+    *,
+    from_seq: int = 0,
+    follow: bool = True,
+    poll_interval: float = DEFAULT_POLL_INTERVAL_S,
+) -> AsyncIterator[FrozenDict]:
+    """Yield the session's stored events with ``seq >= from_seq`` (frozen wire dicts), then, with
+    ``follow``, each event as it is committed, until the consumer stops iterating (or is cancelled).
+
+    Without ``follow`` it ends at the end of the log as stored when the tail started reading. A
+    session that does not exist raises ``SessionNotFoundError``, at the first read or, when it is
+    removed while followed, at the next check. The blocking backend calls run in worker threads, so
+    the event loop stays free while a read or a wait is in progress.
+    """
+    interval = check_tail_options(from_seq, poll_interval)
+    backend = coordinator.backend
+    validate_session_id(backend, session_id)
+    wait: Callable[[str, float], Any] | None = getattr(backend, "wait_for_change", None)
+    next_seq = from_seq
+    seen: str | None = None
+    while True:
+        revision = await asyncio.to_thread(backend.read_revision, session_id)
+        if revision is None:
+            raise SessionNotFoundError(f'session "{session_id}" not found')
+        if revision != seen:
+            snapshot = await asyncio.to_thread(coordinator.read_from, session_id, next_seq)
+            seen = revision
+            for event in snapshot.events:
+                seq = event["seq"]
+                if seq < next_seq:  # cannot happen for a contiguous log; never yield twice
+                    continue
+                if seq != next_seq:
+                    raise PersistenceError(
+                        f'session "{session_id}": tail expected seq {next_seq} but the store returned {seq}'
+                    )
+                yield event
+                next_seq += 1
+        if not follow:
+            return
+        if wait is not None:
+            await asyncio.to_thread(wait, session_id, MAX_HINT_WAIT_S)
+        else:
+            await asyncio.sleep(interval)
