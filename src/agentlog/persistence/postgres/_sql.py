@@ -1,0 +1,125 @@
+"""Every statement the PostgreSQL backend runs, composed once per schema name.
+
+The schema name is the only thing interpolated, always as a quoted identifier (``psycopg.sql``); values
+are always bound as parameters. The DDL is versioned by ``SCHEMA_VERSION`` in ``agentlog_state``; the
+``EXPECTED_COLUMNS`` table is what an existing schema must hold exactly to be adopted.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from psycopg import sql
+
+SCHEMA_VERSION: Final = 1
+APPLICATION: Final = "agentlog"
+STATE_TABLE: Final = "agentlog_state"
+NOTIFY_CHANNEL: Final = "agentlog_events"
+
+# The tables and columns (name, data type) of schema version 1, in ordinal order.
+EXPECTED_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "agentlog_state": (
+        ("singleton", "integer"),
+        ("application", "text"),
+        ("schema_version", "integer"),
+        ("store_id", "text"),
+    ),
+    "events": (
+        ("session_id", "text"),
+        ("seq", "bigint"),
+        ("body", "bytea"),
+    ),
+    "sessions": (
+        ("id", "text"),
+        ("header", "bytea"),
+        ("version", "bigint"),
+        ("created_at", "bigint"),
+        ("cwd", "text"),
+        ("parent_session", "text"),
+        ("seed_length", "bigint"),
+        ("origin", "text"),
+        ("delegation_depth", "bigint"),
+        ("agent_preset", "text"),
+        ("incarnation", "text"),
+        ("revision", "bigint"),
+        ("next_seq", "bigint"),
+    ),
+}
+
+_DDL: Final = (
+    "CREATE SCHEMA IF NOT EXISTS {schema}",
+    """CREATE TABLE {schema}.agentlog_state (
+        singleton      integer PRIMARY KEY CHECK (singleton = 1),
+        application    text NOT NULL,
+        schema_version integer NOT NULL,
+        store_id       text NOT NULL
+    )""",
+    """CREATE TABLE {schema}.sessions (
+        id               text COLLATE "C" PRIMARY KEY,
+        header           bytea NOT NULL,
+        version          bigint,
+        created_at       bigint,
+        cwd              text,
+        parent_session   text,
+        seed_length      bigint,
+        origin           text,
+        delegation_depth bigint,
+        agent_preset     text,
+        incarnation      text NOT NULL,
+        revision         bigint NOT NULL,
+        next_seq         bigint NOT NULL CHECK (next_seq >= 0)
+    )""",
+    """CREATE TABLE {schema}.events (
+        session_id text COLLATE "C" NOT NULL REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
+        seq        bigint NOT NULL CHECK (seq >= 0),
+        body       bytea NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    )""",
+    "CREATE INDEX sessions_parent_idx ON {schema}.sessions (parent_session) WHERE parent_session IS NOT NULL",
+)
+
+_STATEMENTS: Final = {
+    "insert_state": "INSERT INTO {schema}.agentlog_state (singleton, application, schema_version, store_id) "
+    "VALUES (1, %s, %s, %s)",
+    "select_state": "SELECT application, schema_version, store_id FROM {schema}.agentlog_state WHERE singleton = 1",
+    "lock_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s FOR UPDATE",
+    "select_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s",
+    "select_revision": "SELECT incarnation, revision FROM {schema}.sessions WHERE id = %s",
+    "insert_session": "INSERT INTO {schema}.sessions (id, header, version, created_at, cwd, parent_session, "
+    "seed_length, origin, delegation_depth, agent_preset, incarnation, revision, next_seq) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, 0) ON CONFLICT (id) DO NOTHING",
+    "advance_session": "UPDATE {schema}.sessions SET next_seq = %s, revision = revision + 1 WHERE id = %s",
+    "copy_events": "COPY {schema}.events (session_id, seq, body) FROM STDIN (FORMAT BINARY)",
+    "select_events": "SELECT seq, body FROM {schema}.events WHERE session_id = %s ORDER BY seq",
+    "select_events_from": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s ORDER BY seq",
+    "select_event_span": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s AND seq < %s "
+    "ORDER BY seq",
+    "select_sessions": "SELECT id, header, incarnation, revision FROM {schema}.sessions ORDER BY id",
+    "select_sessions_page": "SELECT id, header, incarnation, revision FROM {schema}.sessions WHERE id > %s "
+    "ORDER BY id LIMIT %s",
+    "select_revisions": "SELECT id, incarnation, revision FROM {schema}.sessions ORDER BY id",
+}
+
+NAMESPACE_TABLES: Final = "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname"  # noqa: E501
+COLUMNS: Final = (
+    "SELECT table_name, column_name, data_type FROM information_schema.columns "
+    "WHERE table_schema = %s ORDER BY table_name, ordinal_position"
+)
+INIT_LOCK: Final = "SELECT pg_advisory_xact_lock(%s)"
+TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s)"
+UNLOCK: Final = "SELECT pg_advisory_unlock(%s)"
+NOTIFY: Final = "SELECT pg_notify(%s, %s)"
+SET_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
+READ_SNAPSHOT: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+class Statements:
+    """The statements of one schema name, composed with the name as a quoted identifier."""
+
+    def __init__(self, schema: str) -> None:
+        ident = sql.Identifier(schema)
+        self.ddl: tuple[sql.Composed, ...] = tuple(sql.SQL(text).format(schema=ident) for text in _DDL)
+        self._by_name = {name: sql.SQL(text).format(schema=ident) for name, text in _STATEMENTS.items()}
+
+    def __getitem__(self, name: str) -> sql.Composed:
+        return self._by_name[name]

@@ -1,0 +1,699 @@
+"""PostgreSQL session backend: many hosts, one store.
+
+Design points, each pinned by a test under ``tests/postgres/``:
+
+* **Nothing happens before the first operation.** The constructor only parses the DSN; the first
+  operation connects, then creates the versioned schema (under a transaction-scoped advisory lock, so
+  two hosts starting at once create it once) or checks an existing one. A schema that holds tables
+  agentlog did not create, or a newer schema version, is refused untouched (``DATABASE_SCHEMA``).
+* **Optimistic concurrency.** ``append_batch`` is one transaction: it locks the session row, and
+  commits only if the batch starts at the stored next seq; otherwise ``SESSION_CONFLICT`` names the
+  expected and found seq and nothing of the batch is stored. A batch whose commit acknowledgement was
+  lost (the connection died during ``COMMIT``) is recognised on retry: when the stored events at the
+  batch's seqs are byte-identical to it, the retry succeeds without writing anything again.
+* **Bytes are the kernel's.** Each event is stored as the JSON bytes ``event_json`` produced once;
+  loads parse exactly those bytes. The header is stored as its JSON bytes too, with the lineage fields
+  copied into columns for listing queries.
+* **The writer lease is a session-level advisory lock on a dedicated connection.** A second holder
+  gets ``SESSION_LOCKED`` at once; the lease ends with ``release()`` or when the connection dies (a
+  crashed host holds nothing). Readers never take it.
+* **Every commit notifies.** ``pg_notify('agentlog_events', session_id)`` runs inside the append
+  transaction, so a listener is woken only by committed events; :meth:`PostgresBackend.wait_for_change`
+  waits on it (a hint: a lost notification only delays a poller).
+* **A lost connection is typed.** Connection failures, a terminated backend and a statement timeout
+  become ``DATABASE_UNAVAILABLE`` (the connection is discarded; nothing unacknowledged is committed
+  twice), with what to check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import select
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import psycopg
+from psycopg import conninfo, pq
+
+from ...errors import (
+    DatabaseSchemaError,
+    DatabaseUnavailableError,
+    InvalidSessionIdError,
+    PersistenceError,
+    SessionConflictError,
+    SessionFormatUnsupportedError,
+    SessionLockedError,
+    SessionPersistenceCorruptionError,
+)
+from ...kernel.jsoncodec import dumps, loads
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
+from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from . import _sql
+from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
+
+__all__ = ["DEFAULT_SCHEMA", "MAX_SESSION_ID_BYTES", "SCHEMA_VERSION", "PostgresBackend"]
+
+DEFAULT_SCHEMA: Final = "agentlog"
+DEFAULT_POOL_SIZE: Final = 4
+DEFAULT_CONNECT_TIMEOUT_S: Final = 5
+MAX_SESSION_ID_BYTES: Final = 1000
+"""Longest session id (UTF-8 bytes): it is a btree key and the ``pg_notify`` payload (< 8000 bytes)."""
+_SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_INIT_LOCK_KEY: Final = 0x6167_656E_746C_6F67 - (1 << 63)  # "agentlog" as a signed bigint
+_CONNECTION_ERRORS: Final = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def _lock_key(schema: str, session_id: str) -> int:
+    """The advisory-lock key of a session: 64 bits of a hash of (schema, id), as a signed bigint."""
+    digest = hashlib.blake2b(f"{schema}\0{session_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _describe(params: Mapping[str, Any]) -> str:
+    """The DSN without its password: what an error message may show."""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or "5432"
+    dbname = params.get("dbname") or params.get("user") or "(default)"
+    return f"postgresql://{host}:{port}/{dbname}"
+
+
+def _lineage(meta: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The header fields copied into columns (``None`` where the value does not fit the column)."""
+
+    def integer(key: str) -> int | None:
+        value = meta.get(key)
+        return value if type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
+
+    def text(key: str) -> str | None:
+        value = meta.get(key)
+        return value if type(value) is str and "\0" not in value else None
+
+    return (
+        integer("version"),
+        integer("createdAt"),
+        text("cwd"),
+        text("parentSession"),
+        integer("seedLength"),
+        text("origin"),
+        integer("delegationDepth"),
+        text("agentPreset"),
+    )
+
+
+class _AdvisoryLease:
+    """A session-level advisory lock held on its own connection; closing the connection ends it."""
+
+    def __init__(self, owner: PostgresBackend, conn: psycopg.Connection[Any], key: int) -> None:
+        self._owner = owner
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._key = key
+        self._mutex = threading.Lock()
+
+    @property
+    def connection(self) -> psycopg.Connection[Any] | None:
+        """The lease's connection (tests terminate it to simulate a crashed host)."""
+        return self._conn
+
+    def release(self) -> None:
+        with self._mutex:
+            conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        self._owner._forget_lease(self)
+        try:
+            if not conn.closed and not conn.broken:
+                conn.execute(_sql.UNLOCK, (self._key,))
+        except psycopg.Error:
+            pass  # the lock ends with the connection anyway
+        finally:
+            conn.close()
+
+
+class PostgresBackend:
+    """Sessions in a PostgreSQL schema: one row per session, one row per event (``(session_id, seq)``).
+
+    Thread-safe: every operation borrows a connection from a small private pool (``pool_size`` idle
+    connections are kept); writer leases and the notification listener use dedicated connections.
+    """
+
+    name = "session-persistence-postgres"
+    supports_raw_artifacts = False
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        statement_timeout_ms: int = 0,
+        connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema) or schema.startswith("pg_"):
+            raise ValueError(
+                f"schema must be a lower-case SQL identifier (letters, digits, _; not pg_*), got {schema!r}"
+            )
+        if type(pool_size) is not int or pool_size < 1:
+            raise ValueError(f"pool_size must be a positive integer, got {pool_size!r}")
+        if type(statement_timeout_ms) is not int or statement_timeout_ms < 0:
+            raise ValueError(f"statement_timeout_ms must be a non-negative integer, got {statement_timeout_ms!r}")
+        if type(connect_timeout_s) is not int or connect_timeout_s < 1:
+            raise ValueError(f"connect_timeout_s must be a positive integer, got {connect_timeout_s!r}")
+        try:
+            params = conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as err:
+            raise DatabaseUnavailableError(
+                f"the PostgreSQL DSN is malformed ({err}); pass a URL such as postgresql://user@host:5432/dbname "
+                "with --dsn or AGENTLOG_DSN"
+            ) from None
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_size = pool_size
+        self.statement_timeout_ms = statement_timeout_ms
+        self.location = _describe(params)
+        self._connect_kwargs: dict[str, Any] = {}
+        if "connect_timeout" not in params:
+            self._connect_kwargs["connect_timeout"] = connect_timeout_s
+        if "application_name" not in params:
+            self._connect_kwargs["application_name"] = "agentlog"
+        self._sql = Statements(schema)
+        self._mutex = threading.Lock()
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._closed = False
+        self._ready = False
+        self._init_mutex = threading.Lock()
+        self._store_id = ""
+        self._leases: set[_AdvisoryLease] = set()
+        self._listen_mutex = threading.Lock()
+        self._listener: psycopg.Connection[Any] | None = None
+        self._notified: set[str] = set()
+
+    # --- connections -------------------------------------------------------------------------------
+
+    def _unavailable(self, err: BaseException, doing: str) -> DatabaseUnavailableError:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, psycopg.errors.QueryCanceled):
+            hint = "the statement timeout expired; retry, or raise statement_timeout_ms"
+        else:
+            hint = "check that the server is running and accepts connections and that the DSN (--dsn / AGENTLOG_DSN) is right, then retry"  # noqa: E501
+        return DatabaseUnavailableError(
+            f"PostgreSQL at {self.location} is unavailable while {doing} ({reason}); nothing unacknowledged "
+            f"was committed; {hint}"
+        )
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
+        try:
+            if self.statement_timeout_ms:
+                conn.execute(_sql.SET_TIMEOUT, (str(self.statement_timeout_ms),))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _checkout(self) -> psycopg.Connection[Any]:
+        while True:
+            with self._mutex:
+                if self._closed:
+                    raise PersistenceError(f"{self.name} backend is closed")
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._connect()
+            if self._usable(conn):
+                return conn
+            conn.close()
+
+    @staticmethod
+    def _usable(conn: psycopg.Connection[Any]) -> bool:
+        """An idle connection the server has not closed (an idle socket that is readable got EOF or a notice)."""
+        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            return False
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            return False
+        return not readable
+
+    def _checkin(self, conn: psycopg.Connection[Any]) -> None:
+        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            conn.close()
+            return
+        with self._mutex:
+            if not self._closed and len(self._idle) < self.pool_size:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    @contextmanager
+    def _connection(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
+        """A ready connection (the schema checked) for one operation; connection errors become typed."""
+        self._ensure_schema()
+        try:
+            conn = self._checkout()
+        except _CONNECTION_ERRORS as err:
+            raise self._unavailable(err, doing) from None
+        try:
+            yield conn
+        except _CONNECTION_ERRORS as err:
+            conn.close()
+            raise self._unavailable(err, doing) from None
+        except BaseException:
+            if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                conn.close()
+            else:
+                self._checkin(conn)
+            raise
+        else:
+            self._checkin(conn)
+
+    # --- schema --------------------------------------------------------------------------------------
+
+    def _ensure_schema(self) -> None:
+        if self._ready:
+            return
+        with self._init_mutex:
+            if self._ready:
+                return
+            with self._mutex:
+                if self._closed:
+                    raise PersistenceError(f"{self.name} backend is closed")
+            try:
+                conn = self._connect()
+            except _CONNECTION_ERRORS as err:
+                raise self._unavailable(err, "connecting") from None
+            try:
+                with conn.transaction():
+                    conn.execute(_sql.INIT_LOCK, (_INIT_LOCK_KEY,))
+                    tables = [row[0] for row in conn.execute(_sql.NAMESPACE_TABLES, (self.schema,))]
+                    if not tables:
+                        store_id = uuid.uuid4().hex
+                        for statement in self._sql.ddl:
+                            conn.execute(statement)
+                        conn.execute(self._sql["insert_state"], (APPLICATION, SCHEMA_VERSION, store_id))
+                    else:
+                        store_id = self._check_schema(conn, tables)
+            except _CONNECTION_ERRORS as err:
+                conn.close()
+                raise self._unavailable(err, "opening the session schema") from None
+            except psycopg.Error as err:
+                conn.close()
+                raise DatabaseSchemaError(
+                    f'cannot open the agentlog schema "{self.schema}" at {self.location}: {err}; check that the '
+                    "user may create schemas and tables there, or choose another schema"
+                ) from None
+            except BaseException:
+                conn.close()
+                raise
+            self._store_id = store_id
+            self._ready = True
+            self._checkin(conn)
+
+    def _check_schema(self, conn: psycopg.Connection[Any], tables: list[str]) -> str:
+        where = f'schema "{self.schema}" at {self.location}'
+        if STATE_TABLE not in tables:
+            raise DatabaseSchemaError(
+                f"{where} holds tables agentlog did not create ({', '.join(tables[:5])}); it is left untouched. "
+                "Choose another schema (schema=...) or database"
+            )
+        try:
+            row = conn.execute(self._sql["select_state"]).fetchone()
+        except psycopg.errors.UndefinedColumn:
+            row = None
+        if row is None or row[0] != APPLICATION or type(row[1]) is not int or type(row[2]) is not str:
+            raise DatabaseSchemaError(
+                f"{where} has an {STATE_TABLE} table agentlog did not write; it is left untouched. "
+                "Choose another schema (schema=...) or database"
+            )
+        _, version, store_id = row
+        if version > SCHEMA_VERSION:
+            raise DatabaseSchemaError(
+                f"{where} has agentlog schema version {version}, newer than this build supports "
+                f"({SCHEMA_VERSION}); upgrade agentlog to use it"
+            )
+        if version != SCHEMA_VERSION:
+            raise DatabaseSchemaError(
+                f"{where} has agentlog schema version {version}, which this build does not know "
+                f"(it writes {SCHEMA_VERSION}); it is left untouched"
+            )
+        found: dict[str, list[tuple[str, str]]] = {}
+        for table, column, data_type in conn.execute(_sql.COLUMNS, (self.schema,)):
+            found.setdefault(table, []).append((column, data_type))
+        expected = {table: list(columns) for table, columns in EXPECTED_COLUMNS.items()}
+        if found != expected:
+            raise DatabaseSchemaError(
+                f"{where} does not match agentlog schema version {SCHEMA_VERSION} (its tables or columns were "
+                "changed by something else); it is left untouched. Choose another schema or database"
+            )
+        return str(store_id)
+
+    # --- ids and revisions ---------------------------------------------------------------------------
+
+    def validate_session_id(self, session_id: object) -> None:
+        """Non-empty valid Unicode without NUL, at most ``MAX_SESSION_ID_BYTES`` UTF-8 bytes."""
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidSessionIdError(f"session id must be a non-empty string, got {session_id!r}")
+        try:
+            encoded = session_id.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise InvalidSessionIdError(
+                f"session id holds a character the store cannot hold (a lone surrogate at index {err.start}); "
+                "use an id of valid Unicode text"
+            ) from None
+        if "\0" in session_id:
+            raise InvalidSessionIdError(
+                f"session id holds a NUL character at index {session_id.index(chr(0))}, which PostgreSQL text "
+                "cannot hold; use another id"
+            )
+        if len(encoded) > MAX_SESSION_ID_BYTES:
+            raise InvalidSessionIdError(
+                f"session id is {len(encoded)} UTF-8 bytes; the PostgreSQL backend holds at most "
+                f"{MAX_SESSION_ID_BYTES}; use a shorter id"
+            )
+
+    def _revision(self, incarnation: str, revision: int) -> str:
+        return f"postgres:{self._store_id}:incarnation:{incarnation}:revision:{revision}"
+
+    def read_revision(self, session_id: str) -> str | None:
+        with self._connection("reading a revision") as conn:
+            row = conn.execute(self._sql["select_revision"], (session_id,)).fetchone()
+        return None if row is None else self._revision(row[0], row[1])
+
+    # --- reads -------------------------------------------------------------------------------------------
+
+    def _corrupt(self, session_id: str, seq: int, why: str) -> SessionPersistenceCorruptionError:
+        return SessionPersistenceCorruptionError(
+            f'corrupt session log "{session_id}" in {self.location} schema "{self.schema}": invalid committed '
+            f"event row at seq {seq} ({why}). The stored rows are left as they are; export the valid prefix "
+            "with `agentlog export --partial`",
+            location=f"{self.location} schema {self.schema}",
+            offset=seq,
+        )
+
+    def _read(
+        self, session_id: str, from_seq: int
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
+        with self._connection("reading a session") as conn:
+            with conn.transaction():
+                conn.execute(_sql.READ_SNAPSHOT)
+                cur = conn.cursor(binary=True)
+                row = cur.execute(self._sql["select_session"], (session_id,)).fetchone()
+                if row is None:
+                    return None
+                header, incarnation, revision, next_seq = row
+                if from_seq:
+                    rows = cur.execute(self._sql["select_events_from"], (session_id, from_seq)).fetchall()
+                else:
+                    rows = cur.execute(self._sql["select_events"], (session_id,)).fetchall()
+        try:
+            meta = loads(bytes(header))
+        except (ValueError, RecursionError) as err:
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{session_id}" in {self.location} has an invalid header ({err}); it is left as it is',
+                location=f"{self.location} schema {self.schema}",
+            ) from None
+        if not isinstance(meta, dict):
+            raise SessionPersistenceCorruptionError(
+                f'stored session "{session_id}" in {self.location} has a header that is not an object',
+                location=f"{self.location} schema {self.schema}",
+            )
+        events: list[dict[str, Any]] = []
+        damage: SessionPersistenceCorruptionError | None = None
+        expected = from_seq
+        for seq, body in rows:
+            if seq != expected:
+                damage = self._corrupt(session_id, expected, f"seq {expected} is missing; the next row is seq {seq}")
+                break
+            try:
+                event = loads(bytes(body))
+            except (ValueError, RecursionError) as err:
+                damage = self._corrupt(session_id, seq, f"unparsable JSON: {err}")
+                break
+            if not isinstance(event, dict) or event.get("seq") != seq:
+                damage = self._corrupt(session_id, seq, "the row's JSON is not the event of its seq")
+                break
+            events.append(event)
+            expected += 1
+        if damage is None and expected < next_seq:
+            damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
+        return meta, events, self._revision(incarnation, revision), damage
+
+    def load_stored(self, session_id: str) -> StoredPrefix | None:
+        read = self._read(session_id, 0)
+        if read is None:
+            return None
+        meta, events, revision, damage = read
+        if damage is not None:
+            raise damage
+        return StoredPrefix(meta=meta, events=events, revision=revision)
+
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+        """Seek read: only the rows with ``seq >= from_seq`` are fetched and parsed (the primary key)."""
+        if type(from_seq) is not int or not 0 <= from_seq <= MAX_SAFE_INTEGER:
+            raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
+        read = self._read(session_id, from_seq)
+        if read is None:
+            return None
+        meta, events, revision, damage = read
+        if damage is not None:
+            raise damage
+        return StoredPrefix(meta=meta, events=events, revision=revision)
+
+    def read_prefix(self, session_id: str) -> PartialRead | None:
+        read = self._read(session_id, 0)
+        if read is None:
+            return None
+        meta, events, revision, damage = read
+        return PartialRead(meta=meta, events=events, revision=revision, damage=damage)
+
+    def list_sessions(self) -> list[SessionListing]:
+        """Every stored session's header, sorted by id, from one query (the primary-key index)."""
+        with self._connection("listing sessions") as conn:
+            rows = conn.cursor(binary=True).execute(self._sql["select_sessions"]).fetchall()
+        return [self._listing(*row) for row in rows]
+
+    def list_sessions_page(self, after: str | None = None, limit: int = 100) -> list[SessionListing]:
+        """One page of :meth:`list_sessions`: the ``limit`` sessions with ids after ``after`` (a cursor)."""
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        with self._connection("listing sessions") as conn:
+            rows = conn.cursor(binary=True).execute(self._sql["select_sessions_page"], (after or "", limit)).fetchall()
+        return [self._listing(*row) for row in rows]
+
+    def _listing(self, session_id: str, header: bytes, incarnation: str, revision: int) -> SessionListing:
+        location = f"{self.location} schema {self.schema}"
+        try:
+            meta = loads(bytes(header))
+            if not isinstance(meta, dict) or meta.get("id") != session_id:
+                raise ValueError("the header is not this session's object")
+        except (ValueError, RecursionError) as err:
+            return SessionListing(
+                id=session_id,
+                header=None,
+                location=location,
+                error_code=SessionPersistenceCorruptionError.code,
+                error_message=f'stored session "{session_id}" has invalid metadata: {err}',
+            )
+        listing = SessionListing(
+            id=session_id, header=meta, revision=self._revision(incarnation, revision), location=location
+        )
+        version = meta.get("version")
+        if version != 0:
+            listing.error_code = SessionFormatUnsupportedError.code
+            listing.error_message = (
+                f'session "{session_id}" has format version {version!r}, which this build cannot read; '
+                "upgrade agentlog to read it"
+            )
+        return listing
+
+    def list_revisions(self) -> dict[str, str]:
+        """Every stored session's revision by id, sorted, from one SELECT of the id and revision columns."""
+        with self._connection("listing revisions") as conn:
+            rows = conn.execute(self._sql["select_revisions"]).fetchall()
+        return {sid: self._revision(incarnation, revision) for sid, incarnation, revision in rows}
+
+    # --- writes ------------------------------------------------------------------------------------------
+
+    def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
+        if not events:
+            return
+        session_id = meta["id"]
+        self.validate_session_id(session_id)
+        first = events[0]["seq"]
+        bodies = [event_json(event) for event in events]
+        for index, event in enumerate(events):
+            if event["seq"] != first + index:
+                raise PersistenceError(
+                    f'append batch of "{session_id}" is not contiguous: seq {event["seq"]} at index {index}'
+                )
+        header = dumps(dict(meta)) if not materialized else b""
+        with self._connection("appending events") as conn:
+            self._append(conn, session_id, meta, header, first, bodies, materialized)
+
+    def _append(
+        self,
+        conn: psycopg.Connection[Any],
+        session_id: str,
+        meta: Mapping[str, Any],
+        header: bytes,
+        first: int,
+        bodies: list[bytes],
+        materialized: bool,
+    ) -> None:
+        q = self._sql
+        with conn.transaction():
+            cur = conn.cursor(binary=True)
+            if not materialized:
+                created = cur.execute(
+                    q["insert_session"], (session_id, header, *_lineage(meta), uuid.uuid4().hex)
+                ).rowcount
+                row = cur.execute(q["lock_session"], (session_id,)).fetchone()
+                assert row is not None
+                if created != 1:
+                    if bytes(row[0]) == header and self._already_stored(cur, session_id, first, bodies, row[3]):
+                        return
+                    raise PersistenceError(
+                        f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
+                    )
+            else:
+                row = cur.execute(q["lock_session"], (session_id,)).fetchone()
+                if row is None:
+                    raise PersistenceError(f'session "{session_id}" has no stored log to append to')
+            next_seq = row[3]
+            if next_seq != first:
+                if self._already_stored(cur, session_id, first, bodies, next_seq):
+                    return
+                raise SessionConflictError(
+                    f'session "{session_id}" was appended to by another writer: this batch starts at seq {first}, '
+                    f"the store's next seq is {next_seq}; nothing of the batch was stored. Reload the session "
+                    "and retry",
+                    expected=first,
+                    found=next_seq,
+                )
+            with cur.copy(q["copy_events"]) as copy:
+                copy.set_types(["text", "int8", "bytea"])
+                for offset, body in enumerate(bodies):
+                    copy.write_row((session_id, first + offset, body))
+            cur.execute(q["advance_session"], (first + len(bodies), session_id))
+            cur.execute(_sql.NOTIFY, (NOTIFY_CHANNEL, session_id))
+
+    def _already_stored(
+        self, cur: psycopg.Cursor[Any], session_id: str, first: int, bodies: list[bytes], next_seq: int
+    ) -> bool:
+        """Whether the batch is committed already, byte for byte (a retry after a lost acknowledgement)."""
+        if next_seq < first + len(bodies):
+            return False
+        rows = cur.execute(self._sql["select_event_span"], (session_id, first, first + len(bodies))).fetchall()
+        return len(rows) == len(bodies) and all(
+            seq == first + i and bytes(body) == bodies[i] for i, (seq, body) in enumerate(rows)
+        )
+
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+        """A transaction cannot tear: there is never a torn tail, only closers to append."""
+        if torn_marker is not None:
+            raise PersistenceError("the PostgreSQL backend never reports a torn tail")
+        if closers:
+            self.append_batch(meta, closers, True)
+
+    # --- writer leases -----------------------------------------------------------------------------------
+
+    def lock_writer(self, meta: Mapping[str, Any]) -> _AdvisoryLease:
+        session_id = meta["id"]
+        self.validate_session_id(session_id)
+        self._ensure_schema()
+        key = _lock_key(self.schema, session_id)
+        try:
+            conn = self._connect()
+        except _CONNECTION_ERRORS as err:
+            raise self._unavailable(err, "taking the writer lock") from None
+        try:
+            row = conn.execute(_sql.TRY_LOCK, (key,)).fetchone()
+        except _CONNECTION_ERRORS as err:
+            conn.close()
+            raise self._unavailable(err, "taking the writer lock") from None
+        except BaseException:
+            conn.close()
+            raise
+        if row is None or row[0] is not True:
+            conn.close()
+            raise SessionLockedError(
+                f'session "{session_id}" is already open for writing (another process or host holds its '
+                "PostgreSQL writer lease); wait for it to finish or close it"
+            )
+        lease = _AdvisoryLease(self, conn, key)
+        with self._mutex:
+            self._leases.add(lease)
+        return lease
+
+    def _forget_lease(self, lease: _AdvisoryLease) -> None:
+        with self._mutex:
+            self._leases.discard(lease)
+
+    # --- change notification -----------------------------------------------------------------------------
+
+    def wait_for_change(self, session_id: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a commit to ``session_id`` (LISTEN on ``agentlog_events``).
+
+        A hint for tailers: ``True`` when a notification for the session arrived (since the previous
+        call or within the wait), ``False`` on timeout. The first call starts listening, so a commit just
+        before it is not reported; a caller re-reads after every wait, whatever it returns.
+        """
+        deadline = time.monotonic() + max(0.0, float(timeout_s))
+        with self._listen_mutex:
+            if session_id in self._notified:
+                self._notified.discard(session_id)
+                return True
+            try:
+                conn = self._listening()
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    for notify in conn.notifies(timeout=remaining):
+                        if notify.payload == session_id:
+                            self._drain(conn)
+                            self._notified.discard(session_id)
+                            return True
+                        self._notified.add(notify.payload)
+            except _CONNECTION_ERRORS as err:
+                listener, self._listener = self._listener, None
+                if listener is not None:
+                    listener.close()
+                raise self._unavailable(err, "waiting for a change notification") from None
+
+    def _drain(self, conn: psycopg.Connection[Any]) -> None:
+        for notify in conn.notifies(timeout=0):
+            self._notified.add(notify.payload)
+
+    def _listening(self) -> psycopg.Connection[Any]:
+        conn = self._listener
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        with self._mutex:
+            if self._closed:
+                raise PersistenceError(f"{self.name} backend is closed")
+        conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        self._listener = conn
+        return conn
+
+    # --- the rest of the protocol ------------------------------------------------------------------------
+
+    def read_raw(self, session_id: str) -> RawArtifact | None:
+        raise PersistenceError("this session persistence backend does not expose raw artifacts")
+
+    def locate(self, meta: Mapping[str, Any]) -> str | None:
+        return None
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
