@@ -36,6 +36,10 @@ READ_COMMANDS: dict[str, list[list[str]]] = {
 STREAM_COMMANDS: dict[str, list[list[str]]] = {"replay": [["replay", SESSION, "--speed", "0"]]}
 """Read commands whose ``--json`` output is NDJSON: one JSON object per line, the last a summary."""
 
+EVENT_STREAM_COMMANDS: dict[str, list[list[str]]] = {"tail": [["tail", SESSION], ["tail", SESSION, "--from-seq", "3"]]}
+"""Read commands whose ``--json`` output is NDJSON of the stored events themselves, exactly as ``export``
+writes them (``tail`` without ``--follow``; following is tested in tests/test_tail_cli.py)."""
+
 OTHER_COMMANDS = {
     "run": "tests/test_cli_agent.py (run --json)",
     "resume": "tests/test_cli_agent.py (resume --json)",
@@ -55,7 +59,7 @@ def _commands() -> dict[str, Any]:
 
 
 def test_contract__every_command_is_in_one_table() -> None:
-    tables = [set(READ_COMMANDS), set(STREAM_COMMANDS), set(OTHER_COMMANDS)]
+    tables = [set(READ_COMMANDS), set(STREAM_COMMANDS), set(EVENT_STREAM_COMMANDS), set(OTHER_COMMANDS)]
     assert sum(len(table) for table in tables) == len(set().union(*tables))
     assert set(_commands()) == set().union(*tables)
 
@@ -124,9 +128,19 @@ def test_contract__replay_json_is_one_object_per_event_then_a_summary(recorded: 
     assert plain.exit_code == 0 and "It says 42." in plain.stdout
 
 
-@pytest.mark.parametrize("name", sorted([*READ_COMMANDS, *STREAM_COMMANDS]))
+@pytest.mark.parametrize("argv", [argv for runs in EVENT_STREAM_COMMANDS.values() for argv in runs], ids=" ".join)
+def test_contract__tail_json_is_one_object_per_stored_event(recorded: Path, argv: list[str]) -> None:
+    result = runner.invoke(app, [*argv, "--store", str(recorded), "--json"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    events = [orjson.loads(line) for line in result.stdout.splitlines()]
+    exported = orjson.loads(runner.invoke(app, ["export", SESSION, "--store", str(recorded)]).stdout)["events"]
+    start = int(argv[argv.index("--from-seq") + 1]) if "--from-seq" in argv else 0
+    assert events == exported[start:] and events
+
+
+@pytest.mark.parametrize("name", sorted([*READ_COMMANDS, *STREAM_COMMANDS, *EVENT_STREAM_COMMANDS]))
 def test_contract__read_command_failures_are_one_json_error_on_stderr(tmp_path: Path, name: str) -> None:
-    argv = [*(READ_COMMANDS.get(name) or STREAM_COMMANDS[name])[0]]
+    argv = [*(READ_COMMANDS.get(name) or STREAM_COMMANDS.get(name) or EVENT_STREAM_COMMANDS[name])[0]]
     result = runner.invoke(app, [*argv, "--store", str(tmp_path / "missing"), "--json"])
     assert result.exit_code == 1
     assert result.stdout == ""

@@ -11,7 +11,7 @@ This module is the command table: it registers each command on the Typer app (:m
 order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
 ``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``),
 :mod:`.projection_commands` (``stats``, ``title``, ``reindex``), :mod:`.query_commands` (``search``,
-``trace``), :mod:`.interop_commands` (``import``) and :mod:`.demo_commands`;
+``trace``), :mod:`.interop_commands` (``import``), :mod:`.tail_commands` (``tail``) and :mod:`.demo_commands`;
 they take the shared options from :mod:`.options` and print through :mod:`.render`. The names below
 stay importable from here.
 """
@@ -37,6 +37,7 @@ from .options import SQLITE_FILENAME, BackendKind, Compression, open_backend
 from .projection_commands import reindex_command, stats_command, title_command
 from .query_commands import search_command, trace_command
 from .read_commands import PARTIAL_EXIT, PENDING_MARK, export_command, ls_command, show_command, verify_command
+from .tail_commands import tail_command
 
 __all__ = [
     "COMMAND_HINT",
@@ -62,6 +63,7 @@ app.command("verify")(verify_command)
 app.command("run")(run_command)
 app.command("resume")(resume_command)
 app.command("show")(show_command)
+app.command("tail")(tail_command)
 app.command("stats")(stats_command)
 app.command("title")(title_command)
 app.command("search")(search_command)
