@@ -1,5 +1,12 @@
-"""Options shared by the commands (``--store``, ``--backend``, ``--compression``, ``--json``), declared
-once, and the backend they open.
+"""Options shared by the commands (``--store``, ``--backend``, ``--compression``, ``--dsn``, ``--pg-schema``,
+``--json``), declared once, and the backend they open.
+
+``--backend postgres`` opens a PostgreSQL store: ``--dsn`` (else ``$AGENTLOG_DSN``) names the database,
+``--pg-schema`` (else ``$AGENTLOG_PG_SCHEMA``, else the backend's default ``agentlog``) the schema in it.
+The PostgreSQL backend (and with it ``psycopg``) is imported only then, so the other backends never need
+the ``agentlog[postgres]`` extra. ``--store`` does not locate a PostgreSQL store; its derived files (the
+projection cache and the search index) live in the reading host's cache directory instead (see
+:func:`agentlog.query.sqlite.default_index_path`).
 
 A command takes one ``opts: StoreOptions`` parameter and is decorated with ``@shared_options()``; its
 command line gets the shared options in that parameter's place (after the command's arguments, before
@@ -21,12 +28,14 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from ..errors import InvalidOptionError
 from ..persistence.backend import Backend
 
 
 class BackendKind(StrEnum):
     jsonl = "jsonl"
     sqlite = "sqlite"
+    postgres = "postgres"
 
 
 class Compression(StrEnum):
@@ -40,9 +49,27 @@ StoreOption = Annotated[
 ]
 BackendOption = Annotated[BackendKind, typer.Option("--backend", help="Storage backend.")]
 CompressionOption = Annotated[Compression, typer.Option("--compression", help="JSONL physical encoding.")]
+DsnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn",
+        help="PostgreSQL connection string for --backend postgres (default: $AGENTLOG_DSN).",
+        show_default=False,
+    ),
+]
+PgSchemaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pg-schema",
+        help="PostgreSQL schema of the store (default: $AGENTLOG_PG_SCHEMA or agentlog).",
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 SQLITE_FILENAME = "sessions.sqlite3"
+DSN_ENV = "AGENTLOG_DSN"
+PG_SCHEMA_ENV = "AGENTLOG_PG_SCHEMA"
 
 
 def _store_root(store: Path | None) -> Path:
@@ -51,15 +78,50 @@ def _store_root(store: Path | None) -> Path:
     return Path(os.environ.get("AGENTLOG_STORE") or ".agentlog")
 
 
+def resolve_dsn(dsn: str | None) -> str:
+    """The DSN of a PostgreSQL store: ``--dsn``, else ``$AGENTLOG_DSN``; neither is ``INVALID_OPTION``."""
+    found = dsn if dsn else os.environ.get(DSN_ENV)
+    if not found:
+        raise InvalidOptionError(
+            f"--backend postgres needs a database: pass --dsn postgresql://USER@HOST:PORT/DATABASE or set ${DSN_ENV}"
+        )
+    return found
+
+
+def _open_postgres(dsn: str | None, schema: str | None) -> Backend:
+    resolved = resolve_dsn(dsn)
+    schema = schema if schema else (os.environ.get(PG_SCHEMA_ENV) or None)
+    try:
+        from ..persistence.postgres.backend import DEFAULT_SCHEMA, PostgresBackend
+    except ImportError as err:
+        raise InvalidOptionError(
+            f"--backend postgres needs the PostgreSQL driver ({err}): pip install 'agentlog[postgres]'"
+        ) from None
+    try:
+        backend: Backend = PostgresBackend(resolved, schema=schema or DEFAULT_SCHEMA)
+    except ValueError as err:
+        raise InvalidOptionError(f"--pg-schema: {err}") from None
+    return backend
+
+
 def open_backend(
-    store: Path | None, backend: BackendKind, compression: Compression, *, read_only: bool = False
+    store: Path | None,
+    backend: BackendKind,
+    compression: Compression,
+    *,
+    read_only: bool = False,
+    dsn: str | None = None,
+    pg_schema: str | None = None,
 ) -> Backend:
     """The backend of a command (constructing one never writes to the store).
 
     ``read_only=True`` is for the inspection commands: nothing is ever created (a store or database
     that does not exist is ``STORE_NOT_FOUND``), and JSONL reads whichever encoding the store holds,
-    whatever ``--compression`` says (that option chooses the encoding of new sessions).
+    whatever ``--compression`` says (that option chooses the encoding of new sessions). A PostgreSQL
+    store is named by ``dsn``/``pg_schema`` (or their environment variables), not by ``store``.
     """
+    if backend is BackendKind.postgres:
+        return _open_postgres(dsn, pg_schema)
     root = _store_root(store).absolute()
     if backend is BackendKind.sqlite:
         from ..persistence.sqlite.backend import SqliteBackend
@@ -74,11 +136,14 @@ def open_backend(
 
 @dataclass(frozen=True, slots=True)
 class StoreOptions:
-    """The shared options of one command: the store, its backend and encoding, and ``--json``."""
+    """The shared options of one command: the store, its backend and encoding (or its database), and
+    ``--json``."""
 
     store: Path | None = None
     backend: BackendKind = BackendKind.jsonl
     compression: Compression = Compression.zstd
+    dsn: str | None = None
+    pg_schema: str | None = None
     as_json: bool = False
 
     @property
@@ -88,7 +153,9 @@ class StoreOptions:
 
     def open_backend(self, *, read_only: bool = False) -> Backend:
         """:func:`open_backend` with these options."""
-        return open_backend(self.store, self.backend, self.compression, read_only=read_only)
+        return open_backend(
+            self.store, self.backend, self.compression, read_only=read_only, dsn=self.dsn, pg_schema=self.pg_schema
+        )
 
 
 R = TypeVar("R")
@@ -152,7 +219,15 @@ DEFAULT_OPTIONS = StoreOptions()
 
 shared_options = OptionGroup(
     StoreOptions,
-    {"store": StoreOption, "backend": BackendOption, "compression": CompressionOption, "as_json": JsonOption},
+    {
+        "store": StoreOption,
+        "backend": BackendOption,
+        "compression": CompressionOption,
+        "dsn": DsnOption,
+        "pg_schema": PgSchemaOption,
+        "as_json": JsonOption,
+    },
 )
-"""``@shared_options()`` gives a command ``--store``, ``--backend``, ``--compression`` and ``--json``
-(``@shared_options("store", "as_json")`` only those two) as its ``opts: StoreOptions`` parameter."""
+"""``@shared_options()`` gives a command ``--store``, ``--backend``, ``--compression``, ``--dsn``,
+``--pg-schema`` and ``--json`` (``@shared_options("store", "as_json")`` only those two) as its
+``opts: StoreOptions`` parameter."""

@@ -16,7 +16,8 @@ Two media:
 
 Where a store keeps its cache (:func:`cache_path_for`): a JSONL store at ``<root>/.projections.sqlite``
 (the listing skips files in the root and dot-names are not project directories); a SQLite store in a
-sibling file ``<database>.projections.sqlite`` — the SQLite backend checks an exact copy of its schema
+sibling file ``<database>.projections.sqlite`` (a PostgreSQL store: in the reading host's cache
+directory, :mod:`agentlog.persistence.host_cache`) — the SQLite backend checks an exact copy of its schema
 at every open and inside every write transaction, so a foreign table inside its database would make it
 refuse its own store, and cache writes would contend with log appends for the one write lock.
 """
@@ -37,6 +38,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
+from ..persistence.host_cache import POSTGRES_CACHE_FILE, derived_directory, store_key
 
 __all__ = [
     "APPLICATION_ID",
@@ -563,7 +565,14 @@ def _is_damage(err: sqlite3.OperationalError) -> bool:
 
 
 def cache_path_for(backend: object) -> str | None:
-    """Where a backend's store keeps its cache file, or ``None`` for an in-process store (memory medium)."""
+    """Where a backend's store keeps its cache file, or ``None`` for an in-process store (memory medium).
+
+    A PostgreSQL store has no place on disk: its cache is ``projections.sqlite`` in its directory of the
+    reading host's cache (:mod:`agentlog.persistence.host_cache`), created here.
+    """
+    directory = derived_directory(backend)
+    if directory is not None:
+        return os.path.join(directory, POSTGRES_CACHE_FILE)
     root = getattr(backend, "root", None)
     if isinstance(root, str):  # JsonlBackend
         return os.path.join(root, CACHE_FILE_NAME)
@@ -582,6 +591,9 @@ def store_id_for(backend: object) -> str | None:
     have no id of their own: the real path and the inode of the root stand in, so a store copied
     elsewhere (or recreated at the same path) rebuilds its cache instead of trusting a copied file.
     """
+    key = store_key(backend)
+    if key is not None:  # a PostgreSQL store: its address (the cache is reconciled by revision)
+        return f"postgres:{key}"
     root = getattr(backend, "root", None)
     if isinstance(root, str):
         real = os.path.realpath(root)

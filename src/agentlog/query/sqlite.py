@@ -257,10 +257,17 @@ def default_index_path(backend: object) -> str | None:
     A JSONL store: ``<root>/.agentlog-search.sqlite3`` (the listing ignores files in the root, and a
     dot-name is never a project directory). A SQLite store: the sibling ``<database>.search.sqlite3`` —
     never inside the store's own database, which checks an exact copy of its schema (spec: the index is
-    a dedicated derived database). A memory store, or anything else: ``None``.
+    a dedicated derived database). A PostgreSQL store: ``search.sqlite3`` in its directory of the reading
+    host's cache (:mod:`agentlog.persistence.host_cache`: ``~/.cache/agentlog/postgres/<key>/``; each host
+    keeps its own index, reconciled by revision on every search). A memory store, or anything else: ``None``.
     """
+    from ..persistence.host_cache import POSTGRES_INDEX_FILE, derived_directory
     from ..persistence.jsonl.backend import JsonlBackend
     from ..persistence.sqlite.backend import SqliteBackend
+
+    directory = derived_directory(backend)
+    if directory is not None:
+        return os.path.join(directory, POSTGRES_INDEX_FILE)
 
     if isinstance(backend, JsonlBackend):
         return os.path.join(backend.root, INDEX_FILE_NAME)

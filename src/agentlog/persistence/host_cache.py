@@ -1,0 +1,73 @@
+"""Where the derived files of a store without a local path live: the reading host's cache directory.
+
+A JSONL or SQLite store keeps its projection cache and search index beside itself (they are derived and
+rebuildable, and a store copied elsewhere takes them along or rebuilds them). A PostgreSQL store has no
+place on disk, and the derived files must not go into the database: they are SQLite files, written by
+each reading host for itself, reconciled against the store's revisions on every use, so a host's copy
+can fall behind but never serves a stale answer. Each host therefore keeps them in its own per-user
+cache directory::
+
+    $XDG_CACHE_HOME/agentlog/postgres/<key>/     (default ~/.cache/agentlog/postgres/<key>/)
+        projections.sqlite                       the projection cache
+        search.sqlite3                           the search index
+
+``<key>`` is the first 16 hex digits of a SHA-256 of the store's address: its connection parameters
+without the password (host, port, database, user, …, sorted) and its schema, so two stores on one
+server (two databases, or two schemas of one database) never share a file, and the same store reached
+with the same parameters always finds its files again. The directory is created owner-only (``0700``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Final
+
+__all__ = [
+    "HOST_CACHE_ENV",
+    "POSTGRES_BACKEND_NAME",
+    "POSTGRES_CACHE_FILE",
+    "POSTGRES_INDEX_FILE",
+    "derived_directory",
+    "store_key",
+]
+
+HOST_CACHE_ENV: Final = "XDG_CACHE_HOME"
+POSTGRES_BACKEND_NAME: Final = "session-persistence-postgres"
+"""``PostgresBackend.name``: recognised by name, so nothing here imports the backend (or psycopg)."""
+POSTGRES_CACHE_FILE: Final = "projections.sqlite"
+POSTGRES_INDEX_FILE: Final = "search.sqlite3"
+
+
+def _dsn_and_schema(backend: object) -> tuple[str, str] | None:
+    if getattr(backend, "name", None) != POSTGRES_BACKEND_NAME:
+        return None
+    dsn = getattr(backend, "dsn", None)
+    schema = getattr(backend, "schema", None)
+    if not isinstance(dsn, str) or not isinstance(schema, str):
+        return None
+    return dsn, schema
+
+
+def store_key(backend: object) -> str | None:
+    """The host-cache key of a PostgreSQL store (``None`` for any other backend)."""
+    found = _dsn_and_schema(backend)
+    if found is None:
+        return None
+    dsn, schema = found
+    from psycopg.conninfo import conninfo_to_dict  # a PostgreSQL backend exists, so psycopg does
+
+    params = {name: str(value) for name, value in conninfo_to_dict(dsn).items() if name != "password"}
+    address = "\0".join(f"{name}={params[name]}" for name in sorted(params))
+    return hashlib.sha256(f"{address}\0schema={schema}".encode()).hexdigest()[:16]
+
+
+def derived_directory(backend: object) -> str | None:
+    """The (created) host-cache directory of a PostgreSQL store's derived files, else ``None``."""
+    key = store_key(backend)
+    if key is None:
+        return None
+    base = os.environ.get(HOST_CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(os.path.abspath(base), "agentlog", "postgres", key)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return directory
