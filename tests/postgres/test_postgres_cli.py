@@ -106,7 +106,9 @@ def test_run_then_every_read_command_works_against_the_postgres_store(
     assert "migration" in hits[0]["bestMatch"]["snippet"]
 
     # The derived files live in the reading host's cache directory, keyed by the store's address.
-    key = store_key(PostgresBackend(pg_dsn, schema=pg_schema))
+    backend = PostgresBackend(pg_dsn, schema=pg_schema)
+    key = store_key(backend)
+    backend.close()
     derived = tmp_path / "host-cache" / "agentlog" / "postgres" / str(key)
     assert (derived / POSTGRES_CACHE_FILE).is_file() and (derived / POSTGRES_INDEX_FILE).is_file()
     assert not (tmp_path / ".agentlog").exists()  # --store plays no part in a PostgreSQL store
@@ -171,3 +173,20 @@ def test_the_command_line_imports_psycopg_only_for_a_postgres_store(tmp_path: Pa
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_host_cache_key_names_the_store_address_without_the_password(pg_dsn: str, pg_schema: str) -> None:
+    def key(dsn: str, schema: str) -> str | None:
+        backend = PostgresBackend(dsn, schema=schema)  # constructing one connects to nothing
+        try:
+            return store_key(backend)
+        finally:
+            backend.close()
+
+    url = "postgresql://agents@db.example:5432/work"
+    assert key(url, "agentlog") == key("postgresql://agents:secret@db.example:5432/work", "agentlog")
+    assert key(url, "agentlog") == key("host=db.example port=5432 dbname=work user=agents", "agentlog")
+    assert (
+        len({key(url, "agentlog"), key(url, "other"), key("postgresql://agents@db.example:5432/w2", "agentlog")}) == 3
+    )
+    assert key(pg_dsn, pg_schema) is not None
