@@ -20,6 +20,7 @@ with the same parameters always finds its files again. The directory is created 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from typing import Final
 
@@ -31,6 +32,8 @@ __all__ = [
     "derived_directory",
     "store_key",
 ]
+
+logger = logging.getLogger("agentlog.persistence.host_cache")
 
 HOST_CACHE_ENV: Final = "XDG_CACHE_HOME"
 POSTGRES_BACKEND_NAME: Final = "session-persistence-postgres"
@@ -63,11 +66,18 @@ def store_key(backend: object) -> str | None:
 
 
 def derived_directory(backend: object) -> str | None:
-    """The (created) host-cache directory of a PostgreSQL store's derived files, else ``None``."""
+    """The (created) host-cache directory of a PostgreSQL store's derived files, else ``None`` (any other
+    backend, or a directory that cannot be created: a warning is logged)."""
     key = store_key(backend)
     if key is None:
         return None
     base = os.environ.get(HOST_CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache")
     directory = os.path.join(os.path.abspath(base), "agentlog", "postgres", key)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as err:
+        # Derived files are never needed for correctness: without a place for them the projection cache
+        # stays in memory and search says it has no place for an index (INVALID_OPTION), not a traceback.
+        logger.warning('host cache directory "%s" is unusable (%s); keeping derived files in memory', directory, err)
+        return None
     return directory
