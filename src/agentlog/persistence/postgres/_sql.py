@@ -82,7 +82,8 @@ _STATEMENTS: Final = {
     "insert_state": "INSERT INTO {schema}.agentlog_state (singleton, application, schema_version, store_id) "
     "VALUES (1, %s, %s, %s)",
     "select_state": "SELECT application, schema_version, store_id FROM {schema}.agentlog_state WHERE singleton = 1",
-    "lock_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s FOR UPDATE",
+    "lock_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s "
+    "FOR NO KEY UPDATE",
     "select_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s",
     "select_revision": "SELECT incarnation, revision FROM {schema}.sessions WHERE id = %s",
     "insert_session": "INSERT INTO {schema}.sessions (id, header, version, created_at, cwd, parent_session, "

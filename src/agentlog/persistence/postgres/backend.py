@@ -652,21 +652,20 @@ class PostgresBackend:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
-                    for notify in conn.notifies(timeout=remaining):
-                        if notify.payload == session_id:
-                            self._drain(conn)
-                            self._notified.discard(session_id)
-                            return True
-                        self._notified.add(notify.payload)
+                    # The generator holds the connection's lock while suspended: always close it.
+                    notifies = conn.notifies(timeout=remaining)
+                    try:
+                        for notify in notifies:
+                            if notify.payload == session_id:
+                                return True
+                            self._notified.add(notify.payload)
+                    finally:
+                        notifies.close()
             except _CONNECTION_ERRORS as err:
                 listener, self._listener = self._listener, None
                 if listener is not None:
                     listener.close()
                 raise self._unavailable(err, "waiting for a change notification") from None
-
-    def _drain(self, conn: psycopg.Connection[Any]) -> None:
-        for notify in conn.notifies(timeout=0):
-            self._notified.add(notify.payload)
 
     def _listening(self) -> psycopg.Connection[Any]:
         conn = self._listener

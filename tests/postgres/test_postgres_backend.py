@@ -1,0 +1,512 @@
+"""The PostgreSQL backend's own behaviour, against the real server (beside the shared contract).
+
+Optimistic concurrency under interleavings of two backends (two hosts), the advisory-lock writer lease
+across processes (takeover after ``kill -9``), schema refusal, a bad DSN, a statement timeout,
+``pg_terminate_backend`` in the middle of a flush, change notification and cursor paging.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import agentlog as al
+from agentlog.errors import (
+    DatabaseSchemaError,
+    DatabaseUnavailableError,
+    InvalidSessionIdError,
+    PersistenceError,
+    SessionConflictError,
+    SessionLockedError,
+)
+from agentlog.kernel.jsoncodec import dumps, loads
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.postgres import PostgresBackend
+from agentlog.testing.builders import closed_turn, header
+
+Factory = Callable[..., PostgresBackend]
+
+
+def ev(seq: int, note: str = "") -> dict[str, Any]:
+    return {"type": "plugin/note", "seq": seq, "time": 1000 + seq, "data": {"note": note}, "ignorable": True}
+
+
+def stored_rows(dsn: str, schema: str, session_id: str) -> list[tuple[int, bytes]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        statement = sql.SQL("SELECT seq, body FROM {}.events WHERE session_id = %s ORDER BY seq").format(
+            sql.Identifier(schema)
+        )
+        return [(seq, bytes(body)) for seq, body in conn.execute(statement, (session_id,))]
+
+
+def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 20.0) -> None:
+    """Poll ``predicate`` until it holds (a liveness bound, not a timing assertion)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.01)
+
+
+# --- optimistic concurrency ------------------------------------------------------------------------------
+
+
+def test_a_stale_writer_gets_session_conflict_naming_the_seqs_and_nothing_of_its_batch_is_stored(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    host_a, host_b = pg_backends(), pg_backends()
+    meta = header("s")
+    host_a.append_batch(meta, [ev(0), ev(1)], False)
+    host_b.append_batch(meta, [ev(2, "b")], True)  # B is current: it read next seq 2
+    with pytest.raises(SessionConflictError) as caught:
+        host_a.append_batch(meta, [ev(2, "a"), ev(3, "a")], True)  # A still believes next seq is 2
+    assert caught.value.code == "SESSION_CONFLICT"
+    assert (caught.value.expected, caught.value.found) == (2, 3)
+    assert "seq 2" in str(caught.value) and "3" in str(caught.value)
+    rows = stored_rows(pg_dsn, pg_schema, "s")
+    assert [seq for seq, _ in rows] == [0, 1, 2]
+    assert rows[2][1] == dumps(ev(2, "b"))
+    # A gap is refused the same way (the batch must start exactly at the stored next seq).
+    with pytest.raises(SessionConflictError) as gap:
+        host_a.append_batch(meta, [ev(5)], True)
+    assert (gap.value.expected, gap.value.found) == (5, 3)
+    assert host_a.read_revision("s") == host_b.read_revision("s")
+
+
+def test_a_second_materialization_of_one_id_is_refused_and_stores_nothing(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    host_a, host_b = pg_backends(), pg_backends()
+    host_a.append_batch(header("s", cwd="/a"), [ev(0, "a")], False)
+    with pytest.raises(PersistenceError) as caught:
+        host_b.append_batch(header("s", cwd="/b"), [ev(0, "b")], False)
+    assert "already exists" in str(caught.value)
+    assert stored_rows(pg_dsn, pg_schema, "s") == [(0, dumps(ev(0, "a")))]
+    stored = host_b.load_stored("s")
+    assert stored is not None and stored.meta["cwd"] == "/a"
+
+
+def test_a_replayed_batch_whose_acknowledgement_was_lost_succeeds_without_a_duplicate(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    backend = pg_backends()
+    meta = header("s")
+    backend.append_batch(meta, [ev(0), ev(1)], False)
+    backend.append_batch(meta, [ev(0), ev(1)], False)  # the same first batch again: already committed
+    backend.append_batch(meta, [ev(2)], True)
+    backend.append_batch(meta, [ev(2)], True)
+    assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0, 1, 2]
+    with pytest.raises(SessionConflictError):
+        backend.append_batch(meta, [ev(2, "different")], True)
+
+
+def test_racing_writers_never_lose_duplicate_or_reorder_a_seq(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """Four threads over two backends each commit 15 events by read-next-seq-then-append, retrying on conflict."""
+    hosts = [pg_backends(), pg_backends()]
+    meta = header("race")
+    hosts[0].append_batch(meta, [ev(0, "seed")], False)
+    conflicts = [0]
+    failures: list[BaseException] = []
+
+    def writer(name: str, backend: PostgresBackend) -> None:
+        try:
+            for k in range(15):
+                while True:
+                    stored = backend.load_stored_from("race", 0)
+                    assert stored is not None
+                    next_seq = len(stored.events)
+                    try:
+                        backend.append_batch(meta, [ev(next_seq, f"{name}-{k}")], True)
+                        break
+                    except SessionConflictError as err:
+                        assert err.expected == next_seq and err.found is not None and err.found > next_seq
+                        conflicts[0] += 1
+        except BaseException as err:  # reported by the main thread
+            failures.append(err)
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}", hosts[i % 2])) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    rows = stored_rows(pg_dsn, pg_schema, "race")
+    assert [seq for seq, _ in rows] == list(range(61))
+    notes = [loads(body)["data"]["note"] for _, body in rows[1:]]
+    for i in range(4):
+        assert [note for note in notes if note.startswith(f"w{i}-")] == [f"w{i}-{k}" for k in range(15)]
+    assert sorted(notes) == sorted(f"w{i}-{k}" for i in range(4) for k in range(15))
+    loaded = hosts[1].load_stored("race")
+    assert loaded is not None and [event["seq"] for event in loaded.events] == list(range(61))
+
+
+# --- the writer lease across processes -------------------------------------------------------------------
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    import agentlog as al
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.postgres import PostgresBackend
+
+    dsn, schema = sys.argv[1], sys.argv[2]
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, PostgresBackend(dsn, schema=schema))
+    session = store.create("shared", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", al.user_message("hello", id="u1"), {"surfaceOp": "append"})
+    store.flush(session)
+    print(session.seq - 1, flush=True)
+    sys.stdin.readline()  # hold the session live (and its lease) until killed
+    """
+)
+
+
+def test_the_lease_refuses_a_second_process_at_once_and_passes_on_after_kill_9(pg_dsn: str, pg_schema: str) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, pg_dsn, pg_schema], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        acknowledged = int(holder.stdout.readline())
+        assert acknowledged == 1
+        backend = PostgresBackend(pg_dsn, schema=pg_schema)
+        store = al.SessionStore()
+        coordinator = PersistenceCoordinator(store, backend)
+        try:
+            with pytest.raises(SessionLockedError) as caught:
+                backend.lock_writer({"id": "shared"})
+            assert caught.value.code == "SESSION_LOCKED"
+            with pytest.raises(SessionLockedError):
+                coordinator.resume("shared")
+            # Readers never take the lease: a load of the live session's stored prefix works meanwhile.
+            assert [event["seq"] for event in backend.load_stored("shared").events] == [0, 1]  # type: ignore[union-attr]
+
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.wait()
+
+            def taken() -> bool:
+                try:
+                    backend.lock_writer({"id": "shared"}).release()
+                except SessionLockedError:
+                    return False
+                return True
+
+            wait_until(taken, "the server to end the killed holder's lease")
+            session = coordinator.resume("shared")  # the takeover repairs the interrupted turn
+            events = [al.thaw(event) for event in session.events]
+            assert [event["type"] for event in events[:2]] == ["turn/start", "user/message"]
+            assert events[2]["type"] == "turn/end" and events[2]["data"]["reason"] == {"kind": "interrupted"}
+            store.dispose(session)
+        finally:
+            coordinator.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_release_ends_the_lease_and_another_backend_takes_it(pg_backends: Factory) -> None:
+    first, second = pg_backends(), pg_backends()
+    lease = first.lock_writer({"id": "s"})
+    with pytest.raises(SessionLockedError):
+        second.lock_writer({"id": "s"})
+    with pytest.raises(SessionLockedError):
+        first.lock_writer({"id": "s"})  # a second holder in the same process is refused too
+    other = second.lock_writer({"id": "another"})  # leases are per session
+    lease.release()
+    lease.release()  # idempotent
+    second.lock_writer({"id": "s"}).release()
+    other.release()
+
+
+def test_a_lease_whose_connection_is_terminated_ends(pg_backends: Factory, pg_dsn: str) -> None:
+    first, second = pg_backends(), pg_backends()
+    lease = first.lock_writer({"id": "s"})
+    assert lease.connection is not None
+    pid = lease.connection.info.backend_pid
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    def taken() -> bool:
+        try:
+            second.lock_writer({"id": "s"}).release()
+        except SessionLockedError:
+            return False
+        return True
+
+    wait_until(taken, "the terminated lease to end")
+    lease.release()  # releasing a dead lease is harmless
+
+
+# --- schema ----------------------------------------------------------------------------------------------
+
+
+def _admin(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement.encode())
+
+
+def test_a_schema_holding_foreign_tables_is_refused_untouched(pg_dsn: str, pg_schema: str) -> None:
+    _admin(pg_dsn, f"CREATE SCHEMA {pg_schema}", f"CREATE TABLE {pg_schema}.users (id int)")
+    backend = PostgresBackend(pg_dsn, schema=pg_schema)
+    try:
+        with pytest.raises(DatabaseSchemaError) as caught:
+            backend.list_sessions()
+        assert caught.value.code == "DATABASE_SCHEMA"
+        assert "did not create" in str(caught.value) and "users" in str(caught.value)
+        with pytest.raises(DatabaseSchemaError):
+            backend.append_batch(header("s"), [ev(0)], False)
+    finally:
+        backend.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        tables = conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (pg_schema,))
+        assert [row[0] for row in tables] == ["users"]
+
+
+def test_a_newer_schema_version_is_refused(pg_backends: Factory, pg_dsn: str, pg_schema: str) -> None:
+    pg_backends().append_batch(header("s"), [ev(0)], False)
+    _admin(pg_dsn, f"UPDATE {pg_schema}.agentlog_state SET schema_version = 99")
+    with pytest.raises(DatabaseSchemaError) as caught:
+        pg_backends().load_stored("s")
+    assert "version 99" in str(caught.value) and "upgrade agentlog" in str(caught.value)
+
+
+def test_an_altered_schema_is_refused(pg_backends: Factory, pg_dsn: str, pg_schema: str) -> None:
+    pg_backends().list_sessions()
+    _admin(pg_dsn, f"ALTER TABLE {pg_schema}.events ADD COLUMN extra text")
+    with pytest.raises(DatabaseSchemaError) as caught:
+        pg_backends().list_sessions()
+    assert "does not match" in str(caught.value)
+
+
+def test_two_backends_creating_one_schema_at_once_both_succeed(pg_backends: Factory) -> None:
+    backends = [pg_backends() for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def use(backend: PostgresBackend) -> None:
+        try:
+            backend.list_sessions()
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=use, args=(backend,)) for backend in backends]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+# --- a bad DSN, a lost connection, a timeout --------------------------------------------------------------
+
+
+def test_a_server_refusing_connections_is_a_typed_error_at_open(pg_schema: str) -> None:
+    backend = PostgresBackend("postgresql://postgres@127.0.0.1:1/postgres", schema=pg_schema)
+    try:
+        for operation in (
+            lambda: backend.list_sessions(),
+            lambda: backend.load_stored("s"),
+            lambda: backend.append_batch(header("s"), [ev(0)], False),
+            lambda: backend.lock_writer({"id": "s"}),
+        ):
+            with pytest.raises(DatabaseUnavailableError) as caught:
+                operation()
+            assert caught.value.code == "DATABASE_UNAVAILABLE"
+            assert "127.0.0.1:1" in str(caught.value) and "DSN" in str(caught.value)
+    finally:
+        backend.close()
+
+
+def test_a_missing_database_and_a_malformed_dsn_are_typed(pg_schema: str) -> None:
+    backend = PostgresBackend("postgresql://postgres@127.0.0.1:5432/agentlog_no_such_db", schema=pg_schema)
+    try:
+        with pytest.raises(DatabaseUnavailableError) as caught:
+            backend.list_sessions()
+        assert "agentlog_no_such_db" in str(caught.value)
+    finally:
+        backend.close()
+    with pytest.raises(DatabaseUnavailableError) as malformed:
+        PostgresBackend("host=127.0.0.1 port", schema=pg_schema)
+    assert "malformed" in str(malformed.value)
+
+
+def test_the_password_never_appears_in_an_error(pg_schema: str) -> None:
+    backend = PostgresBackend("postgresql://postgres:s3cret-pw@127.0.0.1:1/postgres", schema=pg_schema)
+    try:
+        with pytest.raises(DatabaseUnavailableError) as caught:
+            backend.list_sessions()
+        assert "s3cret-pw" not in str(caught.value)
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def row_blocker(pg_dsn: str, pg_schema: str) -> Iterator[Callable[[str], psycopg.Connection[Any]]]:
+    """``block(sql)`` runs ``sql`` in an open transaction of its own connection (rolled back at teardown)."""
+    held: list[psycopg.Connection[Any]] = []
+
+    def block(statement: str) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(pg_dsn)
+        held.append(conn)
+        conn.execute(statement.encode())
+        return conn
+
+    yield block
+    for conn in held:
+        conn.rollback()
+        conn.close()
+
+
+def test_a_statement_timeout_is_typed_and_stores_nothing(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str, row_blocker: Callable[[str], psycopg.Connection[Any]]
+) -> None:
+    backend = pg_backends(statement_timeout_ms=200)
+    meta = header("s")
+    backend.append_batch(meta, [ev(0)], False)
+    blocker = row_blocker(f"SELECT 1 FROM {pg_schema}.sessions WHERE id = 's' FOR UPDATE")
+    with pytest.raises(DatabaseUnavailableError) as caught:
+        backend.append_batch(meta, [ev(1)], True)
+    assert "statement timeout" in str(caught.value)
+    blocker.rollback()
+    assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]
+    backend.append_batch(meta, [ev(1)], True)  # the retry succeeds
+    assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0, 1]
+
+
+def test_pg_terminate_backend_in_the_middle_of_a_flush_is_typed_and_a_retry_stores_each_event_once(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str, row_blocker: Callable[[str], psycopg.Connection[Any]]
+) -> None:
+    """The writer's COPY blocks on an uncommitted row of a blocker at seq 7; its backend is terminated there."""
+    backend = pg_backends()
+    coordinator = PersistenceCoordinator(al.SessionStore(), backend)
+    try:
+        meta = header("s")
+        first = closed_turn()
+        coordinator.create(meta)
+        coordinator.append("s", first)
+        start = len(first)
+        batch = [ev(start + k, f"n{k}") for k in range(6)]
+        blocker = row_blocker(
+            f"INSERT INTO {pg_schema}.events (session_id, seq, body) VALUES ('s', {start + 3}, 'blocker'::bytea)"
+        )
+        outcome: list[BaseException | None] = []
+
+        def flush() -> None:
+            try:
+                coordinator.append("s", batch)
+                outcome.append(None)
+            except BaseException as err:
+                outcome.append(err)
+
+        thread = threading.Thread(target=flush)
+        thread.start()
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            query = (
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
+                "AND query LIKE 'COPY%%' AND datname = current_database()"
+            )
+            pids: list[int] = []
+
+            def copying() -> bool:
+                pids[:] = [row[0] for row in admin.execute(query)]
+                return len(pids) == 1
+
+            wait_until(copying, "the writer's COPY to block")
+            admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        thread.join()
+        blocker.rollback()
+        assert len(outcome) == 1 and isinstance(outcome[0], DatabaseUnavailableError), outcome
+        assert outcome[0].code == "DATABASE_UNAVAILABLE"
+        assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == list(range(start))  # nothing of the batch
+
+        coordinator.append("s", batch)  # the retry succeeds
+        rows = stored_rows(pg_dsn, pg_schema, "s")
+        assert [seq for seq, _ in rows] == list(range(start + 6))
+        assert [body for _, body in rows[start:]] == [dumps(event) for event in batch]
+        reloaded = PostgresBackend(pg_dsn, schema=pg_schema)
+        try:
+            stored = reloaded.load_stored("s")
+            assert stored is not None and [event["seq"] for event in stored.events] == list(range(start + 6))
+        finally:
+            reloaded.close()
+    finally:
+        coordinator.close()
+
+
+def test_an_idle_pooled_connection_killed_by_the_server_is_replaced(pg_backends: Factory, pg_dsn: str) -> None:
+    backend = pg_backends()
+    backend.append_batch(header("s"), [ev(0)], False)
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agentlog' "
+            "AND datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'"
+        )
+
+    def readable() -> bool:
+        return backend.read_revision("s") is not None
+
+    wait_until(readable, "a read over a fresh connection")
+    backend.append_batch(header("s"), [ev(1)], True)
+
+
+# --- ids, notification, paging -------------------------------------------------------------------------
+
+
+def test_ids_postgres_cannot_hold_are_refused_before_any_io(pg_schema: str) -> None:
+    backend = PostgresBackend("postgresql://postgres@127.0.0.1:1/postgres", schema=pg_schema)
+    for bad in ("a\0b", "x" * 1001, "\ud800", ""):
+        with pytest.raises(InvalidSessionIdError):
+            backend.validate_session_id(bad)
+    backend.validate_session_id("ü" * 500)
+    backend.close()
+
+
+def test_wait_for_change_wakes_on_a_commit_to_the_session_and_times_out_otherwise(pg_backends: Factory) -> None:
+    tailer, writer = pg_backends(), pg_backends()
+    meta = header("s")
+    writer.append_batch(meta, [ev(0)], False)
+    assert tailer.wait_for_change("s", 0.05) is False  # starts listening (later commits are buffered); nothing new
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(tailer.wait_for_change("s", 30)))
+    thread.start()
+    # Commits to other sessions do not wake it as this session's change; this one does.
+    writer.append_batch(header("other"), [ev(0)], False)
+    writer.append_batch(meta, [ev(1)], True)
+    thread.join()
+    assert result == [True]
+    assert tailer.wait_for_change("other", 0.01) is True  # the other session's notification was kept
+    assert tailer.wait_for_change("s", 0.01) is False
+
+
+def test_listing_pages_by_cursor_in_id_order(pg_backends: Factory) -> None:
+    backend = pg_backends()
+    ids = sorted(["b", "a", "Z", "ä", "a0", "é", "c"])
+    for sid in ids:
+        backend.append_batch(header(sid), [ev(0)], False)
+    listed = [listing.id for listing in backend.list_sessions()]
+    assert listed == ids  # code-point order, whatever the database's collation
+    paged: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = backend.list_sessions_page(after=cursor, limit=3)
+        if not page:
+            break
+        paged += [listing.id for listing in page]
+        cursor = page[-1].id
+    assert paged == ids
+    assert list(backend.list_revisions()) == ids
