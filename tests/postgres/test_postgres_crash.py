@@ -1,0 +1,196 @@
+"""Crash tests against the real server: a PostgreSQL writer is SIGKILLed at random moments.
+
+As in ``tests/crash/test_kill9.py``: the child is forked from the test process and runs a real store +
+coordinator + ``PostgresBackend``, reporting through a pipe every seq whose ``flush()`` returned. After
+the kill a fresh coordinator loads the session (taking the lease the dead writer's connection held, once
+the server has seen that connection close): every acknowledged event is present and its stored bytes
+are byte-identical to what the writer appended; what follows is exactly the repair of the open turn.
+Each trial writes its own session id in the test's schema.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import signal
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+import agentlog as al
+from agentlog.errors import SessionLockedError
+from agentlog.kernel.jsoncodec import dumps
+from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnapshot
+from agentlog.persistence.postgres import PostgresBackend
+
+TRIALS = int(os.environ.get("AGENTLOG_CRASH_TRIALS", "50"))
+
+
+def turn_events(turn: int) -> list[tuple[str, Any, Any]]:
+    """One agent turn with a tool call, deterministic, as the writer appends it (as in tests/crash)."""
+    call = f"c{turn}"
+    ops: list[tuple[str, Any, Any]] = [
+        ("turn/start", {"turn": turn}, None),
+        ("user/message", al.user_message(f"question {turn}", id=f"u{turn}"), {"surfaceOp": "append"}),
+        ("step/start", {"turn": turn, "step": 1}, None),
+    ]
+    ops += [("assistant/chunk", {"turn": turn, "step": 1, "chunk": al.text_delta(0, f"t{k} ")}, None) for k in range(6)]
+    ops += [
+        (
+            "assistant/message",
+            {
+                "turn": turn,
+                "step": 1,
+                "message": al.assistant_message(
+                    [al.text_block("reading"), al.tool_call_block(call, "read_file", '{"path": "a"}')],
+                    provider="p",
+                    model="m",
+                    id=f"a{turn}",
+                ),
+            },
+            {"surfaceOp": "append"},
+        ),
+        (
+            "tool/call",
+            {"turn": turn, "step": 1, "callId": call, "name": "read_file", "arguments": '{"path": "a"}'},
+            None,
+        ),
+        (
+            "tool/result",
+            {"turn": turn, "step": 1, "message": al.tool_result_message(call, "x" * 200, id=f"r{turn}")},
+            {"surfaceOp": "append"},
+        ),
+        ("step/end", {"turn": turn, "step": 1}, None),
+        ("step/start", {"turn": turn, "step": 2}, None),
+        (
+            "assistant/message",
+            {"turn": turn, "step": 2, "message": al.assistant_message("done", provider="p", model="m", id=f"b{turn}")},
+            {"surfaceOp": "append"},
+        ),
+        ("step/end", {"turn": turn, "step": 2}, None),
+        ("turn/end", {"turn": turn, "reason": {"kind": "completed"}}, None),
+    ]
+    return ops
+
+
+def _writer(dsn: str, schema: str, session_id: str, fd: int) -> None:
+    """Child process body: append turns forever, reporting each flushed seq; never returns."""
+    try:
+        store = al.SessionStore(now=lambda: 1_000)
+        PersistenceCoordinator(store, PostgresBackend(dsn, schema=schema), batch_delay_ms=5)
+        session = store.create(session_id, meta={"cwd": "/work", "createdAt": 1})
+        turn = 0
+        while True:
+            turn += 1
+            for etype, data, intent in turn_events(turn):
+                session.append(etype, data, intent)
+                if etype in ("step/end", "tool/call", "turn/end"):
+                    store.flush(session)
+                    os.write(fd, f"{session.seq - 1}\n".encode())
+    except BaseException:  # the parent treats a dead writer without a kill as a failure
+        os._exit(3)
+
+
+def _expected(session_id: str, turns: int) -> list[Any]:
+    session = al.Session.create(session_id, now=lambda: 1_000)
+    for turn in range(1, turns + 1):
+        for etype, data, intent in turn_events(turn):
+            session.append(etype, data, intent)
+    return [al.thaw(event) for event in session.events]
+
+
+def _run_trial(dsn: str, schema: str, session_id: str, rng: random.Random) -> tuple[int, int]:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(read_fd)
+        _writer(dsn, schema, session_id, write_fd)
+        os._exit(4)
+    os.close(write_fd)
+    deadline = time.monotonic() + rng.uniform(0.01, 0.2)
+    buffer = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                break
+            buffer += chunk
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    while True:  # acknowledgements written before the kill are still in the pipe: every one counts
+        ready, _, _ = select.select([read_fd], [], [], 0)
+        if not ready:
+            break
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        buffer += chunk
+    os.close(read_fd)
+    acknowledged = max((int(line) for line in buffer.split(b"\n") if line), default=-1)
+    return acknowledged, status
+
+
+def _load(coordinator: PersistenceCoordinator, session_id: str) -> SessionSnapshot:
+    """Load (repairing under the lease); the dead writer's lease ends when the server sees its socket close."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return coordinator.load(session_id)
+        except SessionLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _stored_bodies(dsn: str, schema: str, session_id: str) -> list[bytes]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        statement = sql.SQL("SELECT body FROM {}.events WHERE session_id = %s ORDER BY seq").format(
+            sql.Identifier(schema)
+        )
+        return [bytes(row[0]) for row in conn.execute(statement, (session_id,))]
+
+
+def test_crash__a_sigkilled_postgres_writer_loses_no_acknowledged_event_and_repairs_the_open_turn(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    PostgresBackend(pg_dsn, schema=pg_schema).close()  # nothing is created before the first operation
+    rng = random.Random("kill9-postgres")
+    acknowledged_total = 0
+    repaired_trials = 0
+    for trial in range(TRIALS):
+        session_id = f"victim-{trial}"
+        acknowledged, status = _run_trial(pg_dsn, pg_schema, session_id, rng)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"writer died on its own: {status}"
+        expected = _expected(session_id, 60)
+        coordinator = PersistenceCoordinator(al.SessionStore(), PostgresBackend(pg_dsn, schema=pg_schema))
+        try:
+            bodies = _stored_bodies(pg_dsn, pg_schema, session_id)
+            # Every acknowledged event is stored, byte-identical to what the writer appended.
+            assert len(bodies) > acknowledged, (trial, len(bodies), acknowledged)
+            assert bodies[: acknowledged + 1] == [dumps(event) for event in expected[: acknowledged + 1]], trial
+            if not bodies:
+                assert acknowledged < 0
+                continue
+            snapshot = _load(coordinator, session_id)
+            events = [al.thaw(event) for event in snapshot.events]
+            prefix_len = next(
+                (i for i, event in enumerate(events) if i >= len(expected) or event != expected[i]), len(events)
+            )
+            assert prefix_len == len(bodies), (trial, prefix_len, len(bodies))  # nothing but the writer's events
+            closers = al.interrupted_turn_closers(expected[:prefix_len])
+            assert [al.thaw(c) for c in closers] == events[prefix_len:], trial
+            repaired_trials += bool(closers)
+            session = coordinator.resume(session_id)
+            messages = session.derive_messages()
+            calls = {b["id"] for m in messages for b in m["content"] if b["type"] == "tool-call"}
+            results = {b["toolCallId"] for m in messages for b in m["content"] if b["type"] == "tool-result"}
+            assert calls <= results
+            acknowledged_total += acknowledged + 1
+        finally:
+            coordinator.close()
+    assert acknowledged_total > 0
+    assert repaired_trials >= TRIALS // 5, repaired_trials
