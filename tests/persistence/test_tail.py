@@ -243,4 +243,5 @@ def test_tail__a_wait_for_change_hint_is_used_and_a_lost_one_only_delays(store: 
         writer.wait()
         coordinator.close()
     assert got == store.stored("hinted")
-    assert calls and all(call == ("hinted", 1.0) for call in calls)
+    assert calls[0] == ("hinted", 0.0)
+    assert len(calls) > 1 and all(call == ("hinted", 1.0) for call in calls[1:])

@@ -16,7 +16,8 @@ How it learns that something changed:
   a backend with the optional ``wait_for_change(session_id, timeout_s) -> bool`` method (PostgreSQL,
   ``LISTEN/NOTIFY``) is waited on instead, for at most :data:`MAX_HINT_WAIT_S`. Its answer is a hint
   only: the revision is checked after every wait, whatever it returned, so a lost notification
-  delays an event by at most that bound and never loses it.
+  delays an event by at most that bound and never loses it. A following tail calls it once with a
+  zero timeout before its first read, so the signal is already listening when that read is taken.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ async def tail_events(
     wait: Callable[[str, float], Any] | None = getattr(backend, "wait_for_change", None)
     next_seq = from_seq
     seen: str | None = None
+    if follow and wait is not None:
+        # Start listening before the first read, so a commit right after it is signalled (a signal
+        # that only begins at the first wait would leave that commit to the bounded re-check).
+        await asyncio.to_thread(wait, session_id, 0.0)
     while True:
         revision = await asyncio.to_thread(backend.read_revision, session_id)
         if revision is None:

@@ -1,0 +1,136 @@
+"""``PersistenceCoordinator.tail`` on PostgreSQL: a tailer in another process sees every event once and
+in order while this process commits; ``LISTEN/NOTIFY`` wakes it; a lost notification only delays."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from agentlog.errors import SessionNotFoundError
+from agentlog.kernel.jsonvalue import thaw
+from agentlog.kernel.store import SessionStore
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.postgres import PostgresBackend
+from agentlog.testing.builders import closed_turn, header
+
+TURNS = 20
+HANG_GUARD_S = 60.0  # only ends a broken test; nothing here asserts on time
+
+TAILER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    import orjson
+    from agentlog.kernel.jsonvalue import thaw
+    from agentlog.kernel.store import SessionStore
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.postgres import PostgresBackend
+
+    dsn, schema, session_id, count, mode = sys.argv[1:6]
+    signalled = 0
+
+    class Tailed(PostgresBackend):
+        def wait_for_change(self, session_id, timeout_s):
+            global signalled
+            if mode == "lost":  # every notification is lost: only the bounded re-check is left
+                time.sleep(timeout_s)
+                return False
+            got = super().wait_for_change(session_id, timeout_s)
+            signalled += got
+            return got
+
+    async def main():
+        coordinator = PersistenceCoordinator(SessionStore(), Tailed(dsn, schema=schema))
+        seen = 0
+        async for event in coordinator.tail(session_id):
+            sys.stdout.write(orjson.dumps(thaw(event)).decode() + "\\n")
+            sys.stdout.flush()
+            seen += 1
+            if seen == int(count):
+                break
+        coordinator.close()
+        print(orjson.dumps({"signalled": signalled}).decode(), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _batches(turns: int) -> list[list[dict[str, Any]]]:
+    events = [event for turn in range(2, turns + 1) for event in closed_turn((turn - 1) * 6, turn)]
+    sizes = [1, 4, 2, 7]
+    batches, position, index = [], 0, 0
+    while position < len(events):
+        size = sizes[index % len(sizes)]
+        batches.append(events[position : position + size])
+        position += size
+        index += 1
+    return batches
+
+
+def _stored(backend: PostgresBackend, session_id: str) -> list[dict[str, Any]]:
+    found = backend.load_stored(session_id)
+    assert found is not None
+    return [thaw(event) for event in found.events]
+
+
+@pytest.mark.parametrize("mode", ["notify", "lost"])
+def test_postgres_tail__a_tailer_in_another_process_sees_every_event_once_in_order(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend], mode: str
+) -> None:
+    writer = pg_backends()
+    meta = header("live")
+    writer.append_batch(meta, closed_turn(0, 1), False)
+    total = TURNS * 6
+    tailer = subprocess.Popen(
+        [sys.executable, "-c", TAILER, pg_dsn, pg_schema, "live", str(total), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert tailer.stdout is not None
+        lines = [orjson.loads(tailer.stdout.readline()) for _ in range(6)]  # following now
+        for batch in _batches(TURNS):
+            writer.append_batch(meta, batch, True)
+        lines += [orjson.loads(tailer.stdout.readline()) for _ in range(total - 6)]
+        summary = orjson.loads(tailer.stdout.readline())
+        _, err = tailer.communicate(timeout=HANG_GUARD_S)
+        assert tailer.returncode == 0, err.decode()
+    finally:
+        if tailer.poll() is None:
+            tailer.kill()
+            tailer.wait()
+    assert [line["seq"] for line in lines] == list(range(total))
+    assert lines == _stored(writer, "live")
+    if mode == "notify":
+        assert summary["signalled"] >= 1  # the commits were signalled, not only found by the re-check
+    else:
+        assert summary["signalled"] == 0
+
+
+def test_postgres_tail__from_seq_follow_false_and_a_missing_session(
+    pg_backends: Callable[..., PostgresBackend],
+) -> None:
+    writer = pg_backends()
+    events = [event for turn in range(1, 4) for event in closed_turn((turn - 1) * 6, turn)]
+    writer.append_batch(header("done"), events, False)
+    stored = _stored(writer, "done")
+    coordinator = PersistenceCoordinator(SessionStore(), pg_backends())
+
+    async def collect(session_id: str, **options: Any) -> list[dict[str, Any]]:
+        return [thaw(event) async for event in coordinator.tail(session_id, **options)]
+
+    try:
+        assert asyncio.run(asyncio.wait_for(collect("done", follow=False), HANG_GUARD_S)) == stored
+        assert asyncio.run(asyncio.wait_for(collect("done", from_seq=11, follow=False), HANG_GUARD_S)) == stored[11:]
+        for follow in (False, True):
+            with pytest.raises(SessionNotFoundError, match='"missing"'):
+                asyncio.run(asyncio.wait_for(collect("missing", follow=follow), HANG_GUARD_S))
+    finally:
+        coordinator.close()
