@@ -510,3 +510,108 @@ def test_listing_pages_by_cursor_in_id_order(pg_backends: Factory) -> None:
         cursor = page[-1].id
     assert paged == ids
     assert list(backend.list_revisions()) == ids
+
+
+# --- many hosts on loopback -----------------------------------------------------------------------------
+
+
+def _fork(body: Callable[[int], None]) -> tuple[int, int]:
+    """Fork a child running ``body(write_fd)`` (exit 0 when it returns, 3 when it raises); → (pid, read_fd)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(read_fd)
+        try:
+            body(write_fd)
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def test_eight_hosts_write_eight_sessions_concurrently_and_two_contend_for_one(pg_dsn: str, pg_schema: str) -> None:
+    PostgresBackend(pg_dsn, schema=pg_schema).list_sessions()  # the schema exists before the hosts start
+
+    def host(index: int) -> Callable[[int], None]:
+        def body(fd: int) -> None:
+            backend = PostgresBackend(pg_dsn, schema=pg_schema, pool_size=2)
+            meta = header(f"host-{index}")
+            lease = backend.lock_writer(meta)
+            for batch in range(20):
+                events = [ev(batch * 10 + k, f"h{index}") for k in range(10)]
+                backend.append_batch(meta, events, batch > 0)
+            lease.release()
+            backend.close()
+            os.write(fd, b"done\n")
+
+        return body
+
+    def contender(fd: int) -> None:
+        backend = PostgresBackend(pg_dsn, schema=pg_schema)
+        meta = header("contended")
+        try:
+            lease = backend.lock_writer(meta)
+        except SessionLockedError:
+            os.write(fd, b"locked\n")
+            return
+        backend.append_batch(meta, [ev(0), ev(1)], False)
+        os.write(fd, b"won 1\n")
+        time.sleep(3600)  # hold the lease until killed
+        lease.release()
+
+    writers = [_fork(host(i)) for i in range(8)]
+    contenders = [_fork(contender) for _ in range(2)]
+    try:
+        for pid, fd in writers:
+            assert _read_all(fd) == b"done\n"
+            assert os.waitpid(pid, 0)[1] == 0
+        outputs: dict[int, bytes] = {}
+        for pid, fd in contenders:
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = os.read(fd, 64)
+                assert chunk, "a contender died without reporting"
+                line += chunk
+            outputs[pid] = line
+        assert sorted(outputs.values()) == [b"locked\n", b"won 1\n"]  # exactly one wins the lease
+        winner = next(pid for pid, line in outputs.items() if line.startswith(b"won"))
+        os.kill(winner, signal.SIGKILL)
+        backend = PostgresBackend(pg_dsn, schema=pg_schema)
+        try:
+            leases: list[Any] = []
+
+            def taken() -> bool:
+                try:
+                    leases.append(backend.lock_writer({"id": "contended"}))
+                except SessionLockedError:
+                    return False
+                return True
+
+            wait_until(taken, "the killed winner's lease to end")  # the other host takes over
+            stored = backend.load_stored("contended")
+            assert stored is not None and [event["seq"] for event in stored.events] == [0, 1]
+            backend.append_batch(header("contended"), [ev(2)], True)
+            leases[0].release()
+            for index in range(8):
+                rows = stored_rows(pg_dsn, pg_schema, f"host-{index}")
+                assert [seq for seq, _ in rows] == list(range(200))
+                assert all(body == dumps(ev(seq, f"h{index}")) for seq, body in rows)
+        finally:
+            backend.close()
+    finally:
+        for pid, fd in contenders:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            os.close(fd)
