@@ -4,6 +4,7 @@ in order while this process commits; ``LISTEN/NOTIFY`` wakes it; a lost notifica
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import textwrap
@@ -134,3 +135,37 @@ def test_postgres_tail__from_seq_follow_false_and_a_missing_session(
                 asyncio.run(asyncio.wait_for(collect("missing", follow=follow), HANG_GUARD_S))
     finally:
         coordinator.close()
+
+
+def test_postgres_tail__the_cli_follows_a_postgres_store_and_ctrl_c_ends_it(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    writer = pg_backends()
+    meta = header("cli")
+    writer.append_batch(meta, closed_turn(0, 1), False)
+    options = ["--backend", "postgres", "--dsn", pg_dsn, "--pg-schema", pg_schema, "--json"]
+    missing = subprocess.run(
+        [sys.executable, "-m", "agentlog.cli", "tail", "nope", *options], capture_output=True, timeout=HANG_GUARD_S
+    )
+    assert missing.returncode == 1 and missing.stdout == b""
+    assert orjson.loads(missing.stderr)["error"]["code"] == "SESSION_NOT_FOUND"
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "agentlog.cli", "tail", "cli", "--follow", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    total = 4 * 6
+    try:
+        assert tail.stdout is not None
+        lines = [orjson.loads(tail.stdout.readline()) for _ in range(6)]
+        for batch in _batches(4):
+            writer.append_batch(meta, batch, True)
+        lines += [orjson.loads(tail.stdout.readline()) for _ in range(total - 6)]
+        tail.send_signal(signal.SIGINT)
+        rest, err = tail.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.wait()
+    assert tail.returncode == 0 and err == b"" and rest == b""
+    assert lines == _stored(writer, "cli")
