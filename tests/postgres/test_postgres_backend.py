@@ -615,3 +615,17 @@ def test_eight_hosts_write_eight_sessions_concurrently_and_two_contend_for_one(p
                 pass
             os.waitpid(pid, 0)
             os.close(fd)
+
+
+def test_a_schema_dropped_under_a_backend_is_a_typed_error_and_the_next_operation_recreates_it(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    backend = pg_backends()
+    backend.append_batch(header("s"), [ev(0)], False)
+    _admin(pg_dsn, f"DROP SCHEMA {pg_schema} CASCADE")
+    with pytest.raises(DatabaseSchemaError) as caught:
+        backend.load_stored("s")
+    assert "changed under this backend" in str(caught.value)
+    assert backend.load_stored("s") is None  # checked again: an empty, fresh schema
+    backend.append_batch(header("s"), [ev(0)], False)
+    assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]

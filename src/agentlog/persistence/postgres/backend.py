@@ -261,6 +261,21 @@ class PostgresBackend:
         except _CONNECTION_ERRORS as err:
             conn.close()
             raise self._unavailable(err, doing) from None
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn, psycopg.errors.InvalidSchemaName) as err:
+            conn.close()
+            self._ready = False  # the next operation checks (or re-creates) the schema again
+            raise DatabaseSchemaError(
+                f'the agentlog schema "{self.schema}" at {self.location} changed under this backend while '
+                f"{doing} ({str(err).strip().splitlines()[0]}); nothing was committed. Retry, or check what "
+                "else uses the schema"
+            ) from None
+        except psycopg.Error as err:
+            conn.close()
+            raise PersistenceError(
+                f"PostgreSQL at {self.location} refused an operation while {doing} "
+                f"({str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}); nothing "
+                "was committed"
+            ) from None
         except BaseException:
             if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.close()
