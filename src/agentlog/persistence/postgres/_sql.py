@@ -89,7 +89,9 @@ _STATEMENTS: Final = {
     "insert_session": "INSERT INTO {schema}.sessions (id, header, version, created_at, cwd, parent_session, "
     "seed_length, origin, delegation_depth, agent_preset, incarnation, revision, next_seq) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, 0) ON CONFLICT (id) DO NOTHING",
-    "advance_session": "UPDATE {schema}.sessions SET next_seq = %s, revision = revision + 1 WHERE id = %s",
+    # One round trip: advance the session and notify listeners (inside the append transaction).
+    "advance_session": "WITH advanced AS (UPDATE {schema}.sessions SET next_seq = %s, revision = revision + 1 "
+    "WHERE id = %s RETURNING id) SELECT pg_notify('agentlog_events', id) FROM advanced",
     "copy_events": "COPY {schema}.events (session_id, seq, body) FROM STDIN (FORMAT BINARY)",
     "select_events": "SELECT seq, body FROM {schema}.events WHERE session_id = %s ORDER BY seq",
     "select_events_from": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s ORDER BY seq",
@@ -109,7 +111,6 @@ COLUMNS: Final = (
 INIT_LOCK: Final = "SELECT pg_advisory_xact_lock(%s)"
 TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s)"
 UNLOCK: Final = "SELECT pg_advisory_unlock(%s)"
-NOTIFY: Final = "SELECT pg_notify(%s, %s)"
 SET_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
 READ_SNAPSHOT: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 

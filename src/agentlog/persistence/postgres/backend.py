@@ -592,8 +592,7 @@ class PostgresBackend:
                 copy.set_types(["text", "int8", "bytea"])
                 for offset, body in enumerate(bodies):
                     copy.write_row((session_id, first + offset, body))
-            cur.execute(q["advance_session"], (first + len(bodies), session_id))
-            cur.execute(_sql.NOTIFY, (NOTIFY_CHANNEL, session_id))
+            cur.execute(q["advance_session"], (first + len(bodies), session_id))  # and pg_notify(NOTIFY_CHANNEL)
 
     def _already_stored(
         self, cur: psycopg.Cursor[Any], session_id: str, first: int, bodies: list[bytes], next_seq: int
