@@ -2,7 +2,8 @@
 
 Each location is its own schema (dropped at the test's teardown); every ``make_backend``
 call opens a new ``PostgresBackend`` over it (a restart, or a second host). A transaction cannot tear,
-so the contract's torn-tail cases do not apply (``has_torn_tail`` is false).
+so the contract's torn-tail case (#82) is replaced here by its PostgreSQL form: an interrupted
+turn has no torn marker, and the cold load commits the closers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from psycopg import sql
 
 from agentlog.persistence.postgres import PostgresBackend
 from agentlog.testing import BackendContract
+from agentlog.testing.builders import SID, open_turn_with_chunks, seqs
+from agentlog.testing.contract import ContractHarness, fresh, persist, revision_of, stored
 
 from .conftest import drop_schema
 
@@ -50,3 +53,18 @@ class TestPostgresContract(BackendContract):
         with psycopg.connect(dsn, autocommit=True) as conn:
             statement = sql.SQL("UPDATE {}.sessions SET header = %s WHERE id = %s").format(sql.Identifier(schema))
             assert conn.execute(statement, (b"{not json", meta["id"])).rowcount == 1
+
+    def test_82_torn_tail_is_truncated_and_the_open_turn_closed_on_load(self, env: ContractHarness) -> None:
+        """PostgreSQL form of #82: a row cannot tear, so only the open turn is closed (and durably)."""
+        log = open_turn_with_chunks()
+        persist(env, log)
+        prefix = env.backend().load_stored(SID)
+        assert prefix is not None and prefix.torn_marker is None
+        assert seqs(prefix.events) == list(range(len(log)))
+        reader = fresh(env)
+        before = revision_of(reader)
+        loaded = reader.load(SID)
+        assert len(loaded.events) > len(log)  # the closers
+        assert loaded.events[-1]["data"]["reason"] == {"kind": "interrupted"}
+        assert revision_of(reader) != before
+        assert seqs(stored(env)) == list(range(len(loaded.events)))
