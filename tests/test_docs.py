@@ -225,7 +225,8 @@ def test_docs_common_options_are_where_the_readme_says() -> None:
     text = " ".join(_readme().split())
     assert (
         "Every command takes `--store ROOT` (default `$AGENTLOG_STORE` or `./.agentlog`); every command except "
-        "`demo` takes `--backend jsonl|sqlite` and `--compression zstd|none`, and every command takes `--json` "
+        "`demo` takes `--backend jsonl|sqlite|postgres` (with `--dsn`/`--pg-schema` for postgres) and "
+        "`--compression zstd|none`, and every command takes `--json` "
         "(`replay --json` streams one JSON object per event, then a summary line)."
     ) in text
     for name, command in _commands().items():
