@@ -2,6 +2,12 @@
 
 M4 and M5 run in a fresh interpreter (``python benchmarks/persist.py _restore|_list ...``) so nothing
 the writer cached can help the reader; the timer starts after imports.
+
+``--backend postgres`` writes to ``$AGENTLOG_BENCH_DSN`` (else ``$AGENTLOG_DSN``); with neither set it
+creates a temporary database ``agentlog_bench_<pid>`` through
+postgresql://postgres@127.0.0.1:5432/postgres and drops it at the end. Every run gets a fresh schema
+(dropped afterwards); for this backend the ``root`` handed around below is that schema's name, and the
+fresh reader processes inherit the DSN through the environment.
 """
 
 from __future__ import annotations
@@ -17,17 +23,74 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import agentlog as al
 from agentlog.persistence.coordinator import PersistenceCoordinator
 
-BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
+BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite", "postgres")
+
+DSN_ENV = "AGENTLOG_BENCH_DSN"
+SERVER_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def bench_dsn() -> str:
+    dsn = os.environ.get(DSN_ENV) or os.environ.get("AGENTLOG_DSN")
+    if not dsn:
+        raise SystemExit(f"--backend postgres: set {DSN_ENV} or AGENTLOG_DSN (or run inside bench_database())")
+    return dsn
+
+
+@contextmanager
+def bench_database(kind: str) -> Iterator[None]:
+    """For ``postgres`` without a configured DSN: a temporary database for this run, dropped at the end."""
+    if kind != "postgres" or os.environ.get(DSN_ENV) or os.environ.get("AGENTLOG_DSN"):
+        yield
+        return
+    import psycopg
+    from psycopg import conninfo, sql
+
+    name = f"agentlog_bench_{os.getpid()}"
+    with psycopg.connect(SERVER_DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    os.environ[DSN_ENV] = conninfo.make_conninfo(SERVER_DSN, dbname=name)
+    try:
+        yield
+    finally:
+        del os.environ[DSN_ENV]
+        with psycopg.connect(SERVER_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def bench_root(kind: str, tag: str) -> Iterator[str]:
+    """A fresh, empty store location: a temporary directory, or for ``postgres`` a fresh schema name."""
+    if kind != "postgres":
+        root = tempfile.mkdtemp(prefix=f"agentlog-bench-{tag}-")
+        try:
+            yield root
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
+    import psycopg
+    from psycopg import sql
+
+    schema = f"bench_{tag}_{os.getpid()}_{time.monotonic_ns() % 10**9}".replace("-", "_")
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(bench_dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def make_backend(kind: str, root: str) -> Any:
+    if kind == "postgres":
+        from agentlog.persistence.postgres import PostgresBackend
+
+        return PostgresBackend(bench_dsn(), schema=root)
     if kind == "sqlite":
         from agentlog.persistence.sqlite.backend import SqliteBackend
 
@@ -37,7 +100,17 @@ def make_backend(kind: str, root: str) -> Any:
     return JsonlBackend(root, compression="zstd" if kind == "jsonl-zstd" else "none")
 
 
-def stored_bytes(root: str) -> int:
+def stored_bytes(kind: str, root: str) -> int:
+    if kind == "postgres":  # tables, indexes and TOAST of the run's schema
+        import psycopg
+
+        with psycopg.connect(bench_dsn()) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+                (root,),
+            ).fetchone()
+        return int(row[0]) if row else 0
     total = 0
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
@@ -53,12 +126,30 @@ def peak_rss_mb() -> float:
 
 def write_session(kind: str, root: str, workload: Sequence[Any], style: str, session_id: str = "bench") -> float:
     """Append the workload through a live session; return seconds including the final flush."""
+    start, end = write_session_span(kind, root, workload, style, session_id)
+    return end - start
+
+
+def write_session_span(
+    kind: str,
+    root: str,
+    workload: Sequence[Any],
+    style: str,
+    session_id: str = "bench",
+    ready: Callable[[], object] | None = None,
+) -> tuple[float, float]:
+    """:func:`write_session`'s write path; returns the ``perf_counter`` at start and after the final flush.
+
+    ``ready`` (e.g. a barrier's ``wait``) is called once the session is open, just before the timer starts.
+    """
     store = al.SessionStore()
     coordinator = PersistenceCoordinator(store, make_backend(kind, root))
     session = store.create(session_id, meta={"cwd": "/bench"})
     append = session.append
     flush = store.flush
     gc.collect()
+    if ready is not None:
+        ready()
     start = time.perf_counter()
     if style == "bulk":
         for type_, data, intent in workload:
@@ -70,9 +161,9 @@ def write_session(kind: str, root: str, workload: Sequence[Any], style: str, ses
             if type_ == "step/end":
                 flush(session)
         flush(session)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     coordinator.close()
-    return elapsed
+    return start, end
 
 
 def restore_in_fresh_process(kind: str, root: str, session_id: str) -> dict[str, Any]:
@@ -98,15 +189,19 @@ def _restore_main(kind: str, root: str, session_id: str) -> None:
 
 
 def cmd_persist(args: argparse.Namespace) -> dict[str, Any]:
+    with bench_database(args.backend):
+        return _persist(args)
+
+
+def _persist(args: argparse.Namespace) -> dict[str, Any]:
     from workload import build_workload
 
     workload = build_workload(args.turns)
     runs: list[dict[str, float]] = []
     for run in range(args.repeat):
-        root = tempfile.mkdtemp(prefix="agentlog-bench-")
-        try:
+        with bench_root(args.backend, "persist") as root:
             seconds = write_session(args.backend, root, workload, args.style)
-            size = stored_bytes(root)
+            size = stored_bytes(args.backend, root)
             restored = restore_in_fresh_process(args.backend, root, "bench")
             if restored["events"] != len(workload) + 1:  # + the end-seed marker of the restored session
                 raise SystemExit(f"M4: restored {restored['events']} events, expected {len(workload) + 1}")
@@ -123,8 +218,6 @@ def cmd_persist(args: argparse.Namespace) -> dict[str, Any]:
                 f"M4 {restored['M4_seconds']:.4f} s  {size / len(workload):.1f} B/event",
                 file=sys.stderr,
             )
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in runs)
@@ -153,7 +246,10 @@ def cmd_persist(args: argparse.Namespace) -> dict[str, Any]:
 def _import_backend_modules() -> None:
     """Import the backends before a timer starts: interpreter start-up is not what M4/M5 measure."""
     import agentlog.persistence.jsonl.backend
-    import agentlog.persistence.sqlite.backend  # noqa: F401
+    import agentlog.persistence.sqlite.backend
+
+    if os.environ.get(DSN_ENV) or os.environ.get("AGENTLOG_DSN"):
+        import agentlog.persistence.postgres  # noqa: F401
 
 
 def _list_main(kind: str, root: str) -> None:
@@ -192,11 +288,15 @@ def _median_seconds(call: Any, runs: int = 9) -> float:
 
 
 def cmd_list(args: argparse.Namespace) -> dict[str, Any]:
+    with bench_database(args.backend):
+        return _list(args)
+
+
+def _list(args: argparse.Namespace) -> dict[str, Any]:
     from workload import build_workload
 
     workload = build_workload(5)
-    root = tempfile.mkdtemp(prefix="agentlog-bench-list-")
-    try:
+    with bench_root(args.backend, "list") as root:
         store = al.SessionStore()
         coordinator = PersistenceCoordinator(store, make_backend(args.backend, root))
         for index in range(args.sessions):
@@ -219,8 +319,6 @@ def cmd_list(args: argparse.Namespace) -> dict[str, Any]:
             results.append(result["M5_seconds"])
             warm_lists.append(result["list_warm_seconds"])
             revision_lists.append(result["list_revisions_seconds"])
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     m5 = statistics.median(results)
     warm = statistics.median(warm_lists)
     revised = statistics.median(revision_lists)

@@ -5,12 +5,14 @@ Usage:
 
 Subcommands:
     kernel   in-memory kernel figures: M1 append, M2 incremental derive, M6 compaction, peak RSS
-    persist  --backend jsonl-zstd|jsonl-none|sqlite --style bulk|step: M3 write, M4 cold restore
+    persist  --backend jsonl-zstd|jsonl-none|sqlite|postgres --style bulk|step: M3 write, M4 cold restore
     list     --backend ... --sessions 1000: M5 listing in a fresh process
     compaction --turns 2000: M7 token meter after every step, M8 one prune, M9 one region compaction
     projections: M10 ls from the projection cache, M11 cold snapshot, M12 append with the five units
     search   --sessions 1000: M13 index build, M14 reconciliation after one turn, M15/M16 query p50/p95
     import   --mb 200: M17 import throughput of a Claude Code style transcript (MB/s) and its peak RSS
+    pg-writers --processes 1,4,8: PostgreSQL, aggregate events/s of N concurrent writer processes
+             (W(200) each, flush per step) and the eventsourcing recorder as the per-step peer anchor
 
 Each subcommand prints an aligned plain-text table and, as the LAST line of stdout, exactly one
 JSON object with its figures (medians over --repeat runs), so scripts can ``tail -n 1`` it.
@@ -255,11 +257,13 @@ def positive_int(text: str) -> int:
 try:
     from import_bench import add_import_parser
     from persist import add_list_parser, add_persist_parser
+    from pg_writers import add_pg_writers_parser
     from projections import add_projections_parser
     from search import add_search_parser
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.import_bench import add_import_parser
     from benchmarks.persist import add_list_parser, add_persist_parser
+    from benchmarks.pg_writers import add_pg_writers_parser
     from benchmarks.projections import add_projections_parser
     from benchmarks.search import add_search_parser
 
@@ -369,6 +373,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_projections_parser,
     add_search_parser,
     add_import_parser,
+    add_pg_writers_parser,
 ]
 
 
