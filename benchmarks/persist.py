@@ -54,8 +54,11 @@ def bench_database(kind: str) -> Iterator[None]:
     from psycopg import conninfo, sql
 
     name = f"agentlog_bench_{os.getpid()}"
-    with psycopg.connect(SERVER_DSN, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        with psycopg.connect(SERVER_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as err:
+        raise SystemExit(f"--backend postgres: cannot create {name} via {SERVER_DSN} ({err}); set {DSN_ENV}") from None
     os.environ[DSN_ENV] = conninfo.make_conninfo(SERVER_DSN, dbname=name)
     try:
         yield
