@@ -25,55 +25,9 @@ from agentlog.errors import SessionLockedError
 from agentlog.kernel.jsoncodec import dumps
 from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from agentlog.persistence.postgres import PostgresBackend
+from crash.test_kill9 import turn_events  # the same deterministic turn as the file-backend crash suite
 
 TRIALS = int(os.environ.get("AGENTLOG_CRASH_TRIALS", "50"))
-
-
-def turn_events(turn: int) -> list[tuple[str, Any, Any]]:
-    """One agent turn with a tool call, deterministic, as the writer appends it (as in tests/crash)."""
-    call = f"c{turn}"
-    ops: list[tuple[str, Any, Any]] = [
-        ("turn/start", {"turn": turn}, None),
-        ("user/message", al.user_message(f"question {turn}", id=f"u{turn}"), {"surfaceOp": "append"}),
-        ("step/start", {"turn": turn, "step": 1}, None),
-    ]
-    ops += [("assistant/chunk", {"turn": turn, "step": 1, "chunk": al.text_delta(0, f"t{k} ")}, None) for k in range(6)]
-    ops += [
-        (
-            "assistant/message",
-            {
-                "turn": turn,
-                "step": 1,
-                "message": al.assistant_message(
-                    [al.text_block("reading"), al.tool_call_block(call, "read_file", '{"path": "a"}')],
-                    provider="p",
-                    model="m",
-                    id=f"a{turn}",
-                ),
-            },
-            {"surfaceOp": "append"},
-        ),
-        (
-            "tool/call",
-            {"turn": turn, "step": 1, "callId": call, "name": "read_file", "arguments": '{"path": "a"}'},
-            None,
-        ),
-        (
-            "tool/result",
-            {"turn": turn, "step": 1, "message": al.tool_result_message(call, "x" * 200, id=f"r{turn}")},
-            {"surfaceOp": "append"},
-        ),
-        ("step/end", {"turn": turn, "step": 1}, None),
-        ("step/start", {"turn": turn, "step": 2}, None),
-        (
-            "assistant/message",
-            {"turn": turn, "step": 2, "message": al.assistant_message("done", provider="p", model="m", id=f"b{turn}")},
-            {"surfaceOp": "append"},
-        ),
-        ("step/end", {"turn": turn, "step": 2}, None),
-        ("turn/end", {"turn": turn, "reason": {"kind": "completed"}}, None),
-    ]
-    return ops
 
 
 def _writer(dsn: str, schema: str, session_id: str, fd: int) -> None:
