@@ -252,6 +252,67 @@ def test_a_lease_whose_connection_is_terminated_ends(pg_backends: Factory, pg_ds
     lease.release()  # releasing a dead lease is harmless
 
 
+def test_a_write_in_flight_when_its_lease_ends_never_commits_after_another_writer_takes_the_lease(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str, row_blocker: Callable[[str], psycopg.Connection[Any]]
+) -> None:
+    """The lease fences its writer: the writes of a leased session run on the lease's own connection.
+
+    A crashed host's in-flight COMMIT is still processed by its server backend after the host is gone;
+    were the write on another connection than the lock, a new writer could take the lease, read, and
+    then see the dead writer's batch land under it. Here the old writer's COPY is blocked, its lease's
+    backend is terminated, a second host takes the lease, and only then is the blocker released.
+    """
+    host_a, host_b = pg_backends(), pg_backends()
+    meta = header("s")
+    host_a.append_batch(meta, [ev(0)], False)
+    lease = host_a.lock_writer(meta)
+    assert lease.connection is not None
+    lease_pid = lease.connection.info.backend_pid
+    blocker = row_blocker(f"INSERT INTO {pg_schema}.events (session_id, seq, body) VALUES ('s', 3, 'b'::bytea)")
+    outcome: list[BaseException | None] = []
+
+    def flush() -> None:
+        try:
+            host_a.append_batch(meta, [ev(1), ev(2), ev(3)], True)
+            outcome.append(None)
+        except BaseException as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=flush)
+    thread.start()
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        query = (
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
+            "AND query LIKE 'COPY%%' AND datname = current_database()"
+        )
+        wait_until(lambda: len(admin.execute(query).fetchall()) == 1, "the writer's COPY to block")
+        admin.execute("SELECT pg_terminate_backend(%s)", (lease_pid,))
+
+    def taken() -> bool:
+        try:
+            host_b.lock_writer(meta).release()
+        except SessionLockedError:
+            return False
+        return True
+
+    wait_until(taken, "host B to take the ended lease")
+    new_lease = host_b.lock_writer(meta)
+    try:
+        blocker.rollback()
+        thread.join()
+        assert len(outcome) == 1 and isinstance(outcome[0], DatabaseUnavailableError), outcome
+        assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]  # nothing landed under B's lease
+        with pytest.raises(SessionLockedError):
+            host_a.append_batch(meta, [ev(1)], True)  # A's retry cannot write while B holds the lease
+        host_b.append_batch(meta, [ev(1, "b")], True)
+    finally:
+        new_lease.release()
+    with pytest.raises(SessionConflictError):
+        host_a.append_batch(meta, [ev(1)], True)  # A takes its lease back, and optimistic concurrency refuses it
+    lease.release()
+    assert [body for _, body in stored_rows(pg_dsn, pg_schema, "s")] == [dumps(ev(0)), dumps(ev(1, "b"))]
+
+
 # --- schema ----------------------------------------------------------------------------------------------
 
 

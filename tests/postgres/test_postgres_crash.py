@@ -2,9 +2,10 @@
 
 As in ``tests/crash/test_kill9.py``: the child is forked from the test process and runs a real store +
 coordinator + ``PostgresBackend``, reporting through a pipe every seq whose ``flush()`` returned. After
-the kill a fresh coordinator loads the session (taking the lease the dead writer's connection held, once
-the server has seen that connection close): every acknowledged event is present and its stored bytes
-are byte-identical to what the writer appended; what follows is exactly the repair of the open turn.
+the kill the rows are read once the lease the dead writer's connection held is free (the server may
+still commit what the writer sent just before it died, and the lease is the fence), then a fresh
+coordinator loads the session: every acknowledged event is present and its stored bytes are
+byte-identical to what the writer appended; what follows is exactly the repair of the open turn.
 Each trial writes its own session id in the test's schema.
 """
 
@@ -100,6 +101,23 @@ def _load(coordinator: PersistenceCoordinator, session_id: str) -> SessionSnapsh
             time.sleep(0.01)
 
 
+def _await_lease_end(backend: PostgresBackend, session_id: str) -> None:
+    """Wait until the dead writer's lease is free: its connection, which wrote too, is then gone.
+
+    The server may still process a ``COMMIT`` the writer sent just before it was killed; the lease
+    ends only after that backend has exited, so the stored rows read afterwards are final.
+    """
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            backend.lock_writer({"id": session_id}).release()
+            return
+        except SessionLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _stored_bodies(dsn: str, schema: str, session_id: str) -> list[bytes]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         statement = sql.SQL("SELECT body FROM {}.events WHERE session_id = %s ORDER BY seq").format(
@@ -120,8 +138,10 @@ def test_crash__a_sigkilled_postgres_writer_loses_no_acknowledged_event_and_repa
         acknowledged, status = _run_trial(pg_dsn, pg_schema, session_id, rng)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"writer died on its own: {status}"
         expected = _expected(session_id, 60)
-        coordinator = PersistenceCoordinator(al.SessionStore(), PostgresBackend(pg_dsn, schema=pg_schema))
+        backend = PostgresBackend(pg_dsn, schema=pg_schema)
+        coordinator = PersistenceCoordinator(al.SessionStore(), backend)
         try:
+            _await_lease_end(backend, session_id)
             bodies = _stored_bodies(pg_dsn, pg_schema, session_id)
             # Every acknowledged event is stored, byte-identical to what the writer appended.
             assert len(bodies) > acknowledged, (trial, len(bodies), acknowledged)

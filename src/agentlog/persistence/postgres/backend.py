@@ -106,10 +106,16 @@ def _lineage(meta: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 class _AdvisoryLease:
-    """A session-level advisory lock held on its own connection; closing the connection ends it."""
+    """A session-level advisory lock held on its own connection; closing the connection ends it.
 
-    def __init__(self, owner: PostgresBackend, conn: psycopg.Connection[Any], key: int) -> None:
+    The leased session's writes run on this same connection (see ``PostgresBackend.append_batch``):
+    the server releases the lock only when that backend exits, after it has processed every statement
+    it received, so a dead writer's in-flight ``COMMIT`` is final before anyone else can hold the lease.
+    """
+
+    def __init__(self, owner: PostgresBackend, session_id: str, conn: psycopg.Connection[Any], key: int) -> None:
         self._owner = owner
+        self.session_id = session_id
         self._conn: psycopg.Connection[Any] | None = conn
         self._key = key
         self._mutex = threading.Lock()
@@ -118,6 +124,20 @@ class _AdvisoryLease:
     def connection(self) -> psycopg.Connection[Any] | None:
         """The lease's connection (tests terminate it to simulate a crashed host)."""
         return self._conn
+
+    @contextmanager
+    def writing(self) -> Iterator[psycopg.Connection[Any] | None]:
+        """The lease's connection for one write, re-taking the lock on a new one if the old one died.
+
+        ``None`` when the lease was released (the caller writes unfenced, as without a lease). A lock
+        another writer took meanwhile is ``SESSION_LOCKED``: this writer lost its lease.
+        """
+        with self._mutex:
+            conn = self._conn
+            if conn is not None and (conn.closed or conn.broken):
+                conn.close()
+                self._conn = conn = self._owner._try_lock(self.session_id, self._key, "re-taking a lost writer lease")
+            yield conn
 
     def release(self) -> None:
         with self._mutex:
@@ -187,7 +207,7 @@ class PostgresBackend:
         self._ready = False
         self._init_mutex = threading.Lock()
         self._store_id = ""
-        self._leases: set[_AdvisoryLease] = set()
+        self._leases: dict[str, _AdvisoryLease] = {}
         self._listen_mutex = threading.Lock()
         self._listener: psycopg.Connection[Any] | None = None
         self._notified: set[str] = set()
@@ -256,8 +276,18 @@ class PostgresBackend:
             conn = self._checkout()
         except _CONNECTION_ERRORS as err:
             raise self._unavailable(err, doing) from None
-        try:
+        with self._typed(conn, doing, pooled=True):
             yield conn
+
+    @contextmanager
+    def _typed(self, conn: psycopg.Connection[Any], doing: str, *, pooled: bool) -> Iterator[None]:
+        """Run one operation on ``conn``: errors become typed; a pooled connection goes back when clean.
+
+        A connection that is not pooled (a lease's) is closed only when it is no longer usable; the
+        lease then re-takes its lock on a new one at the next write.
+        """
+        try:
+            yield
         except _CONNECTION_ERRORS as err:
             conn.close()
             raise self._unavailable(err, doing) from None
@@ -270,7 +300,8 @@ class PostgresBackend:
                 "else uses the schema"
             ) from None
         except psycopg.Error as err:
-            conn.close()
+            if pooled or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                conn.close()
             raise PersistenceError(
                 f"PostgreSQL at {self.location} refused an operation while {doing} "
                 f"({str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}); nothing "
@@ -279,11 +310,12 @@ class PostgresBackend:
         except BaseException:
             if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.close()
-            else:
+            elif pooled:
                 self._checkin(conn)
             raise
         else:
-            self._checkin(conn)
+            if pooled:
+                self._checkin(conn)
 
     # --- schema --------------------------------------------------------------------------------------
 
@@ -545,6 +577,15 @@ class PostgresBackend:
                     f'append batch of "{session_id}" is not contiguous: seq {event["seq"]} at index {index}'
                 )
         header = dumps(dict(meta)) if not materialized else b""
+        with self._mutex:
+            lease = self._leases.get(session_id)
+        if lease is not None:  # fenced: on the lease's own connection
+            self._ensure_schema()
+            with lease.writing() as conn:
+                if conn is not None:
+                    with self._typed(conn, "appending events", pooled=False):
+                        self._append(conn, session_id, meta, header, first, bodies, materialized)
+                    return
         with self._connection("appending events") as conn:
             self._append(conn, session_id, meta, header, first, bodies, materialized)
 
@@ -619,15 +660,22 @@ class PostgresBackend:
         self.validate_session_id(session_id)
         self._ensure_schema()
         key = _lock_key(self.schema, session_id)
+        lease = _AdvisoryLease(self, session_id, self._try_lock(session_id, key, "taking the writer lock"), key)
+        with self._mutex:
+            self._leases[session_id] = lease
+        return lease
+
+    def _try_lock(self, session_id: str, key: int, doing: str) -> psycopg.Connection[Any]:
+        """A new connection holding the session's advisory lock, or ``SESSION_LOCKED`` at once."""
         try:
             conn = self._connect()
         except _CONNECTION_ERRORS as err:
-            raise self._unavailable(err, "taking the writer lock") from None
+            raise self._unavailable(err, doing) from None
         try:
             row = conn.execute(_sql.TRY_LOCK, (key,)).fetchone()
         except _CONNECTION_ERRORS as err:
             conn.close()
-            raise self._unavailable(err, "taking the writer lock") from None
+            raise self._unavailable(err, doing) from None
         except BaseException:
             conn.close()
             raise
@@ -637,14 +685,12 @@ class PostgresBackend:
                 f'session "{session_id}" is already open for writing (another process or host holds its '
                 "PostgreSQL writer lease); wait for it to finish or close it"
             )
-        lease = _AdvisoryLease(self, conn, key)
-        with self._mutex:
-            self._leases.add(lease)
-        return lease
+        return conn
 
     def _forget_lease(self, lease: _AdvisoryLease) -> None:
         with self._mutex:
-            self._leases.discard(lease)
+            if self._leases.get(lease.session_id) is lease:
+                del self._leases[lease.session_id]
 
     # --- change notification -----------------------------------------------------------------------------
 
