@@ -29,11 +29,22 @@ from agentlog.errors import (
     PersistenceError,
     SessionConflictError,
     SessionLockedError,
+    SessionPersistenceCorruptionError,
 )
 from agentlog.kernel.jsoncodec import dumps, loads
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.postgres import PostgresBackend
-from agentlog.testing.builders import closed_turn, header
+from agentlog.testing.builders import (
+    assistant_event,
+    chunk_event,
+    closed_turn,
+    header,
+    step_end,
+    step_start,
+    turn_end,
+    turn_start,
+    user_event,
+)
 
 Factory = Callable[..., PostgresBackend]
 
@@ -259,7 +270,7 @@ def test_a_write_in_flight_when_its_lease_ends_never_commits_after_another_write
 
     A crashed host's in-flight COMMIT is still processed by its server backend after the host is gone;
     were the write on another connection than the lock, a new writer could take the lease, read, and
-    then see the dead writer's batch land under it. Here the old writer's COPY is blocked, its lease's
+    then see the dead writer's batch land under it. Here the old writer's insert is blocked, its lease's
     backend is terminated, a second host takes the lease, and only then is the blocker released.
     """
     host_a, host_b = pg_backends(), pg_backends()
@@ -283,9 +294,9 @@ def test_a_write_in_flight_when_its_lease_ends_never_commits_after_another_write
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         query = (
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
-            "AND query LIKE 'COPY%%' AND datname = current_database()"
+            "AND datname = current_database()"
         )
-        wait_until(lambda: len(admin.execute(query).fetchall()) == 1, "the writer's COPY to block")
+        wait_until(lambda: len(admin.execute(query).fetchall()) == 1, "the writer's insert to block")
         admin.execute("SELECT pg_terminate_backend(%s)", (lease_pid,))
 
     def taken() -> bool:
@@ -452,7 +463,7 @@ def test_a_statement_timeout_is_typed_and_stores_nothing(
 def test_pg_terminate_backend_in_the_middle_of_a_flush_is_typed_and_a_retry_stores_each_event_once(
     pg_backends: Factory, pg_dsn: str, pg_schema: str, row_blocker: Callable[[str], psycopg.Connection[Any]]
 ) -> None:
-    """The writer's COPY blocks on an uncommitted row of a blocker at seq 7; its backend is terminated there."""
+    """The writer's insert blocks on an uncommitted row of a blocker at seq 7; its backend is terminated there."""
     backend = pg_backends()
     coordinator = PersistenceCoordinator(al.SessionStore(), backend)
     try:
@@ -479,7 +490,7 @@ def test_pg_terminate_backend_in_the_middle_of_a_flush_is_typed_and_a_retry_stor
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             query = (
                 "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
-                "AND query LIKE 'COPY%%' AND datname = current_database()"
+                "AND datname = current_database()"
             )
             pids: list[int] = []
 
@@ -487,7 +498,7 @@ def test_pg_terminate_backend_in_the_middle_of_a_flush_is_typed_and_a_retry_stor
                 pids[:] = [row[0] for row in admin.execute(query)]
                 return len(pids) == 1
 
-            wait_until(copying, "the writer's COPY to block")
+            wait_until(copying, "the writer's insert to block")
             admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
         thread.join()
         blocker.rollback()
@@ -571,6 +582,75 @@ def test_listing_pages_by_cursor_in_id_order(pg_backends: Factory) -> None:
         cursor = page[-1].id
     assert paged == ids
     assert list(backend.list_revisions()) == ids
+
+
+# --- packed chunk runs -----------------------------------------------------------------------------------
+
+
+def _chunky_session(turns: int = 3) -> list[dict[str, Any]]:
+    """Closed turns whose steps stream a run of ten text deltas (one packed row per batch it falls in)."""
+    events: list[dict[str, Any]] = []
+    for turn in range(1, turns + 1):
+        s = len(events)
+        events += [turn_start(s, turn), user_event(s + 1, f"q{turn}"), step_start(s + 2, turn)]
+        base = len(events)
+        events += [chunk_event(base + k, f"t{turn}-{k} ", turn=turn) for k in range(8)]
+        events += [chunk_event(base + 8 + k, f"x{k}", turn=turn) for k in range(2)]
+        s = len(events)
+        events += [assistant_event(s, f"a{turn}", turn=turn), step_end(s + 1, turn), turn_end(s + 2, turn)]
+    return events
+
+
+def test_chunk_runs_are_stored_packed_and_every_suffix_read_equals_the_whole_read_sliced(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    backend = pg_backends()
+    events = _chunky_session()
+    backend.append_batch(header("s"), events[:20], False)
+    backend.append_batch(header("s"), events[20:], True)  # a run split across two batches packs per batch
+    rows = stored_rows(pg_dsn, pg_schema, "s")
+    assert len(rows) < len(events)
+    assert any(loads(body)["type"] == "text-chunks" for _, body in rows)
+    whole = backend.load_stored("s")
+    assert whole is not None
+    assert [al.thaw(event) for event in whole.events] == events
+    for from_seq in range(len(events) + 2):
+        suffix = backend.load_stored_from("s", from_seq)
+        assert suffix is not None and suffix.revision == whole.revision
+        assert [al.thaw(event) for event in suffix.events] == events[from_seq:], from_seq
+
+
+def test_a_retried_packed_batch_is_recognised_as_stored_and_a_different_one_conflicts(pg_backends: Factory) -> None:
+    backend = pg_backends()
+    events = _chunky_session(2)
+    backend.append_batch(header("s"), events[:3], False)
+    backend.append_batch(header("s"), events[3:], True)
+    backend.append_batch(header("s"), events[3:], True)  # the same batch again: already stored, a no-op
+    changed = [dict(event) for event in events[3:]]
+    changed[2] = chunk_event(changed[2]["seq"], "other")
+    with pytest.raises(SessionConflictError):
+        backend.append_batch(header("s"), changed, True)
+    stored = backend.load_stored("s")
+    assert stored is not None and [al.thaw(event) for event in stored.events] == events
+
+
+def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_session(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    backend = pg_backends()
+    events = _chunky_session(1)
+    backend.append_batch(header("s"), events, False)
+    packed_seq = next(seq for seq, body in stored_rows(pg_dsn, pg_schema, "s") if loads(body)["type"] == "text-chunks")
+    _admin(
+        pg_dsn,
+        f"UPDATE {pg_schema}.events SET body = convert_to('{{\"type\":\"text-chunks\",\"seq0\":{packed_seq},"
+        f"\"time0\":1,\"data\":{{}}}}', 'UTF8') WHERE session_id = 's' AND seq = {packed_seq}",
+    )
+    with pytest.raises(SessionPersistenceCorruptionError) as caught:
+        backend.load_stored("s")
+    assert f"seq {packed_seq}" in str(caught.value)
+    partial = backend.read_prefix("s")
+    assert partial is not None and len(partial.events) == packed_seq and partial.damage is not None
 
 
 # --- many hosts on loopback -----------------------------------------------------------------------------

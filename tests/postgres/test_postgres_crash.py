@@ -23,7 +23,8 @@ from psycopg import sql
 
 import agentlog as al
 from agentlog.errors import SessionLockedError
-from agentlog.kernel.jsoncodec import dumps
+from agentlog.kernel.chunkrows import decode_storage_record
+from agentlog.kernel.jsoncodec import dumps, loads
 from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from agentlog.persistence.postgres import PostgresBackend
 from crash.test_kill9 import turn_events  # the same deterministic turn as the file-backend crash suite
@@ -119,11 +120,19 @@ def _await_lease_end(backend: PostgresBackend, session_id: str) -> None:
 
 
 def _stored_bodies(dsn: str, schema: str, session_id: str) -> list[bytes]:
+    """Each stored event's JSON bytes, in seq order: a verbatim row as stored, a packed chunk run expanded."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         statement = sql.SQL("SELECT body FROM {}.events WHERE session_id = %s ORDER BY seq").format(
             sql.Identifier(schema)
         )
-        return [bytes(row[0]) for row in conn.execute(statement, (session_id,))]
+        bodies: list[bytes] = []
+        for (body,) in conn.execute(statement, (session_id,)):
+            value = loads(bytes(body))
+            if value["type"] in ("text-chunks", "reasoning-chunks", "tool-call-chunks"):
+                bodies.extend(dumps(al.thaw(member)) for member in decode_storage_record(value))
+            else:
+                bodies.append(bytes(body))
+        return bodies
 
 
 def test_crash__a_sigkilled_postgres_writer_loses_no_acknowledged_event_and_repairs_the_open_turn(

@@ -94,7 +94,14 @@ _STATEMENTS: Final = {
     "WHERE id = %s RETURNING id) SELECT pg_notify('agentlog_events', id) FROM advanced",
     "copy_events": "COPY {schema}.events (session_id, seq, body) FROM STDIN (FORMAT BINARY)",
     "select_events": "SELECT seq, body FROM {schema}.events WHERE session_id = %s ORDER BY seq",
-    "select_events_from": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s ORDER BY seq",
+    # From the row holding from_seq: the last row starting at or before it (it may be a packed run).
+    "select_events_from": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= "
+    "COALESCE((SELECT max(seq) FROM {schema}.events WHERE session_id = %s AND seq <= %s), 0) ORDER BY seq",
+    # One autocommit statement: advance only from the expected next seq, insert the rows, notify.
+    "append_fast": "WITH advanced AS (UPDATE {schema}.sessions SET next_seq = %s, revision = revision + 1 "
+    "WHERE id = %s AND next_seq = %s RETURNING id), inserted AS (INSERT INTO {schema}.events (session_id, seq, "
+    "body) SELECT advanced.id, rows.seq, rows.body FROM advanced, unnest(%s::bigint[], %s::bytea[]) AS "
+    "rows(seq, body)) SELECT pg_notify('agentlog_events', id) FROM advanced",
     "select_event_span": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s AND seq < %s "
     "ORDER BY seq",
     "select_sessions": "SELECT id, header, incarnation, revision FROM {schema}.sessions ORDER BY id",

@@ -6,17 +6,21 @@ Design points, each pinned by a test under ``tests/postgres/``:
   operation connects, then creates the versioned schema (under a transaction-scoped advisory lock, so
   two hosts starting at once create it once) or checks an existing one. A schema that holds tables
   agentlog did not create, or a newer schema version, is refused untouched (``DATABASE_SCHEMA``).
-* **Optimistic concurrency.** ``append_batch`` is one transaction: it locks the session row, and
-  commits only if the batch starts at the stored next seq; otherwise ``SESSION_CONFLICT`` names the
-  expected and found seq and nothing of the batch is stored. A batch whose commit acknowledgement was
-  lost (the connection died during ``COMMIT``) is recognised on retry: when the stored events at the
-  batch's seqs are byte-identical to it, the retry succeeds without writing anything again.
-* **Bytes are the kernel's.** Each event is stored as the JSON bytes ``event_json`` produced once;
-  loads parse exactly those bytes. The header is stored as its JSON bytes too, with the lineage fields
-  copied into columns for listing queries.
-* **The writer lease is a session-level advisory lock on a dedicated connection.** A second holder
-  gets ``SESSION_LOCKED`` at once; the lease ends with ``release()`` or when the connection dies (a
-  crashed host holds nothing). Readers never take it.
+* **Optimistic concurrency.** ``append_batch`` commits only if the batch starts at the stored next
+  seq; otherwise ``SESSION_CONFLICT`` names the expected and found seq and nothing of the batch is
+  stored. The usual batch is one autocommit statement (advance-if-next-seq, insert, notify: one round
+  trip); when it does not apply, a transaction that locks the session row says why. A batch whose
+  commit acknowledgement was lost (the connection died during ``COMMIT``) is recognised on retry: when
+  the stored rows at the batch's seqs are byte-identical to it, the retry succeeds without writing.
+* **Bytes are the kernel's; chunk runs are packed.** An event row holds the JSON bytes ``event_json``
+  produced once; a run of streamed deltas is one row in the JSONL codec's packed form
+  (``kernel.chunkrows``), keyed by its first seq, so a typical step writes and reads a fifth of the
+  rows. The header is stored as its JSON bytes too, with the lineage fields copied into columns.
+* **The writer lease is a session-level advisory lock on a dedicated connection, which also does the
+  session's writes.** A second holder gets ``SESSION_LOCKED`` at once; the lease ends with
+  ``release()`` or when the connection dies (a crashed host holds nothing). Because the writes share
+  the lock's connection, the server frees the lock only after that backend processed everything the
+  dead writer sent: a new holder never sees an old ``COMMIT`` land under it. Readers never take it.
 * **Every commit notifies.** ``pg_notify('agentlog_events', session_id)`` runs inside the append
   transaction, so a listener is woken only by committed events; :meth:`PostgresBackend.wait_for_change`
   waits on it (a hint: a lost notification only delays a poller).
@@ -41,6 +45,7 @@ import psycopg
 from psycopg import conninfo, pq
 
 from ...errors import (
+    ChunkRowError,
     DatabaseSchemaError,
     DatabaseUnavailableError,
     InvalidSessionIdError,
@@ -50,6 +55,7 @@ from ...errors import (
     SessionLockedError,
     SessionPersistenceCorruptionError,
 )
+from ...kernel.chunkrows import decode_storage_record, pack_chunk_runs
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
@@ -103,6 +109,49 @@ def _lineage(meta: Mapping[str, Any]) -> tuple[Any, ...]:
         integer("delegationDepth"),
         text("agentPreset"),
     )
+
+
+_ROW_TAGS: Final = frozenset(("text-chunks", "reasoning-chunks", "tool-call-chunks"))
+
+_FAST_PATH_ROWS: Final = 2048
+"""Largest batch (in stored rows) sent as one statement with array parameters; bigger ones use COPY."""
+
+
+class _Batch:
+    """One append batch in storage form: the rows (an event or a packed chunk run) and their first seqs."""
+
+    __slots__ = ("bodies", "count", "first", "seqs", "session_id")
+
+    def __init__(self, session_id: str, first: int, count: int, seqs: list[int], bodies: list[bytes]) -> None:
+        self.session_id = session_id
+        self.first = first
+        self.count = count
+        self.seqs = seqs
+        self.bodies = bodies
+
+
+def _storage_rows(events: Sequence[WireEvent]) -> tuple[list[int], list[bytes]]:
+    """Pack the batch's chunk runs (the JSONL codec's rows) and key each stored row by its first seq.
+
+    Verbatim events keep the JSON bytes the kernel produced; only packed rows are serialized here.
+    Packing returns verbatim events as the very same objects, in order, so identity tells them apart.
+    """
+    records = pack_chunk_runs(events)
+    if len(records) == len(events):
+        return [event["seq"] for event in events], [event_json(event) for event in events]
+    seqs: list[int] = []
+    bodies: list[bytes] = []
+    index = 0
+    for record in records:
+        seqs.append(events[index]["seq"])
+        if record is events[index]:
+            bodies.append(event_json(events[index]))
+            index += 1
+        else:
+            bodies.append(dumps(record))
+            data: Any = record["data"]
+            index += len(data["texts"] if "texts" in data else data["args"])
+    return seqs, bodies
 
 
 class _AdvisoryLease:
@@ -452,7 +501,9 @@ class PostgresBackend:
                     return None
                 header, incarnation, revision, next_seq = row
                 if from_seq:
-                    rows = cur.execute(self._sql["select_events_from"], (session_id, from_seq)).fetchall()
+                    rows = cur.execute(
+                        self._sql["select_events_from"], (session_id, session_id, from_seq)
+                    ).fetchall()
                 else:
                     rows = cur.execute(self._sql["select_events"], (session_id,)).fetchall()
         try:
@@ -469,20 +520,34 @@ class PostgresBackend:
             )
         events: list[dict[str, Any]] = []
         damage: SessionPersistenceCorruptionError | None = None
-        expected = from_seq
+        # A suffix read starts at the row holding from_seq, which may be a packed run that began earlier.
+        expected = rows[0][0] if from_seq and rows and rows[0][0] < from_seq else from_seq
         for seq, body in rows:
             if seq != expected:
                 damage = self._corrupt(session_id, expected, f"seq {expected} is missing; the next row is seq {seq}")
                 break
             try:
-                event = loads(bytes(body))
+                value = loads(bytes(body))
             except (ValueError, RecursionError) as err:
                 damage = self._corrupt(session_id, seq, f"unparsable JSON: {err}")
                 break
-            if not isinstance(event, dict) or event.get("seq") != seq:
+            if type(value) is dict and value.get("type") in _ROW_TAGS:
+                try:
+                    members = decode_storage_record(value)
+                except ChunkRowError as err:
+                    damage = self._corrupt(session_id, seq, str(err))
+                    break
+                if members[0]["seq"] != seq:  # members are seq0 + k by construction: the first decides
+                    damage = self._corrupt(session_id, seq, "the packed row's first seq is not the row's seq")
+                    break
+                expected += len(members)
+                events.extend(members if seq >= from_seq else members[from_seq - seq :])
+                continue
+            if not isinstance(value, dict) or value.get("seq") != seq:
                 damage = self._corrupt(session_id, seq, "the row's JSON is not the event of its seq")
                 break
-            events.append(event)
+            if seq >= from_seq:
+                events.append(value)
             expected += 1
         if damage is None and expected < next_seq:
             damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
@@ -570,12 +635,12 @@ class PostgresBackend:
         session_id = meta["id"]
         self.validate_session_id(session_id)
         first = events[0]["seq"]
-        bodies = [event_json(event) for event in events]
         for index, event in enumerate(events):
             if event["seq"] != first + index:
                 raise PersistenceError(
                     f'append batch of "{session_id}" is not contiguous: seq {event["seq"]} at index {index}'
                 )
+        batch = _Batch(session_id, first, len(events), *_storage_rows(events))
         header = dumps(dict(meta)) if not materialized else b""
         with self._mutex:
             lease = self._leases.get(session_id)
@@ -584,22 +649,25 @@ class PostgresBackend:
             with lease.writing() as conn:
                 if conn is not None:
                     with self._typed(conn, "appending events", pooled=False):
-                        self._append(conn, session_id, meta, header, first, bodies, materialized)
+                        self._append(conn, meta, header, batch, materialized)
                     return
         with self._connection("appending events") as conn:
-            self._append(conn, session_id, meta, header, first, bodies, materialized)
+            self._append(conn, meta, header, batch, materialized)
 
     def _append(
-        self,
-        conn: psycopg.Connection[Any],
-        session_id: str,
-        meta: Mapping[str, Any],
-        header: bytes,
-        first: int,
-        bodies: list[bytes],
-        materialized: bool,
+        self, conn: psycopg.Connection[Any], meta: Mapping[str, Any], header: bytes, batch: _Batch, materialized: bool
     ) -> None:
         q = self._sql
+        session_id, first = batch.session_id, batch.first
+        if materialized and len(batch.bodies) <= _FAST_PATH_ROWS:
+            # The common case in one round trip: one autocommit statement advances the session only if
+            # the batch starts at the stored next seq, inserts the rows and notifies. No row back means
+            # it did not apply (nothing was written): the transaction below says why.
+            applied = conn.cursor(binary=True).execute(
+                q["append_fast"], (first + batch.count, session_id, first, batch.seqs, batch.bodies)
+            ).fetchone()
+            if applied is not None:
+                return
         with conn.transaction():
             cur = conn.cursor(binary=True)
             if not materialized:
@@ -609,7 +677,7 @@ class PostgresBackend:
                 row = cur.execute(q["lock_session"], (session_id,)).fetchone()
                 assert row is not None
                 if created != 1:
-                    if bytes(row[0]) == header and self._already_stored(cur, session_id, first, bodies, row[3]):
+                    if bytes(row[0]) == header and self._already_stored(cur, batch, row[3]):
                         return
                     raise PersistenceError(
                         f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
@@ -620,7 +688,7 @@ class PostgresBackend:
                     raise PersistenceError(f'session "{session_id}" has no stored log to append to')
             next_seq = row[3]
             if next_seq != first:
-                if self._already_stored(cur, session_id, first, bodies, next_seq):
+                if self._already_stored(cur, batch, next_seq):
                     return
                 raise SessionConflictError(
                     f'session "{session_id}" was appended to by another writer: this batch starts at seq {first}, '
@@ -631,19 +699,21 @@ class PostgresBackend:
                 )
             with cur.copy(q["copy_events"]) as copy:
                 copy.set_types(["text", "int8", "bytea"])
-                for offset, body in enumerate(bodies):
-                    copy.write_row((session_id, first + offset, body))
-            cur.execute(q["advance_session"], (first + len(bodies), session_id))  # and pg_notify(NOTIFY_CHANNEL)
+                for seq, body in zip(batch.seqs, batch.bodies, strict=True):
+                    copy.write_row((session_id, seq, body))
+            cur.execute(q["advance_session"], (first + batch.count, session_id))  # and pg_notify(NOTIFY_CHANNEL)
 
-    def _already_stored(
-        self, cur: psycopg.Cursor[Any], session_id: str, first: int, bodies: list[bytes], next_seq: int
-    ) -> bool:
-        """Whether the batch is committed already, byte for byte (a retry after a lost acknowledgement)."""
-        if next_seq < first + len(bodies):
+    def _already_stored(self, cur: psycopg.Cursor[Any], batch: _Batch, next_seq: int) -> bool:
+        """Whether the batch is committed already, byte for byte (a retry after a lost acknowledgement).
+
+        Packing is a pure function of the batch, so a retry of the same batch has the same rows.
+        """
+        first, end = batch.first, batch.first + batch.count
+        if next_seq < end:
             return False
-        rows = cur.execute(self._sql["select_event_span"], (session_id, first, first + len(bodies))).fetchall()
-        return len(rows) == len(bodies) and all(
-            seq == first + i and bytes(body) == bodies[i] for i, (seq, body) in enumerate(rows)
+        rows = cur.execute(self._sql["select_event_span"], (batch.session_id, first, end)).fetchall()
+        return len(rows) == len(batch.bodies) and all(
+            seq == batch.seqs[i] and bytes(body) == batch.bodies[i] for i, (seq, body) in enumerate(rows)
         )
 
     def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
