@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
 import pytest
 from typer.testing import CliRunner, Result
 
 from agentlog.cli.commands import app
+from agentlog.errors import StorageAccessError
 from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
 from agentlog.persistence.host_cache import POSTGRES_CACHE_FILE, POSTGRES_INDEX_FILE, store_key
 from agentlog.persistence.postgres import PostgresBackend
@@ -137,8 +139,9 @@ def test_the_dsn_and_schema_come_from_the_environment_and_schemas_are_separate_s
     assert [row["id"] for row in _json("ls", "--backend", "postgres")["sessions"]] == ["envs"]
     other = f"{pg_schema}_other"
     try:
-        assert _json("ls", "--backend", "postgres", "--pg-schema", other)["sessions"] == []
-        assert _json("search", "migration", "--backend", "postgres", "--pg-schema", other)["items"] == []
+        # Another schema is another store: reading one that was never written finds no store.
+        assert _error("ls", "--backend", "postgres", "--pg-schema", other)["code"] == "STORE_NOT_FOUND"
+        assert _error("search", "migration", "--backend", "postgres", "--pg-schema", other)["code"] == "STORE_NOT_FOUND"
     finally:
         from .conftest import drop_schema
 
@@ -151,6 +154,7 @@ def test_bad_input_is_a_typed_error_never_a_traceback(pg_dsn: str, pg_schema: st
     assert _error("ls", "--backend", "postgres", "--dsn", pg_dsn, "--pg-schema", "Bad-Name")["code"] == "INVALID_OPTION"
     refused = _error("ls", "--backend", "postgres", "--dsn", "postgresql://postgres@127.0.0.1:1/nothing")
     assert refused["code"] == "DATABASE_UNAVAILABLE"
+    _record(work, at)  # the store exists; a session id it does not hold is SESSION_NOT_FOUND
     assert _error("show", "missing", *at)["code"] == "SESSION_NOT_FOUND"
     assert _error("export", "missing", *at)["code"] == "SESSION_NOT_FOUND"
     with DemoModelServer(SCRIPT) as server:
@@ -190,3 +194,33 @@ def test_the_host_cache_key_names_the_store_address_without_the_password(pg_dsn:
         len({key(url, "agentlog"), key(url, "other"), key("postgresql://agents@db.example:5432/w2", "agentlog")}) == 3
     )
     assert key(pg_dsn, pg_schema) is not None
+
+
+def test_read_commands_on_a_schema_never_written_are_store_not_found_and_create_nothing(
+    pg_dsn: str, pg_schema: str, work: Path
+) -> None:
+    at = _at(pg_dsn, pg_schema)
+    for command in (["ls"], ["show", "s1"], ["export", "s1"], ["verify", "s1"], ["stats", "s1"], ["tail", "s1"]):
+        assert _error(*command, *at)["code"] == "STORE_NOT_FOUND", command
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (pg_schema,)).fetchone()
+    assert found is None  # nothing was created by reading
+    _record(work, at)  # a writing command creates it
+    listed = _invoke("ls", *at)
+    assert listed.exit_code == 0, listed.stderr
+    assert f"schema {pg_schema}" in listed.stdout and "postgresql://" in listed.stdout
+    assert "password" not in listed.stdout
+
+
+def test_a_read_only_backend_refuses_writes_and_leases(pg_dsn: str, pg_schema: str, work: Path) -> None:
+    _record(work, _at(pg_dsn, pg_schema))
+    backend = PostgresBackend(pg_dsn, schema=pg_schema, read_only=True)
+    try:
+        assert backend.read_revision("s1") is not None
+        with pytest.raises(StorageAccessError) as caught:
+            backend.lock_writer({"id": "s1"})
+        assert caught.value.code == "STORAGE_READ_ONLY"
+        with pytest.raises(StorageAccessError):
+            backend.append_batch({"id": "s1"}, [{"type": "plugin/note", "seq": 99, "time": 1, "data": {}}], True)
+    finally:
+        backend.close()

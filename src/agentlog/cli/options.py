@@ -88,7 +88,7 @@ def resolve_dsn(dsn: str | None) -> str:
     return found
 
 
-def _open_postgres(dsn: str | None, schema: str | None) -> Backend:
+def _open_postgres(dsn: str | None, schema: str | None, read_only: bool) -> Backend:
     resolved = resolve_dsn(dsn)
     schema = schema if schema else (os.environ.get(PG_SCHEMA_ENV) or None)
     try:
@@ -98,7 +98,7 @@ def _open_postgres(dsn: str | None, schema: str | None) -> Backend:
             f"--backend postgres needs the PostgreSQL driver ({err}): pip install 'agentlog[postgres]'"
         ) from None
     try:
-        backend: Backend = PostgresBackend(resolved, schema=schema or DEFAULT_SCHEMA)
+        backend: Backend = PostgresBackend(resolved, schema=schema or DEFAULT_SCHEMA, read_only=read_only)
     except ValueError as err:
         raise InvalidOptionError(f"--pg-schema: {err}") from None
     return backend
@@ -121,7 +121,7 @@ def open_backend(
     store is named by ``dsn``/``pg_schema`` (or their environment variables), not by ``store``.
     """
     if backend is BackendKind.postgres:
-        return _open_postgres(dsn, pg_schema)
+        return _open_postgres(dsn, pg_schema, read_only)
     root = _store_root(store).absolute()
     if backend is BackendKind.sqlite:
         from ..persistence.sqlite.backend import SqliteBackend

@@ -30,6 +30,7 @@ from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_m
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
 from .options import (
     DEFAULT_OPTIONS,
+    BackendKind,
     StoreOptions,
     shared_options,
 )
@@ -44,6 +45,11 @@ from .render import (
     _transcript,
     render_error,
 )
+
+
+def _pg_where(storage: object) -> str:
+    """A PostgreSQL store's place for a title: its address (never the password) and schema."""
+    return f"{getattr(storage, 'location', 'PostgreSQL')} schema {getattr(storage, 'schema', '?')}"
 
 
 @shared_options()
@@ -64,6 +70,7 @@ def ls_command(
     """
     try:
         storage = opts.open_backend(read_only=True)
+        where = str(opts.root) if opts.backend is not BackendKind.postgres else _pg_where(storage)
         try:
             with _collector_paused():
                 listings = storage.list_sessions()
@@ -104,7 +111,7 @@ def ls_command(
         return
     table = _TableOutput(
         ("id", "title", "turns", "tokens", "last activity", "cwd", "parent", "status"),
-        title=f"sessions in {opts.root}",
+        title=f"sessions in {where}",
         right=("turns", "tokens"),
     )
     for row in page:

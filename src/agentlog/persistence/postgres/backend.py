@@ -54,6 +54,8 @@ from ...errors import (
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    StorageAccessError,
+    StoreNotFoundError,
 )
 from ...kernel.chunkrows import decode_storage_record, pack_chunk_runs
 from ...kernel.jsoncodec import dumps, loads
@@ -204,10 +206,12 @@ class _AdvisoryLease:
 
 
 class PostgresBackend:
-    """Sessions in a PostgreSQL schema: one row per session, one row per event (``(session_id, seq)``).
+    """Sessions in a PostgreSQL schema: one row per session, one row per event or packed chunk run.
 
     Thread-safe: every operation borrows a connection from a small private pool (``pool_size`` idle
     connections are kept); writer leases and the notification listener use dedicated connections.
+    ``read_only=True`` (the inspection commands) never creates the schema — a schema that does not
+    exist yet is ``STORE_NOT_FOUND`` — and refuses writes with ``STORAGE_READ_ONLY``.
     """
 
     name = "session-persistence-postgres"
@@ -221,6 +225,7 @@ class PostgresBackend:
         pool_size: int = DEFAULT_POOL_SIZE,
         statement_timeout_ms: int = 0,
         connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema) or schema.startswith("pg_"):
             raise ValueError(
@@ -243,6 +248,7 @@ class PostgresBackend:
         self.schema = schema
         self.pool_size = pool_size
         self.statement_timeout_ms = statement_timeout_ms
+        self.read_only = bool(read_only)
         self.location = _describe(params)
         self._connect_kwargs: dict[str, Any] = {}
         if "connect_timeout" not in params:
@@ -385,6 +391,12 @@ class PostgresBackend:
                 with conn.transaction():
                     conn.execute(_sql.INIT_LOCK, (_INIT_LOCK_KEY,))
                     tables = [row[0] for row in conn.execute(_sql.NAMESPACE_TABLES, (self.schema,))]
+                    if not tables and self.read_only:
+                        raise StoreNotFoundError(
+                            f'no agentlog store in schema "{self.schema}" at {self.location} (nothing was '
+                            "created); check --pg-schema / AGENTLOG_PG_SCHEMA and the database, or write a "
+                            "session there first"
+                        )
                     if not tables:
                         store_id = uuid.uuid4().hex
                         for statement in self._sql.ddl:
@@ -395,6 +407,9 @@ class PostgresBackend:
             except _CONNECTION_ERRORS as err:
                 conn.close()
                 raise self._unavailable(err, "opening the session schema") from None
+            except StoreNotFoundError:
+                self._checkin(conn)
+                raise
             except psycopg.Error as err:
                 conn.close()
                 raise DatabaseSchemaError(
@@ -445,6 +460,14 @@ class PostgresBackend:
                 "changed by something else); it is left untouched. Choose another schema or database"
             )
         return str(store_id)
+
+    def _refuse_write(self, what: str) -> None:
+        if self.read_only:
+            raise StorageAccessError(
+                f'cannot {what}: the PostgreSQL store at {self.location} schema "{self.schema}" was opened '
+                "read-only (read_only=True); open it without read_only to write",
+                code="STORAGE_READ_ONLY",
+            )
 
     # --- ids and revisions ---------------------------------------------------------------------------
 
@@ -632,6 +655,7 @@ class PostgresBackend:
     def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
         if not events:
             return
+        self._refuse_write("append events")
         session_id = meta["id"]
         self.validate_session_id(session_id)
         first = events[0]["seq"]
@@ -726,6 +750,7 @@ class PostgresBackend:
     # --- writer leases -----------------------------------------------------------------------------------
 
     def lock_writer(self, meta: Mapping[str, Any]) -> _AdvisoryLease:
+        self._refuse_write("take a writer lease")
         session_id = meta["id"]
         self.validate_session_id(session_id)
         self._ensure_schema()
