@@ -565,6 +565,24 @@ def test_wait_for_change_wakes_on_a_commit_to_the_session_and_times_out_otherwis
     assert tailer.wait_for_change("s", 0.01) is False
 
 
+def test_notifications_for_sessions_nobody_waits_for_are_bounded(pg_backends: Factory, pg_dsn: str) -> None:
+    """A tailer hears every session's commits; the ones it is not waiting for must not pile up forever."""
+    from agentlog.persistence.postgres import backend as pg
+
+    tailer = pg_backends()
+    tailer.append_batch(header("s"), [ev(0)], False)
+    assert tailer.wait_for_change("s", 0.01) is False  # listening
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for start in range(0, pg._MAX_PENDING_NOTIFICATIONS + 100, 1000):
+            stop = min(start + 1000, pg._MAX_PENDING_NOTIFICATIONS + 100)
+            conn.execute(
+                "SELECT pg_notify('agentlog_events', 'other-' || n) FROM generate_series(%s::int, %s::int) AS n",
+                (start, stop - 1),
+            )
+    assert tailer.wait_for_change("s", 0.5) is False  # drains them all, none for "s"
+    assert len(tailer._notified) <= pg._MAX_PENDING_NOTIFICATIONS
+
+
 def test_listing_pages_by_cursor_in_id_order(pg_backends: Factory) -> None:
     backend = pg_backends()
     ids = sorted(["b", "a", "Z", "ä", "a0", "é", "c"])

@@ -115,6 +115,9 @@ def _lineage(meta: Mapping[str, Any]) -> tuple[Any, ...]:
 
 _ROW_TAGS: Final = frozenset(("text-chunks", "reasoning-chunks", "tool-call-chunks"))
 
+_MAX_PENDING_NOTIFICATIONS: Final = 4096
+"""Most sessions remembered as notified while waiting for another (the listener hears every session)."""
+
 _FAST_PATH_ROWS: Final = 2048
 """Largest batch (in stored rows) sent as one statement with array parameters; bigger ones use COPY."""
 
@@ -813,6 +816,9 @@ class PostgresBackend:
                         for notify in notifies:
                             if notify.payload == session_id:
                                 return True
+                            if len(self._notified) >= _MAX_PENDING_NOTIFICATIONS:
+                                # Only a hint: forgetting one delays that session's tailer by one poll.
+                                self._notified.clear()
                             self._notified.add(notify.payload)
                     finally:
                         notifies.close()
