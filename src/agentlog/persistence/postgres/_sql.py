@@ -100,7 +100,7 @@ _STATEMENTS: Final = {
     # One autocommit statement: advance only from the expected next seq, insert the rows, notify.
     "append_fast": "WITH advanced AS (UPDATE {schema}.sessions SET next_seq = %s, revision = revision + 1 "
     "WHERE id = %s AND next_seq = %s RETURNING id), inserted AS (INSERT INTO {schema}.events (session_id, seq, "
-    "body) SELECT advanced.id, rows.seq, rows.body FROM advanced, unnest(%s::bigint[], %s::bytea[]) AS "
+    "body) SELECT advanced.id, rows.seq, rows.body FROM advanced, unnest(%b::bigint[], %b::bytea[]) AS "
     "rows(seq, body)) SELECT pg_notify('agentlog_events', id) FROM advanced",
     "select_event_span": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s AND seq < %s "
     "ORDER BY seq",
