@@ -57,6 +57,7 @@ from ...errors import (
     StorageAccessError,
     StoreNotFoundError,
 )
+from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import decode_storage_record, pack_chunk_runs
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
@@ -516,6 +517,13 @@ class PostgresBackend:
         )
 
     def _read(
+        self, session_id: str, from_seq: int
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
+        """Fetch and decode; the cycle collector waits (see ``kernel._gc``: it would re-scan every row)."""
+        with gc_paused():
+            return self._read_paused(session_id, from_seq)
+
+    def _read_paused(
         self, session_id: str, from_seq: int
     ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
         with self._connection("reading a session") as conn:
