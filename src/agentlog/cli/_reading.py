@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
     AgentlogError,
     StoreNotFoundError,
 )
+from ..kernel._gc import gc_paused
 from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
-from ..persistence.backend import Backend, StoredPrefix
+from ..persistence.backend import Backend, validate_session_id
 from ..persistence.coordinator import PersistenceCoordinator
 from .options import StoreOptions
 from .render import render_error
@@ -48,16 +50,40 @@ def _read_view(session_id: str, opts: StoreOptions) -> tuple[Any, Any]:
     return header, view
 
 
-def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tuple[Any, Any, StoredPrefix | None]:
-    """``(header, SessionView, stored prefix or None)``: the balanced view and, on request, the stored
-    prefix itself, so a caller can tell stored events from the closers a resume would add."""
+@dataclass(frozen=True, slots=True)
+class StoredFacts:
+    """What ``show --log`` needs of the stored prefix beside the balanced view: the last stored seq
+    (``-1`` when nothing is stored) and whether a torn tail follows it."""
+
+    last_seq: int
+    torn: bool
+
+
+def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tuple[Any, Any, StoredFacts | None]:
+    """``(header, SessionView, stored facts or None)``: the balanced view and, on request, the facts of
+    the stored prefix itself, so a caller can tell stored events from the closers a resume would add.
+
+    The stored prefix is read first and dropped once its facts are taken, so a big session is never in
+    memory twice (the prefix and the view). Its read raises what the view's own read would raise, so
+    the reported error is unchanged; a session that is not stored is left to the view to report.
+    """
     try:
         reader = _reader(opts.open_backend(read_only=True))
         try:
+            facts = None
+            if with_stored:
+                validate_session_id(reader.backend, session_id)  # as the view's read checks it, first
+                with gc_paused():  # as the view's own read: a big prefix is a lot of young containers
+                    stored = reader.backend.load_stored(session_id)
+                if stored is not None:
+                    last = stored.events[-1]["seq"] if stored.events else -1
+                    facts = StoredFacts(last, stored.torn_marker is not None)
+                del stored
             view = reader.view(session_id)
-            stored = reader.backend.load_stored(session_id) if with_stored else None
+            if with_stored and facts is None:
+                facts = StoredFacts(-1, False)
         finally:
             reader.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
-    return view.header, view, stored
+    return view.header, view, facts

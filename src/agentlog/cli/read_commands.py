@@ -6,20 +6,21 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..errors import (
     AgentlogError,
     SessionNotFoundError,
     SessionPersistenceCorruptionError,
 )
+from ..kernel._gc import gc_paused
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import SeqOutOfRangeError, Session
@@ -36,13 +37,16 @@ from .options import (
 )
 from .projection_commands import LAST_ACTIVITY_KEY, cache_exists, listing_registry, read_cache, total_tokens
 from .render import (
+    Streamed,
+    _echo_lines,
     _emit_json,
     _emit_json_line,
+    _emit_json_stream,
     _event_line,
     _iso,
     _short,
     _TableOutput,
-    _transcript,
+    _transcript_lines,
     render_error,
 )
 
@@ -303,15 +307,21 @@ def export_command(
             reader.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
-    document = {
-        "header": thaw(snapshot.meta),
-        "events": thaw(snapshot.events.to_list()),
-        "surface": list(view.surface.nodes),
-        "messages": thaw(view.derive_messages().to_list()),
-        "requestHeader": thaw(view.request_header()),
-        "requestContext": thaw(view.request_context()),
-    }
-    _emit_json(document)
+    # Everything but the event log is derived before the first byte is written; the events (and the
+    # surface and messages, as long as the session) are then written one by one.
+    messages = view.derive_messages()
+    request_header = view.request_header()
+    request_context = view.request_context()
+    _emit_json_stream(
+        (
+            ("header", snapshot.meta),
+            ("events", Streamed(snapshot.events)),
+            ("surface", Streamed(view.surface.nodes)),
+            ("messages", Streamed(messages)),
+            ("requestHeader", request_header),
+            ("requestContext", request_context),
+        )
+    )
 
 
 @shared_options()
@@ -329,18 +339,11 @@ def verify_command(
     except AgentlogError as err:
         render_error(err, opts.as_json)
     results: list[dict[str, Any]] = []
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("verifying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=console,
-        disable=opts.as_json or len(ids) < 2,
-    ) as progress:
-        task = progress.add_task("verify", total=len(ids))
-        for session_id in ids:
-            results.append(_verify_one(reader, session_id))
-            progress.advance(task)
+    with _verify_progress(opts) as progress:
+        task = progress.add_task("", total=len(ids))
+        for done, session_id in enumerate(ids):
+            results.append(_verify_one(reader, session_id, _VerifyStages(progress, task, session_id, done)))
+            progress.update(task, completed=done + 1)
     reader.close()
     failed = [r for r in results if r["status"] == "failed"]
     if opts.as_json:
@@ -357,26 +360,90 @@ def verify_command(
         raise typer.Exit(code=1)
 
 
-def _verify_one(reader: PersistenceCoordinator, session_id: str) -> dict[str, Any]:
+VERIFY_STAGES = ("reading", "validating", "checking tool pairing")
+"""What ``verify`` does to each session, in order; its progress bar moves a third of a session per stage."""
+
+
+def _verify_progress(opts: StoreOptions) -> Progress:
+    """``verify``'s progress on standard error, as ``reindex`` shows its own (label, bar, count, elapsed
+    time), plus the session and stage being worked on: a big session takes a while to read and check.
+
+    Only on a terminal: with ``--json`` or when standard error is a file or a pipe nothing is drawn, so
+    scripts and logs see only the result (rich would otherwise print the finished bar there once).
+    """
+    console = Console(stderr=True)
+    return Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        disable=opts.as_json or not console.is_terminal,
+    )
+
+
+class _VerifyStages:
+    """Moves ``verify``'s bar as one session goes through :data:`VERIFY_STAGES`."""
+
+    def __init__(self, progress: Progress, task: TaskID, session_id: str, done: int) -> None:
+        self.progress = progress
+        self.task = task
+        self.session_id = session_id
+        self.done = done
+
+    def __call__(self, stage: str) -> None:
+        part = VERIFY_STAGES.index(stage) / len(VERIFY_STAGES)
+        self.progress.update(self.task, completed=self.done + part, description=f"{escape(self.session_id)}: {stage}")
+
+
+def _verify_one(
+    reader: PersistenceCoordinator, session_id: str, stage: Callable[[str], None] = lambda _stage: None
+) -> dict[str, Any]:
+    """One session's verify result: ``{id, status: ok|repairable|failed, events, error, note}``.
+
+    The raw stored prefix is read first for what only it tells (its length, a torn tail, an open turn)
+    and dropped before the view reads and validates the session again, so a big session is never in
+    memory twice.
+    """
     from ..kernel.invariants import check_tool_pairing
 
     result: dict[str, Any] = {"id": session_id, "status": "ok", "events": None, "error": None, "note": None}
+    interrupted: bool | None = None
     try:
-        stored = reader.backend.load_stored(session_id)
+        stage("reading")
+        with gc_paused():  # as the view's own read: a big prefix is a lot of young containers
+            stored = reader.backend.load_stored(session_id)
         if stored is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
+        count, torn = len(stored.events), stored.torn_marker is not None
+        try:
+            interrupted = bool(interrupted_turn_closers(stored.events))
+        except Exception:  # not valid events: the view says why; asked again below only if they are valid
+            interrupted = None
+        del stored
+        stage("validating")
         view = reader.view(session_id)  # every validation layer and the surface replay
+        stage("checking tool pairing")
         # A closed turn with an unanswered call (older builds on cancel): every request would be refused.
         check_tool_pairing(view.derive_messages(), session_id, view.events)
+        del view
+        if interrupted is None:
+            with gc_paused():
+                stored = reader.backend.load_stored(session_id)
+            if stored is None:
+                raise SessionNotFoundError(f'session "{session_id}" not found')
+            interrupted = bool(interrupted_turn_closers(stored.events))
+            del stored
     except AgentlogError as err:
         result["status"] = "failed"
         result["error"] = {"code": err.code, "message": str(err)}
         return result
-    result["events"] = len(stored.events)
+    result["events"] = count
     notes = []
-    if stored.torn_marker is not None:
+    if torn:
         notes.append("torn tail after the committed prefix (removed on the next load)")
-    if interrupted_turn_closers(stored.events):
+    if interrupted:
         notes.append("interrupted turn (closed on the next load)")
     if notes:
         result["status"] = "repairable"
@@ -442,57 +509,60 @@ def show_command(
             typer.echo(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
             if request_header.get("system"):
                 typer.echo(f"system: {_short(str(request_header['system']))}")
-        for line in _transcript(messages, marks=[mark for _, mark in at_marks]):
-            typer.echo(line)
+        _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in at_marks]))
         return
     if log:
         # Events past the last stored seq are the in-memory closers of an interrupted turn.
-        last_stored = stored.events[-1]["seq"] if stored is not None and stored.events else -1
+        last_stored = stored.last_seq if stored is not None else -1
         pending = [event["seq"] for event in events if event["seq"] > last_stored]
-        torn = stored is not None and stored.torn_marker is not None
+        torn = stored is not None and stored.torn
         marks = {mark.seq: mark for mark in log_marks(events)}
         if opts.as_json:
-            _emit_json(
-                {
-                    "sessionId": session_id,
-                    "header": thaw(header),
-                    "events": thaw(events.to_list()),
-                    "storedEvents": len(events) - len(pending),
-                    "wouldBeAddedOnResume": pending,
-                    "tornTail": torn,
-                    "compaction": [mark.to_json() for mark in marks.values()],
-                }
+            _emit_json_stream(
+                (
+                    ("sessionId", session_id),
+                    ("header", header),
+                    ("events", Streamed(events)),
+                    ("storedEvents", len(events) - len(pending)),
+                    ("wouldBeAddedOnResume", pending),
+                    ("tornTail", torn),
+                    ("compaction", [mark.to_json() for mark in marks.values()]),
+                )
             )
             return
-        for event in events:
-            line = _event_line(event)
-            typer.echo(f"{line}  {PENDING_MARK}" if event["seq"] > last_stored else line)
-            mark = marks.get(event["seq"])
-            if isinstance(mark, CheckpointMark):
-                shadowed = seq_ranges(mark.shadowed_seqs) or "nothing"
-                typer.echo(f"{'':>6}  ↳ {mark.label}: shadows seqs {shadowed}")
-            elif mark is not None:
-                typer.echo(f"{'':>6}  ↳ {mark.label}: replaces seq {mark.original_seq}")
+        _echo_lines(_log_lines(events, last_stored, marks))
         if torn:
             typer.echo(f"(a torn tail after seq {last_stored} is not shown; it would be removed on resume)")
         return
-    messages = thaw(view.derive_messages().to_list())
+    messages = view.derive_messages()
     shown = surface_marks(events, view.surface.nodes)
     if opts.as_json:
-        _emit_json(
-            {
-                "sessionId": session_id,
-                "header": thaw(header),
-                "events": len(events),
-                "lastTurn": _last_turn(events),
-                "messages": messages,
-                "messageSeqs": [seq for seq, _ in shown],
-                "compaction": marks_json(shown),
-            }
+        _emit_json_stream(
+            (
+                ("sessionId", session_id),
+                ("header", header),
+                ("events", len(events)),
+                ("lastTurn", _last_turn(events)),
+                ("messages", Streamed(messages)),
+                ("messageSeqs", [seq for seq, _ in shown]),
+                ("compaction", marks_json(shown)),
+            )
         )
         return
     parent = header.get("parentSession")
     lineage = f", forked from {parent}" if parent else ""
     typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
-    for line in _transcript(messages, marks=[mark for _, mark in shown]):
-        typer.echo(line)
+    _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in shown]))
+
+
+def _log_lines(events: Sequence[Mapping[str, Any]], last_stored: int, marks: Mapping[int, Any]) -> Iterator[str]:
+    """``show --log``'s lines, one event (and its compaction mark) at a time."""
+    for event in events:
+        line = _event_line(event)
+        yield f"{line}  {PENDING_MARK}" if event["seq"] > last_stored else line
+        mark = marks.get(event["seq"])
+        if isinstance(mark, CheckpointMark):
+            shadowed = seq_ranges(mark.shadowed_seqs) or "nothing"
+            yield f"{'':>6}  ↳ {mark.label}: shadows seqs {shadowed}"
+        elif mark is not None:
+            yield f"{'':>6}  ↳ {mark.label}: replaces seq {mark.original_seq}"

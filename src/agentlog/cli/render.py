@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -42,6 +42,97 @@ def _iso(ms: Any) -> str:
 
 def _emit_json(document: Any) -> None:
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+STREAM_CHUNK_BYTES = 1 << 16
+"""A streamed output is written (and flushed) in pieces of about this size: few enough writes that a
+million-event session is not a million system calls, small enough that a reader sees output at once."""
+
+
+class Streamed:
+    """A JSON array in a :func:`_emit_json_stream` document whose items are produced one by one."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = items
+
+
+class _ChunkedStdout:
+    """Pieces of JSON text gathered into writes of about :data:`STREAM_CHUNK_BYTES` on standard output,
+    each flushed: the document leaves the process as it is produced and is never held whole."""
+
+    __slots__ = ("_pieces", "_size")
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+        self._size = 0
+
+    def write(self, piece: bytes) -> None:
+        self._pieces.append(piece)
+        self._size += len(piece)
+        if self._size >= STREAM_CHUNK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pieces:
+            sys.stdout.write(b"".join(self._pieces).decode())
+            sys.stdout.flush()
+            self._pieces.clear()
+            self._size = 0
+
+
+def _indented(value: Any, indent: bytes) -> bytes:
+    """``value`` as :func:`_emit_json` prints it when nested one level below ``indent``: orjson's
+    two-space layout, every line after the first shifted right (JSON strings hold no raw newline)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).replace(b"\n", b"\n" + indent)
+
+
+def _emit_json_stream(fields: Iterable[tuple[str, Any]]) -> None:
+    """Print the object of ``fields`` exactly as :func:`_emit_json` would print ``dict(fields)``, where a
+    :class:`Streamed` value is the list of its items, but written as it is produced.
+
+    A streamed array is serialized item by item and the output goes out in flushed chunks, so a
+    session of a million events is neither held as one document nor as one string, and a reader of the
+    pipe gets the first events while the rest are still being written. (Values are serialized as
+    they are: orjson writes frozen containers natively, so no thawed copy is made.)
+    """
+    out = _ChunkedStdout()
+    opened = False
+    for key, value in fields:
+        out.write((b"{\n  " if not opened else b",\n  ") + orjson.dumps(key) + b": ")
+        opened = True
+        if isinstance(value, Streamed):
+            count = 0
+            for item in value.items:
+                out.write((b"[\n    " if count == 0 else b",\n    ") + _indented(item, b"    "))
+                count += 1
+            out.write(b"\n  ]" if count else b"[]")
+        else:
+            out.write(_indented(value, b"  "))
+    out.write(b"\n}\n" if opened else b"{}\n")
+    out.flush()
+
+
+def _echo_lines(lines: Iterable[str]) -> None:
+    """``typer.echo`` every line, in chunks of about :data:`STREAM_CHUNK_BYTES` characters.
+
+    The bytes are those of one ``typer.echo`` per line (click strips ANSI styles per call when the
+    output is not a terminal; its pattern never spans a newline, so stripping a chunk is stripping
+    each line), but a long transcript or log is one write and flush per chunk, not per line, and is
+    never held whole.
+    """
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        batch.append(line)
+        size += len(line) + 1
+        if size >= STREAM_CHUNK_BYTES:
+            typer.echo("\n".join(batch))
+            batch.clear()
+            size = 0
+    if batch:
+        typer.echo("\n".join(batch))
 
 
 def _emit_json_line(document: Any, *, stderr: bool = False) -> None:
@@ -189,12 +280,19 @@ class _EventPrinter:
 def _transcript(
     messages: Sequence[Mapping[str, Any]], limit: int = 400, marks: Sequence[Mark | None] | None = None
 ) -> list[str]:
+    """:func:`_transcript_lines` as a list."""
+    return list(_transcript_lines(messages, limit, marks))
+
+
+def _transcript_lines(
+    messages: Sequence[Mapping[str, Any]], limit: int = 400, marks: Sequence[Mark | None] | None = None
+) -> Iterator[str]:
     """Readable lines for derived messages: roles, text, tool calls (→) and results (←), shortened.
 
     ``marks`` (one per message, see :mod:`._marks`) label compaction checkpoints (a line of their own
-    before the checkpoint's text) and pruned tool results (in the result's line)."""
+    before the checkpoint's text) and pruned tool results (in the result's line). The lines are
+    produced one by one, so ``show`` can print a long session's transcript as it goes."""
     names: dict[str, str] = {}
-    lines: list[str] = []
     for index, message in enumerate(messages):
         mark = marks[index] if marks is not None and index < len(marks) else None
         role = str(message.get("role"))
@@ -202,7 +300,7 @@ def _transcript(
         kind = source.get("kind") if isinstance(source, Mapping) else None
         label = role if kind in (None, "user", "model", "tool") else f"{role} ({kind})"
         if isinstance(mark, CheckpointMark):
-            lines.append(f"{label}: {mark.label}")
+            yield f"{label}: {mark.label}"
         pruned = f"{mark.label} " if isinstance(mark, PruneMark) else ""
         for block in message.get("content") or ():
             if not isinstance(block, Mapping):
@@ -211,21 +309,20 @@ def _transcript(
             if isinstance(mark, CheckpointMark) and _is_framing(block):
                 continue  # the fixed preamble and closing tag around the summary say nothing new
             if btype == "text":
-                lines.append(f"{label}: {_short(str(block.get('text', '')), limit)}")
+                yield f"{label}: {_short(str(block.get('text', '')), limit)}"
             elif btype == "reasoning":
-                lines.append(f"{label} (reasoning): {_short(str(block.get('text', '')), limit)}")
+                yield f"{label} (reasoning): {_short(str(block.get('text', '')), limit)}"
             elif btype == "tool-call":
                 call_id = str(block.get("id"))
                 names[call_id] = str(block.get("name"))
-                lines.append(f"  → {block.get('name')} {_short(str(block.get('arguments', '')), 160)}")
+                yield f"  → {block.get('name')} {_short(str(block.get('arguments', '')), 160)}"
             elif btype == "tool-result":
                 call_id = str(block.get("toolCallId"))
                 status = "error" if block.get("isError") else "ok"
                 text = _short(_text_of(block.get("content")), 160)
-                lines.append(f"  ← {names.get(call_id, call_id)} {status}: {pruned}{text}")
+                yield f"  ← {names.get(call_id, call_id)} {status}: {pruned}{text}"
             elif btype == "image":
-                lines.append(f"{label}: [image]")
-    return lines
+                yield f"{label}: [image]"
 
 
 def _is_framing(block: Mapping[str, Any]) -> bool:
