@@ -287,6 +287,7 @@ freeze_owned_tree(PyObject *module, PyObject *value)
  * into frozen, untracked events of class event_cls, building each member's event, data and chunk
  * directly in their final frozen form. Returns None when a member time leaves the safe-integer range
  * (check 11): the Python expansion then raises the exact error. `name` is None when the row has none.
+ * With event_cls None nothing is built: the checks run and the last member's time is returned (or None).
  */
 
 static PyObject *
@@ -298,7 +299,8 @@ frozen_dict_new(PyTypeObject *cls)
 static PyObject *
 expand_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12 || !PyList_Check(args[7]) || !PyList_Check(args[8]) || !PyType_Check(args[11])) {
+    if (nargs != 12 || !PyList_Check(args[7]) || !PyList_Check(args[8]) ||
+        !(PyType_Check(args[11]) || args[11] == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "expand_row: bad arguments");
         return NULL;
     }
@@ -311,7 +313,6 @@ expand_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *turn = args[4], *step = args[5], *index = args[6], *dt = args[7], *payload = args[8];
     PyObject *call_id = args[9], *name = args[10];
-    PyTypeObject *event_cls = (PyTypeObject *)args[11];
     Py_ssize_t n = PyList_GET_SIZE(payload);
     /* Checks 7-10 of the row codec: decline (None) on any failure so the Python path reports it. */
     if (n == 0 || PyList_GET_SIZE(dt) != n - 1 || seq0 < 0 || seq0 + (long long)n - 1 > MAX_SAFE) {
@@ -331,6 +332,18 @@ expand_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_RETURN_NONE;
         }
     }
+    if (args[11] == Py_None) {
+        /* Check only (a compact load keeps the row packed): check 11 over the member times, then the
+         * last member's time, or None so the Python checks report the failure. */
+        for (Py_ssize_t k = 0; k < n - 1; k++) {
+            time += PyLong_AsLongLong(PyList_GET_ITEM(dt, k));
+            if (time > MAX_SAFE || time < -MAX_SAFE) {
+                Py_RETURN_NONE;
+            }
+        }
+        return PyLong_FromLongLong(time);
+    }
+    PyTypeObject *event_cls = (PyTypeObject *)args[11];
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         return NULL;
@@ -461,7 +474,7 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 
-/* restore_events(entries, special_types, event_cls) -> (events, specials, stop)
+/* restore_events(entries, special_types, event_cls[, rules[, base]]) -> (events, specials, stop)
  *
  * The restore path's per-event work for the common case, in one pass: for entry i (a plain dict from
  * a JSON parser) check the envelope (keys within the seven envelope keys, `type` a str, `seq == i`,
@@ -486,15 +499,24 @@ static int rule_holds(PyObject *d, long kind);
 static PyObject *
 restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if ((nargs != 3 && nargs != 4) || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
-        (nargs == 4 && !PyDict_Check(args[3]))) {
-        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type[, rules]) expected");
+    if (nargs < 3 || nargs > 5 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
+        (nargs >= 4 && !PyDict_Check(args[3])) || (nargs == 5 && !PyLong_CheckExact(args[4]))) {
+        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type[, rules[, base]]) expected");
         return NULL;
+    }
+    /* base (optional): the seq of entries[0], for a segment of a log (a compact restored log restores the
+     * plain events between its packed chunk runs segment by segment). */
+    long long base = 0;
+    if (nargs == 5) {
+        base = PyLong_AsLongLong(args[4]);
+        if (base == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
     }
     /* rules (optional): {type: kind} of the data rules checked_snapshot() applies. An entry of such a
      * type whose data plainly satisfies its rule needs no Python check; one that does not stops the
      * fast path there, so the Python path reports the exact error. */
-    PyObject *rules = nargs == 4 ? args[3] : NULL;
+    PyObject *rules = nargs >= 4 ? args[3] : NULL;
     if (frozen_dict_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "agentlog._speedups is not configured");
         return NULL;
@@ -516,7 +538,7 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             /* Already a sealed event (expanded from a validated packed chunk row): a log-only chunk
              * without surface keys by construction; only its position needs checking. */
             PyObject *eseq = PyDict_GetItemWithError(entry, k_seq);
-            if (eseq == NULL || !PyLong_CheckExact(eseq) || PyLong_AsSsize_t(eseq) != i) {
+            if (eseq == NULL || !PyLong_CheckExact(eseq) || PyLong_AsLongLong(eseq) != base + (long long)i) {
                 PyErr_Clear();
                 break;
             }
@@ -541,7 +563,7 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         int overflow = 0;
         long long seq_v = PyLong_AsLongLongAndOverflow(seq, &overflow);
-        if (overflow || seq_v != (long long)i) {
+        if (overflow || seq_v != base + (long long)i) {
             break;
         }
         long long time_v = PyLong_AsLongLongAndOverflow(time, &overflow);

@@ -25,24 +25,42 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
 from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, TypeGuard
 
 from agentlog.errors import ChunkRowError
 from agentlog.kernel.events import ASSISTANT_CHUNK
-from agentlog.kernel.events import Event as _Event
 from agentlog.kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
-
-_expand_row: Any = _speedups.expand_row if _speedups is not None else None
+from agentlog.kernel.packedrun import (
+    _ABSENT,
+    ChunkRun,
+    _Absent,
+    _frozen_members,
+    _member_dicts,
+    _MembersFacts,
+    compact_chunk_runs,
+    compact_runs_requested,
+    count_items,
+    expand_items,
+    has_runs,
+)
 
 __all__ = [
     "MIN_RUN",
     "ChunkRow",
+    "ChunkRun",
     "StorageRecord",
     "TextChunkRow",
     "TextRunData",
     "ToolCallChunkRow",
     "ToolCallRunData",
+    "compact_chunk_runs",
+    "compact_runs_requested",
+    "count_items",
     "decode_storage_record",
+    "decode_storage_run",
+    "expand_items",
+    "has_runs",
     "pack_chunk_runs",
 ]
 
@@ -118,14 +136,6 @@ ChunkRow: TypeAlias = TextChunkRow | ToolCallChunkRow
 StorageRecord: TypeAlias = Mapping[str, Any] | ChunkRow
 """One durable log line's value: a session event written verbatim, or a packed chunk row."""
 
-
-class _Absent:
-    """Marker for a tool-call delta without ``name``: absent and ``None`` must stay distinguishable."""
-
-    __slots__ = ()
-
-
-_ABSENT: Final = _Absent()
 
 # What classification extracts from a packable delta, so the run logic never re-reads or re-checks it:
 # (kind, seq, time, turn, step, index, call id or None, name or _ABSENT, member payload).
@@ -315,25 +325,17 @@ def _is_safe_int(value: object) -> bool:
     return type(value) is int and -_MAX_SAFE <= value <= _MAX_SAFE
 
 
-def decode_storage_record(value: object) -> list[Any]:
-    """Decode one parsed storage line into the session event(s) it stores, in log order.
-
-    A value that is not a dict, or whose ``type`` is not a row tag, is returned as ``[value]`` without any
-    validation (ordinary events are checked later by the session's seed validation). A row-tagged value is
-    validated completely — the eleven checks of §15.3, in order, first failure wins — and raises
-    :class:`ChunkRowError` rather than being passed through, since a corrupt row would otherwise drop a
-    whole run silently. Expanded events are fresh plain dicts, or, with the C accelerator, already
-    frozen :class:`~agentlog.events.Event` objects (equal to the plain form) that a restore adopts as is.
-    """
+def _row_facts(value: object) -> _MembersFacts | None:
+    """Checks 1-6 of §15.3 (envelope, data keys, field types); ``None`` when ``value`` is not row-tagged."""
     if not isinstance(value, dict):
-        return [value]
+        return None
     tag = value.get("type")
     if tag == _TOOL_CALL_ROW:
         tool = True
     elif tag == _TEXT_ROW or tag == _REASONING_ROW:
         tool = False
     else:
-        return [value]
+        return None
     tag = str(tag)  # normalise a str subclass for the message
 
     # 1-4: envelope.
@@ -370,75 +372,100 @@ def decode_storage_record(value: object) -> list[Any]:
         call_id = None
         payload_key = "texts"
 
-    # 6-9: field types and arity.
+    # 6: field types.
     turn = data["turn"]
     step = data["step"]
     index = data["index"]
     numbers = (int, float)  # exact types: bool is not a JSON number here
     if type(turn) not in numbers or type(step) not in numbers or type(index) not in numbers:
         raise _malformed(tag, "turn/step/index must be numbers")
-    payload = data[payload_key]
-    dt = data["dt"]
     chunk_type = _TOOL_CALL_DELTA if tool else (_TEXT_DELTA if tag == _TEXT_ROW else _REASONING_DELTA)
-    if _expand_row is not None and type(payload) is list and type(dt) is list:
-        # Checks 7-11 and the expansion in one C pass, building the members directly as frozen events.
-        # On anything it does not accept it declines, and the Python checks below report exactly what.
-        expanded = _expand_row(
-            tool,
-            chunk_type,
-            seq0,
-            time0,
-            turn,
-            step,
-            index,
-            dt,
-            payload,
-            call_id,
-            None if name is _ABSENT else name,
-            _Event,
-        )
-        if expanded is not None:
-            return expanded  # type: ignore[no-any-return]
-    if not isinstance(payload, list) or not payload or not all(type(item) is str for item in payload):
+    return (tool, chunk_type, seq0, time0, turn, step, index, data["dt"], data[payload_key], call_id, name)
+
+
+def _row_checker() -> Any:
+    """The accelerator's check-only row pass (``expand_row`` without an event class), if this build has it."""
+    if _speedups is None:
+        return None
+    try:
+        _speedups.expand_row(False, _TEXT_DELTA, 0, 0, 1, 1, 0, [], ["a"], None, None, None)
+    except TypeError:
+        return None
+    return _speedups.expand_row
+
+
+_check_row: Any = _row_checker()
+
+
+def _check_members(tag: str, facts: _MembersFacts) -> int:
+    """Checks 7-11 (arity, payload and gap types, member seq and time bounds); the last member's time."""
+    tool, chunk_type, seq0, time0, turn, step, index, dt, payload, _, _ = facts
+    if _check_row is not None and type(payload) is list and type(dt) is list:
+        # One C pass; on anything it does not accept it declines, and the checks below say exactly what.
+        checked = _check_row(tool, chunk_type, seq0, time0, turn, step, index, dt, payload, None, None, None)
+        if checked is not None:
+            return checked  # type: ignore[no-any-return]
+    payload_key = "args" if tool else "texts"
+    if not isinstance(payload, list) or not payload or not {*map(type, payload)} <= _STR_TYPES:
         raise _malformed(tag, f"{payload_key} must be a non-empty string array")
-    if not isinstance(dt, list) or not all(_is_safe_int(gap) for gap in dt):
+    if (
+        not isinstance(dt, list)
+        or not {*map(type, dt)} <= _INT_TYPES
+        or (dt and (min(dt) < -_MAX_SAFE or max(dt) > _MAX_SAFE))
+    ):
         raise _malformed(tag, "dt must be an array of safe integers")
     members = len(payload)
     if len(dt) != members - 1:
         raise _malformed(tag, f"dt length {len(dt)} does not match {members} members")
-
-    # 10-11: reconstruction bounds. An encoder only packs safe member seqs/times, so leaving the safe
-    # range means the row is outside any encoder's image (and a JS reader would round it).
     if seq0 + members - 1 > _MAX_SAFE:
         raise _malformed(tag, "member seqs must stay safe integers")
-    # Expansion and check 11 share one loop; raising discards the partial list, so nothing leaks.
+    if not dt:
+        first: int = time0
+        return first
+    times = list(accumulate(dt, initial=time0))
+    if min(times) < -_MAX_SAFE or max(times) > _MAX_SAFE:
+        raise _malformed(tag, "member times must stay safe integers")
+    last: int = times[-1]
+    return last
 
-    events: list[Any] = []
-    time = time0
-    for k, member in enumerate(payload):
-        if k:
-            time += dt[k - 1]
-            if time < -_MAX_SAFE or time > _MAX_SAFE:
-                raise _malformed(tag, "member times must stay safe integers")
-        chunk: dict[str, Any]
-        if not tool:
-            chunk = {"type": chunk_type, "index": index, "text": member}
-        elif name is _ABSENT:
-            chunk = {"type": chunk_type, "index": index, "id": call_id, "argumentsDelta": member}
-        else:
-            chunk = {
-                "type": chunk_type,
-                "index": index,
-                "id": call_id,
-                "name": name,
-                "argumentsDelta": member,
-            }
-        events.append(
-            {
-                "type": _CHUNK_EVENT,
-                "seq": seq0 + k,
-                "time": time,
-                "data": {"turn": turn, "step": step, "chunk": chunk},
-            }
-        )
-    return events
+
+_STR_TYPES: Final = frozenset({str})
+_INT_TYPES: Final = frozenset({int})
+
+
+def decode_storage_record(value: object) -> list[Any]:
+    """Decode one parsed storage line into the session event(s) it stores, in log order.
+
+    A value that is not a dict, or whose ``type`` is not a row tag, is returned as ``[value]`` without any
+    validation (ordinary events are checked later by the session's seed validation). A row-tagged value is
+    validated completely — the eleven checks of §15.3, in order, first failure wins — and raises
+    :class:`ChunkRowError` rather than being passed through, since a corrupt row would otherwise drop a
+    whole run silently. Expanded events are fresh plain dicts, or, with the C accelerator, already
+    frozen :class:`~agentlog.events.Event` objects (equal to the plain form) that a restore adopts as is.
+    """
+    facts = _row_facts(value)
+    if facts is None:
+        return [value]
+    # Checks 7-11 and the expansion in one C pass; on anything it does not accept it declines, and the
+    # Python checks below report exactly what.
+    expanded = _frozen_members(facts)
+    if expanded is not None:
+        return expanded
+    _check_members(str(value["type"]), facts)  # type: ignore[index]
+    return _member_dicts(facts)
+
+
+def decode_storage_run(value: object) -> ChunkRun | None:
+    """Validate one parsed storage line like :func:`decode_storage_record`, keeping a row packed.
+
+    Returns ``None`` when ``value`` is not row-tagged (the caller keeps it as an ordinary event), else a
+    :class:`ChunkRun` standing for the row's members. Every check of §15.3 runs here, with the same
+    errors in the same order, so a row that would fail to decode fails the load, never a later read.
+    """
+    facts = _row_facts(value)
+    if facts is None:
+        return None
+    last_time = _check_members(str(value["type"]), facts)  # type: ignore[index]
+    return ChunkRun(facts, last_time)
+
+

@@ -9,12 +9,12 @@ Pure: the persistence layer decides where the closers are committed.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
 from .events import ASSISTANT_MESSAGE, STEP_END, STEP_START, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
 from .jsonvalue import snapshot_json
+from .packedrun import ChunkRun
 
 _TURN_BOUNDARIES = frozenset({TURN_START, TURN_END})
 
@@ -68,7 +68,12 @@ def interrupted_tool_result_data(
 
 
 def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
-    """The synthetic events that close an interrupted turn at the end of ``events`` (``[]`` if balanced)."""
+    """The synthetic events that close an interrupted turn at the end of ``events`` (``[]`` if balanced).
+
+    ``events`` may be a compact restored list whose packed chunk runs are :class:`ChunkRun` items: their
+    members are chunks, which change nothing here, so only a run at the very end is looked at (for the
+    last member's seq and time).
+    """
     open_turn: Any = None
     open_step: Any = None
     pending: dict[Any, dict[str, Any]] = {}
@@ -76,10 +81,14 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     # a balanced log costs one look at its last event instead of a pass over its history.
     start = 0
     for index in range(len(events) - 1, -1, -1):
-        if events[index]["type"] in _TURN_BOUNDARIES:
+        item = events[index]
+        if item.__class__ is not ChunkRun and item["type"] in _TURN_BOUNDARIES:
             start = index
             break
-    for event in itertools.islice(events, start, None):
+    for index in range(start, len(events)):  # by index: a view's iterator would read from seq 0
+        event = events[index]
+        if event.__class__ is ChunkRun:
+            continue
         etype = event["type"]
         data = event["data"]
         if etype == TURN_START:
@@ -114,8 +123,12 @@ def interrupted_turn_closers(events: Sequence[Any]) -> list[dict[str, Any]]:
     if open_turn is None or not events:
         return []
     last = events[-1]
-    seq = last["seq"] + 1
-    when = last["time"]
+    if last.__class__ is ChunkRun:
+        seq = last.seq0 + last.n
+        when = last.last_time
+    else:
+        seq = last["seq"] + 1
+        when = last["time"]
     closers: list[dict[str, Any]] = []
     for call_id, call in pending.items():
         started = "callSeq" in call

@@ -31,6 +31,7 @@ from ..errors import (
 from ..errors import SeqOutOfRangeError as SeqOutOfRangeError
 from .events import (
     APPEND_CHECK_KINDS,
+    ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
@@ -68,6 +69,7 @@ from .jsonvalue import (
     snapshot_container,
     snapshot_json,
 )
+from .packedrun import ChunkRun, has_runs
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
     CORE_DATA_RULES,
@@ -106,6 +108,59 @@ wall_clock_ms: Clock = getattr(_speedups, "wall_clock_ms", None) or _py_wall_clo
 """Integer Unix epoch milliseconds (the original's ``Date.now()``); the session's default clock."""
 
 
+# --- compact restored logs -------------------------------------------------------------------------
+
+
+class LazyLog(list):  # type: ignore[type-arg]
+    """A restored session's log that may still hold packed chunk runs (:class:`ChunkRun`) in place of events.
+
+    A run occupies each of its members' slots (the same object ``n`` times; a slot's position is its
+    event's seq), so ``len`` and positions are those of the event log. Reading a slot through the
+    kernel's views builds the run's members once and writes them into their slots, so every later read
+    (and every other log sharing the run) sees the very same frozen events. The class adds no behaviour
+    of its own: it only tells the views that a slot may need materialising, so a plain log pays nothing.
+    """
+
+    __slots__ = ()
+
+
+def _materialise(items: list[Any], index: int) -> Any:
+    """The event at ``index`` of a lazy log whose slot holds a run; the run's slots now hold its events."""
+    run: ChunkRun = items[index]
+    events = run.events()
+    start = run.seq0
+    stop = min(start + run.n, len(items))
+    if items[start] is run and items[stop - 1] is run:
+        items[start:stop] = events[: stop - start]
+    return events[index - start]
+
+
+def _materialise_range(items: list[Any], start: int, stop: int) -> None:
+    """Materialise every run slot of ``items[start:stop]`` (a lazy log)."""
+    index = start
+    while index < stop:
+        item = items[index]
+        if item.__class__ is ChunkRun:
+            _materialise(items, index)
+            index = min(stop, item.seq0 + item.n)
+        else:
+            index += 1
+
+
+def _iter_lazy(items: list[Any], n: int) -> Iterator[Any]:
+    for index in range(n):
+        item = items[index]
+        if item.__class__ is ChunkRun:
+            item = _materialise(items, index)
+        yield item
+
+
+def _type_at(items: list[Any], index: int) -> Any:
+    """The type of the event at ``index`` without materialising a run (its members are chunks)."""
+    item = items[index]
+    return ASSISTANT_CHUNK if item.__class__ is ChunkRun else item["type"]
+
+
 # --- immutable snapshot sequences -----------------------------------------------------------------
 
 
@@ -126,23 +181,35 @@ class _Snapshot(Sequence[Any]):
     @overload
     def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:
+        items = self._items
         if isinstance(index, slice):
             start, stop, step = index.indices(self._n)
             if step == 1:  # the common forward slice costs the slice, not a copy of the whole prefix
-                return self._items[start:stop]
-            return self._items[: self._n][index]
+                if items.__class__ is LazyLog:
+                    _materialise_range(items, start, stop)
+                return items[start:stop]
+            if items.__class__ is LazyLog:
+                _materialise_range(items, 0, self._n)
+            return items[: self._n][index]
         n = self._n
         if index < 0:
             index += n
         if not 0 <= index < n:
             raise IndexError(f"{type(self).__name__} index out of range")
-        return self._items[index]
+        item = items[index]
+        if item.__class__ is ChunkRun:
+            return _materialise(items, index)
+        return item
 
     def __iter__(self) -> Iterator[Any]:
+        if self._items.__class__ is LazyLog:
+            return _iter_lazy(self._items, self._n)
         return itertools.islice(self._items, self._n)
 
     def __reversed__(self) -> Iterator[Any]:
         items = self._items
+        if items.__class__ is LazyLog:
+            return (self[i] for i in range(self._n - 1, -1, -1))
         return (items[i] for i in range(self._n - 1, -1, -1))
 
     def __eq__(self, other: object) -> bool:
@@ -159,6 +226,8 @@ class _Snapshot(Sequence[Any]):
 
     def to_list(self) -> list[Any]:
         """A plain list of the (frozen) items, e.g. for ``orjson.dumps``."""
+        if self._items.__class__ is LazyLog:
+            _materialise_range(self._items, 0, self._n)
         return self._items[: self._n]
 
     def _refuse(self, *args: object) -> NoReturn:
@@ -280,6 +349,18 @@ def _py_event4(cls: type, type: str, seq: int, time: Any, data: Any) -> Any:
     return seal_as(cls, {"type": type, "seq": seq, "time": time, "data": data})
 
 
+def _restore_takes_base() -> bool:
+    """Whether the accelerator restores a log segment (``restore_events``'s ``base``; older builds do not)."""
+    if not _RESTORE_CHECKS_RULES:
+        return False
+    try:
+        _speedups.restore_events([], frozenset(), Event, {}, 1)
+    except TypeError:
+        return False
+    return True
+
+
+_RESTORE_TAKES_BASE = _restore_takes_base()
 _checked_snapshot: Any = getattr(_speedups, "checked_snapshot", None)
 _event4: Callable[..., Any] = getattr(_speedups, "event4", None) or _py_event4
 
@@ -319,7 +400,7 @@ class Session:
         self._known = self._registry.infos
         self._lock = threading.RLock()
         self._disposed = False
-        self._log: list[Event] = []
+        self._log: list[Any] = []  # events; a LazyLog of a compact restore may hold ChunkRun slots
         self._surface = SurfaceManager(self._log, 0, plain_tail=True)
         self._header: FrozenDict = EMPTY_FROZEN_DICT
         self._first_live = 0
@@ -372,12 +453,56 @@ class Session:
         return session
 
     def _load_seed(self, seed: Sequence[Any], *, restore: bool) -> None:
-        start = 0
-        if restore and _speedups is not None and type(seed) is list:
-            start = self._load_restored_fast(seed)
-        for index in range(start, len(seed)):
-            self._load_entry(index, seed[index], restore)
+        if restore and type(seed) is list and has_runs(seed):
+            self._load_compact(seed)
+        else:
+            start = 0
+            if restore and _speedups is not None and type(seed) is list:
+                start = self._load_restored_fast(seed)
+            for index in range(start, len(seed)):
+                self._load_entry(index, seed[index], restore)
         self._first_live = len(self._log)
+
+    def _load_compact(self, seed: list[Any]) -> None:
+        """Restore a compact seed: plain entries as always, packed chunk runs kept packed in the log.
+
+        Each :class:`ChunkRun` stands for its members at their seqs. Its row was fully validated by the
+        codec that made it; what the seed validation would still check of each member is its position
+        and the ``assistant/chunk`` data rule, which judges only what all members share (turn, step, the
+        chunk's type), so it is checked once, on the first member, in the members' place in the order.
+        Members carry no surface metadata, so they never touch the surface. The plain entries between
+        runs take exactly the paths of an ordinary restore, segment by segment.
+        """
+        log: list[Any] = LazyLog()
+        self._log = log
+        self._surface = surface = SurfaceManager(log, 0, plain_tail=True)
+        fast = _speedups is not None and _RESTORE_TAKES_BASE
+        special = frozenset(_RESTORE_SPECIAL_TYPES | self._validators.keys())
+        seq = 0
+        previous = 0
+        stops = [index for index, entry in enumerate(seed) if entry.__class__ is ChunkRun]
+        stops.append(len(seed))
+        for stop in stops:
+            if stop > previous:
+                segment = seed[previous:stop]
+                start = self._load_restored_fast(segment, seq, special) if fast else 0
+                for index in range(start, len(segment)):
+                    self._load_entry(seq + index, segment[index], True)
+                seq += len(segment)
+            if stop < len(seed):
+                run: ChunkRun = seed[stop]
+                if not run.plainly_valid:
+                    check_seed_data(ASSISTANT_CHUNK, run.rule_data, seq)
+                if run.seq0 != seq:
+                    raise InvalidSeedError(
+                        f"seed event at index {seq} has seq {run.seq0} (expected {seq}); "
+                        "seed must be contiguous from 0",
+                        index=seq,
+                    )
+                log.extend(itertools.repeat(run, run.n))
+                seq += run.n
+                surface.skip_log_only(seq - 1)
+            previous = stop + 1
 
     def _load_entry(self, index: int, entry: Any, restore: bool, event: Event | None = None) -> None:
         """Validate seed entry ``index`` with every layer and commit it (``event``: already frozen form)."""
@@ -447,7 +572,7 @@ class Session:
             check_seed_data(etype, entry["data"], index)
         self._commit_seed_event(index, etype, event)
 
-    def _load_restored_fast(self, seed: list[Any]) -> int:
+    def _load_restored_fast(self, seed: list[Any], base: int = 0, special: frozenset[str] | None = None) -> int:
         """Restore the plainly valid part of a parsed seed in C; return where the Python path resumes.
 
         The accelerator checks every envelope, freezes and seals each event. Events of the types that
@@ -455,28 +580,31 @@ class Session:
         reported back and go through :meth:`_load_entry` with the same checks as always; the rest are
         log-only events whose remaining rule (no surface transition) holds by construction.
         """
-        special = _RESTORE_SPECIAL_TYPES | self._validators.keys()
-        if _RESTORE_CHECKS_RULES:
-            events, specials, stop = _speedups.restore_events(seed, frozenset(special), Event, _RESTORE_RULES)
+        if special is None:
+            special = frozenset(_RESTORE_SPECIAL_TYPES | self._validators.keys())
+        if base:
+            events, specials, stop = _speedups.restore_events(seed, special, Event, _RESTORE_RULES, base)
+        elif _RESTORE_CHECKS_RULES:
+            events, specials, stop = _speedups.restore_events(seed, special, Event, _RESTORE_RULES)
         else:
-            events, specials, stop = _speedups.restore_events(seed, frozenset(special), Event)
+            events, specials, stop = _speedups.restore_events(seed, special, Event)
         log = self._log
         surface = self._surface
         done = 0
         for index in specials:
             if index > done:
                 log.extend(events[done:index])
-                surface.skip_log_only(index - 1)
-            self._load_special(index, seed[index], events[index])
+                surface.skip_log_only(base + index - 1)
+            self._load_special(base + index, seed[index], events[index])
             done = index + 1
         if stop > done:
             log.extend(events[done:stop])
-            surface.skip_log_only(stop - 1)
+            surface.skip_log_only(base + stop - 1)
         return stop  # type: ignore[no-any-return]
 
     def _mark_end_seed(self) -> None:
         log = self._log
-        if not log or log[-1]["type"] != SESSION_END_SEED:
+        if not log or _type_at(log, -1) != SESSION_END_SEED:
             self.append(SESSION_END_SEED, {})
 
     # -- identity ----------------------------------------------------------------------------------
@@ -705,10 +833,9 @@ class Session:
         pos = self._rh_pos
         if pos < len(log):
             state = self._rh_cache
-            for index in range(len(log) - 1, pos - 1, -1):
-                if log[index]["type"] == REQUEST_HEADER:
-                    state = _header_of(log[index])
-                    break
+            index = _last_of_type(log, REQUEST_HEADER, pos)
+            if index >= 0:
+                state = _header_of(log[index])
             self._rh_cache = state
             self._rh_pos = len(log)
         return self._rh_cache
@@ -722,23 +849,45 @@ class Session:
         log = self._log
         pos = self._rc_pos
         if pos < len(log):
-            for index in range(len(log) - 1, pos - 1, -1):
-                if log[index]["type"] == REQUEST_CONTEXT:
-                    self._rc_cache = _context_of(log[index])
-                    break
+            index = _last_of_type(log, REQUEST_CONTEXT, pos)
+            if index >= 0:
+                self._rc_cache = _context_of(log[index])
             self._rc_pos = len(log)
         return self._rc_cache
 
     def at(self, seq: int) -> SessionView:
         """A read-only view of this session as it was right after event ``seq`` was committed."""
         with self._lock:
-            prefix = self._log[: seq + 1] if type(seq) is int and 0 <= seq < len(self._log) else None
+            log = self._log
+            prefix = log[: seq + 1] if type(seq) is int and 0 <= seq < len(log) else None
+            if prefix is not None and log.__class__ is LazyLog:
+                prefix = LazyLog(prefix)
         if prefix is None:
             last = len(self._log) - 1
             raise SeqOutOfRangeError(
                 f'seq {seq!r} is not in session "{self.id}" (last seq: {last if last >= 0 else "none"})'
             )
         return SessionView(self, prefix)
+
+
+def _last_of_type(log: list[Any], etype: str, stop: int) -> int:
+    """The index of the last event of type ``etype`` at or after ``stop``, or -1 (a packed run's slots are
+    stepped over at once: its members are chunks)."""
+    if log.__class__ is not LazyLog:
+        for index in range(len(log) - 1, stop - 1, -1):
+            if log[index]["type"] == etype:
+                return index
+        return -1
+    index = len(log) - 1
+    while index >= stop:
+        event = log[index]
+        if event.__class__ is ChunkRun:
+            index = event.seq0 - 1
+        elif event["type"] == etype:
+            return index
+        else:
+            index -= 1
+    return -1
 
 
 def _header_of(event: Mapping[str, Any]) -> Any:
@@ -759,7 +908,7 @@ class SessionView:
 
     __slots__ = ("_log", "_messages", "_session", "_surface")
 
-    def __init__(self, session: Session, prefix: list[Event]) -> None:
+    def __init__(self, session: Session, prefix: list[Any]) -> None:
         self._session = session
         self._log = prefix
         self._surface = SurfaceManager(prefix, 0)
@@ -790,12 +939,15 @@ class SessionView:
         return self._messages.derive(self._surface, self._log)
 
     def request_header(self) -> Any:
-        header = fold_request_header(self._log)
+        log = self._log
+        header = fold_request_header(
+            (event for event in log if event.__class__ is not ChunkRun) if log.__class__ is LazyLog else log
+        )
         return None if header is None else FrozenDict(header)
 
     def request_context(self) -> Any:
         for event in reversed(self._log):
-            if event["type"] == REQUEST_CONTEXT:
+            if event.__class__ is not ChunkRun and event["type"] == REQUEST_CONTEXT:
                 return _context_of(event)
         return None
 

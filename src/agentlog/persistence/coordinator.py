@@ -22,6 +22,7 @@ import atexit
 import builtins
 import contextlib
 import logging
+import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -47,7 +48,8 @@ from ..errors import (
 from ..errors import InvalidOptionError as InvalidOptionError
 from ..kernel._gc import gc_paused
 from ..kernel._js import js_string
-from ..kernel.events import Event, EventTypes, event_types
+from ..kernel.chunkrows import ChunkRun, compact_chunk_runs, has_runs
+from ..kernel.events import SESSION_END_SEED, Event, EventTypes, event_types
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, snapshot_json, thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.seeds import SessionPreparation, check_header_fields, check_message_event_shape
@@ -222,14 +224,28 @@ class PersistenceCoordinator:
             )
         location = self._location(meta)
         legacy.assert_version(session_id, meta, location=location)
+        items = stored.events
+        # A compact read (packed chunk runs kept as ChunkRun items): the legacy checks and upgrades see
+        # the other events only. A run's members are current-format assistant/chunk events, which none of
+        # them refuses, upgrades or reads (a legacy id lookup finds no message in a chunk), so leaving
+        # them out changes no outcome and no error.
+        compact = adopt is None and type(items) is list and has_runs(items)
+        plain = [item for item in items if item.__class__ is not ChunkRun] if compact else items
+        written = plain[:] if compact else plain
         try:
-            legacy.assert_supported_events(session_id, stored.events)
-            events = legacy.normalize_stored_events(session_id, stored.events, adopt=adopt)
+            legacy.assert_supported_events(session_id, plain)
+            events = legacy.normalize_stored_events(session_id, plain, adopt=adopt)
         except _WRAPPED as err:
             if wrap:
                 raise self._corruption(session_id, meta, err) from err
             raise
         legacy.assert_events_known(session_id, events, self._registry, location=location)
+        if compact:
+            if any(map(operator.is_not, written, events)):  # an upgrade replaced an event: put it in place
+                upgraded = iter(events)
+                events = [item if item.__class__ is ChunkRun else next(upgraded) for item in items]
+            else:
+                events = items
         return events
 
     def _validate(self, session_id: str, stored: Any) -> _Source:
@@ -242,7 +258,11 @@ class PersistenceCoordinator:
             session = Session.from_restore(session_id, balanced, meta, registry=self._registry)
         except _WRAPPED as err:
             raise self._corruption(session_id, meta, err) from err
-        view = session.events.prefix(len(balanced))  # without the end-seed marker
+        # Without the end-seed marker (the restore appends one unless the log already ends with it); the
+        # session's log length is the event count even where a compact list holds packed runs.
+        last = balanced[-1] if balanced else None
+        marked = last is not None and last.__class__ is not ChunkRun and last.get("type") == SESSION_END_SEED
+        view = session.events.prefix(len(session) if marked else len(session) - 1)
         return _Source(
             meta=session.header,
             events=view,
@@ -292,7 +312,10 @@ class PersistenceCoordinator:
         self._check_id(session_id)
         try:
             with gc_paused():
-                stored = self.backend.load_stored(session_id)
+                # Packed chunk runs stay packed (validated, not expanded) through validation and restore:
+                # the restored session builds a run's events only when something reads them.
+                with compact_chunk_runs():
+                    stored = self.backend.load_stored(session_id)
                 if stored is None:
                     raise SessionNotFoundError(f'session "{session_id}" not found')
                 return self._validate(session_id, stored)
@@ -700,7 +723,7 @@ class PersistenceCoordinator:
                 seed_from = None
             self._live[id(session)] = live
         if seed_from is not None:
-            tail = builtins.list(session.events)[seed_from:]
+            tail = session.events[seed_from:]  # (a slice: a restored log's older chunks stay packed)
             if tail:
                 live.enqueue(tail)
         return live

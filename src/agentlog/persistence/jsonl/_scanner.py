@@ -40,7 +40,7 @@ from ...errors import (
     SessionPersistenceCorruptionError,
 )
 from ...kernel._js import js_string
-from ...kernel.chunkrows import decode_storage_record
+from ...kernel.chunkrows import decode_storage_record, decode_storage_run
 from ...kernel.events import TURN_END
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
@@ -56,6 +56,7 @@ __all__ = [
     "header_line",
     "parse_header_line",
     "scan_log",
+    "scan_log_compact",
     "scan_log_prefix",
     "version_refusal",
 ]
@@ -99,6 +100,8 @@ class ScanResult:
     meta: dict[str, Any]
     events: list[Any]
     committed_bytes: int
+    count: int = -1
+    """How many events ``events`` stands for (a compact scan's packed runs are one item each)."""
 
 
 def _corrupt(message: str, offset: int) -> SessionPersistenceCorruptionError:
@@ -353,6 +356,8 @@ class SessionLogScanner:
     __slots__ = (
         "_base",
         "_committed",
+        "_compact",
+        "_count",
         "_events",
         "_finished",
         "_fragment",
@@ -385,10 +390,17 @@ class SessionLogScanner:
         self._input = self._committed = len(record)
         self._line = 0
         self._events: list[Any] = []
+        self._count = 0
+        self._compact = False
         self._base = 0
         self._issue: SessionPersistenceCorruptionError | None = None
         self._fragment = b""
         self._finished = False
+
+    def keep_runs_packed(self) -> None:
+        """Keep each packed row as one validated :class:`~agentlog.kernel.chunkrows.ChunkRun` item instead
+        of its expanded members (the coordinator's cold load); every check still runs, in the same order."""
+        self._compact = True
 
     def resume_at(self, base_seq: int) -> None:
         """Scan a suffix: the next record must start at ``base_seq`` (a seek read's first line).
@@ -397,7 +409,7 @@ class SessionLogScanner:
         defect messages count from the suffix; a seek read that meets any defect falls back to the
         whole read for the exact error. Only allowed before any event line was written.
         """
-        if self._input != self._committed or self._events or self._fragment or self._line:
+        if self._input != self._committed or self._events or self._fragment or self._line or self._count:
             raise RuntimeError("resume_at must precede every event line")
         self._base = base_seq
 
@@ -432,56 +444,74 @@ class SessionLogScanner:
         """
         events = self._events
         append = events.append
-        n = self._base + len(events)
+        n = self._base + self._count
+        compact = self._compact
         max_depth = self._max_depth
         check_size = sum(map(len, lines)) > self._max_line_bytes
         issue = self._issue
         parsed = None if issue is not None or check_size else _parse_many(lines)
-        for index, line in enumerate(lines):
-            if issue is not None:
-                raise self._followed(issue, self._line + index + 1)
-            if parsed is not None:
-                value = parsed[index]
-            else:
-                if check_size:
-                    self._check_size(lines, index, start)
-                if len(line) > _BIG_LINE_BYTES and _address_space_limited():
-                    ensure_headroom(len(line) * _BIG_LINE_HEADROOM, len(line))
-                try:
-                    value = loads(line, max_depth=max_depth)
-                except JsonDecodeError as err:
-                    self._reparse(lines, index, start, err)
-                    issue = self._set_issue(lines, index, start, err, None)
-                    continue
-            if type(value) is dict:
-                if value.get("type") in ROW_TAGS:
+        try:
+            for index, line in enumerate(lines):
+                if issue is not None:
+                    raise self._followed(issue, self._line + index + 1)
+                if parsed is not None:
+                    value = parsed[index]
+                else:
+                    if check_size:
+                        self._check_size(lines, index, start)
+                    if len(line) > _BIG_LINE_BYTES and _address_space_limited():
+                        ensure_headroom(len(line) * _BIG_LINE_HEADROOM, len(line))
                     try:
-                        decoded = decode_storage_record(value)
-                    except ChunkRowError as err:
+                        value = loads(line, max_depth=max_depth)
+                    except JsonDecodeError as err:
+                        self._reparse(lines, index, start, err)
                         issue = self._set_issue(lines, index, start, err, None)
                         continue
-                    seq = decoded[0]["seq"]  # members are seq0 + k by construction: the first decides
-                    if seq == n:
-                        events.extend(decoded)
-                        n += len(decoded)
-                        continue
-                else:
-                    seq = value.get("seq", _MISSING)
-                    if seq == n and type(seq) is not bool:
-                        append(value)
-                        n += 1
-                        continue
-                    decoded = [value]
-                issue = self._set_issue(lines, index, start, None, (n, seq))
-                if _has_turn_end(decoded):
-                    raise issue
-                continue
-            try:
-                decode_storage_record(value)
-            except ChunkRowError as err:
-                issue = self._set_issue(lines, index, start, err, None)
-                continue
-            issue = self._set_issue(lines, index, start, None, (n, _MISSING))  # never the expected seq
+                if type(value) is dict:
+                    if value.get("type") in ROW_TAGS:
+                        if compact:
+                            try:
+                                run = decode_storage_run(value)
+                            except ChunkRowError as err:
+                                issue = self._set_issue(lines, index, start, err, None)
+                                continue
+                            assert run is not None
+                            seq = run.seq0
+                            if seq == n:
+                                append(run)
+                                n += run.n
+                                continue
+                            issue = self._set_issue(lines, index, start, None, (n, seq))
+                            continue  # (a run holds chunks only, never a turn/end)
+                        try:
+                            decoded = decode_storage_record(value)
+                        except ChunkRowError as err:
+                            issue = self._set_issue(lines, index, start, err, None)
+                            continue
+                        seq = decoded[0]["seq"]  # members are seq0 + k by construction: the first decides
+                        if seq == n:
+                            events.extend(decoded)
+                            n += len(decoded)
+                            continue
+                    else:
+                        seq = value.get("seq", _MISSING)
+                        if seq == n and type(seq) is not bool:
+                            append(value)
+                            n += 1
+                            continue
+                        decoded = [value]
+                    issue = self._set_issue(lines, index, start, None, (n, seq))
+                    if _has_turn_end(decoded):
+                        raise issue
+                    continue
+                try:
+                    decode_storage_record(value)
+                except ChunkRowError as err:
+                    issue = self._set_issue(lines, index, start, err, None)
+                    continue
+                issue = self._set_issue(lines, index, start, None, (n, _MISSING))  # never the expected seq
+        finally:
+            self._count = n - self._base  # what the events read so far stand for, even on a refusal
         self._line += len(lines)
         if issue is None:
             self._committed = start + sum(map(len, lines)) + len(lines)
@@ -544,7 +574,7 @@ class SessionLogScanner:
     def finish(self) -> ScanResult:
         """End of input: an unterminated final fragment is a torn write and is ignored."""
         self._finished = True
-        return ScanResult(self.meta, self._events, self._committed)
+        return ScanResult(self.meta, self._events, self._committed, self._count)
 
 
 def scan_log(
@@ -559,6 +589,21 @@ def scan_log(
     Splits the buffer once (no copy of the body), which is the cold-load path of raw mode.
     """
     scanner, pieces, body_start = _raw_scanner(buffer, max_line_bytes, max_depth, max_header_bytes)
+    if pieces:
+        scanner._feed(pieces, body_start)
+    return scanner.finish()
+
+
+def scan_log_compact(
+    buffer: bytes,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+) -> ScanResult:
+    """:func:`scan_log` keeping packed rows packed (:meth:`SessionLogScanner.keep_runs_packed`)."""
+    scanner, pieces, body_start = _raw_scanner(buffer, max_line_bytes, max_depth, max_header_bytes)
+    scanner.keep_runs_packed()
     if pieces:
         scanner._feed(pieces, body_start)
     return scanner.finish()

@@ -55,7 +55,7 @@ from ...errors import (
     describe_error,
 )
 from ...kernel._gc import gc_paused
-from ...kernel.chunkrows import decode_storage_record, pack_chunk_runs
+from ...kernel.chunkrows import compact_runs_requested, decode_storage_record, expand_items, pack_chunk_runs
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
 from ..backend import (
     PartialRead,
@@ -77,6 +77,7 @@ from ._scanner import (
     header_too_long,
     parse_header_line,
     scan_log,
+    scan_log_compact,
     scan_log_prefix,
 )
 from ._zstdframes import (
@@ -841,13 +842,16 @@ class JsonlBackend:
             "max_header_bytes": self.max_header_bytes,
         }
 
-    def _decode_raw(self, data: bytes, path: str) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
+    def _decode_raw(
+        self, data: bytes, path: str, compact: bool = False
+    ) -> tuple[dict[str, Any], list[Any], TornMarker | None, int]:
+        """``(meta, events, torn marker, event count)``; ``compact`` keeps packed rows as ChunkRun items."""
         try:
-            result = scan_log(data, **self._limits())
+            result = (scan_log_compact if compact else scan_log)(data, **self._limits())
         except SessionPersistenceCorruptionError as err:
             raise self._located(err, path) from err
         marker = TornMarker(result.committed_bytes) if result.committed_bytes < len(data) else None
-        return result.meta, result.events, marker
+        return result.meta, result.events, marker, result.count
 
     def _header_scanner(self, view: memoryview, frame: tuple[int, int], path: str) -> SessionLogScanner:
         start, end = frame
@@ -867,12 +871,18 @@ class JsonlBackend:
             raise self._located(err, path, start) from err
 
     def _decode_zstd(
-        self, data: bytes, path: str, damages: list[SessionPersistenceCorruptionError] | None = None
-    ) -> tuple[dict[str, Any], list[Any], TornMarker | None]:
+        self,
+        data: bytes,
+        path: str,
+        damages: list[SessionPersistenceCorruptionError] | None = None,
+        compact: bool = False,
+    ) -> tuple[dict[str, Any], list[Any], TornMarker | None, int]:
         """``readZstdPrefix`` (spec §4.7.2): complete frames must be flawless; only the last may be torn.
 
         With ``damages`` (a partial read), damage after the header ends the read instead of failing it:
         the events decoded so far are returned and the (located) damage is appended to ``damages``.
+        Returns ``(meta, events, torn marker, event count)``; ``compact`` keeps packed rows as ChunkRun
+        items (the count is then larger than the list).
         """
         scan = self._scan_frames(data, path, stop_at_damage=damages is not None)
         if not scan.frames:
@@ -881,6 +891,8 @@ class JsonlBackend:
             raise self._corrupt("empty or header-less Zstandard session log", path, 0)
         view = memoryview(data)
         scanner = self._header_scanner(view, scan.frames[0], path)
+        if compact:
+            scanner.keep_runs_packed()
         # Logical (decoded-text) start of each event frame, to report damage at its physical frame.
         logical_starts: list[int] = []
         physical_starts: list[int] = []
@@ -915,7 +927,7 @@ class JsonlBackend:
                 )
             if scan.torn_start is None:
                 result = scanner.finish()
-                return result.meta, result.events, None
+                return result.meta, result.events, None, result.count
             torn = scan.torn_start
             later = self._frame_after(view, torn)
             if later is not None:
@@ -935,12 +947,12 @@ class JsonlBackend:
                 raise
             damages.append(err)
             result = scanner.finish()
-            return result.meta, result.events, None
+            return result.meta, result.events, None, result.count
         result = scanner.finish()
         # Detached copies: the coordinator may normalise the returned events in place, and the marker's
-        # events are re-written verbatim by the repair.
-        recovered = [loads(dumps(event)) for event in result.events[checkpoint.event_count :]]
-        return result.meta, result.events, TornMarker(torn, recovered)
+        # events are re-written verbatim by the repair (a compact read's runs expanded for it).
+        recovered = [loads(dumps(event)) for event in expand_items(result.events[checkpoint.event_count :])]
+        return result.meta, result.events, TornMarker(torn, recovered), result.count
 
     def _frame_after(self, view: memoryview, torn: int) -> int | None:
         """Where a complete, valid frame starts inside a supposedly torn final region, if anywhere.
@@ -983,13 +995,19 @@ class JsonlBackend:
         if found is None:
             return None
         path, data, revision = found
+        # The coordinator's cold load asks for packed runs to stay packed (kernel.chunkrows.ChunkRun
+        # items, each validated like its expansion); every other caller gets one event per item.
+        compact = compact_runs_requested()
         try:
             with gc_paused():
-                meta, events, marker = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
+                if self._zstd:
+                    meta, events, marker, count = self._decode_zstd(data, path, compact=compact)
+                else:
+                    meta, events, marker, count = self._decode_raw(data, path, compact)
         except SessionFormatUnsupportedError as err:
             raise SessionFormatUnsupportedError(f"{err.message} (raw log: {path})", location=path) from None
         self._check_identity(path, meta, session_id)
-        self._remember_tail(path, revision, len(events), marker)
+        self._remember_tail(path, revision, count, marker)
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=marker)
 
     @_typed_os_errors
@@ -1156,7 +1174,7 @@ class JsonlBackend:
         try:
             with gc_paused():
                 if self._zstd:
-                    meta, events, marker = self._decode_zstd(data, path, damages)
+                    meta, events, marker, _ = self._decode_zstd(data, path, damages)
                     torn = None if marker is None else marker.truncate_to
                 else:
                     try:
@@ -1503,8 +1521,8 @@ class JsonlBackend:
                 raise FileNotFoundError(errno.ENOENT, "no stored log", path)
             data, revision = found
             with gc_paused():
-                _, events, marker = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
-            self._remember_tail(path, revision, len(events), marker)
+                _, _, marker, count = self._decode_zstd(data, path) if self._zstd else self._decode_raw(data, path)
+            self._remember_tail(path, revision, count, marker)
             with self._mutex:
                 tail = self._tails[path]
         return tail

@@ -28,6 +28,7 @@ from ...kernel.events import ASSISTANT_CHUNK
 from ...kernel.events import Event as _Event
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
+from ...kernel.packedrun import ChunkRun
 
 # The kernel's C accelerator builds packed-row members as frozen events (see _build_members).
 _expand_row: Any = getattr(_speedups, "expand_row", None) if _speedups is not None else None
@@ -682,6 +683,25 @@ def _validate_packed(tag: str, seq0: int, time0: int, data: object, serialized_b
     return turn, step, index, call_id, name, payload, times, gaps
 
 
+def _packed_run(tag: str, seq0: int, time0: int, data: object, serialized_bytes: int | None) -> ChunkRun:
+    """Validate a packed row's data exactly as :func:`_expand` does, and keep it packed."""
+    turn, step, index, call_id, name, payload, times, gaps = _validate_packed(tag, seq0, time0, data, serialized_bytes)
+    return ChunkRun.from_validated(
+        tool=tag == _TOOL_CALL_ROW,
+        chunk_type=_DELTA_OF_ROW[tag],
+        seq0=seq0,
+        time0=times[0],
+        turn=turn,
+        step=step,
+        index=index,
+        dt=gaps,
+        payload=payload,
+        call_id=call_id,
+        name=None if name is _MISSING else name,
+        last_time=times[-1],
+    )
+
+
 def _build_members(tag: str, seq0: int, facts: _PackedFacts) -> list[dict[str, Any]]:
     """The member events of a validated packed row (chunk key order per spec).
 
@@ -809,11 +829,13 @@ def _row_error(row: PhysicalRow) -> StorageRowError:
     return StorageRowError("stored ignorable must be null, 0 or 1")
 
 
-def decode_row(row: PhysicalRow, limits: Limits = DEFAULT_LIMITS) -> list[dict[str, Any]]:
+def decode_row(row: PhysicalRow, limits: Limits = DEFAULT_LIMITS, compact: bool = False) -> list[Any]:
     """Decode one physical row into the logical event(s) it stores (``decodeRow``); fresh dicts.
 
     The primitive checks run before any JSON is parsed, inlined as one condition because this runs
     for every row of every load. Raises :class:`StorageRowError` with the spec's message for any damage.
+    ``compact``: a packed row is validated completely but kept packed, as one
+    :class:`~agentlog.kernel.packedrun.ChunkRun` (the coordinator's cold load).
     """
     try:
         seq, kind, time, data, sources, surface, ignorable = row
@@ -838,6 +860,8 @@ def decode_row(row: PhysicalRow, limits: Limits = DEFAULT_LIMITS) -> list[dict[s
         if sources is not None or surface is not None:
             raise _malformed(kind, "packed surface fields must be null")
         value, size = _decode_packed_data(kind, data, limits)
+        if compact:
+            return [_packed_run(kind, seq, time, value, size)]
         return _expand(kind, seq, time, value, size)
     if type(data) is str and len(data) <= limits.max_text_bytes >> 2:
         try:
@@ -889,7 +913,8 @@ def scan_rows(
     *,
     location: str,
     limits: Limits = DEFAULT_LIMITS,
-) -> list[dict[str, Any]]:
+    compact: bool = False,
+) -> list[Any]:
     """Flatten ordered physical rows into their logical events (``scanRows``), all or nothing.
 
     A SQLite row cannot tear: a transaction commits whole rows or none, so a row that fails to decode,
@@ -898,7 +923,11 @@ def scan_rows(
     original classified damage after the last ``turn/end`` as a removable torn tail; deleting it
     destroyed complete committed rows, issue 7 defect 13.)
     """
-    preserved, damage = scan_prefix(rows, base, location=location, limits=limits)
+    if len(rows) < _GC_PAUSE_ROWS:
+        preserved, damage = _scan_forward(rows, base, location, limits, compact)
+    else:
+        with gc_paused():
+            preserved, damage = _scan_forward(rows, base, location, limits, compact)
     if damage is not None:
         raise damage
     return preserved
@@ -923,9 +952,9 @@ def scan_prefix(
 
 
 def _scan_forward(
-    rows: Sequence[PhysicalRow], base: int, location: str, limits: Limits
-) -> tuple[list[dict[str, Any]], SessionPersistenceCorruptionError | None]:
-    preserved: list[dict[str, Any]] = []
+    rows: Sequence[PhysicalRow], base: int, location: str, limits: Limits, compact: bool = False
+) -> tuple[list[Any], SessionPersistenceCorruptionError | None]:
+    preserved: list[Any] = []
     append = preserved.append
     expected = base
     max_depth = limits.max_depth
@@ -963,13 +992,14 @@ def _scan_forward(
                     continue
         reason: str
         try:
-            events = decode_row(row, limits)
+            events = decode_row(row, limits, compact)
         except StorageRowError as err:
             reason = str(err)
         else:
             # A decoded row's members are contiguous from the row's own seq.
             if row[0] == expected:
-                expected += len(events)
+                first = events[0]
+                expected += first.n if first.__class__ is ChunkRun else len(events)
                 preserved += events
                 continue
             reason = f"expected seq {expected}, row stores seq {row[0]}"

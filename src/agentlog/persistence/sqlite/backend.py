@@ -61,6 +61,7 @@ from ...errors import (
 )
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
+from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
 from . import _codec as codec
@@ -843,8 +844,13 @@ class SqliteBackend:
             return None
         session, rows = found
         meta, revision = self._decode_session(session)
+        # The coordinator's cold load asks for packed rows to stay packed (kernel.packedrun.ChunkRun
+        # items, each validated like its expansion); every other caller gets one event per item.
+        compact = compact_runs_requested()
         events = self._decoded(
-            session_id, rows, lambda: codec.scan_rows(rows, 0, location=self.path, limits=self._limits)
+            session_id,
+            rows,
+            lambda: codec.scan_rows(rows, 0, location=self.path, limits=self._limits, compact=compact),
         )
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
 
