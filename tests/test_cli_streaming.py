@@ -44,11 +44,11 @@ completes too, but writing it (~35 s) and reading it twice (~15 s each) is over 
 machine; W(8000) is the largest that stays around 30 s."""
 
 
-def _write_workload(root: Path, turns: int, *, interrupted: bool) -> int:
+def _write_workload(root: Path, turns: int, *, interrupted: bool, compression: str = "zstd") -> int:
     """W(``turns``) stored on jsonl-zstd as session ``big``, then (``interrupted``) an open turn with a
     few chunks that a load closes in memory only; the number of stored events."""
     store = al.SessionStore(now=lambda: 1_700_000_000_000)
-    coordinator = PersistenceCoordinator(store, JsonlBackend(str(root), compression="zstd"))
+    coordinator = PersistenceCoordinator(store, JsonlBackend(str(root), compression=compression))
     try:
         session = store.create(SID, meta={"cwd": "/bench"})
         appended = 0
@@ -271,6 +271,41 @@ def test_show_at_prints_the_same_transcript_in_pieces(store_root: Path, monkeypa
     head = f"session {SID} at seq {seq} ({view.events[seq]['type']}): {len(messages)} messages\n"
     assert text.startswith(head)
     assert text.endswith(_lines(_transcript(messages, marks=[mark for _, mark in marks])).decode())
+
+
+def test_a_partial_export_of_a_damaged_big_session_is_unchanged_and_streamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export --partial`` of a W(300) log damaged in the middle: the readable prefix and the damage
+    report, byte for byte the document built whole from :meth:`read_prefix`, in many writes."""
+    root = tmp_path / "store"
+    _write_workload(root, TURNS, interrupted=False, compression="none")
+    (log,) = root.glob(f"*/{SID}/session.jsonl")
+    lines = log.read_bytes().split(b"\n")
+    middle = len(lines) // 2
+    first_lost = orjson.loads(lines[middle])["seq"]  # (a record may hold a packed run of chunks)
+    lines[middle] = lines[middle][:-1]  # a complete but unparsable record, complete ones after it
+    log.write_bytes(b"\n".join(lines))
+    reader = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(root), compression="auto", read_only=True))
+    try:
+        prefix = reader.read_prefix(SID)
+    finally:
+        reader.close()
+    damage = prefix.damage
+    assert damage is not None
+    events = list(prefix.events)
+    report = {
+        "code": damage.code,
+        "message": str(damage),
+        "location": getattr(damage, "location", None),
+        "offset": getattr(damage, "offset", None),
+        "afterSeq": events[-1]["seq"],
+    }
+    stdout = _run_in_process(["export", SID, "--partial", "--store", str(root)], monkeypatch)
+    output = stdout.value()
+    assert output == _pretty({"header": prefix.meta, "events": events, "damage": report})
+    assert len(events) == first_lost > 5000
+    assert len(stdout.sizes) >= 4 and max(stdout.sizes) < 2 * STREAM_CHUNK_BYTES
 
 
 # --- verify's progress ------------------------------------------------------------------------------

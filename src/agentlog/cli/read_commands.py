@@ -242,7 +242,7 @@ def _export_partial(
         "offset": offset,
         "afterSeq": last,
     }
-    _emit_json({"header": prefix.meta, "events": events, "damage": report})
+    _emit_json_stream((("header", prefix.meta), ("events", Streamed(events)), ("damage", report)))
     if as_json:
         _emit_json_line(
             {
