@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import orjson
 import typer
 
 from ..errors import (
@@ -35,7 +36,7 @@ from ..persistence.coordinator import PersistenceCoordinator
 from ._reading import _last_turn, _read_view
 from .options import DEFAULT_OPTIONS, OptionGroup, StoreOptions, shared_options
 from .projection_commands import LiveProjections, attach_projections
-from .render import _emit_json, _emit_json_line, _EventPrinter, render_error
+from .render import _ChunkedStdout, _emit_json, _EventPrinter, render_error
 
 if TYPE_CHECKING:  # the agent and the HTTP client load only for the commands that run a model
     from ..agent.builtin_tools import CommandPolicy
@@ -770,6 +771,7 @@ def replay_command(
     """
     _header, view = _read_view(session_id, opts)
     printer = None if opts.as_json else _EventPrinter(prompts=True)
+    lines = _ChunkedStdout()  # --json: NDJSON in flushed chunks, and flushed before every wait
     previous: int | None = None
     chunks = 0
     for event in view.events:
@@ -779,9 +781,10 @@ def replay_command(
             if speed > 0 and isinstance(when, int) and previous is not None:
                 gap = min(max(when - previous, 0) / 1000, MAX_REPLAY_GAP_S) / speed
                 if gap > 0:
+                    lines.flush()
                     time.sleep(gap)
         if printer is None:
-            _emit_json_line(thaw(event))
+            lines.write(orjson.dumps(event) + b"\n")  # the bytes of _emit_json_line(thaw(event))
         elif event["type"] == "llm/retry":
             data = event["data"]
             printer.end_line()
@@ -793,7 +796,8 @@ def replay_command(
             previous = when
     if printer is None:
         summary = {"sessionId": session_id, "events": len(view.events), "chunks": chunks}
-        _emit_json_line({"summary": {**summary, "lastTurn": _last_turn(view.events)}})
+        lines.write(orjson.dumps({"summary": {**summary, "lastTurn": _last_turn(view.events)}}) + b"\n")
+        lines.flush()
         return
     printer.end_line()
 
