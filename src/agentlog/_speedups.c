@@ -426,6 +426,131 @@ expand_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* check_row(value, absent) -> ((tool, chunk_type, seq0, time0, turn, step, index, dt, payload, id, name),
+ *                              last_time) or None
+ *
+ * All eleven checks of a packed chunk row (spec section 15.3) on a freshly parsed row dict, without
+ * expanding it: what a compact load keeps instead of the members. `name` is `absent` when the row has
+ * none. On anything it does not plainly accept (any failure, a subclass, an unusual type) it returns
+ * None and chunkrows' Python checks decide, with the exact error; it never refuses on its own. */
+
+static PyObject *k_seq0, *k_time0, *k_dt, *k_texts, *k_args;
+static PyObject *v_text_row, *v_reasoning_row, *v_tool_row, *v_text_delta, *v_reasoning_delta, *v_tool_delta;
+
+static int
+is_number(PyObject *v)
+{
+    return v != NULL && (PyLong_CheckExact(v) || PyFloat_CheckExact(v));
+}
+
+static PyObject *
+check_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "check_row(value, absent) expected");
+        return NULL;
+    }
+    PyObject *value = args[0], *absent = args[1];
+    if (!PyDict_CheckExact(value) || PyDict_GET_SIZE(value) != 4) {
+        Py_RETURN_NONE;
+    }
+    PyObject *tag = PyDict_GetItem(value, k_type);
+    if (tag == NULL || !PyUnicode_CheckExact(tag)) {
+        Py_RETURN_NONE;
+    }
+    int tool;
+    PyObject *chunk_type;
+    if (PyUnicode_Compare(tag, v_tool_row) == 0) {
+        tool = 1;
+        chunk_type = v_tool_delta;
+    }
+    else if (PyUnicode_Compare(tag, v_text_row) == 0) {
+        tool = 0;
+        chunk_type = v_text_delta;
+    }
+    else if (PyUnicode_Compare(tag, v_reasoning_row) == 0) {
+        tool = 0;
+        chunk_type = v_reasoning_delta;
+    }
+    else {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *seq0 = PyDict_GetItem(value, k_seq0), *time0 = PyDict_GetItem(value, k_time0);
+    PyObject *data = PyDict_GetItem(value, k_data);
+    if (seq0 == NULL || time0 == NULL || data == NULL || !PyLong_CheckExact(seq0) || !PyLong_CheckExact(time0) ||
+        !PyDict_CheckExact(data)) {
+        Py_RETURN_NONE;
+    }
+    int overflow = 0;
+    long long seq = PyLong_AsLongLongAndOverflow(seq0, &overflow);
+    if (overflow || seq < 0 || seq > MAX_SAFE) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    long long time = PyLong_AsLongLongAndOverflow(time0, &overflow);
+    if (overflow || time < -MAX_SAFE || time > MAX_SAFE) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t size = PyDict_GET_SIZE(data);
+    PyObject *turn = PyDict_GetItem(data, k_turn), *step = PyDict_GetItem(data, k_step);
+    PyObject *index = PyDict_GetItem(data, k_index), *dt = PyDict_GetItem(data, k_dt);
+    PyObject *payload, *call_id = Py_None, *name = absent;
+    if (tool) {
+        payload = PyDict_GetItem(data, k_args);
+        call_id = PyDict_GetItem(data, k_id);
+        PyObject *given = PyDict_GetItem(data, k_name);
+        if (call_id == NULL || !PyUnicode_CheckExact(call_id) ||
+            (!(size == 6 && given == NULL) && !(size == 7 && given != NULL && PyUnicode_CheckExact(given)))) {
+            Py_RETURN_NONE;
+        }
+        if (given != NULL) {
+            name = given;
+        }
+    }
+    else {
+        payload = PyDict_GetItem(data, k_texts);
+        if (size != 5) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (!is_number(turn) || !is_number(step) || !is_number(index) || payload == NULL || dt == NULL ||
+        !PyList_CheckExact(payload) || !PyList_CheckExact(dt)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(payload);
+    if (n == 0 || PyList_GET_SIZE(dt) != n - 1 || seq + (long long)n - 1 > MAX_SAFE) {
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(payload, k))) {
+            Py_RETURN_NONE;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n - 1; k++) {
+        PyObject *gap = PyList_GET_ITEM(dt, k);
+        if (!PyLong_CheckExact(gap)) {
+            Py_RETURN_NONE;
+        }
+        long long g = PyLong_AsLongLongAndOverflow(gap, &overflow);
+        if (overflow || g > MAX_SAFE || g < -MAX_SAFE) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        time += g;
+        if (time > MAX_SAFE || time < -MAX_SAFE) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *facts = PyTuple_Pack(11, tool ? Py_True : Py_False, chunk_type, seq0, time0, turn, step, index, dt,
+                                   payload, call_id, name);
+    if (facts == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(NL)", facts, time);
+}
+
 /* seal(cls, mapping): a new, untracked instance of the dict subclass cls holding mapping's items.
  * Only for mappings whose values are already frozen JSON (the event envelope). */
 static PyObject *
@@ -474,7 +599,7 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 
-/* restore_events(entries, special_types, event_cls[, rules[, base]]) -> (events, specials, stop)
+/* restore_events(entries, special_types, event_cls[, rules[, base[, checks]]]) -> (events, specials, stop[, verified])
  *
  * The restore path's per-event work for the common case, in one pass: for entry i (a plain dict from
  * a JSON parser) check the envelope (keys within the seven envelope keys, `type` a str, `seq == i`,
@@ -499,15 +624,20 @@ static int rule_holds(PyObject *d, long kind);
 static PyObject *
 restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 3 || nargs > 5 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
-        (nargs >= 4 && !PyDict_Check(args[3])) || (nargs == 5 && !PyLong_CheckExact(args[4]))) {
-        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type[, rules[, base]]) expected");
+    if (nargs < 3 || nargs > 6 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
+        (nargs >= 4 && !PyDict_Check(args[3])) || (nargs >= 5 && !PyLong_CheckExact(args[4])) ||
+        (nargs == 6 && !PyDict_Check(args[5]))) {
+        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type[, rules[, base[, checks]]]) expected");
         return NULL;
     }
+    /* checks (optional): {type: kind} of data rules to try on *special* entries (the message types).
+     * The indices of special entries whose data plainly satisfies its rule are returned as a fourth
+     * list, `verified`: the caller may skip its own check of that rule (never any other check). */
+    PyObject *checks = nargs == 6 ? args[5] : NULL;
     /* base (optional): the seq of entries[0], for a segment of a log (a compact restored log restores the
      * plain events between its packed chunk runs segment by segment). */
     long long base = 0;
-    if (nargs == 5) {
+    if (nargs >= 5) {
         base = PyLong_AsLongLong(args[4]);
         if (base == -1 && PyErr_Occurred()) {
             return NULL;
@@ -526,9 +656,11 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyList_GET_SIZE(entries);
     PyObject *events = PyList_New(0);
     PyObject *specials = PyList_New(0);
-    if (events == NULL || specials == NULL) {
+    PyObject *verified = PyList_New(0);
+    if (events == NULL || specials == NULL || verified == NULL) {
         Py_XDECREF(events);
         Py_XDECREF(specials);
+        Py_XDECREF(verified);
         return NULL;
     }
     Py_ssize_t i = 0;
@@ -615,6 +747,15 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto error;
         }
         special |= contains;
+        int checked = 0;
+        if (checks != NULL && special) {
+            PyObject *check = PyDict_GetItemWithError(checks, type);
+            if (check == NULL && PyErr_Occurred()) {
+                goto error;
+            }
+            checked = check != NULL && PyLong_CheckExact(check) && rule_holds(data, PyLong_AsLong(check));
+            PyErr_Clear();
+        }
         if (rules != NULL && !special) {
             PyObject *rule = PyDict_GetItemWithError(rules, type);
             if (rule == NULL && PyErr_Occurred()) {
@@ -660,17 +801,22 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if (special) {
             PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(specials, index) < 0) {
+            if (index == NULL || PyList_Append(specials, index) < 0 || (checked && PyList_Append(verified, index) < 0)) {
                 Py_XDECREF(index);
                 goto error;
             }
             Py_DECREF(index);
         }
     }
+    if (checks != NULL) {
+        return Py_BuildValue("(NNnN)", events, specials, i, verified);
+    }
+    Py_DECREF(verified);
     return Py_BuildValue("(NNn)", events, specials, i);
 error:
     Py_DECREF(events);
     Py_DECREF(specials);
+    Py_DECREF(verified);
     return NULL;
 }
 
@@ -920,6 +1066,8 @@ static PyMethodDef methods[] = {
      "Envelope-check, freeze and seal restored events; report the ones needing Python checks."},
     {"freeze_owned_tree", (PyCFunction)freeze_owned_tree, METH_O,
      "Freeze an exclusively owned parsed graph in place (no copy), or GIVE_UP."},
+    {"check_row", (PyCFunction)(void (*)(void))check_row, METH_FASTCALL,
+     "Every check of a parsed packed chunk row without expanding it: (facts, last time), or None."},
     {"expand_row", (PyCFunction)(void (*)(void))expand_row, METH_FASTCALL,
      "Expand a validated packed chunk row into frozen, untracked events."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
@@ -957,6 +1105,21 @@ PyInit__speedups(void)
     k_name = PyUnicode_InternFromString("name");
     k_arguments_delta = PyUnicode_InternFromString("argumentsDelta");
     v_chunk_type = PyUnicode_InternFromString("assistant/chunk");
+    k_seq0 = PyUnicode_InternFromString("seq0");
+    k_time0 = PyUnicode_InternFromString("time0");
+    k_dt = PyUnicode_InternFromString("dt");
+    k_texts = PyUnicode_InternFromString("texts");
+    k_args = PyUnicode_InternFromString("args");
+    v_text_row = PyUnicode_InternFromString("text-chunks");
+    v_reasoning_row = PyUnicode_InternFromString("reasoning-chunks");
+    v_tool_row = PyUnicode_InternFromString("tool-call-chunks");
+    v_text_delta = PyUnicode_InternFromString("text-delta");
+    v_reasoning_delta = PyUnicode_InternFromString("reasoning-delta");
+    v_tool_delta = PyUnicode_InternFromString("tool-call-delta");
+    if (!k_seq0 || !k_time0 || !k_dt || !k_texts || !k_args || !v_text_row || !v_reasoning_row || !v_tool_row ||
+        !v_text_delta || !v_reasoning_delta || !v_tool_delta) {
+        return NULL;
+    }
     k_trigger = PyUnicode_InternFromString("trigger");
     k_call_id = PyUnicode_InternFromString("callId");
     k_arguments = PyUnicode_InternFromString("arguments");

@@ -395,6 +395,7 @@ def _row_checker() -> Any:
 
 
 _check_row: Any = _row_checker()
+_check_row_dict: Any = getattr(_speedups, "check_row", None) if _speedups is not None else None
 
 
 def _check_members(tag: str, facts: _MembersFacts) -> int:
@@ -462,6 +463,10 @@ def decode_storage_run(value: object) -> ChunkRun | None:
     :class:`ChunkRun` standing for the row's members. Every check of §15.3 runs here, with the same
     errors in the same order, so a row that would fail to decode fails the load, never a later read.
     """
+    if _check_row_dict is not None:
+        checked = _check_row_dict(value, _ABSENT)  # every check in one C pass; None: let Python decide
+        if checked is not None:
+            return ChunkRun(*checked)
     facts = _row_facts(value)
     if facts is None:
         return None

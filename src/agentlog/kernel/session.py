@@ -360,7 +360,19 @@ def _restore_takes_base() -> bool:
     return True
 
 
+def _restore_verifies() -> bool:
+    """Whether the accelerator's restore also tries the message rules on the message events (``checks``)."""
+    if not _RESTORE_CHECKS_RULES:
+        return False
+    try:
+        return len(_speedups.restore_events([], frozenset(), Event, {}, 0, {})) == 4
+    except TypeError:
+        return False
+
+
 _RESTORE_TAKES_BASE = _restore_takes_base()
+_RESTORE_VERIFIES = _restore_verifies()
+_MESSAGE_RULES = {etype: APPEND_CHECK_KINDS[etype] for etype in MESSAGE_EVENT_TYPES}
 _checked_snapshot: Any = getattr(_speedups, "checked_snapshot", None)
 _event4: Callable[..., Any] = getattr(_speedups, "event4", None) or _py_event4
 
@@ -546,7 +558,9 @@ class Session:
                 raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
         surface = self._surface
         try:
-            plan = surface.validate_next(event)
+            # A plain surface append (a restored message's usual form) is planned without the general
+            # planner; anything else, or anything it doubts, takes validate_next (same checks, same errors).
+            plan = surface.plain_append_plan(event) or surface.validate_next(event)
         except SurfaceError as err:
             raise InvalidSeedError(f"invalid seed event at index {index}: {err}", index=index) from None
         except Exception as err:  # a plugin validator failing without our error type
@@ -555,10 +569,15 @@ class Session:
         self._log.append(event)
         surface.commit(event, plan)
 
-    def _load_special(self, index: int, entry: Any, event: Event) -> None:
-        """A restored event the accelerator already envelope-checked: only its type's own rules remain."""
+    def _load_special(self, index: int, entry: Any, event: Event, verified: bool = False) -> None:
+        """A restored event the accelerator already envelope-checked: only its type's own rules remain.
+
+        ``verified``: the accelerator found the message rules plainly satisfied (it accepts only what the
+        Python check accepts), so only the later layers remain."""
         etype = event["type"]
-        if etype == REQUEST_HEADER:
+        if verified and etype in MESSAGE_EVENT_TYPES:
+            pass
+        elif etype == REQUEST_HEADER:
             check_request_header_shape(entry["data"], index)
             problem = legacy_request_header_problem(etype, entry["data"], f"seed event at index {index}")
             if problem is not None:
@@ -582,7 +601,13 @@ class Session:
         """
         if special is None:
             special = frozenset(_RESTORE_SPECIAL_TYPES | self._validators.keys())
-        if base:
+        verified: Any = ()
+        if _RESTORE_VERIFIES:
+            events, specials, stop, verified = _speedups.restore_events(
+                seed, special, Event, _RESTORE_RULES, base, _MESSAGE_RULES
+            )
+            verified = set(verified) if verified else ()
+        elif base:
             events, specials, stop = _speedups.restore_events(seed, special, Event, _RESTORE_RULES, base)
         elif _RESTORE_CHECKS_RULES:
             events, specials, stop = _speedups.restore_events(seed, special, Event, _RESTORE_RULES)
@@ -595,7 +620,7 @@ class Session:
             if index > done:
                 log.extend(events[done:index])
                 surface.skip_log_only(base + index - 1)
-            self._load_special(base + index, seed[index], events[index])
+            self._load_special(base + index, seed[index], events[index], index in verified)
             done = index + 1
         if stop > done:
             log.extend(events[done:stop])

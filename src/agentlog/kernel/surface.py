@@ -389,6 +389,33 @@ class SurfaceManager:
         self._pending_plan = plan
         return plan
 
+    def plain_append_plan(self, candidate: Mapping[str, Any]) -> Plan:
+        """The plan of ``candidate`` when it is plainly a surface append of the next seq, else ``None``.
+
+        The restore's fast path for its many message events: when the fold is current and the candidate
+        is a surface type carrying ``surfaceOp: "append"`` with the next seq, :func:`plan_surface_event`
+        would check only its sources and plan an append, so this does exactly that (raising the same
+        :class:`SurfaceError`). For anything else it returns ``None`` and the caller uses
+        :meth:`validate_next`. Like :meth:`validate_next` it does not change the fold.
+        """
+        op = candidate.get("surfaceOp")
+        expected = self._base + len(self._window)
+        seq = candidate.get("seq")
+        if (
+            op.__class__ is not str
+            or op != APPEND
+            or seq != expected
+            or seq.__class__ is not int
+            or self._last != expected - 1
+        ):
+            return None
+        etype = candidate.get("type")
+        if etype not in SURFACE_EVENT_TYPES:
+            return None
+        _check_sources(candidate, etype, seq, ())
+        self._pending = None
+        return _new_tuple(AppendPlan, ("append", seq))
+
     def commit(self, event: Any, plan: Plan) -> None:
         """Fast path for the owning session: ``event`` was just appended with an already validated plan.
 
