@@ -127,6 +127,23 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def own_peak_rss_mb() -> float:
+    """This process image's own peak RSS (``VmHWM``).
+
+    ``ru_maxrss`` survives ``exec`` on Linux, so a reader started from the benchmark process would report
+    the writer's peak (its parent's RSS at fork) whenever that is higher; ``VmHWM`` belongs to the address
+    space the reader itself built. Falls back to ``ru_maxrss`` where ``/proc`` is unavailable.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return peak_rss_mb()
+
+
 def write_session(kind: str, root: str, workload: Sequence[Any], style: str, session_id: str = "bench") -> float:
     """Append the workload through a live session; return seconds including the final flush."""
     start, end = write_session_span(kind, root, workload, style, session_id)
@@ -191,7 +208,12 @@ def _restore_main(kind: str, root: str, session_id: str) -> None:
     # The reader's own peak (this fresh process: interpreter, imports, the load), never the writer's.
     print(
         json.dumps(
-            {"M4_seconds": elapsed, "events": session.seq, "messages": len(messages), "M4_reader_rss_mb": peak_rss_mb()}
+            {
+                "M4_seconds": elapsed,
+                "events": session.seq,
+                "messages": len(messages),
+                "M4_reader_rss_mb": own_peak_rss_mb(),
+            }
         )
     )
 
