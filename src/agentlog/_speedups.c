@@ -548,7 +548,26 @@ check_row(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (facts == NULL) {
         return NULL;
     }
+    /* The row's lists hold only str/int and are never changed again (the run owns them), and the facts
+     * refer to nothing that can lead back to them: none of it can be part of a cycle, so the collector
+     * need not track it (a compact log holds four containers per run otherwise, all traversed by the
+     * first collection after a load). */
+    PyObject_GC_UnTrack(payload);
+    PyObject_GC_UnTrack(dt);
+    PyObject_GC_UnTrack(facts);
     return Py_BuildValue("(NL)", facts, time);
+}
+
+/* untrack(obj): stop the cycle collector from tracking obj (a packed run: it refers only to untracked
+ * data and to the list of its members' frozen events, never back to anything that refers to it). */
+static PyObject *
+untrack(PyObject *module, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_UnTrack(obj);
+    }
+    Py_INCREF(obj);
+    return obj;
 }
 
 /* seal(cls, mapping): a new, untracked instance of the dict subclass cls holding mapping's items.
@@ -1066,6 +1085,7 @@ static PyMethodDef methods[] = {
      "Envelope-check, freeze and seal restored events; report the ones needing Python checks."},
     {"freeze_owned_tree", (PyCFunction)freeze_owned_tree, METH_O,
      "Freeze an exclusively owned parsed graph in place (no copy), or GIVE_UP."},
+    {"untrack", (PyCFunction)untrack, METH_O, "Stop the cycle collector from tracking an acyclic object."},
     {"check_row", (PyCFunction)(void (*)(void))check_row, METH_FASTCALL,
      "Every check of a parsed packed chunk row without expanding it: (facts, last time), or None."},
     {"expand_row", (PyCFunction)(void (*)(void))expand_row, METH_FASTCALL,

@@ -396,6 +396,9 @@ def _row_checker() -> Any:
 
 _check_row: Any = _row_checker()
 _check_row_dict: Any = getattr(_speedups, "check_row", None) if _speedups is not None else None
+_untrack: Any = getattr(_speedups, "untrack", None) if _speedups is not None else None
+if _untrack is None:
+    _check_row_dict = None  # (an older build: the Python checks, and the collector tracks the run)
 
 
 def _check_members(tag: str, facts: _MembersFacts) -> int:
@@ -466,7 +469,7 @@ def decode_storage_run(value: object) -> ChunkRun | None:
     if _check_row_dict is not None:
         checked = _check_row_dict(value, _ABSENT)  # every check in one C pass; None: let Python decide
         if checked is not None:
-            return ChunkRun(*checked)
+            return _untrack(ChunkRun(*checked))  # type: ignore[no-any-return]
     facts = _row_facts(value)
     if facts is None:
         return None
