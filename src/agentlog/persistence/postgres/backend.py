@@ -58,9 +58,10 @@ from ...errors import (
     StoreNotFoundError,
 )
 from ...kernel._gc import gc_paused
-from ...kernel.chunkrows import decode_storage_record, pack_chunk_runs
+from ...kernel.chunkrows import decode_storage_record, decode_storage_run, pack_chunk_runs
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
+from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
@@ -554,6 +555,8 @@ class PostgresBackend:
             )
         events: list[dict[str, Any]] = []
         damage: SessionPersistenceCorruptionError | None = None
+        # A whole read for the coordinator's cold load keeps packed runs compact (kernel.packedrun).
+        compact = from_seq == 0 and compact_runs_requested()
         # A suffix read starts at the row holding from_seq, which may be a packed run that began earlier.
         expected = rows[0][0] if from_seq and rows and rows[0][0] < from_seq else from_seq
         for seq, body in rows:
@@ -566,6 +569,19 @@ class PostgresBackend:
                 damage = self._corrupt(session_id, seq, f"unparsable JSON: {err}")
                 break
             if type(value) is dict and value.get("type") in _ROW_TAGS:
+                if compact:  # the coordinator's cold load: the run stays packed (validated all the same)
+                    try:
+                        run = decode_storage_run(value)
+                    except ChunkRowError as err:
+                        damage = self._corrupt(session_id, seq, str(err))
+                        break
+                    assert run is not None
+                    if run.seq0 != seq:
+                        damage = self._corrupt(session_id, seq, "the packed row's first seq is not the row's seq")
+                        break
+                    events.append(run)  # type: ignore[arg-type]  # a ChunkRun item, as the file backends give
+                    expected += run.n
+                    continue
                 try:
                     members = decode_storage_record(value)
                 except ChunkRowError as err:
