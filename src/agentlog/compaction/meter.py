@@ -260,12 +260,13 @@ def events_of(session: Any) -> tuple[Sequence[Any], int]:
     """The session's log as an indexable sequence and its length, without copying it.
 
     ``session.events`` (an ``EventsView``) is an O(1) prefix view of the append-only log; reading its
-    backing list directly avoids a Python-level ``__getitem__`` per event.
+    backing list directly (``backing()``, which builds a cold-loaded log's packed chunk runs first)
+    avoids a Python-level ``__getitem__`` per event.
     """
     events = session.events
-    items = getattr(events, "_items", None)
-    if isinstance(items, list):
-        return items, len(events)
+    backing = getattr(events, "backing", None)
+    if backing is not None:
+        return backing(), len(events)  # a cold-loaded log's packed runs are built first
     return events, len(events)
 
 

@@ -89,7 +89,9 @@ def _frozen_members(facts: _MembersFacts) -> list[Any] | None:
     return expanded  # type: ignore[no-any-return]
 
 
-_MATERIALISING = threading.Lock()
+# Re-entrant: a finaliser or GC callback that reads a lazy log while this thread builds a run must not
+# deadlock on it (building is idempotent and cached, so re-entry only returns the same events).
+_MATERIALISING = threading.RLock()
 
 
 class ChunkRun:

@@ -230,6 +230,17 @@ class _Snapshot(Sequence[Any]):
             _materialise_range(self._items, 0, self._n)
         return self._items[: self._n]
 
+    def backing(self) -> list[Any]:
+        """The backing list itself, every slot of this view an event (packed runs built), uncopied.
+
+        For hot read loops that index the log directly (the token meter): only the first ``len(self)``
+        slots belong to this view, and the list must never be changed. Reading ``_items`` instead
+        would hand such a loop the packed runs of a cold-loaded log.
+        """
+        if self._items.__class__ is LazyLog:
+            _materialise_range(self._items, 0, self._n)
+        return self._items
+
     def _refuse(self, *args: object) -> NoReturn:
         raise FrozenError(f"{type(self).__name__} is an immutable snapshot; copy it with list() to reorder")
 

@@ -828,7 +828,7 @@ class PersistenceCoordinator:
                 live.init_error = err
                 return False
             live.init_error = None
-            live.replace_pending(builtins.list(session.events)[seed_from:])
+            live.replace_pending(session.events[seed_from:])
         return True
 
     def _on_event(self, session: Session, event: Event) -> None:
