@@ -70,6 +70,42 @@ def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 20.0) 
         time.sleep(0.01)
 
 
+class _Outcome(list[BaseException | None]):
+    """What a background write ended with (``None``: it returned), and the pid of its blocked backend."""
+
+    blocked_pid: int = 0
+
+
+def blocked_write(dsn: str, write: Callable[[], object]) -> tuple[threading.Thread, _Outcome]:
+    """Run ``write`` in a thread and return once exactly one agentlog backend waits on a row lock (a
+    blocker holds the row the write needs); the thread's outcome is recorded when it ends."""
+    outcome = _Outcome()
+
+    def run() -> None:
+        try:
+            write()
+            outcome.append(None)
+        except BaseException as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    query = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
+        "AND datname = current_database()"
+    )
+    with psycopg.connect(dsn, autocommit=True) as admin:
+
+        def blocked() -> bool:
+            pids = [row[0] for row in admin.execute(query)]
+            if len(pids) == 1:
+                outcome.blocked_pid = pids[0]
+            return len(pids) == 1
+
+        wait_until(blocked, "the writer's insert to block")
+    return thread, outcome
+
+
 # --- optimistic concurrency ------------------------------------------------------------------------------
 
 
@@ -280,23 +316,8 @@ def test_a_write_in_flight_when_its_lease_ends_never_commits_after_another_write
     assert lease.connection is not None
     lease_pid = lease.connection.info.backend_pid
     blocker = row_blocker(f"INSERT INTO {pg_schema}.events (session_id, seq, body) VALUES ('s', 3, 'b'::bytea)")
-    outcome: list[BaseException | None] = []
-
-    def flush() -> None:
-        try:
-            host_a.append_batch(meta, [ev(1), ev(2), ev(3)], True)
-            outcome.append(None)
-        except BaseException as err:
-            outcome.append(err)
-
-    thread = threading.Thread(target=flush)
-    thread.start()
+    thread, outcome = blocked_write(pg_dsn, lambda: host_a.append_batch(meta, [ev(1), ev(2), ev(3)], True))
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        query = (
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
-            "AND datname = current_database()"
-        )
-        wait_until(lambda: len(admin.execute(query).fetchall()) == 1, "the writer's insert to block")
         admin.execute("SELECT pg_terminate_backend(%s)", (lease_pid,))
 
     def taken() -> bool:
@@ -476,30 +497,9 @@ def test_pg_terminate_backend_in_the_middle_of_a_flush_is_typed_and_a_retry_stor
         blocker = row_blocker(
             f"INSERT INTO {pg_schema}.events (session_id, seq, body) VALUES ('s', {start + 3}, 'blocker'::bytea)"
         )
-        outcome: list[BaseException | None] = []
-
-        def flush() -> None:
-            try:
-                coordinator.append("s", batch)
-                outcome.append(None)
-            except BaseException as err:
-                outcome.append(err)
-
-        thread = threading.Thread(target=flush)
-        thread.start()
+        thread, outcome = blocked_write(pg_dsn, lambda: coordinator.append("s", batch))
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            query = (
-                "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND wait_event_type = 'Lock' "
-                "AND datname = current_database()"
-            )
-            pids: list[int] = []
-
-            def copying() -> bool:
-                pids[:] = [row[0] for row in admin.execute(query)]
-                return len(pids) == 1
-
-            wait_until(copying, "the writer's insert to block")
-            admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+            admin.execute("SELECT pg_terminate_backend(%s)", (outcome.blocked_pid,))
         thread.join()
         blocker.rollback()
         assert len(outcome) == 1 and isinstance(outcome[0], DatabaseUnavailableError), outcome
