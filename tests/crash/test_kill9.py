@@ -112,16 +112,20 @@ def _expected_log(upto_turns: int) -> list[Any]:
 EXPECTED = _expected_log(200)
 
 
-def _run_trial(make_backend: Callable[[str], Any], root: str, rng: random.Random) -> tuple[int, int]:
+def fork_and_kill(child: Callable[[int], None], run_s: float) -> tuple[int, int]:
+    """Fork ``child(write_fd)``, let it report flushed seqs (one per line) for ``run_s``, then SIGKILL it.
+
+    Returns the highest acknowledged seq (-1 for none) and the wait status. Acknowledgements written
+    before the kill are still in the pipe: every one of them counts.
+    """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         os.close(read_fd)
-        _writer(make_backend, root, write_fd)
+        child(write_fd)
         os._exit(4)
     os.close(write_fd)
-    acknowledged = -1
-    deadline = time.monotonic() + rng.uniform(0.005, 0.12)
+    deadline = time.monotonic() + run_s
     buffer = b""
     while time.monotonic() < deadline:
         ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
@@ -132,7 +136,6 @@ def _run_trial(make_backend: Callable[[str], Any], root: str, rng: random.Random
             buffer += chunk
     os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    # Acknowledgements written before the kill are still in the pipe: every one of them counts.
     while True:
         ready, _, _ = select.select([read_fd], [], [], 0)
         if not ready:
@@ -142,10 +145,12 @@ def _run_trial(make_backend: Callable[[str], Any], root: str, rng: random.Random
             break
         buffer += chunk
     os.close(read_fd)
-    for line in buffer.split(b"\n"):
-        if line:
-            acknowledged = max(acknowledged, int(line))
+    acknowledged = max((int(line) for line in buffer.split(b"\n") if line), default=-1)
     return acknowledged, status
+
+
+def _run_trial(make_backend: Callable[[str], Any], root: str, rng: random.Random) -> tuple[int, int]:
+    return fork_and_kill(lambda fd: _writer(make_backend, root, fd), rng.uniform(0.005, 0.12))
 
 
 @pytest.mark.parametrize("backend_name", ["jsonl-zstd", "jsonl-none", "sqlite"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import select
 import signal
 import time
 from typing import Any
@@ -27,7 +26,7 @@ from agentlog.kernel.chunkrows import decode_storage_record
 from agentlog.kernel.jsoncodec import dumps, loads
 from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from agentlog.persistence.postgres import PostgresBackend
-from crash.test_kill9 import turn_events  # the same deterministic turn as the file-backend crash suite
+from crash.test_kill9 import fork_and_kill, turn_events  # the same deterministic turn as the file-backend crash suite
 
 TRIALS = int(os.environ.get("AGENTLOG_CRASH_TRIALS", "50"))
 
@@ -59,35 +58,7 @@ def _expected(session_id: str, turns: int) -> list[Any]:
 
 
 def _run_trial(dsn: str, schema: str, session_id: str, rng: random.Random) -> tuple[int, int]:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.close(read_fd)
-        _writer(dsn, schema, session_id, write_fd)
-        os._exit(4)
-    os.close(write_fd)
-    deadline = time.monotonic() + rng.uniform(0.01, 0.2)
-    buffer = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
-        if ready:
-            chunk = os.read(read_fd, 4096)
-            if not chunk:
-                break
-            buffer += chunk
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    while True:  # acknowledgements written before the kill are still in the pipe: every one counts
-        ready, _, _ = select.select([read_fd], [], [], 0)
-        if not ready:
-            break
-        chunk = os.read(read_fd, 4096)
-        if not chunk:
-            break
-        buffer += chunk
-    os.close(read_fd)
-    acknowledged = max((int(line) for line in buffer.split(b"\n") if line), default=-1)
-    return acknowledged, status
+    return fork_and_kill(lambda fd: _writer(dsn, schema, session_id, fd), rng.uniform(0.01, 0.2))
 
 
 def _load(coordinator: PersistenceCoordinator, session_id: str) -> SessionSnapshot:
