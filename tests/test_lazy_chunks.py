@@ -503,3 +503,41 @@ def test_decode_storage_run_agrees_with_decode_storage_record(value: Any) -> Non
         return ("ok", orjson.dumps(run.events()))
 
     assert lazy() == eager()
+
+
+def test_a_full_pass_leaves_runs_packed_and_equals_the_eager_events() -> None:
+    """Iterating a restored log builds each run's members for the pass only (an export of a big session
+    holds one run at a time); the events are the eager ones, random access still caches them, and a
+    prefix view cut through a run yields exactly its own members."""
+    script = {
+        "turns": [
+            {
+                "turn": 1,
+                "header": True,
+                "steps": [{"stretches": [[text_delta(0, f"w{k}") for k in range(12)]], "message": True,
+                           "tool": False, "flush": []}],
+            }
+        ],
+        "open": None,
+        "gaps": [1],
+    }  # fmt: skip
+    for kind in BACKENDS:
+        with store_root() as root:
+            live = write(kind, root, script)
+            coordinator = PersistenceCoordinator(al.SessionStore(), make_backend(kind, root))
+            preparation = coordinator.prepare(SID)
+            session = preparation.session
+            runs_before = sum(1 for item in session._log if item.__class__ is ChunkRun)
+            assert runs_before == 12, kind
+            passed = list(session.events)
+            assert [e.json_bytes for e in passed[: len(live)]] == [e.json_bytes for e in live], kind
+            assert sum(1 for item in session._log if item.__class__ is ChunkRun) == runs_before, kind
+            first_chunk = next(i for i, e in enumerate(passed) if e["type"] == "assistant/chunk")
+            cut = first_chunk + 4
+            prefix = session.at(cut)
+            assert [e.json_bytes for e in prefix.events] == [e.json_bytes for e in passed[: cut + 1]], kind
+            assert session.events[first_chunk] is session.events[first_chunk], kind  # a read caches
+            assert sum(1 for item in session._log if item.__class__ is ChunkRun) == 0, kind
+            assert list(session.events) == passed, kind
+            preparation.dispose()
+            coordinator.close()

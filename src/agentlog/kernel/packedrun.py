@@ -179,6 +179,20 @@ class ChunkRun:
                     self._events = events
         return events
 
+    def transient_events(self) -> list[Any]:
+        """The member events, frozen, without keeping them: the built events if a read already cached
+        them, else a fresh build the caller alone holds. A full pass over a big log (an export, a
+        search reindex) then needs memory for one run at a time instead of every member at once."""
+        events = self._events
+        if events is not None:
+            return events
+        built = _frozen_members(self._facts)
+        if built is None:
+            from .seeds import event_from_restored
+
+            built = [event_from_restored(member) for member in _member_dicts(self._facts)]
+        return built
+
     def plain_events(self) -> list[dict[str, Any]]:
         """The member events as fresh plain dicts (what a non-compact read returns without the accelerator)."""
         return _member_dicts(self._facts)

@@ -148,11 +148,23 @@ def _materialise_range(items: list[Any], start: int, stop: int) -> None:
 
 
 def _iter_lazy(items: list[Any], n: int) -> Iterator[Any]:
-    for index in range(n):
+    """The events of a lazy log's first ``n`` slots, in order, leaving unread runs packed.
+
+    A run's members are built for the pass (or taken from its cache if a read built them) and not
+    written back, so one pass over a big restored log (an export, a reindex, ``show --log``) holds one
+    run's members at a time rather than turning the whole log eager. Random access still caches.
+    """
+    index = 0
+    while index < n:
         item = items[index]
         if item.__class__ is ChunkRun:
-            item = _materialise(items, index)
-        yield item
+            start = index - item.seq0
+            stop = min(item.n, start + n - index)
+            yield from item.transient_events()[start:stop]
+            index += stop - start
+        else:
+            yield item
+            index += 1
 
 
 def _type_at(items: list[Any], index: int) -> Any:
