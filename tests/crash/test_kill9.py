@@ -84,21 +84,27 @@ def turn_events(turn: int) -> list[tuple[str, Any, Any]]:
 
 
 def _writer(make_backend: Callable[[str], Any], root: str, fd: int) -> None:
-    """Child process body: append turns forever, reporting each flushed seq; never returns."""
+    """Child process body: append up to :data:`WRITER_TURNS` turns, reporting each flushed seq; never
+    returns."""
     try:
         store = al.SessionStore(now=lambda: 1_000)
         PersistenceCoordinator(store, make_backend(root), batch_delay_ms=5)
         session = store.create("victim", meta={"cwd": "/work", "createdAt": 1})
-        turn = 0
-        while True:
-            turn += 1
+        for turn in range(1, WRITER_TURNS + 1):
             for etype, data, intent in turn_events(turn):
                 session.append(etype, data, intent)
                 if etype in ("step/end", "tool/call", "turn/end"):
                     store.flush(session)
                     os.write(fd, f"{session.seq - 1}\n".encode())
+        idle_until_killed()
     except BaseException:  # the parent treats a dead writer without a kill as a failure
         os._exit(3)
+
+
+def idle_until_killed() -> None:
+    """A writer that wrote all :data:`WRITER_TURNS` turns waits for its kill (it must not exit itself)."""
+    while True:
+        time.sleep(60)
 
 
 def _expected_log(upto_turns: int) -> list[Any]:
@@ -109,7 +115,12 @@ def _expected_log(upto_turns: int) -> list[Any]:
     return [al.thaw(event) for event in session.events]
 
 
-EXPECTED = _expected_log(200)
+WRITER_TURNS = 200
+"""How many turns a crash-test writer appends before it idles until killed: the expected log covers
+exactly these, so a fast machine cannot outrun it (an unbounded writer once wrote past the expected
+log within the kill delay)."""
+
+EXPECTED = _expected_log(WRITER_TURNS)
 
 
 def fork_and_kill(child: Callable[[int], None], run_s: float) -> tuple[int, int]:

@@ -26,25 +26,29 @@ from agentlog.kernel.chunkrows import decode_storage_record
 from agentlog.kernel.jsoncodec import dumps, loads
 from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from agentlog.persistence.postgres import PostgresBackend
-from crash.test_kill9 import fork_and_kill, turn_events  # the same deterministic turn as the file-backend crash suite
+from crash.test_kill9 import (  # the same deterministic turn as the file-backend crash suite
+    WRITER_TURNS,
+    fork_and_kill,
+    idle_until_killed,
+    turn_events,
+)
 
 TRIALS = int(os.environ.get("AGENTLOG_CRASH_TRIALS", "50"))
 
 
 def _writer(dsn: str, schema: str, session_id: str, fd: int) -> None:
-    """Child process body: append turns forever, reporting each flushed seq; never returns."""
+    """Child process body: append up to ``WRITER_TURNS`` turns, reporting each flushed seq; never returns."""
     try:
         store = al.SessionStore(now=lambda: 1_000)
         PersistenceCoordinator(store, PostgresBackend(dsn, schema=schema), batch_delay_ms=5)
         session = store.create(session_id, meta={"cwd": "/work", "createdAt": 1})
-        turn = 0
-        while True:
-            turn += 1
+        for turn in range(1, WRITER_TURNS + 1):
             for etype, data, intent in turn_events(turn):
                 session.append(etype, data, intent)
                 if etype in ("step/end", "tool/call", "turn/end"):
                     store.flush(session)
                     os.write(fd, f"{session.seq - 1}\n".encode())
+        idle_until_killed()
     except BaseException:  # the parent treats a dead writer without a kill as a failure
         os._exit(3)
 
@@ -117,7 +121,7 @@ def test_crash__a_sigkilled_postgres_writer_loses_no_acknowledged_event_and_repa
         session_id = f"victim-{trial}"
         acknowledged, status = _run_trial(pg_dsn, pg_schema, session_id, rng)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"writer died on its own: {status}"
-        expected = _expected(session_id, 60)
+        expected = _expected(session_id, WRITER_TURNS)
         backend = PostgresBackend(pg_dsn, schema=pg_schema)
         coordinator = PersistenceCoordinator(al.SessionStore(), backend)
         try:
