@@ -38,10 +38,6 @@ from workload import build_workload  # noqa: E402
 
 SID = "big"
 TURNS = 300
-BIG_TURNS = 8_000
-"""The fresh-process test's size: W(8000), 408,001 events (~40 MB of JSON). W(20000) (a million events)
-completes too, but writing it (~35 s) and reading it twice (~15 s each) is over a minute on a 2-core
-machine; W(8000) is the largest that stays around 30 s."""
 
 
 def _write_workload(root: Path, turns: int, *, interrupted: bool, compression: str = "zstd") -> int:
@@ -364,48 +360,3 @@ def test_verify_draws_nothing_when_stderr_is_not_a_terminal(store_root: Path) ->
     assert done.returncode == 0
     assert done.stderr == b""
     assert b"repairable" in done.stdout
-
-
-# --- a big session in a fresh process ---------------------------------------------------------------
-
-
-def _event_items(path: Path) -> int:
-    """The number of items of the top-level ``events`` array of an export file (each opens a line of
-    its own at indent 4), counted without parsing the document."""
-    data = path.read_bytes()
-    start = data.index(b'\n  "events": [')
-    end = data.index(b'\n  "surface": ', start)
-    return data.count(b"\n    {\n", start, end)
-
-
-def test_a_big_session_verifies_and_exports_in_a_fresh_process(tmp_path: Path) -> None:
-    """W(8000) (:data:`BIG_TURNS`): a fresh ``agentlog verify --json`` and ``agentlog export`` complete,
-    the export streamed into a file with every event in it."""
-    root = tmp_path / "store"
-    stored = _write_workload(root, BIG_TURNS, interrupted=False)
-    assert stored == build_workload_events(BIG_TURNS)
-    done = subprocess.run(
-        [sys.executable, "-m", "agentlog.cli", "verify", SID, "--store", str(root), "--json"],
-        capture_output=True,
-    )
-    assert done.returncode == 0, done.stderr
-    report = orjson.loads(done.stdout)
-    assert report == {
-        "sessions": [{"id": SID, "status": "ok", "events": stored, "error": None, "note": None}],
-        "ok": True,
-    }
-    target = tmp_path / "export.json"
-    with target.open("wb") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "agentlog.cli", "export", SID, "--store", str(root)],
-            stdout=out,
-            stderr=subprocess.PIPE,
-        )
-    assert done.returncode == 0, done.stderr
-    assert _event_items(target) == stored
-    assert target.read_bytes().endswith(b"\n}\n")
-
-
-def build_workload_events(turns: int) -> int:
-    """W(T) has 51 events per turn and one more (the request header) in turn 1."""
-    return 51 * turns + 1
