@@ -10,11 +10,10 @@ from ..errors import (
     AgentlogError,
     StoreNotFoundError,
 )
-from ..kernel._gc import gc_paused
 from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
-from ..persistence.backend import Backend, validate_session_id
+from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
 from .options import StoreOptions
 from .render import render_error
@@ -63,25 +62,20 @@ def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tup
     """``(header, SessionView, stored facts or None)``: the balanced view and, on request, the facts of
     the stored prefix itself, so a caller can tell stored events from the closers a resume would add.
 
-    The stored prefix is read first and dropped once its facts are taken, so a big session is never in
-    memory twice (the prefix and the view). Its read raises what the view's own read would raise, so
-    the reported error is unchanged; a session that is not stored is left to the view to report.
+    Both come from one read (:meth:`PersistenceCoordinator.stored_view`): the validated read behind
+    the view knows the stored prefix's length and torn tail, so a big session is read once.
     """
     try:
         reader = _reader(opts.open_backend(read_only=True))
         try:
             facts = None
             if with_stored:
-                validate_session_id(reader.backend, session_id)  # as the view's read checks it, first
-                with gc_paused():  # as the view's own read: a big prefix is a lot of young containers
-                    stored = reader.backend.load_stored(session_id)
-                if stored is not None:
-                    last = stored.events[-1]["seq"] if stored.events else -1
-                    facts = StoredFacts(last, stored.torn_marker is not None)
+                stored = reader.stored_view(session_id)
+                view = stored.view
+                facts = StoredFacts(stored.last_stored_seq, stored.torn)
                 del stored
-            view = reader.view(session_id)
-            if with_stored and facts is None:
-                facts = StoredFacts(-1, False)
+            else:
+                view = reader.view(session_id)
         finally:
             reader.close()
     except AgentlogError as err:

@@ -17,13 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..errors import (
     AgentlogError,
-    SessionNotFoundError,
     SessionPersistenceCorruptionError,
 )
-from ..kernel._gc import gc_paused
 from ..kernel.jsonvalue import thaw
-from ..kernel.repair import interrupted_turn_closers
-from ..kernel.session import SeqOutOfRangeError, Session
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
 from ..projection.cache import InlineWriter, ProjectionCache
@@ -360,8 +356,9 @@ def verify_command(
         raise typer.Exit(code=1)
 
 
-VERIFY_STAGES = ("reading", "validating", "checking tool pairing")
-"""What ``verify`` does to each session, in order; its progress bar moves a third of a session per stage."""
+VERIFY_STAGES = ("reading and validating", "checking tool pairing")
+"""What ``verify`` does to each session, in order; its progress bar moves half a session per stage (the
+log is read once, validated and replayed as it is restored)."""
 
 
 def _verify_progress(opts: StoreOptions) -> Progress:
@@ -402,39 +399,22 @@ def _verify_one(
 ) -> dict[str, Any]:
     """One session's verify result: ``{id, status: ok|repairable|failed, events, error, note}``.
 
-    The raw stored prefix is read first for what only it tells (its length, a torn tail, an open turn)
-    and dropped before the view reads and validates the session again, so a big session is never in
-    memory twice.
+    One validated read gives the view and what only the stored prefix tells (its length, a torn
+    tail, the closers an open turn would get): a big session is read, and held, once.
     """
     from ..kernel.invariants import check_tool_pairing
 
     result: dict[str, Any] = {"id": session_id, "status": "ok", "events": None, "error": None, "note": None}
-    interrupted: bool | None = None
     try:
-        stage("reading")
-        with gc_paused():  # as the view's own read: a big prefix is a lot of young containers
-            stored = reader.backend.load_stored(session_id)
-        if stored is None:
-            raise SessionNotFoundError(f'session "{session_id}" not found')
-        count, torn = len(stored.events), stored.torn_marker is not None
-        try:
-            interrupted = bool(interrupted_turn_closers(stored.events))
-        except Exception:  # not valid events: the view says why; asked again below only if they are valid
-            interrupted = None
+        stage("reading and validating")
+        stored = reader.stored_view(session_id)  # every validation layer and the surface replay
+        count, torn, interrupted = stored.stored_events, stored.torn, stored.closers > 0
+        view = stored.view
         del stored
-        stage("validating")
-        view = reader.view(session_id)  # every validation layer and the surface replay
         stage("checking tool pairing")
         # A closed turn with an unanswered call (older builds on cancel): every request would be refused.
         check_tool_pairing(view.derive_messages(), session_id, view.events)
         del view
-        if interrupted is None:
-            with gc_paused():
-                stored = reader.backend.load_stored(session_id)
-            if stored is None:
-                raise SessionNotFoundError(f'session "{session_id}" not found')
-            interrupted = bool(interrupted_turn_closers(stored.events))
-            del stored
     except AgentlogError as err:
         result["status"] = "failed"
         result["error"] = {"code": err.code, "message": str(err)}
@@ -475,12 +455,8 @@ def show_command(
     events = view.events
     if at is not None:
         try:
-            if at >= len(events):
-                last = len(events) - 1
-                raise SeqOutOfRangeError(
-                    f'seq {at} is not in session "{session_id}" (last seq: {last if last >= 0 else "none"})'
-                )
-            point = Session.create(session_id, seed=list(events), header=header).at(at)
+            # The moment is a prefix of the view already read: sliced and folded, not re-validated.
+            point = view.at(at)
         except AgentlogError as err:
             render_error(err, opts.as_json)
         messages = thaw(point.derive_messages().to_list())

@@ -999,6 +999,26 @@ class SessionView:
                 return _context_of(event)
         return None
 
+    def at(self, seq: int) -> SessionView:
+        """The view of the same session right after event ``seq``, an earlier point of this view.
+
+        An inspection tool holding a view (``show --at`` over a cold, balanced view) gets an earlier
+        moment from the events it already has, as :meth:`Session.at` does: only the prefix is sliced
+        (a restored log's packed chunk runs stay packed) and folded, nothing is re-validated. A seq
+        past this view's last one is refused as :meth:`Session.at` refuses it, naming this view's
+        last seq: the view is all there is of the session here (a balanced view's closers included).
+        """
+        log = self._log
+        prefix = log[: seq + 1] if type(seq) is int and 0 <= seq < len(log) else None
+        if prefix is None:
+            last = len(log) - 1
+            raise SeqOutOfRangeError(
+                f'seq {seq!r} is not in session "{self.id}" (last seq: {last if last >= 0 else "none"})'
+            )
+        if log.__class__ is LazyLog:
+            prefix = LazyLog(prefix)
+        return SessionView(self._session, prefix)
+
     def __repr__(self) -> str:
         return f"<SessionView {self.id!r} at seq {self.seq}>"
 

@@ -48,7 +48,7 @@ from ..errors import (
 from ..errors import InvalidOptionError as InvalidOptionError
 from ..kernel._gc import gc_paused
 from ..kernel._js import js_string
-from ..kernel.chunkrows import ChunkRun, compact_chunk_runs, has_runs
+from ..kernel.chunkrows import ChunkRun, compact_chunk_runs, count_items, has_runs
 from ..kernel.events import SESSION_END_SEED, Event, EventTypes, event_types
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, snapshot_json, thaw
 from ..kernel.repair import interrupted_turn_closers
@@ -76,6 +76,28 @@ class SessionSnapshot:
     events: EventsView
 
 
+@dataclass(frozen=True)
+class StoredView:
+    """A balanced view of a session with the facts of its stored prefix that the view alone hides
+    (:meth:`PersistenceCoordinator.stored_view`): ``verify`` and ``show --log`` report them beside it.
+
+    ``stored_events`` is how many events the stored prefix holds (the view's first ones, seqs
+    ``0..stored_events - 1``; a stored end-seed marker, which the view leaves out, is counted);
+    ``torn`` says that a torn tail follows it (removed on the next load); ``closers`` is how many
+    events a load would append to close an interrupted turn (the view's last ones, not stored yet).
+    """
+
+    view: SessionView
+    stored_events: int
+    torn: bool
+    closers: int
+
+    @property
+    def last_stored_seq(self) -> int:
+        """The seq of the last stored event (``-1`` when nothing is stored)."""
+        return self.stored_events - 1
+
+
 # --- state ------------------------------------------------------------------------------------------
 
 
@@ -97,6 +119,7 @@ class _Source:
     revision: str
     torn_marker: object
     closers: list[dict[str, Any]]
+    stored_events: int = 0  # events in the stored prefix as read (before closers; a packed run counts its members)
     holder: int | None = None  # thread holding the reservation of this source, if reserved
 
 
@@ -249,6 +272,7 @@ class PersistenceCoordinator:
         return events
 
     def _validate(self, session_id: str, stored: Any) -> _Source:
+        stored_events = count_items(stored.events)
         events = self._interpret(session_id, stored, wrap=True)
         meta = stored.meta
         try:
@@ -270,6 +294,7 @@ class PersistenceCoordinator:
             revision=stored.revision,
             torn_marker=stored.torn_marker,
             closers=closers,
+            stored_events=stored_events,
         )
 
     def _closers_of_valid(self, session_id: str, events: Any, meta: Any) -> builtins.list[dict[str, Any]]:
@@ -411,6 +436,32 @@ class PersistenceCoordinator:
             if not length:
                 raise SessionNotFoundError(f'session "{session_id}" has no events to view')
             return session.at(length - 1)
+
+    def stored_view(self, session_id: str) -> StoredView:
+        """:meth:`view`, read once together with the facts of the stored prefix behind it.
+
+        A checker must tell the stored log from what a load would make of it: how many events are
+        stored, whether a torn tail follows them, how many closers an interrupted turn would get.
+        The validated read behind the view already knows all three, so asking the backend for its raw
+        prefix as well would read (and, for a big session, hold) the whole log a second time. The view
+        is the one :meth:`view` returns, with its semantics: a live session is viewed as it is (its
+        facts are those of this coordinator's writes: the events written so far, no torn tail, no
+        closers, since its open turn is its own), a held reservation as it was prepared (its repair
+        already committed), else the cached read while current or a fresh one. Nothing is written.
+        """
+        with self._serialized(session_id):
+            session = self._live_session(session_id)
+            if session is not None:
+                length = len(session.events)
+                state = self._states.get(session_id)
+                stored, torn, closers = (state.cursor if state is not None else 0), False, 0
+            else:
+                source = self._cold_source(session_id)
+                session, length = source.session, len(source.events)
+                stored, torn, closers = source.stored_events, source.torn_marker is not None, len(source.closers)
+            if not length:
+                raise SessionNotFoundError(f'session "{session_id}" has no events to view')
+            return StoredView(session.at(length - 1), stored, torn, closers)
 
     def _cold_source(self, session_id: str) -> _Source:
         """The stored session as inspection sees it (caller holds the id's serialization): a held
