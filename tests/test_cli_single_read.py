@@ -34,6 +34,7 @@ import test_lazy_chunks as lazy_suite
 from agentlog.cli._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from agentlog.cli.commands import PENDING_MARK, app
 from agentlog.cli.options import SQLITE_FILENAME
+from agentlog.cli.read_commands import _log_marks
 from agentlog.cli.render import _event_line, _short, _transcript
 from agentlog.errors import AgentlogError, SeqOutOfRangeError, SessionNotFoundError
 from agentlog.kernel.chunkrows import ChunkRun
@@ -533,6 +534,20 @@ def test_show_at_before_the_compaction_is_the_uncompacted_view(tmp_path: Path) -
     assert before["compaction"] and {mark["kind"] for mark in before["compaction"]} == {"pruned"}
     assert "checkpoint" in {mark["kind"] for mark in after["compaction"]}
     assert before["messageSeqs"][:4] == list(old_point(view, start - 1).surface.nodes)[:4]
+
+
+@pytest.mark.parametrize(("kind", "case"), KIND_CASES)
+def test_show_log_finds_the_marks_without_building_the_chunk_runs(kind: str, case: str, tmp_path: Path) -> None:
+    """``show --log``'s marks are :func:`log_marks`'s, found in one pass that leaves a restored log's
+    packed chunk runs packed (``log_marks`` looks every seq up, which builds and keeps every run)."""
+    write_case(kind, tmp_path, case)
+    view, _last, _torn = old_read(kind, tmp_path)
+    assert any(item.__class__ is ChunkRun for item in view._log)
+    runs = sum(1 for item in view._log if item.__class__ is ChunkRun)
+    found = list(_log_marks(view.events))
+    assert sum(1 for item in view._log if item.__class__ is ChunkRun) == runs
+    assert found == log_marks(view.events)
+    assert bool(found) == case.startswith("compacted")
 
 
 # --- damaged sessions fail as they failed ------------------------------------------------------------------
