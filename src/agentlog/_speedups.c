@@ -1074,6 +1074,321 @@ wall_clock_ms(PyObject *module, PyObject *unused)
     return PyLong_FromLongLong((long long)ts.tv_sec * 1000LL + (long long)(ts.tv_nsec / 1000000));
 }
 
+/* group_raw_chunks(items, start, min_run, absent, run_cls) -> list or None
+ *
+ * chunkrows.compact_raw_chunks in one pass: items[start:] with every maximal stretch of at least min_run
+ * raw assistant/chunk values of exactly a packed run member's shape replaced by run_cls(facts, last_time)
+ * (facts as check_row's), or None when no stretch qualifies. A value qualifies exactly when the Python
+ * twin (_raw_member) accepts it: key sets and key order as the members are built, exact int seq/time/
+ * turn/step/index within their ranges, exact str type/text/id/name/argumentsDelta. This function never
+ * refuses anything: a value that does not qualify is kept as is and validated like any other event. */
+
+typedef struct {
+    PyObject *kind; /* interned chunk type constant */
+    PyObject *seq_obj, *time_obj, *turn_obj, *step_obj, *index_obj, *id, *name, *payload; /* borrowed */
+    long long seq, time, turn, step;
+} raw_member_t;
+
+static int
+key_is(PyObject *key, PyObject *want)
+{
+    if (key == want) {
+        return 1;
+    }
+    if (!PyUnicode_CheckExact(key)) {
+        return 0;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+    if (n != PyUnicode_GET_LENGTH(want) || PyUnicode_KIND(key) != PyUnicode_KIND(want)) {
+        return 0;
+    }
+    return memcmp(PyUnicode_DATA(key), PyUnicode_DATA(want), (size_t)n * PyUnicode_KIND(key)) == 0;
+}
+
+/* The dict's values in order when its keys are exactly `keys` (in that order), else 0. */
+static int
+ordered_values(PyObject *d, PyObject **keys, Py_ssize_t n, PyObject **values)
+{
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != n) {
+        return 0;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        if (i >= n || !key_is(key, keys[i])) {
+            return 0;
+        }
+        values[i++] = value;
+    }
+    return i == n;
+}
+
+static int
+ll_in(PyObject *v, long long lo, long long hi, long long *out)
+{
+    if (!PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (x < lo || x > hi) {
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+static int
+raw_member(PyObject *value, raw_member_t *m)
+{
+    PyObject *env[4], *data[3], *chunk[5];
+    PyObject *env_keys[4] = {k_type, k_seq, k_time, k_data};
+    PyObject *data_keys[3] = {k_turn, k_step, k_chunk};
+    if (!PyDict_CheckExact(value) || PyDict_GET_SIZE(value) != 4) {
+        return 0;
+    }
+    PyObject *tag = PyDict_GetItemWithError(value, k_type); /* most events end here: not a chunk */
+    if (tag == NULL || !key_is(tag, v_chunk_type)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!ordered_values(value, env_keys, 4, env)) {
+        return 0;
+    }
+    if (!key_is(env[0], v_chunk_type) || !PyUnicode_CheckExact(env[0])) {
+        return 0;
+    }
+    if (!ll_in(env[1], 0, MAX_SAFE, &m->seq) || !ll_in(env[2], -MAX_SAFE, MAX_SAFE, &m->time) ||
+        !ordered_values(env[3], data_keys, 3, data)) {
+        return 0;
+    }
+    if (!ll_in(data[0], 1, MAX_SAFE, &m->turn) || !ll_in(data[1], 0, MAX_SAFE, &m->step)) {
+        return 0;
+    }
+    PyObject *c = data[2];
+    if (!PyDict_CheckExact(c)) {
+        return 0;
+    }
+    Py_ssize_t size = PyDict_GET_SIZE(c);
+    PyObject *kind = size >= 1 && size <= 5 ? PyDict_GetItemWithError(c, k_type) : NULL;
+    if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+        PyErr_Clear();
+        return 0;
+    }
+    m->id = NULL;
+    m->name = NULL;
+    if (key_is(kind, v_text_delta) || key_is(kind, v_reasoning_delta)) {
+        PyObject *keys[3] = {k_type, k_index, k_text};
+        if (size != 3 || !ordered_values(c, keys, 3, chunk) || !PyUnicode_CheckExact(chunk[2])) {
+            return 0;
+        }
+        m->kind = key_is(kind, v_text_delta) ? v_text_delta : v_reasoning_delta;
+        m->payload = chunk[2];
+    }
+    else if (key_is(kind, v_tool_delta)) {
+        if (size == 5) {
+            PyObject *keys[5] = {k_type, k_index, k_id, k_name, k_arguments_delta};
+            if (!ordered_values(c, keys, 5, chunk) || !PyUnicode_CheckExact(chunk[3])) {
+                return 0;
+            }
+            m->name = chunk[3];
+            m->payload = chunk[4];
+        }
+        else {
+            PyObject *keys[4] = {k_type, k_index, k_id, k_arguments_delta};
+            if (size != 4 || !ordered_values(c, keys, 4, chunk)) {
+                return 0;
+            }
+            m->payload = chunk[3];
+        }
+        if (!PyUnicode_CheckExact(chunk[2]) || !PyUnicode_CheckExact(m->payload)) {
+            return 0;
+        }
+        m->id = chunk[2];
+        m->kind = v_tool_delta;
+    }
+    else {
+        return 0;
+    }
+    if (!PyLong_CheckExact(chunk[1])) {
+        return 0;
+    }
+    m->seq_obj = env[1];
+    m->time_obj = env[2];
+    m->turn_obj = data[0];
+    m->step_obj = data[1];
+    m->index_obj = chunk[1];
+    return 1;
+}
+
+static int
+str_eq(PyObject *a, PyObject *b)
+{
+    if (a == NULL || b == NULL) {
+        return a == b;
+    }
+    return key_is(a, b);
+}
+
+/* 1 when `m` continues the stretch whose first member is `first` and last member `last`; -1 on error. */
+static int
+continues(const raw_member_t *first, const raw_member_t *last, const raw_member_t *m)
+{
+    if (m->kind != first->kind || m->seq != last->seq + 1 || m->turn != first->turn || m->step != first->step ||
+        !str_eq(m->id, first->id) || !str_eq(m->name, first->name)) {
+        return 0;
+    }
+    long long gap = m->time - last->time;
+    if (gap > MAX_SAFE || gap < -MAX_SAFE) {
+        return 0;
+    }
+    return PyObject_RichCompareBool(m->index_obj, first->index_obj, Py_EQ);
+}
+
+static PyObject *
+make_raw_run(PyObject *items, Py_ssize_t k, Py_ssize_t j, const raw_member_t *first, PyObject *absent,
+             PyObject *run_cls)
+{
+    Py_ssize_t n = j - k;
+    PyObject *dt = PyList_New(n - 1), *payload = PyList_New(n);
+    if (dt == NULL || payload == NULL) {
+        Py_XDECREF(dt);
+        Py_XDECREF(payload);
+        return NULL;
+    }
+    long long last_time = first->time;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        raw_member_t m;
+        if (!raw_member(PyList_GET_ITEM(items, k + i), &m)) { /* cannot happen: checked just before */
+            Py_DECREF(dt);
+            Py_DECREF(payload);
+            PyErr_SetString(PyExc_RuntimeError, "group_raw_chunks: a member changed");
+            return NULL;
+        }
+        if (i > 0) {
+            PyObject *gap = PyLong_FromLongLong(m.time - last_time);
+            if (gap == NULL) {
+                Py_DECREF(dt);
+                Py_DECREF(payload);
+                return NULL;
+            }
+            PyList_SET_ITEM(dt, i - 1, gap);
+        }
+        last_time = m.time;
+        Py_INCREF(m.payload);
+        PyList_SET_ITEM(payload, i, m.payload);
+    }
+    PyObject *facts = PyTuple_Pack(11, first->kind == v_tool_delta ? Py_True : Py_False, first->kind, first->seq_obj,
+                                   first->time_obj, first->turn_obj, first->step_obj, first->index_obj, dt, payload,
+                                   first->id ? first->id : Py_None, first->name ? first->name : absent);
+    Py_DECREF(dt);
+    Py_DECREF(payload);
+    if (facts == NULL) {
+        return NULL;
+    }
+    PyObject *last = PyLong_FromLongLong(last_time);
+    if (last == NULL) {
+        Py_DECREF(facts);
+        return NULL;
+    }
+    PyObject *run = PyObject_CallFunctionObjArgs(run_cls, facts, last, NULL);
+    Py_DECREF(last);
+    if (run != NULL) {
+        /* As check_row's: str/int lists and a tuple that can never be part of a cycle. */
+        PyObject_GC_UnTrack(dt);
+        PyObject_GC_UnTrack(payload);
+        PyObject_GC_UnTrack(facts);
+        if (PyObject_IS_GC(run) && PyObject_GC_IsTracked(run)) {
+            PyObject_GC_UnTrack(run);
+        }
+    }
+    Py_DECREF(facts);
+    return run;
+}
+
+static PyObject *
+group_raw_chunks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyLong_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "group_raw_chunks(items, start, min_run, absent, run_cls) expected");
+        return NULL;
+    }
+    PyObject *items = args[0], *absent = args[3], *run_cls = args[4];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), min_run = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (min_run < 1) {
+        PyErr_SetString(PyExc_ValueError, "min_run must be at least 1");
+        return NULL;
+    }
+    Py_ssize_t end = PyList_GET_SIZE(items);
+    if (start < 0) {
+        start = 0;
+    }
+    PyObject *out = NULL; /* created at the first run: items[start:k] copied, then built as we go */
+    Py_ssize_t k = start;
+    while (k < end) {
+        raw_member_t first, last, m;
+        if (!raw_member(PyList_GET_ITEM(items, k), &first)) {
+            if (out != NULL && PyList_Append(out, PyList_GET_ITEM(items, k)) < 0) {
+                goto fail;
+            }
+            k++;
+            continue;
+        }
+        last = first;
+        Py_ssize_t j = k + 1;
+        while (j < end && raw_member(PyList_GET_ITEM(items, j), &m)) {
+            int more = continues(&first, &last, &m);
+            if (more < 0) {
+                goto fail;
+            }
+            if (!more) {
+                break;
+            }
+            last = m;
+            j++;
+        }
+        if (j - k >= min_run) {
+            if (out == NULL) {
+                out = PyList_GetSlice(items, start, k);
+                if (out == NULL) {
+                    return NULL;
+                }
+            }
+            PyObject *run = make_raw_run(items, k, j, &first, absent, run_cls);
+            if (run == NULL) {
+                goto fail;
+            }
+            int rc = PyList_Append(out, run);
+            Py_DECREF(run);
+            if (rc < 0) {
+                goto fail;
+            }
+        }
+        else if (out != NULL) {
+            for (Py_ssize_t i = k; i < j; i++) {
+                if (PyList_Append(out, PyList_GET_ITEM(items, i)) < 0) {
+                    goto fail;
+                }
+            }
+        }
+        k = j;
+    }
+    if (out == NULL) {
+        Py_RETURN_NONE;
+    }
+    return out;
+fail:
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -1090,6 +1405,8 @@ static PyMethodDef methods[] = {
      "Every check of a parsed packed chunk row without expanding it: (facts, last time), or None."},
     {"expand_row", (PyCFunction)(void (*)(void))expand_row, METH_FASTCALL,
      "Expand a validated packed chunk row into frozen, untracked events."},
+    {"group_raw_chunks", (PyCFunction)(void (*)(void))group_raw_chunks, METH_FASTCALL,
+     "Raw chunk events of exactly a packed run's members' shape grouped into runs, or None."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {NULL, NULL, 0, NULL},

@@ -2,9 +2,10 @@
 
 A cold load validates every packed chunk row (``kernel.chunkrows`` for the JSONL codec, the SQLite codec
 for its rows) but keeps it packed: the restored session's log holds the run in its members' slots and
-builds the members' frozen events only when something reads them. This module owns that compact form
-and its materialisation, so both codecs (and the kernel's views) share one definition of what a run's
-members are.
+builds the members' frozen events only when something reads them. A JSONL log's raw chunk lines (an
+unpacked log, or runs too short to pack) become runs too when a stretch has exactly the members' shape
+(``kernel.chunkrows.compact_raw_chunks``). This module owns that compact form and its materialisation, so
+both codecs (and the kernel's views) share one definition of what a run's members are.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from ...errors import (
     SessionPersistenceCorruptionError,
 )
 from ...kernel._js import js_string
-from ...kernel.chunkrows import decode_storage_record, decode_storage_run
+from ...kernel.chunkrows import MIN_RAW_RUN, compact_raw_chunks, decode_storage_record, decode_storage_run
 from ...kernel.events import TURN_END
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
@@ -427,10 +427,26 @@ class SessionLogScanner:
         self._feed(data.split(b"\n"), start)
 
     def _feed(self, pieces: list[bytes], start: int) -> None:
-        """Consume ``pieces`` (the result of splitting text at ``start`` on newlines; last = fragment)."""
+        """Consume ``pieces`` (the result of splitting text at ``start`` on newlines; last = fragment).
+
+        A compact scan consumes long text in slices of about ``_PARSE_SLICE_BYTES``: each slice's raw
+        chunk lines become packed runs before the next slice is parsed, so the parsed form of the whole
+        log never exists at once. Slices are consumed exactly like successive writes (the defect rules
+        carry over between them), so the outcome is the same; only a run never spans two slices.
+        """
         self._fragment = pieces.pop()
-        if pieces:
+        if not pieces:
+            return
+        if not self._compact or sum(map(len, pieces)) <= _PARSE_SLICE_BYTES:
             self._consume(pieces, start)
+            return
+        ends = list(itertools.accumulate(map(len, pieces)))
+        lo = 0
+        while lo < len(pieces):
+            base = ends[lo - 1] if lo else 0
+            hi = min(max(bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=lo + 1), lo + 1), len(pieces))
+            self._consume(pieces[lo:hi], start + base + lo)
+            lo = hi
 
     def _line_start(self, lines: list[bytes], index: int, start: int) -> int:
         return start + sum(len(line) + 1 for line in lines[:index])
@@ -450,6 +466,7 @@ class SessionLogScanner:
         check_size = sum(map(len, lines)) > self._max_line_bytes
         issue = self._issue
         parsed = None if issue is not None or check_size else _parse_many(lines)
+        first = len(events)
         try:
             for index, line in enumerate(lines):
                 if issue is not None:
@@ -512,6 +529,13 @@ class SessionLogScanner:
                 issue = self._set_issue(lines, index, start, None, (n, _MISSING))  # never the expected seq
         finally:
             self._count = n - self._base  # what the events read so far stand for, even on a refusal
+        if compact and len(events) - first >= MIN_RAW_RUN:
+            # Raw chunk lines (an unpacked log, or runs too short to pack) of exactly a packed run's
+            # members' shape: kept as runs too. The lines already passed every check above; the seed
+            # rules their events must pass hold by that shape (see kernel.chunkrows.compact_raw_chunks).
+            grouped = compact_raw_chunks(events, first)
+            if grouped is not None:
+                events[first:] = grouped
         self._line += len(lines)
         if issue is None:
             self._committed = start + sum(map(len, lines)) + len(lines)
