@@ -59,7 +59,17 @@ from test_compaction_cli import _compact, _prune
 runner = CliRunner()
 SID = "s"
 KINDS = ("jsonl-none", "jsonl-zstd", "sqlite")
-CASES = ("clean", "interrupted", "unanswered", "torn", "torn-interrupted", "compacted", "compacted-interrupted")
+CASES = (
+    "clean",
+    "interrupted",
+    "unanswered",
+    "torn",
+    "torn-interrupted",
+    "compacted",
+    "compacted-interrupted",
+    "forked",
+    "forked-interrupted",
+)
 TORN_CASES = {"torn", "torn-interrupted"}
 
 
@@ -141,6 +151,17 @@ def write_case(kind: str, root: Path, case: str, session_id: str = SID) -> None:
     store = al.SessionStore(now=lambda: 1_700_000_000_000)
     coordinator = PersistenceCoordinator(store, backend(kind, root))
     try:
+        if case.startswith("forked"):  # the child's stored log: the parent's events, then the end-seed marker
+            parent = store.create("parent", meta={"cwd": "/work"})
+            for turn in (1, 2):
+                _turn(parent, turn)
+                _answer(parent, turn)
+            store.flush(parent)
+            child = store.fork("parent", child_id=session_id)
+            if case == "forked-interrupted":
+                _turn(child, 3, open_at="chunks")
+            store.flush(child)
+            return
         session = store.create(session_id, meta={"cwd": "/work"})
         _turn(session, 1)
         _answer(session, 1)
@@ -399,6 +420,8 @@ def test_stored_view_reports_what_the_raw_prefix_holds(kind: str, case: str, tmp
         assert (got.stored_events, got.last_stored_seq, got.torn, got.closers) == stored_facts(stored)
         assert got.torn == (case in TORN_CASES)
         assert (got.closers > 0) == (case.endswith("interrupted") or case == "unanswered")
+        if case == "forked":  # a stored end-seed marker is a stored event of the view
+            assert got.view.events[-1]["type"] == "session/end-seed" == stored.events[-1]["type"]
         assert view_state(got.view) == view_state(reader.view(SID))
         # The view's closers are its last events, after the stored ones.
         assert len(got.view.events) == got.stored_events + got.closers
@@ -489,17 +512,22 @@ def test_verify_and_show_log_print_what_they_printed(kind: str, case: str, tmp_p
     write_case(kind, tmp_path, case)
     write_case(kind, tmp_path, "clean", session_id="other")
     args = store_args(kind, tmp_path)
-    expected = [old_verify(kind, tmp_path, "other"), old_verify(kind, tmp_path, SID)]
-    expected.sort(key=lambda row: row["id"])
+    listing = backend(kind, tmp_path, read_only=True)
+    try:
+        ids = [item.id for item in listing.list_sessions()]  # (verify's order; a fork's parent too)
+    finally:
+        listing.close()
+    expected = [old_verify(kind, tmp_path, session_id) for session_id in ids]
     verified = run("verify", *args, "--json")
     assert verified.exit_code == 0, verified.output
     assert orjson.loads(verified.stdout) == {"sessions": expected, "ok": True}
-    assert expected[1]["status"] == (
+    mine = expected[ids.index(SID)]
+    assert mine["status"] == (
         "repairable" if case in TORN_CASES or case.endswith("interrupted") or case == "unanswered" else "ok"
     )
     table = run("verify", SID, *args)
     assert table.exit_code == 0
-    assert str(expected[1]["note"] or "ok") in table.stdout
+    assert str(mine["note"] or "ok") in table.stdout
     log_json, log_text = expected_log(kind, tmp_path)
     assert run("show", SID, "--log", "--json", *args).stdout_bytes == log_json
     assert run("show", SID, "--log", *args).stdout_bytes == log_text

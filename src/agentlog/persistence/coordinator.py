@@ -82,9 +82,9 @@ class StoredView:
     (:meth:`PersistenceCoordinator.stored_view`): ``verify`` and ``show --log`` report them beside it.
 
     ``stored_events`` is how many events the stored prefix holds (the view's first ones, seqs
-    ``0..stored_events - 1``; a stored end-seed marker, which the view leaves out, is counted);
-    ``torn`` says that a torn tail follows it (removed on the next load); ``closers`` is how many
-    events a load would append to close an interrupted turn (the view's last ones, not stored yet).
+    ``0..stored_events - 1``, a stored end-seed marker included); ``torn`` says that a torn tail
+    follows it (removed on the next load); ``closers`` is how many events a load would append to close
+    an interrupted turn (the view's last ones, not stored yet).
     """
 
     view: SessionView
