@@ -36,6 +36,7 @@ from agentlog.kernel.messages import (
 )
 from agentlog.kernel.session import Session
 from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl import _scanner
 from agentlog.persistence.jsonl._zstdframes import compress_frame
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from test_lazy_chunks import SID, assert_same_session, holds_runs, sessions, store_root
@@ -422,10 +423,19 @@ def _restored_plain(compression: str, root: str) -> Any:
     return [event.json_bytes for event in session.events][:-1]  # without the end-seed marker
 
 
-@pytest.mark.parametrize(("compression", "frames"), [("none", 1), ("zstd", 1), ("zstd", 2), ("zstd", 3)])
+@pytest.mark.parametrize(
+    ("compression", "frames", "slice_bytes"),
+    [("none", 1, None), ("none", 1, 150), ("none", 1, 400), ("zstd", 1, None), ("zstd", 2, None), ("zstd", 3, 400)],
+)
 @pytest.mark.parametrize("tail", TAILS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_deviating_raw_chunk_lines_load_as_the_eager_load(case: str, tail: str, compression: str, frames: int) -> None:
+def test_deviating_raw_chunk_lines_load_as_the_eager_load(
+    case: str, tail: str, compression: str, frames: int, slice_bytes: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if slice_bytes is not None:
+        # A compact scan reads long text slice by slice (a raw log) and consumes a long frame in slices:
+        # with tiny slices, stretches, defects and torn tails fall on and across slice boundaries.
+        monkeypatch.setattr(_scanner, "_PARSE_SLICE_BYTES", slice_bytes)
     with store_root() as root:
         write_lines(compression, root, CASES[case], tail, frames)
         eager_read = _outcome(lambda: _stored(compression, root, False))

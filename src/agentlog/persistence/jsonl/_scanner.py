@@ -625,11 +625,35 @@ def scan_log_compact(
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> ScanResult:
-    """:func:`scan_log` keeping packed rows packed (:meth:`SessionLogScanner.keep_runs_packed`)."""
-    scanner, pieces, body_start = _raw_scanner(buffer, max_line_bytes, max_depth, max_header_bytes)
+    """:func:`scan_log` keeping packed rows packed (:meth:`SessionLogScanner.keep_runs_packed`).
+
+    The body is written to the scanner in slices of about ``_PARSE_SLICE_BYTES``, each ending at a line
+    end (a longer line is one slice of its own), like the frames of a compressed log: only one slice's
+    lines and parsed values exist at a time, and its raw chunk lines are packed before the next slice
+    is read. Writes split only between lines, so the outcome (events, errors, offsets) is the same as
+    one write of the whole body; the unterminated final fragment, if any, is the last write.
+    """
+    data = bytes(buffer)
+    end = data.find(b"\n")
+    if end < 0:
+        raise _corrupt("empty or header-less session log", 0)
+    scanner = SessionLogScanner(
+        data[: end + 1], max_line_bytes=max_line_bytes, max_depth=max_depth, max_header_bytes=max_header_bytes
+    )
     scanner.keep_runs_packed()
-    if pieces:
-        scanner._feed(pieces, body_start)
+    view = memoryview(data)
+    position = end + 1
+    size = len(data)
+    while position < size:
+        stop = size
+        if size - position > _PARSE_SLICE_BYTES:
+            cut = data.rfind(b"\n", position, position + _PARSE_SLICE_BYTES)
+            if cut < 0:  # a line longer than a slice is a slice of its own
+                cut = data.find(b"\n", position + _PARSE_SLICE_BYTES)
+            if cut >= 0:
+                stop = cut + 1
+        scanner.write(view[position:stop])
+        position = stop
     return scanner.finish()
 
 
