@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import accumulate, chain
 from typing import Any, Final, TypeAlias
 
 import zstandard
@@ -56,6 +56,7 @@ __all__ = [
     "encode_source_event_seqs",
     "is_uuid",
     "last_member_seq",
+    "scan_batches",
     "scan_next_seq",
     "scan_prefix",
     "scan_rows",
@@ -317,11 +318,17 @@ def decode_source_event_seqs(blob: bytes) -> list[int]:
     end = 0
     while end < len(blob) and end < 9 and blob[end] & 0x80:
         end += 1
-    if end < min(len(blob), 9) and (end == 0 or blob[end]) and blob[end + 1 :].isascii():
+    if end < min(len(blob), 9) and (end == 0 or blob[end]):
         first = 0
         for shift, byte in enumerate(blob[: end + 1]):
             first |= (byte & 0x7F) << (7 * shift)
-        if first <= MAX_SAFE:
+        tail = len(blob) - end - 1
+        if first <= MAX_SAFE and blob.count(2, end + 1) == tail:
+            # Every delta is +1 (ZigZag byte 2): consecutive seqs, the provenance a message usually has.
+            if first + tail > MAX_SAFE:
+                raise StorageRowError("malformed source_event_seqs storage value: decoded seq is out of range")
+            return list(range(first, first + tail + 1))
+        if first <= MAX_SAFE and blob[end + 1 :].isascii():
             fast = list(accumulate(map(_ZIGZAG_BYTE.__getitem__, blob[end + 1 :]), initial=first))
             if min(fast) < 0 or max(fast) > MAX_SAFE:
                 raise StorageRowError("malformed source_event_seqs storage value: decoded seq is out of range")
@@ -613,13 +620,13 @@ def _is_safe_int(value: object) -> bool:
     return type(value) is int and -MAX_SAFE <= value <= MAX_SAFE
 
 
-_PackedFacts: TypeAlias = tuple[Any, Any, Any, Any, Any, list[str], list[int], list[int]]
-"""A validated packed row: (turn, step, index, call id, name or _MISSING, members, member times, gaps)."""
+_PackedFacts: TypeAlias = tuple[Any, Any, Any, Any, Any, list[str], int, list[int]]
+"""A validated packed row: (turn, step, index, call id, name or _MISSING, members, last member time, gaps)."""
 
 
 def _expand(tag: str, seq0: int, time0: int, data: object, serialized_bytes: int | None) -> list[dict[str, Any]]:
     """Validate a packed row's data, then expand it into its member events."""
-    return _build_members(tag, seq0, _validate_packed(tag, seq0, time0, data, serialized_bytes))
+    return _build_members(tag, seq0, time0, _validate_packed(tag, seq0, time0, data, serialized_bytes))
 
 
 def _validate_packed(tag: str, seq0: int, time0: int, data: object, serialized_bytes: int | None) -> _PackedFacts:
@@ -662,11 +669,10 @@ def _validate_packed(tag: str, seq0: int, time0: int, data: object, serialized_b
     ):
         raise _malformed(tag, f"{payload_key} must contain {MIN_PACKED_ROW_MEMBERS}..{MAX_PACKED_ROW_MEMBERS} strings")
     gaps = data["dt"]
-    if (
-        type(gaps) is not list
-        or not {*map(type, gaps)} <= _INT_ONLY
-        or (gaps and (min(gaps) < -MAX_SAFE or max(gaps) > MAX_SAFE))
-    ):
+    if type(gaps) is not list or not {*map(type, gaps)} <= _INT_ONLY:
+        raise _malformed(tag, "dt must be an array of safe integers")
+    least = min(gaps) if gaps else 0
+    if gaps and (least < -MAX_SAFE or max(gaps) > MAX_SAFE):
         raise _malformed(tag, "dt must be an array of safe integers")
     members = len(payload)
     if len(gaps) != members - 1:
@@ -677,20 +683,30 @@ def _validate_packed(tag: str, seq0: int, time0: int, data: object, serialized_b
         raise _malformed(tag, f"data exceeds {MAX_PACKED_DATA_BYTES} UTF-8 bytes")
     if seq0 + members - 1 > MAX_SAFE:
         raise _malformed(tag, "member seqs exceed safe integers")
-    times = list(accumulate(gaps, initial=time0))
-    if min(times) < -MAX_SAFE or max(times) > MAX_SAFE:
-        raise _malformed(tag, "member times exceed safe integers")
-    return turn, step, index, call_id, name, payload, times, gaps
+    if least >= 0:
+        # Non-decreasing times (the usual row): time0 is safe, so only the last one can overflow, and
+        # no list of member times is needed.
+        last_time = time0 + sum(gaps)
+        if last_time > MAX_SAFE:
+            raise _malformed(tag, "member times exceed safe integers")
+    else:
+        times = list(accumulate(gaps, initial=time0))
+        if min(times) < -MAX_SAFE or max(times) > MAX_SAFE:
+            raise _malformed(tag, "member times exceed safe integers")
+        last_time = times[-1]
+    return turn, step, index, call_id, name, payload, last_time, gaps
 
 
 def _packed_run(tag: str, seq0: int, time0: int, data: object, serialized_bytes: int | None) -> ChunkRun:
     """Validate a packed row's data exactly as :func:`_expand` does, and keep it packed."""
-    turn, step, index, call_id, name, payload, times, gaps = _validate_packed(tag, seq0, time0, data, serialized_bytes)
+    turn, step, index, call_id, name, payload, last_time, gaps = _validate_packed(
+        tag, seq0, time0, data, serialized_bytes
+    )
     return ChunkRun.from_validated(
         tool=tag == _TOOL_CALL_ROW,
         chunk_type=_DELTA_OF_ROW[tag],
         seq0=seq0,
-        time0=times[0],
+        time0=time0,
         turn=turn,
         step=step,
         index=index,
@@ -698,29 +714,30 @@ def _packed_run(tag: str, seq0: int, time0: int, data: object, serialized_bytes:
         payload=payload,
         call_id=call_id,
         name=None if name is _MISSING else name,
-        last_time=times[-1],
+        last_time=last_time,
     )
 
 
-def _build_members(tag: str, seq0: int, facts: _PackedFacts) -> list[dict[str, Any]]:
+def _build_members(tag: str, seq0: int, time0: int, facts: _PackedFacts) -> list[dict[str, Any]]:
     """The member events of a validated packed row (chunk key order per spec).
 
     With the kernel's C accelerator the members are built in C directly as frozen, GC-untracked
     :class:`~agentlog.events.Event` objects (equal to the plain form, exactly as the JSONL codec
     returns them), which a restore adopts as is; otherwise they are fresh plain dicts.
     """
-    turn, step, index, call_id, name, payload, times, gaps = facts
+    turn, step, index, call_id, name, payload, _, gaps = facts
     members = len(payload)
     delta_type = _DELTA_OF_ROW[tag]
     if _expand_row is not None:
         tool = tag == _TOOL_CALL_ROW
         expanded = _expand_row(
-            tool, delta_type, seq0, times[0], turn, step, index, gaps, payload,
+            tool, delta_type, seq0, time0, turn, step, index, gaps, payload,
             call_id, None if name is _MISSING else name, _Event,
         )  # fmt: skip
         if expanded is not None:
             return expanded  # type: ignore[no-any-return]
     seqs = range(seq0, seq0 + members)
+    times = accumulate(gaps, initial=time0)
     # Comprehensions with dict displays: the cheapest way CPython builds ~80k small dicts per log.
     if tag != _TOOL_CALL_ROW:
         return [
@@ -939,20 +956,41 @@ def scan_prefix(
     *,
     location: str,
     limits: Limits = DEFAULT_LIMITS,
-) -> tuple[list[dict[str, Any]], SessionPersistenceCorruptionError | None]:
+    compact: bool = False,
+) -> tuple[list[Any], SessionPersistenceCorruptionError | None]:
     """The decodable prefix of ordered rows and the damage that ends it (``None`` when all decode).
 
     The partial read behind ``export --partial``: events up to the first damaged row or seq gap,
-    and the typed error that row would raise in :func:`scan_rows`.
+    and the typed error that row would raise in :func:`scan_rows` (``compact`` as there).
     """
     if len(rows) < _GC_PAUSE_ROWS:
-        return _scan_forward(rows, base, location, limits)
+        return _scan_forward(rows, base, location, limits, compact)
     with gc_paused():
-        return _scan_forward(rows, base, location, limits)
+        return _scan_forward(rows, base, location, limits, compact)
+
+
+def scan_batches(
+    batches: Iterable[Sequence[PhysicalRow]],
+    base: int = 0,
+    *,
+    location: str,
+    limits: Limits = DEFAULT_LIMITS,
+    compact: bool = False,
+) -> tuple[list[Any], SessionPersistenceCorruptionError | None]:
+    """:func:`scan_prefix` over rows that arrive in batches (a cursor's ``fetchmany``), decoded as they come.
+
+    A load that fetched every row first held all row tuples — whose TEXT/BLOB payloads are most of a
+    log's bytes — alive beside the events decoded from them; consuming batch by batch bounds that to
+    one batch. The rows are decoded in the same order with the same checks, so the events and the
+    damage (its message, its seq) are exactly those of :func:`scan_prefix` over the concatenated rows.
+    Iteration stops at the damaged row: the caller still owns the rest of ``batches``.
+    """
+    with gc_paused():  # the row count is unknown up front; a short load pays nothing for the pause
+        return _scan_forward(chain.from_iterable(batches), base, location, limits, compact)
 
 
 def _scan_forward(
-    rows: Sequence[PhysicalRow], base: int, location: str, limits: Limits, compact: bool = False
+    rows: Iterable[PhysicalRow], base: int, location: str, limits: Limits, compact: bool = False
 ) -> tuple[list[Any], SessionPersistenceCorruptionError | None]:
     preserved: list[Any] = []
     append = preserved.append
@@ -989,6 +1027,31 @@ def _scan_forward(
                 else:
                     append(event)
                     expected += 1
+                    continue
+            # Fast path for a contiguous packed row kept packed (the cold load); a refusal is left to
+            # ``decode_row`` exactly as above.
+            elif (
+                compact
+                and ignorable == PACKED_SENTINEL
+                and type(ignorable) is int
+                and seq == expected
+                and type(seq) is int
+                and type(kind) is str
+                and kind in PACKED_TAGS
+                and type(time) is int
+                and -MAX_SAFE <= time <= MAX_SAFE
+                and sources is None
+                and surface is None
+                and (type(data) is str or type(data) is bytes)
+            ):
+                try:
+                    value, size = _decode_packed_data(kind, data, limits)
+                    run = _packed_run(kind, seq, time, value, size)
+                except StorageRowError:
+                    pass
+                else:
+                    append(run)
+                    expected += run.n
                     continue
         reason: str
         try:

@@ -44,7 +44,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, Final
 
@@ -101,6 +101,7 @@ _DECODE_FACTOR: Final = 3  # peak bytes per decoded byte of a load (measured ~2:
 _DECODE_SLACK_BYTES: Final = 16 << 20
 
 _UNKNOWN: Final = object()
+_READ_BATCH_ROWS: Final = 512  # rows per fetch while a load decodes (see SqliteBackend._row_batches)
 _SPAN_MEMO_SIZE: Final = 8192
 _KNOWN_INCARNATIONS_MAX: Final = 65536
 
@@ -226,8 +227,10 @@ class SqliteBackend:
     """Schema-17 SQLite storage for many sessions in one database file (or ``:memory:``).
 
     Thread-safe: one connection, guarded by a lock, serves the coordinator's writer thread and its
-    callers' threads; JSON decoding happens outside the lock. Several processes may write *different*
-    sessions into one file: ``busy_timeout`` plus ``BEGIN IMMEDIATE`` queue them instead of failing.
+    callers' threads. A full load (``load_stored``, ``read_prefix``) decodes its rows batch by batch
+    under the lock, so they are never all held at once (a writer thread waits for that decode); other
+    reads decode outside it. Several processes may write *different* sessions into one file:
+    ``busy_timeout`` plus ``BEGIN IMMEDIATE`` queue them instead of failing.
 
     ``read_only=True`` is the mode of read commands (``ls``, ``show``, ``export``, ``verify``): the
     database is opened ``mode=ro`` and never created, initialised, checkpointed or repaired; a missing
@@ -274,6 +277,7 @@ class SqliteBackend:
         # Last member seq (None = does not decode) per packed row *content*: validation is a pure
         # function of the columns, and every append re-checks the packed rows up to 1023 seqs back.
         self._span_memo: dict[tuple[Any, ...], Any] = {}
+        self._read_batch_rows = _READ_BATCH_ROWS
         self._schema_seen: list[Any] = []
         self._known_incarnations: set[str] = set()  # proven by list_revisions (see there)
         self._schema_cookie: Any = None
@@ -569,6 +573,53 @@ class SqliteBackend:
             conn.text_factory = str
         return [tuple(_clean_text(value) for value in row) for row in rows]
 
+    def _row_batches(self, conn: sqlite3.Connection, statement: str, params: Sequence[Any]) -> Iterator[list[Any]]:
+        """The rows :meth:`_fetchall` returns for ``SQL[statement]``, handed out a batch at a time.
+
+        A load decodes each batch before the next is fetched, so the fetched row tuples are never all
+        alive beside the decoded events (on a long log they were a fifth of the reader's peak). A TEXT
+        value that is not UTF-8 fails the fetch of its batch; the query is then re-run (same read
+        transaction, same ``ORDER BY``) with raw text, the rows already handed out are skipped, and the
+        rest come cleaned exactly as :meth:`_fetchall`'s re-read would return them. The text factory is
+        switched only around each fetch, never while the caller holds a batch.
+        """
+        size = self._read_batch_rows
+        cursor = conn.execute(SQL[statement], params)
+        handed = 0
+        try:
+            while True:
+                try:
+                    batch = cursor.fetchmany(size)
+                except sqlite3.OperationalError as err:
+                    if "Could not decode to UTF-8" not in str(err):
+                        raise
+                    break
+                if not batch:
+                    return
+                yield batch
+                handed += len(batch)
+        finally:
+            cursor.close()
+        cursor = conn.execute(SQL[statement], params)
+        try:
+            while True:
+                conn.text_factory = _RawText
+                try:
+                    batch = cursor.fetchmany(size)
+                finally:
+                    conn.text_factory = str
+                if not batch:
+                    return
+                if handed:
+                    skip = min(handed, len(batch))
+                    handed -= skip
+                    batch = batch[skip:]
+                    if not batch:
+                        continue
+                yield [tuple(_clean_text(value) for value in row) for row in batch]
+        finally:
+            cursor.close()
+
     def _rollback(self, conn: sqlite3.Connection, op: str, err: BaseException) -> None:
         """Roll back after ``err``; if that fails too, surface both (the original's AggregateError)."""
         if not conn.in_transaction:
@@ -839,19 +890,14 @@ class SqliteBackend:
         ``torn_marker`` is always ``None``: a SQLite row cannot tear, so there is nothing a repair may
         delete (a crash loses at most an uncommitted transaction, which leaves no row at all).
         """
-        found = self._load(session_id)
-        if found is None:
-            return None
-        session, rows = found
-        meta, revision = self._decode_session(session)
         # The coordinator's cold load asks for packed rows to stay packed (kernel.packedrun.ChunkRun
         # items, each validated like its expansion); every other caller gets one event per item.
-        compact = compact_runs_requested()
-        events = self._decoded(
-            session_id,
-            rows,
-            lambda: codec.scan_rows(rows, 0, location=self.path, limits=self._limits, compact=compact),
-        )
+        found = self._scan_stored(session_id, compact_runs_requested())
+        if found is None:
+            return None
+        meta, revision, events, damage = found
+        if damage is not None:
+            raise damage
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
 
     def read_prefix(self, session_id: str) -> PartialRead | None:
@@ -863,15 +909,63 @@ class SqliteBackend:
         raise. ``torn_offset`` is always ``None`` (a SQLite row cannot tear). Never writes; ``None``
         when the session does not exist.
         """
-        found = self._load(session_id)
+        found = self._scan_stored(session_id, False)
         if found is None:
             return None
-        session, rows = found
-        meta, revision = self._decode_session(session)
-        events, damage = self._decoded(
-            session_id, rows, lambda: codec.scan_prefix(rows, 0, location=self.path, limits=self._limits)
-        )
+        meta, revision, events, damage = found
         return PartialRead(meta=meta, events=events, revision=revision, damage=damage)
+
+    def _scan_stored(
+        self, session_id: str, compact: bool
+    ) -> tuple[dict[str, Any], str, list[Any], SessionPersistenceCorruptionError | None] | None:
+        """Header, revision, the decodable prefix of all rows and the damage ending it; ``None`` if absent.
+
+        The rows are decoded batch by batch inside the read (:meth:`_row_batches`), so the connection
+        lock is held while they decode. What a failure surfaces as is unchanged from fetching every row
+        first: page damage anywhere in the rows wins (after a damaged row or damaged session metadata
+        the rest of the rows are still read, only not decoded), then the session metadata, then the
+        first damaged row. Under an address-space limit the rows are fetched whole first instead, since
+        the up-front headroom check (:meth:`_decoded`) needs every row's size before anything is parsed.
+        """
+        if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+            loaded = self._load(session_id)
+            if loaded is None:
+                return None
+            session, rows = loaded
+            meta, revision = self._decode_session(session)
+            events, damage = self._decoded(
+                session_id,
+                rows,
+                lambda: codec.scan_prefix(rows, 0, location=self.path, limits=self._limits, compact=compact),
+            )
+            return meta, revision, events, damage
+        self._check_bindable(session_id)
+
+        def body(
+            conn: sqlite3.Connection,
+        ) -> tuple[dict[str, Any], str, list[Any], SessionPersistenceCorruptionError | None] | Exception | None:
+            if self._pristine:
+                return None
+            session = self._session_row(conn, session_id)
+            if session is None:
+                return None
+            batches = self._row_batches(conn, "select_rows", (session_id,))
+            try:
+                meta, revision = self._decode_session(session)
+            except SessionPersistenceCorruptionError as err:
+                for _ in batches:
+                    pass
+                return err  # raised once the read is over, like before
+            events, damage = codec.scan_batches(batches, 0, location=self.path, limits=self._limits, compact=compact)
+            if damage is not None:
+                for _ in batches:
+                    pass
+            return meta, revision, events, damage
+
+        found = self._read(body)
+        if isinstance(found, Exception):
+            raise found
+        return found  # type: ignore[no-any-return]
 
     def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
         """Seek read (``loadStoredFrom``): the stored events with ``seq >= from_seq``.
