@@ -490,6 +490,32 @@ def test_stored_view_of_a_reserved_session_is_the_prepared_one(tmp_path: Path) -
         coordinator.close()
 
 
+def test_stored_view_keep_false_leaves_a_fresh_read_out_of_the_cache(tmp_path: Path) -> None:
+    """``verify`` goes through a store's sessions once each: with ``keep=False`` no read stays cached
+    (the next ask reads the log again), while a current cached read is still served as is."""
+    write_case("sqlite", tmp_path, "interrupted")
+    reads: list[str] = []
+
+    class Counting(SqliteBackend):
+        def load_stored(self, session_id: str) -> Any:
+            reads.append(session_id)
+            return super().load_stored(session_id)
+
+    reader = PersistenceCoordinator(al.SessionStore(), Counting(str(tmp_path / SQLITE_FILENAME), read_only=True))
+    try:
+        first = reader.stored_view(SID, keep=False)
+        second = reader.stored_view(SID, keep=False)
+        assert reads == [SID, SID]
+        assert view_state(first.view) == view_state(second.view)
+        assert (first.stored_events, first.torn, first.closers) == (second.stored_events, second.torn, second.closers)
+        kept = reader.stored_view(SID)
+        again = reader.stored_view(SID, keep=False)  # the current cached read
+        assert reads == [SID, SID, SID]
+        assert view_state(again.view) == view_state(kept.view)
+    finally:
+        reader.close()
+
+
 def test_stored_view_refuses_what_view_refuses(tmp_path: Path) -> None:
     write_case("sqlite", tmp_path, "clean")
     reader = PersistenceCoordinator(al.SessionStore(), backend("sqlite", tmp_path, read_only=True))
@@ -576,6 +602,36 @@ def test_show_log_finds_the_marks_without_building_the_chunk_runs(kind: str, cas
     assert sum(1 for item in view._log if item.__class__ is ChunkRun) == runs
     assert found == log_marks(view.events)
     assert bool(found) == case.startswith("compacted")
+
+
+def test_verify_collects_each_big_session_before_reading_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dropped session is held by a small reference cycle until a full collection: ``verify`` runs one
+    after each session of :data:`COLLECT_AFTER_EVENTS` events or more when more are to come (here every
+    session is "big"), and each one reclaims the session just verified. The results are unchanged."""
+    import gc
+
+    from agentlog.cli import read_commands
+
+    for session_id in ("a", "b", "c"):
+        write_case("jsonl-zstd", tmp_path, "interrupted", session_id=session_id)
+    expected = [old_verify("jsonl-zstd", tmp_path, session_id) for session_id in ("a", "b", "c")]
+    monkeypatch.setattr(read_commands, "COLLECT_AFTER_EVENTS", 1)
+    full: list[int] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(info["collected"])
+
+    gc.collect()
+    gc.callbacks.append(record)
+    try:
+        verified = run("verify", "--store", str(tmp_path), "--json")
+    finally:
+        gc.callbacks.remove(record)
+    assert orjson.loads(verified.stdout) == {"sessions": expected, "ok": True}
+    assert len(full) >= 2 and all(collected > 0 for collected in full[:2])
 
 
 # --- damaged sessions fail as they failed ------------------------------------------------------------------

@@ -437,7 +437,7 @@ class PersistenceCoordinator:
                 raise SessionNotFoundError(f'session "{session_id}" has no events to view')
             return session.at(length - 1)
 
-    def stored_view(self, session_id: str) -> StoredView:
+    def stored_view(self, session_id: str, *, keep: bool = True) -> StoredView:
         """:meth:`view`, read once together with the facts of the stored prefix behind it.
 
         A checker must tell the stored log from what a load would make of it: how many events are
@@ -448,6 +448,10 @@ class PersistenceCoordinator:
         facts are those of this coordinator's writes: the events written so far, no torn tail, no
         closers, since its open turn is its own), a held reservation as it was prepared (its repair
         already committed), else the cached read while current or a fresh one. Nothing is written.
+
+        ``keep=False`` leaves a fresh read out of the cache of recent reads (and drops a stale entry):
+        a caller that goes through many sessions once (``verify`` of a whole store) then holds one
+        session at a time, not the last few it read as well.
         """
         with self._serialized(session_id):
             session = self._live_session(session_id)
@@ -456,21 +460,26 @@ class PersistenceCoordinator:
                 state = self._states.get(session_id)
                 stored, torn, closers = (state.cursor if state is not None else 0), False, 0
             else:
-                source = self._cold_source(session_id)
+                source = self._cold_source(session_id, keep=keep)
                 session, length = source.session, len(source.events)
                 stored, torn, closers = source.stored_events, source.torn_marker is not None, len(source.closers)
             if not length:
                 raise SessionNotFoundError(f'session "{session_id}" has no events to view')
             return StoredView(session.at(length - 1), stored, torn, closers)
 
-    def _cold_source(self, session_id: str) -> _Source:
+    def _cold_source(self, session_id: str, *, keep: bool = True) -> _Source:
         """The stored session as inspection sees it (caller holds the id's serialization): a held
-        reservation's view, else the cached read while its revision is current, else a fresh read."""
+        reservation's view, else the cached read while its revision is current, else a fresh read
+        (cached unless ``keep`` is false)."""
         reserved = self._reserved.get(session_id)
         if reserved is not None:
             return reserved  # held by a preparation: its (possibly older) view
         source = self._cache.get(session_id)
         if source is None or self.backend.read_revision(session_id) != source.revision:
+            if not keep:
+                self._cache.pop(session_id, None)  # (before the read: never the stale and the fresh at once)
+                del source
+                return self._read_source(session_id)
             source = self._read_source(session_id)
             self._cache_put(session_id, source)
         else:
