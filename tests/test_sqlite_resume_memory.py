@@ -461,3 +461,16 @@ def test_a_packed_row_kept_packed_is_refused_exactly_like_its_expansion(row: tup
     assert (damage is None) is intact and (damage is None or damage.offset == row[0])
     if intact:
         assert type(kept[0]) is not dict and len(expanded) == 3  # kept as one run
+
+
+def test_a_load_keeps_one_type_string_per_event_type(
+    pristine: tuple[bytes, list[dict[str, Any]], list[int]], tmp_path: Path
+) -> None:
+    # Every fetched row brings its own copy of the type text; the events of a long log would otherwise
+    # keep one copy each alive.
+    path = fresh_copy(tmp_path, pristine, "kinds")
+    for batch_rows in (1, WHOLE):
+        events = load(path, batch_rows).events
+        scalar = [event for event in events if event["type"] != "assistant/chunk"]
+        assert len(scalar) > len({event["type"] for event in scalar}) + 10
+        assert len({id(event["type"]) for event in scalar}) == len({event["type"] for event in scalar})

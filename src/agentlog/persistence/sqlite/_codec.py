@@ -997,6 +997,10 @@ def _scan_forward(
     expected = base
     max_depth = limits.max_depth
     fast_text = limits.max_text_bytes >> 2  # below this many characters no size check is needed
+    # One string object per event type: each fetched row brings its own copy of the type text, which
+    # every event would otherwise keep alive (~6 MB on a 100k-row log); a log has a few dozen types.
+    seen_kinds: dict[str, str] = {}
+    kinds = seen_kinds.setdefault
     for row in rows:
         # Fast path for the common row: a contiguous, non-ignorable scalar event with TEXT data. Any
         # surprise (a type, a JSON error, a provenance error) falls through to ``decode_row``, which
@@ -1017,7 +1021,12 @@ def _scan_forward(
                 and (surface is None or type(surface) is str)
             ):
                 try:
-                    event = {"type": kind, "seq": seq, "time": time, "data": loads(data, max_depth=max_depth)}
+                    event = {
+                        "type": kinds(kind, kind),
+                        "seq": seq,
+                        "time": time,
+                        "data": loads(data, max_depth=max_depth),
+                    }
                     if sources is not None:
                         event["sourceEventSeqs"] = decode_source_event_seqs(sources)
                     if surface is not None:
