@@ -130,7 +130,7 @@ from .kernel.surface import (
     is_surface_event,
     replace_op,
 )
-from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot
+from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot, StoredView
 from .persistence.memory import MemoryBackend
 
 _LAZY = {
@@ -256,6 +256,7 @@ __all__ = [
     "SqliteSearch",
     "StagedInvariants",
     "StepData",
+    "StoredView",
     "Summarizer",
     "SurfaceError",
     "SurfaceFoldReplacement",
