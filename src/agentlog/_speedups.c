@@ -1389,6 +1389,64 @@ fail:
     return NULL;
 }
 
+/* --- one JSON text per line ------------------------------------------------------------------------
+ * lines_are_single_values(lines: list[bytes]) -> bool
+ * Whether every line is, lexically, exactly one JSON object or array: after leading whitespace it
+ * opens with '{' or '[', its brackets (outside strings, with backslash escapes) close back to depth 0
+ * only at its last non-whitespace byte, and no string is left open. The JSONL scanner parses many lines
+ * with one parser call (joined into one array) and needs this to know that the array's elements are
+ * the lines' values: a count alone would accept a value split over two lines beside a line holding two.
+ * Strings are skipped with memchr (most of a log's bytes are inside strings). */
+static int
+line_is_single_value(const char *p, Py_ssize_t n)
+{
+    const char *end = p + n;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r')) end--;
+    if (p >= end || (*p != '{' && *p != '[')) return 0;
+    Py_ssize_t depth = 0;
+    while (p < end) {
+        char c = *p;
+        if (c == '"') {
+            const char *q = p + 1;
+            for (;;) {
+                const char *quote = memchr(q, '"', (size_t)(end - q));
+                if (quote == NULL) return 0; /* a string left open */
+                const char *b = quote;
+                while (b > q && b[-1] == '\\') b--;
+                if (((quote - b) & 1) == 0) { p = quote + 1; break; }
+                q = quote + 1;
+            }
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth <= 0) {
+                return depth == 0 && p + 1 == end;
+            }
+        }
+        p++;
+    }
+    return 0;
+}
+
+static PyObject *
+lines_are_single_values(PyObject *Py_UNUSED(module), PyObject *lines)
+{
+    if (!PyList_CheckExact(lines)) {
+        PyErr_SetString(PyExc_TypeError, "lines_are_single_values expects a list of bytes");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(lines);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        if (!PyBytes_CheckExact(line)) Py_RETURN_FALSE;
+        if (!line_is_single_value(PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line))) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -1407,6 +1465,8 @@ static PyMethodDef methods[] = {
      "Expand a validated packed chunk row into frozen, untracked events."},
     {"group_raw_chunks", (PyCFunction)(void (*)(void))group_raw_chunks, METH_FASTCALL,
      "Raw chunk events of exactly a packed run's members' shape grouped into runs, or None."},
+    {"lines_are_single_values", (PyCFunction)lines_are_single_values, METH_O,
+     "Whether every line is lexically exactly one JSON object or array."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {NULL, NULL, 0, NULL},

@@ -43,7 +43,7 @@ from ...kernel._js import js_string
 from ...kernel.chunkrows import MIN_RAW_RUN, compact_raw_chunks, decode_storage_record, decode_storage_run
 from ...kernel.events import TURN_END
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
-from ...kernel.jsonvalue import MAX_SAFE_INTEGER
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
 
 __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",
@@ -65,6 +65,8 @@ DEFAULT_MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
+_single_values: Any = getattr(_speedups, "lines_are_single_values", None) if _speedups is not None else None
+"""Whether every line is lexically one JSON object or array (C); without it lines are parsed one by one."""
 """Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 _PARSE_HEADROOM: Final = 16
 """Address space reserved (and released) before a batched parse, per byte of text: parsed events
@@ -311,7 +313,11 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
     memory is :class:`~agentlog.errors.ResourceExhaustedError` (checked up front under an address-space
     limit, since the C parser is not safe against an allocation failure midway), never a defect.
     """
-    if len(lines) < 2:
+    if len(lines) < 2 or _single_values is None:
+        return None
+    # The array's element count alone cannot tell lines apart (a value split over two lines beside a line
+    # holding two values gives as many elements as lines): each line must be one value on its own.
+    if not _single_values(lines):
         return None
     total = sum(map(len, lines))
     if total <= _PARSE_SLICE_BYTES:

@@ -1,0 +1,103 @@
+"""Every JSONL line is one JSON text of its own (hostile files).
+
+The scanner parses many lines with one parser call (joined into one array) and counts the elements.
+A count alone cannot tell lines apart: a value split over two lines plus a line that holds two values
+give as many elements as lines, so a file the original refuses (it parses line by line) would load
+as if it were valid. Each case here must fail the load exactly where a line-by-line parse fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentlog.errors import SessionPersistenceCorruptionError
+from agentlog.kernel.jsoncodec import dumps
+from agentlog.persistence.jsonl._scanner import _parse_many
+from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment, project_key
+
+HEADER = b'{"type":"session","version":0,"id":"s1","createdAt":1000,"cwd":"/home/me/app","delegationDepth":0}'
+
+
+def _event(seq: int, etype: str = "llm/retry") -> bytes:
+    return dumps({"type": etype, "seq": seq, "time": 1000 + seq, "data": {"attempt": seq}})
+
+
+def _store(tmp_path: Path, lines: list[bytes], compression: str) -> JsonlBackend:
+    backend = JsonlBackend(str(tmp_path / "store"), compression=compression)
+    body = b"\n".join([HEADER, *lines]) + b"\n"
+    if compression == "zstd":  # the header is a frame of its own, the events one more
+        compress = zstandard.ZstdCompressor().compress
+        body = compress(HEADER + b"\n") + compress(b"\n".join(lines) + b"\n")
+    path = Path(backend.root) / project_key("/home/me/app") / encode_segment("s1") / ("session" + backend._suffix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body)
+    return backend
+
+
+SPLIT_CASES = {
+    # line 2 opens a value that line 3 closes; line 4 holds two values: three elements for three lines
+    "split object and a two-value line": [
+        b'{"type":"llm/retry","seq":0,"time":1000,"data":{"attempt":[1',
+        b"2]}}",
+        _event(1) + b"," + _event(2),
+        _event(3),
+    ],
+    # an unterminated string swallows the separator and the next line's start
+    "string across lines": [
+        b'{"type":"llm/retry","seq":0,"time":1000,"data":{"note":"x}}',
+        b'{"y":"}}',
+        _event(1) + b"," + _event(2),
+        _event(3),
+    ],
+}
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+@pytest.mark.parametrize("case", sorted(SPLIT_CASES))
+def test_a_value_split_over_lines_is_damage_at_its_first_line(tmp_path: Path, case: str, compression: str) -> None:
+    lines = SPLIT_CASES[case]
+    backend = _store(tmp_path, lines, compression)
+    with pytest.raises(SessionPersistenceCorruptionError) as caught:
+        backend.load_stored("s1")
+    # The first event line is line 1 of the scan; it is unparsable and complete records follow it.
+    assert "unparsable committed event at line 1, and a complete record follows it" in str(caught.value)
+    if compression == "none":
+        assert caught.value.offset == len(HEADER) + 1
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(alphabet='ab"\\{}[],: \u00e9', max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='k"\\{[', max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    values=st.lists(st.dictionaries(st.text(max_size=3), json_values, max_size=3) | st.lists(json_values, max_size=3),
+                    min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 10_000), max_size=4),
+    glue=st.sampled_from([b",", b"", b" ", b"]", b"}"]),
+)  # fmt: skip
+def test_a_joined_parse_is_the_line_by_line_parse_whenever_it_is_used(
+    values: list[Any], cuts: list[int], glue: bytes
+) -> None:
+    """Re-cut valid JSON texts at random places (and glue some together): whenever the joined parse is
+    used it yields exactly what parsing each line alone yields, and each line parses alone."""
+    text = glue.join(orjson.dumps(value) for value in values)
+    points = sorted({cut % (len(text) + 1) for cut in cuts})
+    lines = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+    lines = [line for line in lines if line]
+    parsed = _parse_many(lines)
+    if parsed is None:
+        return
+    assert parsed == [orjson.loads(line) for line in lines]
