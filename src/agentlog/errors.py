@@ -374,7 +374,9 @@ class StorageAccessError(PersistenceError):
 class ResourceExhaustedError(PersistenceError, MemoryError):
     """Out of memory (or over a configured load budget) while reading: never treated as corruption.
 
-    Nothing was truncated or repaired; retry with more memory or a larger budget.
+    The read that ran out truncated or repaired nothing; retry with more memory or a larger budget. (A
+    load that repairs reads the session back after committing the repair; if that read-back runs out,
+    the message says the repair was committed.)
     """
 
     code = "RESOURCE_EXHAUSTED"

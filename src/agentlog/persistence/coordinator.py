@@ -359,15 +359,29 @@ class PersistenceCoordinator:
         still the one that was read; the repaired graph is then read back rather than pairing the old
         view with the new revision. The caller holds the id's serialization.
         """
+        repaired = False
         while True:
             if source is None:
-                source = self._read_source(session_id)
+                try:
+                    source = self._read_source(session_id)
+                except ResourceExhaustedError as err:
+                    if not repaired:
+                        raise
+                    # The read-back after a committed repair ran out: the error must not claim that
+                    # nothing was written.
+                    raise ResourceExhaustedError(
+                        f'out of memory while reading session "{session_id}" back after its repair was '
+                        "committed (the torn tail removed and/or the interrupted turn closed, as any load "
+                        "does); the stored log is valid and nothing else was written. Retry with more memory "
+                        "available"
+                    ) from err
             if source.torn_marker is None and not source.closers:
                 return source
             lock = self.backend.lock_writer(source.meta)
             try:
                 if self.backend.read_revision(session_id) == source.revision:
                     self.backend.commit_repair(thaw(source.meta), source.torn_marker, source.closers)
+                    repaired = True
             finally:
                 lock.release()
             source = None
