@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 _expand_row: Any = _speedups.expand_row if _speedups is not None else None
+_untrack: Any = getattr(_speedups, "untrack", None) if _speedups is not None else None
 _CHUNK_EVENT: Final = ASSISTANT_CHUNK
 _MAX_SAFE: Final = MAX_SAFE_INTEGER
 
@@ -136,7 +137,16 @@ class ChunkRun:
         facts: _MembersFacts = (
             tool, chunk_type, seq0, time0, turn, step, index, dt, payload, call_id, _ABSENT if name is None else name,
         )  # fmt: skip
-        return cls(facts, last_time)
+        run = cls(facts, last_time)
+        if _untrack is not None:
+            # As the JSONL codec's C check leaves its runs: the run owns the row's fresh lists and nothing
+            # in them leads back to it, so none of it can be in a cycle. Tracked, a compact log's four
+            # containers per run are all traversed by the first collection after the load.
+            _untrack(dt)
+            _untrack(payload)
+            _untrack(facts)
+            _untrack(run)
+        return run
 
     @property
     def last_seq(self) -> int:

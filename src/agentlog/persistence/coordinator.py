@@ -343,7 +343,11 @@ class PersistenceCoordinator:
                     stored = self.backend.load_stored(session_id)
                 if stored is None:
                     raise SessionNotFoundError(f'session "{session_id}" not found')
-                return self._validate(session_id, stored)
+                source = self._validate(session_id, stored)
+                # The parsed records (one tracked dict per event, replaced by the sealed events) go
+                # before the collector is back: alive at its first run, they would all be traversed.
+                del stored
+            return source
         except ResourceExhaustedError:
             raise
         except MemoryError as err:  # out of memory is never corruption, and nothing was repaired
