@@ -19,12 +19,11 @@ from ..errors import (
     AgentlogError,
     SessionPersistenceCorruptionError,
 )
-from ..kernel.events import TOOL_RESULT, USER_MESSAGE
 from ..kernel.jsonvalue import thaw
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
 from ..projection.cache import InlineWriter, ProjectionCache
-from ._marks import CheckpointMark, Mark, mark_of, marks_json, seq_ranges, surface_marks
+from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
 from .options import (
     DEFAULT_OPTIONS,
@@ -507,7 +506,7 @@ def show_command(
         last_stored = stored.last_seq if stored is not None else -1
         pending = [event["seq"] for event in events if event["seq"] > last_stored]
         torn = stored is not None and stored.torn
-        marks = {mark.seq: mark for mark in _log_marks(events)}
+        marks = {mark.seq: mark for mark in log_marks(events)}
         if opts.as_json:
             _emit_json_stream(
                 (
@@ -544,26 +543,6 @@ def show_command(
     lineage = f", forked from {parent}" if parent else ""
     typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
     _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in shown]))
-
-
-def _log_marks(events: Sequence[Mapping[str, Any]]) -> Iterator[Mark]:
-    """:func:`~agentlog.cli._marks.log_marks` in one pass over the log, asking only the events that can
-    carry a mark (a checkpoint's user message, a prune's replacement result).
-
-    ``log_marks`` looks up every seq by index, and an index lookup of a restored log's packed chunk run
-    builds and keeps its members: on W(20000) that turned the whole log eager (about 470 MB more) only
-    to find that chunks carry no mark. Iterating leaves the runs packed; the few lookups a mark makes
-    (its summary, its prune, the original result) are of events that are not chunks.
-    """
-    for seq, event in enumerate(events):
-        if event["type"] in _MARKED_TYPES:
-            mark = mark_of(events, seq)
-            if mark is not None:
-                yield mark
-
-
-_MARKED_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT})
-"""The event types :func:`~agentlog.cli._marks.mark_of` can mark (it returns ``None`` for any other)."""
 
 
 def _log_lines(events: Sequence[Mapping[str, Any]], last_stored: int, marks: Mapping[int, Any]) -> Iterator[str]:
