@@ -120,8 +120,10 @@ def sessions(draw: Any) -> dict[str, Any]:
     return {"turns": turns, "open": draw(st.sampled_from([None, "chunks", "step"])), "gaps": gaps}
 
 
-def write(kind: str, root: str, script: dict[str, Any]) -> list[Event]:
-    """Append the script through a live, persisted session; return the live session's events."""
+def write(kind: str, root: str, script: dict[str, Any], backend: Any = None) -> list[Event]:
+    """Append the script through a live, persisted session; return the live session's events.
+
+    ``backend``: the backend to persist through instead of ``kind``'s default one (another layout)."""
     ticks = itertools.cycle(script["gaps"])
     clock = {"now": 1_700_000_000_000}
 
@@ -130,7 +132,7 @@ def write(kind: str, root: str, script: dict[str, Any]) -> list[Event]:
         return clock["now"]
 
     store = al.SessionStore(now=now)
-    coordinator = PersistenceCoordinator(store, make_backend(kind, root))
+    coordinator = PersistenceCoordinator(store, make_backend(kind, root) if backend is None else backend)
     session = store.create(SID, meta={"cwd": "/lazy"})
     append = session.append
     appended = 0

@@ -27,12 +27,7 @@ from agentlog.kernel import chunkrows
 from agentlog.kernel.chunkrows import MIN_RAW_RUN, ChunkRun, compact_chunk_runs, compact_raw_chunks, expand_items
 from agentlog.kernel.events import Event
 from agentlog.kernel.messages import (
-    assistant_message,
-    text_block,
     text_delta,
-    tool_call_block,
-    tool_result_message,
-    user_message,
 )
 from agentlog.kernel.session import Session
 from agentlog.persistence.coordinator import PersistenceCoordinator
@@ -40,6 +35,7 @@ from agentlog.persistence.jsonl import _scanner
 from agentlog.persistence.jsonl._zstdframes import compress_frame
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from test_lazy_chunks import SID, assert_same_session, holds_runs, sessions, store_root
+from test_lazy_chunks import write as write_script
 
 # (compression, pack_chunks): unpacked logs, and packed ones whose short runs stay raw lines.
 LAYOUTS = [("none", False), ("zstd", False), ("none", True), ("zstd", True)]
@@ -52,58 +48,7 @@ def backend(compression: str, root: str, pack: bool = True) -> JsonlBackend:
 
 def write(compression: str, pack: bool, root: str, script: dict[str, Any]) -> list[Event]:
     """Append the script (``test_lazy_chunks.sessions``) through a live session persisted with the layout."""
-    ticks = itertools.cycle(script["gaps"])
-    clock = {"now": 1_700_000_000_000}
-
-    def now() -> int:
-        clock["now"] += next(ticks)
-        return clock["now"]
-
-    store = al.SessionStore(now=now)
-    coordinator = PersistenceCoordinator(store, backend(compression, root, pack))
-    session = store.create(SID, meta={"cwd": "/lazy"})
-    append = session.append
-    appended = 0
-    turns = script["turns"]
-    for number, turn in enumerate(turns):
-        last = number == len(turns) - 1
-        t = turn["turn"]
-        append("turn/start", {"turn": t})
-        append("user/message", user_message(f"q{t}", id=f"u{t}"), {"surfaceOp": "append"})
-        for s, step in enumerate(turn["steps"], start=1):
-            append("step/start", {"turn": t, "step": s})
-            seqs = []
-            for stretch in step["stretches"]:
-                for chunk in stretch:
-                    seqs.append(session.seq)
-                    append("assistant/chunk", {"turn": t, "step": s, "chunk": chunk})
-                    appended += 1
-                    if appended in step["flush"] or (appended % 17) in step["flush"]:
-                        store.flush(session)  # a stretch split across flushes (frames)
-            if last and script["open"] == "chunks" and s == len(turn["steps"]):
-                break
-            blocks: list[Any] = [text_block(f"a{t}.{s}")]
-            call = f"call{t}.{s}"
-            if step["tool"]:
-                blocks.append(tool_call_block(call, "read", "{}"))
-            if step["message"] or step["tool"]:
-                intent: dict[str, Any] = {"surfaceOp": "append"}
-                if seqs:
-                    intent["sourceEventSeqs"] = seqs
-                message = assistant_message(blocks, provider="p", model="m", id=f"a{t}.{s}")
-                append("assistant/message", {"turn": t, "step": s, "message": message}, intent)
-            if step["tool"]:
-                append("tool/call", {"turn": t, "step": s, "callId": call, "name": "read", "arguments": "{}"})
-                result = tool_result_message(call, f"r{t}.{s}", id=f"t{t}.{s}")
-                append("tool/result", {"turn": t, "step": s, "message": result}, {"surfaceOp": "append"})
-            append("step/end", {"turn": t, "step": s})
-        else:
-            if not (last and script["open"]):
-                append("turn/end", {"turn": t, "reason": {"kind": "completed"}})
-    store.flush(session)
-    events = list(session.events)
-    coordinator.close()
-    return events
+    return write_script("jsonl", root, script, backend(compression, root, pack))
 
 
 def eager(compression: str, root: str) -> Session:
