@@ -604,36 +604,6 @@ def test_show_log_finds_the_marks_without_building_the_chunk_runs(kind: str, cas
     assert bool(found) == case.startswith("compacted")
 
 
-def test_verify_collects_each_big_session_before_reading_the_next(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A dropped session is held by a small reference cycle until a full collection: ``verify`` runs one
-    after each session of :data:`COLLECT_AFTER_EVENTS` events or more when more are to come (here every
-    session is "big"), and each one reclaims the session just verified. The results are unchanged."""
-    import gc
-
-    from agentlog.cli import read_commands
-
-    for session_id in ("a", "b", "c"):
-        write_case("jsonl-zstd", tmp_path, "interrupted", session_id=session_id)
-    expected = [old_verify("jsonl-zstd", tmp_path, session_id) for session_id in ("a", "b", "c")]
-    monkeypatch.setattr(read_commands, "COLLECT_AFTER_EVENTS", 1)
-    full: list[int] = []
-
-    def record(phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and info["generation"] == 2:
-            full.append(info["collected"])
-
-    gc.collect()
-    gc.callbacks.append(record)
-    try:
-        verified = run("verify", "--store", str(tmp_path), "--json")
-    finally:
-        gc.callbacks.remove(record)
-    assert orjson.loads(verified.stdout) == {"sessions": expected, "ok": True}
-    assert len(full) >= 2 and all(collected > 0 for collected in full[:2])
-
-
 # --- damaged sessions fail as they failed ------------------------------------------------------------------
 
 

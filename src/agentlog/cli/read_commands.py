@@ -339,8 +339,6 @@ def verify_command(
         task = progress.add_task("", total=len(ids))
         for done, session_id in enumerate(ids):
             results.append(_verify_one(reader, session_id, _VerifyStages(progress, task, session_id, done)))
-            if len(ids) > done + 1 and (results[-1]["events"] or 0) >= COLLECT_AFTER_EVENTS:
-                gc.collect()  # the session just dropped, before the next one is read (see COLLECT_AFTER_EVENTS)
             progress.update(task, completed=done + 1)
     reader.close()
     failed = [r for r in results if r["status"] == "failed"]
@@ -357,16 +355,6 @@ def verify_command(
     if failed:
         raise typer.Exit(code=1)
 
-
-COLLECT_AFTER_EVENTS = 20_000
-"""``verify`` runs a full garbage collection after a session this big, if more are to come.
-
-A dropped session is not freed by reference counting: its surface and the surface's node view refer
-to each other, and that small cycle holds the whole log. The collector rarely gets to it on its own
-(frozen events are not tracked, so a big log barely moves its counters): verifying a store of big
-sessions held every one of them (10 x W(3000): 710 MB, one session's worth per session). A collection
-costs some 50 ms, a fraction of reading a session of this size, and small sessions skip it.
-"""
 
 VERIFY_STAGES = ("reading and validating", "checking tool pairing")
 """What ``verify`` does to each session, in order; its progress bar moves half a session per stage (the

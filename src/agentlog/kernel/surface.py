@@ -9,6 +9,7 @@ drift apart.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, NoReturn, overload
@@ -246,7 +247,7 @@ def apply_plan(nodes: list[int], plan: Plan) -> int:
 class NodesView(Sequence[int]):
     """Read-only live view of a surface's node list (stable identity; reflects every later append)."""
 
-    __slots__ = ("_manager",)
+    __slots__ = ("__weakref__", "_manager")
 
     def __init__(self, manager: SurfaceManager) -> None:
         self._manager = manager
@@ -334,7 +335,9 @@ class SurfaceManager:
         # seq -> index in _nodes, kept only after a replace happened (a session that is never compacted pays
         # nothing; one that is, e.g. pruned result by result, validates each replace without a linear scan).
         self._positions: dict[int, int] | None = None
-        self._view = NodesView(self)
+        # The view refers to the manager; the manager keeps only a weak reference back, so the two form
+        # no cycle: a dropped session (and its whole log) is freed at once, not at the next full collection.
+        self._view: weakref.ref[NodesView] | None = None
 
     # -- state ---------------------------------------------------------------------------------
     def folded_nodes(self) -> list[int]:
@@ -358,10 +361,14 @@ class SurfaceManager:
 
     @property
     def nodes(self) -> NodesView:
-        """The current surface (read-only, live, same object on every access)."""
+        """The current surface (read-only, live, the same object on every access while it is held)."""
         if self._last != self._base + len(self._window) - 1:
             self._process_delta()
-        return self._view
+        view = self._view() if self._view is not None else None
+        if view is None:
+            view = NodesView(self)
+            self._view = weakref.ref(view)
+        return view
 
     @property
     def replace_generation(self) -> int:
