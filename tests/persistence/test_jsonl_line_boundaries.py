@@ -17,8 +17,10 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.errors import SessionPersistenceCorruptionError
+from agentlog import SessionStore
+from agentlog.errors import AgentlogError, SessionPersistenceCorruptionError
 from agentlog.kernel.jsoncodec import dumps
+from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl._scanner import _parse_many
 from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment, project_key
 
@@ -101,3 +103,29 @@ def test_a_joined_parse_is_the_line_by_line_parse_whenever_it_is_used(
     if parsed is None:
         return
     assert parsed == [orjson.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+@pytest.mark.parametrize("value", [b'{"a":1}', b"[1]", b"5"])
+@pytest.mark.parametrize("followed", [True, False])
+def test_an_event_whose_type_is_not_a_string_is_refused_with_a_typed_error(
+    tmp_path: Path, compression: str, value: bytes, followed: bool
+) -> None:
+    """An object or array ``type`` (unhashable) is an unknown type like a number: the typed refusal,
+    never a ``TypeError`` from a set lookup in the scanner."""
+    lines = [b'{"type":' + value + b',"seq":0,"time":1000,"data":{}}']
+    if followed:
+        lines.append(_event(1))
+    backend = _store(tmp_path, lines, compression)
+    coordinator = PersistenceCoordinator(SessionStore(), backend)
+    with pytest.raises(AgentlogError) as caught:
+        coordinator.load("s1")
+    assert caught.value.code == "SESSION_FORMAT_UNSUPPORTED"
+    assert "unknown to this harness" in str(caught.value)
+    if followed:  # a suffix read steps back over the line to find where seq 1 starts
+        try:
+            suffix = coordinator.read_from("s1", 1)
+        except AgentlogError as err:
+            assert err.code in ("SESSION_FORMAT_UNSUPPORTED", "SESSION_CORRUPT"), err
+        else:
+            assert [event["seq"] for event in suffix.events] == [1]

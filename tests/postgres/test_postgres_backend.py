@@ -23,6 +23,7 @@ from psycopg import sql
 
 import agentlog as al
 from agentlog.errors import (
+    AgentlogError,
     DatabaseSchemaError,
     DatabaseUnavailableError,
     InvalidSessionIdError,
@@ -788,3 +789,27 @@ def test_a_schema_dropped_under_a_backend_is_a_typed_error_and_the_next_operatio
     assert backend.load_stored("s") is None  # checked again: an empty, fresh schema
     backend.append_batch(header("s"), [ev(0)], False)
     assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]
+
+
+@pytest.mark.parametrize("kind", ['{"a":1}', "[1]"])
+def test_a_row_whose_type_is_not_a_string_is_refused_with_a_typed_error(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str, kind: str
+) -> None:
+    """An object or array ``type`` is an unknown type like any other: the typed refusal, never a
+    ``TypeError`` from the storage-tag lookup."""
+    backend = pg_backends()
+    backend.append_batch(header("s"), _chunky_session(1), False)
+    _admin(
+        pg_dsn,
+        f"UPDATE {pg_schema}.events SET body = convert_to('{{\"type\":{kind},\"seq\":1,\"time\":1,\"data\":{{}}}}', "
+        f"'UTF8') WHERE session_id = 's' AND seq = 1",
+    )
+    for compact in (False, True):
+        coordinator = PersistenceCoordinator(al.SessionStore(), pg_backends())
+        with pytest.raises(AgentlogError) as caught:
+            if compact:
+                coordinator.prepare("s")
+            else:
+                coordinator.inspect("s")
+        assert caught.value.code == "SESSION_FORMAT_UNSUPPORTED", caught.value
+        coordinator.close()

@@ -491,7 +491,8 @@ class SessionLogScanner:
                         issue = self._set_issue(lines, index, start, err, None)
                         continue
                 if type(value) is dict:
-                    if value.get("type") in ROW_TAGS:
+                    tag = value.get("type")
+                    if tag.__class__ is str and tag in ROW_TAGS:  # (an unhashable type is no tag either)
                         if compact:
                             try:
                                 run = decode_storage_run(value)

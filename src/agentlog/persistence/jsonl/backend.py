@@ -1076,7 +1076,8 @@ class JsonlBackend:
             return None
         if type(value) is not dict:
             return None
-        if value.get("type") in ROW_TAGS:
+        tag = value.get("type")
+        if tag.__class__ is str and tag in ROW_TAGS:  # (an unhashable type is no tag either)
             try:
                 value = decode_storage_record(value)[0]
             except ChunkRowError:

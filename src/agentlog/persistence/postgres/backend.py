@@ -568,7 +568,8 @@ class PostgresBackend:
             except (ValueError, RecursionError) as err:
                 damage = self._corrupt(session_id, seq, f"unparsable JSON: {err}")
                 break
-            if type(value) is dict and value.get("type") in _ROW_TAGS:
+            tag = value.get("type") if type(value) is dict else None
+            if tag.__class__ is str and tag in _ROW_TAGS:  # (an unhashable type is no tag either)
                 if compact:  # the coordinator's cold load: the run stays packed (validated all the same)
                     try:
                         run = decode_storage_run(value)
