@@ -115,7 +115,7 @@ def restore_header(header: Any, session_id: str) -> FrozenDict:
 def check_message_event_shape(event: Mapping[str, Any], subject: str, error: type[AgentlogError]) -> None:
     """Message-event shape rules (only for the three message types)."""
     etype = event.get("type")
-    if etype not in MESSAGE_EVENT_TYPES:
+    if etype.__class__ is not str or etype not in MESSAGE_EVENT_TYPES:  # (an unhashable type is none of them)
         return
     check_message_shape(etype, event.get("data"), subject, error)
 
