@@ -1447,6 +1447,71 @@ lines_are_single_values(PyObject *Py_UNUSED(module), PyObject *lines)
     Py_RETURN_TRUE;
 }
 
+/* take_plain_events(parsed, start, n, events, row_tags) -> (stop, n)
+ * The JSONL scanner's common case in one C loop: from parsed[start], append to `events` every value that
+ * is a dict whose "type" is not a storage row tag (a str in row_tags) and whose "seq" is exactly the int
+ * n (n then counts up). Stops at the first value that is anything else and returns its index and the
+ * next expected seq; the scanner's Python loop then judges that value with every rule it has (a row, a
+ * gap, a float seq, a defect) and calls again. Same outcome as the Python loop, value by value. */
+static PyObject *
+take_plain_events(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) ||
+        !PyList_CheckExact(args[3]) || !PyAnySet_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "take_plain_events(list, int, int, list, frozenset) expected");
+        return NULL;
+    }
+    PyObject *parsed = args[0], *events = args[3], *tags = args[4];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    long long n = PyLong_AsLongLong(args[2]);
+    if ((i == -1 || n == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(parsed);
+    for (; i < count; i++) {
+        PyObject *v = PyList_GET_ITEM(parsed, i);
+        if (!PyDict_CheckExact(v)) {
+            break;
+        }
+        PyObject *t = PyDict_GetItemWithError(v, k_type);
+        if (t == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (t != NULL && PyUnicode_CheckExact(t)) {
+            int tagged = PySet_Contains(tags, t);
+            if (tagged < 0) {
+                return NULL;
+            }
+            if (tagged) {
+                break;
+            }
+        }
+        PyObject *seq = PyDict_GetItemWithError(v, k_seq);
+        if (seq == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            break;
+        }
+        if (!PyLong_CheckExact(seq)) {
+            break;
+        }
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(seq, &overflow);
+        if (overflow || value != n) {
+            if (value == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+            break;
+        }
+        if (PyList_Append(events, v) < 0) {
+            return NULL;
+        }
+        n++;
+    }
+    return Py_BuildValue("(nL)", i, n);
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -1465,6 +1530,8 @@ static PyMethodDef methods[] = {
      "Expand a validated packed chunk row into frozen, untracked events."},
     {"group_raw_chunks", (PyCFunction)(void (*)(void))group_raw_chunks, METH_FASTCALL,
      "Raw chunk events of exactly a packed run's members' shape grouped into runs, or None."},
+    {"take_plain_events", (PyCFunction)(void (*)(void))take_plain_events, METH_FASTCALL,
+     "Append the plain, contiguous parsed events from a start index; return (stop, next seq)."},
     {"lines_are_single_values", (PyCFunction)lines_are_single_values, METH_O,
      "Whether every line is lexically exactly one JSON object or array."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},

@@ -21,7 +21,7 @@ from agentlog import SessionStore
 from agentlog.errors import AgentlogError, SessionPersistenceCorruptionError
 from agentlog.kernel.jsoncodec import dumps
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl._scanner import _parse_many
+from agentlog.persistence.jsonl._scanner import ROW_TAGS, _parse_many, _take_plain
 from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment, project_key
 
 HEADER = b'{"type":"session","version":0,"id":"s1","createdAt":1000,"cwd":"/home/me/app","delegationDepth":0}'
@@ -129,3 +129,47 @@ def test_an_event_whose_type_is_not_a_string_is_refused_with_a_typed_error(
             assert err.code in ("SESSION_FORMAT_UNSUPPORTED", "SESSION_CORRUPT"), err
         else:
             assert [event["seq"] for event in suffix.events] == [1]
+
+
+def _take_reference(parsed: list[Any], start: int, n: int, events: list[Any]) -> tuple[int, int]:
+    """What the scanner's Python loop appends before it needs its general rules."""
+    index = start
+    while index < len(parsed):
+        value = parsed[index]
+        if type(value) is not dict:
+            break
+        tag = value.get("type")
+        if tag.__class__ is str and tag in ROW_TAGS:
+            break
+        seq = value.get("seq")
+        if type(seq) is not int or seq != n:
+            break
+        events.append(value)
+        n += 1
+        index += 1
+    return index, n
+
+
+envelope_values = st.none() | st.booleans() | st.integers(-2, 6) | st.floats(0, 6) | st.sampled_from(
+    ["turn/start", "text-chunks", "tool-call-chunks", "x"]
+) | st.lists(st.integers(), max_size=1) | st.dictionaries(st.text(max_size=1), st.integers(), max_size=1)
+
+
+@pytest.mark.skipif(_take_plain is None, reason="the C fast path")
+@settings(max_examples=300, deadline=None)
+@given(
+    parsed=st.lists(
+        st.dictionaries(st.sampled_from(["type", "seq", "time"]), envelope_values, max_size=3)
+        | st.integers() | st.lists(st.integers(), max_size=1),
+        max_size=8,
+    ),
+    start=st.integers(0, 3),
+    n=st.integers(0, 3),
+)  # fmt: skip
+def test_the_plain_event_fast_path_takes_exactly_what_the_python_loop_takes(
+    parsed: list[Any], start: int, n: int
+) -> None:
+    got: list[Any] = []
+    want: list[Any] = []
+    assert _take_plain(parsed, start, n, got, ROW_TAGS) == _take_reference(parsed, start, n, want)
+    assert [id(value) for value in got] == [id(value) for value in want]

@@ -26,7 +26,7 @@ import json
 import math
 import mmap
 import resource
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
@@ -347,6 +347,26 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
     return parsed
 
 
+_take_plain: Any = getattr(_speedups, "take_plain_events", None) if _speedups is not None else None
+"""The scanner's plain-event fast path (C); ``None`` without the accelerator (``_parse_many`` is then off too)."""
+
+
+class _Cursor:
+    """Line indexes for the scanner's loop, which may jump ahead (past what the fast path took)."""
+
+    __slots__ = ("end", "pos")
+
+    def __init__(self, end: int) -> None:
+        self.pos = 0
+        self.end = end
+
+    def __iter__(self) -> Iterator[int]:
+        while self.pos < self.end:
+            index = self.pos
+            self.pos = index + 1
+            yield index
+
+
 def _has_turn_end(events: list[Any]) -> bool:
     return any(type(event) is dict and event.get("type") == _TURN_END for event in events)
 
@@ -473,8 +493,18 @@ class SessionLogScanner:
         issue = self._issue
         parsed = None if issue is not None or check_size else _parse_many(lines)
         first = len(events)
+        take = _take_plain if parsed is not None else None
+        cursor = _Cursor(len(lines))
         try:
-            for index, line in enumerate(lines):
+            for index in cursor:
+                if take is not None and issue is None:
+                    # The common values (plain events in seq order) in one C pass; the loop below judges
+                    # the first one that is anything else, with every rule it has.
+                    index, n = take(parsed, index, n, events, ROW_TAGS)
+                    if index >= len(lines):
+                        break
+                    cursor.pos = index + 1
+                line = lines[index]
                 if issue is not None:
                     raise self._followed(issue, self._line + index + 1)
                 if parsed is not None:
