@@ -525,8 +525,11 @@ def test_an_idle_pooled_connection_killed_by_the_server_is_replaced(pg_backends:
     backend = pg_backends()
     backend.append_batch(header("s"), [ev(0)], False)
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        # With a timeout the call returns once each backend has exited (its socket closed), as an idle
+        # kill by the server (idle_session_timeout, a restart) is long over when the pool next hands the
+        # connection out; without one, the read below raced the termination it was meant to follow.
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agentlog' "
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = 'agentlog' "
             "AND datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'"
         )
 
