@@ -372,11 +372,12 @@ class StorageAccessError(PersistenceError):
 
 
 class ResourceExhaustedError(PersistenceError, MemoryError):
-    """Out of memory (or over a configured load budget) while reading: never treated as corruption.
+    """Out of memory (or over a configured load budget, or without room for a thread): never corruption.
 
     The read that ran out truncated or repaired nothing; retry with more memory or a larger budget. (A
     load that repairs reads the session back after committing the repair; if that read-back runs out,
-    the message says the repair was committed.)
+    the message says the repair was committed. A resume whose load succeeded, repair included, may
+    still fail to start the write-behind thread: the session is then not made live.)
     """
 
     code = "RESOURCE_EXHAUSTED"

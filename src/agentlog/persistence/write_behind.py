@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import describe_error
+from ..errors import ResourceExhaustedError, describe_error
 from ..kernel.session import Session
 
 __all__ = ["Scheduler", "WriteBehind"]
@@ -42,10 +42,20 @@ class Scheduler:
         with self._cond:
             if self._closed:
                 return
-            heapq.heappush(self._heap, (when, next(self._counter), target))
+            entry = (when, next(self._counter), target)
+            heapq.heappush(self._heap, entry)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="agentlog-write-behind", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="agentlog-write-behind", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError as err:  # no memory (or thread quota) for the thread: typed, and retried
+                    self._heap.remove(entry)  # on the next schedule, never a scheduler without a thread
+                    heapq.heapify(self._heap)
+                    raise ResourceExhaustedError(
+                        f"cannot start agentlog's write-behind thread ({err}); nothing was queued. Retry with "
+                        "more memory (a higher ulimit -v) or fewer threads available"
+                    ) from err
+                self._thread = thread
             self._cond.notify()
 
     def _run(self) -> None:
