@@ -289,16 +289,16 @@ def test_snapshot_view_and_resume_equal_eager(kind: str, script: dict[str, Any])
         assert eager.events[-2]["data"] == {"turn": 99}
 
 
-def test_benchmark_shape_stays_compact_through_derive() -> None:
-    """The M4 path (prepare + derive_messages) keeps every packed run packed."""
-    script = {
+def benchmark_script(turns: int = 5, *, header: bool = True, gaps: list[int] | None = None, text: str = "w{}") -> Any:
+    """A W(T)-shaped script: two steps per turn of 20 text deltas each, the first with a tool call."""
+    return {
         "turns": [
             {
                 "turn": t,
-                "header": t == 1,
+                "header": header and t == 1,
                 "steps": [
                     {
-                        "stretches": [[text_delta(0, f"w{k}") for k in range(20)]],
+                        "stretches": [[text_delta(0, text.format(k)) for k in range(20)]],
                         "message": True,
                         "tool": s == 1,
                         "flush": [],
@@ -306,11 +306,16 @@ def test_benchmark_shape_stays_compact_through_derive() -> None:
                     for s in (1, 2)
                 ],
             }
-            for t in range(1, 6)
+            for t in range(1, turns + 1)
         ],
         "open": None,
-        "gaps": [3],
+        "gaps": [3] if gaps is None else gaps,
     }
+
+
+def test_benchmark_shape_stays_compact_through_derive() -> None:
+    """The M4 path (prepare + derive_messages) keeps every packed run packed."""
+    script = benchmark_script()
     for kind in BACKENDS:
         with store_root() as root:
             live = write(kind, root, script)

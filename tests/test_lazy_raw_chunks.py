@@ -26,15 +26,12 @@ from agentlog.errors import AgentlogError
 from agentlog.kernel import chunkrows
 from agentlog.kernel.chunkrows import MIN_RAW_RUN, ChunkRun, compact_chunk_runs, compact_raw_chunks, expand_items
 from agentlog.kernel.events import Event
-from agentlog.kernel.messages import (
-    text_delta,
-)
 from agentlog.kernel.session import Session
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import _scanner
 from agentlog.persistence.jsonl._zstdframes import compress_frame
 from agentlog.persistence.jsonl.backend import JsonlBackend
-from test_lazy_chunks import SID, assert_same_session, holds_runs, sessions, store_root
+from test_lazy_chunks import SID, assert_same_session, benchmark_script, holds_runs, sessions, store_root
 from test_lazy_chunks import write as write_script
 
 # (compression, pack_chunks): unpacked logs, and packed ones whose short runs stay raw lines.
@@ -90,26 +87,7 @@ def test_compact_load_of_raw_chunk_lines_equals_eager(compression: str, pack: bo
 
 def test_unpacked_benchmark_shape_keeps_raw_chunk_runs_compact() -> None:
     """A W-like session written unpacked: the cold load keeps its 20-chunk stretches as runs."""
-    script = {
-        "turns": [
-            {
-                "turn": t,
-                "header": False,
-                "steps": [
-                    {
-                        "stretches": [[text_delta(0, f"w{k} ") for k in range(20)]],
-                        "message": True,
-                        "tool": s == 1,
-                        "flush": [],
-                    }
-                    for s in (1, 2)
-                ],
-            }
-            for t in range(1, 6)
-        ],
-        "open": None,
-        "gaps": [0, 3],
-    }
+    script = benchmark_script(header=False, gaps=[0, 3], text="w{} ")
     for compression in ("none", "zstd"):
         with store_root() as root:
             live = write(compression, False, root, script)
