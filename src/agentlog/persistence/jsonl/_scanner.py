@@ -65,9 +65,9 @@ DEFAULT_MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
+"""Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 _single_values: Any = getattr(_speedups, "lines_are_single_values", None) if _speedups is not None else None
 """Whether every line is lexically one JSON object or array (C); without it lines are parsed one by one."""
-"""Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 _PARSE_HEADROOM: Final = 16
 """Address space reserved (and released) before a batched parse, per byte of text: parsed events
 take up to ~10x their text. Under an address-space limit (``ulimit -v``) a parse that could run out of
@@ -317,21 +317,12 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
         return None
     # The array's element count alone cannot tell lines apart (a value split over two lines beside a line
     # holding two values gives as many elements as lines): each line must be one value on its own.
+    # (So the array has exactly one element per line: an empty line, say, never gets this far.)
     if not _single_values(lines):
         return None
-    total = sum(map(len, lines))
-    if total <= _PARSE_SLICE_BYTES:
-        bounds = [0, len(lines)]
-    else:
-        ends = list(itertools.accumulate(map(len, lines)))
-        bounds = [0]
-        while bounds[-1] < len(lines):
-            base = ends[bounds[-1] - 1] if bounds[-1] else 0
-            cut = bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=bounds[-1] + 1)
-            bounds.append(min(max(cut, bounds[-1] + 1), len(lines)))
     parsed: list[Any] = []
     limited = _address_space_limited()
-    for lo, hi in itertools.pairwise(bounds):
+    for lo, hi in itertools.pairwise(_slice_bounds(lines)):
         text = b"[" + b",".join(lines[lo:hi]) + b"]"
         if limited:
             ensure_headroom(len(text) * _PARSE_HEADROOM, len(text))
@@ -341,10 +332,22 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
             if is_out_of_memory(err):
                 raise out_of_memory(len(text)) from None
             return None
-        if len(part) != hi - lo:
-            return None  # an empty line vanished into the join: let the per-line path see it
         parsed.extend(part)
     return parsed
+
+
+def _slice_bounds(lines: list[bytes]) -> list[int]:
+    """Indexes cutting ``lines`` into runs of at most ``_PARSE_SLICE_BYTES`` (a longer line is a run of its
+    own): ``[0, ..., len(lines)]``."""
+    if sum(map(len, lines)) <= _PARSE_SLICE_BYTES:
+        return [0, len(lines)]
+    ends = list(itertools.accumulate(map(len, lines)))
+    bounds = [0]
+    while bounds[-1] < len(lines):
+        base = ends[bounds[-1] - 1] if bounds[-1] else 0
+        cut = bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=bounds[-1] + 1)
+        bounds.append(min(max(cut, bounds[-1] + 1), len(lines)))
+    return bounds
 
 
 _take_plain: Any = getattr(_speedups, "take_plain_events", None) if _speedups is not None else None
@@ -463,16 +466,17 @@ class SessionLogScanner:
         self._fragment = pieces.pop()
         if not pieces:
             return
-        if not self._compact or sum(map(len, pieces)) <= _PARSE_SLICE_BYTES:
+        if not self._compact:
             self._consume(pieces, start)
             return
-        ends = list(itertools.accumulate(map(len, pieces)))
-        lo = 0
-        while lo < len(pieces):
-            base = ends[lo - 1] if lo else 0
-            hi = min(max(bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=lo + 1), lo + 1), len(pieces))
-            self._consume(pieces[lo:hi], start + base + lo)
-            lo = hi
+        bounds = _slice_bounds(pieces)
+        if len(bounds) == 2:
+            self._consume(pieces, start)
+            return
+        offset = start
+        for lo, hi in itertools.pairwise(bounds):
+            self._consume(pieces[lo:hi], offset)
+            offset += sum(map(len, pieces[lo:hi])) + hi - lo
 
     def _line_start(self, lines: list[bytes], index: int, start: int) -> int:
         return start + sum(len(line) + 1 for line in lines[:index])
