@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
@@ -14,7 +13,7 @@ from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
-from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from .options import StoreOptions
 from .render import render_error
 
@@ -49,17 +48,8 @@ def _read_view(session_id: str, opts: StoreOptions) -> tuple[Any, Any]:
     return header, view
 
 
-@dataclass(frozen=True, slots=True)
-class StoredFacts:
-    """What ``show --log`` needs of the stored prefix beside the balanced view: the last stored seq
-    (``-1`` when nothing is stored) and whether a torn tail follows it."""
-
-    last_seq: int
-    torn: bool
-
-
-def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tuple[Any, Any, StoredFacts | None]:
-    """``(header, SessionView, stored facts or None)``: the balanced view and, on request, the facts of
+def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tuple[Any, Any, StoredView | None]:
+    """``(header, SessionView, StoredView or None)``: the balanced view and, on request, the facts of
     the stored prefix itself, so a caller can tell stored events from the closers a resume would add.
 
     Both come from one read (:meth:`PersistenceCoordinator.stored_view`): the validated read behind
@@ -68,16 +58,10 @@ def _open_view(session_id: str, opts: StoreOptions, *, with_stored: bool) -> tup
     try:
         reader = _reader(opts.open_backend(read_only=True))
         try:
-            facts = None
-            if with_stored:
-                stored = reader.stored_view(session_id)
-                view = stored.view
-                facts = StoredFacts(stored.last_stored_seq, stored.torn)
-                del stored
-            else:
-                view = reader.view(session_id)
+            stored = reader.stored_view(session_id) if with_stored else None
+            view = stored.view if stored is not None else reader.view(session_id)
         finally:
             reader.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
-    return view.header, view, facts
+    return view.header, view, stored

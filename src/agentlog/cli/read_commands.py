@@ -491,7 +491,7 @@ def show_command(
         return
     if log:
         # Events past the last stored seq are the in-memory closers of an interrupted turn.
-        last_stored = stored.last_seq if stored is not None else -1
+        last_stored = stored.last_stored_seq if stored is not None else -1
         pending = [event["seq"] for event in events if event["seq"] > last_stored]
         torn = stored is not None and stored.torn
         marks = {mark.seq: mark for mark in log_marks(events)}
