@@ -906,16 +906,21 @@ class Session:
     def at(self, seq: int) -> SessionView:
         """A read-only view of this session as it was right after event ``seq`` was committed."""
         with self._lock:
-            log = self._log
-            prefix = log[: seq + 1] if type(seq) is int and 0 <= seq < len(log) else None
-            if prefix is not None and log.__class__ is LazyLog:
-                prefix = LazyLog(prefix)
-        if prefix is None:
-            last = len(self._log) - 1
-            raise SeqOutOfRangeError(
-                f'seq {seq!r} is not in session "{self.id}" (last seq: {last if last >= 0 else "none"})'
-            )
+            prefix = _prefix_through(self._log, seq, self.id)
         return SessionView(self, prefix)
+
+
+def _prefix_through(log: list[Any], seq: object, session_id: str) -> list[Any]:
+    """``log`` up to and including ``seq`` (a lazy log's prefix stays lazy: runs stay packed), or the
+    refusal of a seq that is not in it, naming its last seq."""
+    if type(seq) is not int or not 0 <= seq < len(log):
+        last = len(log) - 1
+        raise SeqOutOfRangeError(
+            f'seq {seq!r} is not in session "{session_id}" (last seq: {last if last >= 0 else "none"})'
+        )
+    if log.__class__ is LazyLog:
+        return LazyLog(itertools.islice(log, seq + 1))  # (one copy, not a slice copied again)
+    return log[: seq + 1]
 
 
 def _last_of_type(log: list[Any], etype: str, stop: int) -> int:
@@ -1008,16 +1013,7 @@ class SessionView:
         past this view's last one is refused as :meth:`Session.at` refuses it, naming this view's
         last seq: the view is all there is of the session here (a balanced view's closers included).
         """
-        log = self._log
-        prefix = log[: seq + 1] if type(seq) is int and 0 <= seq < len(log) else None
-        if prefix is None:
-            last = len(log) - 1
-            raise SeqOutOfRangeError(
-                f'seq {seq!r} is not in session "{self.id}" (last seq: {last if last >= 0 else "none"})'
-            )
-        if log.__class__ is LazyLog:
-            prefix = LazyLog(prefix)
-        return SessionView(self._session, prefix)
+        return SessionView(self._session, _prefix_through(self._log, seq, self.id))
 
     def __repr__(self) -> str:
         return f"<SessionView {self.id!r} at seq {self.seq}>"
