@@ -561,35 +561,30 @@ class SqliteBackend:
         Python's ``sqlite3`` fails the whole query on such a value; re-reading with raw bytes lets the
         row decoders report the one damaged row as corruption, naming its seq and the invalid byte.
         """
-        try:
-            return conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as err:
-            if "Could not decode to UTF-8" not in str(err):
-                raise
-        conn.text_factory = _RawText
-        try:
-            rows = conn.execute(sql, params).fetchall()
-        finally:
-            conn.text_factory = str
-        return [tuple(_clean_text(value) for value in row) for row in rows]
+        return [row for batch in self._row_batches(conn, sql, params, None) for row in batch]
 
-    def _row_batches(self, conn: sqlite3.Connection, statement: str, params: Sequence[Any]) -> Iterator[list[Any]]:
-        """The rows :meth:`_fetchall` returns for ``SQL[statement]``, handed out a batch at a time.
+    def _row_batches(
+        self, conn: sqlite3.Connection, sql: str, params: Sequence[Any], size: int | None
+    ) -> Iterator[list[Any]]:
+        """The rows of ``sql``, ``size`` at a time (``None``: all at once), surviving non-UTF-8 TEXT.
 
         A load decodes each batch before the next is fetched, so the fetched row tuples are never all
         alive beside the decoded events (on a long log they were a fifth of the reader's peak). A TEXT
         value that is not UTF-8 fails the fetch of its batch; the query is then re-run (same read
         transaction, same ``ORDER BY``) with raw text, the rows already handed out are skipped, and the
-        rest come cleaned exactly as :meth:`_fetchall`'s re-read would return them. The text factory is
-        switched only around each fetch, never while the caller holds a batch.
+        rest come with their text cleaned (:func:`_clean_text`) for the row decoders to judge. The text
+        factory is switched only around each fetch, never while the caller holds a batch.
         """
-        size = self._read_batch_rows
-        cursor = conn.execute(SQL[statement], params)
+
+        def fetch(cursor: sqlite3.Cursor) -> list[Any]:
+            return cursor.fetchall() if size is None else cursor.fetchmany(size)
+
+        cursor = conn.execute(sql, params)
         handed = 0
         try:
             while True:
                 try:
-                    batch = cursor.fetchmany(size)
+                    batch = fetch(cursor)
                 except sqlite3.OperationalError as err:
                     if "Could not decode to UTF-8" not in str(err):
                         raise
@@ -600,12 +595,12 @@ class SqliteBackend:
                 handed += len(batch)
         finally:
             cursor.close()
-        cursor = conn.execute(SQL[statement], params)
+        cursor = conn.execute(sql, params)
         try:
             while True:
                 conn.text_factory = _RawText
                 try:
-                    batch = cursor.fetchmany(size)
+                    batch = fetch(cursor)
                 finally:
                     conn.text_factory = str
                 if not batch:
@@ -949,7 +944,7 @@ class SqliteBackend:
             session = self._session_row(conn, session_id)
             if session is None:
                 return None
-            batches = self._row_batches(conn, "select_rows", (session_id,))
+            batches = self._row_batches(conn, SQL["select_rows"], (session_id,), self._read_batch_rows)
             try:
                 meta, revision = self._decode_session(session)
             except SessionPersistenceCorruptionError as err:
