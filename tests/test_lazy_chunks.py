@@ -313,22 +313,31 @@ def benchmark_script(turns: int = 5, *, header: bool = True, gaps: list[int] | N
     }
 
 
+@contextmanager
+def cold_prepared(kind: str, script: dict[str, Any]) -> Iterator[tuple[list[Event], Session]]:
+    """``script`` written on ``kind`` in a fresh store, then a coordinator's cold load of it (prepared,
+    not live): ``(the live session's events, the restored session)``; disposed afterwards."""
+    with store_root() as root:
+        live = write(kind, root, script)
+        coordinator = PersistenceCoordinator(al.SessionStore(), make_backend(kind, root))
+        preparation = coordinator.prepare(SID)
+        try:
+            yield live, preparation.session
+        finally:
+            preparation.dispose()
+            coordinator.close()
+
+
 def test_benchmark_shape_stays_compact_through_derive() -> None:
     """The M4 path (prepare + derive_messages) keeps every packed run packed."""
     script = benchmark_script()
     for kind in BACKENDS:
-        with store_root() as root:
-            live = write(kind, root, script)
-            coordinator = PersistenceCoordinator(al.SessionStore(), make_backend(kind, root))
-            preparation = coordinator.prepare(SID)
-            session = preparation.session
+        with cold_prepared(kind, script) as (live, session):
             assert len(session.derive_messages()) == 20
             assert session.request_header() is not None
             log = session._log
             assert sum(1 for item in log if item.__class__ is ChunkRun) == 200, kind  # 10 runs x 20 slots
             assert [e.json_bytes for e in session.events[: len(live)]] == [e.json_bytes for e in live]
-            preparation.dispose()
-            coordinator.close()
 
 
 # --- damaged rows fail the load exactly as before ------------------------------------------------------
@@ -529,11 +538,7 @@ def test_a_full_pass_leaves_runs_packed_and_equals_the_eager_events() -> None:
         "gaps": [1],
     }  # fmt: skip
     for kind in BACKENDS:
-        with store_root() as root:
-            live = write(kind, root, script)
-            coordinator = PersistenceCoordinator(al.SessionStore(), make_backend(kind, root))
-            preparation = coordinator.prepare(SID)
-            session = preparation.session
+        with cold_prepared(kind, script) as (live, session):
             runs_before = sum(1 for item in session._log if item.__class__ is ChunkRun)
             assert runs_before == 12, kind
             passed = list(session.events)
@@ -546,5 +551,3 @@ def test_a_full_pass_leaves_runs_packed_and_equals_the_eager_events() -> None:
             assert session.events[first_chunk] is session.events[first_chunk], kind  # a read caches
             assert sum(1 for item in session._log if item.__class__ is ChunkRun) == 0, kind
             assert list(session.events) == passed, kind
-            preparation.dispose()
-            coordinator.close()
