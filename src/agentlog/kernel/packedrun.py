@@ -182,12 +182,7 @@ class ChunkRun:
             with _MATERIALISING:
                 events = self._events
                 if events is None:
-                    events = _frozen_members(self._facts)
-                    if events is None:
-                        from .seeds import event_from_restored
-
-                        events = [event_from_restored(member) for member in _member_dicts(self._facts)]
-                    self._events = events
+                    events = self._events = self._build()
         return events
 
     def transient_events(self) -> list[Any]:
@@ -195,8 +190,11 @@ class ChunkRun:
         them, else a fresh build the caller alone holds. A full pass over a big log (an export, a
         search reindex) then needs memory for one run at a time instead of every member at once."""
         events = self._events
-        if events is not None:
-            return events
+        return events if events is not None else self._build()
+
+    def _build(self) -> list[Any]:
+        """The member events, frozen: built in C, or (without the accelerator, or when it declines)
+        from their plain form, frozen as a restore freezes a parsed event."""
         built = _frozen_members(self._facts)
         if built is None:
             from .seeds import event_from_restored
