@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,9 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentlog as al
-from agentlog.errors import AgentlogError
+from agentlog.errors import AgentlogError, InvariantError
 from agentlog.kernel.chunkrows import ChunkRun, compact_chunk_runs, expand_items
 from agentlog.kernel.events import Event
+from agentlog.kernel.invariants import replay
 from agentlog.kernel.messages import (
     assistant_message,
     reasoning_delta,
@@ -45,6 +46,7 @@ from agentlog.kernel.session import LazyLog, Session
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
+from agentlog.query.documents import build_documents, build_event_records
 
 SID = "lazy"
 BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
@@ -287,6 +289,39 @@ def test_snapshot_view_and_resume_equal_eager(kind: str, script: dict[str, Any])
         eager = eager_session(kind, root)
         assert [e.json_bytes for e in eager.events[: len(live)]] == [e.json_bytes for e in live]
         assert eager.events[-2]["data"] == {"turn": 99}
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=sessions())
+def test_fork_replay_and_search_of_a_lazy_session_see_the_eager_data(kind: str, script: dict[str, Any]) -> None:
+    """Over the closed prefix both share, a resumed (lazy) session replays through the invariant
+    checker as the eager one does (same trace or same refusal), yields the same search documents and
+    event records, and forks at its last closed turn into the eager prefix's events."""
+    with store_root() as root:
+        write(kind, root, script)
+        eager = eager_session(kind, root)
+        ends = [e["seq"] for e in eager.events if e["type"] == "turn/end"]
+        closed = ends[-1] + 1 if ends else 0
+        coordinator = PersistenceCoordinator(al.SessionStore(), make_backend(kind, root))
+        try:
+            lazy = coordinator.resume(SID)
+            mine, theirs = lazy.events[:closed], eager.events[:closed]
+            assert _replayed(mine) == _replayed(theirs)
+            assert build_documents(SID, mine) == build_documents(SID, theirs)
+            assert build_event_records(SID, mine) == build_event_records(SID, theirs)
+            if closed:
+                child = coordinator.store.fork(lazy, closed - 1, child_id="child")  # through the turn end
+                assert [e.json_bytes for e in child.events][:closed] == [e.json_bytes for e in theirs]
+        finally:
+            coordinator.close()
+
+
+def _replayed(events: Sequence[Any]) -> Any:
+    try:
+        return replay(events)
+    except InvariantError as err:
+        return ("refused", str(err))
 
 
 def benchmark_script(turns: int = 5, *, header: bool = True, gaps: list[int] | None = None, text: str = "w{}") -> Any:
