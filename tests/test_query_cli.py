@@ -202,6 +202,30 @@ def test_search_with_session_searches_its_events(store: Path, kind: str) -> None
     assert table.exit_code == 0 and "hits in session parent" in table.stdout and "shadowed" in table.stdout
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_search_snippets_have_the_index_default_length(store: Path, kind: str) -> None:
+    """``search`` cuts snippets where the original engine and :class:`SqliteSearch` do (240 code points,
+    defined once): a page of the command and of the index over the same store show the same snippets."""
+    from agentlog.query.sqlite import SNIPPET_CHARS, SqliteSearch
+
+    words = " ".join(f"w{n:03d}" for n in range(150))  # 749 code points, the match in the middle
+    _write(store, kind, "long", [(f"{words[:300]} needle {words[300:]}", "ok")])
+    sessions = _json("search", "needle", *_at(store, kind))
+    events = _json("search", "needle", "--session", "long", *_at(store, kind))
+    (snippet,) = {item["bestMatch"]["snippet"] for item in sessions["items"]} | {
+        hit["snippet"] for hit in events["items"]
+    }
+    assert SNIPPET_CHARS == 240
+    assert len(snippet) == SNIPPET_CHARS and "needle" in snippet
+    coordinator = PersistenceCoordinator(al.SessionStore(), _backend(store, kind))
+    search = SqliteSearch(coordinator, path=":memory:")
+    try:
+        assert search.search_events(session_id="long", query="needle")["items"][0]["snippet"] == snippet
+    finally:
+        search.close()
+        coordinator.close()
+
+
 def test_search_surface_and_type_filters(store: Path) -> None:
     _lineage(store, "jsonl")
     shadowed = _json("search", "migration", "--session", "parent", "--surface", "shadowed", *_at(store, "jsonl"))

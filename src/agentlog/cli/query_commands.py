@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 SURFACE_CHOICES: Final = ("current", "shadowed", "log-only")
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 100
-SNIPPET_CHARS: Final = 160
-"""A table cell, not a page: the index's own default (240) is for callers that show one hit at a time."""
 
 CURSOR_VERSION: Final = 1
 _CURSOR_SCOPE: Final = "cli-search"
@@ -76,7 +74,11 @@ def index_path(backend: Backend) -> str:
 
 
 def open_search(reader: PersistenceCoordinator, *, max_limit: int) -> SqliteSearch:
-    """The store's index over ``reader`` (opened, and created if missing, by its first search)."""
+    """The store's index over ``reader`` (opened, and created if missing, by its first search).
+
+    Its snippets are the index's default length (:data:`agentlog.query.sqlite.SNIPPET_CHARS`, the
+    original engine's 240 code points): the CLI shows what the library returns.
+    """
     from ..query.sqlite import SqliteSearch
 
     return SqliteSearch(
@@ -85,7 +87,6 @@ def open_search(reader: PersistenceCoordinator, *, max_limit: int) -> SqliteSear
         open_at="first-search",
         default_limit=DEFAULT_LIMIT,
         max_limit=max_limit,
-        snippet_chars=SNIPPET_CHARS,
     )
 
 
