@@ -178,7 +178,8 @@ def test_search_finds_hits_across_sessions_with_the_seq_to_open_and_creates_the_
 def test_search_json_prints_the_result_shape(store: Path, kind: str) -> None:
     _lineage(store, kind)
     document = _json("search", "alpha beta", *_at(store, kind))
-    assert set(document) == {"items"}  # one hit: no nextCursor
+    assert set(document) == {"items", "skipped"}  # one hit: no nextCursor
+    assert document["skipped"] == []
     (item,) = document["items"]
     assert set(item) == {"header", "live", "persisted", "bestMatch"}
     assert item["header"]["id"] == "other" and item["header"]["cwd"] == "/work/b"
@@ -247,7 +248,7 @@ def test_search_cwd_filter(store: Path) -> None:
     _lineage(store, "jsonl")
     document = _json("search", "alpha", "--cwd", "/work/b", *_at(store, "jsonl"))
     assert [item["header"]["id"] for item in document["items"]] == ["other"]
-    assert _json("search", "migration", "--cwd", "/work/b", *_at(store, "jsonl")) == {"items": []}
+    assert _json("search", "migration", "--cwd", "/work/b", *_at(store, "jsonl")) == {"items": [], "skipped": []}
     many = _json("search", "migration", "--cwd", "/work/b", "--cwd", "/work/a", *_at(store, "jsonl"))
     assert {item["header"]["id"] for item in many["items"]} == {"parent", "child", "grandchild"}
     assert _error("search", "x", "--cwd", "/w", "--session", "parent", *_at(store, "jsonl"))["code"] == "INVALID_OPTION"
@@ -373,8 +374,39 @@ def test_search_reports_a_damaged_log_and_searches_the_others(store: Path) -> No
     log.write_bytes(bytes(data))
     document = _json("search", "needle", *_at(store, "jsonl"))
     assert [item["header"]["id"] for item in document["items"]] == ["good"]
+    assert [item["id"] for item in document["skipped"]] == ["bad"]
     table = _invoke("search", "needle", *_at(store, "jsonl"))
     assert table.exit_code == 0 and "could not be read" in table.stderr and "bad" in table.stderr
+
+
+def test_search_json_names_the_sessions_it_left_out_and_warns_on_stderr(store: Path) -> None:
+    """A page of a store where one zstd log of many is damaged (one flipped byte): the document carries
+    the left-out session as ``skipped: [{id, code, message}]`` and stderr names it, with and without
+    --json; the other sessions are searched and paged as usual."""
+    for number in range(30):
+        _write(store, "jsonl", f"s{number:02d}", [(f"shared words {number}", "ok")])
+    (log,) = store.glob("*/s17/session.jsonl.zstd")
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    for extra in ([], ["--session", "s03"]):
+        result = _invoke("search", "shared", *extra, *_at(store, "jsonl"), "--json")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        document = orjson.loads(result.stdout)
+        if not extra:
+            assert len(document["items"]) == 20 and "nextCursor" in document
+            assert "s17" not in {item["header"]["id"] for item in document["items"]}
+            (skipped,) = document["skipped"]
+            assert set(skipped) == {"id", "code", "message"}
+            assert skipped["id"] == "s17" and skipped["code"] == "SESSION_CORRUPT" and skipped["message"]
+            assert "could not be read" in result.stderr and "s17" in result.stderr
+            assert "SESSION_CORRUPT" in result.stderr
+            rest = _json("search", "shared", *_at(store, "jsonl"), "--cursor", document["nextCursor"])
+            assert len(rest["items"]) == 9 and rest["skipped"] == document["skipped"]
+        else:
+            assert document["skipped"] == [] and result.stderr == ""  # another session's damage is not its own
+    table = _invoke("search", "shared", *_at(store, "jsonl"))
+    assert table.exit_code == 0 and "could not be read" in table.stderr and "s17" in table.stderr
 
 
 # --- read-only commands never create the index -----------------------------------------------------------

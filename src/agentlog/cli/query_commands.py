@@ -268,12 +268,17 @@ def run_search(
     limit: int | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    """One page of ``search``: the index's result shape, with the command's own ``nextCursor``.
+    """One page of ``search``: the index's result shape, with the command's own ``nextCursor`` and the
+    sessions the index left out.
 
     Without ``session``: :meth:`SqliteSearch.search_sessions` (``{items: [{header, live, persisted,
-    bestMatch}], nextCursor?}``); with it: :meth:`SqliteSearch.search_events` (``{session, items:
-    [{sessionId, seq, type, time, surface, snippet}], nextCursor?}``). ``search`` must allow limits up to
-    ``offset + limit``: the pages before the cursor are fetched again (see the module docstring).
+    bestMatch}], nextCursor?, skipped}``); with it: :meth:`SqliteSearch.search_events` (``{session, items:
+    [{sessionId, seq, type, time, surface, snippet}], nextCursor?, skipped}``). ``skipped`` is
+    ``[{id, code, message}]``, the stored sessions of the request that could not be read
+    (:attr:`SqliteSearch.skipped`), always present: a page that silently lacked a damaged session's hits
+    would claim it has none.
+    ``search`` must allow limits up to ``offset + limit``: the pages before the cursor are fetched again
+    (see the module docstring).
     """
     page = _page_limit(limit)
     request, session_filters, event_filters = _search_request(query, session, types, surfaces, cwds, page)
@@ -294,6 +299,14 @@ def run_search(
     document["items"] = shown
     if "nextCursor" in result and shown:
         document["nextCursor"] = encode_cli_cursor(digest, wanted, _hit_key(shown[-1]))
+    # The index reconciles the whole store in every search; with --session only that session is asked
+    # for (and a damaged one is refused as SESSION_QUERY_CORRUPT_SESSION), so another's damage is not
+    # this page's.
+    document["skipped"] = [
+        {"id": item.get("sessionId"), "code": item.get("code"), "message": item.get("message")}
+        for item in search.skipped
+        if session is None or item.get("sessionId") == session
+    ]
     return document
 
 
@@ -369,8 +382,9 @@ def search_command(
     with Chinese or Japanese characters matches as a substring. The first search creates the store's
     search index; every search brings it up to date with the store first (only changed logs are read).
     --json prints the page: {items: [{header, live, persisted, bestMatch: {sessionId, seq, type, time,
-    surface, snippet}}], nextCursor?}, with --session {session, items: [{sessionId, seq, type, time,
-    surface, snippet}], nextCursor?}.
+    surface, snippet}}], nextCursor?, skipped}, with --session {session, items: [{sessionId, seq, type,
+    time, surface, snippet}], nextCursor?, skipped}; skipped lists the sessions that could not be read
+    ([{id, code, message}], also named on stderr).
     """
     argv = [query]
     if session is not None:
@@ -398,16 +412,15 @@ def search_command(
                 limit=page,
                 cursor=cursor,
             )
-            skipped = list(search.skipped)
         finally:
             search.close()
             reader.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
+    _warn_skipped(document["skipped"])  # on stderr with --json too: a script that reads only items is told
     if opts.as_json:
         _emit_json(document)
         return
-    _warn_skipped(skipped)
     items = document["items"]
     if not items:
         typer.echo(f"no hits for {query!r}" + (f" in session {session}" if session else ""))
@@ -440,7 +453,8 @@ def _cursor_offset(cursor: str) -> int:
 
 
 def _warn_skipped(skipped: Sequence[Mapping[str, Any]]) -> None:
-    """Sessions the index could not read (a damaged log): they are not searched, and the user is told."""
+    """Sessions the index could not read (a damaged log): they are not searched, and the user is told
+    (``skipped`` as the document carries it: ``[{id, code, message}]``)."""
     if not skipped:
         return
     console = Console(stderr=True)
@@ -450,7 +464,8 @@ def _warn_skipped(skipped: Sequence[Mapping[str, Any]]) -> None:
         highlight=False,
     )
     for item in skipped:
-        console.print(f"  {escape(str(item.get('sessionId')))}: [{escape(str(item.get('code')))}]", highlight=False)
+        line = f"  {item['id']}: [{item['code']}] {_short(str(item['message']), 200)}"
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 # --- trace -------------------------------------------------------------------------------------------------
