@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,111 @@ def test_cli__future_format_version_is_reported_by_ls_and_refused_by_export(tmp_
     error = orjson.loads(exported.stderr)["error"]
     assert error["code"] == "SESSION_FORMAT_UNSUPPORTED"
     assert "v7" in error["message"]
+
+
+# --- human output: one labelled count, no Python reprs -----------------------------------------------------
+
+
+def _sparse_sessions(root: Path, kind: str) -> None:
+    """Sessions without any optional field: no cwd, no title, no tools or system prompt in the request
+    header, no usage; one closed (``bare``), its fork (``child``) and one interrupted inside a tool call
+    (``open``: a resume would add closers)."""
+    store = al.SessionStore(now=lambda: 1_700_000_000_000)
+    coordinator = PersistenceCoordinator(store, _backend(root, kind, "zstd"))
+    try:
+        bare = store.create("bare", meta={})
+        bare.append("turn/start", {"turn": 1})
+        bare.append("user/message", al.user_message("hello there", id="u1"), {"surfaceOp": "append"})
+        bare.append("step/start", {"turn": 1, "step": 1})
+        bare.append("request/header", {"header": {"config": {"provider": "p", "model": "m"}}, "reason": "initial"})
+        answer = al.assistant_message([al.text_block("hello back")], provider="p", model="m", id="a1")
+        bare.append("assistant/message", {"turn": 1, "step": 1, "message": answer}, {"surfaceOp": "append"})
+        bare.append("step/end", {"turn": 1, "step": 1})
+        bare.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        store.flush(bare)
+        store.flush(store.fork(bare, child_id="child"))
+        opened = store.create("open", meta={})
+        opened.append("turn/start", {"turn": 1})
+        opened.append("user/message", al.user_message("hello tool", id="u1"), {"surfaceOp": "append"})
+        opened.append("step/start", {"turn": 1, "step": 1})
+        call = al.assistant_message([al.tool_call_block("c1", "read_file", "{}")], provider="p", model="m", id="a1")
+        opened.append("assistant/message", {"turn": 1, "step": 1, "message": call}, {"surfaceOp": "append"})
+        opened.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "read_file", "arguments": "{}"})
+        store.flush(opened)
+    finally:
+        coordinator.close()
+    for listing in _backend(root, kind, "zstd").list_sessions():
+        assert listing.header is not None and "cwd" not in listing.header
+
+
+QUOTED_QUERY = 'it\'s "quoted" \\ here'
+
+_REPR = re.compile(r"\b(None|True|False)\b|[{\[(]'|'[}\])]|<[\w.]+ object at|Frozen(Dict|List)\(|\\'")
+"""What Python's ``repr`` of a value left in a sentence looks like (JSON in an event line is ``null``,
+``true``, ``false`` and double quotes)."""
+
+
+@pytest.mark.parametrize(("kind", "compression"), [("jsonl", "zstd"), ("sqlite", "zstd")])
+def test_cli__read_commands_print_no_python_reprs_for_sessions_without_optional_fields(
+    tmp_path: Path, kind: str, compression: str
+) -> None:
+    _sparse_sessions(tmp_path, kind)
+    at = _args(tmp_path, kind, compression)
+    commands: list[list[str]] = [["ls"], ["verify"]]
+    for sid in ("bare", "open", "child"):
+        commands += [
+            ["show", sid],
+            ["show", sid, "--log"],
+            ["stats", sid],
+            ["title", sid],
+            ["trace", sid],
+            ["trace", sid, "--seq", "1"],
+            ["tail", sid],
+            ["replay", sid, "--speed", "0"],
+        ]
+        shown = orjson.loads(runner.invoke(app, ["show", sid, "--log", *at, "--json"]).stdout)["events"]
+        commands += [["show", sid, "--at", str(event["seq"])] for event in shown]
+    commands += [
+        ["search", "hello"],
+        ["search", "hello", "--session", "open"],
+        ["search", QUOTED_QUERY],
+        ["reindex", "--projections"],
+        ["ls"],
+        ["stats", "bare"],
+    ]
+    for argv in commands:
+        result = runner.invoke(app, [*argv, *at])
+        assert result.exit_code == 0, (argv, result.output)
+        output = result.stdout + result.stderr
+        assert output.strip(), argv
+        leak = _REPR.search(output)
+        assert leak is None, (argv, leak, output)
+    query = QUOTED_QUERY
+    nothing = runner.invoke(app, ["search", query, *at])
+    assert nothing.stdout == f'no hits for "{query}"\n'  # as typed: not a repr's escapes
+
+
+@pytest.mark.parametrize(("kind", "compression"), [("jsonl", "zstd"), ("sqlite", "zstd")])
+def test_cli__show_counts_the_stored_events_as_verify_does_and_names_the_closers_apart(
+    tmp_path: Path, kind: str, compression: str
+) -> None:
+    """``show``'s count is the stored events (``verify``'s and ``ls``'s); the closers a resume would add
+    to an interrupted turn are a second, labelled figure, in the text and in ``--json``."""
+    _sparse_sessions(tmp_path, kind)
+    at = _args(tmp_path, kind, compression)
+    verified = orjson.loads(runner.invoke(app, ["verify", *at, "--json"]).stdout)
+    counts = {row["id"]: row["events"] for row in verified["sessions"]}
+    assert counts["open"] == 5 and counts["bare"] == 7
+    closed = runner.invoke(app, ["show", "bare", *at])
+    assert closed.stdout.splitlines()[0] == "session bare: 7 stored events"
+    interrupted = runner.invoke(app, ["show", "open", *at])
+    assert interrupted.stdout.splitlines()[0] == "session open: 5 stored events, +3 closers a resume would add"
+    child = runner.invoke(app, ["show", "child", *at])
+    assert child.stdout.splitlines()[0] == f"session child (forked from bare): {counts['child']} stored events"
+    for sid, closers in (("bare", []), ("open", [5, 6, 7]), ("child", [])):
+        document = orjson.loads(runner.invoke(app, ["show", sid, *at, "--json"]).stdout)
+        assert document["events"] == counts[sid]
+        assert document["wouldBeAddedOnResume"] == closers
 
 
 # --- a store the user cannot read ---------------------------------------------------------------------------

@@ -309,7 +309,8 @@ def expected_at(view: Any, seq: int) -> tuple[bytes, bytes]:
     else:
         config = request_header.get("config") or {}
         tools = [tool.get("name") for tool in request_header.get("tools") or ()]
-        lines.append(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
+        named = ", ".join(tools) or "none"  # no tools is said, not left blank
+        lines.append(f"request header: {config.get('provider')}/{config.get('model')}, tools: {named}")
         if request_header.get("system"):
             lines.append(f"system: {_short(str(request_header['system']))}")
     lines.extend(_transcript(messages, marks=[mark for _, mark in marks]))
@@ -369,6 +370,8 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         ["show", SID, "--log"],
         ["show", SID, "--log", "--json"],
         ["show", SID, "--at", "5"],
+        ["show", SID],
+        ["show", SID, "--json"],
     ],
     ids=" ".join,
 )

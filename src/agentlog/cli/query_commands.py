@@ -423,9 +423,10 @@ def search_command(
         return
     items = document["items"]
     if not items:
-        typer.echo(f"no hits for {query!r}" + (f" in session {session}" if session else ""))
+        typer.echo(f'no hits for "{query}"' + (f" in session {session}" if session else ""))
         return
-    title = f"hits in session {session}" if session else f"sessions matching {_short(query, 60)!r}"
+    # Quoted as written, not as a Python repr (which escapes quotes and backslashes); a title is markup.
+    title = escape(f"hits in session {session}" if session else f'sessions matching "{_short(query, 60)}"')
     console = _print_hits(document, query, session, title)
     first = items[0] if session else items[0]["bestMatch"]
     console.print(

@@ -21,7 +21,7 @@ from ..errors import (
 )
 from ..kernel.jsonvalue import thaw
 from ..persistence.backend import Backend, SessionListing
-from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
@@ -448,12 +448,13 @@ def show_command(
 ) -> None:
     """A readable transcript of a stored session (never writes).
 
-    An interrupted session is shown as a resume would see it; with ``--log`` the closing events that
-    are not stored yet are marked "would be added on resume". Compaction checkpoints and pruned tool
+    An interrupted session is shown as a resume would see it: the first line counts the stored events
+    (as verify and ls do) and, apart, the closers a resume would add; with ``--log`` those closing
+    events are marked "would be added on resume". Compaction checkpoints and pruned tool
     results are marked; ``--log`` shows which seqs each checkpoint shadowed, and ``--at`` a seq before a
     compaction shows the full, uncompacted view of that moment.
     """
-    header, view, stored = _open_view(session_id, opts, with_stored=log)
+    header, view, stored = _open_view(session_id, opts, with_stored=at is None)
     events = view.events
     if at is not None:
         try:
@@ -484,16 +485,20 @@ def show_command(
         else:
             config = request_header.get("config") or {}
             tools = [tool.get("name") for tool in request_header.get("tools") or ()]
-            typer.echo(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
+            typer.echo(
+                f"request header: {_or_unknown(config.get('provider'))}/{_or_unknown(config.get('model'))}, "
+                f"tools: {', '.join(str(name) for name in tools) or 'none'}"
+            )
             if request_header.get("system"):
                 typer.echo(f"system: {_short(str(request_header['system']))}")
         _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in at_marks]))
         return
+    assert stored is not None  # read with the view whenever there is no --at
+    # Events past the last stored seq are the in-memory closers of an interrupted turn.
+    last_stored = stored.last_stored_seq
+    pending = [event["seq"] for event in events if event["seq"] > last_stored]
     if log:
-        # Events past the last stored seq are the in-memory closers of an interrupted turn.
-        last_stored = stored.last_stored_seq if stored is not None else -1
-        pending = [event["seq"] for event in events if event["seq"] > last_stored]
-        torn = stored is not None and stored.torn
+        torn = stored.torn
         marks = {mark.seq: mark for mark in log_marks(events)}
         if opts.as_json:
             _emit_json_stream(
@@ -519,7 +524,8 @@ def show_command(
             (
                 ("sessionId", session_id),
                 ("header", header),
-                ("events", len(events)),
+                ("events", stored.stored_events),
+                ("wouldBeAddedOnResume", pending),
                 ("lastTurn", _last_turn(events)),
                 ("messages", Streamed(messages)),
                 ("messageSeqs", [seq for seq, _ in shown]),
@@ -527,10 +533,32 @@ def show_command(
             )
         )
         return
-    parent = header.get("parentSession")
-    lineage = f", forked from {parent}" if parent else ""
-    typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
+    typer.echo(_show_heading(session_id, header, stored))
     _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in shown]))
+
+
+def _or_unknown(value: object) -> str:
+    """A field of a sentence: its text, or ``unknown`` when the session does not record it."""
+    return "unknown" if value is None or value == "" else str(value)
+
+
+def _show_heading(session_id: str, header: Mapping[str, Any], stored: StoredView) -> str:
+    """``show``'s first line: the session, its cwd and parent when it records them, and one count.
+
+    The count is the stored events, the figure ``verify`` and ``ls`` report; the closers a resume would
+    append to an interrupted turn are shown in the transcript but are not stored, so they are a second,
+    labelled figure (and a torn tail, which a resume removes, a note of its own).
+    """
+    where = [str(header["cwd"])] if header.get("cwd") else []
+    if header.get("parentSession"):
+        where.append(f"forked from {header['parentSession']}")
+    described = f"{session_id} ({', '.join(where)})" if where else session_id
+    line = f"session {described}: {stored.stored_events} stored events"
+    if stored.closers:
+        line += f", +{stored.closers} closer{'s' if stored.closers != 1 else ''} a resume would add"
+    if stored.torn:
+        line += f"; a torn tail after seq {stored.last_stored_seq} would be removed on resume"
+    return line
 
 
 def _log_lines(events: Sequence[Mapping[str, Any]], last_stored: int, marks: Mapping[int, Any]) -> Iterator[str]:
