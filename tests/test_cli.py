@@ -229,3 +229,117 @@ def test_cli__future_format_version_is_reported_by_ls_and_refused_by_export(tmp_
     error = orjson.loads(exported.stderr)["error"]
     assert error["code"] == "SESSION_FORMAT_UNSUPPORTED"
     assert "v7" in error["message"]
+
+
+# --- a store the user cannot read ---------------------------------------------------------------------------
+
+_AS_UNPRIVILEGED = r"""
+import importlib, json, os, pkgutil, sys
+import typer.rich_utils  # the usage panel's renderer, loaded now: it would be needed only after the drop
+from typer.testing import CliRunner
+import agentlog
+from agentlog.cli.commands import app
+# Every agentlog module a command may import lazily is loaded while the interpreter's own files are
+# readable (they may be private to root); "__main__" modules would run the CLI.
+for found in pkgutil.walk_packages(agentlog.__path__, "agentlog."):
+    if found.name.split(".")[1] in ("cli", "query", "persistence", "projection", "kernel", "interop"):
+        if not found.name.endswith("__main__"):
+            importlib.import_module(found.name)
+"".encode("utf-16-le")
+uid = int(sys.argv[1])
+if uid != os.geteuid():
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+runner = CliRunner()
+out = []
+for argv in json.loads(sys.argv[2]):
+    result = runner.invoke(app, argv)
+    out.append({"argv": argv, "exit": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+                "exception": None if result.exception is None or isinstance(result.exception, SystemExit)
+                else repr(result.exception)})
+print(json.dumps(out))
+"""
+
+_NOBODY = 65534
+
+
+def _run_as_unprivileged(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Each command line through the CLI in one child process that runs as an unprivileged user: as
+    ``nobody`` when the tests run as root (root reads any file whatever its mode), else as this user.
+
+    The child drops its privileges itself, after its imports (a ``preexec_fn`` setuid would drop them
+    before the interpreter starts, which may live where ``nobody`` cannot read)."""
+    import json
+    import subprocess
+    import sys
+
+    uid = _NOBODY if os.geteuid() == 0 else os.geteuid()
+    source = str(Path(al.__file__).resolve().parents[1])  # this agentlog, whatever the child's directory
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run(
+        [sys.executable, "-c", _AS_UNPRIVILEGED, str(uid), json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+        env=env,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    results: list[dict[str, Any]] = json.loads(child.stdout)
+    return results
+
+
+@pytest.mark.parametrize(("kind", "compression"), [("jsonl", "zstd"), ("sqlite", "zstd")])
+def test_cli__an_unreadable_store_root_is_storage_permission_denied_not_a_usage_error(
+    kind: str, compression: str
+) -> None:
+    """A store root of mode 000 is a runtime fault of the store: every command reports the typed
+    ``STORAGE_PERMISSION_DENIED`` (exit 1, ``{"error": {code}}`` under --json), never a usage panel."""
+    import shutil
+    import tempfile
+
+    # Not under pytest's tmp_path: its parent is private to the user running the tests, and the
+    # unprivileged user must reach the store root (but not read it).
+    base = Path(tempfile.mkdtemp(prefix="agentlog-unreadable-"))
+    base.chmod(0o755)
+    root = base / "store"
+    root.mkdir()
+    _write_sessions(root, kind, compression, count=1)
+    uid = _NOBODY if os.geteuid() == 0 else os.geteuid()
+    for dirpath, _dirs, names in os.walk(root):  # its own store (a SQLite store must be the user's)
+        for name in [".", *names]:
+            os.chown(os.path.join(dirpath, name), uid, uid)
+    before = _tree_snapshot(root)
+    root.chmod(0o000)
+    commands = [
+        ["ls"],
+        ["stats", "s0"],
+        ["title", "s0"],
+        ["title", "s0", "a new title"],
+        ["search", "hello"],
+        ["show", "s0"],
+        ["verify"],
+        ["export", "s0"],
+        ["trace", "s0"],
+        ["tail", "s0"],
+    ]
+    argvs = [[*argv, *_args(root, kind, compression), *json] for argv in commands for json in ([], ["--json"])]
+    try:
+        results = _run_as_unprivileged(argvs)
+    finally:
+        root.chmod(0o700)
+    try:
+        assert _tree_snapshot(root) == before  # nothing was written, nor created
+    finally:
+        shutil.rmtree(base)
+    for result in results:
+        assert result["exception"] is None, result["exception"]
+        assert result["exit"] == 1, (result["argv"], result["stderr"])
+        assert result["stdout"] == "", result
+        assert "Usage" not in result["stderr"] and "Invalid value" not in result["stderr"], result
+        if "--json" in result["argv"]:
+            error = orjson.loads(result["stderr"])["error"]
+            assert error["code"] == "STORAGE_PERMISSION_DENIED" and error["message"], result
+        else:
+            assert result["stderr"].startswith("error [STORAGE_PERMISSION_DENIED] "), result

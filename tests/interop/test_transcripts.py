@@ -709,3 +709,46 @@ def test_an_import_killed_midway_leaves_no_listed_session(store: Store, tmp_path
     assert len(store.staged_files()) <= (0 if store.kind == "postgres" else 1)
     report = _import_into(store, path, session_id="killed")
     _complete(store, "killed", report.events)
+
+
+_OUT_OF_MEMORY_CHILD = r"""
+import json, os, resource, sys
+from agentlog.interop.transcripts import import_transcript
+from agentlog.kernel.store import SessionStore
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+path, root, extra = sys.argv[1], sys.argv[2], int(sys.argv[3])
+coordinator = PersistenceCoordinator(SessionStore(), JsonlBackend(root))
+with open("/proc/self/statm") as handle:
+    used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+resource.setrlimit(resource.RLIMIT_AS, (used + extra, resource.RLIM_INFINITY))
+try:
+    import_transcript(coordinator, "claude-code", path, session_id="big")
+    out = {"ok": True}
+except BaseException as err:
+    out = {"ok": False, "code": getattr(err, "code", type(err).__name__), "message": str(err)}
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+sys.stdout.write(json.dumps(out) + "\n")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_a_valid_line_too_large_for_the_memory_limit_is_resource_exhausted_not_a_bad_line(tmp_path: Path) -> None:
+    """An 8 MB prompt under an address-space limit 40 MB above the child's use: orjson's allocation
+    failure (reported as a decode error) is RESOURCE_EXHAUSTED naming the line, and nothing is stored."""
+    path = tmp_path / "big-line.jsonl"
+    prompt = {"role": "user", "content": "x" * (8 << 20)}
+    path.write_bytes(orjson.dumps({"type": "user", "uuid": "u1", "message": prompt}) + b"\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_MEMORY_CHILD, str(path), str(tmp_path / "store"), str(40 << 20)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["code"] == "RESOURCE_EXHAUSTED", out
+    assert f"{path}:1: out of memory while parsing line 1" in out["message"]
+    assert "not a bad line" in out["message"] and "more memory" in out["message"]
+    _nothing_stored(tmp_path / "store")

@@ -45,7 +45,9 @@ class Compression(StrEnum):
 
 StoreOption = Annotated[
     Path | None,
-    typer.Option("--store", help="Store root (default: $AGENTLOG_STORE or ./.agentlog).", show_default=False),
+    typer.Option(
+        "--store", help="Store root (default: $AGENTLOG_STORE or ./.agentlog).", show_default=False, readable=False
+    ),
 ]
 BackendOption = Annotated[BackendKind, typer.Option("--backend", help="Storage backend.")]
 CompressionOption = Annotated[Compression, typer.Option("--compression", help="JSONL physical encoding.")]

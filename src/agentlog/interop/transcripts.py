@@ -11,19 +11,24 @@ that do not know the type skip them; nothing is lost), and the :class:`ImportRep
 map (dropped parts such as images and encrypted reasoning, records kept as ``import/record``, tool
 calls whose result the transcript lacks).
 
-**Why two passes.** A bad line (not JSON, a truncated last line, a record of the wrong shape) must fail
-the import with nothing committed. The persistence seam has no delete, and a JSONL log is published at
-its first batch, so a single pass would leave a half-written session behind. The first pass therefore
-parses, maps and checks every event with the rules ``Session.append`` applies (the core data and
-message-shape rules, and the JSON gate for verbatim records: orjson itself refuses lone surrogates and
-non-finite numbers, so only those can still hold ``-0.0`` or integers beyond 2**53) and writes nothing;
-only when the whole file is valid does the second pass, which is deterministic over the same bytes,
-write it. The file's size, modification time and inode are compared between the passes, so a file
-that changed in between is refused before anything is written. The first pass also learns the header
-(cwd, creation time, model) the session is created with.
-A crash (kill -9, a full disk) *during* the second pass can still leave a valid prefix of the import;
-the session's id is printed only at the end, and such a prefix lacks its closing ``import/done`` record
-(:data:`IMPORT_DONE`), which tells a complete import from an interrupted one.
+**Why two passes, and all or nothing.** A bad line (not JSON, a truncated last line, a record of the
+wrong shape) must fail the import with nothing committed, yet the events are written in bounded batches
+(memory stays a batch, not the file). The first pass therefore parses, maps and checks every event with
+the rules ``Session.append`` applies (the core data and message-shape rules, and the JSON gate for
+verbatim records: orjson itself refuses lone surrogates and non-finite numbers, so only those can still
+hold ``-0.0`` or integers beyond 2**53) and writes nothing; it also learns the header (cwd, creation
+time, model) the session is created with. Only then does the second pass, deterministic over the same
+bytes, write. Both passes read one open descriptor, only the bytes the file had when the import began,
+and hash them: a transcript that changed in between (a line appended, rewritten or cut by the tool still
+writing it) is refused with :class:`~agentlog.errors.TranscriptError` ("changed while it was being
+imported"), never half-imported. The second pass writes through
+:meth:`~agentlog.persistence.coordinator.PersistenceCoordinator.stage`: the session stays unpublished (a
+temporary JSONL file, a private SQLite staging database, an open PostgreSQL transaction) until its last
+batch, ``import/done`` (:data:`IMPORT_DONE`), is written and the file is proven unchanged; any failure
+before that discards it. A crash (kill -9) leaves no listed session either: at most an unlisted ``*.tmp``
+file of the staging (PostgreSQL rolls the transaction back); the same id can be imported again.
+A path that is not a readable regular file (a directory, a FIFO) is refused before anything is read, and
+running out of memory on a huge line is :class:`~agentlog.errors.ResourceExhaustedError`, not a bad line.
 
 **Formats, and what is guessed.** Both formats are undocumented internals of their tools; the mappings
 follow public descriptions of them (third-party notes and viewers), not a specification:
@@ -507,10 +512,12 @@ def _lines(snapshot: _Snapshot, sink: _Sink) -> Iterator[Any]:
 
 
 def _out_of_memory(path: str, line: int | None, size: int | None) -> ResourceExhaustedError:
-    where = f"{path}:{line}: line {line} ({size:,} bytes)" if line is not None else f"{path}"
+    where = f"{path}: out of memory"
+    if line is not None:
+        where = f"{path}:{line}: out of memory while parsing line {line} ({size or 0:,} bytes)"
     return ResourceExhaustedError(
-        f"{where}: out of memory while importing the transcript (the line is valid as far as was read; this "
-        "is not a bad line); nothing was imported. Retry with more memory available"
+        f"{where} while importing the transcript; this is not a bad line, and nothing was imported. Retry with "
+        "more memory available (a larger address-space limit)"
     )
 
 
