@@ -690,7 +690,7 @@ def test_an_import_killed_midway_leaves_no_listed_session(store: Store, tmp_path
     """SIGKILL after 500 events were written (the child says so, then waits): nothing is listed, and
     importing the same id again succeeds (no lock, row or file of the dead import is in the way). What
     the dead import staged is at most one unlisted ``*.tmp`` file (PostgreSQL: nothing, the server
-    rolled the transaction back)."""
+    rolled the transaction back), and the next import removes it."""
     if store.kind == "memory":
         pytest.skip("a memory store does not outlive its process")
     path = _long_transcript(tmp_path / "t.jsonl", 1000)
@@ -709,6 +709,7 @@ def test_an_import_killed_midway_leaves_no_listed_session(store: Store, tmp_path
     assert len(store.staged_files()) <= (0 if store.kind == "postgres" else 1)
     report = _import_into(store, path, session_id="killed")
     _complete(store, "killed", report.events)
+    assert store.staged_files() == []
 
 
 _OUT_OF_MEMORY_CHILD = r"""
@@ -752,3 +753,26 @@ def test_a_valid_line_too_large_for_the_memory_limit_is_resource_exhausted_not_a
     assert f"{path}:1: out of memory while parsing line 1" in out["message"]
     assert "not a bad line" in out["message"] and "more memory" in out["message"]
     _nothing_stored(tmp_path / "store")
+
+
+def test_an_import_during_another_import_leaves_the_live_staging_alone(store: Store, tmp_path: Path) -> None:
+    """The second import's sweep of abandoned staging files skips the first import's (its writer lives)."""
+    first = _long_transcript(tmp_path / "first.jsonl", 300)
+    second = _long_transcript(tmp_path / "second.jsonl", 50)
+    inner: list[Any] = []
+
+    def import_the_second(written: int) -> None:
+        if not inner:
+            inner.append(_import_into(store, second, session_id="second"))
+
+    outer = _import_into(store, first, session_id="first", batch_events=100, progress=import_the_second)
+    assert sorted(store.listed()) == ["first", "second"]
+    pairs = [(outer, "first"), (inner[0], "second")]
+    reader = PersistenceCoordinator(SessionStore(), store.open())
+    try:
+        for report, session_id in pairs:
+            view = reader.view(session_id)
+            assert len(view.events) == report.events and view.events[-1]["type"] == IMPORT_DONE
+    finally:
+        reader.close()
+    assert store.staged_files() == []

@@ -26,7 +26,8 @@ imported"), never half-imported. The second pass writes through
 temporary JSONL file, a private SQLite staging database, an open PostgreSQL transaction) until its last
 batch, ``import/done`` (:data:`IMPORT_DONE`), is written and the file is proven unchanged; any failure
 before that discards it. A crash (kill -9) leaves no listed session either: at most an unlisted ``*.tmp``
-file of the staging (PostgreSQL rolls the transaction back); the same id can be imported again.
+file of the staging, which the next import removes (PostgreSQL rolls the transaction back); the same
+id can be imported again.
 A path that is not a readable regular file (a directory, a FIFO) is refused before anything is read, and
 running out of memory on a huge line is :class:`~agentlog.errors.ResourceExhaustedError`, not a bad line.
 

@@ -1594,8 +1594,8 @@ class JsonlBackend:
         header = dumps(header_line(meta)) + b"\n"
         return compress_frame(header) + compress_frame(body) if self._zstd else header + body
 
-    def _open_temp(self, meta: Mapping[str, Any], path: str) -> tuple[str, int]:
-        """Create the directories of a new log and its temporary file (``<log>.<hex>.tmp``, which no
+    def _open_temp(self, meta: Mapping[str, Any], path: str, suffix: str = ".tmp") -> tuple[str, int]:
+        """Create the directories of a new log and its temporary file (``<log>.<hex><suffix>``, which no
         reader lists); refuse when a log (of either encoding) already exists."""
         session_dir = os.path.dirname(path)
         opposite = os.path.join(session_dir, "session" + self._opposite)
@@ -1606,7 +1606,7 @@ class JsonlBackend:
             raise self._mismatch(opposite)
         if _lexists(path):
             raise PersistenceError(_refusal(meta))
-        temp = f"{path}.{secrets.token_hex(6)}.tmp"
+        temp = f"{path}.{secrets.token_hex(6)}{suffix}"
         return temp, os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
 
     def _publish_temp(self, meta: Mapping[str, Any], temp: str, path: str) -> None:
@@ -1763,17 +1763,55 @@ class JsonlBackend:
         """A new session written into a temporary file that is linked into place whole at ``publish``.
 
         The file is written like a log (a zstd frame per batch) but fsynced once, before the link: until
-        then no reader lists it, and a crash leaves only an unlisted ``*.tmp`` file in the session directory.
+        then no reader lists it, and a crash leaves only an unlisted ``*.import.tmp`` file in the session
+        directory. Its writer holds an ``flock`` on it; each new staging first removes the files of such
+        writers that died (:meth:`_sweep_staged`).
         """
         self._refuse_write("stage a session")
         path = self._log_path(meta)
         self._preflight()
         if _lexists(path):
             raise PersistenceError(_refusal(meta))
+        self._sweep_staged()
         return _StagedLog(self, dict(meta), path)
+
+    def _sweep_staged(self) -> None:
+        """Remove the staged files whose writer is gone (its ``flock`` ended with it); best effort."""
+        for project in self._project_dirs():
+            project_path = os.path.join(self.root, project)
+            try:
+                sessions = self._session_dirs(project_path)
+            except (OSError, PersistenceError):
+                continue
+            for session in sessions:
+                session_dir = os.path.join(project_path, session)
+                try:
+                    names = [name for name in os.listdir(session_dir) if name.endswith(_STAGED_SUFFIX)]
+                except OSError:
+                    continue
+                for name in names:
+                    _remove_if_abandoned(os.path.join(session_dir, name))
 
     def close(self) -> None:
         """Nothing to release: every file handle is closed by the operation that opened it."""
+
+
+_STAGED_SUFFIX: Final = ".import.tmp"
+
+
+def _remove_if_abandoned(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_SAFE)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))  # fails (and is left) when anything else is in it
+    except OSError:
+        pass  # a live writer holds it (or it is gone already)
+    finally:
+        os.close(fd)
 
 
 def _refusal(meta: Mapping[str, Any]) -> str:
@@ -1809,7 +1847,7 @@ class _StagedLog:
         body = backend._batch_text(events)
         if self._fd is None:
             content = backend._first_content(self._meta, body)
-            self._temp, self._fd = backend._open_temp(self._meta, self._path)
+            self._temp, self._fd = self._open_locked()
         else:
             content = compress_frame(body) if backend._zstd else body
         try:
@@ -1817,6 +1855,22 @@ class _StagedLog:
         except OSError as err:
             raise storage_error(err, self._path) from err
         self._next_seq += len(events)
+
+    def _open_locked(self) -> tuple[str, int]:
+        """The staged file, ``flock``-ed (a sweep that won the race between create and lock removed the
+        first name: take another)."""
+        while True:
+            temp, fd = self._backend._open_temp(self._meta, self._path, _STAGED_SUFFIX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.stat(temp).st_ino == os.fstat(fd).st_ino:
+                    return temp, fd
+            except (FileNotFoundError, BlockingIOError):
+                pass
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
 
     @_typed_os_errors
     def publish(self) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import os
 import re
 import resource
@@ -1242,7 +1243,8 @@ class SqliteBackend:
         The batches go to ``<database>.import-<hex>.tmp`` (an agentlog database of its own, in short
         transactions that never take this database's write lock); ``publish`` copies its rows in ONE
         transaction here and removes the file. Nothing is visible before that commit; a crash before it
-        leaves only the unlisted ``*.tmp`` file. A ``:memory:`` database (which only this instance reaches)
+        leaves only the unlisted ``*.tmp`` file, which its writer holds an ``flock`` on: each new staging
+        first removes those whose writer died. A ``:memory:`` database (which only this instance reaches)
         keeps the batches and writes them at ``publish``, in one transaction too.
         """
         if self.read_only:
@@ -1250,6 +1252,9 @@ class SqliteBackend:
                 f'{self.name} was opened read-only on "{self.path}"; staging a session needs a writable backend'
             )
         self.validate_session_id(_session_id(meta))
+        if not self._memory:
+            for path in glob.glob(glob.escape(self.path) + ".import-*.tmp"):
+                _remove_if_abandoned(path)
         return _StagedSession(self, meta)
 
     def _insert_rows(self, conn: sqlite3.Connection, meta: Mapping[str, Any], rows: Sequence[Any]) -> None:
@@ -1316,6 +1321,7 @@ class _StagedSession:
         self._buffered: list[Any] | None = [] if backend._memory else None
         self._stage: SqliteBackend | None = None
         self._stage_path = f"{backend.path}.import-{uuid.uuid4().hex[:12]}.tmp"
+        self._lock_fd: int | None = None
         self._next_seq = 0
         self._closed = False
 
@@ -1338,6 +1344,7 @@ class _StagedSession:
                 raise self._backend._typed(err, "staged append") from None
         else:
             if self._stage is None:
+                self._lock_fd = _create_locked(self._stage_path)
                 self._stage = SqliteBackend(
                     self._stage_path, journal_mode="delete", busy_timeout_ms=self._backend.busy_timeout_ms
                 )
@@ -1369,15 +1376,49 @@ class _StagedSession:
         if stage is not None:
             stage.close()
         if not self._backend._memory:
-            for suffix in ("", "-journal", "-wal", "-shm"):
-                try:
-                    os.unlink(self._stage_path + suffix)
-                except OSError:
-                    pass
-            try:
-                os.rmdir(self._stage_path + ".locks")
-            except OSError:
-                pass
+            _remove_staged(self._stage_path)
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+_O_SAFE: Final = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_locked(path: str) -> int:
+    """Create a staging file and ``flock`` it (held until closed: how a sweep tells a live writer)."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | _O_SAFE, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+            raise PersistenceError(f'staging file "{path}" was removed while it was being created; retry')
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_staged(path: str) -> None:
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        try:
+            os.unlink(path + suffix)
+        except OSError:
+            pass
+
+
+def _remove_if_abandoned(path: str) -> None:
+    """Remove a staging database whose writer is gone (its ``flock`` ended with it); best effort."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_SAFE)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _remove_staged(path)
+    except OSError:
+        pass  # a live writer holds it
+    finally:
+        os.close(fd)
 
 
 # --- helpers ---------------------------------------------------------------------------------------
