@@ -776,3 +776,29 @@ def test_an_import_during_another_import_leaves_the_live_staging_alone(store: St
     finally:
         reader.close()
     assert store.staged_files() == []
+
+
+def test_an_in_memory_sqlite_store_is_published_whole_too(tmp_path: Path) -> None:
+    from agentlog.persistence.sqlite.backend import SqliteBackend
+
+    path = _long_transcript(tmp_path / "t.jsonl", 300)
+    coordinator = PersistenceCoordinator(SessionStore(), SqliteBackend(":memory:"))
+    try:
+        seen: list[list[str]] = []
+
+        def listed(written: int) -> None:
+            seen.append([listing.id for listing in coordinator.list()])
+
+        report = import_transcript(coordinator, "claude-code", path, session_id="m", batch_events=100, progress=listed)
+        assert len(seen) >= 10 and all(ids == [] for ids in seen)
+        view = coordinator.view("m")
+        assert len(view.events) == report.events and view.events[-1]["type"] == IMPORT_DONE
+
+        def interrupt(written: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            import_transcript(coordinator, "claude-code", path, session_id="n", batch_events=100, progress=interrupt)
+        assert [listing.id for listing in coordinator.list()] == ["m"]
+    finally:
+        coordinator.close()
