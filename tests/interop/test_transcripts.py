@@ -802,3 +802,48 @@ def test_an_in_memory_sqlite_store_is_published_whole_too(tmp_path: Path) -> Non
         assert [listing.id for listing in coordinator.list()] == ["m"]
     finally:
         coordinator.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    change=st.sampled_from(["append", "rewrite", "truncate"]),
+    at_batch=st.integers(1, 6),
+    where=st.floats(0.0, 1.0),
+)
+def test_whenever_the_transcript_changes_the_import_is_the_original_or_nothing(
+    tmp_path_factory: pytest.TempPathFactory, change: str, at_batch: int, where: float
+) -> None:
+    """Change the file after any batch of the write pass, anywhere in it: the import is refused with
+    nothing stored, or (a byte rewritten where the write pass had already read) the stored session is
+    exactly the import of the file as it was."""
+    from agentlog.persistence.memory import MemoryBackend
+
+    root = tmp_path_factory.mktemp("change")
+    path = _long_transcript(root / "t.jsonl", 60)
+    original = path.read_bytes()
+    expected_store = PersistenceCoordinator(SessionStore(), MemoryBackend())
+    import_transcript(expected_store, "claude-code", path, session_id="x", batch_events=20)
+    expected = thaw(expected_store.view("x").events.to_list())
+    offset = min(int(where * len(original)), len(original) - 1)
+
+    def mutate(written: int) -> None:
+        if written // 20 != at_batch:
+            return
+        if change == "append":
+            _append_broken_line(path)
+        elif change == "truncate":
+            os.truncate(path, offset)
+        else:
+            with path.open("r+b") as handle:
+                handle.seek(offset)
+                handle.write(b"#" if original[offset : offset + 1] != b"#" else b"$")
+
+    coordinator = PersistenceCoordinator(SessionStore(), MemoryBackend())
+    try:
+        import_transcript(coordinator, "claude-code", path, session_id="x", batch_events=20, progress=mutate)
+    except TranscriptError as err:
+        assert "changed while it was being imported" in str(err)
+        assert coordinator.list() == []
+    else:
+        assert change == "rewrite" or at_batch * 20 >= len(expected)  # the change came after the last batch
+        assert thaw(coordinator.view("x").events.to_list()) == expected
