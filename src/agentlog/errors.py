@@ -983,8 +983,9 @@ class RecorderStateError(InteropError, RuntimeError):
 
 
 class TranscriptError(InteropError, ValueError):
-    """A transcript being imported has a line that is not JSON, is truncated or has an unusable shape.
-    ``path`` names the file and ``line`` the 1-based line; nothing of the import was committed."""
+    """A transcript being imported has a line that is not JSON, is truncated or has an unusable shape, or
+    is missing, or changed while it was being imported. ``path`` names the file and ``line`` the 1-based
+    line (``None`` when no one line is at fault); nothing of the import was committed."""
 
     code = "TRANSCRIPT_INVALID"
 

@@ -865,6 +865,40 @@ class PostgresBackend:
         self._listener = conn
         return conn
 
+    # --- staged sessions ---------------------------------------------------------------------------------
+
+    def stage_session(self, meta: Mapping[str, Any]) -> _StagedSession:
+        """A new session written in ONE transaction on a connection of its own, committed at ``publish``.
+
+        The connection also holds the session's writer lease (``SESSION_LOCKED`` at once when another
+        writer has it). Nothing is visible before the commit; a client that dies before it (a crash, a
+        lost connection) leaves nothing: the server rolls the transaction back and ends the lease.
+        """
+        self._refuse_write("stage a session")
+        session_id = meta["id"]
+        self.validate_session_id(session_id)
+        self._ensure_schema()
+        conn = self._try_lock(session_id, _lock_key(self.schema, session_id), "taking the writer lock")
+        return _StagedSession(self, dict(meta), conn)
+
+    def _stage_batch(self, conn: psycopg.Connection[Any], meta: Mapping[str, Any], batch: _Batch) -> None:
+        q = self._sql
+        cur = conn.cursor(binary=True)
+        if batch.first == 0:
+            conn.execute("BEGIN")
+            created = cur.execute(
+                q["insert_session"], (batch.session_id, dumps(dict(meta)), *_lineage(meta), uuid.uuid4().hex)
+            ).rowcount
+            if created != 1:
+                raise PersistenceError(
+                    f'refusing to materialize "{batch.session_id}": a log already exists (load/resume it instead)'
+                )
+        with cur.copy(q["copy_events"]) as copy:
+            copy.set_types(["text", "int8", "bytea"])
+            for seq, body in zip(batch.seqs, batch.bodies, strict=True):
+                copy.write_row((batch.session_id, seq, body))
+        cur.execute(q["advance_session"], (batch.first + batch.count, batch.session_id))
+
     # --- the rest of the protocol ------------------------------------------------------------------------
 
     def read_raw(self, session_id: str) -> RawArtifact | None:
@@ -882,3 +916,51 @@ class PostgresBackend:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
+
+
+class _StagedSession:
+    """:meth:`PostgresBackend.stage_session`'s log: one open transaction on the lease's own connection."""
+
+    def __init__(self, backend: PostgresBackend, meta: dict[str, Any], conn: psycopg.Connection[Any]) -> None:
+        self._backend = backend
+        self._meta = meta
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._next_seq = 0
+
+    def _open(self) -> psycopg.Connection[Any]:
+        if self._conn is None:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+        return self._conn
+
+    def append(self, events: Sequence[WireEvent]) -> None:
+        conn = self._open()
+        if not events:
+            return
+        session_id = self._meta["id"]
+        first = events[0]["seq"]
+        if first != self._next_seq:
+            raise PersistenceError(f'staged append of "{session_id}" starts at seq {first}, expected {self._next_seq}')
+        batch = _Batch(session_id, first, len(events), *_storage_rows(events))
+        try:
+            with self._backend._typed(conn, "staging an imported session", pooled=False):
+                self._backend._stage_batch(conn, self._meta, batch)
+        except BaseException:
+            self.discard()
+            raise
+        self._next_seq += len(events)
+
+    def publish(self) -> None:
+        conn = self._open()
+        if self._next_seq == 0:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" has no events to publish')
+        try:
+            with self._backend._typed(conn, "committing an imported session", pooled=False):
+                conn.execute("COMMIT")
+        finally:
+            self.discard()  # the lease ends with the connection (after the COMMIT, or rolling it back)
+
+    def discard(self) -> None:
+        """Close the connection: the server rolls back whatever was not committed and ends the lease."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

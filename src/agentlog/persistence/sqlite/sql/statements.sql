@@ -129,3 +129,15 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: delete_events_from
 DELETE FROM events WHERE session_id = ? AND seq >= ?;
+
+-- name: attach_staged
+ATTACH DATABASE ? AS agentlog_staged;
+
+-- name: detach_staged
+DETACH DATABASE agentlog_staged;
+
+-- name: copy_staged_session
+INSERT INTO main.sessions SELECT * FROM agentlog_staged.sessions WHERE id = ?;
+
+-- name: copy_staged_events
+INSERT INTO main.events SELECT * FROM agentlog_staged.events WHERE session_id = ? ORDER BY seq;
