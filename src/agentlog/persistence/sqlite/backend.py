@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import resource
@@ -101,6 +102,7 @@ _DECODE_FACTOR: Final = 3  # peak bytes per decoded byte of a load (measured ~2:
 _DECODE_SLACK_BYTES: Final = 16 << 20
 
 _UNKNOWN: Final = object()
+_TAIL_COLUMNS: Final = 7  # seq, type, time, data, source_event_seqs, surface_op, ignorable of the tail row
 _READ_BATCH_ROWS: Final = 512  # rows per fetch while a load decodes (see SqliteBackend._row_batches)
 _SPAN_MEMO_SIZE: Final = 8192
 _KNOWN_INCARNATIONS_MAX: Final = 65536
@@ -654,24 +656,34 @@ class SqliteBackend:
                 f"session database schema changed before mutation (expected {SCHEMA_VERSION}, got {version})"
             )
 
-    def _revision(self, incarnation: str, revision: int) -> str:
-        return f"{self._store_identity}:incarnation:{incarnation}:revision:{revision}"
+    def _revision(self, incarnation: str, revision: int, tail: Sequence[Any]) -> str:
+        """``<storeIdentity>:incarnation:<uuid>:revision:<n>:tail:<digest>`` (spec §5.7 plus the tail).
+
+        The spec's parts change on every append or repair, on re-creation of a session row and across
+        databases, but a database restored from a backup (copied back over the file, or renamed into
+        place) repeats all of them, and its next batch brings the counter back to a value already
+        handed out — for another log. The digest of the tail row (:func:`_tail_digest`: the newest
+        event row, every column) tells those logs apart: the rows written after the backup are gone
+        from the restored file, and the restored log's next batch writes a different newest row.
+        """
+        return f"{self._store_identity}:incarnation:{incarnation}:revision:{revision}:tail:{_tail_digest(tail)}"
 
     def _session_row(self, conn: sqlite3.Connection, session_id: str) -> tuple[Any, ...] | None:
-        rows = self._fetchall(conn, SQL["select_session"], (session_id,))
+        """The session row's columns followed by its tail row's (:data:`_TAIL_COLUMNS`, NULLs when none)."""
+        rows = self._fetchall(conn, SQL["select_session_with_tail"], (session_id,))
         return rows[0] if rows else None
 
     def _decode_session(self, row: tuple[Any, ...]) -> tuple[dict[str, Any], str]:
         """Header and revision of a session row; invalid metadata is corruption, never exposed."""
         try:
-            header, incarnation, revision = codec.decode_session_row(row)
+            header, incarnation, revision = codec.decode_session_row(row[:-_TAIL_COLUMNS])
         except codec.StorageRowError as err:
             sid = row[0] if isinstance(row[0], str) else repr(row[0])
             raise SessionPersistenceCorruptionError(
                 f'stored session "{sid}" has invalid metadata: {err} — {self.path}. {codec.REMEDY}',
                 location=self.path,
             ) from None
-        return header, self._revision(incarnation, revision)
+        return header, self._revision(incarnation, revision, row[-_TAIL_COLUMNS:])
 
     def _last_seq_of(self, row: tuple[Any, ...]) -> int:
         """Memoized :func:`codec.last_member_seq` (raises ``StorageRowError`` for a damaged row).
@@ -994,7 +1006,7 @@ class SqliteBackend:
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
 
     def read_revision(self, session_id: str) -> str | None:
-        """The session row's revision string (no transaction, no event rows read)."""
+        """The session's revision string: its row and its tail row in one statement (no transaction)."""
         self._check_bindable(session_id)
 
         def run(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -1123,14 +1135,13 @@ class SqliteBackend:
     def list_sessions(self) -> list[SessionListing]:
         """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
 
-        rows = self._listing_rows("select_sessions")
+        rows = self._listing_rows("select_sessions_with_tail")
         location = self.path
-        identity = self._store_identity
         decode = codec.decode_session_row
         listings: list[SessionListing] = []
         for row in rows:
             try:
-                header, incarnation, revision = decode(row)
+                header, incarnation, revision = decode(row[:-_TAIL_COLUMNS])
             except codec.StorageRowError as err:
                 sid = row[0]
                 if isinstance(sid, codec.InvalidText):
@@ -1148,7 +1159,7 @@ class SqliteBackend:
             listing = SessionListing(
                 id=header["id"],
                 header=header,
-                revision=f"{identity}:incarnation:{incarnation}:revision:{revision}",
+                revision=self._revision(incarnation, revision, row[-_TAIL_COLUMNS:]),
                 location=location,
             )
             version = header["version"]
@@ -1160,7 +1171,8 @@ class SqliteBackend:
         return listings
 
     def list_revisions(self) -> dict[str, str]:
-        """Every stored session's revision string, by id, from one SELECT of the id and revision columns.
+        """Every stored session's revision string, by id, from one SELECT of the id and revision columns
+        (and each session's tail row, which the revision's digest covers).
 
         The search index reconciles against this on every search, so it neither rebuilds nor validates
         headers as :meth:`list_sessions` does; the strings are the ones listing and :meth:`read_revision`
@@ -1169,12 +1181,11 @@ class SqliteBackend:
         a revision, and no read can name it — is left out.
         """
 
-        rows = self._listing_rows("select_session_revisions")
-        identity = self._store_identity
+        rows = self._listing_rows("select_session_revisions_with_tail")
         known = self._known_incarnations  # an incarnation is fixed for a session's life: check it once
         is_uuid = codec.is_uuid
         found: list[tuple[str, str]] = []
-        for sid, incarnation, revision in rows:
+        for sid, incarnation, revision, *tail in rows:
             if type(sid) is not str or not sid or type(revision) is not int or not 0 <= revision <= MAX_SAFE_INTEGER:
                 continue
             if incarnation not in known:
@@ -1182,7 +1193,7 @@ class SqliteBackend:
                     continue
                 if len(known) < _KNOWN_INCARNATIONS_MAX:
                     known.add(incarnation)
-            found.append((sid, f"{identity}:incarnation:{incarnation}:revision:{revision}"))
+            found.append((sid, self._revision(incarnation, revision, tail)))
         found.sort()
         return dict(found)
 
@@ -1395,6 +1406,37 @@ def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
     return StorageAccessError(
         f'cannot {action}: "{path}": {name}: {err.strerror or err} — {_REMEDIES[code]}', code=code, path=path
     )
+
+
+def _tail_digest(tail: Sequence[Any]) -> str:
+    """A digest of the tail row's columns (``none`` for a session without rows), for the revision.
+
+    Every column, each tagged with its SQLite type and length-prefixed, so no two different rows
+    share an encoding; TEXT that is not UTF-8 (a foreign writer's damage, :class:`codec.InvalidText`)
+    is hashed as its raw bytes. The tail row is usually one small event (a packed run at most).
+    """
+    if all(value is None for value in tail):
+        return "none"
+    h = hashlib.blake2b(digest_size=12)
+    for value in tail:
+        if value is None:
+            h.update(b"n")
+            continue
+        if isinstance(value, codec.InvalidText):
+            tag, data = b"x", value.raw
+        elif isinstance(value, str):
+            tag, data = b"t", value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, bool | int):
+            tag, data = b"i", str(int(value)).encode()
+        elif isinstance(value, float):
+            tag, data = b"r", value.hex().encode()
+        elif isinstance(value, bytes | bytearray | memoryview):
+            tag, data = b"b", bytes(value)
+        else:  # pragma: no cover - sqlite3 returns only the types above
+            tag, data = b"?", repr(value).encode()
+        h.update(tag + len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:
