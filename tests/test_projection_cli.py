@@ -270,6 +270,65 @@ def test_ls_never_serves_a_row_of_another_log_lifecycle(store: Path) -> None:
     assert row["title"] is None and row["events"] == 1 and row["lastActivity"] == 1_700_000_005_000
 
 
+@pytest.mark.parametrize(
+    ("kind", "restore"), [("sqlite", "copy-over"), ("sqlite", "replace"), ("jsonl", "copy-over"), ("jsonl", "replace")]
+)
+def test_ls_and_stats_of_a_store_restored_from_a_backup_show_the_restored_logs_figures(
+    store: Path, work: Path, kind: str, restore: str
+) -> None:
+    """A store restored from a backup goes back to an earlier log, which the next batch continues
+    differently: a cached row folded from the log the restore threw away must not be served, nor
+    seed the fold of the restored one. Two turns are written, the log is backed up, a title is set and
+    ``ls`` caches that row; the backup is restored (copied over the file in place, or renamed over it)
+    and one batch of three turns is appended: ``ls`` and ``stats`` show the stored log's figures.
+
+    (SQLite: the restored database repeats the incarnation and the counter of the revision the row
+    was verified against; both stores: the row's cut lies inside the restored log.)"""
+    from agentlog.cli.projection_commands import cli_registry
+
+    _record(store, work, kind)
+    _append_turn(store, kind, "s1", 2)
+    if kind == "sqlite":
+        (log,) = [store / "sessions.sqlite3"]
+        assert not Path(str(log) + "-wal").exists()  # closed cleanly: the file alone is a backup
+    else:
+        (log,) = store.glob("*/s1/session.jsonl.zstd")
+    backup = log.read_bytes()
+    backend = ["--store", str(store), "--backend", kind]
+    assert _json("title", "s1", "Title before restore", *backend)["title"] == "Title before restore"
+    cached = _rows(store, kind)["s1"]
+    assert cached["title"] == "Title before restore" and cached["turns"] == 2
+    if restore == "copy-over":
+        with open(log, "r+b") as fh:
+            fh.write(backup)
+            fh.truncate()
+    else:
+        staged = log.with_name("restored.tmp")
+        staged.write_bytes(backup)
+        staged.chmod(0o600)
+        os.replace(staged, log)
+    sessions = al.SessionStore()
+    coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+    try:
+        session = coordinator.resume("s1")
+        for turn in (3, 4, 5):
+            for type_, data, intent in _turn_events(turn):
+                session.append(type_, data, intent)
+        sessions.flush(session)  # one batch
+        expected = cli_registry().snapshot(session)
+        sessions.dispose(session)
+    finally:
+        coordinator.close()
+    values = expected["values"]
+    assert values["title"] == FALLBACK and values["sessionStats"]["turns"] == 5
+    row = _rows(store, kind)["s1"]
+    assert row["title"] == FALLBACK
+    assert row["turns"] == 5
+    assert row["events"] == expected["asOfSeq"] + 1
+    assert row["lastActivity"] == values["lastActivity"]
+    assert _json("stats", "s1", *backend)["values"] == values
+
+
 # --- order, paging and the table ---------------------------------------------------------------------------
 
 

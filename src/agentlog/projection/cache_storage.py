@@ -2,8 +2,9 @@
 
 The cache is derived and rebuildable: nothing in it is ever needed for correctness, so every medium
 here prefers *forgetting* to *guessing*. A record is one session's whole checkpoint
-(``{identity, rows}``, plus the log revision it was verified against when that is known); every write
-replaces exactly one session's record, atomically, and listing reads every record with one query.
+(``{identity, rows}``, plus the log revision it was verified against when that is known, and the
+anchor event the rows were folded through); every write replaces exactly one session's record,
+atomically, and listing reads every record with one query.
 
 Two media:
 
@@ -71,10 +72,11 @@ _SCHEMA: Final = (
     "store_id TEXT NOT NULL) STRICT",
     "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, identity TEXT NOT NULL, "
     "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL, digest TEXT NOT NULL, "
-    "views TEXT, views_digest TEXT) STRICT",
+    "views TEXT, views_digest TEXT, anchor TEXT) STRICT",
 )
 _BASE_COLUMNS: Final = ["session_id", "identity", "rows", "revision", "domain_version", "digest"]
-_COLUMNS: Final = [*_BASE_COLUMNS, "views", "views_digest"]
+_VIEWS_COLUMNS: Final = [*_BASE_COLUMNS, "views", "views_digest"]
+_COLUMNS: Final = [*_VIEWS_COLUMNS, "anchor"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,12 @@ class CacheRecord:
     views: Mapping[str, Any] | None = None
     """The served form of ``rows`` (agentlog addition, see :class:`ServedViews`), written by the cache
     from the very same rows, or ``None``. Never needed: a reader without it parses the rows."""
+    anchor: str | None = None
+    """``"<seq>:<digest>"`` of the event at the rows' cut (``"-1"`` for a cut before any event), or
+    ``None`` when not known (agentlog addition, see :func:`agentlog.projection.cache.anchor_of`). A cold
+    read folds only the log past the rows, trusting the stored log up to them to be the one they were
+    folded from; the anchor is how it checks that the event there is still the same one (a log restored
+    from a backup, or rewritten under the record, holds another), and refolds the whole log if not."""
 
 
 class ServedViews(NamedTuple):
@@ -120,7 +128,9 @@ def _is_int(value: object, low: int) -> bool:
     return type(value) is int and low <= value <= MAX_SAFE_INTEGER
 
 
-def parse_record(identity: object, rows: object, revision: object = None, *, copy: bool = True) -> CacheRecord | None:
+def parse_record(
+    identity: object, rows: object, revision: object = None, *, copy: bool = True, anchor: object = None
+) -> CacheRecord | None:
     """The record if ``identity``/``rows`` have the stored shape (spec §3.1 schemas), else ``None``.
 
     Row ``val``s are not checked here: the registry validates them against each unit's own schema and
@@ -139,9 +149,11 @@ def parse_record(identity: object, rows: object, revision: object = None, *, cop
             return None
     if revision is not None and type(revision) is not str:
         return None
+    if anchor is not None and type(anchor) is not str:
+        return None
     if not copy:  # freshly parsed JSON: nothing else holds these objects
-        return CacheRecord(identity, rows, revision)
-    return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision)
+        return CacheRecord(identity, rows, revision, anchor=anchor)
+    return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision, anchor=anchor)
 
 
 def parse_views(views: object) -> Mapping[str, Any] | None:
@@ -184,27 +196,32 @@ class CacheStorage(Protocol):
     def close(self) -> None: ...
 
 
+_MemoryRecord = tuple[bytes, bytes, str | None, bytes | None, str | None]
+"""identity JSON, rows JSON, revision, views JSON, anchor."""
+
+
 @dataclass
 class MemoryCacheStorage:
     """An in-process medium (tests, the memory backend): records kept as JSON text, like a durable one,
     so nothing the caller holds aliases a stored record."""
 
-    records: dict[str, tuple[bytes, bytes, str | None, bytes | None]] = field(default_factory=dict)
+    records: dict[str, _MemoryRecord] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @staticmethod
-    def _decode(stored: tuple[bytes, bytes, str | None, bytes | None]) -> CacheRecord | None:
-        record = parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2], copy=False)
-        if record is None or stored[3] is None:
+    def _decode(stored: _MemoryRecord) -> CacheRecord | None:
+        identity, rows, revision, views, anchor = stored
+        record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False, anchor=anchor)
+        if record is None or views is None:
             return record
-        return CacheRecord(record.identity, record.rows, record.revision, parse_views(jsoncodec.loads(stored[3])))
+        return CacheRecord(record.identity, record.rows, record.revision, parse_views(jsoncodec.loads(views)), anchor)
 
     def get(self, session_id: str) -> CacheRecord | None:
         with self._lock:
             stored = self.records.get(session_id)
         return None if stored is None else self._decode(stored)
 
-    def _picked(self, session_ids: Iterable[str] | None) -> dict[str, tuple[bytes, bytes, str | None, bytes | None]]:
+    def _picked(self, session_ids: Iterable[str] | None) -> dict[str, _MemoryRecord]:
         with self._lock:
             if session_ids is None:
                 return dict(self.records)
@@ -220,7 +237,7 @@ class MemoryCacheStorage:
 
     def get_views(self, session_ids: Iterable[str] | None = None) -> dict[str, ServedViews]:
         out: dict[str, ServedViews] = {}
-        for sid, (_identity, _rows, _revision, views) in self._picked(session_ids).items():
+        for sid, (_identity, _rows, _revision, views, _anchor) in self._picked(session_ids).items():
             served = None if views is None else _served_views(jsoncodec.loads(views))
             if served is not None:
                 out[sid] = served
@@ -228,7 +245,7 @@ class MemoryCacheStorage:
 
     def put(self, session_id: str, record: CacheRecord) -> None:
         views = None if record.views is None else jsoncodec.dumps(_listing_blob(record))
-        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision, views)
+        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision, views, record.anchor)
         decoded = self._decode(stored)
         if decoded is None or (views is not None and decoded.views is None):
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
@@ -350,6 +367,9 @@ class SqliteCacheStorage:
         if columns == _BASE_COLUMNS:  # written before the views columns: add them (records lack views)
             conn.execute("ALTER TABLE sessions ADD COLUMN views TEXT")
             conn.execute("ALTER TABLE sessions ADD COLUMN views_digest TEXT")
+            columns = _VIEWS_COLUMNS
+        if columns == _VIEWS_COLUMNS:  # written before the anchor column: add it (records lack anchors)
+            conn.execute("ALTER TABLE sessions ADD COLUMN anchor TEXT")
         elif columns != _COLUMNS:
             return "unexpected schema"
         row = conn.execute("SELECT store_id FROM cache_state WHERE singleton = 1").fetchone()
@@ -396,19 +416,20 @@ class SqliteCacheStorage:
     # -- records ----------------------------------------------------------------------------------
     @staticmethod
     def _decode(session_id: str, row: tuple[Any, ...]) -> CacheRecord | None:
-        identity, rows, revision, domain_version, digest, views, views_digest = row
+        identity, rows, revision, domain_version, digest, views, views_digest, anchor = row
         if domain_version != DOMAIN_VERSION:
             return None
         if (
             type(identity) is not str
             or type(rows) is not str
-            or digest != _digest(session_id, identity, rows, revision)
+            or (anchor is not None and type(anchor) is not str)
+            or digest != _digest(session_id, identity, rows, revision, anchor)
         ):
             # SQLite does not checksum pages: a flipped bit inside a JSON text would otherwise be served.
             logger.warning('session projection cache: record for "%s" fails its digest; ignoring it', session_id)
             return None
         try:
-            record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False)
+            record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False, anchor=anchor)
         except Exception:  # a malformed record is absent, never served
             return None
         if record is None or type(views) is not str or views_digest != _views_digest(session_id, views):
@@ -417,9 +438,9 @@ class SqliteCacheStorage:
             parsed = parse_views(jsoncodec.loads(views))
         except Exception:
             return record
-        return CacheRecord(record.identity, record.rows, record.revision, parsed)
+        return CacheRecord(record.identity, record.rows, record.revision, parsed, record.anchor)
 
-    _RECORD_COLUMNS: Final = "identity, rows, revision, domain_version, digest, views, views_digest"
+    _RECORD_COLUMNS: Final = "identity, rows, revision, domain_version, digest, views, views_digest, anchor"
 
     def get(self, session_id: str) -> CacheRecord | None:
         def body(conn: sqlite3.Connection) -> CacheRecord | None:
@@ -478,23 +499,20 @@ class SqliteCacheStorage:
         return result
 
     def put(self, session_id: str, record: CacheRecord) -> None:
-        if parse_record(record.identity, record.rows, record.revision) is None:
+        if parse_record(record.identity, record.rows, record.revision, anchor=record.anchor) is None:
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         if record.views is not None and parse_views(record.views) is None:
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         identity = jsoncodec.dumps(record.identity).decode()
         rows = jsoncodec.dumps(record.rows).decode()
-        digest = _digest(session_id, identity, rows, record.revision)
+        digest = _digest(session_id, identity, rows, record.revision, record.anchor)
         views = None if record.views is None else jsoncodec.dumps(_listing_blob(record)).decode()
         views_digest = None if views is None else _views_digest(session_id, views)
-        self._run(
-            "write",
-            lambda conn: conn.execute(
-                f"INSERT OR REPLACE INTO sessions (session_id, {self._RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest, views, views_digest),
-            ),
-            soft=False,
-        )
+        anchor = record.anchor
+        values = (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest, views, views_digest, anchor)
+        marks = ", ".join("?" * len(values))
+        statement = f"INSERT OR REPLACE INTO sessions (session_id, {self._RECORD_COLUMNS}) VALUES ({marks})"
+        self._run("write", lambda conn: conn.execute(statement, values), soft=False)
 
     def delete(self, session_id: str) -> None:
         self._run(
@@ -510,14 +528,21 @@ class SqliteCacheStorage:
             self._drop()
 
 
-def _digest(session_id: str, identity: str, rows: str, revision: str | None) -> str:
-    """A keyed-by-content digest of one stored record (its session id included: rows cannot be swapped)."""
+def _digest(session_id: str, identity: str, rows: str, revision: str | None, anchor: str | None = None) -> str:
+    """A keyed-by-content digest of one stored record (its session id included: rows cannot be swapped).
+
+    The anchor is hashed after the rest, and only when present: a record written before anchors were
+    stored keeps the digest it was written with."""
     h = hashlib.blake2b(digest_size=16)
     for part in (session_id, identity, rows, revision or ""):
         data = part.encode("utf-8", "surrogatepass")
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
     h.update(b"\x01" if revision is not None else b"\x00")
+    if anchor is not None:
+        data = anchor.encode("utf-8", "surrogatepass")
+        h.update(b"anchor" + len(data).to_bytes(8, "big"))
+        h.update(data)
     return h.hexdigest()
 
 
