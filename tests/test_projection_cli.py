@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 import agentlog as al
+from _full_disk import fill, small_tmpfs
 from agentlog.cli.commands import app
 from agentlog.cli.projection_commands import LAST_ACTIVITY_UNIT, attach_projections
 from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
@@ -153,6 +154,20 @@ def _write_direct(
         sessions.dispose(session)
         if projections is not None:
             projections.close()
+        coordinator.close()
+
+
+def _write_kind(store: Path, kind: str, ids_and_times: list[tuple[str, int]]) -> None:
+    """:func:`_write_direct` (without the cache) into a store of either kind."""
+    for session_id, when in ids_and_times:
+        sessions = al.SessionStore(now=_clock(when))
+        coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+        session = sessions.create(session_id, meta={"cwd": "/work/project"})
+        session.append(
+            "session/title", {"title": f"title of {session_id}", "messageSeqs": [], "source": {"kind": "user"}}
+        )
+        sessions.flush(session)
+        sessions.dispose(session)
         coordinator.close()
 
 
@@ -508,6 +523,40 @@ def test_reindex_of_a_missing_store_is_store_not_found(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert orjson.loads(result.stderr)["error"]["code"] == "STORE_NOT_FOUND"
     assert not missing.exists()
+
+
+def _files(store: Path) -> dict[str, bytes]:
+    """Every file of the store but the projection cache's."""
+    return {
+        str(path.relative_to(store)): path.read_bytes()
+        for path in sorted(store.rglob("*"))
+        if path.is_file() and "projections.sqlite" not in path.name
+    }
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_reindex_projections_on_a_full_disk_is_a_typed_storage_full_error_and_leaves_the_logs(kind: str) -> None:
+    """A store on a really full file system: ``reindex --projections`` cannot build the cache file. That
+    is ``STORAGE_FULL`` naming the file and the remedy (``--json``: the error document), never a
+    traceback; the logs are untouched, and with space freed the same command rebuilds the cache."""
+    with small_tmpfs() as disk:
+        store = disk / "store"
+        _write_kind(store, kind, [("a", 1_700_000_001_000), ("b", 1_700_000_002_000)])
+        before = _files(store)
+        filler = fill(disk)
+        result = _invoke("reindex", "--projections", "--store", str(store), "--backend", kind, "--json")
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        error = orjson.loads(result.stderr)["error"]
+        assert error["code"] == "STORAGE_FULL", error
+        assert "projections.sqlite" in error["message"] and "free space" in error["message"]
+        text = _invoke("reindex", "--projections", "--store", str(store), "--backend", kind)
+        assert text.exit_code == 1 and "STORAGE_FULL" in text.stderr and "Traceback" not in text.output
+        assert _files(store) == before
+        filler.unlink()
+        summary = _json("reindex", "--projections", "--store", str(store), "--backend", kind)
+        assert summary["indexed"] == 2 and summary["failed"] == []
+        assert _rows(store, kind)["b"]["title"] == "title of b"
 
 
 # --- property: whatever the cache holds, ls shows the fold of the stored log ----------------------------------

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 import agentlog as al
+from _full_disk import fill, small_tmpfs
+from agentlog.errors import StorageAccessError
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend
@@ -523,3 +525,24 @@ def test_storage__the_anchor_round_trips_and_a_malformed_one_is_refused(medium: 
     with pytest.raises(ValueError, match="invalid shape"):
         medium.put("s", CacheRecord(base.identity, base.rows, None, None, 7))  # type: ignore[arg-type]
     assert medium.get("s") == anchored
+
+
+def test_sqlite_storage__a_full_disk_is_storage_full_for_writes_and_absent_for_reads() -> None:
+    """On a really full file system the medium's writes raise ``STORAGE_FULL`` naming the cache file
+    (never a raw ``sqlite3`` error) and its reads answer "absent"; with space freed both work again."""
+    with small_tmpfs() as disk:
+        path = disk / "cache.sqlite"
+        storage = SqliteCacheStorage(path, store_id="a")
+        filler = fill(disk)
+        try:
+            for write in (lambda: storage.put("s", record(1, ["x"])), lambda: storage.clear()):
+                with pytest.raises(StorageAccessError) as info:
+                    write()
+                assert info.value.code == "STORAGE_FULL" and info.value.path == str(path)
+                assert "free space" in str(info.value) and "no session log was touched" in str(info.value)
+            assert storage.get("s") is None and storage.get_many() == {} and storage.get_views() == {}
+        finally:
+            filler.unlink()
+        storage.put("s", record(1, ["x"]))
+        assert storage.get("s") == record(1, ["x"])
+        storage.close()

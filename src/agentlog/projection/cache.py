@@ -502,11 +502,12 @@ class ProjectionCache:
             return None
         return revision if isinstance(revision, str) else None
 
-    def cold_snapshot(self, session_id: str) -> dict[str, Any]:
+    def cold_snapshot(self, session_id: str, *, strict: bool = False) -> dict[str, Any]:
         """Cold-read one persisted session's projections (spec §3.5): cached rows plus a bounded tail.
 
         Raises :class:`~agentlog.errors.SessionNotFoundError` when the session has no stored log. The
-        refreshed checkpoint is written back (fail-soft).
+        refreshed checkpoint is written back: fail-soft (a warning), or with ``strict`` (``reindex
+        --projections``, whose whole point is the write) raising the medium's typed error.
         """
         record = self._record(session_id)
         cached: Checkpoint = record.rows if record is not None else {}
@@ -542,7 +543,12 @@ class ProjectionCache:
         snapshot: dict[str, Any] = dict(_field(restored, "snapshot"))
         anchor = anchor_of(int(snapshot["asOfSeq"]), events[-1] if len(events) else None)
         # The fold's own values are the refreshed rows' views (every row at its end): no recompute.
-        self._put_soft(session_id, identity, checkpoint, revision, anchor, "cold-read write-back", snapshot["values"])
+        if strict:
+            record = self._record_of(identity, self._lossless(checkpoint), revision, anchor, snapshot["values"])
+            self.storage.put(session_id, record)
+        else:
+            values = snapshot["values"]
+            self._put_soft(session_id, identity, checkpoint, revision, anchor, "cold-read write-back", values)
         return snapshot
 
     def _current_cut(self, record: CacheRecord) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ refuse its own store, and cache writes would contend with log appends for the on
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -37,9 +38,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
+from ..errors import AgentlogError, PersistenceError, StorageAccessError
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..persistence.host_cache import POSTGRES_CACHE_FILE, derived_directory, store_key
+from ..persistence.sqlite.backend import sqlite_storage_code, storage_error
 
 __all__ = [
     "APPLICATION_ID",
@@ -310,7 +313,7 @@ class SqliteCacheStorage:
             os.close(fd)
             return
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(f'projection cache "{self.path}" is not a regular file')
+            raise OSError(errno.ENXIO, "not a regular file", self.path)
         if info.st_mode & 0o077:
             os.chmod(self.path, 0o600, follow_symlinks=False)
 
@@ -381,7 +384,8 @@ class SqliteCacheStorage:
         """Run ``fn(conn)``; damage discards the file and retries once on a fresh one.
 
         ``soft`` reads answer ``default`` when the medium cannot be opened at all (the cache is never
-        required); writes raise, and the cache's fail-soft write path logs them.
+        required); writes raise a typed error (:meth:`_typed`), and the cache's fail-soft write path
+        logs it.
         """
         with self._lock:
             if self._closed:
@@ -397,21 +401,62 @@ class SqliteCacheStorage:
                         if soft:
                             logger.warning("session projection cache: %s failed: %s", what, err)
                             return default
-                        raise
+                        raise self._typed(what, err) from err
                     if attempt == 2:
-                        raise
-                    self._discard(f"{what}: {err}")
-                except _StoreNotMaterialized:
+                        raise self._typed(what, err) from err
+                    try:
+                        self._discard(f"{what}: {err}")
+                    except OSError as failure:
+                        if soft:
+                            logger.warning("session projection cache: %s failed: %s", what, failure)
+                            return default
+                        raise self._typed(what, failure) from failure
+                except _StoreNotMaterialized as err:
                     if soft:
                         return default  # nothing can be cached for a store without logs
-                    raise
+                    raise PersistenceError(
+                        f'session projection cache {what} failed: the identity of the store beside "{self.path}" '
+                        "cannot be read (no session was stored yet, or the store cannot be opened); write a "
+                        "session first, or check the store with agentlog verify"
+                    ) from err
                 except OSError as err:
                     self._drop()
                     if soft:
                         logger.warning("session projection cache: %s failed: %s", what, err)
                         return default
-                    raise
+                    raise self._typed(what, err) from err
             raise AssertionError("unreachable")
+
+    def _typed(self, what: str, err: BaseException) -> PersistenceError:
+        """A medium failure as a typed error naming the cache file, the reason and the remedy.
+
+        The codes are the session backends' (:func:`~agentlog.persistence.sqlite.backend.sqlite_storage_code`
+        for SQLite's result codes, :func:`~agentlog.persistence.sqlite.backend.storage_error` for the OS's
+        errno): a full disk is ``STORAGE_FULL`` whether the log or its cache hit it. The message adds that
+        the cache is derived data, so nothing a session stored was touched.
+        """
+        derived = "the cache is derived data: no session log was touched, and ls and stats work without it"
+        if isinstance(err, OSError):
+            where = err.filename if isinstance(err.filename, str) else self.path
+            typed = storage_error(err, f"{what} the session projection cache", where)
+            return StorageAccessError(f"{typed.message}; {derived}", code=typed.code, path=self.path)
+        code = sqlite_storage_code(err, self.path)
+        if code is not None:
+            remedy = _STORAGE_REMEDIES.get(code, "check the disk and the file system, then retry")
+            return StorageAccessError(
+                f'session projection cache {what} failed on "{self.path}": {err} — {remedy}; {derived}',
+                code=code,
+                path=self.path,
+            )
+        if isinstance(err, sqlite3.DatabaseError) and _is_damage(err):
+            return PersistenceError(
+                f'session projection cache {what} failed: "{self.path}" is damaged and could not be rebuilt ({err}); '
+                f"delete it (agentlog reindex --projections rebuilds it); {derived}"
+            )
+        return PersistenceError(
+            f'session projection cache {what} failed on "{self.path}": {err} — if another agentlog command is '
+            f"writing the cache, retry when it is done; {derived}"
+        )
 
     # -- records ----------------------------------------------------------------------------------
     @staticmethod
@@ -580,7 +625,15 @@ class _StoreNotMaterialized(Exception):
         super().__init__(f'the store of projection cache "{path}" holds no session yet')
 
 
-def _is_damage(err: sqlite3.OperationalError) -> bool:
+_STORAGE_REMEDIES: Final = {
+    "STORAGE_FULL": "free space on that file system and retry",
+    "STORAGE_READ_ONLY": "remount the file system read-write (or make the file writable), then retry",
+    "STORAGE_PERMISSION_DENIED": "make the file and its directory readable and writable by this user, then retry",
+    "STORAGE_IO": "check the disk and the file system, then retry",
+}
+
+
+def _is_damage(err: sqlite3.DatabaseError) -> bool:
     """Whether an OperationalError means the file is unusable (as opposed to busy, full or read-only)."""
     code = getattr(err, "sqlite_errorcode", None)
     if code is not None:
@@ -632,6 +685,14 @@ def store_id_for(backend: object) -> str | None:
         real = os.path.realpath(path)
         if not os.path.isfile(real):
             return None
+        own = getattr(backend, "store_id", None)
+        if callable(own):  # SqliteBackend: its own connection first (a second open may need a -shm file)
+            try:
+                found = own()
+            except AgentlogError:
+                found = None  # e.g. closed: read the file directly below
+            if type(found) is str:
+                return f"sqlite-store:{found}"
         try:
             uri = "file:" + urllib.parse.quote(real) + "?mode=ro"
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)

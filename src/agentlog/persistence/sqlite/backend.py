@@ -73,6 +73,8 @@ __all__ = [
     "JOURNAL_MODES",
     "SCHEMA_VERSION",
     "SqliteBackend",
+    "sqlite_storage_code",
+    "storage_error",
 ]
 
 SCHEMA_VERSION: Final = 17
@@ -501,14 +503,15 @@ class SqliteBackend:
                 f'{self.name} {op} ran out of memory in SQLite ("{err}") on "{self.path}"; nothing was modified '
                 "and the stored data is not known to be damaged — retry with more memory available"
             )
-        if primary == SQLITE_FULL:
+        kind = sqlite_storage_code(err, self.path)
+        if kind == "STORAGE_FULL":
             return StorageAccessError(
                 f'{self.name} {op} failed: the file system holding "{self.path}" is full ({err}); the transaction '
                 "was rolled back and nothing was acknowledged — free space and retry",
                 code="STORAGE_FULL",
                 path=self.path,
             )
-        if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(self.path)):
+        if kind == "STORAGE_READ_ONLY":
             return StorageAccessError(
                 f'{self.name} {op} failed: "{self.path}" cannot be written ({err}) — it is on a read-only file '
                 "system or read-only for this user; remount it read-write (or fix its permissions), or use a "
@@ -516,16 +519,14 @@ class SqliteBackend:
                 code="STORAGE_READ_ONLY",
                 path=self.path,
             )
-        if primary in (SQLITE_PERM, SQLITE_AUTH) or (
-            primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(self.path), os.W_OK | os.X_OK)
-        ):
+        if kind == "STORAGE_PERMISSION_DENIED":
             return StorageAccessError(
                 f'{self.name} {op} failed: permission denied on "{self.path}" or its directory ({err}); make both '
                 "readable and writable by this user (SQLite also creates -wal/-shm files next to the database)",
                 code="STORAGE_PERMISSION_DENIED",
                 path=self.path,
             )
-        if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        if kind == "STORAGE_IO":
             return StorageAccessError(
                 f'{self.name} {op} failed: I/O error on "{self.path}" ({err}); nothing was acknowledged — check the '
                 "disk and the file system, then retry",
@@ -1197,6 +1198,33 @@ class SqliteBackend:
         found.sort()
         return dict(found)
 
+    def store_id(self) -> str | None:
+        """The store's random id (``persistence_state.store_id``) through this backend's own connection,
+        or ``None`` while the database holds nothing yet (a read-only open of a missing or empty file).
+
+        What derived files beside the store (the projection cache) are bound to. Asking the open
+        backend rather than opening the file again matters on a full disk: a second read-only open of
+        a WAL database would have to create its ``-shm`` file, which a full or read-only disk refuses.
+        """
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            if self._pristine:
+                return None
+            try:
+                row = conn.execute(SQL["select_store_identity"]).fetchone()
+            except BaseException as err:
+                failure = self._typed(err, "read")
+                if failure is err:
+                    raise
+                raise failure from err
+            return row[0] if row is not None and codec.is_uuid(row[0]) else None
+
+        try:
+            found: str | None = self._locked_read(run)
+        except StoreNotFoundError:
+            return None
+        return found
+
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
 
@@ -1397,6 +1425,30 @@ _REMEDIES: Final = {
     "STORAGE_NOT_A_DIRECTORY": "a directory belongs there: move the file away, or choose another store path",
     "STORAGE_IO": "check the disk and the file system, then retry",
 }
+
+
+def sqlite_storage_code(err: BaseException, path: str) -> str | None:
+    """The ``STORAGE_*`` code of a SQLite refusal to use the database at ``path``, or ``None`` when the
+    error is not a storage refusal (damage, memory, busy, a logic error: the caller types those).
+
+    SQLite's primary result code decides: FULL is a full disk; READONLY, or CANTOPEN on a read-only
+    file system, is read-only storage; PERM / AUTH, or CANTOPEN in a directory this user cannot write
+    (SQLite creates ``-wal`` / ``-shm`` / ``-journal`` files beside the database), is a permission
+    refusal; any other IOERR / CANTOPEN is an I/O error. Shared by the session backend and the
+    derived SQLite files beside a store (the projection cache), so one condition has one code.
+    """
+    primary = _primary(err)
+    if primary == SQLITE_FULL:
+        return "STORAGE_FULL"
+    if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(path)):
+        return "STORAGE_READ_ONLY"
+    if primary in (SQLITE_PERM, SQLITE_AUTH) or (
+        primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(path), os.W_OK | os.X_OK)
+    ):
+        return "STORAGE_PERMISSION_DENIED"
+    if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        return "STORAGE_IO"
+    return None
 
 
 def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
