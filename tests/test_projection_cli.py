@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 import agentlog as al
+from _full_disk import fill, small_tmpfs
 from agentlog.cli.commands import app
 from agentlog.cli.projection_commands import LAST_ACTIVITY_UNIT, attach_projections
 from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
@@ -156,6 +157,20 @@ def _write_direct(
         coordinator.close()
 
 
+def _write_kind(store: Path, kind: str, ids_and_times: list[tuple[str, int]]) -> None:
+    """:func:`_write_direct` (without the cache) into a store of either kind."""
+    for session_id, when in ids_and_times:
+        sessions = al.SessionStore(now=_clock(when))
+        coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+        session = sessions.create(session_id, meta={"cwd": "/work/project"})
+        session.append(
+            "session/title", {"title": f"title of {session_id}", "messageSeqs": [], "source": {"kind": "user"}}
+        )
+        sessions.flush(session)
+        sessions.dispose(session)
+        coordinator.close()
+
+
 # --- run titles the session and fills the cache; ls serves it --------------------------------------------
 
 
@@ -268,6 +283,65 @@ def test_ls_never_serves_a_row_of_another_log_lifecycle(store: Path) -> None:
     row = _rows(store)["s0"]
     assert row["cwd"] == "/elsewhere"
     assert row["title"] is None and row["events"] == 1 and row["lastActivity"] == 1_700_000_005_000
+
+
+@pytest.mark.parametrize(
+    ("kind", "restore"), [("sqlite", "copy-over"), ("sqlite", "replace"), ("jsonl", "copy-over"), ("jsonl", "replace")]
+)
+def test_ls_and_stats_of_a_store_restored_from_a_backup_show_the_restored_logs_figures(
+    store: Path, work: Path, kind: str, restore: str
+) -> None:
+    """A store restored from a backup goes back to an earlier log, which the next batch continues
+    differently: a cached row folded from the log the restore threw away must not be served, nor
+    seed the fold of the restored one. Two turns are written, the log is backed up, a title is set and
+    ``ls`` caches that row; the backup is restored (copied over the file in place, or renamed over it)
+    and one batch of three turns is appended: ``ls`` and ``stats`` show the stored log's figures.
+
+    (SQLite: the restored database repeats the incarnation and the counter of the revision the row
+    was verified against; both stores: the row's cut lies inside the restored log.)"""
+    from agentlog.cli.projection_commands import cli_registry
+
+    _record(store, work, kind)
+    _append_turn(store, kind, "s1", 2)
+    if kind == "sqlite":
+        (log,) = [store / "sessions.sqlite3"]
+        assert not Path(str(log) + "-wal").exists()  # closed cleanly: the file alone is a backup
+    else:
+        (log,) = store.glob("*/s1/session.jsonl.zstd")
+    backup = log.read_bytes()
+    backend = ["--store", str(store), "--backend", kind]
+    assert _json("title", "s1", "Title before restore", *backend)["title"] == "Title before restore"
+    cached = _rows(store, kind)["s1"]
+    assert cached["title"] == "Title before restore" and cached["turns"] == 2
+    if restore == "copy-over":
+        with open(log, "r+b") as fh:
+            fh.write(backup)
+            fh.truncate()
+    else:
+        staged = log.with_name("restored.tmp")
+        staged.write_bytes(backup)
+        staged.chmod(0o600)
+        os.replace(staged, log)
+    sessions = al.SessionStore()
+    coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+    try:
+        session = coordinator.resume("s1")
+        for turn in (3, 4, 5):
+            for type_, data, intent in _turn_events(turn):
+                session.append(type_, data, intent)
+        sessions.flush(session)  # one batch
+        expected = cli_registry().snapshot(session)
+        sessions.dispose(session)
+    finally:
+        coordinator.close()
+    values = expected["values"]
+    assert values["title"] == FALLBACK and values["sessionStats"]["turns"] == 5
+    row = _rows(store, kind)["s1"]
+    assert row["title"] == FALLBACK
+    assert row["turns"] == 5
+    assert row["events"] == expected["asOfSeq"] + 1
+    assert row["lastActivity"] == values["lastActivity"]
+    assert _json("stats", "s1", *backend)["values"] == values
 
 
 # --- order, paging and the table ---------------------------------------------------------------------------
@@ -449,6 +523,40 @@ def test_reindex_of_a_missing_store_is_store_not_found(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert orjson.loads(result.stderr)["error"]["code"] == "STORE_NOT_FOUND"
     assert not missing.exists()
+
+
+def _files(store: Path) -> dict[str, bytes]:
+    """Every file of the store but the projection cache's."""
+    return {
+        str(path.relative_to(store)): path.read_bytes()
+        for path in sorted(store.rglob("*"))
+        if path.is_file() and "projections.sqlite" not in path.name
+    }
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_reindex_projections_on_a_full_disk_is_a_typed_storage_full_error_and_leaves_the_logs(kind: str) -> None:
+    """A store on a really full file system: ``reindex --projections`` cannot build the cache file. That
+    is ``STORAGE_FULL`` naming the file and the remedy (``--json``: the error document), never a
+    traceback; the logs are untouched, and with space freed the same command rebuilds the cache."""
+    with small_tmpfs() as disk:
+        store = disk / "store"
+        _write_kind(store, kind, [("a", 1_700_000_001_000), ("b", 1_700_000_002_000)])
+        before = _files(store)
+        filler = fill(disk)
+        result = _invoke("reindex", "--projections", "--store", str(store), "--backend", kind, "--json")
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        error = orjson.loads(result.stderr)["error"]
+        assert error["code"] == "STORAGE_FULL", error
+        assert "projections.sqlite" in error["message"] and "free space" in error["message"]
+        text = _invoke("reindex", "--projections", "--store", str(store), "--backend", kind)
+        assert text.exit_code == 1 and "STORAGE_FULL" in text.stderr and "Traceback" not in text.output
+        assert _files(store) == before
+        filler.unlink()
+        summary = _json("reindex", "--projections", "--store", str(store), "--backend", kind)
+        assert summary["indexed"] == 2 and summary["failed"] == []
+        assert _rows(store, kind)["b"]["title"] == "title of b"
 
 
 # --- property: whatever the cache holds, ls shows the fold of the stored log ----------------------------------

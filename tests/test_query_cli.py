@@ -489,6 +489,42 @@ def test_trace_bad_input_is_a_typed_error(store: Path) -> None:
     assert not _index(store, "jsonl").exists()
 
 
+def _continue(store: Path, kind: str, session_id: str, number: int, user: str, answer: str) -> None:
+    """One more closed turn, appended in one batch by a host that resumes the stored session."""
+    sessions = al.SessionStore(now=lambda: 1_700_000_000_000)
+    coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+    try:
+        session = coordinator.resume(session_id)
+        _turn(session, number, user, answer)
+        sessions.flush(session)
+        sessions.dispose(session)
+    finally:
+        coordinator.close()
+
+
+def _hits(store: Path, kind: str, query: str) -> list[str]:
+    return [item["header"]["id"] for item in _json("search", query, *_at(store, kind))["items"]]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_search_of_a_store_restored_from_a_backup_finds_the_restored_logs_words_only(store: Path, kind: str) -> None:
+    """The search index keeps a session's documents while its revision is unchanged. A store restored
+    from a backup and continued by one batch (a SQLite database then repeats the revision counter the
+    index saw for the discarded log; the same clock, so only the content differs) must be searched as
+    it is: the discarded turn's words are gone, the new turn's words are found."""
+    _write(store, kind, "s1", [("where is the release plan?", "in notes.txt")])
+    log = store / "sessions.sqlite3" if kind == "sqlite" else next(store.glob("*/s1/session.jsonl.zstd"))
+    backup = log.read_bytes()
+    _continue(store, kind, "s1", 2, "what about the pineapple budget?", "pineapple: 42")
+    assert _hits(store, kind, "pineapple") == ["s1"]
+    with open(log, "r+b") as fh:
+        fh.write(backup)
+        fh.truncate()
+    _continue(store, kind, "s1", 2, "what about the mango budget?", "mango: 42")
+    assert _hits(store, kind, "mango") == ["s1"]
+    assert _hits(store, kind, "pineapple") == []
+
+
 # --- reindex --search ------------------------------------------------------------------------------------
 
 

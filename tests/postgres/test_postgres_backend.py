@@ -47,6 +47,8 @@ from agentlog.testing.builders import (
     user_event,
 )
 
+from .conftest import drop_schema
+
 Factory = Callable[..., PostgresBackend]
 
 
@@ -604,6 +606,51 @@ def test_listing_pages_by_cursor_in_id_order(pg_backends: Factory) -> None:
         cursor = page[-1].id
     assert paged == ids
     assert list(backend.list_revisions()) == ids
+
+
+def _restore_data(dsn: str, schema: str, backup: str) -> None:
+    """A data-only restore (as ``pg_restore --data-only`` after a truncate): the rows of ``backup``'s
+    tables put back into ``schema``'s."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ident, saved = sql.Identifier(schema), sql.Identifier(backup)
+        conn.execute(sql.SQL("TRUNCATE {}.sessions CASCADE").format(ident))
+        conn.execute(sql.SQL("INSERT INTO {}.sessions SELECT * FROM {}.sessions").format(ident, saved))
+        conn.execute(sql.SQL("INSERT INTO {}.events SELECT * FROM {}.events").format(ident, saved))
+
+
+def test_a_database_restored_from_a_backup_never_repeats_a_revision_of_another_log(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """A restored database brings back the backup's store id, incarnation and change counter, and the
+    next batch reaches a counter already handed out for the log the restore threw away: the revision
+    must still differ from it (the projection cache and the search index trust an equal revision)."""
+    backend = pg_backends()
+    backend.append_batch(header("s"), [ev(0, "kept")], False)
+    backup = f"{pg_schema}_backup"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(backup)))
+        for table in ("sessions", "events"):
+            conn.execute(
+                sql.SQL("CREATE TABLE {}.{} AS SELECT * FROM {}.{}").format(
+                    sql.Identifier(backup), sql.Identifier(table), sql.Identifier(pg_schema), sql.Identifier(table)
+                )
+            )
+    try:
+        backend.append_batch(header("s"), [ev(1, "lost")], True)
+        lost = backend.read_revision("s")
+        _restore_data(pg_dsn, pg_schema, backup)
+        backend.append_batch(header("s"), [ev(1, "written after the restore")], True)
+        restored = backend.read_revision("s")
+        assert restored is not None and restored != lost
+        stored = backend.load_stored("s")
+        assert stored is not None and stored.revision == restored
+        assert backend.list_revisions() == {"s": restored}
+        assert [listing.revision for listing in backend.list_sessions()] == [restored]
+        assert [listing.revision for listing in backend.list_sessions_page()] == [restored]
+        suffix = backend.load_stored_from("s", 1)
+        assert suffix is not None and suffix.revision == restored
+    finally:
+        drop_schema(pg_dsn, backup)
 
 
 # --- packed chunk runs -----------------------------------------------------------------------------------

@@ -25,13 +25,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..compaction.units import ProjectionUnit
-from ..errors import AgentlogError, InvalidOptionError, describe_error
+from ..errors import AgentlogError, InvalidOptionError, StorageAccessError, describe_error
 from ..kernel.events import Event
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.sqlite.backend import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.registry import ProjectionRegistry
@@ -312,6 +313,8 @@ def _drop_cache_file(path: str) -> None:
             os.unlink(path + suffix)
         except FileNotFoundError:
             pass
+        except OSError as err:
+            raise storage_error(err, "remove the session projection cache to rebuild it", path + suffix) from err
 
 
 @shared_options()
@@ -379,28 +382,34 @@ def _reindex_projections(opts: StoreOptions) -> dict[str, Any]:
         _drop_cache_file(path)
     reader = _reader(storage)
     medium = open_cache_storage(storage)
-    medium.clear()
     cache = ProjectionCache(
         cli_registry(), reader, medium, writer=InlineWriter(), store=SessionStore(), owns_storage=True
     )
     failed: list[dict[str, Any]] = []
     indexed = 0
-    with _progress("reindexing projections", opts) as progress:
-        task = progress.add_task("reindex", total=len(listings))
-        for listing in listings:
-            if listing.error_code is not None:
-                failed.append(
-                    {"id": listing.id, "error": {"code": listing.error_code, "message": listing.error_message}}
-                )
-            else:
-                try:
-                    cache.cold_snapshot(listing.id)
-                    indexed += 1
-                except AgentlogError as err:
-                    failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
-            progress.advance(task)
-    cache.close()
-    reader.close()
+    try:
+        medium.clear()  # a medium that cannot be written (full disk, read-only) is typed: nothing to rebuild into
+        with _progress("reindexing projections", opts) as progress:
+            task = progress.add_task("reindex", total=len(listings))
+            for listing in listings:
+                if listing.error_code is not None:
+                    failed.append(
+                        {"id": listing.id, "error": {"code": listing.error_code, "message": listing.error_message}}
+                    )
+                else:
+                    try:
+                        cache.cold_snapshot(listing.id, strict=True)
+                        indexed += 1
+                    except StorageAccessError as err:
+                        if path is not None and err.path == os.path.abspath(path):
+                            raise  # the cache file failed, not this log: every session would fail the same way
+                        failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
+                    except AgentlogError as err:
+                        failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
+                progress.advance(task)
+    finally:
+        cache.close()
+        reader.close()
     return {"sessions": len(listings), "indexed": indexed, "failed": failed, "cache": path}
 
 

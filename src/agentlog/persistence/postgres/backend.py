@@ -498,13 +498,20 @@ class PostgresBackend:
                 f"{MAX_SESSION_ID_BYTES}; use a shorter id"
             )
 
-    def _revision(self, incarnation: str, revision: int) -> str:
-        return f"postgres:{self._store_id}:incarnation:{incarnation}:revision:{revision}"
+    def _revision(self, incarnation: str, revision: int, tail: str | None) -> str:
+        """``postgres:<store id>:incarnation:<id>:revision:<n>:tail:<digest>``.
+
+        The counter changes on every append, the incarnation on re-creation of a session row, the store
+        id across databases; a database restored from a backup repeats all three and its next batch
+        reaches a counter already handed out for the log the restore discarded. The digest of the
+        newest event row (computed by the server, ``_sql._TAIL``) tells those logs apart.
+        """
+        return f"postgres:{self._store_id}:incarnation:{incarnation}:revision:{revision}:tail:{tail or 'none'}"
 
     def read_revision(self, session_id: str) -> str | None:
         with self._connection("reading a revision") as conn:
             row = conn.execute(self._sql["select_revision"], (session_id,)).fetchone()
-        return None if row is None else self._revision(row[0], row[1])
+        return None if row is None else self._revision(row[0], row[1], row[2])
 
     # --- reads -------------------------------------------------------------------------------------------
 
@@ -534,7 +541,7 @@ class PostgresBackend:
                 row = cur.execute(self._sql["select_session"], (session_id,)).fetchone()
                 if row is None:
                     return None
-                header, incarnation, revision, next_seq = row
+                header, incarnation, revision, next_seq, tail = row
                 if from_seq:
                     rows = cur.execute(
                         self._sql["select_events_from"], (session_id, session_id, from_seq)
@@ -602,7 +609,7 @@ class PostgresBackend:
             expected += 1
         if damage is None and expected < next_seq:
             damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
-        return meta, events, self._revision(incarnation, revision), damage
+        return meta, events, self._revision(incarnation, revision, tail), damage
 
     def load_stored(self, session_id: str) -> StoredPrefix | None:
         read = self._read(session_id, 0)
@@ -646,7 +653,9 @@ class PostgresBackend:
             rows = conn.cursor(binary=True).execute(self._sql["select_sessions_page"], (after or "", limit)).fetchall()
         return [self._listing(*row) for row in rows]
 
-    def _listing(self, session_id: str, header: bytes, incarnation: str, revision: int) -> SessionListing:
+    def _listing(
+        self, session_id: str, header: bytes, incarnation: str, revision: int, tail: str | None
+    ) -> SessionListing:
         location = f"{self.location} schema {self.schema}"
         try:
             meta = loads(bytes(header))
@@ -661,7 +670,7 @@ class PostgresBackend:
                 error_message=f'stored session "{session_id}" has invalid metadata: {err}',
             )
         listing = SessionListing(
-            id=session_id, header=meta, revision=self._revision(incarnation, revision), location=location
+            id=session_id, header=meta, revision=self._revision(incarnation, revision, tail), location=location
         )
         version = meta.get("version")
         if version != 0:
@@ -676,7 +685,7 @@ class PostgresBackend:
         """Every stored session's revision by id, sorted, from one SELECT of the id and revision columns."""
         with self._connection("listing revisions") as conn:
             rows = conn.execute(self._sql["select_revisions"]).fetchall()
-        return {sid: self._revision(incarnation, revision) for sid, incarnation, revision in rows}
+        return {sid: self._revision(incarnation, revision, tail) for sid, incarnation, revision, tail in rows}
 
     # --- writes ------------------------------------------------------------------------------------------
 

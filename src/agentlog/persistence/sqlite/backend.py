@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import glob
+import hashlib
 import os
 import re
 import resource
@@ -73,6 +74,8 @@ __all__ = [
     "JOURNAL_MODES",
     "SCHEMA_VERSION",
     "SqliteBackend",
+    "sqlite_storage_code",
+    "storage_error",
 ]
 
 SCHEMA_VERSION: Final = 17
@@ -102,6 +105,7 @@ _DECODE_FACTOR: Final = 3  # peak bytes per decoded byte of a load (measured ~2:
 _DECODE_SLACK_BYTES: Final = 16 << 20
 
 _UNKNOWN: Final = object()
+_TAIL_COLUMNS: Final = 7  # seq, type, time, data, source_event_seqs, surface_op, ignorable of the tail row
 _READ_BATCH_ROWS: Final = 512  # rows per fetch while a load decodes (see SqliteBackend._row_batches)
 _SPAN_MEMO_SIZE: Final = 8192
 _KNOWN_INCARNATIONS_MAX: Final = 65536
@@ -500,14 +504,15 @@ class SqliteBackend:
                 f'{self.name} {op} ran out of memory in SQLite ("{err}") on "{self.path}"; nothing was modified '
                 "and the stored data is not known to be damaged — retry with more memory available"
             )
-        if primary == SQLITE_FULL:
+        kind = sqlite_storage_code(err, self.path)
+        if kind == "STORAGE_FULL":
             return StorageAccessError(
                 f'{self.name} {op} failed: the file system holding "{self.path}" is full ({err}); the transaction '
                 "was rolled back and nothing was acknowledged — free space and retry",
                 code="STORAGE_FULL",
                 path=self.path,
             )
-        if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(self.path)):
+        if kind == "STORAGE_READ_ONLY":
             return StorageAccessError(
                 f'{self.name} {op} failed: "{self.path}" cannot be written ({err}) — it is on a read-only file '
                 "system or read-only for this user; remount it read-write (or fix its permissions), or use a "
@@ -515,16 +520,14 @@ class SqliteBackend:
                 code="STORAGE_READ_ONLY",
                 path=self.path,
             )
-        if primary in (SQLITE_PERM, SQLITE_AUTH) or (
-            primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(self.path), os.W_OK | os.X_OK)
-        ):
+        if kind == "STORAGE_PERMISSION_DENIED":
             return StorageAccessError(
                 f'{self.name} {op} failed: permission denied on "{self.path}" or its directory ({err}); make both '
                 "readable and writable by this user (SQLite also creates -wal/-shm files next to the database)",
                 code="STORAGE_PERMISSION_DENIED",
                 path=self.path,
             )
-        if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        if kind == "STORAGE_IO":
             return StorageAccessError(
                 f'{self.name} {op} failed: I/O error on "{self.path}" ({err}); nothing was acknowledged — check the '
                 "disk and the file system, then retry",
@@ -655,24 +658,34 @@ class SqliteBackend:
                 f"session database schema changed before mutation (expected {SCHEMA_VERSION}, got {version})"
             )
 
-    def _revision(self, incarnation: str, revision: int) -> str:
-        return f"{self._store_identity}:incarnation:{incarnation}:revision:{revision}"
+    def _revision(self, incarnation: str, revision: int, tail: Sequence[Any]) -> str:
+        """``<storeIdentity>:incarnation:<uuid>:revision:<n>:tail:<digest>`` (spec §5.7 plus the tail).
+
+        The spec's parts change on every append or repair, on re-creation of a session row and across
+        databases, but a database restored from a backup (copied back over the file, or renamed into
+        place) repeats all of them, and its next batch brings the counter back to a value already
+        handed out — for another log. The digest of the tail row (:func:`_tail_digest`: the newest
+        event row, every column) tells those logs apart: the rows written after the backup are gone
+        from the restored file, and the restored log's next batch writes a different newest row.
+        """
+        return f"{self._store_identity}:incarnation:{incarnation}:revision:{revision}:tail:{_tail_digest(tail)}"
 
     def _session_row(self, conn: sqlite3.Connection, session_id: str) -> tuple[Any, ...] | None:
-        rows = self._fetchall(conn, SQL["select_session"], (session_id,))
+        """The session row's columns followed by its tail row's (:data:`_TAIL_COLUMNS`, NULLs when none)."""
+        rows = self._fetchall(conn, SQL["select_session_with_tail"], (session_id,))
         return rows[0] if rows else None
 
     def _decode_session(self, row: tuple[Any, ...]) -> tuple[dict[str, Any], str]:
         """Header and revision of a session row; invalid metadata is corruption, never exposed."""
         try:
-            header, incarnation, revision = codec.decode_session_row(row)
+            header, incarnation, revision = codec.decode_session_row(row[:-_TAIL_COLUMNS])
         except codec.StorageRowError as err:
             sid = row[0] if isinstance(row[0], str) else repr(row[0])
             raise SessionPersistenceCorruptionError(
                 f'stored session "{sid}" has invalid metadata: {err} — {self.path}. {codec.REMEDY}',
                 location=self.path,
             ) from None
-        return header, self._revision(incarnation, revision)
+        return header, self._revision(incarnation, revision, row[-_TAIL_COLUMNS:])
 
     def _last_seq_of(self, row: tuple[Any, ...]) -> int:
         """Memoized :func:`codec.last_member_seq` (raises ``StorageRowError`` for a damaged row).
@@ -995,7 +1008,7 @@ class SqliteBackend:
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
 
     def read_revision(self, session_id: str) -> str | None:
-        """The session row's revision string (no transaction, no event rows read)."""
+        """The session's revision string: its row and its tail row in one statement (no transaction)."""
         self._check_bindable(session_id)
 
         def run(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -1124,14 +1137,13 @@ class SqliteBackend:
     def list_sessions(self) -> list[SessionListing]:
         """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
 
-        rows = self._listing_rows("select_sessions")
+        rows = self._listing_rows("select_sessions_with_tail")
         location = self.path
-        identity = self._store_identity
         decode = codec.decode_session_row
         listings: list[SessionListing] = []
         for row in rows:
             try:
-                header, incarnation, revision = decode(row)
+                header, incarnation, revision = decode(row[:-_TAIL_COLUMNS])
             except codec.StorageRowError as err:
                 sid = row[0]
                 if isinstance(sid, codec.InvalidText):
@@ -1149,7 +1161,7 @@ class SqliteBackend:
             listing = SessionListing(
                 id=header["id"],
                 header=header,
-                revision=f"{identity}:incarnation:{incarnation}:revision:{revision}",
+                revision=self._revision(incarnation, revision, row[-_TAIL_COLUMNS:]),
                 location=location,
             )
             version = header["version"]
@@ -1161,7 +1173,8 @@ class SqliteBackend:
         return listings
 
     def list_revisions(self) -> dict[str, str]:
-        """Every stored session's revision string, by id, from one SELECT of the id and revision columns.
+        """Every stored session's revision string, by id, from one SELECT of the id and revision columns
+        (and each session's tail row, which the revision's digest covers).
 
         The search index reconciles against this on every search, so it neither rebuilds nor validates
         headers as :meth:`list_sessions` does; the strings are the ones listing and :meth:`read_revision`
@@ -1170,12 +1183,11 @@ class SqliteBackend:
         a revision, and no read can name it — is left out.
         """
 
-        rows = self._listing_rows("select_session_revisions")
-        identity = self._store_identity
+        rows = self._listing_rows("select_session_revisions_with_tail")
         known = self._known_incarnations  # an incarnation is fixed for a session's life: check it once
         is_uuid = codec.is_uuid
         found: list[tuple[str, str]] = []
-        for sid, incarnation, revision in rows:
+        for sid, incarnation, revision, *tail in rows:
             if type(sid) is not str or not sid or type(revision) is not int or not 0 <= revision <= MAX_SAFE_INTEGER:
                 continue
             if incarnation not in known:
@@ -1183,9 +1195,36 @@ class SqliteBackend:
                     continue
                 if len(known) < _KNOWN_INCARNATIONS_MAX:
                     known.add(incarnation)
-            found.append((sid, f"{identity}:incarnation:{incarnation}:revision:{revision}"))
+            found.append((sid, self._revision(incarnation, revision, tail)))
         found.sort()
         return dict(found)
+
+    def store_id(self) -> str | None:
+        """The store's random id (``persistence_state.store_id``) through this backend's own connection,
+        or ``None`` while the database holds nothing yet (a read-only open of a missing or empty file).
+
+        What derived files beside the store (the projection cache) are bound to. Asking the open
+        backend rather than opening the file again matters on a full disk: a second read-only open of
+        a WAL database would have to create its ``-shm`` file, which a full or read-only disk refuses.
+        """
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            if self._pristine:
+                return None
+            try:
+                row = conn.execute(SQL["select_store_identity"]).fetchone()
+            except BaseException as err:
+                failure = self._typed(err, "read")
+                if failure is err:
+                    raise
+                raise failure from err
+            return row[0] if row is not None and codec.is_uuid(row[0]) else None
+
+        try:
+            found: str | None = self._locked_read(run)
+        except StoreNotFoundError:
+            return None
+        return found
 
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
@@ -1556,6 +1595,30 @@ _REMEDIES: Final = {
 }
 
 
+def sqlite_storage_code(err: BaseException, path: str) -> str | None:
+    """The ``STORAGE_*`` code of a SQLite refusal to use the database at ``path``, or ``None`` when the
+    error is not a storage refusal (damage, memory, busy, a logic error: the caller types those).
+
+    SQLite's primary result code decides: FULL is a full disk; READONLY, or CANTOPEN on a read-only
+    file system, is read-only storage; PERM / AUTH, or CANTOPEN in a directory this user cannot write
+    (SQLite creates ``-wal`` / ``-shm`` / ``-journal`` files beside the database), is a permission
+    refusal; any other IOERR / CANTOPEN is an I/O error. Shared by the session backend and the
+    derived SQLite files beside a store (the projection cache), so one condition has one code.
+    """
+    primary = _primary(err)
+    if primary == SQLITE_FULL:
+        return "STORAGE_FULL"
+    if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(path)):
+        return "STORAGE_READ_ONLY"
+    if primary in (SQLITE_PERM, SQLITE_AUTH) or (
+        primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(path), os.W_OK | os.X_OK)
+    ):
+        return "STORAGE_PERMISSION_DENIED"
+    if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        return "STORAGE_IO"
+    return None
+
+
 def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
     """An OS refusal as :class:`StorageAccessError`: the stable code, the path, the OS reason, the remedy."""
     code = _OS_ERROR_KINDS.get(err.errno or 0, "STORAGE_IO")
@@ -1563,6 +1626,37 @@ def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
     return StorageAccessError(
         f'cannot {action}: "{path}": {name}: {err.strerror or err} — {_REMEDIES[code]}', code=code, path=path
     )
+
+
+def _tail_digest(tail: Sequence[Any]) -> str:
+    """A digest of the tail row's columns (``none`` for a session without rows), for the revision.
+
+    Every column, each tagged with its SQLite type and length-prefixed, so no two different rows
+    share an encoding; TEXT that is not UTF-8 (a foreign writer's damage, :class:`codec.InvalidText`)
+    is hashed as its raw bytes. The tail row is usually one small event (a packed run at most).
+    """
+    if all(value is None for value in tail):
+        return "none"
+    h = hashlib.blake2b(digest_size=12)
+    for value in tail:
+        if value is None:
+            h.update(b"n")
+            continue
+        if isinstance(value, codec.InvalidText):
+            tag, data = b"x", value.raw
+        elif isinstance(value, str):
+            tag, data = b"t", value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, bool | int):
+            tag, data = b"i", str(int(value)).encode()
+        elif isinstance(value, float):
+            tag, data = b"r", value.hex().encode()
+        elif isinstance(value, bytes | bytearray | memoryview):
+            tag, data = b"b", bytes(value)
+        else:  # pragma: no cover - sqlite3 returns only the types above
+            tag, data = b"?", repr(value).encode()
+        h.update(tag + len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:
