@@ -37,6 +37,7 @@ from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_p
 from ..projection.registry import ProjectionRegistry
 from ..projection.title import fold_session_title
 from ..projection.title_service import DEFAULT_SESSION_TITLE_CONFIG, SessionTitleService
+from ..projection.usage_steps import USAGE_STEPS_KEY, USAGE_STEPS_UNIT, usage_known
 from ._reading import _reader, _require_store
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, _iso, _TableOutput, render_error
@@ -71,14 +72,16 @@ served from the cache like the other units (the built-in five carry no event tim
 
 
 def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
-    """The registry every command uses: the five built-in units, then :data:`LAST_ACTIVITY_UNIT`."""
+    """The registry every command uses: the five built-in units, then :data:`LAST_ACTIVITY_UNIT` and
+    ``usageSteps`` (:mod:`agentlog.projection.usage_steps`: whether a token total is known at all)."""
     registry = ProjectionRegistry.with_builtin_units(store)
     registry.register(LAST_ACTIVITY_UNIT)
+    registry.register(USAGE_STEPS_UNIT)
     return registry
 
 
 def listing_registry() -> ProjectionRegistry:
-    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity): serving a listing parses
+    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps): serving a listing parses
     only their rows. Only for reading rows: a cold read through it would write back a record without the
     other units' rows, so ``ls`` refreshes stale rows through :func:`cli_registry`'s cache."""
     registry = ProjectionRegistry()
@@ -88,7 +91,7 @@ def listing_registry() -> ProjectionRegistry:
     return registry
 
 
-_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY})
+_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY, USAGE_STEPS_KEY})
 
 
 def cache_exists(backend: Backend) -> bool:
@@ -187,8 +190,11 @@ def _stats_rows(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"{stats['decodeTokens'] * 1000 / decode_ms:,.1f} tokens/s" if decode_ms else "",
         ),
     ]
-    rows += [(f"tokens: {name}", _number(usage.get(name))) for name in _BUCKETS]
-    rows.append(("tokens: total", _number(total_tokens(usage))))
+    if usage_known(values):
+        rows += [(f"tokens: {name}", _number(usage.get(name))) for name in _BUCKETS]
+        rows.append(("tokens: total", _number(total_tokens(usage))))
+    else:  # steps, none of which reported usage: the zero buckets would be a false 0
+        rows.append(("tokens: total", "unknown (no step of the log reported usage)"))
     for name in ("pressureTokens", "projectedTokens", "contextWindow"):
         if name in pressure:
             rows.append((f"context: {name}", _number(pressure[name])))
