@@ -24,9 +24,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..compaction.units import ProjectionUnit
 from ..errors import AgentlogError, InvalidOptionError, describe_error
-from ..kernel.events import Event
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
@@ -34,50 +32,22 @@ from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
+from ..projection.listing import LAST_ACTIVITY_UNIT as LAST_ACTIVITY_UNIT  # re-exported: tests and callers name it here
 from ..projection.registry import ProjectionRegistry
 from ..projection.title import fold_session_title
 from ..projection.title_service import DEFAULT_SESSION_TITLE_CONFIG, SessionTitleService
-from ..projection.usage_steps import USAGE_STEPS_KEY, USAGE_STEPS_UNIT, usage_known
+from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
 from ._reading import _reader, _require_store
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, _iso, _TableOutput, render_error
 
 logger = logging.getLogger("agentlog.projection.cache")
 
-LAST_ACTIVITY_KEY: Final = "lastActivity"
-
-
-def _last_activity_reduce(state: int | None, event: Event) -> int | None:
-    when = event.get("time")
-    return state if type(when) is not int or when == state else when
-
-
-def _parse_last_activity(value: object) -> int | None:
-    if value is None or (type(value) is int and value >= 0):
-        return value
-    raise InvalidOptionError(f"lastActivity projection state must be a non-negative integer or null, got {value!r}")
-
-
-LAST_ACTIVITY_UNIT: Final[ProjectionUnit[int | None, int | None]] = ProjectionUnit(
-    key=LAST_ACTIVITY_KEY,
-    state_version=1,
-    initial=lambda: None,
-    reduce=_last_activity_reduce,
-    view=lambda state: state,
-    client_visible=True,
-    parse_state=_parse_last_activity,
-)
-"""The ``time`` (ms) of the newest event, ``None`` for an empty log: ``ls``'s "last activity" column,
-served from the cache like the other units (the built-in five carry no event times)."""
-
 
 def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
-    """The registry every command uses: the five built-in units, then :data:`LAST_ACTIVITY_UNIT` and
-    ``usageSteps`` (:mod:`agentlog.projection.usage_steps`: whether a token total is known at all)."""
-    registry = ProjectionRegistry.with_builtin_units(store)
-    registry.register(LAST_ACTIVITY_UNIT)
-    registry.register(USAGE_STEPS_UNIT)
-    return registry
+    """The registry every command uses (:func:`agentlog.projection.listing.command_registry`)."""
+    return command_registry(store)
 
 
 def listing_registry() -> ProjectionRegistry:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
@@ -23,9 +22,7 @@ from ..errors import (
 from ..kernel.jsonvalue import thaw
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
-from ..kernel.store import SessionStore
 from ..projection.cache import InlineWriter, ProjectionCache
-from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
@@ -35,7 +32,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .projection_commands import LAST_ACTIVITY_KEY, cache_exists, cli_registry, listing_registry, total_tokens
+from .projection_commands import LAST_ACTIVITY_KEY, listing_registry, read_cache, total_tokens
 from .render import (
     Streamed,
     _echo_lines,
@@ -66,11 +63,11 @@ def ls_command(
     headers are reported, not hidden).
 
     Titles and counts come from the projection cache: a row that is current for the stored log is
-    served without reading the log; a stale or missing row (a session written by an adapter, the
-    Recorder, ``agentlog import`` or any other code that does not keep the cache) is refreshed by
-    reading the log (only its tail past the row) and stored, so the next ``ls`` serves it. A store
-    without a cache yet gets one on this first listing; a store whose directory this user cannot
-    write is folded in memory, every time, and nothing is written. A figure that cannot be known (a
+    served without reading the log; a stale or missing row (a session written by code that does not
+    keep the cache) is refreshed by reading the log (only its tail past the row) and written back.
+    A store without a cache file (never used by a writer that keeps it, nor reindexed with
+    ``agentlog reindex --projections``) is folded in memory: the figures are the same, ``ls`` creates
+    nothing, and it reads every log each time. A figure that cannot be known (a
     log that cannot be read; tokens when no step of the log reported usage) is ``—`` in the table and
     ``null`` in ``--json``, never 0 or the creation time. Sessions are sorted by last activity (else
     creation time), newest first, ties by id; ``--cursor ID`` continues after ID in that order.
@@ -183,36 +180,22 @@ def _listed(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _listing_medium(storage: Backend) -> CacheStorage:
-    """Where ``ls`` keeps the rows it folds: the store's cache file, created on the first listing when
-    the store's directory is writable (the cache is derived data beside the logs, never the logs), else
-    a throw-away memory medium: a store this user may only read is folded in memory and left as it is."""
-    path = cache_path_for(storage)
-    if path is None:
-        return MemoryCacheStorage()
-    if not cache_exists(storage) and not os.access(os.path.dirname(path), os.W_OK):
-        return MemoryCacheStorage()
-    return open_cache_storage(storage)
-
-
 def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str, tuple[dict[str, Any], int | None]]:
     """``{id: (values, asOfSeq)}``: each session's listed figures, from its cache row or its log.
 
     One query reads every record; a record verified against the listed revision is served as is, any
     other session with a readable header is cold-read (rows plus the log tail; the whole log when it
-    has no row) and its row written back, so whoever wrote the log — ``run``, an adapter, the Recorder,
-    ``import``, third-party code — the next listing serves it. A log that cannot be read leaves its
-    figures unknown: ``verify`` is the command that reports damage.
+    has no row), whoever wrote the log — ``run``, an adapter, the Recorder, ``import``, third-party
+    code. The refreshed row is written back to a cache file that exists; a store without one is folded
+    in memory (a read command creates nothing; the writers and ``reindex --projections`` create it).
+    A log that cannot be read leaves its figures unknown: ``verify`` is the command that reports damage.
     """
     usable = [item for item in listings if item.error_code is None and item.header is not None]
     if not usable:
         return {}
     reader = _reader(storage)
-    medium = _listing_medium(storage)
-    cache = ProjectionCache(
-        cli_registry(), reader, medium, writer=InlineWriter(), store=SessionStore(), owns_storage=True
-    )
-    rows = ProjectionCache(listing_registry(), reader, medium, writer=InlineWriter(), store=reader.store)
+    cache = read_cache(reader)  # the store's cache file when it has one, else folded in memory
+    rows = ProjectionCache(listing_registry(), reader, cache.storage, writer=InlineWriter(), store=reader.store)
     out: dict[str, tuple[dict[str, Any], int | None]] = {}
     try:
         cold: list[str] = []

@@ -71,6 +71,7 @@ from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, derive_event_message
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
+from ..projection.listing import cache_stored_session
 
 if TYPE_CHECKING:
     from agents.memory import Session as _SdkSession
@@ -540,6 +541,9 @@ class AgentlogSession:
                 self.coordinator.store.dispose(self.session)
             else:
                 self.coordinator.flush(self.session)
+            # The store's projection cache, as ``agentlog run`` keeps it: ``ls`` then serves this session
+            # without reading its log (fail-soft; ``ls`` folds the log itself when this did not land).
+            cache_stored_session(self.coordinator, self.session_id)
         finally:
             if self._owns_coordinator:
                 self.coordinator.close()
