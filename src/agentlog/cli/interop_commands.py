@@ -53,7 +53,8 @@ def import_command(
     except AgentlogError as err:
         coordinator.close()
         render_error(err, opts.as_json)
-    cache_stored_session(coordinator, report.session_id)  # as run does: the next ls reads no log for it
+    if report.session_id is not None:  # as run does: the next ls serves it without reading its log
+        cache_stored_session(coordinator, report.session_id)
     try:
         coordinator.close()
     except AgentlogError as err:

@@ -23,6 +23,7 @@ from ..kernel.jsonvalue import thaw
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator
 from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.listing import LAST_ACTIVITY_KEY
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
@@ -32,7 +33,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .projection_commands import LAST_ACTIVITY_KEY, listing_registry, read_cache, total_tokens
+from .projection_commands import listing_registry, read_cache, total_tokens
 from .render import (
     Streamed,
     _echo_lines,

@@ -97,6 +97,6 @@ def usage_known(values: Mapping[str, Any]) -> bool:
     """
     reported = values.get(USAGE_STEPS_KEY)
     stats = values.get("sessionStats")
-    if not _is_count(reported) or not isinstance(stats, Mapping):
+    if type(reported) is not int or reported < 0 or not isinstance(stats, Mapping):
         return False
     return reported > 0 or stats.get("steps") == 0
