@@ -1,15 +1,17 @@
 """The projection commands ``stats``, ``title`` and ``reindex --projections``, and the projection wiring
 the other commands share (the registry, the persisted cache, the title service).
 
-Every command composes the same registry (:func:`cli_registry`): the five built-in units plus
-``lastActivity`` (the time of the newest event), so a cache record written by ``run`` serves ``ls``
-without reading the log. The cache is derived and rebuildable (``agentlog.projection.cache``): a command
-never *needs* it to answer correctly, it only makes answers cheap.
+Every command composes the same registry (:func:`cli_registry`, i.e.
+:func:`agentlog.projection.listing.command_registry`): the five built-in units plus ``lastActivity``
+(the time of the newest event) and ``usageSteps`` (whether a token total is known), so a cache record
+written by ``run`` serves ``ls`` without reading the log. The cache is derived and rebuildable
+(``agentlog.projection.cache``): a command never *needs* it to answer correctly, it only makes answers
+cheap.
 
-Who creates the cache database: the commands that write a store (``run``, ``resume``, ``title
-NEW_TITLE``) and ``reindex --projections``. The read commands use it when it exists (and refresh stale
-rows in it) but never create it: ``ls`` over a store that was never indexed stays a header-only listing,
-so it never reads a thousand logs behind the user's back.
+Who creates the cache database: the commands and adapters that write a store (``run``, ``resume``,
+``title NEW_TITLE``, ``import``, the openai-agents ``AgentlogSession``) and ``reindex --projections``.
+The read commands use it when it exists (and refresh stale rows in it) but never create it: ``ls`` over
+a store without one folds every log in memory (true figures, nothing written).
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ def stats_command(
 
     Read from the projection cache (only the log's tail past the cached rows is read) and never written
     to the log. --json prints the snapshot: {sessionId, asOfSeq, values} with every unit's view
-    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity).
+    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity, usageSteps).
     """
     try:
         storage = opts.open_backend(read_only=True)
