@@ -548,3 +548,13 @@ def test_ls_serves_the_stored_views_and_a_cache_without_views_the_same(
         conn.close()
     monkeypatch.setattr(PersistenceCoordinator, "read_from", refuse)
     assert _rows(store, kind)["s1"] == expected
+
+
+def test_ls_of_a_sqlite_store_with_a_cache_creates_no_wal_beside_the_store(store: Path, work: Path) -> None:
+    """Opening the cache reads the store's id from its database: a read-only ``ls`` must not leave
+    ``-wal``/``-shm`` files beside a cleanly closed SQLite store (a plain ``mode=ro`` connection would)."""
+    _record(store, work, "sqlite")
+    database = store / "sessions.sqlite3"
+    assert not Path(f"{database}-wal").exists() and not Path(f"{database}-shm").exists()
+    assert _rows(store, "sqlite")["s1"]["turns"] == 1
+    assert not Path(f"{database}-wal").exists() and not Path(f"{database}-shm").exists()
