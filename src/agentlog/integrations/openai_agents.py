@@ -71,7 +71,6 @@ from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, derive_event_message
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
-from ..projection.listing import cache_stored_session
 
 if TYPE_CHECKING:
     from agents.memory import Session as _SdkSession
@@ -536,6 +535,8 @@ class AgentlogSession:
         if self._closed:
             return
         self._closed = True
+        from ..projection.listing import cache_stored_session  # the cache code only when a session closes
+
         try:
             if self._owns_session:
                 self.coordinator.store.dispose(self.session)
