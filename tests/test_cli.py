@@ -89,6 +89,8 @@ def _tree_snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(("kind", "compression"), BACKENDS)
 def test_cli__ls_lists_sessions_as_json_and_table_without_writing(tmp_path: Path, kind: str, compression: str) -> None:
+    """``ls`` of sessions written without the projection cache folds their logs in memory (the figures
+    are the logs') and writes nothing: no cache file, no ``-wal``/``-shm`` beside a SQLite store."""
     _write_sessions(tmp_path, kind, compression)
     before = _tree_snapshot(tmp_path)
     result = runner.invoke(app, ["ls", *_args(tmp_path, kind, compression), "--json"])
@@ -97,11 +99,12 @@ def test_cli__ls_lists_sessions_as_json_and_table_without_writing(tmp_path: Path
     ids = [row["id"] for row in document["sessions"]]
     assert ids == ["s0", "s0-fork", "s1", "s2"]
     by_id = {row["id"]: row for row in document["sessions"]}
-    assert by_id["s0"]["events"] is None  # ls reads headers only: no counts
+    assert by_id["s0"]["events"] == 9 and by_id["s0"]["turns"] == 1
+    assert by_id["s0"]["tokens"] is None  # a step, and no usage reported: unknown, not 0
     assert by_id["s0"]["cwd"] == "/work/project"
     assert by_id["s0-fork"]["parentSession"] == "s0"
     assert by_id["s1"]["createdAt"] == 1_700_000_000_000
-    assert by_id["s1"]["lastActivity"] is None
+    assert by_id["s1"]["lastActivity"] == 1_700_000_000_000  # the clock every event was written with
     assert document["nextCursor"] is None
     table = runner.invoke(app, ["ls", *_args(tmp_path, kind, compression)])
     assert table.exit_code == 0

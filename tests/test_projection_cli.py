@@ -252,13 +252,17 @@ def test_ls_cold_reads_a_session_missing_from_an_existing_cache(store: Path, rea
     assert reads == []
 
 
-def test_ls_without_a_cache_lists_headers_only_and_creates_nothing(store: Path, reads: list[tuple[str, int]]) -> None:
-    """A store that never had a cache is listed from its headers: no log read, no cache file created
-    (nor by ``stats``, which folds in memory)."""
+def test_ls_without_a_cache_folds_each_log_in_memory_and_creates_nothing(
+    store: Path, reads: list[tuple[str, int]]
+) -> None:
+    """A store that never had a cache (its logs written by code that keeps none): ``ls`` folds each log
+    in memory and shows its true figures, and creates no cache file (nor does ``stats``)."""
     _write_direct(store, [("s0", 1_700_000_000_000)], cached=False)
     row = _rows(store)["s0"]
-    assert row["title"] is None and row["turns"] is None and row["lastActivity"] is None and row["events"] is None
-    assert reads == []
+    assert row["title"] == "title of s0" and row["turns"] == 0 and row["events"] == 1
+    assert row["lastActivity"] == 1_700_000_000_000
+    assert row["tokens"] == 0  # no model step at all: nothing was spent (known), not unknown
+    assert reads == [("s0", 0)]
     stats = _json("stats", "s0", "--store", str(store))
     assert stats["values"]["title"] == "title of s0"
     assert not (store / ".projections.sqlite").exists()
@@ -385,7 +389,8 @@ def test_stats_json_is_the_snapshot_with_every_units_view(store: Path, work: Pat
     assert document["sessionId"] == "s1" and document["asOfSeq"] == events[-1]["seq"]
     values = document["values"]
     keys = ["tokenUsage", "contextPressure", "contextBreakdown", "sessionStats", "title", LAST_ACTIVITY_UNIT.key]
-    assert list(values) == keys
+    assert list(values) == [*keys, "usageSteps"]
+    assert values["usageSteps"] == 2  # both steps reported their usage: the token figures are known
     assert values["sessionStats"]["turns"] == 1 and values["sessionStats"]["steps"] == 2
     assert set(values["sessionStats"]) == {
         "turns",
@@ -619,7 +624,8 @@ def test_property_ls_figures_equal_a_fresh_fold_whatever_the_cache_row(
     assert row["events"] == expected["asOfSeq"] + 1
     assert row["title"] == values["title"]
     assert row["turns"] == values["sessionStats"]["turns"] == turns
-    assert row["tokenUsage"] == values["tokenUsage"]
+    assert values["usageSteps"] == 0  # these steps report no usage: the zero buckets are no figure
+    assert row["tokenUsage"] is None and row["tokens"] is None
     assert row["lastActivity"] == values["lastActivity"]
     assert _json("stats", "p", "--store", str(store))["values"] == values
 
@@ -650,3 +656,13 @@ def test_ls_serves_the_stored_views_and_a_cache_without_views_the_same(
         conn.close()
     monkeypatch.setattr(PersistenceCoordinator, "read_from", refuse)
     assert _rows(store, kind)["s1"] == expected
+
+
+def test_ls_of_a_sqlite_store_with_a_cache_creates_no_wal_beside_the_store(store: Path, work: Path) -> None:
+    """Opening the cache reads the store's id from its database: a read-only ``ls`` must not leave
+    ``-wal``/``-shm`` files beside a cleanly closed SQLite store (a plain ``mode=ro`` connection would)."""
+    _record(store, work, "sqlite")
+    database = store / "sessions.sqlite3"
+    assert not Path(f"{database}-wal").exists() and not Path(f"{database}-shm").exists()
+    assert _rows(store, "sqlite")["s1"]["turns"] == 1
+    assert not Path(f"{database}-wal").exists() and not Path(f"{database}-shm").exists()

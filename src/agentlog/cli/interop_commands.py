@@ -17,6 +17,7 @@ from ..errors import AgentlogError
 from ..interop.transcripts import import_transcript
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
+from ..projection.listing import cache_stored_session
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, render_error
 
@@ -57,6 +58,8 @@ def import_command(
     except AgentlogError as err:
         coordinator.close()
         render_error(err, opts.as_json)
+    if report.session_id is not None:  # as run does: the next ls serves it without reading its log
+        cache_stored_session(coordinator, report.session_id)
     try:
         coordinator.close()
     except AgentlogError as err:

@@ -535,11 +535,16 @@ class AgentlogSession:
         if self._closed:
             return
         self._closed = True
+        from ..projection.listing import cache_stored_session  # the cache code only when a session closes
+
         try:
             if self._owns_session:
                 self.coordinator.store.dispose(self.session)
             else:
                 self.coordinator.flush(self.session)
+            # The store's projection cache, as ``agentlog run`` keeps it: ``ls`` then serves this session
+            # without reading its log (fail-soft; ``ls`` folds the log itself when this did not land).
+            cache_stored_session(self.coordinator, self.session_id)
         finally:
             if self._owns_coordinator:
                 self.coordinator.close()

@@ -695,6 +695,11 @@ def store_id_for(backend: object) -> str | None:
                 return f"sqlite-store:{found}"
         try:
             uri = "file:" + urllib.parse.quote(real) + "?mode=ro"
+            if not os.path.exists(real + "-wal"):
+                # Everything committed is in the main file (a clean close removes -wal and -shm), and the
+                # store id never changes once written: read it as immutable. A plain mode=ro connection to
+                # a WAL database would create -wal and -shm beside the store of a read command.
+                uri += "&immutable=1"
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
             try:
                 row = conn.execute("SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
