@@ -243,6 +243,25 @@ def test_returns_none_without_writing_a_bracket_when_nothing_can_be_compacted() 
     assert agent.idle
 
 
+def test_a_second_compact_now_right_after_one_is_nothing_to_compact() -> None:
+    """The surface is then the checkpoint and the newest message: the checkpoint alone is no span to
+    summarize again (it would only be re-worded, never smaller), so None, nothing written, no model call."""
+    session = closed_conversation(2, 7)
+    agent, recorder, flushes = manual(session)
+    assert run(agent.compact_now()) is not None
+    checkpoint = session.events[session.surface.nodes[0]]
+    assert is_checkpoint_source(checkpoint["data"]["source"])
+    events, calls, flushed = len(session.events), len(recorder.calls), len(flushes.at)
+    assert run(agent.compact_now()) is None
+    assert len(session.events) == events and len(recorder.calls) == calls and len(flushes.at) == flushed
+    assert agent.idle
+    # Once a newer message joins it, the checkpoint is compacted again together with what follows it.
+    session.append("user/message", user_msg(PROMPT), intent())
+    session.append("user/message", user_msg("newest"), intent())
+    again = run(agent.compact_now())
+    assert again is not None and again.shadowed_seqs[0] == checkpoint["seq"]
+
+
 def test_commits_a_standalone_bracket_without_consuming_a_turn_number_and_flushes_it() -> None:
     """turn: null on both markers, the command id correlated everywhere, one flush before returning."""
     session = closed_conversation(2, 7)

@@ -645,12 +645,13 @@ async def _compact_now(
 
 def _compactable(session_id: str, opts: StoreOptions) -> bool:
     """Whether ``compact_now`` would find a span to summarize, decided on a read-only copy of the log
-    (the same selection: everything but the newest balanced unit). A missing session is reported here."""
-    from ..compaction import TokenMeter, select_compactable_range
+    (the same selection: everything but the newest balanced unit, and not the checkpoint alone). A
+    missing session is reported here."""
+    from ..compaction import TokenMeter, manual_compaction_range
 
     header, view = _read_view(session_id, opts)
     copy = Session.create(session_id, seed=list(view.events), header=header)
-    return select_compactable_range(copy, TokenMeter().measure(copy), 0) is not None
+    return manual_compaction_range(copy, TokenMeter().measure(copy)) is not None
 
 
 def _with_cause(err: AgentlogError) -> AgentlogError:

@@ -40,6 +40,7 @@ from .region import (
     RegionOptions,
     assert_no_active_compaction,
     compact_surface_region,
+    manual_compaction_range,
 )
 from .selection import select_compactable_range
 from .summarizer import ProviderSummarizer, SummarizationInput, Summarizer, SummaryResult, SummaryTarget
@@ -360,7 +361,7 @@ class CompactionEngine:
                 await _flush(agent)
 
             try:
-                span = select_compactable_range(session, self.meter.measure(session), 0)
+                span = manual_compaction_range(session, self.meter.measure(session))
                 if span is None:
                     return None
                 return await self._region(
