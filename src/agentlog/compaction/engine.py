@@ -345,9 +345,7 @@ class CompactionEngine:
         try:
             maintenance = agent.maintenance()
         except Exception as err:
-            raise ManualCompactionError(
-                "busy", "manual compaction requires an idle agent with no waking queued work"
-            ) from err
+            raise CompactionBusyError("manual compaction requires an idle agent with no waking queued work") from err
         async with maintenance:
             session = agent.session
 
@@ -374,8 +372,8 @@ class CompactionEngine:
                     ),
                     summarize,
                 )
-            except CompactionBusyError as err:  # the durable lock: another compaction is live
-                raise ManualCompactionError("busy", str(err)) from err
+            except CompactionBusyError:  # the durable lock: another compaction is live (already kind busy)
+                raise
             except Exception as err:
                 stop = err.__cause__ if isinstance(err, ManualCompactionError) and err.kind == "summary" else None
                 if isinstance(stop, _Stop):  # our own stop inside the summary step, closed by the region

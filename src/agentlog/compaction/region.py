@@ -380,7 +380,7 @@ async def compact_surface_region(
     owner: int | None
     if opts.owner is None:
         if state.open_turn is not None:
-            raise ManualCompactionError("busy", "manual compaction: the session already has an open turn")
+            raise CompactionBusyError("manual compaction: the session already has an open turn")
         owner = None
     else:
         if state.open_turn is None:
