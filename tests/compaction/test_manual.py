@@ -24,6 +24,7 @@ from agentlog.compaction import (
     TokenMeter,
     is_checkpoint_source,
 )
+from agentlog.kernel.jsonvalue import thaw
 from agentlog.kernel.session import Session
 from agentlog.testing import text_reply
 from compaction._engine_support import (
@@ -281,6 +282,29 @@ def test_commits_a_standalone_bracket_without_consuming_a_turn_number_and_flushe
     assert {k: checkpoint["data"]["source"][k] for k in correlated} == correlated
     assert dict(last_of(session, "compaction/end")["data"]) == {**correlated, "turn": None}
     assert result.to_json()["sourceCommandId"] == "manual-compact-command"
+
+
+def test_the_checkpoint_is_written_in_the_original_key_order() -> None:
+    """``createUserMessage({content, source})`` spreads its input, then role, then the minted id; the
+    checkpoint source is kind, plugin, compactionId, sourceCommandId; the event is type, seq, time, data,
+    sourceEventSeqs, surfaceOp. The same compaction gives the same bytes as the original."""
+    import orjson
+
+    session = closed_conversation(2, 7)
+    agent, _, _ = manual(session)
+    result = run(agent.compact_now(source_command_id="cmd-1"))
+    event = session.events[result.summary_seq + 1]
+    data = event["data"]
+    content = orjson.dumps(thaw(data["content"])).decode()
+    shadowed = ",".join(str(seq) for seq in result.shadowed_seqs)
+    expected = (
+        f'{{"type":"user/message","seq":{event["seq"]},"time":{event["time"]},"data":{{"content":{content},'
+        f'"source":{{"kind":"plugin","plugin":"compact","compactionId":"{result.compaction_id}",'
+        f'"sourceCommandId":"cmd-1"}},"role":"user","id":"{data["id"]}"}},'
+        f'"sourceEventSeqs":[{result.start_seq},{result.summary_seq},{shadowed}],'
+        f'"surfaceOp":{{"op":"replace","start":{result.shadowed_range.start},"end":{result.shadowed_range.end}}}}}'
+    )
+    assert orjson.dumps(thaw(event)).decode() == expected
 
 
 def test_a_live_unmatched_bracket_is_busy_without_summarizing() -> None:

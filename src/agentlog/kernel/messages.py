@@ -83,12 +83,16 @@ def image_block(
 def user_message(
     content: str | Sequence[Any], *, id: str | None = None, source: dict[str, Any] | None = None
 ) -> Message:
-    """A user-role message; ``source`` defaults to a direct human prompt ``{"kind": "user"}``."""
+    """A user-role message; ``source`` defaults to a direct human prompt ``{"kind": "user"}``.
+
+    Keys in the original's ``createUserMessage`` order (content, source, role, id: the input spread,
+    then the role, then the minted id), so a log written here holds the original's bytes.
+    """
     return {
-        "id": id if id is not None else new_message_id(),
-        "role": "user",
         "content": _blocks(content),
         "source": source if source is not None else {"kind": "user"},  # type: ignore[typeddict-item]
+        "role": "user",
+        "id": id if id is not None else new_message_id(),
     }
 
 
@@ -110,26 +114,31 @@ def assistant_message(
     id: str | None = None,
     replay_state: Any = None,
 ) -> Message:
+    """A model-produced message; keys in the original's ``createAssistantMessage`` order (role,
+    content, source, then the minted id)."""
     source: dict[str, Any] = {"kind": "model", "provider": provider, "model": model}
     if replay_state is not None:
         source["replayState"] = replay_state
     return {
-        "id": id if id is not None else new_message_id(),
         "role": "assistant",
         "content": _blocks(content),
         "source": source,  # type: ignore[typeddict-item]
+        "id": id if id is not None else new_message_id(),
     }
 
 
 def tool_result_message(
     call_id: str, content: str | Sequence[Any], *, is_error: bool | None = None, id: str | None = None
 ) -> Message:
-    """A tool's model-facing result: a user-role message holding exactly one tool-result block."""
+    """A tool's model-facing result: a user-role message holding exactly one tool-result block.
+
+    Keys in the original's ``createToolResultMessage`` order (source, content, role, id).
+    """
     return {
-        "id": id if id is not None else new_message_id(),
-        "role": "user",
-        "content": [tool_result_block(call_id, content, is_error=is_error)],
         "source": {"kind": "tool", "callId": call_id},
+        "content": [tool_result_block(call_id, content, is_error=is_error)],
+        "role": "user",
+        "id": id if id is not None else new_message_id(),
     }
 
 
