@@ -103,3 +103,19 @@ def test_messages__are_written_in_the_original_factories_key_order() -> None:
         b'{"role":"assistant","content":[{"type":"text","text":"ok"}],'
         b'"source":{"kind":"model","provider":"deepseek","model":"deepseek-chat"},"id":"a1"}'
     )
+
+
+def test_messages__content_of_the_wrong_type_is_a_typed_error_with_the_remedy() -> None:
+    """``tool_result_message("c1", 42)`` used to fail inside ``list(42)`` with a bare TypeError."""
+    import pytest
+
+    for build in (
+        lambda: al.tool_result_message("c1", 42),  # type: ignore[arg-type]
+        lambda: al.user_message(42),  # type: ignore[arg-type]
+        lambda: al.assistant_message(None, provider="p", model="m"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(al.ArgumentTypeError) as caught:
+            build()
+        assert isinstance(caught.value, TypeError) and caught.value.code == "INVALID_ARGUMENT_TYPE"
+        assert str(caught.value).startswith("message content must be a str or a list of content blocks, got ")
+        assert "pass str(value) or [text_block(...)]" in str(caught.value)

@@ -49,6 +49,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── ToolPairingError (ValueError) [UNPAIRED_TOOL_CALL]
     ├── JsonDecodeError (ValueError) [INVALID_JSON]
     ├── SeqOutOfRangeError (IndexError) [SEQ_OUT_OF_RANGE]
+    ├── ArgumentTypeError (TypeError) [INVALID_ARGUMENT_TYPE]
     ├── AsyncFlushInLoopError [ASYNC_FLUSH_IN_LOOP]
     ├── InvalidOptionError (ValueError) [INVALID_OPTION]
     ├── PersistenceError [PERSISTENCE_ERROR]
@@ -405,6 +406,13 @@ class JsonDecodeError(AgentlogError, ValueError):
 
 class SeqOutOfRangeError(AgentlogError, IndexError):
     code = "SEQ_OUT_OF_RANGE"
+
+
+class ArgumentTypeError(AgentlogError, TypeError):
+    """An argument of the wrong type (``session.at("3")``, message content ``42``); a TypeError, as the
+    bare one it replaces, and its message names the type given and what to pass instead."""
+
+    code = "INVALID_ARGUMENT_TYPE"
 
 
 class AsyncFlushInLoopError(AgentlogError):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..errors import ArgumentTypeError
 from .events import (
     Message,
     ReasoningBlock,
@@ -47,6 +48,11 @@ def tool_call_block(id: str, name: str, arguments: str) -> ToolCallBlock:
 def _blocks(content: str | Sequence[Any]) -> list[Any]:
     if isinstance(content, str):
         return [text_block(content)]
+    if isinstance(content, (bytes, Mapping)) or not isinstance(content, Iterable):
+        raise ArgumentTypeError(
+            f"message content must be a str or a list of content blocks, got {content!r} "
+            f"({content.__class__.__name__}): pass str(value) or [text_block(...)]"
+        )
     return list(content)
 
 
