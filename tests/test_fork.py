@@ -540,3 +540,20 @@ def test_fork__property_child_equals_replay_of_prefix_at_every_turn_end(
         assert child.request_context() == reference.request_context()
         assert child.header["seedLength"] == b + 1
         assert child.first_live_seq == b + 1
+
+
+def test_fork__the_childs_header_and_marker_are_the_originals_bytes() -> None:
+    """§12.4: header ``version, id, createdAt, cwd, parentSession, seedLength`` (nothing else inherited),
+    then the child's own ``session/end-seed`` with ``{}``."""
+    import orjson
+
+    store = SessionStore()
+    source = store.create("parent", meta={"cwd": "/work", "agentPreset": "coder", "delegationDepth": 1})
+    append_closed_turn(source, 1)
+    child = store.fork(source, None, "child")
+    created = child.header["createdAt"]
+    assert orjson.dumps(child.header) == (
+        f'{{"version":0,"id":"child","createdAt":{created},"cwd":"/work","parentSession":"parent","seedLength":3}}'
+    ).encode()
+    marker = child.events[-1]
+    assert orjson.dumps(marker) == f'{{"type":"session/end-seed","seq":3,"time":{marker.time},"data":{{}}}}'.encode()
