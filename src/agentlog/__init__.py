@@ -23,6 +23,7 @@ from .compaction import (
 )
 from .errors import (
     AgentlogError,
+    ArgumentTypeError,
     ChunkRowError,
     CompactionConfigError,
     CompactionError,
@@ -190,6 +191,7 @@ __all__ = [
     "TURN_START",
     "USER_MESSAGE",
     "AgentlogError",
+    "ArgumentTypeError",
     "AssistantChunkData",
     "AssistantMessageData",
     "CheckpointPolicy",

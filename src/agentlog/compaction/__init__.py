@@ -41,6 +41,7 @@ from .region import (
     compact_surface_region,
     is_checkpoint_source,
     lock_is_held,
+    manual_compaction_range,
 )
 from .selection import CompactableRange, select_compactable_range
 from .summarizer import (
@@ -102,6 +103,7 @@ __all__ = [
     "is_checkpoint_source",
     "js_length",
     "lock_is_held",
+    "manual_compaction_range",
     "routed_target",
     "select_compactable_range",
 ]

@@ -310,7 +310,7 @@ class _Conversation:
             self.close_turn()
         if not self.in_turn:
             self._open_turn()
-        message = {"id": message_id, "role": "user", "content": content, "source": {"kind": "user"}}
+        message = {"content": content, "source": {"kind": "user"}, "role": "user", "id": message_id}  # original order
         self.sink.emit(USER_MESSAGE, message, surface=True)
         self.report._count(self.report.messages, "user")
 
@@ -330,7 +330,7 @@ class _Conversation:
         data: dict[str, Any] = {
             "turn": self.turn,
             "step": self.step,
-            "message": {"id": message_id, "role": "assistant", "content": blocks, "source": source},
+            "message": {"role": "assistant", "content": blocks, "source": source, "id": message_id},
         }
         if usage is not None:
             data["usage"] = usage
@@ -355,11 +355,11 @@ class _Conversation:
         block: dict[str, Any] = {"type": "tool-result", "toolCallId": call_id, "content": content}
         if is_error is not None:
             block["isError"] = is_error
-        message = {
-            "id": message_id,
-            "role": "user",
-            "content": [block],
+        message = {  # the original's createToolResultMessage key order
             "source": {"kind": "tool", "callId": call_id},
+            "content": [block],
+            "role": "user",
+            "id": message_id,
         }
         self.open_calls.pop(call_id, None)
         self.sink.emit(TOOL_RESULT, {"turn": self.turn, "step": self.step, "message": message}, surface=True)
