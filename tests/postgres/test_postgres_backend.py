@@ -624,6 +624,31 @@ def test_a_flush_whose_server_backend_is_stopped_fails_typed_before_the_stall_en
         coordinator.close()
 
 
+def test_a_batch_that_landed_after_its_deadline_is_not_written_again_by_a_retry_carrying_more_events(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """The stalled backend still runs the append it was sent once it continues (a commit whose outcome
+    the writer never learnt); the retry then holds that batch and the events appended since."""
+    backend = pg_backends(call_timeout_s=2.0)
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, backend)
+    try:
+        session = store.create("s", meta={"cwd": "/work"})
+        session.append("turn/start", {"turn": 1})
+        store.flush(session)
+        session.append("user/message", al.user_message("stalled"), {"surfaceOp": "append"})
+        with stopped_backend(_lease_holder(pg_dsn)) as still_stopped:
+            with pytest.raises(DatabaseUnavailableError, match="did not answer within"):
+                store.flush(session)
+            assert still_stopped()
+        wait_until(lambda: len(stored_rows(pg_dsn, pg_schema, "s")) == 2, "the stalled append to land")
+        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        _retry_until_committed(lambda: store.flush(session))
+        rows = stored_rows(pg_dsn, pg_schema, "s")
+        assert [loads(body) for _, body in rows] == [dict(event) for event in session.events]
+    finally:
+        coordinator.close()
+
 def test_a_read_and_an_unleased_write_on_a_stopped_backend_fail_typed_before_the_stall_ends(
     pg_backends: Factory, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -785,6 +810,26 @@ def test_a_retried_packed_batch_is_recognised_as_stored_and_a_different_one_conf
     stored = backend.load_stored("s")
     assert stored is not None and [al.thaw(event) for event in stored.events] == events
 
+
+def test_a_retry_holding_a_landed_batch_and_later_events_stores_only_the_later_ones(pg_backends: Factory) -> None:
+    """The retry's run of deltas is cut into other packed rows than the landed batch's: events decide."""
+    backend = pg_backends()
+    events = _chunky_session(2)
+    backend.append_batch(header("s"), events[:3], False)
+    backend.append_batch(header("s"), events[3:8], True)  # landed, though its writer never learnt it
+    changed = [dict(event) for event in events[3:]]
+    changed[2] = chunk_event(changed[2]["seq"], "other")
+    with pytest.raises(SessionConflictError):
+        backend.append_batch(header("s"), changed, True)  # another writer's prefix: refused
+    backend.append_batch(header("s"), events[3:], True)  # the retry, with what was appended since
+    stored = backend.load_stored("s")
+    assert stored is not None and [al.thaw(event) for event in stored.events] == events
+
+    fresh = pg_backends()
+    fresh.append_batch(header("t"), events[:5], False)  # a materialization that landed unacknowledged
+    fresh.append_batch(header("t"), events, False)
+    stored = fresh.load_stored("t")
+    assert stored is not None and [al.thaw(event) for event in stored.events] == events
 
 def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_session(
     pg_backends: Factory, pg_dsn: str, pg_schema: str

@@ -168,14 +168,14 @@ class _DeadlineConnection(psycopg.Connection[Any]):
 class _Batch:
     """One append batch in storage form: the rows (an event or a packed chunk run) and their first seqs."""
 
-    __slots__ = ("bodies", "count", "first", "seqs", "session_id")
+    __slots__ = ("bodies", "count", "events", "first", "seqs", "session_id")
 
-    def __init__(self, session_id: str, first: int, count: int, seqs: list[int], bodies: list[bytes]) -> None:
+    def __init__(self, session_id: str, events: Sequence[WireEvent]) -> None:
         self.session_id = session_id
-        self.first = first
-        self.count = count
-        self.seqs = seqs
-        self.bodies = bodies
+        self.events = events
+        self.first = events[0]["seq"]
+        self.count = len(events)
+        self.seqs, self.bodies = _storage_rows(events)
 
 
 def _storage_rows(events: Sequence[WireEvent]) -> tuple[list[int], list[bytes]]:
@@ -761,7 +761,7 @@ class PostgresBackend:
                 raise PersistenceError(
                     f'append batch of "{session_id}" is not contiguous: seq {event["seq"]} at index {index}'
                 )
-        batch = _Batch(session_id, first, len(events), *_storage_rows(events))
+        batch = _Batch(session_id, events)
         header = dumps(dict(meta)) if not materialized else b""
         with self._mutex:
             lease = self._leases.get(session_id)
@@ -800,9 +800,12 @@ class PostgresBackend:
                 if created != 1:
                     if bytes(row[0]) == header and self._already_stored(cur, batch, row[3]):
                         return
-                    raise PersistenceError(
-                        f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
-                    )
+                    rest = self._rest_after_landed_prefix(cur, batch, row[3]) if bytes(row[0]) == header else None
+                    if rest is None:
+                        raise PersistenceError(
+                            f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
+                        )
+                    batch, first = rest, rest.first
             else:
                 row = cur.execute(q["lock_session"], (session_id,)).fetchone()
                 if row is None:
@@ -811,6 +814,10 @@ class PostgresBackend:
             if next_seq != first:
                 if self._already_stored(cur, batch, next_seq):
                     return
+                rest = self._rest_after_landed_prefix(cur, batch, next_seq)
+                if rest is not None:
+                    batch, first = rest, rest.first
+            if next_seq != first:
                 raise SessionConflictError(
                     f'session "{session_id}" was appended to by another writer: this batch starts at seq {first}, '
                     f"the store's next seq is {next_seq}; nothing of the batch was stored. Reload the session "
@@ -836,6 +843,30 @@ class PostgresBackend:
         return len(rows) == len(batch.bodies) and all(
             seq == batch.seqs[i] and bytes(body) == batch.bodies[i] for i, (seq, body) in enumerate(rows)
         )
+
+    def _rest_after_landed_prefix(self, cur: psycopg.Cursor[Any], batch: _Batch, next_seq: int) -> _Batch | None:
+        """The part of ``batch`` after ``next_seq`` when the part before it is stored already, else ``None``.
+
+        A retry after an unknown outcome (the earlier attempt's write landed after its deadline) carries
+        that batch and the events appended since. The stored rows from the batch's first seq must decode
+        to exactly its leading events (packing may have cut the runs differently, so events are compared,
+        not rows); anything else is another writer's, and a conflict.
+        """
+        first, end = batch.first, batch.first + batch.count
+        if not first < next_seq < end:
+            return None
+        stored: list[Any] = []
+        for _, body in cur.execute(self._sql["select_event_span"], (batch.session_id, first, next_seq)).fetchall():
+            try:
+                stored.extend(decode_storage_record(loads(bytes(body))))
+            except (ValueError, RecursionError, ChunkRowError):
+                return None
+        landed = batch.events[: next_seq - first]
+        if len(stored) != len(landed) or any(
+            loads(event_json(event)) != found for event, found in zip(landed, stored, strict=True)
+        ):
+            return None
+        return _Batch(batch.session_id, batch.events[next_seq - first :])
 
     def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         """A transaction cannot tear: there is never a torn tail, only closers to append."""
