@@ -2,7 +2,8 @@
 
 Optimistic concurrency under interleavings of two backends (two hosts), the advisory-lock writer lease
 across processes (takeover after ``kill -9``), schema refusal, a bad DSN, a statement timeout,
-``pg_terminate_backend`` in the middle of a flush, change notification and cursor paging.
+``pg_terminate_backend`` in the middle of a flush, a stopped server backend (SIGSTOP: the client-side
+deadline, and a retry whose earlier attempt's outcome was unknown), change notification and cursor paging.
 """
 
 from __future__ import annotations

@@ -119,9 +119,16 @@ async def tail_events(
     # only begins at the first wait would leave that commit to the bounded re-check).
     listen = follow and wait is not None
     failures = 0
+    check_now = True  # at the start and right after a backoff; else only after a wait
     while True:
         events: Sequence[FrozenDict] = ()
         try:
+            if not check_now:
+                if wait is not None:
+                    await asyncio.to_thread(wait, session_id, MAX_HINT_WAIT_S)
+                else:
+                    await asyncio.sleep(interval)
+            check_now = False
             if listen and wait is not None:
                 await asyncio.to_thread(wait, session_id, 0.0)
                 listen = False
@@ -137,10 +144,12 @@ async def tail_events(
                 raise
             failures += 1
             listen = follow and wait is not None  # the signal's connection may be gone too
+            check_now = True
             delay = reconnect_delay(failures)
             report(err, failures, delay)
             await asyncio.sleep(delay)
             continue
+        failures = 0
         for event in events:
             seq = event["seq"]
             if seq < next_seq:  # cannot happen for a contiguous log; never yield twice
@@ -153,17 +162,3 @@ async def tail_events(
             next_seq += 1
         if not follow:
             return
-        failures = 0
-        try:
-            if wait is not None:
-                await asyncio.to_thread(wait, session_id, MAX_HINT_WAIT_S)
-            else:
-                await asyncio.sleep(interval)
-        except DatabaseUnavailableError as err:
-            if not retrying:
-                raise
-            failures = 1
-            listen = True
-            delay = reconnect_delay(failures)
-            report(err, failures, delay)
-            await asyncio.sleep(delay)
