@@ -283,6 +283,30 @@ def test_release_ends_the_lease_and_another_backend_takes_it(pg_backends: Factor
     other.release()
 
 
+def test_try_lock_writer_is_one_attempt_that_never_waits_for_the_holder(pg_backends: Factory, pg_dsn: str) -> None:
+    """The primitive a caller that waits for the lease loops on: ``None`` while held, the lease once free."""
+    first, second = pg_backends(), pg_backends()
+    lease = first.try_lock_writer({"id": "s"})
+    assert lease is not None
+    assert second.try_lock_writer({"id": "s"}) is None
+    assert _advisory_lock_holders(pg_dsn) == 1  # the refused attempt holds nothing
+    lease.release()
+    taken = second.try_lock_writer({"id": "s"})
+    assert taken is not None
+    with pytest.raises(SessionLockedError):
+        first.lock_writer({"id": "s"})
+    taken.release()
+
+
+def _advisory_lock_holders(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
 def test_a_lease_whose_connection_is_terminated_ends(pg_backends: Factory, pg_dsn: str) -> None:
     first, second = pg_backends(), pg_backends()
     lease = first.lock_writer({"id": "s"})

@@ -288,3 +288,39 @@ def test_postgres_tail__tail_events_reconnects_after_a_server_restart_unless_tol
     finally:
         coordinator.close()
         writer.close()
+
+
+def test_postgres_tail__the_cli_names_an_outage_once_on_one_line_of_stderr_and_ctrl_c_still_exits_0(
+    private_server: PrivateServer,
+) -> None:
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    writer = PostgresBackend(private_server.dsn, schema=schema)
+    writer.append_batch(header("plain"), closed_turn(0, 1), False)
+    writer.close()
+    options = ["--backend", "postgres", "--dsn", private_server.dsn, "--pg-schema", schema]
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "agentlog.cli", "tail", "plain", "--follow", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    guard = _hang_guard(tail)
+    try:
+        assert tail.stdout is not None and tail.stderr is not None
+        printed = [tail.stdout.readline() for _ in range(6)]
+        private_server.stop()
+        try:
+            notice = tail.stderr.readline().decode()
+        finally:
+            private_server.start()
+        tail.send_signal(signal.SIGINT)
+        rest, err = tail.communicate(timeout=HANG_GUARD_S)
+    finally:
+        guard.cancel()
+        if tail.poll() is None:
+            tail.kill()
+            tail.wait()
+    assert all(printed)  # the six stored events were printed before the outage (b"" would be an early exit)
+    assert notice.startswith("warning [DATABASE_UNAVAILABLE] PostgreSQL at "), notice
+    assert notice.rstrip("\n").endswith("reconnecting with backoff until it answers (Ctrl-C to stop)"), notice
+    assert tail.returncode == 0 and rest == b"", err.decode()
+    assert "Traceback" not in err.decode()
