@@ -129,6 +129,14 @@ COLUMNS: Final = (
 INIT_LOCK: Final = "SELECT pg_advisory_xact_lock(%s)"
 TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s)"
 UNLOCK: Final = "SELECT pg_advisory_unlock(%s)"
+# Ask the server to end one backend, if it still holds the advisory lock of a bigint key (whose high and
+# low 32 bits pg_locks shows as classid and objid, objsubid 1): this writer's own abandoned connection.
+TERMINATE_HOLDER: Final = (
+    "SELECT pg_terminate_backend(l.pid) FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_database d "
+    "ON d.oid = l.database WHERE l.locktype = 'advisory' AND l.granted AND l.pid = %s "
+    "AND d.datname = current_database() AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid "
+    "AND l.objsubid = 1"
+)
 SET_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
 READ_SNAPSHOT: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 

@@ -27,11 +27,21 @@ Design points, each pinned by a test under ``tests/postgres/``:
 * **A lost connection is typed.** Connection failures, a terminated backend and a statement timeout
   become ``DATABASE_UNAVAILABLE`` (the connection is discarded; nothing unacknowledged is committed
   twice), with what to check.
+* **No call waits for ever.** Every wait on the server (connect, each statement, ``COMMIT``, the lease,
+  ``LISTEN``) has a client-side deadline (``call_timeout_s``): a server that accepts the connection but
+  stops answering (a stopped or swapped-out backend, a dead network path the kernel has not noticed) is
+  ``DATABASE_UNAVAILABLE`` once it passes, however the DSN's keepalives are set, and the connection is
+  discarded. A write whose outcome that leaves unknown (its statement or ``COMMIT`` was sent) is found
+  out by the retry: the batch is appended only at the stored next seq, and a batch already stored byte
+  for byte is acknowledged without being written again. A lease whose connection was abandoned so is
+  re-taken only once the server has ended the old backend (it is asked to): until then the old backend
+  could still commit, so the retry is ``DATABASE_UNAVAILABLE``, not ``SESSION_LOCKED``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import select
 import threading
@@ -43,6 +53,7 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import conninfo, pq
+from psycopg.abc import PQGen
 
 from ...errors import (
     ChunkRowError,
@@ -71,6 +82,10 @@ __all__ = ["DEFAULT_SCHEMA", "MAX_SESSION_ID_BYTES", "SCHEMA_VERSION", "Postgres
 DEFAULT_SCHEMA: Final = "agentlog"
 DEFAULT_POOL_SIZE: Final = 4
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5
+DEFAULT_CALL_TIMEOUT_S: Final = 60.0
+"""The client-side deadline of one wait on the server when no statement timeout is set (seconds)."""
+CALL_TIMEOUT_GRACE_S: Final = 5.0
+"""With a statement timeout, the deadline is that timeout plus this: the server's own cancel comes first."""
 MAX_SESSION_ID_BYTES: Final = 1000
 """Longest session id (UTF-8 bytes): it is a btree key and the ``pg_notify`` payload (< 8000 bytes)."""
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -124,17 +139,43 @@ _FAST_PATH_ROWS: Final = 2048
 """Largest batch (in stored rows) sent as one statement with array parameters; bigger ones use COPY."""
 
 
+class _NoAnswer(psycopg.OperationalError):
+    """The server did not answer one wait within the client-side deadline; the connection is closed."""
+
+
+class _DeadlineConnection(psycopg.Connection[Any]):
+    """A connection whose every wait on the server ends at ``call_timeout_s`` (``None``: no deadline).
+
+    psycopg runs each statement, ``COMMIT`` and ``COPY`` block through :meth:`wait`; a wait that passes
+    the deadline leaves the protocol mid-exchange, so the connection is closed at once (later calls on
+    it fail fast instead of waiting again, e.g. a rollback on the way out of a transaction block). A
+    wait that brings its own timeout (``notifies(timeout=...)``) keeps it: it is already bounded.
+    """
+
+    call_timeout_s: float | None = None
+
+    def wait(self, gen: PQGen[Any], interval: float = 0.1, timeout: float | None = None) -> Any:
+        deadline = self.call_timeout_s
+        if timeout is not None or deadline is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, deadline)
+        except psycopg.errors._WaitTimeout:
+            self.pgconn.finish()  # not close(): the caller holds the connection's lock
+            raise _NoAnswer(f"the server did not answer within {deadline:g} s") from None
+
+
 class _Batch:
     """One append batch in storage form: the rows (an event or a packed chunk run) and their first seqs."""
 
-    __slots__ = ("bodies", "count", "first", "seqs", "session_id")
+    __slots__ = ("bodies", "count", "events", "first", "seqs", "session_id")
 
-    def __init__(self, session_id: str, first: int, count: int, seqs: list[int], bodies: list[bytes]) -> None:
+    def __init__(self, session_id: str, events: Sequence[WireEvent]) -> None:
         self.session_id = session_id
-        self.first = first
-        self.count = count
-        self.seqs = seqs
-        self.bodies = bodies
+        self.events = events
+        self.first = events[0]["seq"]
+        self.count = len(events)
+        self.seqs, self.bodies = _storage_rows(events)
 
 
 def _storage_rows(events: Sequence[WireEvent]) -> tuple[list[int], list[bytes]]:
@@ -174,6 +215,7 @@ class _AdvisoryLease:
         self.session_id = session_id
         self._conn: psycopg.Connection[Any] | None = conn
         self._key = key
+        self._pid = conn.info.backend_pid
         self._mutex = threading.Lock()
 
     @property
@@ -192,7 +234,12 @@ class _AdvisoryLease:
             conn = self._conn
             if conn is not None and (conn.closed or conn.broken):
                 conn.close()
-                self._conn = conn = self._owner._try_lock(self.session_id, self._key, "re-taking a lost writer lease")
+                conn = self._owner._try_lock(
+                    self.session_id, self._key, "re-taking a lost writer lease", abandoned_pid=self._pid
+                )
+                if conn is None:
+                    raise self._owner._locked(self.session_id)
+                self._conn, self._pid = conn, conn.info.backend_pid
             yield conn
 
     def release(self) -> None:
@@ -230,6 +277,7 @@ class PostgresBackend:
         pool_size: int = DEFAULT_POOL_SIZE,
         statement_timeout_ms: int = 0,
         connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+        call_timeout_s: float | None = None,
         read_only: bool = False,
     ) -> None:
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema) or schema.startswith("pg_"):
@@ -242,6 +290,10 @@ class PostgresBackend:
             raise ValueError(f"statement_timeout_ms must be a non-negative integer, got {statement_timeout_ms!r}")
         if type(connect_timeout_s) is not int or connect_timeout_s < 1:
             raise ValueError(f"connect_timeout_s must be a positive integer, got {connect_timeout_s!r}")
+        if call_timeout_s is not None and (
+            type(call_timeout_s) not in (int, float) or not math.isfinite(call_timeout_s) or call_timeout_s <= 0
+        ):
+            raise ValueError(f"call_timeout_s must be a positive finite number of seconds, got {call_timeout_s!r}")
         try:
             params = conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as err:
@@ -253,6 +305,12 @@ class PostgresBackend:
         self.schema = schema
         self.pool_size = pool_size
         self.statement_timeout_ms = statement_timeout_ms
+        if call_timeout_s is None:
+            call_timeout_s = (
+                statement_timeout_ms / 1000 + CALL_TIMEOUT_GRACE_S if statement_timeout_ms else DEFAULT_CALL_TIMEOUT_S
+            )
+        self.call_timeout_s = float(call_timeout_s)
+        """The client-side deadline of every wait on the server (see the module docstring)."""
         self.read_only = bool(read_only)
         self.location = _describe(params)
         self._connect_kwargs: dict[str, Any] = {}
@@ -276,6 +334,14 @@ class PostgresBackend:
 
     def _unavailable(self, err: BaseException, doing: str) -> DatabaseUnavailableError:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, _NoAnswer):
+            return DatabaseUnavailableError(
+                f"PostgreSQL at {self.location} did not answer within {self.call_timeout_s:g} s while {doing} "
+                "(the client-side deadline, call_timeout_s); the connection was discarded and nothing was "
+                "acknowledged. Retry: a write whose outcome was left unknown is found stored or not by the "
+                "retry, never stored twice. If it persists, check the server (load, locks, a stopped process) "
+                "or raise call_timeout_s"
+            )
         if isinstance(err, psycopg.errors.QueryCanceled):
             hint = "the statement timeout expired; retry, or raise statement_timeout_ms"
         else:
@@ -286,7 +352,10 @@ class PostgresBackend:
         )
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
+        """A new autocommit connection with the client-side deadline (connecting is bounded by
+        ``connect_timeout``) and the statement timeout."""
+        conn = _DeadlineConnection.connect(self.dsn, autocommit=True, **self._connect_kwargs)
+        conn.call_timeout_s = self.call_timeout_s
         try:
             if self.statement_timeout_ms:
                 conn.execute(_sql.SET_TIMEOUT, (str(self.statement_timeout_ms),))
@@ -701,7 +770,7 @@ class PostgresBackend:
                 raise PersistenceError(
                     f'append batch of "{session_id}" is not contiguous: seq {event["seq"]} at index {index}'
                 )
-        batch = _Batch(session_id, first, len(events), *_storage_rows(events))
+        batch = _Batch(session_id, events)
         header = dumps(dict(meta)) if not materialized else b""
         with self._mutex:
             lease = self._leases.get(session_id)
@@ -740,9 +809,12 @@ class PostgresBackend:
                 if created != 1:
                     if bytes(row[0]) == header and self._already_stored(cur, batch, row[3]):
                         return
-                    raise PersistenceError(
-                        f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
-                    )
+                    rest = self._rest_after_landed_prefix(cur, batch, row[3]) if bytes(row[0]) == header else None
+                    if rest is None:
+                        raise PersistenceError(
+                            f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
+                        )
+                    batch, first = rest, rest.first
             else:
                 row = cur.execute(q["lock_session"], (session_id,)).fetchone()
                 if row is None:
@@ -751,6 +823,10 @@ class PostgresBackend:
             if next_seq != first:
                 if self._already_stored(cur, batch, next_seq):
                     return
+                rest = self._rest_after_landed_prefix(cur, batch, next_seq)
+                if rest is not None:
+                    batch, first = rest, rest.first
+            if next_seq != first:
                 raise SessionConflictError(
                     f'session "{session_id}" was appended to by another writer: this batch starts at seq {first}, '
                     f"the store's next seq is {next_seq}; nothing of the batch was stored. Reload the session "
@@ -777,6 +853,30 @@ class PostgresBackend:
             seq == batch.seqs[i] and bytes(body) == batch.bodies[i] for i, (seq, body) in enumerate(rows)
         )
 
+    def _rest_after_landed_prefix(self, cur: psycopg.Cursor[Any], batch: _Batch, next_seq: int) -> _Batch | None:
+        """The part of ``batch`` after ``next_seq`` when the part before it is stored already, else ``None``.
+
+        A retry after an unknown outcome (the earlier attempt's write landed after its deadline) carries
+        that batch and the events appended since. The stored rows from the batch's first seq must decode
+        to exactly its leading events (packing may have cut the runs differently, so events are compared,
+        not rows); anything else is another writer's, and a conflict.
+        """
+        first, end = batch.first, batch.first + batch.count
+        if not first < next_seq < end:
+            return None
+        stored: list[Any] = []
+        for _, body in cur.execute(self._sql["select_event_span"], (batch.session_id, first, next_seq)).fetchall():
+            try:
+                stored.extend(decode_storage_record(loads(bytes(body))))
+            except (ValueError, RecursionError, ChunkRowError):
+                return None
+        landed = batch.events[: next_seq - first]
+        if len(stored) != len(landed) or any(
+            loads(event_json(event)) != found for event, found in zip(landed, stored, strict=True)
+        ):
+            return None
+        return _Batch(batch.session_id, batch.events[next_seq - first :])
+
     def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         """A transaction cannot tear: there is never a torn tail, only closers to append."""
         if torn_marker is not None:
@@ -787,37 +887,81 @@ class PostgresBackend:
     # --- writer leases -----------------------------------------------------------------------------------
 
     def lock_writer(self, meta: Mapping[str, Any]) -> _AdvisoryLease:
+        """The session's writer lease, or ``SESSION_LOCKED`` at once when another writer holds it."""
+        lease = self.try_lock_writer(meta)
+        if lease is None:
+            raise self._locked(meta["id"])
+        return lease
+
+    def try_lock_writer(self, meta: Mapping[str, Any]) -> _AdvisoryLease | None:
+        """One attempt at the writer lease: the lease, or ``None`` when another writer holds it.
+
+        Never waits for the holder (a caller that wants to wait loops on it, with its own backoff and
+        deadline); a server that does not answer is ``DATABASE_UNAVAILABLE`` as for any call.
+        """
         self._refuse_write("take a writer lease")
         session_id = meta["id"]
         self.validate_session_id(session_id)
         self._ensure_schema()
         key = _lock_key(self.schema, session_id)
-        lease = _AdvisoryLease(self, session_id, self._try_lock(session_id, key, "taking the writer lock"), key)
+        conn = self._try_lock(session_id, key, "taking the writer lock")
+        if conn is None:
+            return None
+        lease = _AdvisoryLease(self, session_id, conn, key)
         with self._mutex:
             self._leases[session_id] = lease
         return lease
 
-    def _try_lock(self, session_id: str, key: int, doing: str) -> psycopg.Connection[Any]:
-        """A new connection holding the session's advisory lock, or ``SESSION_LOCKED`` at once."""
+    @staticmethod
+    def _locked(session_id: str) -> SessionLockedError:
+        return SessionLockedError(
+            f'session "{session_id}" is already open for writing (another process or host holds its '
+            "PostgreSQL writer lease); wait for it to finish or close it"
+        )
+
+    def _try_lock(
+        self, session_id: str, key: int, doing: str, *, abandoned_pid: int = 0
+    ) -> psycopg.Connection[Any] | None:
+        """A new connection holding the session's advisory lock, or ``None`` at once when it is held.
+
+        ``abandoned_pid`` is the server backend of this lease's previous connection, given up on (it
+        died or missed its deadline). If that backend still holds the lock, the server is asked to end
+        it and the caller gets ``DATABASE_UNAVAILABLE`` (retry), not ``None``: it may still commit what
+        it was sent, so the lease cannot pass to a new connection before it is gone.
+        """
         try:
             conn = self._connect()
         except _CONNECTION_ERRORS as err:
             raise self._unavailable(err, doing) from None
         try:
             row = conn.execute(_sql.TRY_LOCK, (key,)).fetchone()
+            if row is not None and row[0] is True:
+                return conn
+            ended = None
+            if abandoned_pid:
+                try:
+                    ended = conn.execute(
+                        _sql.TERMINATE_HOLDER, (abandoned_pid, (key >> 32) & 0xFFFF_FFFF, key & 0xFFFF_FFFF)
+                    ).fetchone()
+                except _CONNECTION_ERRORS:
+                    raise
+                except psycopg.Error:  # not allowed to end it: the lease is simply held
+                    ended = None
         except _CONNECTION_ERRORS as err:
             conn.close()
             raise self._unavailable(err, doing) from None
         except BaseException:
             conn.close()
             raise
-        if row is None or row[0] is not True:
-            conn.close()
-            raise SessionLockedError(
-                f'session "{session_id}" is already open for writing (another process or host holds its '
-                "PostgreSQL writer lease); wait for it to finish or close it"
+        conn.close()
+        if ended is not None:
+            raise DatabaseUnavailableError(
+                f'the writer lease of session "{session_id}" is still held by this writer\'s previous '
+                f"connection to PostgreSQL at {self.location} (server backend pid {abandoned_pid}), which "
+                "was given up on and may still commit its last write; the server was asked to end it. "
+                "Retry once it has: nothing is stored twice"
             )
-        return conn
+        return None
 
     def _forget_lease(self, lease: _AdvisoryLease) -> None:
         with self._mutex:
@@ -869,8 +1013,12 @@ class PostgresBackend:
         with self._mutex:
             if self._closed:
                 raise PersistenceError(f"{self.name} backend is closed")
-        conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        conn = self._connect()
+        try:
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except BaseException:
+            conn.close()
+            raise
         self._listener = conn
         return conn
 
