@@ -1036,6 +1036,8 @@ class PostgresBackend:
         self.validate_session_id(session_id)
         self._ensure_schema()
         conn = self._try_lock(session_id, _lock_key(self.schema, session_id), "taking the writer lock")
+        if conn is None:
+            raise self._locked(session_id)
         return _StagedSession(self, dict(meta), conn)
 
     def _stage_batch(self, conn: psycopg.Connection[Any], meta: Mapping[str, Any], batch: _Batch) -> None:
@@ -1097,7 +1099,7 @@ class _StagedSession:
         first = events[0]["seq"]
         if first != self._next_seq:
             raise PersistenceError(f'staged append of "{session_id}" starts at seq {first}, expected {self._next_seq}')
-        batch = _Batch(session_id, first, len(events), *_storage_rows(events))
+        batch = _Batch(session_id, events)
         try:
             with self._backend._typed(conn, "staging an imported session", pooled=False):
                 self._backend._stage_batch(conn, self._meta, batch)
