@@ -167,8 +167,14 @@ TEMPLATES = [
     dumps({"type": "llm/retry", "seq": N + 1, "time": 2000, "data": {"note": "ab"}}),
     dumps({"type": "turn/end", "seq": N + 3, "time": 2000, "data": {"turn": 3, "reason": {"kind": "completed"}}}),
     dumps({"type": "turn/end", "seq": N, "time": 2000, "data": {"turn": 2, "reason": {"kind": "comp"}}}),
-    dumps({"type": "text-chunks", "seq0": N, "time0": 2000, "data": {"turn": 3, "step": 1, "index": 0,
-                                                                      "dt": [1, 1], "texts": ["a", "b", "c"]}}),
+    dumps(
+        {
+            "type": "text-chunks",
+            "seq0": N,
+            "time0": 2000,
+            "data": {"turn": 3, "step": 1, "index": 0, "dt": [1, 1], "texts": ["a", "b", "c"]},
+        }
+    ),
     b'["ab", 1]',
     b'"ab"',
     b"null",
