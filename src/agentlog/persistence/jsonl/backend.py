@@ -16,8 +16,8 @@ Durability model, and why it is safe without a journal:
 * A crash can therefore only leave a torn *tail*: an incomplete final record (or a defective last
   complete line). Reading keeps the committed prefix and reports the tail in a :class:`TornMarker`;
   only :meth:`JsonlBackend.commit_repair` ever truncates. Damage inside the committed region (a
-  checksum failure in an earlier frame, a defective record with any complete record after it, bytes
-  that are not UTF-8) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the
+  checksum failure in an earlier frame, a defective record with any complete record after it, a
+  record readable only by replacing bytes that are not UTF-8) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the
   file untouched; :meth:`JsonlBackend.read_prefix` salvages the prefix before it.
 * Before every append (under the writer lock) the file must still be the inode, size and next seq this
   instance last wrote or read, so a second writer that slipped past a removed lock file is refused
