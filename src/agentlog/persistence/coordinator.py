@@ -655,22 +655,6 @@ class PersistenceCoordinator:
                     raise
                 self._wait_for_writer(session_id, err, deadline, timeout)
 
-    def wait_unlocked(self, session_id: str, *, timeout: float | None = None) -> None:
-        """Block until no other writer holds ``session_id`` (``timeout`` seconds at most, else SESSION_LOCKED).
-
-        For a caller that opens a session its own way (``store.create``) and wants ``resume``'s wait: the
-        lock is free when this returns, and the caller's own open takes it (losing that race is
-        SESSION_LOCKED again, so retry around both).
-        """
-        deadline = deadline_of(True, timeout)
-        assert deadline is not None
-        self._check_id(session_id)
-        meta = {"id": session_id}
-        try:
-            self.backend.lock_writer(meta).release()
-        except SessionLockedError as err:
-            self._wait_for_writer(session_id, err, deadline, timeout)
-
     def _wait_for_writer(
         self, session_id: str, err: SessionLockedError, deadline: float, timeout: float | None
     ) -> None:
