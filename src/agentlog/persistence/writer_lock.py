@@ -116,11 +116,12 @@ def describe_holder(holder: Mapping[str, Any] | None) -> str:
     hostname = holder.get("hostname")
     if pid is not None:
         parts.append(f"pid {pid}")
+    elif holder.get("backendPid") is not None:  # a PostgreSQL lease: the server's view of its client
+        parts.append(f"the client of PostgreSQL backend pid {holder['backendPid']}")
     if hostname is not None:
         parts.append(f'on host "{hostname}"')
-    for key, label in (("application", "as"), ("clientAddress", "from")):
-        if holder.get(key):
-            parts.append(f'{label} "{holder[key]}"')
+    if holder.get("application"):
+        parts.append(f'as "{holder["application"]}"')
     acquired = holder.get("acquiredAt")
     if type(acquired) is int:
         parts.append(_since(acquired))
