@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -45,11 +46,19 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"JSON.parse refuses {name}")
 
 
-def original_outcome(line: bytes, next_seq: int) -> tuple[Outcome, bool]:
+def original_outcome(line: bytes, next_seq: int) -> tuple[Outcome, str | None]:
     """The original's verdict on a last complete line (``consumeEventLine`` with nothing after it), and
-    whether reading it as a record needs replacement characters."""
+    why agentlog cannot take it as the original does, if it cannot: replacement characters needed, or
+    a value orjson (and the lossless-JSON gate) cannot hold."""
     text = line.decode("utf-8", "replace")
-    replaced = text != line.decode("utf-8", "surrogateescape")
+    replaced: str | None = None
+    if text != line.decode("utf-8", "surrogateescape"):
+        replaced = "not UTF-8"
+    else:
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            replaced = "cannot hold losslessly"
     try:
         value = json.loads(text, parse_constant=_no_constants)
         decoded = decode_storage_record(value)
@@ -86,7 +95,7 @@ def place(placement: Placement, line: bytes) -> tuple[bytes, bytes]:
     return base, base + frame
 
 
-def expected(placement: Placement, line: bytes) -> tuple[Outcome, bool]:
+def expected(placement: Placement, line: bytes) -> tuple[Outcome, str | None]:
     outcome, replaced = original_outcome(line, N)
     if placement == "zstd-complete-frame" and outcome == "torn":
         outcome = "damage"  # a checksummed complete frame was written whole: its defects are damage
@@ -130,8 +139,8 @@ def check_final_line(placement: Placement, line: bytes) -> None:
             with pytest.raises(SessionPersistenceCorruptionError) as caught:
                 backend.load_stored(SID)
             assert caught.value.code == "SESSION_CORRUPT"
-            if outcome == "record":  # kept by the original only through replacement characters
-                assert "not UTF-8" in str(caught.value)
+            if outcome == "record":  # a record agentlog cannot take as the original does: never cut
+                assert replaced is not None and replaced in str(caught.value)
             partial = backend.read_prefix(SID)
             assert partial is not None and partial.damage is not None and seqs(partial.events) == list(range(N))
             coordinator = PersistenceCoordinator(SessionStore(), _backend(root, placement))
@@ -175,6 +184,9 @@ TEMPLATES = [
             "data": {"turn": 3, "step": 1, "index": 0, "dt": [1, 1], "texts": ["a", "b", "c"]},
         }
     ),
+    b'{"type":"llm/retry","seq":%d,"time":2000,"data":{"note":"\\ud800"}}' % N,  # JSON.parse keeps it
+    b'{"type":"llm/retry","seq":%d,"time":2000,"data":{"note":"\\udc00"}}' % (N + 1),
+    b'{"type":"llm/retry","seq":%d,"time":2000,"data":{"big":1e400}}' % N,
     b'["ab", 1]',
     b'"ab"',
     b"null",
@@ -220,8 +232,11 @@ def test_a_garbage_final_line_holding_bytes_that_are_not_utf8_is_a_torn_tail(pla
         _in_string(TEMPLATES[0], b"ab"),  # in seq, readable only with U+FFFD: refused, never replaced
         _splice(TEMPLATES[0], 5, b"\xff"),  # the invalid byte breaks the JSON itself: torn
         TEMPLATES[0],  # a valid record: kept
+        TEMPLATES[5],  # in seq, a lone surrogate escape orjson refuses: a record all the same, never cut
+        TEMPLATES[6],  # out of seq with a lone surrogate escape: torn
+        TEMPLATES[7],  # in seq, a number beyond the double range: a record (refused), never cut
     ],
-    ids=["gap", "turn-end-gap", "needs-replacement", "unparsable", "valid"],
+    ids=["gap", "turn-end-gap", "needs-replacement", "unparsable", "valid", "lone-surrogate", "lone-gap", "inf"],
 )
 def test_each_final_line_shape_comes_out_as_the_original_decides(placement: Placement, line: bytes) -> None:
     check_final_line(placement, line)

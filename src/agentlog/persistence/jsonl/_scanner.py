@@ -373,6 +373,19 @@ class _Cursor:
             yield index
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"JSON.parse refuses {name}")
+
+
+def _js_parse(text: str) -> Any:
+    """``JSON.parse`` as the original runs it (lone surrogate escapes kept, ``1e400`` infinite, ``NaN``
+    refused), or ``_UNPARSABLE``. Only for the rare line orjson refused."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return _UNPARSABLE
+
+
 def _has_turn_end(events: list[Any]) -> bool:
     return any(type(event) is dict and event.get("type") == _TURN_END for event in events)
 
@@ -604,24 +617,29 @@ class SessionLogScanner:
     ) -> SessionPersistenceCorruptionError:
         """Judge a line the parser refused, as the original does; returns the defect it records.
 
-        Nesting beyond the limit is fatal. Bytes that are not UTF-8 do not decide by themselves: the
-        original decodes a line leniently (U+FFFD for each bad sequence), so what it would then make of
-        the line decides. Unparsable even so, or a record that does not continue the seq: an ordinary
-        defect (the last line: a torn tail), a defective ``turn/end`` raising at once as in the loop. A
-        record it would keep: refused here, since agentlog never replaces bytes of a committed record.
+        Nesting beyond the limit is fatal. Otherwise what the original makes of the line decides: it
+        decodes leniently (U+FFFD for each sequence that is not UTF-8) and parses with ``JSON.parse``,
+        which also takes what orjson refuses (a lone surrogate escape, a number beyond the double
+        range). Unparsable even so, or a record that does not continue the seq: an ordinary defect (as
+        the last line, a torn tail), a defective ``turn/end`` raising at once as in the loop. A record
+        it would keep: refused here as damage, since agentlog never replaces bytes and cannot hold that
+        value, and a complete record is never cut as a torn tail.
         """
         line = lines[index]
         if "nesting exceeds" in str(err):
             raise self._too_deep_at(lines, index, start) from None
         bad = _invalid_utf8(line)
-        if bad is None:
-            return self._set_issue(lines, index, start, err, None)
-        try:
-            value = loads(line.decode("utf-8", "replace").encode("utf-8"), max_depth=self._max_depth)
-        except JsonDecodeError as lenient:
-            if "nesting exceeds" in str(lenient):
-                raise self._too_deep_at(lines, index, start) from None
-            return self._set_issue(lines, index, start, err, None)
+        value: Any = _UNPARSABLE
+        if bad is not None:
+            try:
+                value = loads(line.decode("utf-8", "replace").encode("utf-8"), max_depth=self._max_depth)
+            except JsonDecodeError as lenient:
+                if "nesting exceeds" in str(lenient):
+                    raise self._too_deep_at(lines, index, start) from None
+        if value is _UNPARSABLE:
+            value = _js_parse(line.decode("utf-8", "replace"))
+            if value is _UNPARSABLE:
+                return self._set_issue(lines, index, start, err, None)
         try:
             decoded = decode_storage_record(value)
         except ChunkRowError as row_err:
@@ -629,8 +647,14 @@ class SessionLogScanner:
         first = decoded[0]
         seq = first.get("seq", _MISSING) if type(first) is dict else _MISSING
         if seq == n and type(seq) is not bool:
-            offset = self._line_start(lines, index, start) + bad
-            raise _not_utf8(offset, f"event line {self._line + index + 1}") from None
+            where = f"event line {self._line + index + 1}"
+            if bad is not None:
+                raise _not_utf8(self._line_start(lines, index, start) + bad, where) from None
+            raise _corrupt(
+                f"corrupt session log: {where} is a record this reader cannot hold losslessly ({err}); "
+                "a complete record is never cut as a torn tail",
+                self._line_start(lines, index, start),
+            ) from None
         issue = self._set_issue(lines, index, start, None, (n, seq))
         if _has_turn_end(decoded):
             raise issue
