@@ -14,7 +14,9 @@ decides what a crash may have left behind lives in one place:
 * bytes that are not UTF-8 are never replaced, yet they do not decide by themselves: the original
   decodes leniently (U+FFFD), so a line it then cannot parse, or whose record does not continue the
   seq, is an ordinary defect (as the last line, a torn tail), while a record it would keep only through
-  replacement characters is damage at the offset of its first bad byte;
+  replacement characters is damage at the offset of its first bad byte. Likewise a line orjson
+  refuses but the original's ``JSON.parse`` reads (a lone surrogate escape, ``1e400``): a record in
+  seq is damage agentlog cannot hold, never a torn tail;
 * running out of memory is :class:`~agentlog.errors.ResourceExhaustedError`, never corruption.
 
 Everything is decided on raw bytes, one line at a time, with one JSON parse per line; byte offsets are
