@@ -303,9 +303,20 @@ class SessionFormatUnsupportedError(PersistenceError):
 
 
 class SessionLockedError(PersistenceError):
-    """Another writer (process or store) holds the session open for writing."""
+    """Another writer (process or store) holds the session open for writing.
+
+    ``holder`` says who, as far as the lock records it: ``{"pid", "hostname", "acquiredAt"}`` (epoch
+    ms) for a lock file, plus the database's view for a PostgreSQL lease; ``None`` when the holder left
+    no record (it may be taking the lock at this very moment). The message names the holder and how
+    to wait for it instead of failing (``wait=`` / ``timeout=`` on ``coordinator.resume`` and the
+    framework adapters).
+    """
 
     code = "SESSION_LOCKED"
+
+    def __init__(self, message: str, *, holder: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.holder: dict[str, Any] | None = None if holder is None else dict(holder)
 
 
 class SessionCollisionError(PersistenceError):

@@ -271,6 +271,45 @@ def test_the_lease_refuses_a_second_process_at_once_and_passes_on_after_kill_9(p
             holder.wait()
 
 
+def test_session_locked_names_the_lease_holder_pid_host_and_since_when(pg_dsn: str, pg_schema: str) -> None:
+    started_ms = time.time_ns() // 1_000_000
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, pg_dsn, pg_schema], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and int(holder.stdout.readline()) == 1
+        locked_ms = time.time_ns() // 1_000_000
+        backend = PostgresBackend(pg_dsn, schema=pg_schema)
+        try:
+            with pytest.raises(SessionLockedError) as caught:
+                backend.lock_writer({"id": "shared"})
+        finally:
+            backend.close()
+        found = caught.value.holder
+        assert found is not None
+        # The server's view: the lease connection's backend, client host and start (not the client's pid).
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT a.pid, coalesce(a.client_hostname, host(a.client_addr)), a.application_name FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND "
+                "l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchone()
+        assert row is not None
+        backend_pid, host, application = row
+        assert found["backendPid"] == backend_pid and found["pid"] is None
+        assert found["application"] == application == "agentlog"
+        if host is not None:
+            assert found["hostname"] == host
+        assert started_ms - 1000 <= found["acquiredAt"] <= locked_ms + 1000  # the lease connection's start
+        message = str(caught.value)
+        assert f"the client of PostgreSQL backend pid {backend_pid} on host " in message
+        assert ' as "agentlog" since ' in message and "wait=True" in message
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+
+
 def test_release_ends_the_lease_and_another_backend_takes_it(pg_backends: Factory) -> None:
     first, second = pg_backends(), pg_backends()
     lease = first.lock_writer({"id": "s"})

@@ -59,6 +59,7 @@ from . import legacy
 from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
 from .tail import DEFAULT_POLL_INTERVAL_S, tail_events
 from .write_behind import Scheduler, WriteBehind
+from .writer_lock import deadline_of, wait_for_writer
 
 logger = logging.getLogger("agentlog")
 
@@ -692,8 +693,31 @@ class PersistenceCoordinator:
 
         return SessionPreparation.create(session, release)
 
-    def resume(self, session_id: str) -> Session:
-        """Restore a stored session and make it live in the store (it keeps being persisted)."""
+    def resume(self, session_id: str, *, wait: bool = False, timeout: float | None = None) -> Session:
+        """Restore a stored session and make it live in the store (it keeps being persisted).
+
+        Another writer holding the session is ``SESSION_LOCKED`` at once (naming the holder), unless
+        the caller opts in to waiting: ``wait=True`` waits as long as it takes, ``timeout=`` seconds (alone
+        or with ``wait=True``) bounds the wait, past which the refusal is raised after all. Waiting
+        probes the lock (nothing is read meanwhile) and logs one INFO record on the ``agentlog`` logger
+        naming the holder when it starts.
+        """
+        deadline = deadline_of(wait, timeout)
+        while True:
+            try:
+                return self._resume_now(session_id)
+            except SessionLockedError as err:
+                if deadline is None:
+                    raise
+                self._wait_for_writer(session_id, err, deadline, timeout)
+
+    def _wait_for_writer(
+        self, session_id: str, err: SessionLockedError, deadline: float, timeout: float | None
+    ) -> None:
+        meta = {"id": session_id}
+        wait_for_writer(session_id, lambda: self.backend.lock_writer(meta), err, deadline, timeout)
+
+    def _resume_now(self, session_id: str) -> Session:
         preparation = self.prepare(session_id)
         session: Session = preparation.session
         detach = self.store.enter(session)

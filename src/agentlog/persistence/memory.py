@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidSessionIdError, PersistenceError, SessionLockedError
+from ..errors import InvalidSessionIdError, PersistenceError
 from ..kernel.jsoncodec import dumps, loads
 from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from .writer_lock import holder_record, locked_error
 
 
 class _Record:
@@ -38,7 +39,7 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.records: dict[str, _Record] = {}
-        self.locks: set[str] = set()
+        self.locks: dict[str, dict[str, Any]] = {}  # id -> holder record
         self.store_id = uuid.uuid4().hex
 
 
@@ -52,7 +53,7 @@ class _Lock:
         if not self._released:
             self._released = True
             with self._owner._mutex:
-                self._owner._locks.discard(self._id)
+                self._owner._locks.pop(self._id, None)
 
 
 class MemoryBackend:
@@ -167,8 +168,8 @@ class MemoryBackend:
         self.validate_session_id(session_id)
         with self._mutex:
             if session_id in self._locks:
-                raise SessionLockedError(f'session "{session_id}" is already open for writing')
-            self._locks.add(session_id)
+                raise locked_error(session_id, self._locks[session_id])
+            self._locks[session_id] = holder_record()
         return _Lock(self, session_id)
 
     def stage_session(self, meta: Mapping[str, Any]) -> _Staged:

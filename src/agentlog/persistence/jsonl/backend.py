@@ -16,9 +16,10 @@ Durability model, and why it is safe without a journal:
 * A crash can therefore only leave a torn *tail*: an incomplete final record (or a defective last
   complete line). Reading keeps the committed prefix and reports the tail in a :class:`TornMarker`;
   only :meth:`JsonlBackend.commit_repair` ever truncates. Damage inside the committed region (a
-  checksum failure in an earlier frame, a defective record with any complete record after it, bytes
-  that are not UTF-8) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the
-  file untouched; :meth:`JsonlBackend.read_prefix` salvages the prefix before it.
+  checksum failure in an earlier frame, a defective record with any complete record after it, a
+  record readable only by replacing bytes that are not UTF-8) raises
+  :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the file untouched;
+  :meth:`JsonlBackend.read_prefix` salvages the prefix before it.
 * Before every append (under the writer lock) the file must still be the inode, size and next seq this
   instance last wrote or read, so a second writer that slipped past a removed lock file is refused
   (:class:`~agentlog.errors.SessionTailChangedError`) instead of interleaving batches.
@@ -47,7 +48,6 @@ from ...errors import (
     PersistenceError,
     ResourceExhaustedError,
     SessionFormatUnsupportedError,
-    SessionLockedError,
     SessionPersistenceCorruptionError,
     SessionTailChangedError,
     StorageAccessError,
@@ -67,6 +67,7 @@ from ..backend import (
     event_json,
 )
 from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, file_kind, project_key
+from ..writer_lock import clear_holder, locked_error, read_holder, record_holder
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -384,6 +385,7 @@ class _FileLock:
             fd, self._fd = self._fd, -1
         if fd >= 0:
             try:
+                clear_holder(fd)
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
@@ -1734,7 +1736,9 @@ class JsonlBackend:
         """Advisory single-writer lock: ``flock`` on ``<root>/.locks/<encoded id>.lock``.
 
         ``flock`` locks belong to the open file description, so a second backend instance in the same
-        process conflicts just like another process; the kernel drops the lock if the holder dies.
+        process conflicts just like another process; the kernel drops the lock if the holder dies. The
+        holder writes who it is into the file (:mod:`agentlog.persistence.writer_lock`), so the refusal
+        (``SESSION_LOCKED``, at once) names the holder's pid, host and since when.
         """
         session_id = meta.get("id")
         if not isinstance(session_id, str):
@@ -1751,11 +1755,13 @@ class JsonlBackend:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = read_holder(fd)
             os.close(fd)
-            raise SessionLockedError(f'session "{session_id}" is already open for writing') from None
+            raise locked_error(session_id, holder) from None
         except BaseException:
             os.close(fd)
             raise
+        record_holder(fd)
         return _FileLock(fd)
 
     @_typed_os_errors

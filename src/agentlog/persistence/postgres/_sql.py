@@ -137,6 +137,15 @@ TERMINATE_HOLDER: Final = (
     "AND d.datname = current_database() AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid "
     "AND l.objsubid = 1"
 )
+LEASE_HOLDER: Final = (
+    "SELECT a.pid, a.application_name, host(a.client_addr), a.client_hostname,"
+    " (extract(epoch FROM a.backend_start) * 1000)::bigint"
+    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database"
+    " WHERE datname = current_database()) AND l.classid::bigint = %s AND l.objid::bigint = %s"
+    " AND l.objsubid = 1 LIMIT 1"
+)
+"""The holder of a session's advisory lease (a bigint key is ``classid`` high and ``objid`` low 32 bits)."""
 SET_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
 READ_SNAPSHOT: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 

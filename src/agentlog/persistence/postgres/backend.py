@@ -74,6 +74,7 @@ from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from ..writer_lock import locked_error
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
 
@@ -97,6 +98,29 @@ def _lock_key(schema: str, session_id: str) -> int:
     """The advisory-lock key of a session: 64 bits of a hash of (schema, id), as a signed bigint."""
     digest = hashlib.blake2b(f"{schema}\0{session_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _lease_holder(conn: psycopg.Connection[Any], key: int) -> dict[str, Any] | None:
+    """Who holds the advisory lock ``key``, as the server sees it (``pg_locks``, ``pg_stat_activity``).
+
+    The server knows the lease connection's backend pid, client host and application name, and when
+    the connection started (``acquiredAt``: the lease is taken right after connecting); not the
+    client's own process id (``pid`` is ``None``). Best-effort: ``None`` when it cannot be read.
+    """
+    try:
+        row = conn.execute(_sql.LEASE_HOLDER, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    except psycopg.Error:
+        return None
+    if row is None:
+        return None
+    backend_pid, application, client_address, client_hostname, started_ms = row
+    return {
+        "pid": None,
+        "hostname": client_hostname or client_address or "localhost (a Unix-domain socket)",
+        "acquiredAt": started_ms,
+        "backendPid": backend_pid,
+        "application": application,
+    }
 
 
 def _describe(params: Mapping[str, Any]) -> str:
@@ -912,12 +936,21 @@ class PostgresBackend:
             self._leases[session_id] = lease
         return lease
 
-    @staticmethod
-    def _locked(session_id: str) -> SessionLockedError:
-        return SessionLockedError(
-            f'session "{session_id}" is already open for writing (another process or host holds its '
-            "PostgreSQL writer lease); wait for it to finish or close it"
-        )
+    def _locked(self, session_id: str) -> SessionLockedError:
+        """``SESSION_LOCKED`` naming the lease's holder as the server sees it, read on a connection of
+        its own right after the refused attempt (best-effort: a holder that has just let go, or a server
+        that does not answer, leaves the holder unnamed)."""
+        holder = None
+        try:
+            conn = self._connect()
+        except (psycopg.Error, OSError):
+            conn = None
+        if conn is not None:
+            try:
+                holder = _lease_holder(conn, _lock_key(self.schema, session_id))
+            finally:
+                conn.close()
+        return locked_error(session_id, holder, lock="its PostgreSQL writer lease")
 
     def _try_lock(
         self, session_id: str, key: int, doing: str, *, abandoned_pid: int = 0

@@ -56,7 +56,6 @@ from ...errors import (
     PersistenceError,
     ResourceExhaustedError,
     SessionFormatUnsupportedError,
-    SessionLockedError,
     SessionPersistenceCorruptionError,
     StorageAccessError,
     StoreNotFoundError,
@@ -66,6 +65,7 @@ from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
+from ..writer_lock import clear_holder, holder_record, locked_error, read_holder, record_holder
 from . import _codec as codec
 
 __all__ = [
@@ -204,6 +204,7 @@ class _FileWriterLock:
             fd, self._fd = self._fd, None
         if fd is not None:
             self._owner._forget_lock(self)
+            clear_holder(fd)
             os.close(fd)
 
 
@@ -218,7 +219,7 @@ class _MemoryWriterLock:
         with self._owner._locks_mutex:
             session_id, self._id = self._id, None
             if session_id is not None:
-                self._owner._memory_locks.discard(session_id)
+                self._owner._memory_locks.pop(session_id, None)
                 self._owner._held_locks.discard(self)
 
 
@@ -277,7 +278,7 @@ class SqliteBackend:
         self._shared = False  # a writer was seen: read-only opens stop using immutable snapshots
         self._store_identity = ""
         self._locks_mutex = threading.Lock()
-        self._memory_locks: set[str] = set()
+        self._memory_locks: dict[str, dict[str, Any]] = {}  # id -> holder record
         self._held_locks: set[_WriterLock] = set()
         # Last member seq (None = does not decode) per packed row *content*: validation is a pure
         # function of the columns, and every append re-checks the packed rows up to 1023 seqs back.
@@ -1247,8 +1248,8 @@ class SqliteBackend:
         if self._memory:
             with self._locks_mutex:
                 if session_id in self._memory_locks:
-                    raise SessionLockedError(f'session "{session_id}" is already open for writing')
-                self._memory_locks.add(session_id)
+                    raise locked_error(session_id, self._memory_locks[session_id])
+                self._memory_locks[session_id] = holder_record()
                 memory_lock = _MemoryWriterLock(self, session_id)
                 self._held_locks.add(memory_lock)
             return memory_lock
@@ -1264,13 +1265,13 @@ class SqliteBackend:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = read_holder(fd)
             os.close(fd)
-            raise SessionLockedError(
-                f'session "{session_id}" is already open for writing (another process or store holds its lock)'
-            ) from None
+            raise locked_error(session_id, holder) from None
         except BaseException:
             os.close(fd)
             raise
+        record_holder(fd)
         file_lock = _FileWriterLock(self, fd)
         with self._locks_mutex:
             self._held_locks.add(file_lock)
