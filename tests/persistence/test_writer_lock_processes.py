@@ -281,3 +281,39 @@ def test_resume_refuses_a_wait_option_that_is_not_one(tmp_path: Path, wait: Any,
             coordinator.resume("shared", wait=wait, timeout=timeout)
     finally:
         coordinator.close()
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_cli_write_on_a_held_session_reports_the_holder_as_json_data(kind: str, tmp_path: Path) -> None:
+    """``SESSION_LOCKED`` under ``--json`` carries the holder (pid, host, since when) as data, so a script
+    can decide to wait or to find the holder without parsing the message."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, kind, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "holding"
+        store_args = ["--store", str(tmp_path), "--backend", kind]
+        logs = ("*.jsonl*", "*.sqlite3")
+        before = sorted((p.name, p.read_bytes()) for pattern in logs for p in tmp_path.rglob(pattern))
+        refused = subprocess.run(
+            [sys.executable, "-m", "agentlog.cli", "title", "shared", "a new title", *store_args, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode == 1, refused.stderr
+        error = json.loads(refused.stderr)["error"]
+        assert error["code"] == "SESSION_LOCKED"
+        assert error["holder"]["pid"] == holder.pid
+        assert error["holder"]["hostname"] == socket.gethostname()
+        assert type(error["holder"]["acquiredAt"]) is int
+        assert f"pid {holder.pid}" in error["message"]
+        assert sorted((p.name, p.read_bytes()) for pattern in logs for p in tmp_path.rglob(pattern)) == before
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "released"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()

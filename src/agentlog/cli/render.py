@@ -23,12 +23,17 @@ from ._marks import PRUNE_EVENT, SUMMARY_EVENT, CheckpointMark, Mark, PruneMark,
 def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
     """The one way a command reports an :class:`~agentlog.errors.AgentlogError`, then exits with code 1.
 
-    With ``--json``: ``{"error": {"code", "message"}}`` on one line of standard error; without: a red
-    ``error [CODE] message`` line there. Every code a command prints is a class's code from
-    :mod:`agentlog.errors` (``tests/test_errors.py``): commands raise or build a typed error, never a code.
+    With ``--json``: ``{"error": {"code", "message"}}`` (plus ``holder`` for ``SESSION_LOCKED``) on one
+    line of standard error; without: a red ``error [CODE] message`` line there. Every code a command
+    prints is a class's code from :mod:`agentlog.errors` (``tests/test_errors.py``): commands raise or
+    build a typed error, never a code.
     """
     if as_json:
-        _emit_json_line({"error": {"code": err.code, "message": str(err)}}, stderr=True)
+        error: dict[str, Any] = {"code": err.code, "message": str(err)}
+        holder = getattr(err, "holder", None)
+        if holder is not None:  # SESSION_LOCKED: who holds the lock, as data a script can wait on
+            error["holder"] = holder
+        _emit_json_line({"error": error}, stderr=True)
     else:
         Console(stderr=True).print(f"[bold red]error[/] [{err.code}] {err}", markup=True, highlight=False)
     raise typer.Exit(code=1)

@@ -57,7 +57,7 @@ from ..kernel.session import EventsView, Session, SessionView
 from ..kernel.store import SessionStore
 from . import legacy
 from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
-from .tail import DEFAULT_POLL_INTERVAL_S, tail_events
+from .tail import DEFAULT_POLL_INTERVAL_S, RetryHook, tail_events
 from .write_behind import Scheduler, WriteBehind
 from .writer_lock import deadline_of, wait_for_writer
 
@@ -616,6 +616,8 @@ class PersistenceCoordinator:
         from_seq: int = 0,
         follow: bool = True,
         poll_interval: float = DEFAULT_POLL_INTERVAL_S,
+        reconnect: bool | None = None,
+        on_retry: RetryHook | None = None,
     ) -> AsyncIterator[FrozenDict]:
         """The stored events with ``seq >= from_seq``, then (``follow``) each one as it is committed.
 
@@ -624,9 +626,19 @@ class PersistenceCoordinator:
         is taken. Without ``follow`` the iteration ends at the end of the stored log. File and SQLite
         stores are polled every ``poll_interval`` seconds (a cheap revision check); a backend with a
         ``wait_for_change`` signal is waited on, as a hint, for at most a second between checks. See
-        :mod:`agentlog.persistence.tail`.
+        :mod:`agentlog.persistence.tail`. ``reconnect`` (default: ``follow``) and ``on_retry`` are
+        :func:`~agentlog.persistence.tail.tail_events`'s: a followed tail outlives a store that stops
+        answering for a while (``DATABASE_UNAVAILABLE``) and resumes at its next seq.
         """
-        return tail_events(self, session_id, from_seq=from_seq, follow=follow, poll_interval=poll_interval)
+        return tail_events(
+            self,
+            session_id,
+            from_seq=from_seq,
+            follow=follow,
+            poll_interval=poll_interval,
+            reconnect=reconnect,
+            on_retry=on_retry,
+        )
 
     def _stored_suffix(self, session_id: str, from_seq: int) -> tuple[Any, list[Any]] | None:
         """``(meta, events)`` of the backend's seek read, or ``None`` when the whole log must be read."""
