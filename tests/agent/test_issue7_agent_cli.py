@@ -102,7 +102,7 @@ def _interrupt_run(
             for number in signals:
                 os.kill(child.pid, number)
                 time.sleep(0.05)
-            _out, err = child.communicate(timeout=30)
+            _out, err = child.communicate(timeout=300)
         finally:
             if child.poll() is None:
                 child.kill()

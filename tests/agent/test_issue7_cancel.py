@@ -402,7 +402,7 @@ def test_issue7_d1_ctrl_c_under_asyncio_run_answers_the_running_call(tmp_path: P
                 assert time.monotonic() < deadline, "the tool body never started its command"
                 time.sleep(0.05)
             os.kill(child.pid, signal.SIGINT)
-            out, _ = child.communicate(timeout=30)
+            out, _ = child.communicate(timeout=300)
         finally:
             if child.poll() is None:
                 child.kill()

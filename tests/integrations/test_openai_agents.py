@@ -341,7 +341,7 @@ def test_a_second_process_resumes_the_conversation_after_kill_9_mid_run(tmp_path
             [sys.executable, "-c", FIRST, str(root), server.base_url, "And now?"],
             env=_env(),
             capture_output=True,
-            timeout=60,
+            timeout=300,
             check=True,
         )
     final, items_json = second.stdout.decode().strip().splitlines()[-2:]
