@@ -298,7 +298,7 @@ def _stored_types(root: Path, session_id: str) -> list[str]:
 
 def _kill_when(child: subprocess.Popen[bytes], ready: Any) -> None:
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a hang guard; the loop ends at the child's progress
         while not ready():
             assert time.monotonic() < deadline, "the child never got there"
             assert child.poll() is None, "the child exited on its own"
