@@ -12,6 +12,10 @@ full history. The pieces, bottom-up:
 - a :class:`Summarizer` writes the summary (:class:`ProviderSummarizer` asks the model;
   :class:`ExtractiveSummarizer` needs none);
 - :class:`CompactionEngine` decides when, installed in the agent loop with ``Agent(compaction=...)``.
+
+The names load on first access (:mod:`agentlog._lazy`): the projection units live in
+:mod:`.units`, and importing them (as ``agentlog ls`` does) must not load the engine, the summarizers and
+the LLM layer behind them.
 """
 
 from typing import TYPE_CHECKING
