@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,8 @@ def _tree_snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(("kind", "compression"), BACKENDS)
 def test_cli__ls_lists_sessions_as_json_and_table_without_writing(tmp_path: Path, kind: str, compression: str) -> None:
+    """``ls`` of sessions written without the projection cache folds their logs in memory (the figures
+    are the logs') and writes nothing: no cache file, no ``-wal``/``-shm`` beside a SQLite store."""
     _write_sessions(tmp_path, kind, compression)
     before = _tree_snapshot(tmp_path)
     result = runner.invoke(app, ["ls", *_args(tmp_path, kind, compression), "--json"])
@@ -96,11 +99,12 @@ def test_cli__ls_lists_sessions_as_json_and_table_without_writing(tmp_path: Path
     ids = [row["id"] for row in document["sessions"]]
     assert ids == ["s0", "s0-fork", "s1", "s2"]
     by_id = {row["id"]: row for row in document["sessions"]}
-    assert by_id["s0"]["events"] is None  # ls reads headers only: no counts
+    assert by_id["s0"]["events"] == 9 and by_id["s0"]["turns"] == 1
+    assert by_id["s0"]["tokens"] is None  # a step, and no usage reported: unknown, not 0
     assert by_id["s0"]["cwd"] == "/work/project"
     assert by_id["s0-fork"]["parentSession"] == "s0"
     assert by_id["s1"]["createdAt"] == 1_700_000_000_000
-    assert by_id["s1"]["lastActivity"] is None
+    assert by_id["s1"]["lastActivity"] == 1_700_000_000_000  # the clock every event was written with
     assert document["nextCursor"] is None
     table = runner.invoke(app, ["ls", *_args(tmp_path, kind, compression)])
     assert table.exit_code == 0
@@ -229,3 +233,222 @@ def test_cli__future_format_version_is_reported_by_ls_and_refused_by_export(tmp_
     error = orjson.loads(exported.stderr)["error"]
     assert error["code"] == "SESSION_FORMAT_UNSUPPORTED"
     assert "v7" in error["message"]
+
+
+# --- human output: one labelled count, no Python reprs -----------------------------------------------------
+
+
+def _sparse_sessions(root: Path, kind: str) -> None:
+    """Sessions without any optional field: no cwd, no title, no tools or system prompt in the request
+    header, no usage; one closed (``bare``), its fork (``child``) and one interrupted inside a tool call
+    (``open``: a resume would add closers)."""
+    store = al.SessionStore(now=lambda: 1_700_000_000_000)
+    coordinator = PersistenceCoordinator(store, _backend(root, kind, "zstd"))
+    try:
+        bare = store.create("bare", meta={})
+        bare.append("turn/start", {"turn": 1})
+        bare.append("user/message", al.user_message("hello there", id="u1"), {"surfaceOp": "append"})
+        bare.append("step/start", {"turn": 1, "step": 1})
+        bare.append("request/header", {"header": {"config": {"provider": "p", "model": "m"}}, "reason": "initial"})
+        answer = al.assistant_message([al.text_block("hello back")], provider="p", model="m", id="a1")
+        bare.append("assistant/message", {"turn": 1, "step": 1, "message": answer}, {"surfaceOp": "append"})
+        bare.append("step/end", {"turn": 1, "step": 1})
+        bare.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        store.flush(bare)
+        store.flush(store.fork(bare, child_id="child"))
+        opened = store.create("open", meta={})
+        opened.append("turn/start", {"turn": 1})
+        opened.append("user/message", al.user_message("hello tool", id="u1"), {"surfaceOp": "append"})
+        opened.append("step/start", {"turn": 1, "step": 1})
+        call = al.assistant_message([al.tool_call_block("c1", "read_file", "{}")], provider="p", model="m", id="a1")
+        opened.append("assistant/message", {"turn": 1, "step": 1, "message": call}, {"surfaceOp": "append"})
+        opened.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "read_file", "arguments": "{}"})
+        store.flush(opened)
+    finally:
+        coordinator.close()
+    for listing in _backend(root, kind, "zstd").list_sessions():
+        assert listing.header is not None and "cwd" not in listing.header
+
+
+QUOTED_QUERY = 'it\'s "quoted" \\ here'
+
+_REPR = re.compile(r"\b(None|True|False)\b|[{\[(]'|'[}\])]|<[\w.]+ object at|Frozen(Dict|List)\(|\\'")
+"""What Python's ``repr`` of a value left in a sentence looks like (JSON in an event line is ``null``,
+``true``, ``false`` and double quotes)."""
+
+
+@pytest.mark.parametrize(("kind", "compression"), [("jsonl", "zstd"), ("sqlite", "zstd")])
+def test_cli__read_commands_print_no_python_reprs_for_sessions_without_optional_fields(
+    tmp_path: Path, kind: str, compression: str
+) -> None:
+    _sparse_sessions(tmp_path, kind)
+    at = _args(tmp_path, kind, compression)
+    commands: list[list[str]] = [["ls"], ["verify"]]
+    for sid in ("bare", "open", "child"):
+        commands += [
+            ["show", sid],
+            ["show", sid, "--log"],
+            ["stats", sid],
+            ["title", sid],
+            ["trace", sid],
+            ["trace", sid, "--seq", "1"],
+            ["tail", sid],
+            ["replay", sid, "--speed", "0"],
+        ]
+        shown = orjson.loads(runner.invoke(app, ["show", sid, "--log", *at, "--json"]).stdout)["events"]
+        commands += [["show", sid, "--at", str(event["seq"])] for event in shown]
+    commands += [
+        ["search", "hello"],
+        ["search", "hello", "--session", "open"],
+        ["search", QUOTED_QUERY],
+        ["reindex", "--projections"],
+        ["ls"],
+        ["stats", "bare"],
+    ]
+    for argv in commands:
+        result = runner.invoke(app, [*argv, *at])
+        assert result.exit_code == 0, (argv, result.output)
+        output = result.stdout + result.stderr
+        assert output.strip(), argv
+        leak = _REPR.search(output)
+        assert leak is None, (argv, leak, output)
+    query = QUOTED_QUERY
+    nothing = runner.invoke(app, ["search", query, *at])
+    assert nothing.stdout == f'no hits for "{query}"\n'  # as typed: not a repr's escapes
+
+
+@pytest.mark.parametrize(("kind", "compression"), [("jsonl", "zstd"), ("sqlite", "zstd")])
+def test_cli__show_counts_the_stored_events_as_verify_does_and_names_the_closers_apart(
+    tmp_path: Path, kind: str, compression: str
+) -> None:
+    """``show``'s count is the stored events (``verify``'s and ``ls``'s); the closers a resume would add
+    to an interrupted turn are a second, labelled figure, in the text and in ``--json``."""
+    _sparse_sessions(tmp_path, kind)
+    at = _args(tmp_path, kind, compression)
+    verified = orjson.loads(runner.invoke(app, ["verify", *at, "--json"]).stdout)
+    counts = {row["id"]: row["events"] for row in verified["sessions"]}
+    assert counts["open"] == 5 and counts["bare"] == 7
+    closed = runner.invoke(app, ["show", "bare", *at])
+    assert closed.stdout.splitlines()[0] == "session bare: 7 stored events"
+    interrupted = runner.invoke(app, ["show", "open", *at])
+    assert interrupted.stdout.splitlines()[0] == "session open: 5 stored events, +3 closers a resume would add"
+    child = runner.invoke(app, ["show", "child", *at])
+    assert child.stdout.splitlines()[0] == f"session child (forked from bare): {counts['child']} stored events"
+    for sid, closers in (("bare", []), ("open", [5, 6, 7]), ("child", [])):
+        document = orjson.loads(runner.invoke(app, ["show", sid, *at, "--json"]).stdout)
+        assert document["events"] == counts[sid]
+        assert document["wouldBeAddedOnResume"] == closers
+
+
+# --- a store the user cannot read ---------------------------------------------------------------------------
+
+_AS_UNPRIVILEGED = r"""
+import importlib, json, os, pkgutil, sys
+import typer.rich_utils  # the usage panel's renderer, loaded now: it would be needed only after the drop
+from typer.testing import CliRunner
+import agentlog
+from agentlog.cli.commands import app
+# Every agentlog module a command may import lazily is loaded while the interpreter's own files are
+# readable (they may be private to root); "__main__" modules would run the CLI.
+for found in pkgutil.walk_packages(agentlog.__path__, "agentlog."):
+    if found.name.split(".")[1] in ("cli", "query", "persistence", "projection", "kernel", "interop"):
+        if not found.name.endswith("__main__"):
+            importlib.import_module(found.name)
+"".encode("utf-16-le")
+uid = int(sys.argv[1])
+if uid != os.geteuid():
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+runner = CliRunner()
+out = []
+for argv in json.loads(sys.argv[2]):
+    result = runner.invoke(app, argv)
+    out.append({"argv": argv, "exit": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+                "exception": None if result.exception is None or isinstance(result.exception, SystemExit)
+                else repr(result.exception)})
+print(json.dumps(out))
+"""
+
+_NOBODY = 65534
+
+
+def _run_as_unprivileged(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    """Each command line through the CLI in one child process that runs as an unprivileged user: as
+    ``nobody`` when the tests run as root (root reads any file whatever its mode), else as this user.
+
+    The child drops its privileges itself, after its imports (a ``preexec_fn`` setuid would drop them
+    before the interpreter starts, which may live where ``nobody`` cannot read)."""
+    import json
+    import subprocess
+    import sys
+
+    uid = _NOBODY if os.geteuid() == 0 else os.geteuid()
+    source = str(Path(al.__file__).resolve().parents[1])  # this agentlog, whatever the child's directory
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run(
+        [sys.executable, "-c", _AS_UNPRIVILEGED, str(uid), json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+        env=env,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    results: list[dict[str, Any]] = json.loads(child.stdout)
+    return results
+
+
+@pytest.mark.parametrize(("kind", "compression"), [("jsonl", "zstd"), ("sqlite", "zstd")])
+def test_cli__an_unreadable_store_root_is_storage_permission_denied_not_a_usage_error(
+    kind: str, compression: str
+) -> None:
+    """A store root of mode 000 is a runtime fault of the store: every command reports the typed
+    ``STORAGE_PERMISSION_DENIED`` (exit 1, ``{"error": {code}}`` under --json), never a usage panel."""
+    import shutil
+    import tempfile
+
+    # Not under pytest's tmp_path: its parent is private to the user running the tests, and the
+    # unprivileged user must reach the store root (but not read it).
+    base = Path(tempfile.mkdtemp(prefix="agentlog-unreadable-"))
+    try:
+        base.chmod(0o755)
+        root = base / "store"
+        root.mkdir()
+        _write_sessions(root, kind, compression, count=1)
+        uid = _NOBODY if os.geteuid() == 0 else os.geteuid()
+        for dirpath, _dirs, names in os.walk(root):  # the user's own store (a SQLite store must be)
+            for name in [".", *names]:
+                os.chown(os.path.join(dirpath, name), uid, uid)
+        before = _tree_snapshot(root)
+        root.chmod(0o000)
+        commands = [
+            ["ls"],
+            ["stats", "s0"],
+            ["title", "s0"],
+            ["title", "s0", "a new title"],
+            ["search", "hello"],
+            ["show", "s0"],
+            ["verify"],
+            ["export", "s0"],
+            ["trace", "s0"],
+            ["tail", "s0"],
+        ]
+        argvs = [[*argv, *_args(root, kind, compression), *json] for argv in commands for json in ([], ["--json"])]
+        try:
+            results = _run_as_unprivileged(argvs)
+        finally:
+            root.chmod(0o700)
+        assert _tree_snapshot(root) == before  # nothing was written, nor created
+    finally:
+        shutil.rmtree(base)
+    for result in results:
+        assert result["exception"] is None, result["exception"]
+        assert result["exit"] == 1, (result["argv"], result["stderr"])
+        assert result["stdout"] == "", result["argv"]
+        assert "Usage" not in result["stderr"] and "Invalid value" not in result["stderr"], result["stderr"]
+        if "--json" in result["argv"]:
+            error = orjson.loads(result["stderr"])["error"]
+            assert error["code"] == "STORAGE_PERMISSION_DENIED" and error["message"], result["stderr"]
+        else:
+            assert result["stderr"].startswith("error [STORAGE_PERMISSION_DENIED] "), result["stderr"]

@@ -416,12 +416,42 @@ def test_fork__refuses_open_turns_bad_boundaries_and_existing_children(store: Pa
         assert orjson.loads(result.stderr)["error"]["code"] == code
     plain = runner.invoke(app, ["fork", "s1", "--store", str(store), "--at", str(open_seq)])
     assert plain.exit_code == 1 and "OPEN_TURN" in plain.stderr
+    assert _tree_snapshot(store) == before  # the refusals wrote nothing at all
     ids = [
         row["id"]
         for row in orjson.loads(runner.invoke(app, ["ls", "--store", str(store), "--json"]).stdout)["sessions"]
     ]
     assert ids == ["s1"]
-    # The refusals wrote nothing but the source's end-of-seed marker (a restore appends it once).
-    after = _tree_snapshot(store)
-    assert set(after) >= set(before)
     assert _verify_ok(store) == {"s1": "ok"}
+
+
+@pytest.mark.parametrize(("kind", "compression"), BACKENDS)
+def test_fork__a_refused_fork_leaves_the_store_byte_for_byte_as_it_was(
+    store: Path, work: Path, kind: str, compression: str
+) -> None:
+    backend = ["--backend", kind, "--compression", compression]
+    with DemoModelServer(TOOL_SCRIPT) as server:
+        result = _run(server, store, work, "what is in notes.txt?", "--session-id", "s1", *backend)
+    assert result.exit_code == 0, result.stderr
+    shown = runner.invoke(app, ["show", "s1", "--store", str(store), "--log", "--json", *backend])
+    events = orjson.loads(shown.stdout)["events"]
+    start = next(e["seq"] for e in events if e["type"] == "turn/start")
+    end = next(e["seq"] for e in events if e["type"] == "turn/end")
+    before = _tree_snapshot(store)
+    for extra in (["--at", str(start + 4)], ["--at", "9999"], ["--at", str(start + 4), "--child-id", "s1"]):
+        refused = runner.invoke(app, ["fork", "s1", "--store", str(store), *backend, *extra, "--json"])
+        assert refused.exit_code == 1, refused.stdout
+        assert _tree_snapshot(store) == before, extra
+    inside = runner.invoke(app, ["fork", "s1", "--store", str(store), *backend, "--at", str(start + 4), "--json"])
+    error = orjson.loads(inside.stderr)["error"]
+    assert error["code"] == "OPEN_TURN"
+    assert error["message"] == (
+        f'fork boundary {start + 4} in session "s1" ends inside open turn 1: the nearest closed-turn '
+        f"boundaries are {start - 1} (before turn 1 started) and {end} (its turn/end)"
+    )
+    assert _tree_snapshot(store) == before
+    # The boundaries it names are accepted.
+    for boundary in (start - 1, end):
+        forked = runner.invoke(app, ["fork", "s1", "--store", str(store), *backend, "--at", str(boundary), "--json"])
+        assert forked.exit_code == 0, forked.stderr
+        assert orjson.loads(forked.stdout)["seedLength"] == boundary + 1

@@ -35,7 +35,7 @@ from agentlog.cli._marks import CheckpointMark, log_marks, mark_of, marks_json, 
 from agentlog.cli.commands import PENDING_MARK, app
 from agentlog.cli.options import SQLITE_FILENAME
 from agentlog.cli.render import _event_line, _short, _transcript
-from agentlog.errors import AgentlogError, SeqOutOfRangeError, SessionNotFoundError
+from agentlog.errors import AgentlogError, ArgumentTypeError, SeqOutOfRangeError, SessionNotFoundError
 from agentlog.kernel.chunkrows import ChunkRun
 from agentlog.kernel.invariants import check_tool_pairing
 from agentlog.kernel.jsonvalue import thaw
@@ -309,7 +309,8 @@ def expected_at(view: Any, seq: int) -> tuple[bytes, bytes]:
     else:
         config = request_header.get("config") or {}
         tools = [tool.get("name") for tool in request_header.get("tools") or ()]
-        lines.append(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
+        named = ", ".join(tools) or "none"  # no tools is said, not left blank
+        lines.append(f"request header: {config.get('provider')}/{config.get('model')}, tools: {named}")
         if request_header.get("system"):
             lines.append(f"system: {_short(str(request_header['system']))}")
     lines.extend(_transcript(messages, marks=[mark for _, mark in marks]))
@@ -369,6 +370,8 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         ["show", SID, "--log"],
         ["show", SID, "--log", "--json"],
         ["show", SID, "--at", "5"],
+        ["show", SID],
+        ["show", SID, "--json"],
     ],
     ids=" ".join,
 )
@@ -771,17 +774,23 @@ def test_view_at_is_the_seeded_sessions_at_for_every_seq(kind: str, script: dict
         later = data.draw(st.integers(0, len(view.events) - 1), label="later")
         earlier = data.draw(st.integers(0, later), label="earlier")
         assert at_state(view.at(later).at(earlier)) == at_state(view.at(earlier))
-        for outside in (len(view.events), later + 1, -1, "1", 1.0, True):
+        for outside in (len(view.events), later + 1, -1):
             # Session.at's words, naming the view's last seq (a seeded session would also hold the
             # end-seed marker at the seq after it).
             expected_error = f'seq {outside!r} is not in session "{view.id}" (last seq: {later})'
             with pytest.raises(SeqOutOfRangeError) as caught:
-                view.at(later).at(outside)  # type: ignore[arg-type]
+                view.at(later).at(outside)
             assert str(caught.value) == expected_error
-            if type(outside) is not int or outside < 0:  # not a seq of any session: Session.at's refusal
+            if outside < 0:  # not a seq of any session: Session.at's refusal
                 with pytest.raises(SeqOutOfRangeError) as by_session:
-                    seeded.at(outside)  # type: ignore[arg-type]
+                    seeded.at(outside)
                 assert str(by_session.value).split(" (last seq")[0] == expected_error.split(" (last seq")[0]
+        for wrong_type in ("1", 1.0, True):  # no seq at all: the same type error from both
+            with pytest.raises(ArgumentTypeError) as caught_type:
+                view.at(later).at(wrong_type)  # type: ignore[arg-type]
+            with pytest.raises(ArgumentTypeError) as by_session_type:
+                seeded.at(wrong_type)  # type: ignore[arg-type]
+            assert str(caught_type.value) == str(by_session_type.value)
 
 
 def test_view_at_keeps_a_restored_logs_runs_packed() -> None:

@@ -116,7 +116,8 @@ def _expected(root: Path) -> dict[str, bytes]:
         {
             "sessionId": SID,
             "header": thaw(header),
-            "events": len(events),
+            "events": len(stored.events),  # the stored events, as verify counts them
+            "wouldBeAddedOnResume": [event["seq"] for event in events if event["seq"] > stored.events[-1]["seq"]],
             "lastTurn": _last_turn(events),
             "messages": messages,
             "messageSeqs": [seq for seq, _ in shown],
@@ -125,7 +126,8 @@ def _expected(root: Path) -> dict[str, bytes]:
     )
     out["show"] = _lines(
         [
-            f"session {SID} ({header.get('cwd')}): {len(events)} events",
+            f"session {SID} ({header.get('cwd')}): {len(stored.events)} stored events, "
+            f"+{len(events) - len(stored.events)} closers a resume would add",
             *_transcript(messages, marks=[mark for _, mark in shown]),
         ]
     )

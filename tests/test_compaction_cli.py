@@ -371,6 +371,25 @@ def test_compact_with_nothing_to_compact_prints_null_and_writes_nothing(tmp_path
     assert len(_stored(store)) == 1
 
 
+def test_compact_right_after_a_compaction_is_nothing_to_compact_and_writes_nothing(tmp_path: Path) -> None:
+    """After a compaction the surface is the checkpoint and the newest message: summarizing the checkpoint
+    alone again is nothing to compact (null, no model call), not a failed attempt left in the log."""
+    work, store = _agent_store(tmp_path)
+    with DemoModelServer(large_result_turns(2)) as server:
+        assert all(r.exit_code == 0 for r in _turns(server, work, store, 2))
+        args = ["compact", "big", "--store", str(store), "--base-url", server.base_url]
+        assert runner.invoke(app, [*args, "--json"]).exit_code == 0
+        asked = len(server.requests)
+        before = {path: path.read_bytes() for path in store.rglob("*") if path.is_file()}
+        again = runner.invoke(app, [*args, "--json"])
+        text = runner.invoke(app, args)
+        assert len(server.requests) == asked
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.strip() == "null"
+    assert text.exit_code == 0 and "nothing to compact" in text.stdout
+    assert {path: path.read_bytes() for path in store.rglob("*") if path.is_file()} == before
+
+
 def test_compact_refusals_are_typed_errors(tmp_path: Path) -> None:
     """A missing session is SESSION_NOT_FOUND; a summary that is not smaller than what it would replace is
     COMPACTION_SUMMARY with the reason, and the failed attempt is visible as one compaction/end {error}."""

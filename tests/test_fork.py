@@ -354,6 +354,38 @@ def test_fork__rejects_boundary_inside_open_turn(last_type: str) -> None:
     assert store.list() == [source]
 
 
+def test_fork__an_open_turn_refusal_names_the_nearest_boundaries_it_would_accept() -> None:
+    store = SessionStore()
+    source = store.create("nearest")
+    append_open_turn(source, 1)  # turn 1 opens the log and never ends
+    with pytest.raises(SessionForkError) as excinfo:
+        store.fork(source, 1)
+    assert str(excinfo.value) == (
+        'fork boundary 1 in session "nearest" ends inside open turn 1: '
+        "turn 1 opens the log and has not ended, so no boundary up to now is closed"
+    )
+    source.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})  # seq 2
+    with pytest.raises(SessionForkError) as excinfo:
+        store.fork(source, 0)
+    assert str(excinfo.value).endswith(": the nearest closed-turn boundary is 2 (its turn/end); turn 1 opens the log")
+    append_closed_turn(source, 2)  # seqs 3-5
+    append_open_turn(source, 3)  # seqs 6-7
+    with pytest.raises(SessionForkError) as excinfo:
+        store.fork(source, 4)
+    assert excinfo.value.code == "OPEN_TURN"
+    assert str(excinfo.value).endswith(
+        ": the nearest closed-turn boundaries are 2 (before turn 2 started) and 5 (its turn/end)"
+    )
+    with pytest.raises(SessionForkError) as excinfo:
+        store.fork(source, 7)
+    assert str(excinfo.value).endswith(
+        ": the nearest closed-turn boundary is 5 (before turn 3 started); turn 3 has not ended"
+    )
+    # Each boundary a refusal names is one the fork accepts.
+    for boundary in (2, 5):
+        assert store.fork(source, boundary).header["seedLength"] == boundary + 1
+
+
 # spec 19.6 #153
 def test_fork__rejects_child_id_that_is_already_live_with_typed_error() -> None:
     store = SessionStore()
@@ -508,3 +540,20 @@ def test_fork__property_child_equals_replay_of_prefix_at_every_turn_end(
         assert child.request_context() == reference.request_context()
         assert child.header["seedLength"] == b + 1
         assert child.first_live_seq == b + 1
+
+
+def test_fork__the_childs_header_and_marker_are_the_originals_bytes() -> None:
+    """§12.4: header ``version, id, createdAt, cwd, parentSession, seedLength`` (nothing else inherited),
+    then the child's own ``session/end-seed`` with ``{}``."""
+    import orjson
+
+    store = SessionStore()
+    source = store.create("parent", meta={"cwd": "/work", "agentPreset": "coder", "delegationDepth": 1})
+    append_closed_turn(source, 1)
+    child = store.fork(source, None, "child")
+    created = child.header["createdAt"]
+    assert orjson.dumps(child.header) == (
+        f'{{"version":0,"id":"child","createdAt":{created},"cwd":"/work","parentSession":"parent","seedLength":3}}'
+    ).encode()
+    marker = child.events[-1]
+    assert orjson.dumps(marker) == f'{{"type":"session/end-seed","seq":3,"time":{marker.time},"data":{{}}}}'.encode()

@@ -1,9 +1,13 @@
 """``agentlog import --from claude-code|codex FILE`` and ``agentlog export ID --to FORMAT``: the new id and
-the report (``--json`` one document), a bad line as TRANSCRIPT_INVALID with nothing stored, and export
-without ``--to`` unchanged."""
+the report (``--json`` one document), a bad line as TRANSCRIPT_INVALID with nothing stored, a path that is
+no readable transcript file (a directory, a FIFO, a missing or unreadable file) as a typed refusal naming
+it, and export without ``--to`` unchanged."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import orjson
@@ -121,3 +125,79 @@ def test_export_to__a_refusal_is_a_typed_error(tmp_path: Path) -> None:
     assert orjson.loads(err)["error"]["code"] == "CONVERSION_UNSUPPORTED"
     code, out, err = _run("export", "missing", "--store", store, "--to", "sharegpt", "--json")
     assert code == 1 and orjson.loads(err)["error"]["code"] == "SESSION_NOT_FOUND"
+
+
+def _refusal(*args: str) -> dict[str, object]:
+    code, out, err = _run(*args, "--json")
+    assert code == 1 and out == "", (code, out, err)
+    error = orjson.loads(err)["error"]
+    assert isinstance(error, dict)
+    return error
+
+
+def test_import__a_directory_is_a_typed_refusal_naming_it(tmp_path: Path) -> None:
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    store = tmp_path / "store"
+    error = _refusal("import", str(folder), "--from", "claude-code", "--store", str(store))
+    assert error["code"] == "STORAGE_NOT_A_FILE"
+    message = str(error["message"])
+    assert message.startswith(f"{folder}: is a directory, not a transcript file")
+    assert "pass the path of one transcript file (JSONL)" in message and "Nothing was imported" in message
+    assert not list(store.rglob("session.jsonl*"))
+
+
+def test_import__a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    error = _refusal("import", str(fifo), "--from", "codex", "--store", str(tmp_path / "store"))
+    assert error["code"] == "STORAGE_NOT_A_FILE"
+    assert str(error["message"]).startswith(f"{fifo}: is a FIFO (named pipe), not a transcript file")
+
+
+def test_import__a_missing_file_is_transcript_invalid_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.jsonl"
+    error = _refusal("import", str(missing), "--from", "codex", "--store", str(tmp_path / "store"))
+    assert error["code"] == "TRANSCRIPT_INVALID"
+    assert str(error["message"]).startswith(f"{missing}: cannot read the transcript: No such file or directory")
+
+
+def test_import__an_unreadable_file_is_permission_denied(tmp_path: Path) -> None:
+    """Run as an unprivileged user (root reads any file) in a forked child; the result comes back by pipe."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand the files to an unprivileged user (root itself bypasses chmod)")
+    nobody = 65534
+    top = Path(tempfile.mkdtemp(prefix="agentlog-import-denied-"))
+    try:
+        secret = top / "secret.jsonl"
+        shutil.copy(FIXTURES / "codex.jsonl", secret)
+        os.chmod(secret, 0o000)
+        os.chown(top, nobody, nobody)
+        os.chmod(top, 0o700)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            status = 1
+            try:
+                os.close(read_end)
+                os.setgroups([])
+                os.setgid(nobody)
+                os.setuid(nobody)
+                args = ["import", str(secret), "--from", "codex", "--store", str(top / "s"), "--json"]
+                result = runner.invoke(app, args)
+                os.write(write_end, orjson.dumps({"code": result.exit_code, "stderr": result.stderr}))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as handle:
+            payload = orjson.loads(handle.read())
+        os.waitpid(pid, 0)
+        assert payload["code"] == 1, payload
+        error = orjson.loads(payload["stderr"])["error"]
+        assert error["code"] == "STORAGE_PERMISSION_DENIED"
+        assert error["message"].startswith(f"{secret}: cannot read the transcript: Permission denied")
+        assert "make it readable by this user" in error["message"]
+        assert not list((top / "s").rglob("session.jsonl*"))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

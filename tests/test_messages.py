@@ -79,3 +79,43 @@ def test_messages__ids_are_unique() -> None:
     ids = {al.new_message_id() for _ in range(1000)}
     assert len(ids) == 1000
     assert al.user_message("a")["id"] != al.user_message("a")["id"]
+
+
+def test_messages__are_written_in_the_original_factories_key_order() -> None:
+    """The original's factories spread their input and mint the id last (``createUserMessage``:
+    content, source, role, id; ``createToolResultMessage``: source, content, role, id;
+    ``createAssistantMessage``: role, content, source, id), and the log stores those bytes."""
+    import orjson
+
+    assert orjson.dumps(al.user_message("hi", id="u1")) == (
+        b'{"content":[{"type":"text","text":"hi"}],"source":{"kind":"user"},"role":"user","id":"u1"}'
+    )
+    assert orjson.dumps(al.plugin_message("ctx", plugin="memory", form="notice", id="p1")) == (
+        b'{"content":[{"type":"text","text":"ctx"}],"source":{"kind":"plugin","plugin":"memory","form":"notice"},'
+        b'"role":"user","id":"p1"}'
+    )
+    assert orjson.dumps(al.tool_result_message("c1", "out", is_error=True, id="t1")) == (
+        b'{"source":{"kind":"tool","callId":"c1"},'
+        b'"content":[{"type":"tool-result","toolCallId":"c1","content":[{"type":"text","text":"out"}],"isError":true}],'
+        b'"role":"user","id":"t1"}'
+    )
+    assert orjson.dumps(al.assistant_message("ok", provider="deepseek", model="deepseek-chat", id="a1")) == (
+        b'{"role":"assistant","content":[{"type":"text","text":"ok"}],'
+        b'"source":{"kind":"model","provider":"deepseek","model":"deepseek-chat"},"id":"a1"}'
+    )
+
+
+def test_messages__content_of_the_wrong_type_is_a_typed_error_with_the_remedy() -> None:
+    """``tool_result_message("c1", 42)`` used to fail inside ``list(42)`` with a bare TypeError."""
+    import pytest
+
+    for build in (
+        lambda: al.tool_result_message("c1", 42),  # type: ignore[arg-type]
+        lambda: al.user_message(42),  # type: ignore[arg-type]
+        lambda: al.assistant_message(None, provider="p", model="m"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(al.ArgumentTypeError) as caught:
+            build()
+        assert isinstance(caught.value, TypeError) and caught.value.code == "INVALID_ARGUMENT_TYPE"
+        assert str(caught.value).startswith("message content must be a str or a list of content blocks, got ")
+        assert "pass str(value) or [text_block(...)]" in str(caught.value)

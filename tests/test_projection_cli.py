@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 import agentlog as al
+from _full_disk import fill, small_tmpfs
 from agentlog.cli.commands import app
 from agentlog.cli.projection_commands import LAST_ACTIVITY_UNIT, attach_projections
 from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
@@ -156,6 +157,20 @@ def _write_direct(
         coordinator.close()
 
 
+def _write_kind(store: Path, kind: str, ids_and_times: list[tuple[str, int]]) -> None:
+    """:func:`_write_direct` (without the cache) into a store of either kind."""
+    for session_id, when in ids_and_times:
+        sessions = al.SessionStore(now=_clock(when))
+        coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+        session = sessions.create(session_id, meta={"cwd": "/work/project"})
+        session.append(
+            "session/title", {"title": f"title of {session_id}", "messageSeqs": [], "source": {"kind": "user"}}
+        )
+        sessions.flush(session)
+        sessions.dispose(session)
+        coordinator.close()
+
+
 # --- run titles the session and fills the cache; ls serves it --------------------------------------------
 
 
@@ -237,13 +252,17 @@ def test_ls_cold_reads_a_session_missing_from_an_existing_cache(store: Path, rea
     assert reads == []
 
 
-def test_ls_without_a_cache_lists_headers_only_and_creates_nothing(store: Path, reads: list[tuple[str, int]]) -> None:
-    """A store that never had a cache is listed from its headers: no log read, no cache file created
-    (nor by ``stats``, which folds in memory)."""
+def test_ls_without_a_cache_folds_each_log_in_memory_and_creates_nothing(
+    store: Path, reads: list[tuple[str, int]]
+) -> None:
+    """A store that never had a cache (its logs written by code that keeps none): ``ls`` folds each log
+    in memory and shows its true figures, and creates no cache file (nor does ``stats``)."""
     _write_direct(store, [("s0", 1_700_000_000_000)], cached=False)
     row = _rows(store)["s0"]
-    assert row["title"] is None and row["turns"] is None and row["lastActivity"] is None and row["events"] is None
-    assert reads == []
+    assert row["title"] == "title of s0" and row["turns"] == 0 and row["events"] == 1
+    assert row["lastActivity"] == 1_700_000_000_000
+    assert row["tokens"] == 0  # no model step at all: nothing was spent (known), not unknown
+    assert reads == [("s0", 0)]
     stats = _json("stats", "s0", "--store", str(store))
     assert stats["values"]["title"] == "title of s0"
     assert not (store / ".projections.sqlite").exists()
@@ -268,6 +287,65 @@ def test_ls_never_serves_a_row_of_another_log_lifecycle(store: Path) -> None:
     row = _rows(store)["s0"]
     assert row["cwd"] == "/elsewhere"
     assert row["title"] is None and row["events"] == 1 and row["lastActivity"] == 1_700_000_005_000
+
+
+@pytest.mark.parametrize(
+    ("kind", "restore"), [("sqlite", "copy-over"), ("sqlite", "replace"), ("jsonl", "copy-over"), ("jsonl", "replace")]
+)
+def test_ls_and_stats_of_a_store_restored_from_a_backup_show_the_restored_logs_figures(
+    store: Path, work: Path, kind: str, restore: str
+) -> None:
+    """A store restored from a backup goes back to an earlier log, which the next batch continues
+    differently: a cached row folded from the log the restore threw away must not be served, nor
+    seed the fold of the restored one. Two turns are written, the log is backed up, a title is set and
+    ``ls`` caches that row; the backup is restored (copied over the file in place, or renamed over it)
+    and one batch of three turns is appended: ``ls`` and ``stats`` show the stored log's figures.
+
+    (SQLite: the restored database repeats the incarnation and the counter of the revision the row
+    was verified against; both stores: the row's cut lies inside the restored log.)"""
+    from agentlog.cli.projection_commands import cli_registry
+
+    _record(store, work, kind)
+    _append_turn(store, kind, "s1", 2)
+    if kind == "sqlite":
+        (log,) = [store / "sessions.sqlite3"]
+        assert not Path(str(log) + "-wal").exists()  # closed cleanly: the file alone is a backup
+    else:
+        (log,) = store.glob("*/s1/session.jsonl.zstd")
+    backup = log.read_bytes()
+    backend = ["--store", str(store), "--backend", kind]
+    assert _json("title", "s1", "Title before restore", *backend)["title"] == "Title before restore"
+    cached = _rows(store, kind)["s1"]
+    assert cached["title"] == "Title before restore" and cached["turns"] == 2
+    if restore == "copy-over":
+        with open(log, "r+b") as fh:
+            fh.write(backup)
+            fh.truncate()
+    else:
+        staged = log.with_name("restored.tmp")
+        staged.write_bytes(backup)
+        staged.chmod(0o600)
+        os.replace(staged, log)
+    sessions = al.SessionStore()
+    coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+    try:
+        session = coordinator.resume("s1")
+        for turn in (3, 4, 5):
+            for type_, data, intent in _turn_events(turn):
+                session.append(type_, data, intent)
+        sessions.flush(session)  # one batch
+        expected = cli_registry().snapshot(session)
+        sessions.dispose(session)
+    finally:
+        coordinator.close()
+    values = expected["values"]
+    assert values["title"] == FALLBACK and values["sessionStats"]["turns"] == 5
+    row = _rows(store, kind)["s1"]
+    assert row["title"] == FALLBACK
+    assert row["turns"] == 5
+    assert row["events"] == expected["asOfSeq"] + 1
+    assert row["lastActivity"] == values["lastActivity"]
+    assert _json("stats", "s1", *backend)["values"] == values
 
 
 # --- order, paging and the table ---------------------------------------------------------------------------
@@ -311,7 +389,8 @@ def test_stats_json_is_the_snapshot_with_every_units_view(store: Path, work: Pat
     assert document["sessionId"] == "s1" and document["asOfSeq"] == events[-1]["seq"]
     values = document["values"]
     keys = ["tokenUsage", "contextPressure", "contextBreakdown", "sessionStats", "title", LAST_ACTIVITY_UNIT.key]
-    assert list(values) == keys
+    assert list(values) == [*keys, "usageSteps"]
+    assert values["usageSteps"] == 2  # both steps reported their usage: the token figures are known
     assert values["sessionStats"]["turns"] == 1 and values["sessionStats"]["steps"] == 2
     assert set(values["sessionStats"]) == {
         "turns",
@@ -451,6 +530,40 @@ def test_reindex_of_a_missing_store_is_store_not_found(tmp_path: Path) -> None:
     assert not missing.exists()
 
 
+def _files(store: Path) -> dict[str, bytes]:
+    """Every file of the store but the projection cache's."""
+    return {
+        str(path.relative_to(store)): path.read_bytes()
+        for path in sorted(store.rglob("*"))
+        if path.is_file() and "projections.sqlite" not in path.name
+    }
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_reindex_projections_on_a_full_disk_is_a_typed_storage_full_error_and_leaves_the_logs(kind: str) -> None:
+    """A store on a really full file system: ``reindex --projections`` cannot build the cache file. That
+    is ``STORAGE_FULL`` naming the file and the remedy (``--json``: the error document), never a
+    traceback; the logs are untouched, and with space freed the same command rebuilds the cache."""
+    with small_tmpfs() as disk:
+        store = disk / "store"
+        _write_kind(store, kind, [("a", 1_700_000_001_000), ("b", 1_700_000_002_000)])
+        before = _files(store)
+        filler = fill(disk)
+        result = _invoke("reindex", "--projections", "--store", str(store), "--backend", kind, "--json")
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        error = orjson.loads(result.stderr)["error"]
+        assert error["code"] == "STORAGE_FULL", error
+        assert "projections.sqlite" in error["message"] and "free space" in error["message"]
+        text = _invoke("reindex", "--projections", "--store", str(store), "--backend", kind)
+        assert text.exit_code == 1 and "STORAGE_FULL" in text.stderr and "Traceback" not in text.output
+        assert _files(store) == before
+        filler.unlink()
+        summary = _json("reindex", "--projections", "--store", str(store), "--backend", kind)
+        assert summary["indexed"] == 2 and summary["failed"] == []
+        assert _rows(store, kind)["b"]["title"] == "title of b"
+
+
 # --- property: whatever the cache holds, ls shows the fold of the stored log ----------------------------------
 
 
@@ -511,7 +624,8 @@ def test_property_ls_figures_equal_a_fresh_fold_whatever_the_cache_row(
     assert row["events"] == expected["asOfSeq"] + 1
     assert row["title"] == values["title"]
     assert row["turns"] == values["sessionStats"]["turns"] == turns
-    assert row["tokenUsage"] == values["tokenUsage"]
+    assert values["usageSteps"] == 0  # these steps report no usage: the zero buckets are no figure
+    assert row["tokenUsage"] is None and row["tokens"] is None
     assert row["lastActivity"] == values["lastActivity"]
     assert _json("stats", "p", "--store", str(store))["values"] == values
 
@@ -542,3 +656,13 @@ def test_ls_serves_the_stored_views_and_a_cache_without_views_the_same(
         conn.close()
     monkeypatch.setattr(PersistenceCoordinator, "read_from", refuse)
     assert _rows(store, kind)["s1"] == expected
+
+
+def test_ls_of_a_sqlite_store_with_a_cache_creates_no_wal_beside_the_store(store: Path, work: Path) -> None:
+    """Opening the cache reads the store's id from its database: a read-only ``ls`` must not leave
+    ``-wal``/``-shm`` files beside a cleanly closed SQLite store (a plain ``mode=ro`` connection would)."""
+    _record(store, work, "sqlite")
+    database = store / "sessions.sqlite3"
+    assert not Path(f"{database}-wal").exists() and not Path(f"{database}-shm").exists()
+    assert _rows(store, "sqlite")["s1"]["turns"] == 1
+    assert not Path(f"{database}-wal").exists() and not Path(f"{database}-shm").exists()

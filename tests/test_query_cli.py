@@ -178,7 +178,8 @@ def test_search_finds_hits_across_sessions_with_the_seq_to_open_and_creates_the_
 def test_search_json_prints_the_result_shape(store: Path, kind: str) -> None:
     _lineage(store, kind)
     document = _json("search", "alpha beta", *_at(store, kind))
-    assert set(document) == {"items"}  # one hit: no nextCursor
+    assert set(document) == {"items", "skipped"}  # one hit: no nextCursor
+    assert document["skipped"] == []
     (item,) = document["items"]
     assert set(item) == {"header", "live", "persisted", "bestMatch"}
     assert item["header"]["id"] == "other" and item["header"]["cwd"] == "/work/b"
@@ -202,6 +203,30 @@ def test_search_with_session_searches_its_events(store: Path, kind: str) -> None
     assert table.exit_code == 0 and "hits in session parent" in table.stdout and "shadowed" in table.stdout
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_search_snippets_have_the_index_default_length(store: Path, kind: str) -> None:
+    """``search`` cuts snippets where the original engine and :class:`SqliteSearch` do (240 code points,
+    defined once): a page of the command and of the index over the same store show the same snippets."""
+    from agentlog.query.sqlite import SNIPPET_CHARS, SqliteSearch
+
+    words = " ".join(f"w{n:03d}" for n in range(150))  # 749 code points, the match in the middle
+    _write(store, kind, "long", [(f"{words[:300]} needle {words[300:]}", "ok")])
+    sessions = _json("search", "needle", *_at(store, kind))
+    events = _json("search", "needle", "--session", "long", *_at(store, kind))
+    (snippet,) = {item["bestMatch"]["snippet"] for item in sessions["items"]} | {
+        hit["snippet"] for hit in events["items"]
+    }
+    assert SNIPPET_CHARS == 240
+    assert len(snippet) == SNIPPET_CHARS and "needle" in snippet
+    coordinator = PersistenceCoordinator(al.SessionStore(), _backend(store, kind))
+    search = SqliteSearch(coordinator, path=":memory:")
+    try:
+        assert search.search_events(session_id="long", query="needle")["items"][0]["snippet"] == snippet
+    finally:
+        search.close()
+        coordinator.close()
+
+
 def test_search_surface_and_type_filters(store: Path) -> None:
     _lineage(store, "jsonl")
     shadowed = _json("search", "migration", "--session", "parent", "--surface", "shadowed", *_at(store, "jsonl"))
@@ -223,7 +248,7 @@ def test_search_cwd_filter(store: Path) -> None:
     _lineage(store, "jsonl")
     document = _json("search", "alpha", "--cwd", "/work/b", *_at(store, "jsonl"))
     assert [item["header"]["id"] for item in document["items"]] == ["other"]
-    assert _json("search", "migration", "--cwd", "/work/b", *_at(store, "jsonl")) == {"items": []}
+    assert _json("search", "migration", "--cwd", "/work/b", *_at(store, "jsonl")) == {"items": [], "skipped": []}
     many = _json("search", "migration", "--cwd", "/work/b", "--cwd", "/work/a", *_at(store, "jsonl"))
     assert {item["header"]["id"] for item in many["items"]} == {"parent", "child", "grandchild"}
     assert _error("search", "x", "--cwd", "/w", "--session", "parent", *_at(store, "jsonl"))["code"] == "INVALID_OPTION"
@@ -349,8 +374,39 @@ def test_search_reports_a_damaged_log_and_searches_the_others(store: Path) -> No
     log.write_bytes(bytes(data))
     document = _json("search", "needle", *_at(store, "jsonl"))
     assert [item["header"]["id"] for item in document["items"]] == ["good"]
+    assert [item["id"] for item in document["skipped"]] == ["bad"]
     table = _invoke("search", "needle", *_at(store, "jsonl"))
     assert table.exit_code == 0 and "could not be read" in table.stderr and "bad" in table.stderr
+
+
+def test_search_json_names_the_sessions_it_left_out_and_warns_on_stderr(store: Path) -> None:
+    """A page of a store where one zstd log of many is damaged (one flipped byte): the document carries
+    the left-out session as ``skipped: [{id, code, message}]`` and stderr names it, with and without
+    --json; the other sessions are searched and paged as usual."""
+    for number in range(30):
+        _write(store, "jsonl", f"s{number:02d}", [(f"shared words {number}", "ok")])
+    (log,) = store.glob("*/s17/session.jsonl.zstd")
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    for extra in ([], ["--session", "s03"]):
+        result = _invoke("search", "shared", *extra, *_at(store, "jsonl"), "--json")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        document = orjson.loads(result.stdout)
+        if not extra:
+            assert len(document["items"]) == 20 and "nextCursor" in document
+            assert "s17" not in {item["header"]["id"] for item in document["items"]}
+            (skipped,) = document["skipped"]
+            assert set(skipped) == {"id", "code", "message"}
+            assert skipped["id"] == "s17" and skipped["code"] == "SESSION_CORRUPT" and skipped["message"]
+            assert "could not be read" in result.stderr and "s17" in result.stderr
+            assert "SESSION_CORRUPT" in result.stderr
+            rest = _json("search", "shared", *_at(store, "jsonl"), "--cursor", document["nextCursor"])
+            assert len(rest["items"]) == 9 and rest["skipped"] == document["skipped"]
+        else:
+            assert document["skipped"] == [] and result.stderr == ""  # another session's damage is not its own
+    table = _invoke("search", "shared", *_at(store, "jsonl"))
+    assert table.exit_code == 0 and "could not be read" in table.stderr and "s17" in table.stderr
 
 
 # --- read-only commands never create the index -----------------------------------------------------------
@@ -431,6 +487,42 @@ def test_trace_bad_input_is_a_typed_error(store: Path) -> None:
     assert _error("trace", "nobody", *_at(store, "jsonl"))["code"] == "SESSION_QUERY_SESSION_NOT_FOUND"
     assert _error("trace", "parent", "--seq", "999", *_at(store, "jsonl"))["code"] == "SESSION_QUERY_EVENT_NOT_FOUND"
     assert not _index(store, "jsonl").exists()
+
+
+def _continue(store: Path, kind: str, session_id: str, number: int, user: str, answer: str) -> None:
+    """One more closed turn, appended in one batch by a host that resumes the stored session."""
+    sessions = al.SessionStore(now=lambda: 1_700_000_000_000)
+    coordinator = PersistenceCoordinator(sessions, _backend(store, kind))
+    try:
+        session = coordinator.resume(session_id)
+        _turn(session, number, user, answer)
+        sessions.flush(session)
+        sessions.dispose(session)
+    finally:
+        coordinator.close()
+
+
+def _hits(store: Path, kind: str, query: str) -> list[str]:
+    return [item["header"]["id"] for item in _json("search", query, *_at(store, kind))["items"]]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_search_of_a_store_restored_from_a_backup_finds_the_restored_logs_words_only(store: Path, kind: str) -> None:
+    """The search index keeps a session's documents while its revision is unchanged. A store restored
+    from a backup and continued by one batch (a SQLite database then repeats the revision counter the
+    index saw for the discarded log; the same clock, so only the content differs) must be searched as
+    it is: the discarded turn's words are gone, the new turn's words are found."""
+    _write(store, kind, "s1", [("where is the release plan?", "in notes.txt")])
+    log = store / "sessions.sqlite3" if kind == "sqlite" else next(store.glob("*/s1/session.jsonl.zstd"))
+    backup = log.read_bytes()
+    _continue(store, kind, "s1", 2, "what about the pineapple budget?", "pineapple: 42")
+    assert _hits(store, kind, "pineapple") == ["s1"]
+    with open(log, "r+b") as fh:
+        fh.write(backup)
+        fh.truncate()
+    _continue(store, kind, "s1", 2, "what about the mango budget?", "mango: 42")
+    assert _hits(store, kind, "mango") == ["s1"]
+    assert _hits(store, kind, "pineapple") == []
 
 
 # --- reindex --search ------------------------------------------------------------------------------------

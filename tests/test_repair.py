@@ -487,3 +487,21 @@ def test_repair__restored_seed_with_closers_is_balanced(events: list[dict[str, A
     assert list(session.events)[-2].type == "turn/end"
     _answers_every_tool_call(session.derive_messages())
     assert interrupted_turn_closers(list(session.events)[:-1]) == []
+
+
+def test_repair__closers_are_the_spec_bytes() -> None:
+    """§13.2 gives every closer whole, key order included: the stored bytes are exactly these."""
+    import orjson
+
+    events = [turn_start(0, 1), step_start(1, 1, 1), assistant(2, 1, 1, "call-1"), tool_call(3, 1, 1, "call-1")]
+    when = _time(3)
+    text = orjson.dumps(OUTCOME_UNKNOWN_TEXT).decode()
+    assert [orjson.dumps(closer).decode() for closer in interrupted_turn_closers(events)] == [
+        f'{{"type":"tool/result","seq":4,"time":{when},"data":{{"turn":1,"step":1,"message":'
+        f'{{"id":"interrupted-tool-result-call-1-4","role":"user","source":{{"kind":"tool","callId":"call-1"}},'
+        f'"content":[{{"type":"tool-result","toolCallId":"call-1","isError":true,"content":[{{"type":"text",'
+        f'"text":{text}}}]}}]}},"error":{{"name":"ToolOutcomeUnknownError","code":"TOOL_OUTCOME_UNKNOWN"}}}},'
+        f'"surfaceOp":"append","sourceEventSeqs":[3]}}',
+        f'{{"type":"step/end","seq":5,"time":{when},"data":{{"turn":1,"step":1}}}}',
+        f'{{"type":"turn/end","seq":6,"time":{when},"data":{{"turn":1,"reason":{{"kind":"interrupted"}}}}}}',
+    ]

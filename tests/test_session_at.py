@@ -214,6 +214,20 @@ def test_session_at__out_of_range_seq_raises_an_agentlog_error() -> None:
         empty.at(0)
 
 
+def test_session_at__a_seq_that_is_not_an_int_is_a_type_error_that_says_so() -> None:
+    """``at("3")`` is not a seq past the end: the refusal names the type and how to pass it."""
+    from agentlog import ArgumentTypeError
+
+    session = build(5)
+    for bad, shown in (("3", "'3' (str)"), (3.0, "3.0 (float)"), (True, "True (bool)"), (None, "None (NoneType)")):
+        with pytest.raises(ArgumentTypeError) as caught:
+            session.at(bad)  # type: ignore[arg-type]
+        assert isinstance(caught.value, TypeError) and caught.value.code == "INVALID_ARGUMENT_TYPE"
+        assert str(caught.value) == f"seq must be an int, got {shown}: pass the event's seq as an int (event.seq)"
+        with pytest.raises(ArgumentTypeError):
+            session.at(4).at(bad)  # type: ignore[arg-type]
+
+
 def test_session_at__mutation_attempts_on_a_view_raise() -> None:
     session = build()
     view = session.at(14)

@@ -74,3 +74,17 @@ def test_typed_forms_cost_nothing_at_runtime() -> None:
     event = session.append("turn/start", {"turn": 1})
     assert event.type == agentlog.TURN_START == "turn/start"
     assert type(event.type) is str
+
+
+def test_an_intent_that_is_not_a_mapping_is_refused_with_the_mapping_to_pass() -> None:
+    """``append(..., al.APPEND)`` passes the bare op; the refusal shows the intent mapping that was meant."""
+    import pytest
+
+    session = agentlog.Session.create("s")
+    with pytest.raises(agentlog.InvalidEventError) as caught:
+        session.append("user/message", agentlog.user_message("hi"), agentlog.APPEND)  # type: ignore[call-overload]
+    assert str(caught.value) == (
+        'session event "user/message" surface intent must be a mapping, got \'append\' (str): '
+        'pass {"surfaceOp": "append"} (the op goes inside the intent mapping)'
+    )
+    assert session.events == []

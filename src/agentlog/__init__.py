@@ -16,6 +16,7 @@ from ._lazy import lazy_exports
 from ._version import __version__ as __version__
 from .errors import (
     AgentlogError,
+    ArgumentTypeError,
     ChunkRowError,
     CompactionConfigError,
     CompactionError,
@@ -335,6 +336,7 @@ __all__ = [
     "TURN_START",
     "USER_MESSAGE",
     "AgentlogError",
+    "ArgumentTypeError",
     "AssistantChunkData",
     "AssistantMessageData",
     "CheckpointPolicy",

@@ -49,6 +49,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── ToolPairingError (ValueError) [UNPAIRED_TOOL_CALL]
     ├── JsonDecodeError (ValueError) [INVALID_JSON]
     ├── SeqOutOfRangeError (IndexError) [SEQ_OUT_OF_RANGE]
+    ├── ArgumentTypeError (TypeError) [INVALID_ARGUMENT_TYPE]
     ├── AsyncFlushInLoopError [ASYNC_FLUSH_IN_LOOP]
     ├── InvalidOptionError (ValueError) [INVALID_OPTION]
     ├── PersistenceError [PERSISTENCE_ERROR]
@@ -107,15 +108,15 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   │   └── TargetPressureConfigError [COMPACTION_TARGET_CONFIG]
     │   ├── CompactionRangeError (ValueError) [INVALID_COMPACTION_RANGE]
     │   ├── CompactionStateError [COMPACTION_STATE]
-    │   ├── CompactionBusyError [COMPACTION_BUSY]
     │   ├── SurfaceChangedError [COMPACTION_SURFACE_CHANGED]
     │   ├── SummaryNotSmallerError [COMPACTION_NOT_SMALLER]
     │   ├── SummarizationError [SUMMARIZATION_FAILED; codes: NO_SUMMARIZATION_TARGET, EMPTY_SUMMARY,
     │   │                                     INVALID_SUMMARY_RESULT]
     │   ├── CompactionThresholdError [COMPACTION_ABOVE_THRESHOLD]
     │   └── ManualCompactionError [MANUAL_COMPACTION_FAILED; codes: COMPACTION_BUSY, COMPACTION_CANCELLED,
-    │                              COMPACTION_CHANGED, COMPACTION_SUMMARY, COMPACTION_COMMIT,
-    │                              COMPACTION_PERSISTENCE]
+    │       │                      COMPACTION_CHANGED, COMPACTION_SUMMARY, COMPACTION_COMMIT,
+    │       │                      COMPACTION_PERSISTENCE]
+    │       └── CompactionBusyError [COMPACTION_BUSY] (every compaction path's busy refusal)
     ├── SessionQueryError [SESSION_QUERY_PERSISTENCE_FAILED; codes: the closed SESSION_QUERY_* set]
     └── InteropError [INTEROP_ERROR]
         ├── ConversionError (ValueError) [CONVERSION_UNSUPPORTED]
@@ -302,9 +303,20 @@ class SessionFormatUnsupportedError(PersistenceError):
 
 
 class SessionLockedError(PersistenceError):
-    """Another writer (process or store) holds the session open for writing."""
+    """Another writer (process or store) holds the session open for writing.
+
+    ``holder`` says who, as far as the lock records it: ``{"pid", "hostname", "acquiredAt"}`` (epoch
+    ms) for a lock file, plus the database's view for a PostgreSQL lease; ``None`` when the holder left
+    no record (it may be taking the lock at this very moment). The message names the holder and how
+    to wait for it instead of failing (``wait=`` / ``timeout=`` on ``coordinator.resume`` and the
+    framework adapters).
+    """
 
     code = "SESSION_LOCKED"
+
+    def __init__(self, message: str, *, holder: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.holder: dict[str, Any] | None = None if holder is None else dict(holder)
 
 
 class SessionCollisionError(PersistenceError):
@@ -405,6 +417,13 @@ class JsonDecodeError(AgentlogError, ValueError):
 
 class SeqOutOfRangeError(AgentlogError, IndexError):
     code = "SEQ_OUT_OF_RANGE"
+
+
+class ArgumentTypeError(AgentlogError, TypeError):
+    """An argument of the wrong type (``session.at("3")``, message content ``42``); a TypeError, as the
+    bare one it replaces, and its message names the type given and what to pass instead."""
+
+    code = "INVALID_ARGUMENT_TYPE"
 
 
 class AsyncFlushInLoopError(AgentlogError):
@@ -746,12 +765,6 @@ class CompactionStateError(CompactionError):
     code = "COMPACTION_STATE"
 
 
-class CompactionBusyError(CompactionError):
-    """Another compaction holds the session's durable lock (an unmatched ``compaction/start``)."""
-
-    code = "COMPACTION_BUSY"
-
-
 class SurfaceChangedError(CompactionError):
     """The surface the summary was built from changed while the summarizer ran; nothing was replaced."""
 
@@ -781,8 +794,9 @@ class ManualCompactionError(CompactionError):
     """An explicit compaction (``compact_now`` / ``agentlog compact``) failed; :attr:`kind` classifies it.
 
     ``kind`` is the original's class (``busy``, ``cancelled``, ``changed``, ``summary``, ``commit``,
-    ``persistence``) and ``code`` its stable code (``COMPACTION_<KIND>``; ``busy`` shares
-    :class:`CompactionBusyError`'s). The underlying failure is ``__cause__``.
+    ``persistence``) and ``code`` its stable code (``COMPACTION_<KIND>``); a ``busy`` refusal is raised
+    as its refinement :class:`CompactionBusyError`, whose code that is. The underlying failure is
+    ``__cause__``.
     """
 
     code = "MANUAL_COMPACTION_FAILED"
@@ -803,6 +817,21 @@ class ManualCompactionError(CompactionError):
             raise ValueError(f"unknown manual compaction kind {kind!r}")
         super().__init__(message, code=f"COMPACTION_{kind.upper()}")
         self.kind = kind
+
+
+class CompactionBusyError(ManualCompactionError):
+    """A compaction cannot start now: another one holds the session's durable lock (an unmatched
+    ``compaction/start``), or a manual one finds the agent busy or a turn open.
+
+    The original raises ``ManualCompactionError('busy')`` there on every path (pressure, context
+    overflow, an explicit region, ``compact_now``), so this is one, of kind ``busy``: ``except
+    ManualCompactionError`` and ``except CompactionBusyError`` each catch it wherever it comes from.
+    """
+
+    code = "COMPACTION_BUSY"
+
+    def __init__(self, message: str) -> None:
+        super().__init__("busy", message)
 
 
 # --- projections: title -------------------------------------------------------------------------------
@@ -983,8 +1012,9 @@ class RecorderStateError(InteropError, RuntimeError):
 
 
 class TranscriptError(InteropError, ValueError):
-    """A transcript being imported has a line that is not JSON, is truncated or has an unusable shape.
-    ``path`` names the file and ``line`` the 1-based line; nothing of the import was committed."""
+    """A transcript being imported has a line that is not JSON, is truncated or has an unusable shape, or
+    is missing, or changed while it was being imported. ``path`` names the file and ``line`` the 1-based
+    line (``None`` when no one line is at fault); nothing of the import was committed."""
 
     code = "TRANSCRIPT_INVALID"
 

@@ -26,6 +26,7 @@ from agentlog.compaction import (
     CompactionResult,
     CompactionStateError,
     CompactionThresholdError,
+    ManualCompactionError,
     SummaryNotSmallerError,
     TargetPressureConfigError,
     TokenMeter,
@@ -808,6 +809,29 @@ def test_property_compaction_keeps_calls_paired_and_the_log_replays_to_the_same_
     replayed = Session.create("replayed", [dict(e) for e in session.events])
     assert list(replayed.surface.nodes) == list(session.surface.nodes)
     assert replayed.derive_messages().to_list() == session.derive_messages().to_list()
+
+
+def test_a_held_lock_is_the_manual_busy_error_on_every_path() -> None:
+    """As in the original, a compaction that finds the lock held raises ManualCompactionError kind busy
+    whichever path asked (pressure, overflow, an explicit region, compact_now): one except catches all."""
+    compact, recorder = engine(PRESSURE)
+    session = conversation(4)
+    session.append("compaction/start", {"compactionId": "orphan", "turn": 5})
+    agent = agent_for(session, compact)
+    nodes = list(session.surface.nodes)
+    attempts = {
+        "pressure": lambda: compact.compact_if_needed(agent, "pressure"),
+        "context-overflow": lambda: compact.compact_if_needed(agent, "context-overflow"),
+        "region": lambda: compact.compact_region(session, nodes[0], nodes[1], agent=agent),
+    }
+    length = len(session.events)
+    for name, attempt in attempts.items():
+        with pytest.raises(ManualCompactionError) as caught:
+            run(attempt())
+        assert caught.value.kind == "busy" and caught.value.code == "COMPACTION_BUSY", name
+        assert isinstance(caught.value, CompactionBusyError), name
+        assert "compaction lock is already active" in str(caught.value), name
+    assert len(session.events) == length and recorder.calls == []
 
 
 def test_pressure_is_blocked_by_a_live_orphan_but_not_by_one_before_the_newest_end_seed() -> None:

@@ -24,6 +24,7 @@ from agentlog.compaction import (
     TokenMeter,
     is_checkpoint_source,
 )
+from agentlog.kernel.jsonvalue import thaw
 from agentlog.kernel.session import Session
 from agentlog.testing import text_reply
 from compaction._engine_support import (
@@ -243,6 +244,25 @@ def test_returns_none_without_writing_a_bracket_when_nothing_can_be_compacted() 
     assert agent.idle
 
 
+def test_a_second_compact_now_right_after_one_is_nothing_to_compact() -> None:
+    """The surface is then the checkpoint and the newest message: the checkpoint alone is no span to
+    summarize again (it would only be re-worded, never smaller), so None, nothing written, no model call."""
+    session = closed_conversation(2, 7)
+    agent, recorder, flushes = manual(session)
+    assert run(agent.compact_now()) is not None
+    checkpoint = session.events[session.surface.nodes[0]]
+    assert is_checkpoint_source(checkpoint["data"]["source"])
+    events, calls, flushed = len(session.events), len(recorder.calls), len(flushes.at)
+    assert run(agent.compact_now()) is None
+    assert len(session.events) == events and len(recorder.calls) == calls and len(flushes.at) == flushed
+    assert agent.idle
+    # Once a newer message joins it, the checkpoint is compacted again together with what follows it.
+    session.append("user/message", user_msg(PROMPT), intent())
+    session.append("user/message", user_msg("newest"), intent())
+    again = run(agent.compact_now())
+    assert again is not None and again.shadowed_seqs[0] == checkpoint["seq"]
+
+
 def test_commits_a_standalone_bracket_without_consuming_a_turn_number_and_flushes_it() -> None:
     """turn: null on both markers, the command id correlated everywhere, one flush before returning."""
     session = closed_conversation(2, 7)
@@ -262,6 +282,29 @@ def test_commits_a_standalone_bracket_without_consuming_a_turn_number_and_flushe
     assert {k: checkpoint["data"]["source"][k] for k in correlated} == correlated
     assert dict(last_of(session, "compaction/end")["data"]) == {**correlated, "turn": None}
     assert result.to_json()["sourceCommandId"] == "manual-compact-command"
+
+
+def test_the_checkpoint_is_written_in_the_original_key_order() -> None:
+    """``createUserMessage({content, source})`` spreads its input, then role, then the minted id; the
+    checkpoint source is kind, plugin, compactionId, sourceCommandId; the event is type, seq, time, data,
+    sourceEventSeqs, surfaceOp. The same compaction gives the same bytes as the original."""
+    import orjson
+
+    session = closed_conversation(2, 7)
+    agent, _, _ = manual(session)
+    result = run(agent.compact_now(source_command_id="cmd-1"))
+    event = session.events[result.summary_seq + 1]
+    data = event["data"]
+    content = orjson.dumps(thaw(data["content"])).decode()
+    shadowed = ",".join(str(seq) for seq in result.shadowed_seqs)
+    expected = (
+        f'{{"type":"user/message","seq":{event["seq"]},"time":{event["time"]},"data":{{"content":{content},'
+        f'"source":{{"kind":"plugin","plugin":"compact","compactionId":"{result.compaction_id}",'
+        f'"sourceCommandId":"cmd-1"}},"role":"user","id":"{data["id"]}"}},'
+        f'"sourceEventSeqs":[{result.start_seq},{result.summary_seq},{shadowed}],'
+        f'"surfaceOp":{{"op":"replace","start":{result.shadowed_range.start},"end":{result.shadowed_range.end}}}}}'
+    )
+    assert orjson.dumps(thaw(event)).decode() == expected
 
 
 def test_a_live_unmatched_bracket_is_busy_without_summarizing() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 import agentlog as al
-from agentlog.errors import ConversionError, RecorderStateError
+from agentlog.errors import ConversionError, RecorderStateError, SessionLockedError
 from agentlog.integrations.openai_agents import (
     CLEAR_SESSION_EVENT,
     ITEM_KEY,
@@ -477,3 +478,100 @@ def test_any_operations_behave_like_a_list_keep_the_invariants_and_reload(ops: l
         coordinator.close()
 
     asyncio.run(main())
+
+
+# --- one writer per session: SESSION_LOCKED names the holder; wait= / timeout= wait for it -------------------
+
+HOLD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from agentlog.integrations.openai_agents import AgentlogSession
+
+    async def main():
+        session = AgentlogSession("shared", sys.argv[1])
+        if sys.argv[2] == "items":
+            await session.add_items([{"role": "user", "content": "Hello from the holder."}])
+        print("locked", flush=True)
+        sys.stdin.readline()
+        session.close()
+        print("released", flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.fixture(params=["items", "empty"])
+def lock_holder(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A child process holding ``shared`` open (with a stored item, or created and never written)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "store"), request.param],
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "locked\n"
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+
+
+def _tell_release(child: subprocess.Popen[str]) -> None:
+    assert child.stdin is not None
+    child.stdin.write("\n")
+    child.stdin.flush()
+
+
+class _ReleaseWhenWaiting(logging.Handler):
+    """Tells the holder to release once the adapter reports (``agentlog`` logger, INFO) that it waits."""
+
+    def __init__(self, child: subprocess.Popen[str]) -> None:
+        super().__init__(logging.INFO)
+        self.child = child
+        self.waited = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waiting for it" in record.getMessage():
+            self.waited += 1
+            _tell_release(self.child)
+
+
+def test_a_second_adapter_on_a_held_session_is_session_locked_naming_the_holder(
+    lock_holder: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    for options in ({}, {"timeout": 0.2}):
+        with pytest.raises(SessionLockedError) as info:
+            AgentlogSession("shared", tmp_path / "store", **options)  # type: ignore[arg-type]
+        assert info.value.code == "SESSION_LOCKED"
+        assert info.value.holder is not None and info.value.holder["pid"] == lock_holder.pid
+        assert f"pid {lock_holder.pid} on host" in str(info.value) and "wait=True" in str(info.value)
+        if options:
+            assert "gave up after waiting 0.2 s" in str(info.value)
+
+
+def test_an_adapter_with_wait_opens_the_session_once_the_holder_closes_it(
+    lock_holder: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    handler = _ReleaseWhenWaiting(lock_holder)
+    log = logging.getLogger("agentlog")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        session = AgentlogSession("shared", tmp_path / "store", wait=True, timeout=600)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    try:
+        assert handler.waited == 1  # it waited, and the holder was released only then
+        assert lock_holder.stdout is not None and lock_holder.stdout.readline() == "released\n"
+        items = asyncio.run(session.get_items())
+        assert [item.get("content") for item in items] in ([], ["Hello from the holder."])
+        asyncio.run(session.add_items([{"role": "user", "content": "And from the waiter."}]))
+    finally:
+        session.close()
+    assert lock_holder.wait(60) == 0

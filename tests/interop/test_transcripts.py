@@ -27,6 +27,8 @@ from agentlog.kernel.store import SessionStore
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 
+from .conftest import Store
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts"
 CLAUDE = FIXTURES / "claude-code.jsonl"
 CODEX = FIXTURES / "codex.jsonl"
@@ -543,3 +545,305 @@ def test_streaming__a_large_transcript_is_imported_in_bounded_memory(tmp_path: P
     assert grew_mb < 40, f"peak RSS grew by {grew_mb:.1f} MB while importing a {figures['size'] >> 20} MB transcript"
     view = _cold_view(tmp_path / "store", "big")
     assert len(view.events) == figures["events"]
+
+
+# --------------------------------------------------------------------------- all or nothing, on every backend
+
+
+def _long_transcript(path: Path, turns: int, *, tail: bytes = b"") -> Path:
+    """A Claude Code transcript of ``turns`` prompt/answer pairs (two lines each), then ``tail``."""
+    lines = []
+    for i in range(turns):
+        stamp = f"2025-06-01T12:{i // 3600 % 60:02d}:{i % 60:02d}.000Z"
+        prompt = {"role": "user", "content": f"question {i}"}
+        content = [{"type": "text", "text": f"a{i}"}]
+        answer = {"id": f"msg_{i}", "role": "assistant", "model": "claude-x", "content": content}
+        lines.append({"type": "user", "uuid": f"u{i}", "timestamp": stamp, "message": prompt})
+        lines.append({"type": "assistant", "uuid": f"a{i}", "timestamp": stamp, "message": answer})
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines) + tail)
+    return path
+
+
+def _import_into(store: Store, path: Path, **options: Any) -> Any:
+    coordinator = PersistenceCoordinator(SessionStore(), store.open())
+    try:
+        return import_transcript(coordinator, "claude-code", path, **options)
+    finally:
+        coordinator.close()
+
+
+def _nothing_in(store: Store) -> None:
+    assert store.listed() == []
+    assert store.session_files() == []
+    assert store.staged_files() == [], "a staged file was left behind"
+
+
+def _complete(store: Store, session_id: str, events: int) -> None:
+    """The session is listed once and holds the whole import, ``import/done`` last."""
+    assert store.listed() == [session_id]
+    reader = PersistenceCoordinator(SessionStore(), store.open())
+    try:
+        view = reader.view(session_id)
+        assert len(view.events) == events and view.events[-1]["type"] == IMPORT_DONE
+    finally:
+        reader.close()
+
+
+def _append_broken_line(path: Path) -> None:
+    with path.open("ab") as handle:
+        handle.write(b'{"type": "assistant", \n')
+
+
+def _rewrite_last_line(path: Path) -> None:
+    """Same size, one byte changed near the end (beyond what the write pass has read so far)."""
+    with path.open("r+b") as handle:
+        handle.seek(-20, os.SEEK_END)
+        chunk = handle.read(20)
+        index = chunk.rindex(b"a")
+        handle.seek(-20 + index, os.SEEK_END)
+        handle.write(b"b")
+
+
+def _truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("change", [_append_broken_line, _rewrite_last_line, _truncate])
+def test_a_transcript_changed_while_it_is_imported_is_refused_and_nothing_is_stored(
+    store: Store, tmp_path: Path, change: Any
+) -> None:
+    """The check pass saw a valid file; the file changes after the write pass wrote its first batch."""
+    path = _long_transcript(tmp_path / "t.jsonl", 3000)
+    changed = []
+
+    def after_batch(written: int) -> None:
+        if not changed:
+            change(path)
+            changed.append(written)
+
+    with pytest.raises(TranscriptError, match="changed while it was being imported") as caught:
+        _import_into(store, path, session_id="moving", batch_events=64, batch_bytes=1 << 30, progress=after_batch)
+    assert changed == [64] and caught.value.path == str(path)
+    _nothing_in(store)
+
+
+def test_a_broken_line_late_in_a_transcript_stores_nothing(store: Store, tmp_path: Path) -> None:
+    path = _long_transcript(tmp_path / "t.jsonl", 5000, tail=b'{"type": "assistant", \n')
+    with pytest.raises(TranscriptError, match="line 10001 is not JSON") as caught:
+        _import_into(store, path, session_id="late", batch_events=64, batch_bytes=1 << 30)
+    assert caught.value.line == 10001
+    _nothing_in(store)
+
+
+def test_nothing_is_listed_until_the_import_is_complete(store: Store, tmp_path: Path) -> None:
+    path = _long_transcript(tmp_path / "t.jsonl", 300)
+    seen: list[list[str]] = []
+    report = _import_into(
+        store, path, session_id="whole", batch_events=100, progress=lambda written: seen.append(store.listed())
+    )
+    assert len(seen) >= 10 and all(listed == [] for listed in seen)
+    _complete(store, "whole", report.events)
+
+
+def test_an_interrupted_import_leaves_nothing_and_the_id_stays_free(store: Store, tmp_path: Path) -> None:
+    path = _long_transcript(tmp_path / "t.jsonl", 300)
+
+    def interrupt(written: int) -> None:
+        if written >= 300:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _import_into(store, path, session_id="again", batch_events=100, progress=interrupt)
+    _nothing_in(store)
+    report = _import_into(store, path, session_id="again")
+    _complete(store, "again", report.events)
+
+
+_KILLED_CHILD = r"""
+import sys
+from agentlog.interop.transcripts import import_transcript
+from agentlog.kernel.store import SessionStore
+from agentlog.persistence.coordinator import PersistenceCoordinator
+kind, root, dsn, schema, path = sys.argv[1:6]
+if kind.startswith("jsonl"):
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    backend = JsonlBackend(root, compression="zstd" if kind == "jsonl-zstd" else "none")
+elif kind == "sqlite":
+    from agentlog.persistence.sqlite.backend import SqliteBackend
+    backend = SqliteBackend(root + "/sessions.db")
+else:
+    from agentlog.persistence.postgres import PostgresBackend
+    backend = PostgresBackend(dsn, schema=schema)
+
+def report(written):
+    if written >= 500:
+        sys.stdout.write(f"written {written}\n")
+        sys.stdout.flush()
+        sys.stdin.readline()  # wait here to be killed
+
+import_transcript(PersistenceCoordinator(SessionStore(), backend), "claude-code", path, session_id="killed",
+                  batch_events=100, progress=report)
+"""
+
+
+def test_an_import_killed_midway_leaves_no_listed_session(store: Store, tmp_path: Path) -> None:
+    """SIGKILL after 500 events were written (the child says so, then waits): nothing is listed, and
+    importing the same id again succeeds (no lock, row or file of the dead import is in the way). What
+    the dead import staged is at most one unlisted ``*.tmp`` file (PostgreSQL: nothing, the server
+    rolled the transaction back), and the next import removes it."""
+    if store.kind == "memory":
+        pytest.skip("a memory store does not outlive its process")
+    path = _long_transcript(tmp_path / "t.jsonl", 1000)
+    args = [store.kind, str(store.root), store.dsn, store.schema, str(path)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "written 500\n"
+        child.kill()
+    finally:
+        child.wait(timeout=120)
+    assert store.listed() == []
+    assert store.session_files() == []
+    assert len(store.staged_files()) <= (0 if store.kind == "postgres" else 1)
+    report = _import_into(store, path, session_id="killed")
+    _complete(store, "killed", report.events)
+    assert store.staged_files() == []
+
+
+_OUT_OF_MEMORY_CHILD = r"""
+import json, os, resource, sys
+from agentlog.interop.transcripts import import_transcript
+from agentlog.kernel.store import SessionStore
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+path, root, extra = sys.argv[1], sys.argv[2], int(sys.argv[3])
+coordinator = PersistenceCoordinator(SessionStore(), JsonlBackend(root))
+with open("/proc/self/statm") as handle:
+    used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+resource.setrlimit(resource.RLIMIT_AS, (used + extra, resource.RLIM_INFINITY))
+try:
+    import_transcript(coordinator, "claude-code", path, session_id="big")
+    out = {"ok": True}
+except BaseException as err:
+    out = {"ok": False, "code": getattr(err, "code", type(err).__name__), "message": str(err)}
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+sys.stdout.write(json.dumps(out) + "\n")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def test_a_valid_line_too_large_for_the_memory_limit_is_resource_exhausted_not_a_bad_line(tmp_path: Path) -> None:
+    """An 8 MB prompt under an address-space limit 40 MB above the child's use: orjson's allocation
+    failure (reported as a decode error) is RESOURCE_EXHAUSTED naming the line, and nothing is stored."""
+    path = tmp_path / "big-line.jsonl"
+    prompt = {"role": "user", "content": "x" * (8 << 20)}
+    path.write_bytes(orjson.dumps({"type": "user", "uuid": "u1", "message": prompt}) + b"\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_MEMORY_CHILD, str(path), str(tmp_path / "store"), str(40 << 20)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["code"] == "RESOURCE_EXHAUSTED", out
+    assert f"{path}:1: out of memory while parsing line 1" in out["message"]
+    assert "not a bad line" in out["message"] and "more memory" in out["message"]
+    _nothing_stored(tmp_path / "store")
+
+
+def test_an_import_during_another_import_leaves_the_live_staging_alone(store: Store, tmp_path: Path) -> None:
+    """The second import's sweep of abandoned staging files skips the first import's (its writer lives)."""
+    first = _long_transcript(tmp_path / "first.jsonl", 300)
+    second = _long_transcript(tmp_path / "second.jsonl", 50)
+    inner: list[Any] = []
+
+    def import_the_second(written: int) -> None:
+        if not inner:
+            inner.append(_import_into(store, second, session_id="second"))
+
+    outer = _import_into(store, first, session_id="first", batch_events=100, progress=import_the_second)
+    assert sorted(store.listed()) == ["first", "second"]
+    pairs = [(outer, "first"), (inner[0], "second")]
+    reader = PersistenceCoordinator(SessionStore(), store.open())
+    try:
+        for report, session_id in pairs:
+            view = reader.view(session_id)
+            assert len(view.events) == report.events and view.events[-1]["type"] == IMPORT_DONE
+    finally:
+        reader.close()
+    assert store.staged_files() == []
+
+
+def test_an_in_memory_sqlite_store_is_published_whole_too(tmp_path: Path) -> None:
+    from agentlog.persistence.sqlite.backend import SqliteBackend
+
+    path = _long_transcript(tmp_path / "t.jsonl", 300)
+    coordinator = PersistenceCoordinator(SessionStore(), SqliteBackend(":memory:"))
+    try:
+        seen: list[list[str]] = []
+
+        def listed(written: int) -> None:
+            seen.append([listing.id for listing in coordinator.list()])
+
+        report = import_transcript(coordinator, "claude-code", path, session_id="m", batch_events=100, progress=listed)
+        assert len(seen) >= 10 and all(ids == [] for ids in seen)
+        view = coordinator.view("m")
+        assert len(view.events) == report.events and view.events[-1]["type"] == IMPORT_DONE
+
+        def interrupt(written: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            import_transcript(coordinator, "claude-code", path, session_id="n", batch_events=100, progress=interrupt)
+        assert [listing.id for listing in coordinator.list()] == ["m"]
+    finally:
+        coordinator.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    change=st.sampled_from(["append", "rewrite", "truncate"]),
+    at_batch=st.integers(1, 6),
+    where=st.floats(0.0, 1.0),
+)
+def test_whenever_the_transcript_changes_the_import_is_the_original_or_nothing(
+    tmp_path_factory: pytest.TempPathFactory, change: str, at_batch: int, where: float
+) -> None:
+    """Change the file after any batch of the write pass, anywhere in it: the import is refused with
+    nothing stored, or (a byte rewritten where the write pass had already read) the stored session is
+    exactly the import of the file as it was."""
+    from agentlog.persistence.memory import MemoryBackend
+
+    root = tmp_path_factory.mktemp("change")
+    path = _long_transcript(root / "t.jsonl", 60)
+    original = path.read_bytes()
+    expected_store = PersistenceCoordinator(SessionStore(), MemoryBackend())
+    import_transcript(expected_store, "claude-code", path, session_id="x", batch_events=20)
+    expected = thaw(expected_store.view("x").events.to_list())
+    offset = min(int(where * len(original)), len(original) - 1)
+
+    def mutate(written: int) -> None:
+        if written // 20 != at_batch:
+            return
+        if change == "append":
+            _append_broken_line(path)
+        elif change == "truncate":
+            os.truncate(path, offset)
+        else:
+            with path.open("r+b") as handle:
+                handle.seek(offset)
+                handle.write(b"#" if original[offset : offset + 1] != b"#" else b"$")
+
+    coordinator = PersistenceCoordinator(SessionStore(), MemoryBackend())
+    try:
+        import_transcript(coordinator, "claude-code", path, session_id="x", batch_events=20, progress=mutate)
+    except TranscriptError as err:
+        assert "changed while it was being imported" in str(err)
+        assert coordinator.list() == []
+    else:
+        assert change == "rewrite" or at_batch * 20 >= len(expected)  # the change came after the last batch
+        assert thaw(coordinator.view("x").events.to_list()) == expected

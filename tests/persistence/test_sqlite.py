@@ -1136,26 +1136,68 @@ def test_threads_share_one_backend_safely(open_backend: Any) -> None:
     assert all(len(backend.load_stored(f"t{index}").events) == 60 for index in range(4))
 
 
-def test_revisions_name_the_store_the_incarnation_and_the_change_counter(open_backend: Any, db: Path) -> None:
+def _counter_of(revision: str) -> str:
+    """``<n>`` of a revision's ``:revision:<n>:tail:<digest>`` part."""
+    return revision.rsplit(":tail:", 1)[0].rsplit(":revision:", 1)[1]
+
+
+def test_revisions_name_the_store_the_incarnation_the_change_counter_and_the_tail(open_backend: Any, db: Path) -> None:
     backend = open_backend()
     assert backend.read_revision(SID) is None and backend.load_stored(SID) is None
     backend.append_batch(meta(), [turn_start(0)], False)
     first = backend.read_revision(SID)
     info = db.stat()
     assert first is not None and first.startswith(f"file:{info.st_dev}:{info.st_ino}:")
-    assert first.endswith(":revision:1") and ":incarnation:" in first and ":store:" in first
+    assert _counter_of(first) == "1" and ":incarnation:" in first and ":store:" in first and ":tail:" in first
     assert backend.load_stored(SID).revision == first == backend.list_sessions()[0].revision
+    assert backend.list_revisions() == {SID: first}
+    assert backend.load_stored_from(SID, 0).revision == backend.read_prefix(SID).revision == first
     backend.append_batch(meta(), [user(1)], True)
-    assert backend.read_revision(SID) == first[: -len("1")] + "2"
+    second = backend.read_revision(SID)
+    assert _counter_of(second) == "2" and second.split(":tail:")[0] == first.split(":tail:")[0][: -len("1")] + "2"
+    assert backend.load_stored_from(SID, 5).revision == second  # a seek past the end names the same log
     backend.commit_repair(meta(), None, [ev("x/y", 2)])
-    assert backend.read_revision(SID).endswith(":revision:3")
+    assert _counter_of(backend.read_revision(SID)) == "3"
     execute(db, "PRAGMA foreign_keys = ON", "DELETE FROM sessions")  # cascades to the events
     backend.append_batch(meta(), [turn_start(0)], False)
     recreated = backend.read_revision(SID)
-    assert recreated.endswith(":revision:1") and recreated != first  # a new incarnation
+    assert _counter_of(recreated) == "1" and recreated != first  # a new incarnation
     memory = open_backend(":memory:")
     memory.append_batch(meta(), [turn_start(0)], False)
     assert memory.read_revision(SID).startswith("memory:store:")
+
+
+@pytest.mark.parametrize("restore", ["copy-over", "replace"])
+def test_a_database_restored_from_a_backup_never_repeats_a_revision_of_another_log(
+    open_backend: Any, db: Path, restore: str
+) -> None:
+    """A backup restored over the database (in place, or renamed over it) brings back the backup's
+    incarnation and change counter; the next batch then reaches a counter already handed out for the
+    log the restore threw away. The revision must still differ from every revision that log had."""
+    backend = open_backend()
+    backend.append_batch(meta(), [turn_start(0)], False)
+    backend.close()
+    backup = db.read_bytes()
+    backend = open_backend()
+    backend.append_batch(meta(), [user(1)], True)
+    lost = backend.read_revision(SID)
+    backend.close()
+    if restore == "copy-over":
+        with open(db, "r+b") as fh:
+            fh.write(backup)
+            fh.truncate()
+    else:
+        staged = db.with_name("staged")
+        staged.write_bytes(backup)
+        staged.chmod(0o600)
+        os.replace(staged, db)
+    backend = open_backend()
+    backend.append_batch(meta(), [ev("other/event", 1, {"other": True})], True)
+    restored = backend.read_revision(SID)
+    assert _counter_of(restored) == _counter_of(lost)
+    assert restored != lost
+    assert backend.list_sessions()[0].revision == backend.load_stored(SID).revision == restored
+    assert backend.list_revisions() == {SID: restored}
 
 
 def test_seek_reads_validate_their_argument_and_absent_sessions(open_backend: Any) -> None:

@@ -4,11 +4,19 @@
 without it the session creates its own database through the server's ``postgres`` database and drops it
 at the end. A test that cannot reach the server fails (it is never skipped). Every test works in its
 own schema (``pg_schema``), dropped afterwards, so the two CI passes and parallel tests never collide.
+A test that must really stop and start a server uses ``private_server``, a throwaway cluster of its own
+(the shared server is never restarted).
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -64,3 +72,63 @@ def pg_backends(pg_dsn: str, pg_schema: str) -> Iterator[Callable[..., PostgresB
     yield make
     for backend in created:
         backend.close()
+
+
+class PrivateServer:
+    """A throwaway PostgreSQL cluster of this test run (initdb in a temp dir, its own port), which a test
+    may stop and start for real: the shared server is never restarted (other test runs use it).
+
+    The server binaries are PostgreSQL's own (``/usr/lib/postgresql/*/bin``, else ``pg_config
+    --bindir``); as root, the cluster belongs to the ``postgres`` system user, as initdb requires.
+    """
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[-3]))
+        if found:
+            self.bindir = os.path.dirname(found[-1])
+        else:
+            found = subprocess.run(["pg_config", "--bindir"], check=True, capture_output=True, text=True).stdout.split()
+            self.bindir = found[0]
+        self.root = tempfile.mkdtemp(prefix="agentlog-pg-")
+        self._user: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self._user = ["runuser", "-u", "postgres", "--"]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.data = os.path.join(self.root, "data")
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.start()
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run(
+            [*self._user, os.path.join(self.bindir, tool), *args], check=True, capture_output=True, timeout=300
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
+
+    def stop(self) -> None:
+        """A fast shutdown, as a server restart does: every connection is ended; returns once it is down."""
+        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        except subprocess.CalledProcessError:
+            pass  # already stopped
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_server() -> Iterator[PrivateServer]:
+    """A PostgreSQL cluster of the module's own, which its tests really stop and start."""
+    server = PrivateServer()
+    try:
+        yield server
+    finally:
+        server.remove()

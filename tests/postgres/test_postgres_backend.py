@@ -2,7 +2,8 @@
 
 Optimistic concurrency under interleavings of two backends (two hosts), the advisory-lock writer lease
 across processes (takeover after ``kill -9``), schema refusal, a bad DSN, a statement timeout,
-``pg_terminate_backend`` in the middle of a flush, change notification and cursor paging.
+``pg_terminate_backend`` in the middle of a flush, a stopped server backend (SIGSTOP: the client-side
+deadline, and a retry whose earlier attempt's outcome was unknown), change notification and cursor paging.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -46,6 +48,8 @@ from agentlog.testing.builders import (
     turn_start,
     user_event,
 )
+
+from .conftest import drop_schema
 
 Factory = Callable[..., PostgresBackend]
 
@@ -267,6 +271,45 @@ def test_the_lease_refuses_a_second_process_at_once_and_passes_on_after_kill_9(p
             holder.wait()
 
 
+def test_session_locked_names_the_lease_holder_pid_host_and_since_when(pg_dsn: str, pg_schema: str) -> None:
+    started_ms = time.time_ns() // 1_000_000
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, pg_dsn, pg_schema], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and int(holder.stdout.readline()) == 1
+        locked_ms = time.time_ns() // 1_000_000
+        backend = PostgresBackend(pg_dsn, schema=pg_schema)
+        try:
+            with pytest.raises(SessionLockedError) as caught:
+                backend.lock_writer({"id": "shared"})
+        finally:
+            backend.close()
+        found = caught.value.holder
+        assert found is not None
+        # The server's view: the lease connection's backend, client host and start (not the client's pid).
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT a.pid, coalesce(a.client_hostname, host(a.client_addr)), a.application_name FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND "
+                "l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchone()
+        assert row is not None
+        backend_pid, host, application = row
+        assert found["backendPid"] == backend_pid and found["pid"] is None
+        assert found["application"] == application == "agentlog"
+        if host is not None:
+            assert found["hostname"] == host
+        assert started_ms - 1000 <= found["acquiredAt"] <= locked_ms + 1000  # the lease connection's start
+        message = str(caught.value)
+        assert f"the client of PostgreSQL backend pid {backend_pid} on host " in message
+        assert ' as "agentlog" since ' in message and "wait=True" in message
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+
+
 def test_release_ends_the_lease_and_another_backend_takes_it(pg_backends: Factory) -> None:
     first, second = pg_backends(), pg_backends()
     lease = first.lock_writer({"id": "s"})
@@ -280,6 +323,30 @@ def test_release_ends_the_lease_and_another_backend_takes_it(pg_backends: Factor
     second.lock_writer({"id": "s"}).release()
     other.release()
 
+
+def test_try_lock_writer_is_one_attempt_that_never_waits_for_the_holder(pg_backends: Factory, pg_dsn: str) -> None:
+    """The primitive a caller that waits for the lease loops on: ``None`` while held, the lease once free."""
+    first, second = pg_backends(), pg_backends()
+    lease = first.try_lock_writer({"id": "s"})
+    assert lease is not None
+    assert second.try_lock_writer({"id": "s"}) is None
+    assert _advisory_lock_holders(pg_dsn) == 1  # the refused attempt holds nothing
+    lease.release()
+    taken = second.try_lock_writer({"id": "s"})
+    assert taken is not None
+    with pytest.raises(SessionLockedError):
+        first.lock_writer({"id": "s"})
+    taken.release()
+
+
+def _advisory_lock_holders(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 def test_a_lease_whose_connection_is_terminated_ends(pg_backends: Factory, pg_dsn: str) -> None:
     first, second = pg_backends(), pg_backends()
@@ -521,6 +588,160 @@ def test_pg_terminate_backend_in_the_middle_of_a_flush_is_typed_and_a_retry_stor
         coordinator.close()
 
 
+# --- a stalled server: every call has a client-side deadline -----------------------------------------------
+
+STALL_GUARD_S = 120.0
+"""How long a stopped backend stays stopped at most: only ends a test whose call never returned."""
+
+
+def _process_state(pid: int) -> str:
+    """The kernel's state letter of a process on this host ('T': stopped)."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+@contextmanager
+def stopped_backend(pid: int) -> Iterator[Callable[[], bool]]:
+    """SIGSTOP the server backend ``pid`` (the server runs on this host, tests run as root); SIGCONT it on
+    exit. Yields ``still_stopped()``: False once the hang guard had to lift the stall itself."""
+    guard = threading.Timer(STALL_GUARD_S, os.kill, (pid, signal.SIGCONT))
+    os.kill(pid, signal.SIGSTOP)
+    guard.start()
+    try:
+        yield lambda: guard.is_alive() and _process_state(pid) == "T"
+    finally:
+        guard.cancel()
+        os.kill(pid, signal.SIGCONT)
+
+
+def _lease_holder(dsn: str) -> int:
+    """The pid of the one server backend holding an advisory lock in the test database (the writer lease)."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        pids = [
+            row[0]
+            for row in admin.execute(
+                "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                "WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+            )
+        ]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def _idle_agentlog_backends(dsn: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        return [
+            row[0]
+            for row in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'agentlog' AND state = 'idle' "
+                "AND datname = current_database()"
+            )
+        ]
+
+
+def _retry_until_committed(write: Callable[[], object]) -> int:
+    """Retry ``write`` while the server still ends the stalled backend (typed errors only); the attempts made."""
+    attempts = 0
+    outcome: list[BaseException] = []
+
+    def attempt() -> bool:
+        nonlocal attempts
+        attempts += 1
+        try:
+            write()
+        except DatabaseUnavailableError as err:
+            outcome.append(err)
+            return False
+        return True
+
+    wait_until(attempt, "a retry to commit", limit_s=STALL_GUARD_S)
+    return attempts
+
+
+def test_a_flush_whose_server_backend_is_stopped_fails_typed_before_the_stall_ends_and_a_retry_commits_once(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    backend = pg_backends(statement_timeout_ms=2000)
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, backend)
+    try:
+        session = store.create("s", meta={"cwd": "/work"})
+        session.append("turn/start", {"turn": 1})
+        store.flush(session)
+        session.append("user/message", al.user_message("stalled"), {"surfaceOp": "append"})
+        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        with stopped_backend(_lease_holder(pg_dsn)) as still_stopped:
+            with pytest.raises(DatabaseUnavailableError) as caught:
+                store.flush(session)
+            assert still_stopped(), "the flush returned only when the stall was lifted"
+            # The stopped backend still holds the lease and may still commit what it was sent: a retry
+            # now must neither take the lease on a new connection nor report another writer.
+            with pytest.raises(DatabaseUnavailableError, match="previous connection"):
+                store.flush(session)
+            assert still_stopped()
+            assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]
+        assert caught.value.code == "DATABASE_UNAVAILABLE"
+        assert "did not answer within" in str(caught.value)
+        _retry_until_committed(lambda: store.flush(session))
+        rows = stored_rows(pg_dsn, pg_schema, "s")
+        assert [seq for seq, _ in rows] == [0, 1, 2]
+        assert [loads(body) for _, body in rows] == [dict(event) for event in session.events]
+    finally:
+        coordinator.close()
+
+
+def test_a_batch_that_landed_after_its_deadline_is_not_written_again_by_a_retry_carrying_more_events(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """The stalled backend still runs the append it was sent once it continues (a commit whose outcome
+    the writer never learnt); the retry then holds that batch and the events appended since."""
+    backend = pg_backends(call_timeout_s=2.0)
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, backend)
+    try:
+        session = store.create("s", meta={"cwd": "/work"})
+        session.append("turn/start", {"turn": 1})
+        store.flush(session)
+        session.append("user/message", al.user_message("stalled"), {"surfaceOp": "append"})
+        with stopped_backend(_lease_holder(pg_dsn)) as still_stopped:
+            with pytest.raises(DatabaseUnavailableError, match="did not answer within"):
+                store.flush(session)
+            assert still_stopped()
+        wait_until(lambda: len(stored_rows(pg_dsn, pg_schema, "s")) == 2, "the stalled append to land")
+        session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        _retry_until_committed(lambda: store.flush(session))
+        rows = stored_rows(pg_dsn, pg_schema, "s")
+        assert [loads(body) for _, body in rows] == [dict(event) for event in session.events]
+    finally:
+        coordinator.close()
+
+def test_a_read_and_an_unleased_write_on_a_stopped_backend_fail_typed_before_the_stall_ends(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    backend = pg_backends(pool_size=1, call_timeout_s=2.0)
+    meta = header("s")
+    backend.append_batch(meta, [ev(0)], False)
+    [stalled] = _idle_agentlog_backends(pg_dsn)  # the one pooled connection
+    with stopped_backend(stalled) as still_stopped:
+        with pytest.raises(DatabaseUnavailableError, match="did not answer within"):
+            backend.read_revision("s")
+        assert still_stopped()
+    assert backend.read_revision("s") is not None  # the stopped connection was discarded: a fresh one
+    [pid] = [pid for pid in _idle_agentlog_backends(pg_dsn) if pid != stalled]
+    with stopped_backend(pid) as still_stopped:
+        with pytest.raises(DatabaseUnavailableError, match="did not answer within"):
+            backend.append_batch(meta, [ev(1)], True)
+        assert still_stopped()
+    _retry_until_committed(lambda: backend.append_batch(meta, [ev(1)], True))
+    assert [body for _, body in stored_rows(pg_dsn, pg_schema, "s")] == [dumps(ev(0)), dumps(ev(1))]
+
+
+def test_the_client_deadline_option_is_checked(pg_schema: str) -> None:
+    for bad in (0, -1.0, float("nan"), float("inf"), "5", True):
+        with pytest.raises(ValueError, match="call_timeout_s"):
+            PostgresBackend("postgresql://postgres@127.0.0.1:5432/postgres", schema=pg_schema, call_timeout_s=bad)
+
+
 def test_an_idle_pooled_connection_killed_by_the_server_is_replaced(pg_backends: Factory, pg_dsn: str) -> None:
     backend = pg_backends()
     backend.append_batch(header("s"), [ev(0)], False)
@@ -606,6 +827,51 @@ def test_listing_pages_by_cursor_in_id_order(pg_backends: Factory) -> None:
     assert list(backend.list_revisions()) == ids
 
 
+def _restore_data(dsn: str, schema: str, backup: str) -> None:
+    """A data-only restore (as ``pg_restore --data-only`` after a truncate): the rows of ``backup``'s
+    tables put back into ``schema``'s."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ident, saved = sql.Identifier(schema), sql.Identifier(backup)
+        conn.execute(sql.SQL("TRUNCATE {}.sessions CASCADE").format(ident))
+        conn.execute(sql.SQL("INSERT INTO {}.sessions SELECT * FROM {}.sessions").format(ident, saved))
+        conn.execute(sql.SQL("INSERT INTO {}.events SELECT * FROM {}.events").format(ident, saved))
+
+
+def test_a_database_restored_from_a_backup_never_repeats_a_revision_of_another_log(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """A restored database brings back the backup's store id, incarnation and change counter, and the
+    next batch reaches a counter already handed out for the log the restore threw away: the revision
+    must still differ from it (the projection cache and the search index trust an equal revision)."""
+    backend = pg_backends()
+    backend.append_batch(header("s"), [ev(0, "kept")], False)
+    backup = f"{pg_schema}_backup"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(backup)))
+        for table in ("sessions", "events"):
+            conn.execute(
+                sql.SQL("CREATE TABLE {}.{} AS SELECT * FROM {}.{}").format(
+                    sql.Identifier(backup), sql.Identifier(table), sql.Identifier(pg_schema), sql.Identifier(table)
+                )
+            )
+    try:
+        backend.append_batch(header("s"), [ev(1, "lost")], True)
+        lost = backend.read_revision("s")
+        _restore_data(pg_dsn, pg_schema, backup)
+        backend.append_batch(header("s"), [ev(1, "written after the restore")], True)
+        restored = backend.read_revision("s")
+        assert restored is not None and restored != lost
+        stored = backend.load_stored("s")
+        assert stored is not None and stored.revision == restored
+        assert backend.list_revisions() == {"s": restored}
+        assert [listing.revision for listing in backend.list_sessions()] == [restored]
+        assert [listing.revision for listing in backend.list_sessions_page()] == [restored]
+        suffix = backend.load_stored_from("s", 1)
+        assert suffix is not None and suffix.revision == restored
+    finally:
+        drop_schema(pg_dsn, backup)
+
+
 # --- packed chunk runs -----------------------------------------------------------------------------------
 
 
@@ -655,6 +921,26 @@ def test_a_retried_packed_batch_is_recognised_as_stored_and_a_different_one_conf
     stored = backend.load_stored("s")
     assert stored is not None and [al.thaw(event) for event in stored.events] == events
 
+
+def test_a_retry_holding_a_landed_batch_and_later_events_stores_only_the_later_ones(pg_backends: Factory) -> None:
+    """The retry's run of deltas is cut into other packed rows than the landed batch's: events decide."""
+    backend = pg_backends()
+    events = _chunky_session(2)
+    backend.append_batch(header("s"), events[:3], False)
+    backend.append_batch(header("s"), events[3:8], True)  # landed, though its writer never learnt it
+    changed = [dict(event) for event in events[3:]]
+    changed[2] = chunk_event(changed[2]["seq"], "other")
+    with pytest.raises(SessionConflictError):
+        backend.append_batch(header("s"), changed, True)  # another writer's prefix: refused
+    backend.append_batch(header("s"), events[3:], True)  # the retry, with what was appended since
+    stored = backend.load_stored("s")
+    assert stored is not None and [al.thaw(event) for event in stored.events] == events
+
+    fresh = pg_backends()
+    fresh.append_batch(header("t"), events[:5], False)  # a materialization that landed unacknowledged
+    fresh.append_batch(header("t"), events, False)
+    stored = fresh.load_stored("t")
+    assert stored is not None and [al.thaw(event) for event in stored.events] == events
 
 def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_session(
     pg_backends: Factory, pg_dsn: str, pg_schema: str

@@ -224,3 +224,37 @@ def test_a_read_only_backend_refuses_writes_and_leases(pg_dsn: str, pg_schema: s
             backend.append_batch({"id": "s1"}, [{"type": "plugin/note", "seq": 99, "time": 1, "data": {}}], True)
     finally:
         backend.close()
+
+
+def _schema_dump(dsn: str, schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table in ``schema``, in a stable order: the store's whole durable state."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
+            )
+        ]
+        return {
+            table: sorted(
+                conn.execute(
+                    psycopg.sql.SQL("SELECT t::text FROM {}.{} AS t").format(
+                        psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)
+                    )
+                ).fetchall()
+            )
+            for table in tables
+        }
+
+
+def test_a_refused_fork_leaves_every_table_as_it_was(pg_dsn: str, pg_schema: str, work: Path) -> None:
+    at = _at(pg_dsn, pg_schema)
+    _record(work, at)
+    events = _json("show", "s1", *at, "--log")["events"]
+    start = next(e["seq"] for e in events if e["type"] == "turn/start")
+    before = _schema_dump(pg_dsn, pg_schema)
+    assert before
+    for extra in (["--at", str(start + 4)], ["--at", "9999"], ["--child-id", "s1"]):
+        code = _error("fork", "s1", *at, *extra)["code"]
+        assert code in {"OPEN_TURN", "INVALID_BOUNDARY", "SESSION_ALREADY_EXISTS"}
+        assert _schema_dump(pg_dsn, pg_schema) == before, extra

@@ -12,7 +12,9 @@ Time-based policy runs on an injected :class:`ManualTimer`; no test waits for th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -915,6 +917,80 @@ def test_property__a_record_from_another_lifecycle_is_never_served(
         assert new.cache.cached_snapshot(header_of("slot", 10, "/a")) is None
     finally:
         new.close()
+
+
+def _apply(session: al.Session, ops: list[Any], cache: ProjectionCache | None = None) -> None:
+    for op, arg in ops:
+        if op == "mark":
+            mark(session, arg)
+        elif op == "end":
+            end_turn(session)
+        elif op == "write" and cache is not None:
+            cache.write(session)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["jsonl", "sqlite"]), before=_ops, lost=_ops, after=_ops)
+def test_property__a_store_restored_from_a_backup_and_written_on_is_folded_afresh(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, before: list[Any], lost: list[Any], after: list[Any]
+) -> None:
+    """A log backed up at a random point, written on with the cache attached (its record lands past
+    the backup), restored over the store in place and continued by a host without the cache (time
+    moves on, as it does): the cache file outlives the restore, yet the listing read never serves the
+    discarded log's record as current and the cold read equals a fresh fold of the stored log."""
+    root = tmp_path_factory.mktemp("restore")
+    clock = itertools.count(1_000)
+
+    def backend() -> Any:
+        return JsonlBackend(str(root)) if kind == "jsonl" else SqliteBackend(str(root / "s.db"))
+
+    storage = MemoryCacheStorage()  # the medium beside the store: a restore of the log leaves it as it is
+    store = al.SessionStore(now=lambda: next(clock))
+    coordinator = PersistenceCoordinator(store, backend())
+    registry = ProjectionRegistry(store)
+    registry.register(marks_unit())
+    cache = ProjectionCache(registry, coordinator, storage, writer=InlineWriter(), timer=ManualTimer())
+    session = store.create("prop", meta={"cwd": "/p"})
+    session.append("turn/start", {"turn": 1})
+    _apply(session, before, cache)
+    store.flush(session)
+    if kind == "sqlite":
+        log = root / "s.db"
+        copy = root / "backup.db"
+        with sqlite3.connect(log) as source, sqlite3.connect(copy) as target:
+            source.backup(target)
+        backup = copy.read_bytes()
+    else:
+        (log,) = root.glob("**/prop/session.jsonl*")
+        backup = log.read_bytes()
+    _apply(session, lost, cache)
+    cache.write(session)  # the record of the log the restore will throw away
+    store.dispose(session)
+    cache.close()
+    coordinator.close()
+    with open(log, "r+b") as fh:  # the restore, in place (a SQLite file closed cleanly has no -wal)
+        fh.write(backup)
+        fh.truncate()
+    host = al.SessionStore(now=lambda: next(clock))
+    writer = PersistenceCoordinator(host, backend())
+    continued = writer.resume("prop")
+    _apply(continued, after)
+    host.flush(continued)
+    host.dispose(continued)
+    writer.close()
+    reader = PersistenceCoordinator(al.SessionStore(), backend())
+    fresh = ProjectionRegistry()
+    fresh.register(marks_unit())
+    cold_cache = ProjectionCache(fresh, reader, storage, writer=InlineWriter(), store=al.SessionStore())
+    try:
+        events = reader.read_from("prop", 0).events
+        expected = {"asOfSeq": len(events) - 1, "values": _fresh_fold(events)}
+        served = cold_cache.cached_snapshots(reader.backend.list_sessions(), current_only=True)["prop"]
+        assert served is None or served == expected
+        assert cold_cache.cold_snapshot("prop") == expected
+    finally:
+        cold_cache.close()
+        reader.close()
 
 
 # --- stored views: the listing read without parsing states -------------------------------------------

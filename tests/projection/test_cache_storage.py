@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 import agentlog as al
+from _full_disk import fill, small_tmpfs
+from agentlog.errors import StorageAccessError
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend
@@ -478,6 +480,7 @@ def test_sqlite_storage__a_file_from_before_the_views_columns_keeps_its_records(
     storage = SqliteCacheStorage(path, store_id="a")
     storage.put("old", record(3, ["kept"]))
     storage.close()
+    _poke(path, "ALTER TABLE sessions DROP COLUMN anchor")
     _poke(path, "ALTER TABLE sessions DROP COLUMN views_digest")
     _poke(path, "ALTER TABLE sessions DROP COLUMN views")
     reopened = SqliteCacheStorage(path, store_id="a")
@@ -491,4 +494,55 @@ def test_sqlite_storage__a_file_from_before_the_views_columns_keeps_its_records(
         columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
     finally:
         conn.close()
-    assert columns[-2:] == ["views", "views_digest"]
+    assert columns[-3:] == ["views", "views_digest", "anchor"]
+
+
+def test_sqlite_storage__a_file_from_before_the_anchor_column_keeps_its_records_and_their_digests(
+    tmp_path: Path,
+) -> None:
+    """A cache written before records kept their anchor is not discarded either: the column is added,
+    every record still passes its digest (served without an anchor), and the next write stores one."""
+    path = tmp_path / "cache.sqlite"
+    storage = SqliteCacheStorage(path, store_id="a")
+    storage.put("old", viewed(3, ["kept"]))
+    storage.close()
+    _poke(path, "ALTER TABLE sessions DROP COLUMN anchor")
+    reopened = SqliteCacheStorage(path, store_id="a")
+    assert reopened.get("old") == viewed(3, ["kept"])
+    assert set(reopened.get_views()) == {"old"}
+    anchored = CacheRecord(**{**viewed(4, ["new"]).__dict__, "anchor": "4:abc"})
+    reopened.put("old", anchored)
+    assert reopened.get("old") == anchored
+    reopened.close()
+
+
+def test_storage__the_anchor_round_trips_and_a_malformed_one_is_refused(medium: Any) -> None:
+    base = viewed(2, ["a"])
+    anchored = CacheRecord(base.identity, base.rows, base.revision, base.views, "2:0123abcd")
+    medium.put("s", anchored)
+    assert medium.get("s") == anchored and medium.get("s").anchor == "2:0123abcd"
+    assert medium.get_many(["s"]) == {"s": anchored}
+    with pytest.raises(ValueError, match="invalid shape"):
+        medium.put("s", CacheRecord(base.identity, base.rows, None, None, 7))  # type: ignore[arg-type]
+    assert medium.get("s") == anchored
+
+
+def test_sqlite_storage__a_full_disk_is_storage_full_for_writes_and_absent_for_reads() -> None:
+    """On a really full file system the medium's writes raise ``STORAGE_FULL`` naming the cache file
+    (never a raw ``sqlite3`` error) and its reads answer "absent"; with space freed both work again."""
+    with small_tmpfs() as disk:
+        path = disk / "cache.sqlite"
+        storage = SqliteCacheStorage(path, store_id="a")
+        filler = fill(disk)
+        try:
+            for write in (lambda: storage.put("s", record(1, ["x"])), lambda: storage.clear()):
+                with pytest.raises(StorageAccessError) as info:
+                    write()
+                assert info.value.code == "STORAGE_FULL" and info.value.path == str(path)
+                assert "free space" in str(info.value) and "no session log was touched" in str(info.value)
+            assert storage.get("s") is None and storage.get_many() == {} and storage.get_views() == {}
+        finally:
+            filler.unlink()
+        storage.put("s", record(1, ["x"]))
+        assert storage.get("s") == record(1, ["x"])
+        storage.close()

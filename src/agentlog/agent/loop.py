@@ -789,11 +789,12 @@ class Agent:
             return None
 
     def _assistant(self, content: Sequence[Any]) -> dict[str, Any]:
+        """The step's assistant message, keys in the original's ``createAssistantMessage`` order."""
         return {
-            "id": str(uuid.uuid4()),
             "role": "assistant",
             "content": list(content),
             "source": {"kind": "model", "provider": self.options.provider, "model": self.options.model},
+            "id": str(uuid.uuid4()),
         }
 
     # -- request building ------------------------------------------------------------------------------------

@@ -645,12 +645,13 @@ async def _compact_now(
 
 def _compactable(session_id: str, opts: StoreOptions) -> bool:
     """Whether ``compact_now`` would find a span to summarize, decided on a read-only copy of the log
-    (the same selection: everything but the newest balanced unit). A missing session is reported here."""
-    from ..compaction import TokenMeter, select_compactable_range
+    (the same selection: everything but the newest balanced unit, and not the checkpoint alone). A
+    missing session is reported here."""
+    from ..compaction import TokenMeter, manual_compaction_range
 
     header, view = _read_view(session_id, opts)
     copy = Session.create(session_id, seed=list(view.events), header=header)
-    return select_compactable_range(copy, TokenMeter().measure(copy), 0) is not None
+    return manual_compaction_range(copy, TokenMeter().measure(copy)) is not None
 
 
 def _with_cause(err: AgentlogError) -> AgentlogError:
@@ -802,6 +803,25 @@ def replay_command(
     printer.end_line()
 
 
+def _check_fork_boundary(session_id: str, at: int | None, opts: StoreOptions) -> None:
+    """Refuse a fork boundary the fork would refuse, decided on a read-only view of the stored log.
+
+    The fork itself needs the source loaded for writing (a load appends its ``session/end-seed``
+    marker, and closers for an interrupted turn), so a refusal found only there would leave those
+    behind. The view holds the same events but that marker, whose seq (the view's length) is also a
+    boundary a fork accepts: the view is balanced, so the marker follows a closed turn."""
+    from ..kernel.events import SESSION_END_SEED
+    from ..kernel.store import fork_seed_length
+
+    _header, view = _read_view(session_id, opts)
+    events = view.events
+    marker = len(events) if not events or events[-1]["type"] != SESSION_END_SEED else None
+    try:
+        fork_seed_length(events, None if at == marker else at, session_id)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+
+
 @shared_options()
 def fork_command(
     session_id: Annotated[str, typer.Argument(help="The session to fork.")],
@@ -814,7 +834,12 @@ def fork_command(
         str | None, typer.Option("--child-id", help="Id of the child (default: <id>-fork-<random>).")
     ] = None,
 ) -> None:
-    """Start a child session from a closed-turn prefix of SESSION_ID (lineage in its header)."""
+    """Start a child session from a closed-turn prefix of SESSION_ID (lineage in its header).
+
+    A refused fork (a boundary inside a turn, past the end, a child id in use) writes nothing at all:
+    the boundary is checked on a read-only view before the source is loaded for writing.
+    """
+    _check_fork_boundary(session_id, at, opts)
     try:
         storage = opts.open_backend()
         if child_id is not None:

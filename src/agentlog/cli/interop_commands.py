@@ -1,7 +1,7 @@
 """``agentlog import``: another tool's transcript as a new stored session.
 
-The import itself lives in :mod:`agentlog.interop.transcripts` (streaming, two passes, nothing written
-for a transcript with a bad line); this module only opens the store, prints the new session id and the
+The import itself lives in :mod:`agentlog.interop.transcripts` (streaming, two passes over one snapshot
+of the file, all or nothing); this module only opens the store, prints the new session id and the
 report of what did not map, and renders refusals the way every command does.
 """
 
@@ -17,6 +17,7 @@ from ..errors import AgentlogError
 from ..interop.transcripts import import_transcript
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
+from ..projection.listing import cache_stored_session
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, render_error
 
@@ -28,7 +29,11 @@ class ImportSource(StrEnum):
 
 @shared_options()
 def import_command(
-    file: Annotated[Path, typer.Argument(help="The transcript (JSONL) to import.", show_default=False)],
+    # readable=False: an unreadable path is the import's typed refusal (STORAGE_PERMISSION_DENIED, also under
+    # --json), not a usage error.
+    file: Annotated[
+        Path, typer.Argument(help="The transcript file (JSONL) to import.", show_default=False, readable=False)
+    ],
     source: Annotated[ImportSource, typer.Option("--from", help="The tool that wrote the transcript.")],
     opts: StoreOptions = DEFAULT_OPTIONS,
     session_id: Annotated[
@@ -40,7 +45,8 @@ def import_command(
     Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
     them, the fields that were dropped and the tool results the transcript lacked. A line that is not
     JSON, is truncated or has the wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and
-    line) and nothing is written.
+    line), and so does a file that changes while it is imported; nothing is written. A directory, FIFO or
+    unreadable file is refused (STORAGE_NOT_A_FILE / STORAGE_PERMISSION_DENIED).
     """
     try:
         storage = opts.open_backend()
@@ -52,6 +58,8 @@ def import_command(
     except AgentlogError as err:
         coordinator.close()
         render_error(err, opts.as_json)
+    if report.session_id is not None:  # as run does: the next ls serves it without reading its log
+        cache_stored_session(coordinator, report.session_id)
     try:
         coordinator.close()
     except AgentlogError as err:

@@ -43,9 +43,14 @@ class Compression(StrEnum):
     none = "none"
 
 
+# ``readable=False``: typer would refuse a store root the user cannot read as a usage error (exit 2, a
+# usage panel, no JSON error); it is a fault of the store, reported by the backend as the typed
+# STORAGE_PERMISSION_DENIED like every other refused storage operation.
 StoreOption = Annotated[
     Path | None,
-    typer.Option("--store", help="Store root (default: $AGENTLOG_STORE or ./.agentlog).", show_default=False),
+    typer.Option(
+        "--store", help="Store root (default: $AGENTLOG_STORE or ./.agentlog).", show_default=False, readable=False
+    ),
 ]
 BackendOption = Annotated[BackendKind, typer.Option("--backend", help="Storage backend.")]
 CompressionOption = Annotated[Compression, typer.Option("--compression", help="JSONL physical encoding.")]

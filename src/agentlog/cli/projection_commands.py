@@ -1,15 +1,17 @@
 """The projection commands ``stats``, ``title`` and ``reindex --projections``, and the projection wiring
 the other commands share (the registry, the persisted cache, the title service).
 
-Every command composes the same registry (:func:`cli_registry`): the five built-in units plus
-``lastActivity`` (the time of the newest event), so a cache record written by ``run`` serves ``ls``
-without reading the log. The cache is derived and rebuildable (``agentlog.projection.cache``): a command
-never *needs* it to answer correctly, it only makes answers cheap.
+Every command composes the same registry (:func:`cli_registry`, i.e.
+:func:`agentlog.projection.listing.command_registry`): the five built-in units plus ``lastActivity``
+(the time of the newest event) and ``usageSteps`` (whether a token total is known), so a cache record
+written by ``run`` serves ``ls`` without reading the log. The cache is derived and rebuildable
+(``agentlog.projection.cache``): a command never *needs* it to answer correctly, it only makes answers
+cheap.
 
-Who creates the cache database: the commands that write a store (``run``, ``resume``, ``title
-NEW_TITLE``) and ``reindex --projections``. The read commands use it when it exists (and refresh stale
-rows in it) but never create it: ``ls`` over a store that was never indexed stays a header-only listing,
-so it never reads a thousand logs behind the user's back.
+Who creates the cache database: the commands and adapters that write a store (``run``, ``resume``,
+``title NEW_TITLE``, ``import``, the openai-agents ``AgentlogSession``) and ``reindex --projections``.
+The read commands use it when it exists (and refresh stale rows in it) but never create it: ``ls`` over
+a store without one folds every log in memory (true figures, nothing written).
 """
 
 from __future__ import annotations
@@ -24,61 +26,35 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..compaction.units import ProjectionUnit
-from ..errors import AgentlogError, InvalidOptionError, describe_error
-from ..kernel.events import Event
+from ..errors import AgentlogError, InvalidOptionError, StorageAccessError, describe_error
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.sqlite.backend import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
+from ..projection.listing import LAST_ACTIVITY_UNIT as LAST_ACTIVITY_UNIT  # re-exported: tests and callers name it here
 from ..projection.registry import ProjectionRegistry
 from ..projection.title import fold_session_title
 from ..projection.title_service import DEFAULT_SESSION_TITLE_CONFIG, SessionTitleService
+from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
 from ._reading import _reader, _require_store
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, _iso, _TableOutput, render_error
 
 logger = logging.getLogger("agentlog.projection.cache")
 
-LAST_ACTIVITY_KEY: Final = "lastActivity"
-
-
-def _last_activity_reduce(state: int | None, event: Event) -> int | None:
-    when = event.get("time")
-    return state if type(when) is not int or when == state else when
-
-
-def _parse_last_activity(value: object) -> int | None:
-    if value is None or (type(value) is int and value >= 0):
-        return value
-    raise InvalidOptionError(f"lastActivity projection state must be a non-negative integer or null, got {value!r}")
-
-
-LAST_ACTIVITY_UNIT: Final[ProjectionUnit[int | None, int | None]] = ProjectionUnit(
-    key=LAST_ACTIVITY_KEY,
-    state_version=1,
-    initial=lambda: None,
-    reduce=_last_activity_reduce,
-    view=lambda state: state,
-    client_visible=True,
-    parse_state=_parse_last_activity,
-)
-"""The ``time`` (ms) of the newest event, ``None`` for an empty log: ``ls``'s "last activity" column,
-served from the cache like the other units (the built-in five carry no event times)."""
-
 
 def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
-    """The registry every command uses: the five built-in units, then :data:`LAST_ACTIVITY_UNIT`."""
-    registry = ProjectionRegistry.with_builtin_units(store)
-    registry.register(LAST_ACTIVITY_UNIT)
-    return registry
+    """The registry every command uses (:func:`agentlog.projection.listing.command_registry`)."""
+    return command_registry(store)
 
 
 def listing_registry() -> ProjectionRegistry:
-    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity): serving a listing parses
+    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps): serving a listing parses
     only their rows. Only for reading rows: a cold read through it would write back a record without the
     other units' rows, so ``ls`` refreshes stale rows through :func:`cli_registry`'s cache."""
     registry = ProjectionRegistry()
@@ -88,7 +64,7 @@ def listing_registry() -> ProjectionRegistry:
     return registry
 
 
-_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY})
+_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY, USAGE_STEPS_KEY})
 
 
 def cache_exists(backend: Backend) -> bool:
@@ -187,8 +163,11 @@ def _stats_rows(values: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"{stats['decodeTokens'] * 1000 / decode_ms:,.1f} tokens/s" if decode_ms else "",
         ),
     ]
-    rows += [(f"tokens: {name}", _number(usage.get(name))) for name in _BUCKETS]
-    rows.append(("tokens: total", _number(total_tokens(usage))))
+    if usage_known(values):
+        rows += [(f"tokens: {name}", _number(usage.get(name))) for name in _BUCKETS]
+        rows.append(("tokens: total", _number(total_tokens(usage))))
+    else:  # steps, none of which reported usage: the zero buckets would be a false 0
+        rows.append(("tokens: total", "unknown (no step of the log reported usage)"))
     for name in ("pressureTokens", "projectedTokens", "contextWindow"):
         if name in pressure:
             rows.append((f"context: {name}", _number(pressure[name])))
@@ -207,7 +186,7 @@ def stats_command(
 
     Read from the projection cache (only the log's tail past the cached rows is read) and never written
     to the log. --json prints the snapshot: {sessionId, asOfSeq, values} with every unit's view
-    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity).
+    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity, usageSteps).
     """
     try:
         storage = opts.open_backend(read_only=True)
@@ -312,6 +291,8 @@ def _drop_cache_file(path: str) -> None:
             os.unlink(path + suffix)
         except FileNotFoundError:
             pass
+        except OSError as err:
+            raise storage_error(err, "remove the session projection cache to rebuild it", path + suffix) from err
 
 
 @shared_options()
@@ -379,28 +360,34 @@ def _reindex_projections(opts: StoreOptions) -> dict[str, Any]:
         _drop_cache_file(path)
     reader = _reader(storage)
     medium = open_cache_storage(storage)
-    medium.clear()
     cache = ProjectionCache(
         cli_registry(), reader, medium, writer=InlineWriter(), store=SessionStore(), owns_storage=True
     )
     failed: list[dict[str, Any]] = []
     indexed = 0
-    with _progress("reindexing projections", opts) as progress:
-        task = progress.add_task("reindex", total=len(listings))
-        for listing in listings:
-            if listing.error_code is not None:
-                failed.append(
-                    {"id": listing.id, "error": {"code": listing.error_code, "message": listing.error_message}}
-                )
-            else:
-                try:
-                    cache.cold_snapshot(listing.id)
-                    indexed += 1
-                except AgentlogError as err:
-                    failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
-            progress.advance(task)
-    cache.close()
-    reader.close()
+    try:
+        medium.clear()  # a medium that cannot be written (full disk, read-only) is typed: nothing to rebuild into
+        with _progress("reindexing projections", opts) as progress:
+            task = progress.add_task("reindex", total=len(listings))
+            for listing in listings:
+                if listing.error_code is not None:
+                    failed.append(
+                        {"id": listing.id, "error": {"code": listing.error_code, "message": listing.error_message}}
+                    )
+                else:
+                    try:
+                        cache.cold_snapshot(listing.id, strict=True)
+                        indexed += 1
+                    except StorageAccessError as err:
+                        if path is not None and err.path == os.path.abspath(path):
+                            raise  # the cache file failed, not this log: every session would fail the same way
+                        failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
+                    except AgentlogError as err:
+                        failed.append({"id": listing.id, "error": {"code": err.code, "message": str(err)}})
+                progress.advance(task)
+    finally:
+        cache.close()
+        reader.close()
     return {"sessions": len(listings), "indexed": indexed, "failed": failed, "cache": path}
 
 

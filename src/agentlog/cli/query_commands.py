@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 SURFACE_CHOICES: Final = ("current", "shadowed", "log-only")
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 100
-SNIPPET_CHARS: Final = 160
-"""A table cell, not a page: the index's own default (240) is for callers that show one hit at a time."""
 
 CURSOR_VERSION: Final = 1
 _CURSOR_SCOPE: Final = "cli-search"
@@ -76,7 +74,11 @@ def index_path(backend: Backend) -> str:
 
 
 def open_search(reader: PersistenceCoordinator, *, max_limit: int) -> SqliteSearch:
-    """The store's index over ``reader`` (opened, and created if missing, by its first search)."""
+    """The store's index over ``reader`` (opened, and created if missing, by its first search).
+
+    Its snippets are the index's default length (:data:`agentlog.query.sqlite.SNIPPET_CHARS`, the
+    original engine's 240 code points): the CLI shows what the library returns.
+    """
     from ..query.sqlite import SqliteSearch
 
     return SqliteSearch(
@@ -85,7 +87,6 @@ def open_search(reader: PersistenceCoordinator, *, max_limit: int) -> SqliteSear
         open_at="first-search",
         default_limit=DEFAULT_LIMIT,
         max_limit=max_limit,
-        snippet_chars=SNIPPET_CHARS,
     )
 
 
@@ -267,12 +268,17 @@ def run_search(
     limit: int | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    """One page of ``search``: the index's result shape, with the command's own ``nextCursor``.
+    """One page of ``search``: the index's result shape, with the command's own ``nextCursor`` and the
+    sessions the index left out.
 
     Without ``session``: :meth:`SqliteSearch.search_sessions` (``{items: [{header, live, persisted,
-    bestMatch}], nextCursor?}``); with it: :meth:`SqliteSearch.search_events` (``{session, items:
-    [{sessionId, seq, type, time, surface, snippet}], nextCursor?}``). ``search`` must allow limits up to
-    ``offset + limit``: the pages before the cursor are fetched again (see the module docstring).
+    bestMatch}], nextCursor?, skipped}``); with it: :meth:`SqliteSearch.search_events` (``{session, items:
+    [{sessionId, seq, type, time, surface, snippet}], nextCursor?, skipped}``). ``skipped`` is
+    ``[{id, code, message}]``, the stored sessions of the request that could not be read
+    (:attr:`SqliteSearch.skipped`), always present: a page that silently lacked a damaged session's hits
+    would claim it has none.
+    ``search`` must allow limits up to ``offset + limit``: the pages before the cursor are fetched again
+    (see the module docstring).
     """
     page = _page_limit(limit)
     request, session_filters, event_filters = _search_request(query, session, types, surfaces, cwds, page)
@@ -293,6 +299,14 @@ def run_search(
     document["items"] = shown
     if "nextCursor" in result and shown:
         document["nextCursor"] = encode_cli_cursor(digest, wanted, _hit_key(shown[-1]))
+    # The index reconciles the whole store in every search; with --session only that session is asked
+    # for (and a damaged one is refused as SESSION_QUERY_CORRUPT_SESSION), so another's damage is not
+    # this page's.
+    document["skipped"] = [
+        {"id": item.get("sessionId"), "code": item.get("code"), "message": item.get("message")}
+        for item in search.skipped
+        if session is None or item.get("sessionId") == session
+    ]
     return document
 
 
@@ -368,8 +382,9 @@ def search_command(
     with Chinese or Japanese characters matches as a substring. The first search creates the store's
     search index; every search brings it up to date with the store first (only changed logs are read).
     --json prints the page: {items: [{header, live, persisted, bestMatch: {sessionId, seq, type, time,
-    surface, snippet}}], nextCursor?}, with --session {session, items: [{sessionId, seq, type, time,
-    surface, snippet}], nextCursor?}.
+    surface, snippet}}], nextCursor?, skipped}, with --session {session, items: [{sessionId, seq, type,
+    time, surface, snippet}], nextCursor?, skipped}; skipped lists the sessions that could not be read
+    ([{id, code, message}], also named on stderr).
     """
     argv = [query]
     if session is not None:
@@ -397,21 +412,21 @@ def search_command(
                 limit=page,
                 cursor=cursor,
             )
-            skipped = list(search.skipped)
         finally:
             search.close()
             reader.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
+    _warn_skipped(document["skipped"])  # on stderr with --json too: a script that reads only items is told
     if opts.as_json:
         _emit_json(document)
         return
-    _warn_skipped(skipped)
     items = document["items"]
     if not items:
-        typer.echo(f"no hits for {query!r}" + (f" in session {session}" if session else ""))
+        typer.echo(f'no hits for "{query}"' + (f" in session {session}" if session else ""))
         return
-    title = f"hits in session {session}" if session else f"sessions matching {_short(query, 60)!r}"
+    # Quoted as written, not as a Python repr (which escapes quotes and backslashes); a title is markup.
+    title = escape(f"hits in session {session}" if session else f'sessions matching "{_short(query, 60)}"')
     console = _print_hits(document, query, session, title)
     first = items[0] if session else items[0]["bestMatch"]
     console.print(
@@ -439,7 +454,8 @@ def _cursor_offset(cursor: str) -> int:
 
 
 def _warn_skipped(skipped: Sequence[Mapping[str, Any]]) -> None:
-    """Sessions the index could not read (a damaged log): they are not searched, and the user is told."""
+    """Sessions the index could not read (a damaged log): they are not searched, and the user is told
+    (``skipped`` as the document carries it: ``[{id, code, message}]``)."""
     if not skipped:
         return
     console = Console(stderr=True)
@@ -449,7 +465,8 @@ def _warn_skipped(skipped: Sequence[Mapping[str, Any]]) -> None:
         highlight=False,
     )
     for item in skipped:
-        console.print(f"  {escape(str(item.get('sessionId')))}: [{escape(str(item.get('code')))}]", highlight=False)
+        line = f"  {item['id']}: [{item['code']}] {_short(str(item['message']), 200)}"
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 # --- trace -------------------------------------------------------------------------------------------------

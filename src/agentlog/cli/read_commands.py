@@ -21,8 +21,10 @@ from ..errors import (
 )
 from ..kernel.jsonvalue import thaw
 from ..persistence.backend import Backend, SessionListing
-from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.listing import LAST_ACTIVITY_KEY
+from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
 from .options import (
@@ -31,7 +33,7 @@ from .options import (
     StoreOptions,
     shared_options,
 )
-from .projection_commands import LAST_ACTIVITY_KEY, cache_exists, listing_registry, read_cache, total_tokens
+from .projection_commands import listing_registry, read_cache, total_tokens
 from .render import (
     Streamed,
     _echo_lines,
@@ -62,11 +64,14 @@ def ls_command(
     headers are reported, not hidden).
 
     Titles and counts come from the projection cache: a row that is current for the stored log is
-    served without reading the log; a stale or missing row is refreshed by reading only the log's tail.
-    A store that has no projection cache yet (never run through agentlog run/resume, nor reindexed
-    with ``agentlog reindex --projections``) is listed from its headers only: those fields are
-    ``null`` in ``--json`` and no log is read. Sessions are sorted by last activity (else creation
-    time), newest first, ties by id; ``--cursor ID`` continues after ID in that order.
+    served without reading the log; a stale or missing row (a session written by code that does not
+    keep the cache) is refreshed by reading the log (only its tail past the row) and written back.
+    A store without a cache file (never used by a writer that keeps it, nor reindexed with
+    ``agentlog reindex --projections``) is folded in memory: the figures are the same, ``ls`` creates
+    nothing, and it reads every log each time. A figure that cannot be known (a
+    log that cannot be read; tokens when no step of the log reported usage) is ``—`` in the table and
+    ``null`` in ``--json``, never 0 or the creation time. Sessions are sorted by last activity (else
+    creation time), newest first, ties by id; ``--cursor ID`` continues after ID in that order.
     """
     try:
         storage = opts.open_backend(read_only=True)
@@ -74,7 +79,7 @@ def ls_command(
         try:
             with _collector_paused():
                 listings = storage.list_sessions()
-                projected = _projected(storage, listings)
+            projected = _projected(storage, listings)
         finally:
             storage.close()
     except AgentlogError as err:
@@ -83,6 +88,7 @@ def ls_command(
     for item in listings:
         header = item.header or {}
         values, as_of = projected.get(item.id, ({}, None))
+        usage = values.get("tokenUsage") if usage_known(values) else None
         rows.append(
             {
                 "id": item.id,
@@ -93,8 +99,8 @@ def ls_command(
                 "events": None if as_of is None else as_of + 1,
                 "lastActivity": values.get(LAST_ACTIVITY_KEY),
                 "turns": (values.get("sessionStats") or {}).get("turns"),
-                "tokens": total_tokens(values.get("tokenUsage")),
-                "tokenUsage": values.get("tokenUsage"),
+                "tokens": total_tokens(usage),
+                "tokenUsage": usage,
                 "error": None if item.error_code is None else {"code": item.error_code, "message": item.error_message},
             }
         )
@@ -116,12 +122,13 @@ def ls_command(
     )
     for row in page:
         status = "ok" if row["error"] is None else str(row["error"]["code"])
+        folded = row["events"] is not None  # the log was folded: an absent title is "untitled", not unknown
         cells = [
             str(row["id"]),
-            str(row["title"] or ""),
-            "" if row["turns"] is None else f"{row['turns']:,}",
-            "" if row["tokens"] is None else f"{row['tokens']:,}",
-            _iso(row["lastActivity"] if row["lastActivity"] is not None else row["createdAt"]),
+            str(row["title"] or "") if folded else UNKNOWN,
+            UNKNOWN if row["turns"] is None else f"{row['turns']:,}",
+            UNKNOWN if row["tokens"] is None else f"{row['tokens']:,}",
+            UNKNOWN if row["lastActivity"] is None else _iso(row["lastActivity"]),
             str(row["cwd"] or ""),
             str(row["parentSession"] or ""),
             status,
@@ -131,6 +138,10 @@ def ls_command(
     console = table.print()
     if next_cursor is not None:
         console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True, markup=False, highlight=False)
+
+
+UNKNOWN = "—"
+"""``ls``'s cell for a figure it cannot know (``null`` in ``--json``): never 0, never the creation time."""
 
 
 @contextlib.contextmanager
@@ -161,40 +172,56 @@ def _listed(values: Mapping[str, Any]) -> dict[str, Any]:
     stats = values.get("sessionStats")
     return {
         "title": values.get("title"),
-        "sessionStats": {"turns": stats.get("turns")} if isinstance(stats, Mapping) else None,
+        "sessionStats": {"turns": stats.get("turns"), "steps": stats.get("steps")}
+        if isinstance(stats, Mapping)
+        else None,
         "tokenUsage": thaw(values["tokenUsage"]) if values.get("tokenUsage") is not None else None,
         LAST_ACTIVITY_KEY: values.get(LAST_ACTIVITY_KEY),
+        USAGE_STEPS_KEY: values.get(USAGE_STEPS_KEY),
     }
 
 
 def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str, tuple[dict[str, Any], int | None]]:
-    """``{id: (values, asOfSeq)}`` from the store's projection cache (nothing when it has none).
+    """``{id: (values, asOfSeq)}``: each session's listed figures, from its cache row or its log.
 
     One query reads every record; a record verified against the listed revision is served as is, any
-    other session with a readable header is cold-read (rows plus the log tail, written back). A log
-    that cannot be read leaves its fields empty: ``verify`` is the command that reports damage.
+    other session with a readable header is cold-read (rows plus the log tail; the whole log when it
+    has no row), whoever wrote the log — ``run``, an adapter, the Recorder, ``import``, third-party
+    code. The refreshed row is written back to a cache file that exists; a store without one is folded
+    in memory (a read command creates nothing; the writers and ``reindex --projections`` create it).
+    A log that cannot be read leaves its figures unknown: ``verify`` is the command that reports damage.
     """
-    if not cache_exists(storage):
+    usable = [item for item in listings if item.error_code is None and item.header is not None]
+    if not usable:
         return {}
     reader = _reader(storage)
-    cache = read_cache(reader)
+    cache = read_cache(reader)  # the store's cache file when it has one, else folded in memory
     rows = ProjectionCache(listing_registry(), reader, cache.storage, writer=InlineWriter(), store=reader.store)
     out: dict[str, tuple[dict[str, Any], int | None]] = {}
     try:
-        usable = [item for item in listings if item.error_code is None and item.header is not None]
-        served = rows.cached_snapshots(usable, current_only=True)
-        for item in usable:
-            snapshot = served.get(item.id)
-            if snapshot is None or LAST_ACTIVITY_KEY not in snapshot["values"]:
-                try:
-                    snapshot = cache.cold_snapshot(item.id)
-                except AgentlogError:
-                    continue
-            out[item.id] = (_listed(snapshot["values"]), snapshot["asOfSeq"])
+        cold: list[str] = []
+        with _collector_paused():  # many small decodes and no cycles (see _collector_paused)
+            served = rows.cached_snapshots(usable, current_only=True)
+            for item in usable:
+                snapshot = served.get(item.id)
+                if snapshot is None or not _LISTED_KEYS <= snapshot["values"].keys():
+                    cold.append(item.id)
+                else:
+                    out[item.id] = (_listed(snapshot["values"]), snapshot["asOfSeq"])
+        for session_id in cold:  # whole logs are read here: the collector runs as usual
+            try:
+                snapshot = cache.cold_snapshot(session_id)
+            except AgentlogError:
+                continue
+            out[session_id] = (_listed(snapshot["values"]), snapshot["asOfSeq"])
     finally:
         rows.close()
         cache.close()
     return out
+
+
+_LISTED_KEYS = frozenset({LAST_ACTIVITY_KEY, USAGE_STEPS_KEY})
+"""Units a served row must include for ``ls`` (a row written before they were registered is refolded)."""
 
 
 class ExportTarget(StrEnum):
@@ -448,12 +475,13 @@ def show_command(
 ) -> None:
     """A readable transcript of a stored session (never writes).
 
-    An interrupted session is shown as a resume would see it; with ``--log`` the closing events that
-    are not stored yet are marked "would be added on resume". Compaction checkpoints and pruned tool
+    An interrupted session is shown as a resume would see it: the first line counts the stored events
+    (as verify and ls do) and, apart, the closers a resume would add; with ``--log`` those closing
+    events are marked "would be added on resume". Compaction checkpoints and pruned tool
     results are marked; ``--log`` shows which seqs each checkpoint shadowed, and ``--at`` a seq before a
     compaction shows the full, uncompacted view of that moment.
     """
-    header, view, stored = _open_view(session_id, opts, with_stored=log)
+    header, view, stored = _open_view(session_id, opts, with_stored=at is None)
     events = view.events
     if at is not None:
         try:
@@ -484,16 +512,20 @@ def show_command(
         else:
             config = request_header.get("config") or {}
             tools = [tool.get("name") for tool in request_header.get("tools") or ()]
-            typer.echo(f"request header: {config.get('provider')}/{config.get('model')}, tools: {', '.join(tools)}")
+            typer.echo(
+                f"request header: {_or_unknown(config.get('provider'))}/{_or_unknown(config.get('model'))}, "
+                f"tools: {', '.join(str(name) for name in tools) or 'none'}"
+            )
             if request_header.get("system"):
                 typer.echo(f"system: {_short(str(request_header['system']))}")
         _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in at_marks]))
         return
+    assert stored is not None  # read with the view whenever there is no --at
+    # Events past the last stored seq are the in-memory closers of an interrupted turn.
+    last_stored = stored.last_stored_seq
+    pending = [event["seq"] for event in events if event["seq"] > last_stored]
     if log:
-        # Events past the last stored seq are the in-memory closers of an interrupted turn.
-        last_stored = stored.last_stored_seq if stored is not None else -1
-        pending = [event["seq"] for event in events if event["seq"] > last_stored]
-        torn = stored is not None and stored.torn
+        torn = stored.torn
         marks = {mark.seq: mark for mark in log_marks(events)}
         if opts.as_json:
             _emit_json_stream(
@@ -519,7 +551,8 @@ def show_command(
             (
                 ("sessionId", session_id),
                 ("header", header),
-                ("events", len(events)),
+                ("events", stored.stored_events),
+                ("wouldBeAddedOnResume", pending),
                 ("lastTurn", _last_turn(events)),
                 ("messages", Streamed(messages)),
                 ("messageSeqs", [seq for seq, _ in shown]),
@@ -527,10 +560,32 @@ def show_command(
             )
         )
         return
-    parent = header.get("parentSession")
-    lineage = f", forked from {parent}" if parent else ""
-    typer.echo(f"session {session_id} ({header.get('cwd')}{lineage}): {len(events)} events")
+    typer.echo(_show_heading(session_id, header, stored))
     _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in shown]))
+
+
+def _or_unknown(value: object) -> str:
+    """A field of a sentence: its text, or ``unknown`` when the session does not record it."""
+    return "unknown" if value is None or value == "" else str(value)
+
+
+def _show_heading(session_id: str, header: Mapping[str, Any], stored: StoredView) -> str:
+    """``show``'s first line: the session, its cwd and parent when it records them, and one count.
+
+    The count is the stored events, the figure ``verify`` and ``ls`` report; the closers a resume would
+    append to an interrupted turn are shown in the transcript but are not stored, so they are a second,
+    labelled figure (and a torn tail, which a resume removes, a note of its own).
+    """
+    where = [str(header["cwd"])] if header.get("cwd") else []
+    if header.get("parentSession"):
+        where.append(f"forked from {header['parentSession']}")
+    described = f"{session_id} ({', '.join(where)})" if where else session_id
+    line = f"session {described}: {stored.stored_events} stored events"
+    if stored.closers:
+        line += f", +{stored.closers} closer{'s' if stored.closers != 1 else ''} a resume would add"
+    if stored.torn:
+        line += f"; a torn tail after seq {stored.last_stored_seq} would be removed on resume"
+    return line
 
 
 def _log_lines(events: Sequence[Mapping[str, Any]], last_stored: int, marks: Mapping[int, Any]) -> Iterator[str]:

@@ -8,11 +8,13 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.text import Text
 
-from ..errors import AgentlogError
+from ..errors import AgentlogError, DatabaseUnavailableError
 from ..kernel.jsonvalue import thaw
 from ..persistence.coordinator import PersistenceCoordinator
-from ..persistence.tail import DEFAULT_POLL_INTERVAL_S
+from ..persistence.tail import DEFAULT_POLL_INTERVAL_S, tail_events
 from ._reading import _reader, _require_store
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json_line, _event_line, render_error
@@ -35,7 +37,10 @@ def tail_command(
     ``LISTEN/NOTIFY``, checking at least once a second. One line per event: seq, type and shortened
     data; with ``--json``, each event as one JSON object per line (NDJSON), exactly as ``export``
     writes it. Without ``--follow`` the command ends at the end of the stored log; with it, Ctrl-C
-    ends it (exit code 0). A session that does not exist is ``SESSION_NOT_FOUND``.
+    ends it (exit code 0). A session that does not exist is ``SESSION_NOT_FOUND``. A follow outlives
+    the store going away (``DATABASE_UNAVAILABLE``: a PostgreSQL restart, a lost connection): it says
+    so once on standard error, reconnects with backoff and goes on at the next seq, printing nothing
+    twice; without ``--follow`` that error ends the command (exit code 1).
     """
     try:
         storage = opts.open_backend(read_only=True)
@@ -56,7 +61,19 @@ def tail_command(
 async def _print_events(
     reader: PersistenceCoordinator, session_id: str, from_seq: int, follow: bool, as_json: bool
 ) -> None:
-    events = reader.tail(session_id, from_seq=from_seq, follow=follow, poll_interval=DEFAULT_POLL_INTERVAL_S)
+    def on_retry(err: DatabaseUnavailableError, attempt: int, delay: float) -> None:
+        if attempt != 1:  # one notice per outage; the retries go on quietly
+            return
+        notice = f"{err}; reconnecting with backoff until it answers (Ctrl-C to stop)"
+        if as_json:
+            _emit_json_line({"warning": {"code": err.code, "message": notice}}, stderr=True)
+        else:
+            line = Text.assemble(("warning", "bold yellow"), f" [{err.code}] {notice}")
+            Console(stderr=True, soft_wrap=True).print(line, highlight=False)
+
+    events = tail_events(
+        reader, session_id, from_seq=from_seq, follow=follow, poll_interval=DEFAULT_POLL_INTERVAL_S, on_retry=on_retry
+    )
     async for event in events:
         if as_json:
             _emit_json_line(thaw(event))

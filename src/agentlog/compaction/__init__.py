@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         compact_surface_region,
         is_checkpoint_source,
         lock_is_held,
+        manual_compaction_range,
     )
     from .selection import CompactableRange, select_compactable_range
     from .summarizer import (
@@ -106,6 +107,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "compact_surface_region",
         "is_checkpoint_source",
         "lock_is_held",
+        "manual_compaction_range",
     ),
     ".selection": (
         "CompactableRange",
@@ -173,6 +175,7 @@ __all__ = [
     "is_checkpoint_source",
     "js_length",
     "lock_is_held",
+    "manual_compaction_range",
     "routed_target",
     "select_compactable_range",
 ]

@@ -40,6 +40,7 @@ from .region import (
     RegionOptions,
     assert_no_active_compaction,
     compact_surface_region,
+    manual_compaction_range,
 )
 from .selection import select_compactable_range
 from .summarizer import ProviderSummarizer, SummarizationInput, Summarizer, SummaryResult, SummaryTarget
@@ -344,9 +345,7 @@ class CompactionEngine:
         try:
             maintenance = agent.maintenance()
         except Exception as err:
-            raise ManualCompactionError(
-                "busy", "manual compaction requires an idle agent with no waking queued work"
-            ) from err
+            raise CompactionBusyError("manual compaction requires an idle agent with no waking queued work") from err
         async with maintenance:
             session = agent.session
 
@@ -360,7 +359,7 @@ class CompactionEngine:
                 await _flush(agent)
 
             try:
-                span = select_compactable_range(session, self.meter.measure(session), 0)
+                span = manual_compaction_range(session, self.meter.measure(session))
                 if span is None:
                     return None
                 return await self._region(
@@ -373,8 +372,8 @@ class CompactionEngine:
                     ),
                     summarize,
                 )
-            except CompactionBusyError as err:  # the durable lock: another compaction is live
-                raise ManualCompactionError("busy", str(err)) from err
+            except CompactionBusyError:  # the durable lock: another compaction is live (already kind busy)
+                raise
             except Exception as err:
                 stop = err.__cause__ if isinstance(err, ManualCompactionError) and err.kind == "summary" else None
                 if isinstance(stop, _Stop):  # our own stop inside the summary step, closed by the region

@@ -40,7 +40,7 @@ from ..kernel.session import derive_event_message
 from .estimate import estimate_header, estimate_message
 from .meter import TokenMeasurement, TokenMeter
 from .pairing import balanced_after, balanced_before
-from .selection import CompactableRange
+from .selection import CompactableRange, select_compactable_range
 from .summarizer import SummarizationInput, SummaryResult, frame_summary, instruction_message
 
 COMPACTION_START: Final = "compaction/start"
@@ -63,6 +63,34 @@ def checkpoint_source(compaction_id: str, source_command_id: str | None = None) 
 def is_checkpoint_source(source: Mapping[str, Any] | None) -> bool:
     """Whether a message source marks a compaction checkpoint (any backend's)."""
     return source is not None and source.get("kind") == "plugin" and source.get("plugin") == CHECKPOINT_PLUGIN
+
+
+def manual_compaction_range(session: Any, measurement: TokenMeasurement) -> CompactableRange | None:
+    """The span a manual compaction summarizes, or ``None`` when there is nothing to compact.
+
+    The original's selection with nothing retained but the newest balanced unit (spec §5.10:
+    ``selectCompactableRange(session, measure, 0)``), and one case more: a span that is nothing but
+    checkpoints. Right after a compaction the surface is the checkpoint and the newest message, so the
+    selection would be the checkpoint alone; summarizing a summary by itself only re-words it (its
+    framed copy is never smaller), and the original then fails and logs a failed attempt every time it
+    is asked. Here that is nothing to compact: decided on the surface, before anything is written. The
+    lock still comes first, as it would for the span the original goes on to compact: while another
+    compaction holds it, this is :class:`~agentlog.errors.CompactionBusyError`, not ``None``.
+    """
+    span = select_compactable_range(session, measurement, 0)
+    if span is None:
+        return None
+    nodes = list(session.surface.nodes)
+    shadowed = nodes[nodes.index(span.start) : nodes.index(span.end) + 1]  # head-anchored: from nodes[0]
+    events = session.events
+    if all(_is_checkpoint_message(derive_event_message(events[seq])) for seq in shadowed):
+        assert_no_active_compaction(session, "compaction")
+        return None
+    return span
+
+
+def _is_checkpoint_message(message: Mapping[str, Any] | None) -> bool:
+    return message is not None and message.get("role") == "user" and is_checkpoint_source(message.get("source"))
 
 
 def error_chain(err: BaseException) -> str:
@@ -352,7 +380,7 @@ async def compact_surface_region(
     owner: int | None
     if opts.owner is None:
         if state.open_turn is not None:
-            raise ManualCompactionError("busy", "manual compaction: the session already has an open turn")
+            raise CompactionBusyError("manual compaction: the session already has an open turn")
         owner = None
     else:
         if state.open_turn is None:

@@ -39,6 +39,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
@@ -54,7 +55,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         "agentlog.integrations.openai_agents needs the openai-agents SDK: pip install 'agentlog[openai-agents]'"
     ) from err
 
-from ..errors import AgentlogError, ConversionError, RecorderStateError
+from ..errors import AgentlogError, ConversionError, RecorderStateError, SessionLockedError
 from ..kernel import messages as m
 from ..kernel.events import (
     ASSISTANT_MESSAGE,
@@ -71,6 +72,7 @@ from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, derive_event_message
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.writer_lock import deadline_of, wait_for_writer
 
 if TYPE_CHECKING:
     from agents.memory import Session as _SdkSession
@@ -419,7 +421,8 @@ class AgentlogSession:
     a new one created. The adapter owns what it opened: :meth:`close` (or leaving a ``with`` block)
     flushes and releases the session (and closes the coordinator it created). One writer per session:
     a second process (or a second adapter with its own store) opening the same id gets
-    ``SESSION_LOCKED`` until the first closes or dies.
+    ``SESSION_LOCKED`` (naming the holder's pid, host and since when) until the first closes or dies;
+    ``wait=True`` waits for it instead, ``timeout=`` seconds bounds that wait (``SESSION_LOCKED`` after).
     """
 
     session_settings: SessionSettings | None
@@ -434,7 +437,10 @@ class AgentlogSession:
         cwd: str | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
         wait_durable: bool = True,
+        wait: bool = False,
+        timeout: float | None = None,
     ) -> None:
+        deadline = deadline_of(wait, timeout)
         self.session_id = session_id
         self.session_settings = (
             coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
@@ -446,19 +452,30 @@ class AgentlogSession:
         self.coordinator = coordinator if coordinator is not None else _open_coordinator(store, backend)
         self._closed = False
         try:
-            live = self.coordinator.store.get(session_id)
-            self._owns_session = live is None
-            if live is not None:
-                self.session: Session = live
-            elif self.coordinator.backend.read_revision(session_id) is not None:
-                self.session = self.coordinator.resume(session_id)
-            else:
-                meta = {"cwd": cwd} if cwd is not None else None
-                self.session = self.coordinator.store.create(session_id, meta=meta)
+            while True:
+                try:
+                    self.session: Session = self._open(session_id, cwd)
+                    break
+                except SessionLockedError as err:
+                    if deadline is None:
+                        raise
+                    take = functools.partial(self.coordinator.backend.lock_writer, {"id": session_id})
+                    wait_for_writer(session_id, take, err, deadline, timeout)
         except BaseException:
             if self._owns_coordinator:
                 self.coordinator.close()
             raise
+
+    def _open(self, session_id: str, cwd: str | None) -> Session:
+        """The live session already in the store, the stored one resumed, or a new one."""
+        live = self.coordinator.store.get(session_id)
+        self._owns_session = live is None
+        if live is not None:
+            return live
+        if self.coordinator.backend.read_revision(session_id) is not None:
+            return self.coordinator.resume(session_id)
+        meta = {"cwd": cwd} if cwd is not None else None
+        return self.coordinator.store.create(session_id, meta=meta)
 
     # -- the Session protocol -------------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -535,11 +552,16 @@ class AgentlogSession:
         if self._closed:
             return
         self._closed = True
+        from ..projection.listing import cache_stored_session  # the cache code only when a session closes
+
         try:
             if self._owns_session:
                 self.coordinator.store.dispose(self.session)
             else:
                 self.coordinator.flush(self.session)
+            # The store's projection cache, as ``agentlog run`` keeps it: ``ls`` then serves this session
+            # without reading its log (fail-soft; ``ls`` folds the log itself when this did not land).
+            cache_stored_session(self.coordinator, self.session_id)
         finally:
             if self._owns_coordinator:
                 self.coordinator.close()

@@ -473,11 +473,11 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
         texts = _user_texts(part, index, path)
         if source is None or source.get("kind") == "tool":  # no entry, or one that belongs to another part
             source = {"kind": "user"}
-        return {
-            "id": message_id,
-            "role": "user",
+        return {  # the original's message factories' key order: content, source, role, id
             "content": [{"type": "text", "text": t} for t in texts],
             "source": _plain(source),
+            "role": "user",
+            "id": message_id,
         }
     if type(part) is ToolReturnPart:
         if part.tool_kind is not None:
@@ -494,16 +494,15 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
         elif entry is not None and entry.get("isError") is False:
             block["isError"] = False
         return {
-            "id": message_id,
-            "role": "user",
-            "content": [block],
             "source": {"kind": "tool", "callId": part.tool_call_id},
+            "content": [block],
+            "role": "user",
+            "id": message_id,
         }
     if isinstance(part, RetryPromptPart):  # deprecated in 2.x; still found in histories built by hand
         if part.tool_name is not None:  # pydantic-ai reads it as the call's ToolReturnPart(outcome="retried")
             return {
-                "id": message_id,
-                "role": "user",
+                "source": {"kind": "tool", "callId": part.tool_call_id},
                 "content": [
                     {
                         "type": "tool-result",
@@ -512,7 +511,8 @@ def _request_part(part: Any, entry: Mapping[str, Any] | None, index: int, j: int
                         "isError": True,
                     }
                 ],
-                "source": {"kind": "tool", "callId": part.tool_call_id},
+                "role": "user",
+                "id": message_id,
             }
         cause = "model_retry" if isinstance(part.content, str) else "validation_error"
         return _feedback(message_id, part.content, cause, index, path)
@@ -550,10 +550,10 @@ def _feedback(message_id: str, content: Any, cause: str, index: int, path: str) 
     :func:`to_model_messages` rebuilds the ``RetryFeedbackPart`` pydantic-ai frames for the model."""
     form = f"{RETRY_FEEDBACK_FORM}/{cause}" + ("" if isinstance(content, str) else "/json")
     return {
-        "id": message_id,
-        "role": "user",
         "content": [{"type": "text", "text": _json_text(content, index, path)}],
         "source": {"kind": "plugin", "plugin": RETRY_FEEDBACK_PLUGIN, "form": form},
+        "role": "user",
+        "id": message_id,
     }
 
 
@@ -638,7 +638,7 @@ def _response_message(message: ModelResponse, index: int) -> dict[str, Any]:
     elif "replayState" in own:
         source["replayState"] = _plain(own["replayState"])
     message_id = own.get("id") if isinstance(own.get("id"), str) else new_message_id()
-    return {"id": message_id, "role": "assistant", "content": blocks, "source": source}
+    return {"role": "assistant", "content": blocks, "source": source, "id": message_id}
 
 
 # --- recording a run ------------------------------------------------------------------------------------

@@ -470,7 +470,7 @@ class RecordedTurn:
         }
         if replay_state is not None:
             source["replayState"] = replay_state
-        message = {"id": id or str(uuid.uuid4()), "role": "assistant", "content": content, "source": source}
+        message = {"role": "assistant", "content": content, "source": source, "id": id or str(uuid.uuid4())}
         data: dict[str, Any] = {"turn": self.number, "step": self.step, "message": message}
         if usage is not None:
             data["usage"] = usage

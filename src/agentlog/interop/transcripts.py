@@ -11,19 +11,25 @@ that do not know the type skip them; nothing is lost), and the :class:`ImportRep
 map (dropped parts such as images and encrypted reasoning, records kept as ``import/record``, tool
 calls whose result the transcript lacks).
 
-**Why two passes.** A bad line (not JSON, a truncated last line, a record of the wrong shape) must fail
-the import with nothing committed. The persistence seam has no delete, and a JSONL log is published at
-its first batch, so a single pass would leave a half-written session behind. The first pass therefore
-parses, maps and checks every event with the rules ``Session.append`` applies (the core data and
-message-shape rules, and the JSON gate for verbatim records: orjson itself refuses lone surrogates and
-non-finite numbers, so only those can still hold ``-0.0`` or integers beyond 2**53) and writes nothing;
-only when the whole file is valid does the second pass, which is deterministic over the same bytes,
-write it. The file's size, modification time and inode are compared between the passes, so a file
-that changed in between is refused before anything is written. The first pass also learns the header
-(cwd, creation time, model) the session is created with.
-A crash (kill -9, a full disk) *during* the second pass can still leave a valid prefix of the import;
-the session's id is printed only at the end, and such a prefix lacks its closing ``import/done`` record
-(:data:`IMPORT_DONE`), which tells a complete import from an interrupted one.
+**Why two passes, and all or nothing.** A bad line (not JSON, a truncated last line, a record of the
+wrong shape) must fail the import with nothing committed, yet the events are written in bounded batches
+(memory stays a batch, not the file). The first pass therefore parses, maps and checks every event with
+the rules ``Session.append`` applies (the core data and message-shape rules, and the JSON gate for
+verbatim records: orjson itself refuses lone surrogates and non-finite numbers, so only those can still
+hold ``-0.0`` or integers beyond 2**53) and writes nothing; it also learns the header (cwd, creation
+time, model) the session is created with. Only then does the second pass, deterministic over the same
+bytes, write. Both passes read one open descriptor, only the bytes the file had when the import began,
+and hash them: a transcript that changed in between (a line appended, rewritten or cut by the tool still
+writing it) is refused with :class:`~agentlog.errors.TranscriptError` ("changed while it was being
+imported"), never half-imported. The second pass writes through
+:meth:`~agentlog.persistence.coordinator.PersistenceCoordinator.stage`: the session stays unpublished (a
+temporary JSONL file, a private SQLite staging database, an open PostgreSQL transaction) until its last
+batch, ``import/done`` (:data:`IMPORT_DONE`), is written and the file is proven unchanged; any failure
+before that discards it. A crash (kill -9) leaves no listed session either: at most an unlisted ``*.tmp``
+file of the staging, which the next import removes (PostgreSQL rolls the transaction back); the same
+id can be imported again.
+A path that is not a readable regular file (a directory, a FIFO) is refused before anything is read, and
+running out of memory on a huge line is :class:`~agentlog.errors.ResourceExhaustedError`, not a bad line.
 
 **Formats, and what is guessed.** Both formats are undocumented internals of their tools; the mappings
 follow public descriptions of them (third-party notes and viewers), not a specification:
@@ -56,14 +62,16 @@ the converters of :mod:`agentlog.interop` and write the document item by item to
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
 
 import orjson
 
-from ..errors import AgentlogError, ConversionError, TranscriptError
+from ..errors import AgentlogError, ConversionError, ResourceExhaustedError, StorageAccessError, TranscriptError
 from ..kernel._gc import gc_paused
 from ..kernel.events import (
     ASSISTANT_MESSAGE,
@@ -78,6 +86,7 @@ from ..kernel.events import (
     EventTypes,
     event_types,
 )
+from ..kernel.jsoncodec import is_out_of_memory
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
@@ -301,7 +310,7 @@ class _Conversation:
             self.close_turn()
         if not self.in_turn:
             self._open_turn()
-        message = {"id": message_id, "role": "user", "content": content, "source": {"kind": "user"}}
+        message = {"content": content, "source": {"kind": "user"}, "role": "user", "id": message_id}  # original order
         self.sink.emit(USER_MESSAGE, message, surface=True)
         self.report._count(self.report.messages, "user")
 
@@ -321,7 +330,7 @@ class _Conversation:
         data: dict[str, Any] = {
             "turn": self.turn,
             "step": self.step,
-            "message": {"id": message_id, "role": "assistant", "content": blocks, "source": source},
+            "message": {"role": "assistant", "content": blocks, "source": source, "id": message_id},
         }
         if usage is not None:
             data["usage"] = usage
@@ -346,11 +355,11 @@ class _Conversation:
         block: dict[str, Any] = {"type": "tool-result", "toolCallId": call_id, "content": content}
         if is_error is not None:
             block["isError"] = is_error
-        message = {
-            "id": message_id,
-            "role": "user",
-            "content": [block],
+        message = {  # the original's createToolResultMessage key order
             "source": {"kind": "tool", "callId": call_id},
+            "content": [block],
+            "role": "user",
+            "id": message_id,
         }
         self.open_calls.pop(call_id, None)
         self.sink.emit(TOOL_RESULT, {"turn": self.turn, "step": self.step, "message": message}, surface=True)
@@ -365,34 +374,152 @@ class _Conversation:
 # --------------------------------------------------------------------------- reading lines
 
 
-def _lines(path: str, sink: _Sink) -> Iterator[Any]:
-    """Parse the file line by line (blank lines skipped); a bad line is a :class:`TranscriptError`."""
-    report = sink.report
-    with open(path, "rb") as handle:
-        number = 0
-        for raw in handle:
-            number += 1
-            sink.line = number
-            size = len(raw)
-            report.lines = number
-            report.bytes += size
-            if raw[0] in _SPACE and raw.isspace():
-                sink.account(size)
-                continue
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError as err:
-                truncated = not raw.endswith(b"\n")
-                what = "is truncated (the file ends inside a record)" if truncated else "is not JSON"
-                raise TranscriptError(f"{path}:{number}: line {number} {what}: {err}", path=path, line=number) from err
-            if not isinstance(record, dict):
-                raise TranscriptError(
-                    f"{path}:{number}: line {number} is not a JSON object (a transcript line is one record)",
+class _Snapshot:
+    """The transcript as the import reads it: one open descriptor, the first ``size`` bytes, a digest.
+
+    Both passes read through the same descriptor (a file renamed or replaced meanwhile does not matter)
+    and only the bytes that were there when the import began; each pass hashes what it read, so the write
+    pass can prove it wrote exactly what the check pass validated (:meth:`check_unchanged`).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError as err:
+            raise TranscriptError(
+                f"{path}: cannot read the transcript: {err.strerror}; pass the path of an existing transcript "
+                "file (JSONL)",
+                path=path,
+            ) from err
+        except OSError as err:
+            raise _unreadable(path, err) from err
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StorageAccessError(
+                    f"{path}: is {_kind(st.st_mode)}, not a transcript file; pass the path of one transcript "
+                    "file (JSONL), e.g. ~/.claude/projects/<project>/<session>.jsonl or "
+                    "~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl (a directory is not imported as a whole). "
+                    "Nothing was imported",
+                    code="STORAGE_NOT_A_FILE",
                     path=path,
-                    line=number,
                 )
-            yield record
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.size = st.st_size
+        self.handle: IO[bytes] = os.fdopen(fd, "rb")
+        self.digests: list[bytes] = []
+
+    def lines(self) -> Iterator[bytes]:
+        """The snapshot's lines from its start (the last one cut where the snapshot ends)."""
+        handle = self.handle
+        digest = hashlib.blake2b(digest_size=16)
+        left = self.size
+        try:
+            handle.seek(0)
+            while left > 0:
+                raw = handle.readline(left)
+                if not raw:
+                    break  # the file shrank: check_unchanged reports it
+                left -= len(raw)
+                digest.update(raw)
+                yield raw
+        except OSError as err:
+            raise _unreadable(self.path, err) from err
+        finally:
+            self.digests.append(digest.digest() + left.to_bytes(8, "little"))
+
+    def check_unchanged(self) -> None:
+        """Refuse when the two passes read different bytes, or the file no longer has the snapshot's size."""
+        size = os.fstat(self.handle.fileno()).st_size
+        if size != self.size or len(set(self.digests)) != 1:
+            raise self.changed()
+
+    def changed(self, detail: str = "") -> TranscriptError:
+        return TranscriptError(
+            f"{self.path}: the transcript changed while it was being imported{detail}; nothing was imported. "
+            "Import it again once the tool that writes it has stopped (or import a copy of the file)",
+            path=self.path,
+        )
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _unreadable(path: str, err: OSError) -> StorageAccessError:
+    if isinstance(err, PermissionError):
+        return StorageAccessError(
+            f"{path}: cannot read the transcript: {err.strerror}; make it readable by this user (or import a "
+            "readable copy). Nothing was imported",
+            code="STORAGE_PERMISSION_DENIED",
+            path=path,
+        )
+    return StorageAccessError(
+        f"{path}: cannot read the transcript: {err.strerror or err}; check the file and its disk, then retry. "
+        "Nothing was imported",
+        code="STORAGE_IO",
+        path=path,
+    )
+
+
+def _lines(snapshot: _Snapshot, sink: _Sink) -> Iterator[Any]:
+    """Parse the snapshot line by line (blank lines skipped); a bad line is a :class:`TranscriptError`,
+    a line that does not fit in memory a :class:`~agentlog.errors.ResourceExhaustedError`."""
+    report = sink.report
+    path = snapshot.path
+    number = 0
+    for raw in snapshot.lines():
+        number += 1
+        sink.line = number
+        size = len(raw)
+        report.lines = number
+        report.bytes += size
+        if raw[0] in _SPACE and raw.isspace():
             sink.account(size)
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            if is_out_of_memory(err):
+                raise _out_of_memory(path, number, size) from None
+            truncated = not raw.endswith(b"\n")
+            what = "is truncated (the file ends inside a record)" if truncated else "is not JSON"
+            raise TranscriptError(f"{path}:{number}: line {number} {what}: {err}", path=path, line=number) from err
+        except MemoryError:
+            raise _out_of_memory(path, number, size) from None
+        if not isinstance(record, dict):
+            raise TranscriptError(
+                f"{path}:{number}: line {number} is not a JSON object (a transcript line is one record)",
+                path=path,
+                line=number,
+            )
+        yield record
+        sink.account(size)
+
+
+def _out_of_memory(path: str, line: int | None, size: int | None) -> ResourceExhaustedError:
+    where = f"{path}: out of memory"
+    if line is not None:
+        where = f"{path}:{line}: out of memory while parsing line {line} ({size or 0:,} bytes)"
+    return ResourceExhaustedError(
+        f"{where} while importing the transcript; this is not a bad line, and nothing was imported. Retry with "
+        "more memory available (a larger address-space limit)"
+    )
 
 
 def _shape_error(sink: _Sink, what: str) -> TranscriptError:
@@ -730,7 +857,7 @@ def _learn(source: str, record: Mapping[str, Any], learned: _Learned) -> None:
 
 def _run(
     source: str,
-    path: str,
+    snapshot: _Snapshot,
     report: ImportReport,
     learned: _Learned,
     write: Callable[[list[dict[str, Any]]], None] | None,
@@ -750,13 +877,13 @@ def _run(
     # Parsed JSON and the events built from it form no cycles: reference counting frees every batch,
     # and the cycle collector's allocation-triggered passes would only re-walk them (see kernel._gc).
     with gc_paused():
-        for record in _lines(path, sink):
+        for record in _lines(snapshot, sink):
             if check:
                 _learn(source, record, learned)
             importer.record(record)
         importer.finish()
         conversation.close_turn()
-        done = {"source": source, "path": path, "lines": report.lines, "bytes": report.bytes}
+        done = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
         sink.emit(IMPORT_DONE, done)
         sink.flush()
 
@@ -770,23 +897,47 @@ def import_transcript(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     batch_events: int = DEFAULT_BATCH_EVENTS,
     now: Callable[[], int] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Import one transcript file into a new session of ``coordinator``'s store; return the report.
 
-    ``source`` is ``"claude-code"`` or ``"codex"``; ``session_id`` defaults to a fresh minted id. A bad
-    line raises :class:`~agentlog.errors.TranscriptError` (``.path``, ``.line``) before anything is
-    written; an id that already has a stored log is refused by the coordinator, also before writing.
+    ``source`` is ``"claude-code"`` or ``"codex"``; ``session_id`` defaults to a fresh minted id. The
+    import is all or nothing: a bad line raises :class:`~agentlog.errors.TranscriptError` (``.path``,
+    ``.line``) before anything is written, and so does a transcript that changed while it was read; an id
+    that already has a stored log is refused by the coordinator; any failure while writing (a full disk,
+    an interrupt) leaves no session, and neither does a crash (see the module docstring). A path that is
+    not a readable regular file is a :class:`~agentlog.errors.StorageAccessError`; running out of memory
+    is a :class:`~agentlog.errors.ResourceExhaustedError`. ``progress``, when given, is called with the
+    number of events written so far after each batch of the write pass.
     """
     if source not in IMPORT_FORMATS:
         raise ConversionError(f'unknown transcript format "{source}" (expected one of: {", ".join(IMPORT_FORMATS)})')
     file_path = os.fspath(path)
+    snapshot = _Snapshot(file_path)
     try:
-        before = os.stat(file_path)
-    except OSError as err:
-        raise TranscriptError(f"{file_path}: cannot read the transcript: {err.strerror}", path=file_path) from err
+        return _import(coordinator, source, snapshot, session_id, batch_bytes, batch_events, now, progress)
+    except MemoryError as err:
+        if isinstance(err, AgentlogError):
+            raise
+        raise _out_of_memory(file_path, None, None) from None
+    finally:
+        snapshot.close()
+
+
+def _import(
+    coordinator: PersistenceCoordinator,
+    source: str,
+    snapshot: _Snapshot,
+    session_id: str | None,
+    batch_bytes: int,
+    batch_events: int,
+    now: Callable[[], int] | None,
+    progress: Callable[[int], None] | None,
+) -> ImportReport:
     learned = _Learned()
-    checked = ImportReport(source, file_path)
-    _run(source, file_path, checked, learned, None, batch_bytes, batch_events)
+    checked = ImportReport(source, snapshot.path)
+    _run(source, snapshot, checked, learned, None, batch_bytes, batch_events)
+    snapshot.check_unchanged()
     from ..kernel.store import mint_session_id
 
     target = session_id if session_id is not None else mint_session_id()
@@ -794,12 +945,28 @@ def import_transcript(
     meta: dict[str, Any] = {"version": 0, "id": target, "createdAt": created}
     if learned.cwd is not None:
         meta["cwd"] = learned.cwd
-    coordinator.create(meta)
-    after = os.stat(file_path)
-    if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino):
-        raise TranscriptError(f"{file_path}: the transcript changed while it was being imported", path=file_path)
-    report = ImportReport(source, file_path, session_id=target)
-    _run(source, file_path, report, learned, lambda batch: coordinator.append(target, batch), batch_bytes, batch_events)
+    staged = coordinator.stage(meta)
+    report = ImportReport(source, snapshot.path, session_id=target)
+    written = 0
+
+    def write(batch: list[dict[str, Any]]) -> None:
+        nonlocal written
+        staged.append(batch)
+        written += len(batch)
+        if progress is not None:
+            progress(written)
+
+    try:
+        try:
+            _run(source, snapshot, report, learned, write, batch_bytes, batch_events)
+        except TranscriptError as err:
+            # The check pass accepted these bytes: a line that now fails was changed in between.
+            raise snapshot.changed(f" (line {err.line} no longer reads as it did)" if err.line else "") from err
+        snapshot.check_unchanged()
+        staged.publish()
+    except BaseException:
+        staged.discard()
+        raise
     return report
 
 

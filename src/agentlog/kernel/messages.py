@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..errors import ArgumentTypeError
 from .events import (
     Message,
     ReasoningBlock,
@@ -47,6 +48,11 @@ def tool_call_block(id: str, name: str, arguments: str) -> ToolCallBlock:
 def _blocks(content: str | Sequence[Any]) -> list[Any]:
     if isinstance(content, str):
         return [text_block(content)]
+    if isinstance(content, (bytes, Mapping)) or not isinstance(content, Iterable):
+        raise ArgumentTypeError(
+            f"message content must be a str or a list of content blocks, got {content!r} "
+            f"({content.__class__.__name__}): pass str(value) or [text_block(...)]"
+        )
     return list(content)
 
 
@@ -83,12 +89,16 @@ def image_block(
 def user_message(
     content: str | Sequence[Any], *, id: str | None = None, source: dict[str, Any] | None = None
 ) -> Message:
-    """A user-role message; ``source`` defaults to a direct human prompt ``{"kind": "user"}``."""
+    """A user-role message; ``source`` defaults to a direct human prompt ``{"kind": "user"}``.
+
+    Keys in the original's ``createUserMessage`` order (content, source, role, id: the input spread,
+    then the role, then the minted id), so a log written here holds the original's bytes.
+    """
     return {
-        "id": id if id is not None else new_message_id(),
-        "role": "user",
         "content": _blocks(content),
         "source": source if source is not None else {"kind": "user"},  # type: ignore[typeddict-item]
+        "role": "user",
+        "id": id if id is not None else new_message_id(),
     }
 
 
@@ -110,26 +120,31 @@ def assistant_message(
     id: str | None = None,
     replay_state: Any = None,
 ) -> Message:
+    """A model-produced message; keys in the original's ``createAssistantMessage`` order (role,
+    content, source, then the minted id)."""
     source: dict[str, Any] = {"kind": "model", "provider": provider, "model": model}
     if replay_state is not None:
         source["replayState"] = replay_state
     return {
-        "id": id if id is not None else new_message_id(),
         "role": "assistant",
         "content": _blocks(content),
         "source": source,  # type: ignore[typeddict-item]
+        "id": id if id is not None else new_message_id(),
     }
 
 
 def tool_result_message(
     call_id: str, content: str | Sequence[Any], *, is_error: bool | None = None, id: str | None = None
 ) -> Message:
-    """A tool's model-facing result: a user-role message holding exactly one tool-result block."""
+    """A tool's model-facing result: a user-role message holding exactly one tool-result block.
+
+    Keys in the original's ``createToolResultMessage`` order (source, content, role, id).
+    """
     return {
-        "id": id if id is not None else new_message_id(),
-        "role": "user",
-        "content": [tool_result_block(call_id, content, is_error=is_error)],
         "source": {"kind": "tool", "callId": call_id},
+        "content": [tool_result_block(call_id, content, is_error=is_error)],
+        "role": "user",
+        "id": id if id is not None else new_message_id(),
     }
 
 

@@ -9,6 +9,7 @@ and returns an immutable snapshot that later appends do not change.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 import time as _time
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Never, NoReturn, Protocol, overload
 
 from ..errors import (
+    ArgumentTypeError,
     EventDataError,
     FrozenError,
     InvalidEventError,
@@ -840,7 +842,10 @@ class Session:
         self, type: str, seq: int, data_copy: Any, intent: Mapping[str, Any]
     ) -> dict[str, Any]:
         if not isinstance(intent, Mapping):
-            raise InvalidEventError(f'session event "{type}" surface intent must be a mapping')
+            raise InvalidEventError(
+                f'session event "{type}" surface intent must be a mapping, got {intent!r} '
+                f"({intent.__class__.__name__}): {_intent_remedy(intent)}"
+            )
         record: dict[str, Any] = {"type": type, "seq": seq, "time": 0, "data": data_copy}
         sources = intent.get("sourceEventSeqs", _MISSING)
         op = intent.get("surfaceOp", _MISSING)
@@ -910,10 +915,21 @@ class Session:
         return SessionView(self, prefix)
 
 
+def _intent_remedy(intent: object) -> str:
+    """What to pass instead of a non-mapping intent: a bare op (``al.APPEND``) goes inside the mapping."""
+    if isinstance(intent, str):
+        return f'pass {{"surfaceOp": {json.dumps(intent)}}} (the op goes inside the intent mapping)'
+    return 'pass {"surfaceOp": "append"} or {"surfaceOp": {"op": "replace", "start": SEQ, "end": SEQ}}'
+
+
 def _prefix_through(log: list[Any], seq: object, session_id: str) -> list[Any]:
     """``log`` up to and including ``seq`` (a lazy log's prefix stays lazy: runs stay packed), or the
-    refusal of a seq that is not in it, naming its last seq."""
-    if type(seq) is not int or not 0 <= seq < len(log):
+    refusal of a seq that is not in it, naming its last seq; a seq that is no int at all is a type error."""
+    if type(seq) is not int:
+        raise ArgumentTypeError(
+            f"seq must be an int, got {seq!r} ({seq.__class__.__name__}): pass the event's seq as an int (event.seq)"
+        )
+    if not 0 <= seq < len(log):
         last = len(log) - 1
         raise SeqOutOfRangeError(
             f'seq {seq!r} is not in session "{session_id}" (last seq: {last if last >= 0 else "none"})'

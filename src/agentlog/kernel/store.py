@@ -492,47 +492,77 @@ class SessionStore(_Hooks):
             )
         sid = live.id
         events = live.events
-        if boundary is None:
-            if not events:
-                seed: builtins.list[Any] = []
-            else:
-                boundary = events[-1]["seq"]
-        if boundary is not None:
-            if type(boundary) is not int or not 0 <= boundary <= MAX_SAFE_INTEGER:
-                shown: object = boundary
-                if isinstance(shown, float) and shown.is_integer():
-                    shown = int(shown)
-                raise SessionForkError(
-                    f'fork boundary for session "{sid}" must be a non-negative safe integer, got {shown}',
-                    "INVALID_BOUNDARY",
-                )
-            if boundary >= len(events):
-                last = events[-1]["seq"] if events else "none"
-                raise SessionForkError(
-                    f'fork boundary {boundary} does not exist in session "{sid}" (last seq: {last})',
-                    "INVALID_BOUNDARY",
-                )
-            if events[boundary]["seq"] != boundary:
-                raise SessionForkError(
-                    f'fork boundary {boundary} does not match a contiguous event seq in session "{sid}"',
-                    "INVALID_BOUNDARY",
-                )
-            for index in range(boundary, -1, -1):
-                etype = events[index]["type"]
-                if etype == TURN_END:
-                    break
-                if etype == TURN_START:
-                    turn = events[index]["data"].get("turn") if isinstance(events[index]["data"], dict) else None
-                    raise SessionForkError(
-                        f'fork boundary {boundary} in session "{sid}" ends inside open turn {turn}', "OPEN_TURN"
-                    )
-            seed = builtins.list(events[: boundary + 1])
+        seed = builtins.list(events[: fork_seed_length(events, boundary, sid)])
         meta: dict[str, Any] = {}
         if "cwd" in live.header:
             meta["cwd"] = live.header["cwd"]
         meta["parentSession"] = sid
         meta["seedLength"] = len(seed)
         return self.create(child_id, seed=seed, meta=meta)
+
+
+def fork_seed_length(events: Sequence[Mapping[str, Any]], boundary: int | None, session_id: str) -> int:
+    """How many leading events a fork of ``events`` at ``boundary`` inherits, or the refusal.
+
+    The fork's whole validation (the original's checks and texts, spec core-session §12) as a pure
+    function of the log, so a caller holding only a read-only copy of a stored session (the CLI) can
+    refuse a bad boundary before it loads the session for writing: a refused fork then writes nothing.
+    ``None`` is the log's last event (an empty log forks as an empty seed). An ``OPEN_TURN`` refusal
+    names the nearest boundaries that are accepted: the event just before the turn started and the
+    turn's own ``turn/end``.
+    """
+    if boundary is None:
+        if not events:
+            return 0
+        boundary = events[-1]["seq"]
+    if type(boundary) is not int or not 0 <= boundary <= MAX_SAFE_INTEGER:
+        shown: object = boundary
+        if isinstance(shown, float) and shown.is_integer():
+            shown = int(shown)
+        raise SessionForkError(
+            f'fork boundary for session "{session_id}" must be a non-negative safe integer, got {shown}',
+            "INVALID_BOUNDARY",
+        )
+    if boundary >= len(events):
+        last = events[-1]["seq"] if events else "none"
+        raise SessionForkError(
+            f'fork boundary {boundary} does not exist in session "{session_id}" (last seq: {last})',
+            "INVALID_BOUNDARY",
+        )
+    if events[boundary]["seq"] != boundary:
+        raise SessionForkError(
+            f'fork boundary {boundary} does not match a contiguous event seq in session "{session_id}"',
+            "INVALID_BOUNDARY",
+        )
+    for index in range(boundary, -1, -1):
+        etype = events[index]["type"]
+        if etype == TURN_END:
+            break
+        if etype == TURN_START:
+            data = events[index]["data"]
+            turn = data.get("turn") if isinstance(data, Mapping) else None
+            raise SessionForkError(
+                f'fork boundary {boundary} in session "{session_id}" ends inside open turn {turn}: '
+                + _nearest_closed_boundaries(events, index, boundary, turn),
+                "OPEN_TURN",
+            )
+    return boundary + 1
+
+
+def _nearest_closed_boundaries(events: Sequence[Mapping[str, Any]], start: int, boundary: int, turn: object) -> str:
+    """The remedy of an ``OPEN_TURN`` refusal: the accepted boundaries on either side of the open turn
+    that starts at index ``start`` (the seq before its ``turn/start``, and its ``turn/end`` if logged)."""
+    before = start - 1 if start > 0 else None
+    after = next((i for i in range(boundary + 1, len(events)) if events[i]["type"] == TURN_END), None)
+    if before is not None and after is not None:
+        return (
+            f"the nearest closed-turn boundaries are {before} (before turn {turn} started) and {after} (its turn/end)"
+        )
+    if before is not None:
+        return f"the nearest closed-turn boundary is {before} (before turn {turn} started); turn {turn} has not ended"
+    if after is not None:
+        return f"the nearest closed-turn boundary is {after} (its turn/end); turn {turn} opens the log"
+    return f"turn {turn} opens the log and has not ended, so no boundary up to now is closed"
 
 
 async def _settle(awaitables: builtins.list[Any]) -> builtins.list[Any]:

@@ -78,6 +78,22 @@ class WriterLock(Protocol):
     def release(self) -> None: ...
 
 
+class StagedLog(Protocol):
+    """A new session's log written batch by batch that no reader sees until :meth:`publish`.
+
+    What ``stage_session`` returns (see the optional methods of :class:`Backend`). ``append`` takes
+    contiguous batches from seq 0; ``publish`` makes the whole log durable and visible at once (the header
+    and every batch, or nothing); ``discard`` (and a crash before ``publish``) leaves no listed session.
+    Bulk writers that must be all-or-nothing (``agentlog import``) write through it.
+    """
+
+    def append(self, events: Sequence[WireEvent]) -> None: ...
+
+    def publish(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Storage primitives. All methods are synchronous and may block on I/O."""
@@ -141,6 +157,11 @@ class Backend(Protocol):
     #     ``list_sessions`` raises for raises here too when checking it costs no extra read.
     #     ``PersistenceCoordinator.list_revisions`` uses it when present and builds the map from
     #     ``list_sessions`` otherwise.
+    # ``stage_session(meta) -> StagedLog``: a new session that stays invisible until it is published whole
+    #     (JSONL: a temporary file linked into place; SQLite and PostgreSQL: one transaction on a connection
+    #     of its own). A crash before ``publish`` leaves nothing any reader lists. The id must have no
+    #     stored log (``publish`` refuses one that appeared meanwhile). ``PersistenceCoordinator.stage``
+    #     falls back to ordinary appends (published at the first batch) for a backend without it.
 
 
 def validate_session_id(backend: object, session_id: object) -> None:

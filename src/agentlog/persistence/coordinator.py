@@ -59,6 +59,7 @@ from . import legacy
 from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
 from .tail import DEFAULT_POLL_INTERVAL_S, tail_events
 from .write_behind import Scheduler, WriteBehind
+from .writer_lock import deadline_of, wait_for_writer
 
 logger = logging.getLogger("agentlog")
 
@@ -107,6 +108,62 @@ class _State:
     cursor: int
     materialized: bool
     owner: Session | None = None
+
+
+class StagedSession:
+    """What :meth:`PersistenceCoordinator.stage` returns: ``append`` batches, then ``publish`` or ``discard``.
+
+    Each batch passes the same JSON gate and seq check as :meth:`PersistenceCoordinator.append`.
+    """
+
+    def __init__(self, coordinator: PersistenceCoordinator, session_id: str, staged: Any) -> None:
+        self._coordinator = coordinator
+        self.session_id = session_id
+        self._staged = staged
+        self._next_seq = 0
+
+    def append(self, events: Sequence[Mapping[str, Any]]) -> None:
+        if self._staged is None:
+            self._coordinator.append(self.session_id, events)
+            return
+        try:
+            batch = [snapshot_json(dict(event)) for event in events]
+        except AgentlogError:
+            raise PersistenceError(
+                "session event batch is not losslessly JSON-serializable because it contains non-JSON-serializable data"
+            ) from None
+        legacy.assert_supported_events(self.session_id, batch)
+        for index, event in enumerate(batch):
+            if event["seq"] != self._next_seq + index:
+                raise PersistenceError(
+                    f'append seq mismatch for "{self.session_id}": expected {self._next_seq + index} at index '
+                    f"{index}, got {event['seq']}"
+                )
+        for start in range(0, len(batch), MAX_BATCH_EVENTS):
+            self._staged.append(batch[start : start + MAX_BATCH_EVENTS])
+        self._next_seq += len(batch)
+
+    def publish(self) -> None:
+        """Make the whole session durable and visible at once."""
+        coordinator = self._coordinator
+        if self._staged is not None:
+            try:
+                self._staged.publish()
+            except BaseException:
+                coordinator._states.pop(self.session_id, None)
+                raise
+            state = coordinator._states.get(self.session_id)
+            if state is not None:
+                state.cursor = self._next_seq
+                state.materialized = True
+        coordinator._cache.pop(self.session_id, None)
+
+    def discard(self) -> None:
+        """Leave nothing of the session (with staging; without it, what was appended stays)."""
+        if self._staged is not None:
+            self._staged.discard()
+        self._coordinator._states.pop(self.session_id, None)
+        self._coordinator._cache.pop(self.session_id, None)
 
 
 @dataclass
@@ -636,8 +693,31 @@ class PersistenceCoordinator:
 
         return SessionPreparation.create(session, release)
 
-    def resume(self, session_id: str) -> Session:
-        """Restore a stored session and make it live in the store (it keeps being persisted)."""
+    def resume(self, session_id: str, *, wait: bool = False, timeout: float | None = None) -> Session:
+        """Restore a stored session and make it live in the store (it keeps being persisted).
+
+        Another writer holding the session is ``SESSION_LOCKED`` at once (naming the holder), unless
+        the caller opts in to waiting: ``wait=True`` waits as long as it takes, ``timeout=`` seconds (alone
+        or with ``wait=True``) bounds the wait, past which the refusal is raised after all. Waiting
+        probes the lock (nothing is read meanwhile) and logs one INFO record on the ``agentlog`` logger
+        naming the holder when it starts.
+        """
+        deadline = deadline_of(wait, timeout)
+        while True:
+            try:
+                return self._resume_now(session_id)
+            except SessionLockedError as err:
+                if deadline is None:
+                    raise
+                self._wait_for_writer(session_id, err, deadline, timeout)
+
+    def _wait_for_writer(
+        self, session_id: str, err: SessionLockedError, deadline: float, timeout: float | None
+    ) -> None:
+        meta = {"id": session_id}
+        wait_for_writer(session_id, lambda: self.backend.lock_writer(meta), err, deadline, timeout)
+
+    def _resume_now(self, session_id: str) -> Session:
         preparation = self.prepare(session_id)
         session: Session = preparation.session
         detach = self.store.enter(session)
@@ -718,6 +798,25 @@ class PersistenceCoordinator:
                 self._append_core(session_id, state, batch)
             finally:
                 lock.release()
+
+    def stage(self, meta: Mapping[str, Any]) -> StagedSession:
+        """A new session written batch by batch and published whole, or not at all (``agentlog import``).
+
+        The header is checked and the id refused as :meth:`create` does; the batches go through the
+        backend's ``stage_session`` (see :mod:`agentlog.persistence.backend`), so no reader lists the
+        session before :meth:`StagedSession.publish` and a failure or crash before it leaves nothing. A
+        backend without ``stage_session`` gets ordinary ownerless appends (the session is visible from the
+        first batch and ``discard`` cannot remove it).
+        """
+        self.create(meta)
+        session_id = meta["id"]
+        stage_session = getattr(self.backend, "stage_session", None)
+        try:
+            staged = stage_session(self._states[session_id].meta) if stage_session is not None else None
+        except BaseException:
+            self._states.pop(session_id, None)
+            raise
+        return StagedSession(self, session_id, staged)
 
     def _append_core(self, session_id: str, state: _State, events: Sequence[WireEvent]) -> None:
         legacy.assert_supported_events(session_id, events)

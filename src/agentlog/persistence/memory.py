@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidSessionIdError, PersistenceError, SessionLockedError
+from ..errors import InvalidSessionIdError, PersistenceError
 from ..kernel.jsoncodec import dumps, loads
 from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from .writer_lock import holder_record, locked_error
 
 
 class _Record:
@@ -38,7 +39,7 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.records: dict[str, _Record] = {}
-        self.locks: set[str] = set()
+        self.locks: dict[str, dict[str, Any]] = {}  # id -> holder record
         self.store_id = uuid.uuid4().hex
 
 
@@ -52,7 +53,7 @@ class _Lock:
         if not self._released:
             self._released = True
             with self._owner._mutex:
-                self._owner._locks.discard(self._id)
+                self._owner._locks.pop(self._id, None)
 
 
 class MemoryBackend:
@@ -167,9 +168,14 @@ class MemoryBackend:
         self.validate_session_id(session_id)
         with self._mutex:
             if session_id in self._locks:
-                raise SessionLockedError(f'session "{session_id}" is already open for writing')
-            self._locks.add(session_id)
+                raise locked_error(session_id, self._locks[session_id])
+            self._locks[session_id] = holder_record()
         return _Lock(self, session_id)
+
+    def stage_session(self, meta: Mapping[str, Any]) -> _Staged:
+        """A new session kept aside until ``publish`` puts it in the storage whole."""
+        self.validate_session_id(meta["id"])
+        return _Staged(self, dict(meta))
 
     def close(self) -> None:
         return None
@@ -179,3 +185,38 @@ class MemoryBackend:
         with self._mutex:
             record = self._records.get(session_id)
             return [] if record is None else list(record.events)
+
+
+class _Staged:
+    """:meth:`MemoryBackend.stage_session`'s log: the batches' bytes, stored at ``publish``."""
+
+    def __init__(self, owner: MemoryBackend, meta: dict[str, Any]) -> None:
+        self._owner = owner
+        self._meta = meta
+        self._lines: list[bytes] | None = []
+
+    def append(self, events: Sequence[WireEvent]) -> None:
+        if self._lines is None:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+        if events and events[0]["seq"] != len(self._lines):
+            raise PersistenceError(
+                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {len(self._lines)}'
+            )
+        self._lines.extend(event_json(event) for event in events)
+
+    def publish(self) -> None:
+        lines, self._lines = self._lines, None
+        session_id = self._meta["id"]
+        if not lines:
+            raise PersistenceError(f'the staged log of "{session_id}" has no events to publish')
+        with self._owner._mutex:
+            if session_id in self._owner._records:
+                raise PersistenceError(
+                    f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
+                )
+            record = self._owner._records[session_id] = _Record(dumps(self._meta))
+            record.events.extend(lines)
+            record.revision += 1
+
+    def discard(self) -> None:
+        self._lines = None

@@ -13,7 +13,8 @@ is possibly stale (its ``seq`` says how stale) but never wrong, so
   recreated id or a swapped store cannot seed a value;
 * a cold read (:meth:`ProjectionCache.cold_snapshot`) folds only the stored tail past the rows'
   anchored floor and falls back to one full re-read whenever a row cannot be trusted (version bump, a
-  log that shrank under the row, a state the unit's schema rejects, an unrelated lifecycle).
+  log that shrank under the row, a state the unit's schema rejects, an unrelated lifecycle, or — an
+  agentlog addition — a stored event at the rows' cut that is not the one they were folded through).
 
 Where the durable writes run: on one background thread per cache (:class:`BackgroundWriter`, the
 default), so the appending thread — often an asyncio event loop — never waits for a flush or a cache
@@ -26,6 +27,13 @@ agentlog addition: a record also keeps the backend revision of the stored log wh
 known to be its complete fold (the write saw no event after its cut; a cold read saw the same revision
 before and after reading). :meth:`ProjectionCache.cached_snapshot` with ``revision=`` serves a record
 only for that exact stored log, which is how ``agentlog ls`` skips reading logs whose row is current.
+
+agentlog addition: a record also keeps its *anchor* (:func:`anchor_of`), a digest of the event at
+the rows' cut. The tail fold trusts the stored log up to the cut to be the log the rows were folded
+from; a store restored from a backup and written on breaks that (same id, same header, an older log
+continued differently), so the cold read checks the stored event at the cut against the anchor and
+refolds the whole log when it differs. A record without an anchor (the original's, or written before
+anchors were kept) is trusted as the original trusts it.
 
 agentlog addition: every write also stores the record's *views* — what :meth:`ProjectionCache._serve`
 computes from its rows (each row's ``[ver, seq]`` and the client-visible units' views), stamped with
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
 import logging
 import queue
 import threading
@@ -47,6 +56,8 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
+
+import orjson
 
 from .._version import __version__
 from ..compaction.units import ProjectionUnit
@@ -57,6 +68,7 @@ from ..errors import (
     ProjectionStateError,
     describe_error,
 )
+from ..kernel import jsoncodec
 from ..kernel.events import TURN_END
 from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
@@ -70,6 +82,7 @@ __all__ = [
     "BackgroundWriter",
     "InlineWriter",
     "ProjectionCache",
+    "anchor_of",
     "identity_matches",
     "identity_of",
 ]
@@ -215,6 +228,47 @@ def identity_matches(stored: Mapping[str, Any], expected: Mapping[str, Any]) -> 
     return stored.get("createdAt") == expected.get("createdAt") and stored.get("cwd") == expected.get("cwd")
 
 
+def anchor_of(seq: int, event: object) -> str | None:
+    """The anchor of a cut at ``seq`` whose event there is ``event``: ``"<seq>:<digest>"``, ``"-1"`` for
+    a cut before any event, ``None`` when ``event`` is not the event of that seq.
+
+    The digest covers the whole event (seq, type, time, data and the optional fields), encoded with
+    sorted keys so a live event and the same event read back from any backend agree; an event nested
+    too deeply for that falls back to the gate's own encoding (deterministic, so it agrees too).
+    """
+    if seq < 0:
+        return "-1"
+    if not isinstance(event, Mapping) or event.get("seq") != seq:
+        return None
+    plain = thaw(event)
+    try:
+        text = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        text = jsoncodec.dumps(plain)
+    return f"{seq}:{hashlib.blake2b(text, digest_size=12).hexdigest()}"
+
+
+def _anchored(anchor: str | None, events: Sequence[Any]) -> bool:
+    """Whether ``events`` (a stored suffix, in seq order) hold the anchor's event unchanged.
+
+    ``None`` (a record without an anchor) is trusted, as the original trusts every record; an anchor
+    whose seq the suffix does not reach, or whose event differs, is not.
+    """
+    if anchor is None or anchor == "-1":
+        return True
+    seq_text, _, _ = anchor.partition(":")
+    try:
+        seq = int(seq_text)
+    except ValueError:
+        return False
+    if not len(events):
+        return False
+    first = events[0].get("seq") if isinstance(events[0], Mapping) else None
+    if type(first) is not int or not first <= seq < first + len(events):
+        return False
+    return anchor_of(seq, events[seq - first]) == anchor
+
+
 def _natural(name: str, value: object) -> int:
     if type(value) is not int or value < 1:
         raise InvalidOptionError(f"{name} must be a natural number >= 1, got {value!r}")
@@ -244,6 +298,9 @@ class _Cut:
     identity: dict[str, Any]
     end_seq: int
     generation: int
+    event: Any = None
+    """The event at ``end_seq`` (``None`` for an empty log): the anchor is computed from it when the
+    cut lands, off the appending thread."""
 
 
 class ProjectionCache:
@@ -445,11 +502,12 @@ class ProjectionCache:
             return None
         return revision if isinstance(revision, str) else None
 
-    def cold_snapshot(self, session_id: str) -> dict[str, Any]:
+    def cold_snapshot(self, session_id: str, *, strict: bool = False) -> dict[str, Any]:
         """Cold-read one persisted session's projections (spec §3.5): cached rows plus a bounded tail.
 
         Raises :class:`~agentlog.errors.SessionNotFoundError` when the session has no stored log. The
-        refreshed checkpoint is written back (fail-soft).
+        refreshed checkpoint is written back: fail-soft (a warning), or with ``strict`` (``reindex
+        --projections``, whose whole point is the write) raising the medium's typed error.
         """
         record = self._record(session_id)
         cached: Checkpoint = record.rows if record is not None else {}
@@ -466,21 +524,31 @@ class ProjectionCache:
             return {"asOfSeq": int(events[-1]["seq"]) if len(events) else -1, "values": {}}
         tail = self.coordinator.read_from(session_id, floor)
         identity = identity_of(tail.meta)
-        related = record is None or identity_matches(record.identity, identity)
+        events = tail.events
+        related = record is None or (
+            identity_matches(record.identity, identity) and (not cached or _anchored(record.anchor, events))
+        )
         try:
             if not related:
                 raise _UnrelatedRecord(session_id)
-            restored = self.registry.restore(cached, tail.events, floor)
+            restored = self.registry.restore(cached, events, floor)
         except Exception:
-            # An unrelated record, a row beyond the supplied suffix or the log end, or a state the
-            # unit's schema rejects: one full read, every unit refolded from its initial state.
-            whole = self.coordinator.read_from(session_id, 0)
-            restored = self.registry.restore({}, whole.events, 0)
+            # An unrelated record (another lifecycle, or another log under the rows' cut), a row beyond
+            # the supplied suffix or the log end, or a state the unit's schema rejects: one full read,
+            # every unit refolded from its initial state.
+            events = self.coordinator.read_from(session_id, 0).events
+            restored = self.registry.restore({}, events, 0)
         revision = before if before is not None and self._revision(session_id) == before else None
         checkpoint = _field(restored, "checkpoint")
         snapshot: dict[str, Any] = dict(_field(restored, "snapshot"))
+        anchor = anchor_of(int(snapshot["asOfSeq"]), events[-1] if len(events) else None)
         # The fold's own values are the refreshed rows' views (every row at its end): no recompute.
-        self._put_soft(session_id, identity, checkpoint, revision, "cold-read write-back", snapshot["values"])
+        if strict:
+            record = self._record_of(identity, self._lossless(checkpoint), revision, anchor, snapshot["values"])
+            self.storage.put(session_id, record)
+        else:
+            values = snapshot["values"]
+            self._put_soft(session_id, identity, checkpoint, revision, anchor, "cold-read write-back", values)
         return snapshot
 
     def _current_cut(self, record: CacheRecord) -> dict[str, Any] | None:
@@ -531,19 +599,10 @@ class ProjectionCache:
         identity: Mapping[str, Any],
         rows: dict[str, Any],
         revision: str | None,
+        anchor: str | None,
         served: Mapping[str, Any] | None = None,
     ) -> CacheRecord:
-        return CacheRecord(dict(identity), rows, revision, self._views(rows, served))
-
-    def _put(
-        self,
-        session_id: str,
-        identity: Mapping[str, Any],
-        rows: Mapping[str, Any],
-        revision: str | None,
-        served: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.storage.put(session_id, self._record_of(identity, self._lossless(rows), revision, served))
+        return CacheRecord(dict(identity), rows, revision, self._views(rows, served), anchor)
 
     def _put_soft(
         self,
@@ -551,11 +610,13 @@ class ProjectionCache:
         identity: Mapping[str, Any],
         rows: Mapping[str, Any],
         revision: str | None,
+        anchor: str | None,
         what: str,
         served: Mapping[str, Any] | None = None,
     ) -> None:
         try:
-            self._put(session_id, identity, rows, revision, served)
+            record = self._record_of(identity, self._lossless(rows), revision, anchor, served)
+            self.storage.put(session_id, record)
         except Exception as err:
             logger.warning(
                 'session projection cache: %s for "%s" failed (cache stays stale): %s',
@@ -574,12 +635,15 @@ class ProjectionCache:
             self._mark_clean(session)
             self._generation += 1
             generation = self._generation
-        return _Cut(session, rows, identity_of(session.header), session.seq - 1, generation)
+        end_seq = session.seq - 1
+        event = session.events[end_seq] if end_seq >= 0 else None
+        return _Cut(session, rows, identity_of(session.header), end_seq, generation, event)
 
     def _land(self, cut: _Cut) -> None:
         """Make the cut durable: flush the log first, then replace the record (not fail-soft)."""
         session = cut.session
         rows = self._lossless(cut.rows)  # refuse a non-JSON state before any I/O
+        anchor = anchor_of(cut.end_seq, cut.event)
         live = self.store.get(session.id) is session
         if live:
             self.coordinator.flush(session)  # log durable before cache
@@ -603,15 +667,17 @@ class ProjectionCache:
                     and identity_matches(existing.identity, cut.identity)
                     and existing.rows == rows
                     and existing.views is not None
+                    and existing.anchor == anchor
                 ):
                     self._landed[session.id] = cut.generation
                     return
-                revision = self._verified_revision(cut)
-            self.storage.put(session.id, self._record_of(cut.identity, rows, revision))
+                revision = self._verified_revision(cut, anchor)
+            self.storage.put(session.id, self._record_of(cut.identity, rows, revision, anchor))
             self._landed[session.id] = cut.generation
 
-    def _verified_revision(self, cut: _Cut) -> str | None:
-        """The stored log's revision if it provably ends exactly at the cut (one suffix read), else ``None``."""
+    def _verified_revision(self, cut: _Cut, anchor: str | None) -> str | None:
+        """The stored log's revision if it provably ends exactly at the cut — its last event is the cut's
+        own (the anchor) — from one suffix read, else ``None``."""
         if cut.end_seq < 0:
             return None
         session_id = cut.session.id
@@ -624,6 +690,8 @@ class ProjectionCache:
             return None
         events = tail.events
         if len(events) != 1 or events[0]["seq"] != cut.end_seq or identity_of(tail.meta) != cut.identity:
+            return None
+        if anchor is None or anchor_of(cut.end_seq, events[0]) != anchor:
             return None
         return before if self._revision(session_id) == before else None
 

@@ -2,8 +2,9 @@
 
 The cache is derived and rebuildable: nothing in it is ever needed for correctness, so every medium
 here prefers *forgetting* to *guessing*. A record is one session's whole checkpoint
-(``{identity, rows}``, plus the log revision it was verified against when that is known); every write
-replaces exactly one session's record, atomically, and listing reads every record with one query.
+(``{identity, rows}``, plus the log revision it was verified against when that is known, and the
+anchor event the rows were folded through); every write replaces exactly one session's record,
+atomically, and listing reads every record with one query.
 
 Two media:
 
@@ -24,6 +25,7 @@ refuse its own store, and cache writes would contend with log appends for the on
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -36,9 +38,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
+from ..errors import AgentlogError, PersistenceError, StorageAccessError
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..persistence.host_cache import POSTGRES_CACHE_FILE, derived_directory, store_key
+from ..persistence.sqlite.backend import sqlite_storage_code, storage_error
 
 __all__ = [
     "APPLICATION_ID",
@@ -71,10 +75,11 @@ _SCHEMA: Final = (
     "store_id TEXT NOT NULL) STRICT",
     "CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, identity TEXT NOT NULL, "
     "rows TEXT NOT NULL, revision TEXT, domain_version INTEGER NOT NULL, digest TEXT NOT NULL, "
-    "views TEXT, views_digest TEXT) STRICT",
+    "views TEXT, views_digest TEXT, anchor TEXT) STRICT",
 )
 _BASE_COLUMNS: Final = ["session_id", "identity", "rows", "revision", "domain_version", "digest"]
-_COLUMNS: Final = [*_BASE_COLUMNS, "views", "views_digest"]
+_VIEWS_COLUMNS: Final = [*_BASE_COLUMNS, "views", "views_digest"]
+_COLUMNS: Final = [*_VIEWS_COLUMNS, "anchor"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,12 @@ class CacheRecord:
     views: Mapping[str, Any] | None = None
     """The served form of ``rows`` (agentlog addition, see :class:`ServedViews`), written by the cache
     from the very same rows, or ``None``. Never needed: a reader without it parses the rows."""
+    anchor: str | None = None
+    """``"<seq>:<digest>"`` of the event at the rows' cut (``"-1"`` for a cut before any event), or
+    ``None`` when not known (agentlog addition, see :func:`agentlog.projection.cache.anchor_of`). A cold
+    read folds only the log past the rows, trusting the stored log up to them to be the one they were
+    folded from; the anchor is how it checks that the event there is still the same one (a log restored
+    from a backup, or rewritten under the record, holds another), and refolds the whole log if not."""
 
 
 class ServedViews(NamedTuple):
@@ -120,7 +131,9 @@ def _is_int(value: object, low: int) -> bool:
     return type(value) is int and low <= value <= MAX_SAFE_INTEGER
 
 
-def parse_record(identity: object, rows: object, revision: object = None, *, copy: bool = True) -> CacheRecord | None:
+def parse_record(
+    identity: object, rows: object, revision: object = None, *, copy: bool = True, anchor: object = None
+) -> CacheRecord | None:
     """The record if ``identity``/``rows`` have the stored shape (spec §3.1 schemas), else ``None``.
 
     Row ``val``s are not checked here: the registry validates them against each unit's own schema and
@@ -139,9 +152,11 @@ def parse_record(identity: object, rows: object, revision: object = None, *, cop
             return None
     if revision is not None and type(revision) is not str:
         return None
+    if anchor is not None and type(anchor) is not str:
+        return None
     if not copy:  # freshly parsed JSON: nothing else holds these objects
-        return CacheRecord(identity, rows, revision)
-    return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision)
+        return CacheRecord(identity, rows, revision, anchor=anchor)
+    return CacheRecord(dict(identity), {key: dict(row) for key, row in rows.items()}, revision, anchor=anchor)
 
 
 def parse_views(views: object) -> Mapping[str, Any] | None:
@@ -184,27 +199,32 @@ class CacheStorage(Protocol):
     def close(self) -> None: ...
 
 
+_MemoryRecord = tuple[bytes, bytes, str | None, bytes | None, str | None]
+"""identity JSON, rows JSON, revision, views JSON, anchor."""
+
+
 @dataclass
 class MemoryCacheStorage:
     """An in-process medium (tests, the memory backend): records kept as JSON text, like a durable one,
     so nothing the caller holds aliases a stored record."""
 
-    records: dict[str, tuple[bytes, bytes, str | None, bytes | None]] = field(default_factory=dict)
+    records: dict[str, _MemoryRecord] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @staticmethod
-    def _decode(stored: tuple[bytes, bytes, str | None, bytes | None]) -> CacheRecord | None:
-        record = parse_record(jsoncodec.loads(stored[0]), jsoncodec.loads(stored[1]), stored[2], copy=False)
-        if record is None or stored[3] is None:
+    def _decode(stored: _MemoryRecord) -> CacheRecord | None:
+        identity, rows, revision, views, anchor = stored
+        record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False, anchor=anchor)
+        if record is None or views is None:
             return record
-        return CacheRecord(record.identity, record.rows, record.revision, parse_views(jsoncodec.loads(stored[3])))
+        return CacheRecord(record.identity, record.rows, record.revision, parse_views(jsoncodec.loads(views)), anchor)
 
     def get(self, session_id: str) -> CacheRecord | None:
         with self._lock:
             stored = self.records.get(session_id)
         return None if stored is None else self._decode(stored)
 
-    def _picked(self, session_ids: Iterable[str] | None) -> dict[str, tuple[bytes, bytes, str | None, bytes | None]]:
+    def _picked(self, session_ids: Iterable[str] | None) -> dict[str, _MemoryRecord]:
         with self._lock:
             if session_ids is None:
                 return dict(self.records)
@@ -220,7 +240,7 @@ class MemoryCacheStorage:
 
     def get_views(self, session_ids: Iterable[str] | None = None) -> dict[str, ServedViews]:
         out: dict[str, ServedViews] = {}
-        for sid, (_identity, _rows, _revision, views) in self._picked(session_ids).items():
+        for sid, (_identity, _rows, _revision, views, _anchor) in self._picked(session_ids).items():
             served = None if views is None else _served_views(jsoncodec.loads(views))
             if served is not None:
                 out[sid] = served
@@ -228,7 +248,7 @@ class MemoryCacheStorage:
 
     def put(self, session_id: str, record: CacheRecord) -> None:
         views = None if record.views is None else jsoncodec.dumps(_listing_blob(record))
-        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision, views)
+        stored = (jsoncodec.dumps(record.identity), jsoncodec.dumps(record.rows), record.revision, views, record.anchor)
         decoded = self._decode(stored)
         if decoded is None or (views is not None and decoded.views is None):
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
@@ -293,7 +313,7 @@ class SqliteCacheStorage:
             os.close(fd)
             return
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(f'projection cache "{self.path}" is not a regular file')
+            raise OSError(errno.ENXIO, "not a regular file", self.path)
         if info.st_mode & 0o077:
             os.chmod(self.path, 0o600, follow_symlinks=False)
 
@@ -350,6 +370,9 @@ class SqliteCacheStorage:
         if columns == _BASE_COLUMNS:  # written before the views columns: add them (records lack views)
             conn.execute("ALTER TABLE sessions ADD COLUMN views TEXT")
             conn.execute("ALTER TABLE sessions ADD COLUMN views_digest TEXT")
+            columns = _VIEWS_COLUMNS
+        if columns == _VIEWS_COLUMNS:  # written before the anchor column: add it (records lack anchors)
+            conn.execute("ALTER TABLE sessions ADD COLUMN anchor TEXT")
         elif columns != _COLUMNS:
             return "unexpected schema"
         row = conn.execute("SELECT store_id FROM cache_state WHERE singleton = 1").fetchone()
@@ -361,7 +384,8 @@ class SqliteCacheStorage:
         """Run ``fn(conn)``; damage discards the file and retries once on a fresh one.
 
         ``soft`` reads answer ``default`` when the medium cannot be opened at all (the cache is never
-        required); writes raise, and the cache's fail-soft write path logs them.
+        required); writes raise a typed error (:meth:`_typed`), and the cache's fail-soft write path
+        logs it.
         """
         with self._lock:
             if self._closed:
@@ -377,38 +401,80 @@ class SqliteCacheStorage:
                         if soft:
                             logger.warning("session projection cache: %s failed: %s", what, err)
                             return default
-                        raise
+                        raise self._typed(what, err) from err
                     if attempt == 2:
-                        raise
-                    self._discard(f"{what}: {err}")
-                except _StoreNotMaterialized:
+                        raise self._typed(what, err) from err
+                    try:
+                        self._discard(f"{what}: {err}")
+                    except OSError as failure:
+                        if soft:
+                            logger.warning("session projection cache: %s failed: %s", what, failure)
+                            return default
+                        raise self._typed(what, failure) from failure
+                except _StoreNotMaterialized as err:
                     if soft:
                         return default  # nothing can be cached for a store without logs
-                    raise
+                    raise PersistenceError(
+                        f'session projection cache {what} failed: the identity of the store beside "{self.path}" '
+                        "cannot be read (no session was stored yet, or the store cannot be opened); write a "
+                        "session first, or check the store with agentlog verify"
+                    ) from err
                 except OSError as err:
                     self._drop()
                     if soft:
                         logger.warning("session projection cache: %s failed: %s", what, err)
                         return default
-                    raise
+                    raise self._typed(what, err) from err
             raise AssertionError("unreachable")
+
+    def _typed(self, what: str, err: BaseException) -> PersistenceError:
+        """A medium failure as a typed error naming the cache file, the reason and the remedy.
+
+        The codes are the session backends' (:func:`~agentlog.persistence.sqlite.backend.sqlite_storage_code`
+        for SQLite's result codes, :func:`~agentlog.persistence.sqlite.backend.storage_error` for the OS's
+        errno): a full disk is ``STORAGE_FULL`` whether the log or its cache hit it. The message adds that
+        the cache is derived data, so nothing a session stored was touched.
+        """
+        derived = "the cache is derived data: no session log was touched, and ls and stats work without it"
+        if isinstance(err, OSError):
+            where = err.filename if isinstance(err.filename, str) else self.path
+            typed = storage_error(err, f"{what} the session projection cache", where)
+            return StorageAccessError(f"{typed.message}; {derived}", code=typed.code, path=self.path)
+        code = sqlite_storage_code(err, self.path)
+        if code is not None:
+            remedy = _STORAGE_REMEDIES.get(code, "check the disk and the file system, then retry")
+            return StorageAccessError(
+                f'session projection cache {what} failed on "{self.path}": {err} — {remedy}; {derived}',
+                code=code,
+                path=self.path,
+            )
+        if isinstance(err, sqlite3.DatabaseError) and _is_damage(err):
+            return PersistenceError(
+                f'session projection cache {what} failed: "{self.path}" is damaged and could not be rebuilt ({err}); '
+                f"delete it (agentlog reindex --projections rebuilds it); {derived}"
+            )
+        return PersistenceError(
+            f'session projection cache {what} failed on "{self.path}": {err} — if another agentlog command is '
+            f"writing the cache, retry when it is done; {derived}"
+        )
 
     # -- records ----------------------------------------------------------------------------------
     @staticmethod
     def _decode(session_id: str, row: tuple[Any, ...]) -> CacheRecord | None:
-        identity, rows, revision, domain_version, digest, views, views_digest = row
+        identity, rows, revision, domain_version, digest, views, views_digest, anchor = row
         if domain_version != DOMAIN_VERSION:
             return None
         if (
             type(identity) is not str
             or type(rows) is not str
-            or digest != _digest(session_id, identity, rows, revision)
+            or (anchor is not None and type(anchor) is not str)
+            or digest != _digest(session_id, identity, rows, revision, anchor)
         ):
             # SQLite does not checksum pages: a flipped bit inside a JSON text would otherwise be served.
             logger.warning('session projection cache: record for "%s" fails its digest; ignoring it', session_id)
             return None
         try:
-            record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False)
+            record = parse_record(jsoncodec.loads(identity), jsoncodec.loads(rows), revision, copy=False, anchor=anchor)
         except Exception:  # a malformed record is absent, never served
             return None
         if record is None or type(views) is not str or views_digest != _views_digest(session_id, views):
@@ -417,9 +483,9 @@ class SqliteCacheStorage:
             parsed = parse_views(jsoncodec.loads(views))
         except Exception:
             return record
-        return CacheRecord(record.identity, record.rows, record.revision, parsed)
+        return CacheRecord(record.identity, record.rows, record.revision, parsed, record.anchor)
 
-    _RECORD_COLUMNS: Final = "identity, rows, revision, domain_version, digest, views, views_digest"
+    _RECORD_COLUMNS: Final = "identity, rows, revision, domain_version, digest, views, views_digest, anchor"
 
     def get(self, session_id: str) -> CacheRecord | None:
         def body(conn: sqlite3.Connection) -> CacheRecord | None:
@@ -478,23 +544,20 @@ class SqliteCacheStorage:
         return result
 
     def put(self, session_id: str, record: CacheRecord) -> None:
-        if parse_record(record.identity, record.rows, record.revision) is None:
+        if parse_record(record.identity, record.rows, record.revision, anchor=record.anchor) is None:
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         if record.views is not None and parse_views(record.views) is None:
             raise ValueError(f'projection cache record for "{session_id}" has an invalid shape')
         identity = jsoncodec.dumps(record.identity).decode()
         rows = jsoncodec.dumps(record.rows).decode()
-        digest = _digest(session_id, identity, rows, record.revision)
+        digest = _digest(session_id, identity, rows, record.revision, record.anchor)
         views = None if record.views is None else jsoncodec.dumps(_listing_blob(record)).decode()
         views_digest = None if views is None else _views_digest(session_id, views)
-        self._run(
-            "write",
-            lambda conn: conn.execute(
-                f"INSERT OR REPLACE INTO sessions (session_id, {self._RECORD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest, views, views_digest),
-            ),
-            soft=False,
-        )
+        anchor = record.anchor
+        values = (session_id, identity, rows, record.revision, DOMAIN_VERSION, digest, views, views_digest, anchor)
+        marks = ", ".join("?" * len(values))
+        statement = f"INSERT OR REPLACE INTO sessions (session_id, {self._RECORD_COLUMNS}) VALUES ({marks})"
+        self._run("write", lambda conn: conn.execute(statement, values), soft=False)
 
     def delete(self, session_id: str) -> None:
         self._run(
@@ -510,14 +573,21 @@ class SqliteCacheStorage:
             self._drop()
 
 
-def _digest(session_id: str, identity: str, rows: str, revision: str | None) -> str:
-    """A keyed-by-content digest of one stored record (its session id included: rows cannot be swapped)."""
+def _digest(session_id: str, identity: str, rows: str, revision: str | None, anchor: str | None = None) -> str:
+    """A keyed-by-content digest of one stored record (its session id included: rows cannot be swapped).
+
+    The anchor is hashed after the rest, and only when present: a record written before anchors were
+    stored keeps the digest it was written with."""
     h = hashlib.blake2b(digest_size=16)
     for part in (session_id, identity, rows, revision or ""):
         data = part.encode("utf-8", "surrogatepass")
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
     h.update(b"\x01" if revision is not None else b"\x00")
+    if anchor is not None:
+        data = anchor.encode("utf-8", "surrogatepass")
+        h.update(b"anchor" + len(data).to_bytes(8, "big"))
+        h.update(data)
     return h.hexdigest()
 
 
@@ -555,7 +625,15 @@ class _StoreNotMaterialized(Exception):
         super().__init__(f'the store of projection cache "{path}" holds no session yet')
 
 
-def _is_damage(err: sqlite3.OperationalError) -> bool:
+_STORAGE_REMEDIES: Final = {
+    "STORAGE_FULL": "free space on that file system and retry",
+    "STORAGE_READ_ONLY": "remount the file system read-write (or make the file writable), then retry",
+    "STORAGE_PERMISSION_DENIED": "make the file and its directory readable and writable by this user, then retry",
+    "STORAGE_IO": "check the disk and the file system, then retry",
+}
+
+
+def _is_damage(err: sqlite3.DatabaseError) -> bool:
     """Whether an OperationalError means the file is unusable (as opposed to busy, full or read-only)."""
     code = getattr(err, "sqlite_errorcode", None)
     if code is not None:
@@ -607,8 +685,21 @@ def store_id_for(backend: object) -> str | None:
         real = os.path.realpath(path)
         if not os.path.isfile(real):
             return None
+        own = getattr(backend, "store_id", None)
+        if callable(own):  # SqliteBackend: its own connection first (a second open may need a -shm file)
+            try:
+                found = own()
+            except AgentlogError:
+                found = None  # e.g. closed: read the file directly below
+            if type(found) is str:
+                return f"sqlite-store:{found}"
         try:
             uri = "file:" + urllib.parse.quote(real) + "?mode=ro"
+            if not os.path.exists(real + "-wal"):
+                # Everything committed is in the main file (a clean close removes -wal and -shm), and the
+                # store id never changes once written: read it as immutable. A plain mode=ro connection to
+                # a WAL database would create -wal and -shm beside the store of a read command.
+                uri += "&immutable=1"
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
             try:
                 row = conn.execute("SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()

@@ -11,7 +11,12 @@ decides what a crash may have left behind lives in one place:
   record with any complete line after it (or a defective row that itself holds a ``turn/end``) is
   damage inside the committed log, and reading it refuses — a repair never cuts a complete record that
   has records after it;
-* bytes that are not UTF-8 inside a complete line are damage at their byte offset (never replaced);
+* bytes that are not UTF-8 are never replaced, yet they do not decide by themselves: the original
+  decodes leniently (U+FFFD), so a line it then cannot parse, or whose record does not continue the
+  seq, is an ordinary defect (as the last line, a torn tail), while a record it would keep only through
+  replacement characters is damage at the offset of its first bad byte. Likewise a line orjson
+  refuses but the original's ``JSON.parse`` reads (a lone surrogate escape, ``1e400``): a record in
+  seq is damage agentlog cannot hold, never a torn tail;
 * running out of memory is :class:`~agentlog.errors.ResourceExhaustedError`, never corruption.
 
 Everything is decided on raw bytes, one line at a time, with one JSON parse per line; byte offsets are
@@ -370,6 +375,19 @@ class _Cursor:
             yield index
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"JSON.parse refuses {name}")
+
+
+def _js_parse(text: str) -> Any:
+    """``JSON.parse`` as the original runs it (lone surrogate escapes kept, ``1e400`` infinite, ``NaN``
+    refused), or ``_UNPARSABLE``. Only for the rare line orjson refused."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return _UNPARSABLE
+
+
 def _has_turn_end(events: list[Any]) -> bool:
     return any(type(event) is dict and event.get("type") == _TURN_END for event in events)
 
@@ -521,8 +539,7 @@ class SessionLogScanner:
                     try:
                         value = loads(line, max_depth=max_depth)
                     except JsonDecodeError as err:
-                        self._reparse(lines, index, start, err)
-                        issue = self._set_issue(lines, index, start, err, None)
+                        issue = self._refused_line(lines, index, start, err, n)
                         continue
                 if type(value) is dict:
                     tag = value.get("type")
@@ -597,16 +614,57 @@ class SessionLogScanner:
             offset = self._line_start(lines, index, start)
             raise _too_long(offset, size, self._max_line_bytes, f"event line {self._line + index + 1}")
 
-    def _reparse(self, lines: list[bytes], index: int, start: int, err: JsonDecodeError) -> None:
-        """Fatal defects of a line orjson refused: nesting beyond the limit, bytes that are not UTF-8."""
+    def _refused_line(
+        self, lines: list[bytes], index: int, start: int, err: JsonDecodeError, n: int
+    ) -> SessionPersistenceCorruptionError:
+        """Judge a line the parser refused, as the original does; returns the defect it records.
+
+        Nesting beyond the limit is fatal. Otherwise what the original makes of the line decides: it
+        decodes leniently (U+FFFD for each sequence that is not UTF-8) and parses with ``JSON.parse``,
+        which also takes what orjson refuses (a lone surrogate escape, a number beyond the double
+        range). Unparsable even so, or a record that does not continue the seq: an ordinary defect (as
+        the last line, a torn tail), a defective ``turn/end`` raising at once as in the loop. A record
+        it would keep: refused here as damage, since agentlog never replaces bytes and cannot hold that
+        value, and a complete record is never cut as a torn tail.
+        """
         line = lines[index]
         if "nesting exceeds" in str(err):
-            offset = self._line_start(lines, index, start)
-            raise _too_deep(offset, self._max_depth, f"event line {self._line + index + 1}") from None
+            raise self._too_deep_at(lines, index, start) from None
         bad = _invalid_utf8(line)
+        value: Any = _UNPARSABLE
         if bad is not None:
-            offset = self._line_start(lines, index, start) + bad
-            raise _not_utf8(offset, f"event line {self._line + index + 1}") from None
+            try:
+                value = loads(line.decode("utf-8", "replace").encode("utf-8"), max_depth=self._max_depth)
+            except JsonDecodeError as lenient:
+                if "nesting exceeds" in str(lenient):
+                    raise self._too_deep_at(lines, index, start) from None
+        if value is _UNPARSABLE:
+            value = _js_parse(line.decode("utf-8", "replace"))
+            if value is _UNPARSABLE:
+                return self._set_issue(lines, index, start, err, None)
+        try:
+            decoded = decode_storage_record(value)
+        except ChunkRowError as row_err:
+            return self._set_issue(lines, index, start, row_err, None)
+        first = decoded[0]
+        seq = first.get("seq", _MISSING) if type(first) is dict else _MISSING
+        if seq == n and type(seq) is not bool:
+            where = f"event line {self._line + index + 1}"
+            if bad is not None:
+                raise _not_utf8(self._line_start(lines, index, start) + bad, where) from None
+            raise _corrupt(
+                f"corrupt session log: {where} is a record this reader cannot hold losslessly ({err}); "
+                "a complete record is never cut as a torn tail",
+                self._line_start(lines, index, start),
+            ) from None
+        issue = self._set_issue(lines, index, start, None, (n, seq))
+        if _has_turn_end(decoded):
+            raise issue
+        return issue
+
+    def _too_deep_at(self, lines: list[bytes], index: int, start: int) -> ReaderLimitError:
+        offset = self._line_start(lines, index, start)
+        return _too_deep(offset, self._max_depth, f"event line {self._line + index + 1}")
 
     def _set_issue(
         self,

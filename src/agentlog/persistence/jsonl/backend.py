@@ -16,9 +16,10 @@ Durability model, and why it is safe without a journal:
 * A crash can therefore only leave a torn *tail*: an incomplete final record (or a defective last
   complete line). Reading keeps the committed prefix and reports the tail in a :class:`TornMarker`;
   only :meth:`JsonlBackend.commit_repair` ever truncates. Damage inside the committed region (a
-  checksum failure in an earlier frame, a defective record with any complete record after it, bytes
-  that are not UTF-8) raises :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the
-  file untouched; :meth:`JsonlBackend.read_prefix` salvages the prefix before it.
+  checksum failure in an earlier frame, a defective record with any complete record after it, a
+  record readable only by replacing bytes that are not UTF-8) raises
+  :class:`~agentlog.errors.SessionPersistenceCorruptionError` and leaves the file untouched;
+  :meth:`JsonlBackend.read_prefix` salvages the prefix before it.
 * Before every append (under the writer lock) the file must still be the inode, size and next seq this
   instance last wrote or read, so a second writer that slipped past a removed lock file is refused
   (:class:`~agentlog.errors.SessionTailChangedError`) instead of interleaving batches.
@@ -47,7 +48,6 @@ from ...errors import (
     PersistenceError,
     ResourceExhaustedError,
     SessionFormatUnsupportedError,
-    SessionLockedError,
     SessionPersistenceCorruptionError,
     SessionTailChangedError,
     StorageAccessError,
@@ -67,6 +67,7 @@ from ..backend import (
     event_json,
 )
 from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, file_kind, project_key
+from ..writer_lock import clear_holder, locked_error, read_holder, record_holder
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -384,6 +385,7 @@ class _FileLock:
             fd, self._fd = self._fd, -1
         if fd >= 0:
             try:
+                clear_holder(fd)
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
@@ -1589,21 +1591,38 @@ class JsonlBackend:
         found = "a symbolic link that does not lead to a directory" if stat.S_ISLNK(st.st_mode) else _kind(st.st_mode)
         raise _not_a_directory(path, what, found)
 
-    def _materialize(self, meta: Mapping[str, Any], path: str, body: bytes, next_seq: int) -> None:
+    def _first_content(self, meta: Mapping[str, Any], body: bytes) -> bytes:
+        """The header and the first batch, as the start of a new log file."""
+        header = dumps(header_line(meta)) + b"\n"
+        return compress_frame(header) + compress_frame(body) if self._zstd else header + body
+
+    def _open_temp(self, meta: Mapping[str, Any], path: str, suffix: str = ".tmp") -> tuple[str, int]:
+        """Create the directories of a new log and its temporary file (``<log>.<hex><suffix>``, which no
+        reader lists); refuse when a log (of either encoding) already exists."""
         session_dir = os.path.dirname(path)
         opposite = os.path.join(session_dir, "session" + self._opposite)
-        header = dumps(header_line(meta)) + b"\n"
-        content = compress_frame(header) + compress_frame(body) if self._zstd else header + body
         self._mkdir_durable(self.root, "session store root")
         self._mkdir_durable(os.path.dirname(session_dir), "project directory")
         self._mkdir_durable(session_dir, "session directory")
         if _lexists(opposite):
             raise self._mismatch(opposite)
-        refusal = f'refusing to materialize "{meta["id"]}": a log already exists on disk (load/resume it instead)'
         if _lexists(path):
-            raise PersistenceError(refusal)
-        temp = f"{path}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+            raise PersistenceError(_refusal(meta))
+        temp = f"{path}.{secrets.token_hex(6)}{suffix}"
+        return temp, os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+
+    def _publish_temp(self, meta: Mapping[str, Any], temp: str, path: str) -> None:
+        """``link`` the fsynced temporary file into place (unlike rename, never replaces a log another
+        writer published), then make the directory entry durable."""
+        try:
+            os.link(temp, path)
+        except FileExistsError as err:
+            raise PersistenceError(_refusal(meta)) from err
+        _fsync_dir(os.path.dirname(path))
+
+    def _materialize(self, meta: Mapping[str, Any], path: str, body: bytes, next_seq: int) -> None:
+        content = self._first_content(meta, body)
+        temp, fd = self._open_temp(meta, path)
         try:
             try:
                 _write_all(fd, content)
@@ -1613,11 +1632,7 @@ class JsonlBackend:
                 raise storage_error(err, path) from err
             finally:
                 os.close(fd)
-            try:
-                os.link(temp, path)  # unlike rename, never replaces a log another writer published
-            except FileExistsError as err:
-                raise PersistenceError(refusal) from err
-            _fsync_dir(session_dir)
+            self._publish_temp(meta, temp, path)
         finally:
             try:
                 os.unlink(temp)
@@ -1721,7 +1736,9 @@ class JsonlBackend:
         """Advisory single-writer lock: ``flock`` on ``<root>/.locks/<encoded id>.lock``.
 
         ``flock`` locks belong to the open file description, so a second backend instance in the same
-        process conflicts just like another process; the kernel drops the lock if the holder dies.
+        process conflicts just like another process; the kernel drops the lock if the holder dies. The
+        holder writes who it is into the file (:mod:`agentlog.persistence.writer_lock`), so the refusal
+        (``SESSION_LOCKED``, at once) names the holder's pid, host and since when.
         """
         session_id = meta.get("id")
         if not isinstance(session_id, str):
@@ -1738,15 +1755,168 @@ class JsonlBackend:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = read_holder(fd)
             os.close(fd)
-            raise SessionLockedError(f'session "{session_id}" is already open for writing') from None
+            raise locked_error(session_id, holder) from None
         except BaseException:
             os.close(fd)
             raise
+        record_holder(fd)
         return _FileLock(fd)
+
+    @_typed_os_errors
+    def stage_session(self, meta: Mapping[str, Any]) -> _StagedLog:
+        """A new session written into a temporary file that is linked into place whole at ``publish``.
+
+        The file is written like a log (a zstd frame per batch) but fsynced once, before the link: until
+        then no reader lists it, and a crash leaves only an unlisted ``*.import.tmp`` file in the session
+        directory. Its writer holds an ``flock`` on it; each new staging first removes the files of such
+        writers that died (:meth:`_sweep_staged`).
+        """
+        self._refuse_write("stage a session")
+        path = self._log_path(meta)
+        self._preflight()
+        if _lexists(path):
+            raise PersistenceError(_refusal(meta))
+        self._sweep_staged()
+        return _StagedLog(self, dict(meta), path)
+
+    def _sweep_staged(self) -> None:
+        """Remove the staged files whose writer is gone (its ``flock`` ended with it); best effort."""
+        for project in self._project_dirs():
+            project_path = os.path.join(self.root, project)
+            try:
+                sessions = self._session_dirs(project_path)
+            except (OSError, PersistenceError):
+                continue
+            for session in sessions:
+                session_dir = os.path.join(project_path, session)
+                try:
+                    names = [name for name in os.listdir(session_dir) if name.endswith(_STAGED_SUFFIX)]
+                except OSError:
+                    continue
+                for name in names:
+                    _remove_if_abandoned(os.path.join(session_dir, name))
 
     def close(self) -> None:
         """Nothing to release: every file handle is closed by the operation that opened it."""
+
+
+_STAGED_SUFFIX: Final = ".import.tmp"
+
+
+def _remove_if_abandoned(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_SAFE)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))  # fails (and is left) when anything else is in it
+    except OSError:
+        pass  # a live writer holds it (or it is gone already)
+    finally:
+        os.close(fd)
+
+
+def _refusal(meta: Mapping[str, Any]) -> str:
+    return f'refusing to materialize "{meta["id"]}": a log already exists on disk (load/resume it instead)'
+
+
+class _StagedLog:
+    """:meth:`JsonlBackend.stage_session`'s log: batches go to the temporary file, ``publish`` links it."""
+
+    def __init__(self, backend: JsonlBackend, meta: dict[str, Any], path: str) -> None:
+        self._backend = backend
+        self._meta = meta
+        self._path = path
+        self._temp: str | None = None
+        self._fd: int | None = None
+        self._next_seq = 0
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+
+    @_typed_os_errors
+    def append(self, events: Sequence[WireEvent]) -> None:
+        self._check_open()
+        if not events:
+            return
+        if events[0]["seq"] != self._next_seq:
+            raise PersistenceError(
+                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {self._next_seq}'
+            )
+        backend = self._backend
+        body = backend._batch_text(events)
+        if self._fd is None:
+            content = backend._first_content(self._meta, body)
+            self._temp, self._fd = self._open_locked()
+        else:
+            content = compress_frame(body) if backend._zstd else body
+        try:
+            _write_all(self._fd, content)
+        except OSError as err:
+            raise storage_error(err, self._path) from err
+        self._next_seq += len(events)
+
+    def _open_locked(self) -> tuple[str, int]:
+        """The staged file, ``flock``-ed (a sweep that won the race between create and lock removed the
+        first name: take another)."""
+        while True:
+            temp, fd = self._backend._open_temp(self._meta, self._path, _STAGED_SUFFIX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.stat(temp).st_ino == os.fstat(fd).st_ino:
+                    return temp, fd
+            except (FileNotFoundError, BlockingIOError):
+                pass
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+
+    @_typed_os_errors
+    def publish(self) -> None:
+        self._check_open()
+        if self._fd is None or self._temp is None:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" has no events to publish')
+        fd, temp = self._fd, self._temp
+        try:
+            try:
+                os.fsync(fd)
+                st = os.fstat(fd)
+            except OSError as err:
+                raise storage_error(err, self._path) from err
+            self._backend._publish_temp(self._meta, temp, self._path)
+        except BaseException:
+            self.discard()
+            raise
+        self._closed = True
+        self._fd = None
+        os.close(fd)
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        with self._backend._mutex:
+            self._backend._tails[self._path] = _Tail(st.st_dev, st.st_ino, st.st_size, self._next_seq)
+
+    def discard(self) -> None:
+        """Remove the temporary file (and the session directory, when that leaves it empty)."""
+        self._closed = True
+        fd, self._fd = self._fd, None
+        temp, self._temp = self._temp, None
+        if fd is not None:
+            os.close(fd)
+        if temp is not None:
+            try:
+                os.unlink(temp)
+                os.rmdir(os.path.dirname(temp))  # fails (and is left) when anything else is in it
+            except OSError:
+                pass
 
 
 def _loads_or_none(line: bytes, max_depth: int) -> Any:

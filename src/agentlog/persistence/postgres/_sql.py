@@ -78,14 +78,23 @@ _DDL: Final = (
     "CREATE INDEX sessions_parent_idx ON {schema}.sessions (parent_session) WHERE parent_session IS NOT NULL",
 )
 
+_TAIL: Final = (
+    "(SELECT encode(substring(sha256(e.body) FROM 1 FOR 12), 'hex') FROM {schema}.events AS e "
+    "WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1)"
+)
+"""The digest of a session's newest event row (NULL without rows), which every revision carries: a
+database restored from a backup repeats the store id, the incarnation and the counter, never the row
+written after the restore (see ``PostgresBackend._revision``)."""
+
 _STATEMENTS: Final = {
     "insert_state": "INSERT INTO {schema}.agentlog_state (singleton, application, schema_version, store_id) "
     "VALUES (1, %s, %s, %s)",
     "select_state": "SELECT application, schema_version, store_id FROM {schema}.agentlog_state WHERE singleton = 1",
     "lock_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s "
     "FOR NO KEY UPDATE",
-    "select_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s",
-    "select_revision": "SELECT incarnation, revision FROM {schema}.sessions WHERE id = %s",
+    "select_session": "SELECT s.header, s.incarnation, s.revision, s.next_seq, " + _TAIL + " FROM {schema}.sessions "
+    "AS s WHERE s.id = %s",
+    "select_revision": "SELECT s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s WHERE s.id = %s",
     "insert_session": "INSERT INTO {schema}.sessions (id, header, version, created_at, cwd, parent_session, "
     "seed_length, origin, delegation_depth, agent_preset, incarnation, revision, next_seq) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, 0) ON CONFLICT (id) DO NOTHING",
@@ -104,10 +113,12 @@ _STATEMENTS: Final = {
     "rows(seq, body)) SELECT pg_notify('agentlog_events', id) FROM advanced",
     "select_event_span": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s AND seq < %s "
     "ORDER BY seq",
-    "select_sessions": "SELECT id, header, incarnation, revision FROM {schema}.sessions ORDER BY id",
-    "select_sessions_page": "SELECT id, header, incarnation, revision FROM {schema}.sessions WHERE id > %s "
-    "ORDER BY id LIMIT %s",
-    "select_revisions": "SELECT id, incarnation, revision FROM {schema}.sessions ORDER BY id",
+    "select_sessions": "SELECT s.id, s.header, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
+    "ORDER BY s.id",
+    "select_sessions_page": "SELECT s.id, s.header, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions "
+    "AS s WHERE s.id > %s ORDER BY s.id LIMIT %s",
+    "select_revisions": "SELECT s.id, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
+    "ORDER BY s.id",
 }
 
 NAMESPACE_TABLES: Final = "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname"  # noqa: E501
@@ -118,6 +129,23 @@ COLUMNS: Final = (
 INIT_LOCK: Final = "SELECT pg_advisory_xact_lock(%s)"
 TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s)"
 UNLOCK: Final = "SELECT pg_advisory_unlock(%s)"
+# Ask the server to end one backend, if it still holds the advisory lock of a bigint key (whose high and
+# low 32 bits pg_locks shows as classid and objid, objsubid 1): this writer's own abandoned connection.
+TERMINATE_HOLDER: Final = (
+    "SELECT pg_terminate_backend(l.pid) FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_database d "
+    "ON d.oid = l.database WHERE l.locktype = 'advisory' AND l.granted AND l.pid = %s "
+    "AND d.datname = current_database() AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid "
+    "AND l.objsubid = 1"
+)
+LEASE_HOLDER: Final = (
+    "SELECT a.pid, a.application_name, host(a.client_addr), a.client_hostname,"
+    " (extract(epoch FROM a.backend_start) * 1000)::bigint"
+    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database"
+    " WHERE datname = current_database()) AND l.classid::bigint = %s AND l.objid::bigint = %s"
+    " AND l.objsubid = 1 LIMIT 1"
+)
+"""The holder of a session's advisory lease (a bigint key is ``classid`` high and ``objid`` low 32 bits)."""
 SET_TIMEOUT: Final = "SELECT set_config('statement_timeout', %s, false)"
 READ_SNAPSHOT: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 

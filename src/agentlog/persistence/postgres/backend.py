@@ -27,11 +27,21 @@ Design points, each pinned by a test under ``tests/postgres/``:
 * **A lost connection is typed.** Connection failures, a terminated backend and a statement timeout
   become ``DATABASE_UNAVAILABLE`` (the connection is discarded; nothing unacknowledged is committed
   twice), with what to check.
+* **No call waits for ever.** Every wait on the server (connect, each statement, ``COMMIT``, the lease,
+  ``LISTEN``) has a client-side deadline (``call_timeout_s``): a server that accepts the connection but
+  stops answering (a stopped or swapped-out backend, a dead network path the kernel has not noticed) is
+  ``DATABASE_UNAVAILABLE`` once it passes, however the DSN's keepalives are set, and the connection is
+  discarded. A write whose outcome that leaves unknown (its statement or ``COMMIT`` was sent) is found
+  out by the retry: the batch is appended only at the stored next seq, and a batch already stored byte
+  for byte is acknowledged without being written again. A lease whose connection was abandoned so is
+  re-taken only once the server has ended the old backend (it is asked to): until then the old backend
+  could still commit, so the retry is ``DATABASE_UNAVAILABLE``, not ``SESSION_LOCKED``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import select
 import threading
@@ -43,6 +53,7 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import conninfo, pq
+from psycopg.abc import PQGen
 
 from ...errors import (
     ChunkRowError,
@@ -63,6 +74,7 @@ from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from ..writer_lock import locked_error
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
 
@@ -71,6 +83,10 @@ __all__ = ["DEFAULT_SCHEMA", "MAX_SESSION_ID_BYTES", "SCHEMA_VERSION", "Postgres
 DEFAULT_SCHEMA: Final = "agentlog"
 DEFAULT_POOL_SIZE: Final = 4
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5
+DEFAULT_CALL_TIMEOUT_S: Final = 60.0
+"""The client-side deadline of one wait on the server when no statement timeout is set (seconds)."""
+CALL_TIMEOUT_GRACE_S: Final = 5.0
+"""With a statement timeout, the deadline is that timeout plus this: the server's own cancel comes first."""
 MAX_SESSION_ID_BYTES: Final = 1000
 """Longest session id (UTF-8 bytes): it is a btree key and the ``pg_notify`` payload (< 8000 bytes)."""
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -82,6 +98,29 @@ def _lock_key(schema: str, session_id: str) -> int:
     """The advisory-lock key of a session: 64 bits of a hash of (schema, id), as a signed bigint."""
     digest = hashlib.blake2b(f"{schema}\0{session_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _lease_holder(conn: psycopg.Connection[Any], key: int) -> dict[str, Any] | None:
+    """Who holds the advisory lock ``key``, as the server sees it (``pg_locks``, ``pg_stat_activity``).
+
+    The server knows the lease connection's backend pid, client host and application name, and when
+    the connection started (``acquiredAt``: the lease is taken right after connecting); not the
+    client's own process id (``pid`` is ``None``). Best-effort: ``None`` when it cannot be read.
+    """
+    try:
+        row = conn.execute(_sql.LEASE_HOLDER, ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    except psycopg.Error:
+        return None
+    if row is None:
+        return None
+    backend_pid, application, client_address, client_hostname, started_ms = row
+    return {
+        "pid": None,
+        "hostname": client_hostname or client_address or "localhost (a Unix-domain socket)",
+        "acquiredAt": started_ms,
+        "backendPid": backend_pid,
+        "application": application,
+    }
 
 
 def _describe(params: Mapping[str, Any]) -> str:
@@ -124,17 +163,43 @@ _FAST_PATH_ROWS: Final = 2048
 """Largest batch (in stored rows) sent as one statement with array parameters; bigger ones use COPY."""
 
 
+class _NoAnswer(psycopg.OperationalError):
+    """The server did not answer one wait within the client-side deadline; the connection is closed."""
+
+
+class _DeadlineConnection(psycopg.Connection[Any]):
+    """A connection whose every wait on the server ends at ``call_timeout_s`` (``None``: no deadline).
+
+    psycopg runs each statement, ``COMMIT`` and ``COPY`` block through :meth:`wait`; a wait that passes
+    the deadline leaves the protocol mid-exchange, so the connection is closed at once (later calls on
+    it fail fast instead of waiting again, e.g. a rollback on the way out of a transaction block). A
+    wait that brings its own timeout (``notifies(timeout=...)``) keeps it: it is already bounded.
+    """
+
+    call_timeout_s: float | None = None
+
+    def wait(self, gen: PQGen[Any], interval: float = 0.1, timeout: float | None = None) -> Any:
+        deadline = self.call_timeout_s
+        if timeout is not None or deadline is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, deadline)
+        except psycopg.errors._WaitTimeout:
+            self.pgconn.finish()  # not close(): the caller holds the connection's lock
+            raise _NoAnswer(f"the server did not answer within {deadline:g} s") from None
+
+
 class _Batch:
     """One append batch in storage form: the rows (an event or a packed chunk run) and their first seqs."""
 
-    __slots__ = ("bodies", "count", "first", "seqs", "session_id")
+    __slots__ = ("bodies", "count", "events", "first", "seqs", "session_id")
 
-    def __init__(self, session_id: str, first: int, count: int, seqs: list[int], bodies: list[bytes]) -> None:
+    def __init__(self, session_id: str, events: Sequence[WireEvent]) -> None:
         self.session_id = session_id
-        self.first = first
-        self.count = count
-        self.seqs = seqs
-        self.bodies = bodies
+        self.events = events
+        self.first = events[0]["seq"]
+        self.count = len(events)
+        self.seqs, self.bodies = _storage_rows(events)
 
 
 def _storage_rows(events: Sequence[WireEvent]) -> tuple[list[int], list[bytes]]:
@@ -174,6 +239,7 @@ class _AdvisoryLease:
         self.session_id = session_id
         self._conn: psycopg.Connection[Any] | None = conn
         self._key = key
+        self._pid = conn.info.backend_pid
         self._mutex = threading.Lock()
 
     @property
@@ -192,7 +258,12 @@ class _AdvisoryLease:
             conn = self._conn
             if conn is not None and (conn.closed or conn.broken):
                 conn.close()
-                self._conn = conn = self._owner._try_lock(self.session_id, self._key, "re-taking a lost writer lease")
+                conn = self._owner._try_lock(
+                    self.session_id, self._key, "re-taking a lost writer lease", abandoned_pid=self._pid
+                )
+                if conn is None:
+                    raise self._owner._locked(self.session_id)
+                self._conn, self._pid = conn, conn.info.backend_pid
             yield conn
 
     def release(self) -> None:
@@ -230,6 +301,7 @@ class PostgresBackend:
         pool_size: int = DEFAULT_POOL_SIZE,
         statement_timeout_ms: int = 0,
         connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+        call_timeout_s: float | None = None,
         read_only: bool = False,
     ) -> None:
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema) or schema.startswith("pg_"):
@@ -242,6 +314,10 @@ class PostgresBackend:
             raise ValueError(f"statement_timeout_ms must be a non-negative integer, got {statement_timeout_ms!r}")
         if type(connect_timeout_s) is not int or connect_timeout_s < 1:
             raise ValueError(f"connect_timeout_s must be a positive integer, got {connect_timeout_s!r}")
+        if call_timeout_s is not None and (
+            type(call_timeout_s) not in (int, float) or not math.isfinite(call_timeout_s) or call_timeout_s <= 0
+        ):
+            raise ValueError(f"call_timeout_s must be a positive finite number of seconds, got {call_timeout_s!r}")
         try:
             params = conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as err:
@@ -253,6 +329,12 @@ class PostgresBackend:
         self.schema = schema
         self.pool_size = pool_size
         self.statement_timeout_ms = statement_timeout_ms
+        if call_timeout_s is None:
+            call_timeout_s = (
+                statement_timeout_ms / 1000 + CALL_TIMEOUT_GRACE_S if statement_timeout_ms else DEFAULT_CALL_TIMEOUT_S
+            )
+        self.call_timeout_s = float(call_timeout_s)
+        """The client-side deadline of every wait on the server (see the module docstring)."""
         self.read_only = bool(read_only)
         self.location = _describe(params)
         self._connect_kwargs: dict[str, Any] = {}
@@ -276,6 +358,14 @@ class PostgresBackend:
 
     def _unavailable(self, err: BaseException, doing: str) -> DatabaseUnavailableError:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, _NoAnswer):
+            return DatabaseUnavailableError(
+                f"PostgreSQL at {self.location} did not answer within {self.call_timeout_s:g} s while {doing} "
+                "(the client-side deadline, call_timeout_s); the connection was discarded and nothing was "
+                "acknowledged. Retry: a write whose outcome was left unknown is found stored or not by the "
+                "retry, never stored twice. If it persists, check the server (load, locks, a stopped process) "
+                "or raise call_timeout_s"
+            )
         if isinstance(err, psycopg.errors.QueryCanceled):
             hint = "the statement timeout expired; retry, or raise statement_timeout_ms"
         else:
@@ -286,7 +376,10 @@ class PostgresBackend:
         )
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
+        """A new autocommit connection with the client-side deadline (connecting is bounded by
+        ``connect_timeout``) and the statement timeout."""
+        conn = _DeadlineConnection.connect(self.dsn, autocommit=True, **self._connect_kwargs)
+        conn.call_timeout_s = self.call_timeout_s
         try:
             if self.statement_timeout_ms:
                 conn.execute(_sql.SET_TIMEOUT, (str(self.statement_timeout_ms),))
@@ -498,13 +591,20 @@ class PostgresBackend:
                 f"{MAX_SESSION_ID_BYTES}; use a shorter id"
             )
 
-    def _revision(self, incarnation: str, revision: int) -> str:
-        return f"postgres:{self._store_id}:incarnation:{incarnation}:revision:{revision}"
+    def _revision(self, incarnation: str, revision: int, tail: str | None) -> str:
+        """``postgres:<store id>:incarnation:<id>:revision:<n>:tail:<digest>``.
+
+        The counter changes on every append, the incarnation on re-creation of a session row, the store
+        id across databases; a database restored from a backup repeats all three and its next batch
+        reaches a counter already handed out for the log the restore discarded. The digest of the
+        newest event row (computed by the server, ``_sql._TAIL``) tells those logs apart.
+        """
+        return f"postgres:{self._store_id}:incarnation:{incarnation}:revision:{revision}:tail:{tail or 'none'}"
 
     def read_revision(self, session_id: str) -> str | None:
         with self._connection("reading a revision") as conn:
             row = conn.execute(self._sql["select_revision"], (session_id,)).fetchone()
-        return None if row is None else self._revision(row[0], row[1])
+        return None if row is None else self._revision(row[0], row[1], row[2])
 
     # --- reads -------------------------------------------------------------------------------------------
 
@@ -534,7 +634,7 @@ class PostgresBackend:
                 row = cur.execute(self._sql["select_session"], (session_id,)).fetchone()
                 if row is None:
                     return None
-                header, incarnation, revision, next_seq = row
+                header, incarnation, revision, next_seq, tail = row
                 if from_seq:
                     rows = cur.execute(
                         self._sql["select_events_from"], (session_id, session_id, from_seq)
@@ -602,7 +702,7 @@ class PostgresBackend:
             expected += 1
         if damage is None and expected < next_seq:
             damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
-        return meta, events, self._revision(incarnation, revision), damage
+        return meta, events, self._revision(incarnation, revision, tail), damage
 
     def load_stored(self, session_id: str) -> StoredPrefix | None:
         read = self._read(session_id, 0)
@@ -646,7 +746,9 @@ class PostgresBackend:
             rows = conn.cursor(binary=True).execute(self._sql["select_sessions_page"], (after or "", limit)).fetchall()
         return [self._listing(*row) for row in rows]
 
-    def _listing(self, session_id: str, header: bytes, incarnation: str, revision: int) -> SessionListing:
+    def _listing(
+        self, session_id: str, header: bytes, incarnation: str, revision: int, tail: str | None
+    ) -> SessionListing:
         location = f"{self.location} schema {self.schema}"
         try:
             meta = loads(bytes(header))
@@ -661,7 +763,7 @@ class PostgresBackend:
                 error_message=f'stored session "{session_id}" has invalid metadata: {err}',
             )
         listing = SessionListing(
-            id=session_id, header=meta, revision=self._revision(incarnation, revision), location=location
+            id=session_id, header=meta, revision=self._revision(incarnation, revision, tail), location=location
         )
         version = meta.get("version")
         if version != 0:
@@ -676,7 +778,7 @@ class PostgresBackend:
         """Every stored session's revision by id, sorted, from one SELECT of the id and revision columns."""
         with self._connection("listing revisions") as conn:
             rows = conn.execute(self._sql["select_revisions"]).fetchall()
-        return {sid: self._revision(incarnation, revision) for sid, incarnation, revision in rows}
+        return {sid: self._revision(incarnation, revision, tail) for sid, incarnation, revision, tail in rows}
 
     # --- writes ------------------------------------------------------------------------------------------
 
@@ -692,7 +794,7 @@ class PostgresBackend:
                 raise PersistenceError(
                     f'append batch of "{session_id}" is not contiguous: seq {event["seq"]} at index {index}'
                 )
-        batch = _Batch(session_id, first, len(events), *_storage_rows(events))
+        batch = _Batch(session_id, events)
         header = dumps(dict(meta)) if not materialized else b""
         with self._mutex:
             lease = self._leases.get(session_id)
@@ -731,9 +833,12 @@ class PostgresBackend:
                 if created != 1:
                     if bytes(row[0]) == header and self._already_stored(cur, batch, row[3]):
                         return
-                    raise PersistenceError(
-                        f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
-                    )
+                    rest = self._rest_after_landed_prefix(cur, batch, row[3]) if bytes(row[0]) == header else None
+                    if rest is None:
+                        raise PersistenceError(
+                            f'refusing to materialize "{session_id}": a log already exists (load/resume it instead)'
+                        )
+                    batch, first = rest, rest.first
             else:
                 row = cur.execute(q["lock_session"], (session_id,)).fetchone()
                 if row is None:
@@ -742,6 +847,10 @@ class PostgresBackend:
             if next_seq != first:
                 if self._already_stored(cur, batch, next_seq):
                     return
+                rest = self._rest_after_landed_prefix(cur, batch, next_seq)
+                if rest is not None:
+                    batch, first = rest, rest.first
+            if next_seq != first:
                 raise SessionConflictError(
                     f'session "{session_id}" was appended to by another writer: this batch starts at seq {first}, '
                     f"the store's next seq is {next_seq}; nothing of the batch was stored. Reload the session "
@@ -768,6 +877,30 @@ class PostgresBackend:
             seq == batch.seqs[i] and bytes(body) == batch.bodies[i] for i, (seq, body) in enumerate(rows)
         )
 
+    def _rest_after_landed_prefix(self, cur: psycopg.Cursor[Any], batch: _Batch, next_seq: int) -> _Batch | None:
+        """The part of ``batch`` after ``next_seq`` when the part before it is stored already, else ``None``.
+
+        A retry after an unknown outcome (the earlier attempt's write landed after its deadline) carries
+        that batch and the events appended since. The stored rows from the batch's first seq must decode
+        to exactly its leading events (packing may have cut the runs differently, so events are compared,
+        not rows); anything else is another writer's, and a conflict.
+        """
+        first, end = batch.first, batch.first + batch.count
+        if not first < next_seq < end:
+            return None
+        stored: list[Any] = []
+        for _, body in cur.execute(self._sql["select_event_span"], (batch.session_id, first, next_seq)).fetchall():
+            try:
+                stored.extend(decode_storage_record(loads(bytes(body))))
+            except (ValueError, RecursionError, ChunkRowError):
+                return None
+        landed = batch.events[: next_seq - first]
+        if len(stored) != len(landed) or any(
+            loads(event_json(event)) != found for event, found in zip(landed, stored, strict=True)
+        ):
+            return None
+        return _Batch(batch.session_id, batch.events[next_seq - first :])
+
     def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
         """A transaction cannot tear: there is never a torn tail, only closers to append."""
         if torn_marker is not None:
@@ -778,37 +911,90 @@ class PostgresBackend:
     # --- writer leases -----------------------------------------------------------------------------------
 
     def lock_writer(self, meta: Mapping[str, Any]) -> _AdvisoryLease:
+        """The session's writer lease, or ``SESSION_LOCKED`` at once when another writer holds it."""
+        lease = self.try_lock_writer(meta)
+        if lease is None:
+            raise self._locked(meta["id"])
+        return lease
+
+    def try_lock_writer(self, meta: Mapping[str, Any]) -> _AdvisoryLease | None:
+        """One attempt at the writer lease: the lease, or ``None`` when another writer holds it.
+
+        Never waits for the holder (a caller that wants to wait loops on it, with its own backoff and
+        deadline); a server that does not answer is ``DATABASE_UNAVAILABLE`` as for any call.
+        """
         self._refuse_write("take a writer lease")
         session_id = meta["id"]
         self.validate_session_id(session_id)
         self._ensure_schema()
         key = _lock_key(self.schema, session_id)
-        lease = _AdvisoryLease(self, session_id, self._try_lock(session_id, key, "taking the writer lock"), key)
+        conn = self._try_lock(session_id, key, "taking the writer lock")
+        if conn is None:
+            return None
+        lease = _AdvisoryLease(self, session_id, conn, key)
         with self._mutex:
             self._leases[session_id] = lease
         return lease
 
-    def _try_lock(self, session_id: str, key: int, doing: str) -> psycopg.Connection[Any]:
-        """A new connection holding the session's advisory lock, or ``SESSION_LOCKED`` at once."""
+    def _locked(self, session_id: str) -> SessionLockedError:
+        """``SESSION_LOCKED`` naming the lease's holder as the server sees it, read on a connection of
+        its own right after the refused attempt (best-effort: a holder that has just let go, or a server
+        that does not answer, leaves the holder unnamed)."""
+        holder = None
+        try:
+            conn = self._connect()
+        except (psycopg.Error, OSError):
+            conn = None
+        if conn is not None:
+            try:
+                holder = _lease_holder(conn, _lock_key(self.schema, session_id))
+            finally:
+                conn.close()
+        return locked_error(session_id, holder, lock="its PostgreSQL writer lease")
+
+    def _try_lock(
+        self, session_id: str, key: int, doing: str, *, abandoned_pid: int = 0
+    ) -> psycopg.Connection[Any] | None:
+        """A new connection holding the session's advisory lock, or ``None`` at once when it is held.
+
+        ``abandoned_pid`` is the server backend of this lease's previous connection, given up on (it
+        died or missed its deadline). If that backend still holds the lock, the server is asked to end
+        it and the caller gets ``DATABASE_UNAVAILABLE`` (retry), not ``None``: it may still commit what
+        it was sent, so the lease cannot pass to a new connection before it is gone.
+        """
         try:
             conn = self._connect()
         except _CONNECTION_ERRORS as err:
             raise self._unavailable(err, doing) from None
         try:
             row = conn.execute(_sql.TRY_LOCK, (key,)).fetchone()
+            if row is not None and row[0] is True:
+                return conn
+            ended = None
+            if abandoned_pid:
+                try:
+                    ended = conn.execute(
+                        _sql.TERMINATE_HOLDER, (abandoned_pid, (key >> 32) & 0xFFFF_FFFF, key & 0xFFFF_FFFF)
+                    ).fetchone()
+                except _CONNECTION_ERRORS:
+                    raise
+                except psycopg.Error:  # not allowed to end it: the lease is simply held
+                    ended = None
         except _CONNECTION_ERRORS as err:
             conn.close()
             raise self._unavailable(err, doing) from None
         except BaseException:
             conn.close()
             raise
-        if row is None or row[0] is not True:
-            conn.close()
-            raise SessionLockedError(
-                f'session "{session_id}" is already open for writing (another process or host holds its '
-                "PostgreSQL writer lease); wait for it to finish or close it"
+        conn.close()
+        if ended is not None:
+            raise DatabaseUnavailableError(
+                f'the writer lease of session "{session_id}" is still held by this writer\'s previous '
+                f"connection to PostgreSQL at {self.location} (server backend pid {abandoned_pid}), which "
+                "was given up on and may still commit its last write; the server was asked to end it. "
+                "Retry once it has: nothing is stored twice"
             )
-        return conn
+        return None
 
     def _forget_lease(self, lease: _AdvisoryLease) -> None:
         with self._mutex:
@@ -860,10 +1046,50 @@ class PostgresBackend:
         with self._mutex:
             if self._closed:
                 raise PersistenceError(f"{self.name} backend is closed")
-        conn = psycopg.connect(self.dsn, autocommit=True, **self._connect_kwargs)
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        conn = self._connect()
+        try:
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except BaseException:
+            conn.close()
+            raise
         self._listener = conn
         return conn
+
+    # --- staged sessions ---------------------------------------------------------------------------------
+
+    def stage_session(self, meta: Mapping[str, Any]) -> _StagedSession:
+        """A new session written in ONE transaction on a connection of its own, committed at ``publish``.
+
+        The connection also holds the session's writer lease (``SESSION_LOCKED`` at once when another
+        writer has it). Nothing is visible before the commit; a client that dies before it (a crash, a
+        lost connection) leaves nothing: the server rolls the transaction back and ends the lease.
+        """
+        self._refuse_write("stage a session")
+        session_id = meta["id"]
+        self.validate_session_id(session_id)
+        self._ensure_schema()
+        conn = self._try_lock(session_id, _lock_key(self.schema, session_id), "taking the writer lock")
+        if conn is None:
+            raise self._locked(session_id)
+        return _StagedSession(self, dict(meta), conn)
+
+    def _stage_batch(self, conn: psycopg.Connection[Any], meta: Mapping[str, Any], batch: _Batch) -> None:
+        q = self._sql
+        cur = conn.cursor(binary=True)
+        if batch.first == 0:
+            conn.execute("BEGIN")
+            created = cur.execute(
+                q["insert_session"], (batch.session_id, dumps(dict(meta)), *_lineage(meta), uuid.uuid4().hex)
+            ).rowcount
+            if created != 1:
+                raise PersistenceError(
+                    f'refusing to materialize "{batch.session_id}": a log already exists (load/resume it instead)'
+                )
+        with cur.copy(q["copy_events"]) as copy:
+            copy.set_types(["text", "int8", "bytea"])
+            for seq, body in zip(batch.seqs, batch.bodies, strict=True):
+                copy.write_row((batch.session_id, seq, body))
+        cur.execute(q["advance_session"], (batch.first + batch.count, batch.session_id))
 
     # --- the rest of the protocol ------------------------------------------------------------------------
 
@@ -882,3 +1108,51 @@ class PostgresBackend:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
+
+
+class _StagedSession:
+    """:meth:`PostgresBackend.stage_session`'s log: one open transaction on the lease's own connection."""
+
+    def __init__(self, backend: PostgresBackend, meta: dict[str, Any], conn: psycopg.Connection[Any]) -> None:
+        self._backend = backend
+        self._meta = meta
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._next_seq = 0
+
+    def _open(self) -> psycopg.Connection[Any]:
+        if self._conn is None:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+        return self._conn
+
+    def append(self, events: Sequence[WireEvent]) -> None:
+        conn = self._open()
+        if not events:
+            return
+        session_id = self._meta["id"]
+        first = events[0]["seq"]
+        if first != self._next_seq:
+            raise PersistenceError(f'staged append of "{session_id}" starts at seq {first}, expected {self._next_seq}')
+        batch = _Batch(session_id, events)
+        try:
+            with self._backend._typed(conn, "staging an imported session", pooled=False):
+                self._backend._stage_batch(conn, self._meta, batch)
+        except BaseException:
+            self.discard()
+            raise
+        self._next_seq += len(events)
+
+    def publish(self) -> None:
+        conn = self._open()
+        if self._next_seq == 0:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" has no events to publish')
+        try:
+            with self._backend._typed(conn, "committing an imported session", pooled=False):
+                conn.execute("COMMIT")
+        finally:
+            self.discard()  # the lease ends with the connection (after the COMMIT, or rolling it back)
+
+    def discard(self) -> None:
+        """Close the connection: the server rolls back whatever was not committed and ends the lease."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
+import hashlib
 import os
 import re
 import resource
@@ -54,7 +56,6 @@ from ...errors import (
     PersistenceError,
     ResourceExhaustedError,
     SessionFormatUnsupportedError,
-    SessionLockedError,
     SessionPersistenceCorruptionError,
     StorageAccessError,
     StoreNotFoundError,
@@ -64,6 +65,7 @@ from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
+from ..writer_lock import clear_holder, holder_record, locked_error, read_holder, record_holder
 from . import _codec as codec
 
 __all__ = [
@@ -72,6 +74,8 @@ __all__ = [
     "JOURNAL_MODES",
     "SCHEMA_VERSION",
     "SqliteBackend",
+    "sqlite_storage_code",
+    "storage_error",
 ]
 
 SCHEMA_VERSION: Final = 17
@@ -101,6 +105,7 @@ _DECODE_FACTOR: Final = 3  # peak bytes per decoded byte of a load (measured ~2:
 _DECODE_SLACK_BYTES: Final = 16 << 20
 
 _UNKNOWN: Final = object()
+_TAIL_COLUMNS: Final = 7  # seq, type, time, data, source_event_seqs, surface_op, ignorable of the tail row
 _READ_BATCH_ROWS: Final = 512  # rows per fetch while a load decodes (see SqliteBackend._row_batches)
 _SPAN_MEMO_SIZE: Final = 8192
 _KNOWN_INCARNATIONS_MAX: Final = 65536
@@ -199,6 +204,7 @@ class _FileWriterLock:
             fd, self._fd = self._fd, None
         if fd is not None:
             self._owner._forget_lock(self)
+            clear_holder(fd)
             os.close(fd)
 
 
@@ -213,7 +219,7 @@ class _MemoryWriterLock:
         with self._owner._locks_mutex:
             session_id, self._id = self._id, None
             if session_id is not None:
-                self._owner._memory_locks.discard(session_id)
+                self._owner._memory_locks.pop(session_id, None)
                 self._owner._held_locks.discard(self)
 
 
@@ -272,7 +278,7 @@ class SqliteBackend:
         self._shared = False  # a writer was seen: read-only opens stop using immutable snapshots
         self._store_identity = ""
         self._locks_mutex = threading.Lock()
-        self._memory_locks: set[str] = set()
+        self._memory_locks: dict[str, dict[str, Any]] = {}  # id -> holder record
         self._held_locks: set[_WriterLock] = set()
         # Last member seq (None = does not decode) per packed row *content*: validation is a pure
         # function of the columns, and every append re-checks the packed rows up to 1023 seqs back.
@@ -499,14 +505,15 @@ class SqliteBackend:
                 f'{self.name} {op} ran out of memory in SQLite ("{err}") on "{self.path}"; nothing was modified '
                 "and the stored data is not known to be damaged — retry with more memory available"
             )
-        if primary == SQLITE_FULL:
+        kind = sqlite_storage_code(err, self.path)
+        if kind == "STORAGE_FULL":
             return StorageAccessError(
                 f'{self.name} {op} failed: the file system holding "{self.path}" is full ({err}); the transaction '
                 "was rolled back and nothing was acknowledged — free space and retry",
                 code="STORAGE_FULL",
                 path=self.path,
             )
-        if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(self.path)):
+        if kind == "STORAGE_READ_ONLY":
             return StorageAccessError(
                 f'{self.name} {op} failed: "{self.path}" cannot be written ({err}) — it is on a read-only file '
                 "system or read-only for this user; remount it read-write (or fix its permissions), or use a "
@@ -514,16 +521,14 @@ class SqliteBackend:
                 code="STORAGE_READ_ONLY",
                 path=self.path,
             )
-        if primary in (SQLITE_PERM, SQLITE_AUTH) or (
-            primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(self.path), os.W_OK | os.X_OK)
-        ):
+        if kind == "STORAGE_PERMISSION_DENIED":
             return StorageAccessError(
                 f'{self.name} {op} failed: permission denied on "{self.path}" or its directory ({err}); make both '
                 "readable and writable by this user (SQLite also creates -wal/-shm files next to the database)",
                 code="STORAGE_PERMISSION_DENIED",
                 path=self.path,
             )
-        if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        if kind == "STORAGE_IO":
             return StorageAccessError(
                 f'{self.name} {op} failed: I/O error on "{self.path}" ({err}); nothing was acknowledged — check the '
                 "disk and the file system, then retry",
@@ -654,24 +659,34 @@ class SqliteBackend:
                 f"session database schema changed before mutation (expected {SCHEMA_VERSION}, got {version})"
             )
 
-    def _revision(self, incarnation: str, revision: int) -> str:
-        return f"{self._store_identity}:incarnation:{incarnation}:revision:{revision}"
+    def _revision(self, incarnation: str, revision: int, tail: Sequence[Any]) -> str:
+        """``<storeIdentity>:incarnation:<uuid>:revision:<n>:tail:<digest>`` (spec §5.7 plus the tail).
+
+        The spec's parts change on every append or repair, on re-creation of a session row and across
+        databases, but a database restored from a backup (copied back over the file, or renamed into
+        place) repeats all of them, and its next batch brings the counter back to a value already
+        handed out — for another log. The digest of the tail row (:func:`_tail_digest`: the newest
+        event row, every column) tells those logs apart: the rows written after the backup are gone
+        from the restored file, and the restored log's next batch writes a different newest row.
+        """
+        return f"{self._store_identity}:incarnation:{incarnation}:revision:{revision}:tail:{_tail_digest(tail)}"
 
     def _session_row(self, conn: sqlite3.Connection, session_id: str) -> tuple[Any, ...] | None:
-        rows = self._fetchall(conn, SQL["select_session"], (session_id,))
+        """The session row's columns followed by its tail row's (:data:`_TAIL_COLUMNS`, NULLs when none)."""
+        rows = self._fetchall(conn, SQL["select_session_with_tail"], (session_id,))
         return rows[0] if rows else None
 
     def _decode_session(self, row: tuple[Any, ...]) -> tuple[dict[str, Any], str]:
         """Header and revision of a session row; invalid metadata is corruption, never exposed."""
         try:
-            header, incarnation, revision = codec.decode_session_row(row)
+            header, incarnation, revision = codec.decode_session_row(row[:-_TAIL_COLUMNS])
         except codec.StorageRowError as err:
             sid = row[0] if isinstance(row[0], str) else repr(row[0])
             raise SessionPersistenceCorruptionError(
                 f'stored session "{sid}" has invalid metadata: {err} — {self.path}. {codec.REMEDY}',
                 location=self.path,
             ) from None
-        return header, self._revision(incarnation, revision)
+        return header, self._revision(incarnation, revision, row[-_TAIL_COLUMNS:])
 
     def _last_seq_of(self, row: tuple[Any, ...]) -> int:
         """Memoized :func:`codec.last_member_seq` (raises ``StorageRowError`` for a damaged row).
@@ -994,7 +1009,7 @@ class SqliteBackend:
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=None)
 
     def read_revision(self, session_id: str) -> str | None:
-        """The session row's revision string (no transaction, no event rows read)."""
+        """The session's revision string: its row and its tail row in one statement (no transaction)."""
         self._check_bindable(session_id)
 
         def run(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -1123,14 +1138,13 @@ class SqliteBackend:
     def list_sessions(self) -> list[SessionListing]:
         """Every stored session's header, sorted by id; a damaged row is reported, never fatal."""
 
-        rows = self._listing_rows("select_sessions")
+        rows = self._listing_rows("select_sessions_with_tail")
         location = self.path
-        identity = self._store_identity
         decode = codec.decode_session_row
         listings: list[SessionListing] = []
         for row in rows:
             try:
-                header, incarnation, revision = decode(row)
+                header, incarnation, revision = decode(row[:-_TAIL_COLUMNS])
             except codec.StorageRowError as err:
                 sid = row[0]
                 if isinstance(sid, codec.InvalidText):
@@ -1148,7 +1162,7 @@ class SqliteBackend:
             listing = SessionListing(
                 id=header["id"],
                 header=header,
-                revision=f"{identity}:incarnation:{incarnation}:revision:{revision}",
+                revision=self._revision(incarnation, revision, row[-_TAIL_COLUMNS:]),
                 location=location,
             )
             version = header["version"]
@@ -1160,7 +1174,8 @@ class SqliteBackend:
         return listings
 
     def list_revisions(self) -> dict[str, str]:
-        """Every stored session's revision string, by id, from one SELECT of the id and revision columns.
+        """Every stored session's revision string, by id, from one SELECT of the id and revision columns
+        (and each session's tail row, which the revision's digest covers).
 
         The search index reconciles against this on every search, so it neither rebuilds nor validates
         headers as :meth:`list_sessions` does; the strings are the ones listing and :meth:`read_revision`
@@ -1169,12 +1184,11 @@ class SqliteBackend:
         a revision, and no read can name it — is left out.
         """
 
-        rows = self._listing_rows("select_session_revisions")
-        identity = self._store_identity
+        rows = self._listing_rows("select_session_revisions_with_tail")
         known = self._known_incarnations  # an incarnation is fixed for a session's life: check it once
         is_uuid = codec.is_uuid
         found: list[tuple[str, str]] = []
-        for sid, incarnation, revision in rows:
+        for sid, incarnation, revision, *tail in rows:
             if type(sid) is not str or not sid or type(revision) is not int or not 0 <= revision <= MAX_SAFE_INTEGER:
                 continue
             if incarnation not in known:
@@ -1182,9 +1196,36 @@ class SqliteBackend:
                     continue
                 if len(known) < _KNOWN_INCARNATIONS_MAX:
                     known.add(incarnation)
-            found.append((sid, f"{identity}:incarnation:{incarnation}:revision:{revision}"))
+            found.append((sid, self._revision(incarnation, revision, tail)))
         found.sort()
         return dict(found)
+
+    def store_id(self) -> str | None:
+        """The store's random id (``persistence_state.store_id``) through this backend's own connection,
+        or ``None`` while the database holds nothing yet (a read-only open of a missing or empty file).
+
+        What derived files beside the store (the projection cache) are bound to. Asking the open
+        backend rather than opening the file again matters on a full disk: a second read-only open of
+        a WAL database would have to create its ``-shm`` file, which a full or read-only disk refuses.
+        """
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            if self._pristine:
+                return None
+            try:
+                row = conn.execute(SQL["select_store_identity"]).fetchone()
+            except BaseException as err:
+                failure = self._typed(err, "read")
+                if failure is err:
+                    raise
+                raise failure from err
+            return row[0] if row is not None and codec.is_uuid(row[0]) else None
+
+        try:
+            found: str | None = self._locked_read(run)
+        except StoreNotFoundError:
+            return None
+        return found
 
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
@@ -1207,8 +1248,8 @@ class SqliteBackend:
         if self._memory:
             with self._locks_mutex:
                 if session_id in self._memory_locks:
-                    raise SessionLockedError(f'session "{session_id}" is already open for writing')
-                self._memory_locks.add(session_id)
+                    raise locked_error(session_id, self._memory_locks[session_id])
+                self._memory_locks[session_id] = holder_record()
                 memory_lock = _MemoryWriterLock(self, session_id)
                 self._held_locks.add(memory_lock)
             return memory_lock
@@ -1224,17 +1265,75 @@ class SqliteBackend:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = read_holder(fd)
             os.close(fd)
-            raise SessionLockedError(
-                f'session "{session_id}" is already open for writing (another process or store holds its lock)'
-            ) from None
+            raise locked_error(session_id, holder) from None
         except BaseException:
             os.close(fd)
             raise
+        record_holder(fd)
         file_lock = _FileWriterLock(self, fd)
         with self._locks_mutex:
             self._held_locks.add(file_lock)
         return file_lock
+
+    def stage_session(self, meta: Mapping[str, Any]) -> _StagedSession:
+        """A new session written into a private database file next to this one, copied in at ``publish``.
+
+        The batches go to ``<database>.import-<hex>.tmp`` (an agentlog database of its own, in short
+        transactions that never take this database's write lock); ``publish`` copies its rows in ONE
+        transaction here and removes the file. Nothing is visible before that commit; a crash before it
+        leaves only the unlisted ``*.tmp`` file, which its writer holds an ``flock`` on: each new staging
+        first removes those whose writer died. A ``:memory:`` database (which only this instance reaches)
+        keeps the batches and writes them at ``publish``, in one transaction too.
+        """
+        if self.read_only:
+            raise PersistenceError(
+                f'{self.name} was opened read-only on "{self.path}"; staging a session needs a writable backend'
+            )
+        self.validate_session_id(_session_id(meta))
+        if not self._memory:
+            for path in glob.glob(glob.escape(self.path) + ".import-*.tmp"):
+                _remove_if_abandoned(path)
+        return _StagedSession(self, meta)
+
+    def _insert_rows(self, conn: sqlite3.Connection, meta: Mapping[str, Any], rows: Sequence[Any]) -> None:
+        session_id = _session_id(meta)
+        self._refuse_existing(conn, session_id)
+        conn.execute(SQL["upsert_session"], (*_header_columns(meta), str(uuid.uuid4())))
+        conn.executemany(SQL["insert_event"], rows)
+
+    def _refuse_existing(self, conn: sqlite3.Connection, session_id: str) -> None:
+        if self._session_row(conn, session_id) is not None:
+            raise PersistenceError(
+                f'refusing to materialize "{session_id}": a log already exists in the database (load/resume it instead)'
+            )
+
+    def _publish_staged(self, session_id: str, staged_path: str) -> None:
+        """Copy a staged database's session in one transaction (``ATTACH`` cannot run inside one)."""
+        with self._mutex:
+            conn = self._connection()
+            try:
+                conn.execute(SQL["attach_staged"], (staged_path,))
+            except BaseException as err:
+                failure = self._typed(err, "publish")
+                if failure is err:
+                    raise
+                raise failure from err
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._refuse_existing(conn, session_id)
+            conn.execute(SQL["copy_staged_session"], (session_id,))
+            conn.execute(SQL["copy_staged_events"], (session_id,))
+
+        try:
+            self._write("publish", body)
+        finally:
+            with self._mutex:
+                try:
+                    conn.execute(SQL["detach_staged"])
+                except sqlite3.Error:
+                    pass  # a dropped connection has nothing attached any more
 
     def _forget_lock(self, lock: _WriterLock) -> None:
         with self._locks_mutex:
@@ -1251,6 +1350,115 @@ class SqliteBackend:
             held = list(self._held_locks)
         for lock in held:
             lock.release()
+
+
+class _StagedSession:
+    """:meth:`SqliteBackend.stage_session`'s log: a private staging database (or, for ``:memory:``, a buffer)."""
+
+    def __init__(self, backend: SqliteBackend, meta: Mapping[str, Any]) -> None:
+        self._backend = backend
+        self._meta = dict(meta)
+        self._buffered: list[Any] | None = [] if backend._memory else None
+        self._stage: SqliteBackend | None = None
+        self._stage_path = f"{backend.path}.import-{uuid.uuid4().hex[:12]}.tmp"
+        self._lock_fd: int | None = None
+        self._next_seq = 0
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+
+    def append(self, events: Sequence[WireEvent]) -> None:
+        self._check_open()
+        if not events:
+            return
+        if events[0]["seq"] != self._next_seq:
+            raise PersistenceError(
+                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {self._next_seq}'
+            )
+        if self._buffered is not None:
+            try:
+                self._buffered.extend(codec.encode_batch(_session_id(self._meta), events))
+            except MemoryError as err:
+                raise self._backend._typed(err, "staged append") from None
+        else:
+            if self._stage is None:
+                self._lock_fd = _create_locked(self._stage_path)
+                self._stage = SqliteBackend(
+                    self._stage_path, journal_mode="delete", busy_timeout_ms=self._backend.busy_timeout_ms
+                )
+            self._stage.append_batch(self._meta, events, self._next_seq > 0)
+        self._next_seq += len(events)
+
+    def publish(self) -> None:
+        self._check_open()
+        if self._next_seq == 0:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" has no events to publish')
+        backend = self._backend
+        self._closed = True
+        try:
+            if self._buffered is not None:
+                rows, self._buffered = self._buffered, None
+                backend._write("publish", lambda conn: backend._insert_rows(conn, self._meta, rows))
+            else:
+                assert self._stage is not None
+                self._stage.close()
+                backend._publish_staged(_session_id(self._meta), self._stage_path)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Forget the buffer, or close and remove the staging database (nothing of it was ever visible)."""
+        self._closed = True
+        self._buffered = None
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            stage.close()
+        if not self._backend._memory:
+            _remove_staged(self._stage_path)
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+_O_SAFE: Final = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_locked(path: str) -> int:
+    """Create a staging file and ``flock`` it (held until closed: how a sweep tells a live writer)."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | _O_SAFE, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+            raise PersistenceError(f'staging file "{path}" was removed while it was being created; retry')
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_staged(path: str) -> None:
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        try:
+            os.unlink(path + suffix)
+        except OSError:
+            pass
+
+
+def _remove_if_abandoned(path: str) -> None:
+    """Remove a staging database whose writer is gone (its ``flock`` ended with it); best effort."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _O_SAFE)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _remove_staged(path)
+    except OSError:
+        pass  # a live writer holds it
+    finally:
+        os.close(fd)
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -1388,6 +1596,30 @@ _REMEDIES: Final = {
 }
 
 
+def sqlite_storage_code(err: BaseException, path: str) -> str | None:
+    """The ``STORAGE_*`` code of a SQLite refusal to use the database at ``path``, or ``None`` when the
+    error is not a storage refusal (damage, memory, busy, a logic error: the caller types those).
+
+    SQLite's primary result code decides: FULL is a full disk; READONLY, or CANTOPEN on a read-only
+    file system, is read-only storage; PERM / AUTH, or CANTOPEN in a directory this user cannot write
+    (SQLite creates ``-wal`` / ``-shm`` / ``-journal`` files beside the database), is a permission
+    refusal; any other IOERR / CANTOPEN is an I/O error. Shared by the session backend and the
+    derived SQLite files beside a store (the projection cache), so one condition has one code.
+    """
+    primary = _primary(err)
+    if primary == SQLITE_FULL:
+        return "STORAGE_FULL"
+    if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(path)):
+        return "STORAGE_READ_ONLY"
+    if primary in (SQLITE_PERM, SQLITE_AUTH) or (
+        primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(path), os.W_OK | os.X_OK)
+    ):
+        return "STORAGE_PERMISSION_DENIED"
+    if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        return "STORAGE_IO"
+    return None
+
+
 def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
     """An OS refusal as :class:`StorageAccessError`: the stable code, the path, the OS reason, the remedy."""
     code = _OS_ERROR_KINDS.get(err.errno or 0, "STORAGE_IO")
@@ -1395,6 +1627,37 @@ def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
     return StorageAccessError(
         f'cannot {action}: "{path}": {name}: {err.strerror or err} — {_REMEDIES[code]}', code=code, path=path
     )
+
+
+def _tail_digest(tail: Sequence[Any]) -> str:
+    """A digest of the tail row's columns (``none`` for a session without rows), for the revision.
+
+    Every column, each tagged with its SQLite type and length-prefixed, so no two different rows
+    share an encoding; TEXT that is not UTF-8 (a foreign writer's damage, :class:`codec.InvalidText`)
+    is hashed as its raw bytes. The tail row is usually one small event (a packed run at most).
+    """
+    if all(value is None for value in tail):
+        return "none"
+    h = hashlib.blake2b(digest_size=12)
+    for value in tail:
+        if value is None:
+            h.update(b"n")
+            continue
+        if isinstance(value, codec.InvalidText):
+            tag, data = b"x", value.raw
+        elif isinstance(value, str):
+            tag, data = b"t", value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, bool | int):
+            tag, data = b"i", str(int(value)).encode()
+        elif isinstance(value, float):
+            tag, data = b"r", value.hex().encode()
+        elif isinstance(value, bytes | bytearray | memoryview):
+            tag, data = b"b", bytes(value)
+        else:  # pragma: no cover - sqlite3 returns only the types above
+            tag, data = b"?", repr(value).encode()
+        h.update(tag + len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:

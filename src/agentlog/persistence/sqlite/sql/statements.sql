@@ -74,18 +74,33 @@ INSERT INTO persistence_state (singleton, store_id) VALUES (1, ?);
 -- name: select_store_identity
 SELECT store_id FROM persistence_state WHERE singleton = 1;
 
--- name: select_session
-SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset,
-       incarnation, revision
-FROM sessions WHERE id = ?;
+-- name: select_session_with_tail
+-- A session row with its tail row (the event row of the highest seq; NULLs when it has none), in one
+-- statement so the two are one snapshot. The revision carries a digest of the tail row: a database
+-- restored from a backup repeats the incarnation and the counter, never the newest row written after
+-- it (see SqliteBackend._revision). The listing statements below do the same for every session.
+SELECT s.id, s.version, s.created_at, s.cwd, s.parent_session, s.seed_length, s.origin, s.delegation_depth,
+       s.agent_preset, s.incarnation, s.revision,
+       e.seq, e.type, e.time, e.data, e.source_event_seqs, e.surface_op, e.ignorable
+FROM sessions AS s
+LEFT JOIN events AS e
+  ON e.session_id = s.id AND e.seq = (SELECT MAX(t.seq) FROM events AS t WHERE t.session_id = s.id)
+WHERE s.id = ?;
 
--- name: select_sessions
-SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset,
-       incarnation, revision
-FROM sessions;
+-- name: select_sessions_with_tail
+SELECT s.id, s.version, s.created_at, s.cwd, s.parent_session, s.seed_length, s.origin, s.delegation_depth,
+       s.agent_preset, s.incarnation, s.revision,
+       e.seq, e.type, e.time, e.data, e.source_event_seqs, e.surface_op, e.ignorable
+FROM sessions AS s
+LEFT JOIN events AS e
+  ON e.session_id = s.id AND e.seq = (SELECT MAX(t.seq) FROM events AS t WHERE t.session_id = s.id);
 
--- name: select_session_revisions
-SELECT id, incarnation, revision FROM sessions;
+-- name: select_session_revisions_with_tail
+SELECT s.id, s.incarnation, s.revision,
+       e.seq, e.type, e.time, e.data, e.source_event_seqs, e.surface_op, e.ignorable
+FROM sessions AS s
+LEFT JOIN events AS e
+  ON e.session_id = s.id AND e.seq = (SELECT MAX(t.seq) FROM events AS t WHERE t.session_id = s.id);
 
 -- name: upsert_session
 INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth,
@@ -129,3 +144,15 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: delete_events_from
 DELETE FROM events WHERE session_id = ? AND seq >= ?;
+
+-- name: attach_staged
+ATTACH DATABASE ? AS agentlog_staged;
+
+-- name: detach_staged
+DETACH DATABASE agentlog_staged;
+
+-- name: copy_staged_session
+INSERT INTO main.sessions SELECT * FROM agentlog_staged.sessions WHERE id = ?;
+
+-- name: copy_staged_events
+INSERT INTO main.events SELECT * FROM agentlog_staged.events WHERE session_id = ? ORDER BY seq;

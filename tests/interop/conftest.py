@@ -1,0 +1,101 @@
+"""Stores of every backend for the import tests: ``store`` opens new backend instances over one store.
+
+A PostgreSQL store works in a schema of its own in a database created for the session (or
+``AGENTLOG_TEST_DSN``'s), dropped afterwards, as ``tests/postgres/conftest.py`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.memory import MemoryBackend, MemoryStorage
+from agentlog.persistence.postgres import PostgresBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
+
+ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+KINDS = ("jsonl-zstd", "jsonl-raw", "sqlite", "postgres", "memory")
+
+
+@pytest.fixture(scope="session")
+def import_pg_dsn() -> Iterator[str]:
+    given = os.environ.get("AGENTLOG_TEST_DSN")
+    if given:
+        yield given
+        return
+    name = f"agentlog_import_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield conninfo.make_conninfo(ADMIN_DSN, dbname=name)
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@dataclass
+class Store:
+    """One store of one backend kind; ``open()`` is a new backend instance over it (closed at teardown)."""
+
+    kind: str
+    root: Path
+    dsn: str = ""
+    schema: str = ""
+    memory: MemoryStorage = field(default_factory=MemoryStorage)
+    opened: list[Any] = field(default_factory=list)
+
+    def open(self) -> Any:
+        backend: Any
+        if self.kind.startswith("jsonl"):
+            backend = JsonlBackend(str(self.root), compression="zstd" if self.kind == "jsonl-zstd" else "none")
+        elif self.kind == "sqlite":
+            backend = SqliteBackend(str(self.root / "sessions.db"))
+        elif self.kind == "postgres":
+            backend = PostgresBackend(self.dsn, schema=self.schema)
+        else:
+            backend = MemoryBackend(self.memory)
+        self.opened.append(backend)
+        return backend
+
+    def listed(self) -> list[str]:
+        backend = self.open()
+        try:
+            return [listing.id for listing in backend.list_sessions()]
+        finally:
+            backend.close()
+
+    def session_files(self) -> list[Path]:
+        """Published JSONL logs (``session.jsonl[.zstd]``; a staged ``*.tmp`` file is no log)."""
+        if not self.kind.startswith("jsonl") or not self.root.exists():
+            return []
+        return [p for p in self.root.rglob("session.jsonl*") if p.is_file() and p.suffix != ".tmp"]
+
+    def staged_files(self) -> list[Path]:
+        """What a staged import writes before it publishes (JSONL and SQLite: ``*.tmp`` files)."""
+        return [p for p in self.root.rglob("*.tmp")] if self.root.exists() else []
+
+
+@pytest.fixture(params=KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    kind = request.param
+    if kind != "postgres":
+        made = Store(kind, tmp_path / "store")
+    else:
+        made = Store(kind, tmp_path / "store", request.getfixturevalue("import_pg_dsn"), f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        yield made
+    finally:
+        for backend in made.opened:
+            backend.close()
+        if kind == "postgres":
+            with psycopg.connect(made.dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(made.schema)))
