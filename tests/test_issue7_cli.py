@@ -118,7 +118,7 @@ def test_issue7_d9_version_through_the_console_script() -> None:
     exe = Path(sys.executable).with_name("agentlog")
     if not exe.exists():
         pytest.skip(f"the agentlog console script is not installed next to {sys.executable}")
-    done = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"agentlog {version('agentlog')}"
 
@@ -171,7 +171,7 @@ def test_issue7_d9_ls_table_keeps_full_ids_through_a_real_pipe(tmp_path: Path) -
         [sys.executable, "-m", "agentlog.cli", "ls", "--store", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
         check=False,
         env=env,
     )

@@ -213,7 +213,7 @@ def test_issue7_d2_an_accepted_log_reloads_identically_in_a_fresh_process(
         events, messages, header = expected_state(session)
         writer.close()
         child = subprocess.run(
-            [sys.executable, "-c", _CHILD, kind, location], capture_output=True, text=True, timeout=60, check=False
+            [sys.executable, "-c", _CHILD, kind, location], capture_output=True, text=True, timeout=300, check=False
         )
         assert child.returncode == 0, child.stderr
         got_events, got_messages, got_header = json.loads(child.stdout)

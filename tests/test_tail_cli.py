@@ -99,7 +99,7 @@ def test_tail_cli__follow_json_beside_a_writer_prints_every_event_once_in_order_
         assert writer.stdout.readline().strip() == "done"
         assert writer.wait() == 0
         tail.send_signal(signal.SIGINT)
-        rest, err = tail.communicate(timeout=60)
+        rest, err = tail.communicate(timeout=300)
         assert tail.returncode == 0, err
         assert err == b""
         assert rest == b""  # nothing past the last event: no duplicate
@@ -123,7 +123,7 @@ def test_tail_cli__ctrl_c_while_waiting_for_events_ends_cleanly(tmp_path: Path, 
         assert first[0].split()[:2] == ["0", "turn/start"]
         assert first[5].split()[:2] == ["5", "turn/end"]
         os.kill(tail.pid, signal.SIGINT)
-        rest, err = tail.communicate(timeout=60)
+        rest, err = tail.communicate(timeout=300)
     finally:
         if tail.poll() is None:
             tail.kill()

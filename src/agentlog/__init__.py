@@ -2,25 +2,18 @@
 
 The log stores what happened; the surface decides what the model sees now; everything else
 (messages, transcripts, forks, repairs) is derived from the two.
+
+Every command of the ``agentlog`` CLI, even ``--version``, starts by importing this package, so it
+imports almost nothing itself: the names below load from their modules on first access
+(:mod:`agentlog._lazy`), and ``import agentlog`` loads neither the agent loop, the LLM provider
+(``openai``, ``httpx``), the file backends nor sqlite3/zstd. The errors load eagerly: they are small
+and every path needs them.
 """
 
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 from ._version import __version__ as __version__
-from .agent.checkpoint import CheckpointPolicy
-from .compaction import (
-    CHECKPOINT_PREAMBLE,
-    COMPACTION_INSTRUCTION,
-    PRUNE_MARKER,
-    CompactionConfig,
-    CompactionEngine,
-    CompactionInvariants,
-    CompactionResult,
-    ExtractiveSummarizer,
-    ProviderSummarizer,
-    Summarizer,
-    TokenMeter,
-    ToolResultPruner,
-    select_compactable_range,
-)
 from .errors import (
     AgentlogError,
     ArgumentTypeError,
@@ -54,113 +47,265 @@ from .errors import (
     SessionQueryError,
     SurfaceError,
 )
-from .kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
-from .kernel.events import (
-    ASSISTANT_CHUNK,
-    ASSISTANT_MESSAGE,
-    CORE_EVENT_TYPES,
-    KNOWN_SESSION_EVENT_TYPES,
-    REQUEST_CONTEXT,
-    REQUEST_HEADER,
-    SESSION_END_SEED,
-    SESSION_FORMAT_VERSION,
-    STEP_END,
-    STEP_START,
-    SURFACE_EVENT_TYPES,
-    TODO_WRITE,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_END,
-    TURN_START,
-    USER_MESSAGE,
-    AssistantChunkData,
-    AssistantMessageData,
-    ContentBlock,
-    CoreEventType,
-    Event,
-    EventTypes,
-    RequestContextData,
-    RequestHeaderData,
-    StepData,
-    SurfaceIntent,
-    TodoWriteData,
-    ToolCallData,
-    ToolResultData,
-    TurnEndData,
-    TurnStartData,
-    event_types,
-)
-from .kernel.invariants import SessionInvariants, StagedInvariants
-from .kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, is_json_value, snapshot_json, thaw
-from .kernel.messages import (
-    assistant_message,
-    image_block,
-    new_message_id,
-    plugin_message,
-    reasoning_block,
-    reasoning_delta,
-    text_block,
-    text_delta,
-    token_usage,
-    tool_call_block,
-    tool_call_delta,
-    tool_result_block,
-    tool_result_message,
-    user_message,
-)
-from .kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
-from .kernel.request_header import call_config_equals, canonical_header, fold_request_header, header_equals
-from .kernel.seeds import SessionPreparation, adopt_session_event, snapshot_session_event
-from .kernel.session import (
-    EventsView,
-    MessageList,
-    Session,
-    SessionView,
-    derive_event_message,
-)
-from .kernel.store import Scope, SessionStore
-from .kernel.surface import (
-    APPEND,
-    SurfaceFoldReplacement,
-    SurfaceFoldResult,
-    SurfaceManager,
-    fold_surface,
-    is_append_surface_event,
-    is_replacement_surface_event,
-    is_surface_eligible_type,
-    is_surface_event,
-    replace_op,
-)
-from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot, StoredView
-from .persistence.memory import MemoryBackend
 
-_LAZY = {
-    "JsonlBackend": ("agentlog.persistence.jsonl", "JsonlBackend"),
-    "SqliteBackend": ("agentlog.persistence.sqlite", "SqliteBackend"),
-    "ProjectionRegistry": ("agentlog.projection", "ProjectionRegistry"),
-    "ProjectionCache": ("agentlog.projection", "ProjectionCache"),
-    "SessionTitleService": ("agentlog.projection", "SessionTitleService"),
-    "normalize_session_title": ("agentlog.projection", "normalize_session_title"),
-    "fallback_session_title": ("agentlog.projection", "fallback_session_title"),
-    "SESSION_STATS_UNIT": ("agentlog.projection", "SESSION_STATS_UNIT"),
-    "TITLE_UNIT": ("agentlog.projection", "TITLE_UNIT"),
-    "SessionQuery": ("agentlog.query", "SessionQuery"),
-    "SqliteSearch": ("agentlog.query", "SqliteSearch"),
-    "Recorder": ("agentlog.interop", "Recorder"),
-    "tool": ("agentlog.agent", "tool"),
+if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
+    from .agent import tool
+    from .agent.checkpoint import CheckpointPolicy
+    from .compaction import (
+        CHECKPOINT_PREAMBLE,
+        COMPACTION_INSTRUCTION,
+        PRUNE_MARKER,
+        CompactionConfig,
+        CompactionEngine,
+        CompactionInvariants,
+        CompactionResult,
+        ExtractiveSummarizer,
+        ProviderSummarizer,
+        Summarizer,
+        TokenMeter,
+        ToolResultPruner,
+        select_compactable_range,
+    )
+    from .interop import Recorder
+    from .kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
+    from .kernel.events import (
+        ASSISTANT_CHUNK,
+        ASSISTANT_MESSAGE,
+        CORE_EVENT_TYPES,
+        KNOWN_SESSION_EVENT_TYPES,
+        REQUEST_CONTEXT,
+        REQUEST_HEADER,
+        SESSION_END_SEED,
+        SESSION_FORMAT_VERSION,
+        STEP_END,
+        STEP_START,
+        SURFACE_EVENT_TYPES,
+        TODO_WRITE,
+        TOOL_CALL,
+        TOOL_RESULT,
+        TURN_END,
+        TURN_START,
+        USER_MESSAGE,
+        AssistantChunkData,
+        AssistantMessageData,
+        ContentBlock,
+        CoreEventType,
+        Event,
+        EventTypes,
+        RequestContextData,
+        RequestHeaderData,
+        StepData,
+        SurfaceIntent,
+        TodoWriteData,
+        ToolCallData,
+        ToolResultData,
+        TurnEndData,
+        TurnStartData,
+        event_types,
+    )
+    from .kernel.invariants import SessionInvariants, StagedInvariants
+    from .kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, is_json_value, snapshot_json, thaw
+    from .kernel.messages import (
+        assistant_message,
+        image_block,
+        new_message_id,
+        plugin_message,
+        reasoning_block,
+        reasoning_delta,
+        text_block,
+        text_delta,
+        token_usage,
+        tool_call_block,
+        tool_call_delta,
+        tool_result_block,
+        tool_result_message,
+        user_message,
+    )
+    from .kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
+    from .kernel.request_header import call_config_equals, canonical_header, fold_request_header, header_equals
+    from .kernel.seeds import SessionPreparation, adopt_session_event, snapshot_session_event
+    from .kernel.session import EventsView, MessageList, Session, SessionView, derive_event_message
+    from .kernel.store import Scope, SessionStore
+    from .kernel.surface import (
+        APPEND,
+        SurfaceFoldReplacement,
+        SurfaceFoldResult,
+        SurfaceManager,
+        fold_surface,
+        is_append_surface_event,
+        is_replacement_surface_event,
+        is_surface_eligible_type,
+        is_surface_event,
+        replace_op,
+    )
+    from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot, StoredView
+    from .persistence.jsonl import JsonlBackend
+    from .persistence.memory import MemoryBackend
+    from .persistence.sqlite import SqliteBackend
+    from .projection import (
+        SESSION_STATS_UNIT,
+        TITLE_UNIT,
+        ProjectionCache,
+        ProjectionRegistry,
+        SessionTitleService,
+        fallback_session_title,
+        normalize_session_title,
+    )
+    from .query import SessionQuery, SqliteSearch
+
+# Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above).
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".agent": ("tool",),
+    ".agent.checkpoint": ("CheckpointPolicy",),
+    ".compaction": (
+        "CHECKPOINT_PREAMBLE",
+        "COMPACTION_INSTRUCTION",
+        "PRUNE_MARKER",
+        "CompactionConfig",
+        "CompactionEngine",
+        "CompactionInvariants",
+        "CompactionResult",
+        "ExtractiveSummarizer",
+        "ProviderSummarizer",
+        "Summarizer",
+        "TokenMeter",
+        "ToolResultPruner",
+        "select_compactable_range",
+    ),
+    ".interop": ("Recorder",),
+    ".kernel.chunkrows": (
+        "MIN_RUN",
+        "decode_storage_record",
+        "pack_chunk_runs",
+    ),
+    ".kernel.events": (
+        "ASSISTANT_CHUNK",
+        "ASSISTANT_MESSAGE",
+        "CORE_EVENT_TYPES",
+        "KNOWN_SESSION_EVENT_TYPES",
+        "REQUEST_CONTEXT",
+        "REQUEST_HEADER",
+        "SESSION_END_SEED",
+        "SESSION_FORMAT_VERSION",
+        "STEP_END",
+        "STEP_START",
+        "SURFACE_EVENT_TYPES",
+        "TODO_WRITE",
+        "TOOL_CALL",
+        "TOOL_RESULT",
+        "TURN_END",
+        "TURN_START",
+        "USER_MESSAGE",
+        "AssistantChunkData",
+        "AssistantMessageData",
+        "ContentBlock",
+        "CoreEventType",
+        "Event",
+        "EventTypes",
+        "RequestContextData",
+        "RequestHeaderData",
+        "StepData",
+        "SurfaceIntent",
+        "TodoWriteData",
+        "ToolCallData",
+        "ToolResultData",
+        "TurnEndData",
+        "TurnStartData",
+        "event_types",
+    ),
+    ".kernel.invariants": (
+        "SessionInvariants",
+        "StagedInvariants",
+    ),
+    ".kernel.jsonvalue": (
+        "MAX_SAFE_INTEGER",
+        "FrozenDict",
+        "FrozenList",
+        "is_json_value",
+        "snapshot_json",
+        "thaw",
+    ),
+    ".kernel.messages": (
+        "assistant_message",
+        "image_block",
+        "new_message_id",
+        "plugin_message",
+        "reasoning_block",
+        "reasoning_delta",
+        "text_block",
+        "text_delta",
+        "token_usage",
+        "tool_call_block",
+        "tool_call_delta",
+        "tool_result_block",
+        "tool_result_message",
+        "user_message",
+    ),
+    ".kernel.repair": (
+        "TOOL_NOT_STARTED",
+        "TOOL_OUTCOME_UNKNOWN",
+        "interrupted_turn_closers",
+    ),
+    ".kernel.request_header": (
+        "call_config_equals",
+        "canonical_header",
+        "fold_request_header",
+        "header_equals",
+    ),
+    ".kernel.seeds": (
+        "SessionPreparation",
+        "adopt_session_event",
+        "snapshot_session_event",
+    ),
+    ".kernel.session": (
+        "EventsView",
+        "MessageList",
+        "Session",
+        "SessionView",
+        "derive_event_message",
+    ),
+    ".kernel.store": (
+        "Scope",
+        "SessionStore",
+    ),
+    ".kernel.surface": (
+        "APPEND",
+        "SurfaceFoldReplacement",
+        "SurfaceFoldResult",
+        "SurfaceManager",
+        "fold_surface",
+        "is_append_surface_event",
+        "is_replacement_surface_event",
+        "is_surface_eligible_type",
+        "is_surface_event",
+        "replace_op",
+    ),
+    ".persistence.coordinator": (
+        "PersistenceCoordinator",
+        "SessionSnapshot",
+        "StoredView",
+    ),
+    ".persistence.jsonl": ("JsonlBackend",),
+    ".persistence.memory": ("MemoryBackend",),
+    ".persistence.sqlite": ("SqliteBackend",),
+    ".projection": (
+        "ProjectionRegistry",
+        "ProjectionCache",
+        "SessionTitleService",
+        "normalize_session_title",
+        "fallback_session_title",
+        "SESSION_STATS_UNIT",
+        "TITLE_UNIT",
+    ),
+    ".query": (
+        "SessionQuery",
+        "SqliteSearch",
+    ),
 }
 
-
-def __getattr__(name: str) -> object:
-    """File backends, projections, search, the recorder and ``tool`` load on first use, so ``import agentlog``
-    stays light (no sqlite3/zstd, no agent loop)."""
-    if name in _LAZY:
-        import importlib
-
-        module_name, attribute = _LAZY[name]
-        return getattr(importlib.import_module(module_name), attribute)
-    raise AttributeError(f"module 'agentlog' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(
+    globals(), _EXPORTS, submodules=("agent", "compaction", "kernel", "llm", "persistence", "projection", "query")
+)
 
 __all__ = [
     "APPEND",

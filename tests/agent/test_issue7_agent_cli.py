@@ -88,7 +88,7 @@ def _interrupt_run(
             text=True,
         )
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 300  # a hang guard; the loop ends at the child's progress
             while "run_command" not in [e["data"].get("name") for e in _stored(root) if e["type"] == "tool/call"]:
                 assert time.monotonic() < deadline, "the command never reached the tool body"
                 assert child.poll() is None, f"agentlog run exited on its own: {child.communicate()}"
@@ -102,7 +102,7 @@ def _interrupt_run(
             for number in signals:
                 os.kill(child.pid, number)
                 time.sleep(0.05)
-            _out, err = child.communicate(timeout=30)
+            _out, err = child.communicate(timeout=300)
         finally:
             if child.poll() is None:
                 child.kill()

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _procs import running_sleep
+
 import agentlog as al
 from agentlog.agent.loop import Agent, AgentOptions
 from agentlog.llm.demo_server import DemoModelServer, RecordedRequest, Reply
@@ -64,13 +66,16 @@ def test_crash__sigkill_during_a_tool_body_is_repaired_as_outcome_unknown_and_th
     with DemoModelServer(script) as server:
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), server.base_url, str(workdir)])
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 300  # a hang guard; the loop ends at the child's progress
             # The loop flushes before the tool body runs: once tool/call is durable, the body is running.
             while "tool/call" not in _stored_types(root):
                 assert time.monotonic() < deadline, "the child never reached the tool body"
                 assert child.poll() is None, "the child exited on its own"
                 time.sleep(0.05)
-            time.sleep(0.2)
+            while not running_sleep(child.pid):  # the body's `sleep 8` runs (a fixed pause raced under load)
+                assert time.monotonic() < deadline, "the tool body never started its command"
+                assert child.poll() is None, "the child exited on its own"
+                time.sleep(0.05)
             os.kill(child.pid, signal.SIGKILL)
             assert child.wait(10) == -signal.SIGKILL
         finally:

@@ -225,7 +225,7 @@ def test_issue7_d12_out_of_memory_while_loading_is_resource_exhausted_and_nothin
             [sys.executable, "-c", _MEMORY_CHILD, str(store_root(jenv)), jenv.kind.split("-")[1], str(extra)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=300,
         )
         assert child.returncode == 0, child.stderr[-2000:]  # no crash (orjson is not allocation-safe)
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
@@ -590,7 +590,7 @@ def test_issue7_d18_permission_denied_file_is_storage_permission_denied(jenv: Ha
             [sys.executable, "-c", _UNPRIVILEGED_CHILD, str(base / "jsonl-root"), jenv.kind.split("-")[1]],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=300,
             cwd="/",
         )
         if child.returncode != 0 and "Operation not permitted" in child.stderr:

@@ -954,7 +954,7 @@ def test_318_loads_packaged_sql_resources_from_the_published_entry(tmp_path: Pat
     # spec 8.12 #318 — adapted: a fresh interpreter imports the package entry and lists `:memory:`; the
     # build declares the resources as package data so a wheel ships them.
     script = "from agentlog.persistence.sqlite import SqliteBackend; print(SqliteBackend(':memory:').list_sessions())"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")
     pyproject = (SRC.parents[3] / "pyproject.toml").read_text(encoding="utf-8")
     assert '"persistence/sqlite/sql/*.sql"' in pyproject

@@ -123,7 +123,7 @@ EXIT_WITHOUT_FLUSH = textwrap.dedent(
 
 
 def test_write_behind__a_normal_exit_drains_unflushed_events(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-c", EXIT_WITHOUT_FLUSH, str(tmp_path)], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", EXIT_WITHOUT_FLUSH, str(tmp_path)], check=True, timeout=300)
     store = al.SessionStore()
     coordinator = PersistenceCoordinator(store, _backend("jsonl", tmp_path))
     try:

@@ -66,7 +66,7 @@ def stored_rows(dsn: str, schema: str, session_id: str) -> list[tuple[int, bytes
         return [(seq, bytes(body)) for seq, body in conn.execute(statement, (session_id,))]
 
 
-def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 20.0) -> None:
+def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 300.0) -> None:
     """Poll ``predicate`` until it holds (a liveness bound, not a timing assertion)."""
     deadline = time.monotonic() + limit_s
     while not predicate():

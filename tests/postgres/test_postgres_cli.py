@@ -175,7 +175,7 @@ def test_the_command_line_imports_psycopg_only_for_a_postgres_store(tmp_path: Pa
         "assert result.exit_code == 1, result.stderr\n"  # STORE_NOT_FOUND: the JSONL store does not exist
         "assert 'psycopg' not in sys.modules, 'psycopg imported for a JSONL store'\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

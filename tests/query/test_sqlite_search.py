@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time as _time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -1405,14 +1406,13 @@ def test_kill_9_during_reconciliation_leaves_a_consistent_index_the_next_search_
     marker = tmp_path / "marker"
     child = subprocess.Popen([sys.executable, "-c", _KILL_CHILD, str(root), index, str(marker)])
     try:
-        for _ in range(3000):
-            if marker.exists() and marker.read_text():
-                break
+        deadline = _time.monotonic() + 300  # a hang guard: the loop ends at the child's own marker
+        while not (marker.exists() and marker.read_text()):
             if child.poll() is not None:
                 pytest.fail(f"child exited early with {child.returncode}")
+            if _time.monotonic() > deadline:
+                pytest.fail("child never reached the write transaction")
             threading.Event().wait(0.01)
-        else:
-            pytest.fail("child never reached the write transaction")
         os.kill(child.pid, 9)
     finally:
         child.wait(30)

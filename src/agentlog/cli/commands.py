@@ -12,32 +12,22 @@ order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``,
 ``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``),
 :mod:`.projection_commands` (``stats``, ``title``, ``reindex``), :mod:`.query_commands` (``search``,
 ``trace``), :mod:`.interop_commands` (``import``), :mod:`.tail_commands` (``tail``) and :mod:`.demo_commands`;
-they take the shared options from :mod:`.options` and print through :mod:`.render`. The names below
-stay importable from here.
+they take the shared options from :mod:`.options` and print through :mod:`.render`. A command's module
+is imported only when that command runs (:func:`._app.lazy_command`): every command pays for what it
+uses, not for the agent stack. The names below stay importable from here, loaded on first access.
 """
 
 from __future__ import annotations
 
-from ._app import app
-from .agent_commands import (
-    COMMAND_HINT,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_MAX_STEPS,
-    DEFAULT_PROVIDER,
-    MAX_REPLAY_GAP_S,
-    compact_command,
-    fork_command,
-    replay_command,
-    resume_command,
-    run_command,
-)
-from .demo_commands import demo_command
-from .interop_commands import import_command
-from .options import SQLITE_FILENAME, BackendKind, Compression, open_backend
-from .projection_commands import reindex_command, stats_command, title_command
-from .query_commands import search_command, trace_command
-from .read_commands import PARTIAL_EXIT, PENDING_MARK, export_command, ls_command, show_command, verify_command
-from .tail_commands import tail_command
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+from ._app import app, lazy_command
+
+if TYPE_CHECKING:  # their types for mypy; at run time they load on first access (the command functions too)
+    from .agent_commands import COMMAND_HINT, DEFAULT_MAX_RETRIES, DEFAULT_MAX_STEPS, DEFAULT_PROVIDER, MAX_REPLAY_GAP_S
+    from .options import SQLITE_FILENAME, BackendKind, Compression, open_backend
+    from .read_commands import PARTIAL_EXIT, PENDING_MARK
 
 __all__ = [
     "COMMAND_HINT",
@@ -55,24 +45,44 @@ __all__ = [
     "open_backend",
 ]
 
-# The command table, in the order ``agentlog --help`` lists it.
-app.command("ls")(ls_command)
-app.command("export")(export_command)
-app.command("import")(import_command)
-app.command("verify")(verify_command)
-app.command("run")(run_command)
-app.command("resume")(resume_command)
-app.command("show")(show_command)
-app.command("tail")(tail_command)
-app.command("stats")(stats_command)
-app.command("title")(title_command)
-app.command("search")(search_command)
-app.command("trace")(trace_command)
-app.command("replay")(replay_command)
-app.command("fork")(fork_command)
-app.command("compact")(compact_command)
-app.command("reindex")(reindex_command)
-app.command("demo")(demo_command)
+# The command table, in the order ``agentlog --help`` lists it: name, module, function.
+_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("ls", ".read_commands", "ls_command"),
+    ("export", ".read_commands", "export_command"),
+    ("import", ".interop_commands", "import_command"),
+    ("verify", ".read_commands", "verify_command"),
+    ("run", ".agent_commands", "run_command"),
+    ("resume", ".agent_commands", "resume_command"),
+    ("show", ".read_commands", "show_command"),
+    ("tail", ".tail_commands", "tail_command"),
+    ("stats", ".projection_commands", "stats_command"),
+    ("title", ".projection_commands", "title_command"),
+    ("search", ".query_commands", "search_command"),
+    ("trace", ".query_commands", "trace_command"),
+    ("replay", ".agent_commands", "replay_command"),
+    ("fork", ".agent_commands", "fork_command"),
+    ("compact", ".agent_commands", "compact_command"),
+    ("reindex", ".projection_commands", "reindex_command"),
+    ("demo", ".demo_commands", "demo_command"),
+)
+for _name, _module, _function in _TABLE:
+    lazy_command(_name, _module, _function)
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".agent_commands": (
+        "COMMAND_HINT",
+        "DEFAULT_MAX_RETRIES",
+        "DEFAULT_MAX_STEPS",
+        "DEFAULT_PROVIDER",
+        "MAX_REPLAY_GAP_S",
+    ),
+    ".options": ("SQLITE_FILENAME", "BackendKind", "Compression", "open_backend"),
+    ".read_commands": ("PARTIAL_EXIT", "PENDING_MARK"),
+}
+for _name, _module, _function in _TABLE:
+    _EXPORTS[_module] = (*_EXPORTS.get(_module, ()), _function)
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 def main() -> None:

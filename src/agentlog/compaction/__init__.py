@@ -12,8 +12,15 @@ full history. The pieces, bottom-up:
 - a :class:`Summarizer` writes the summary (:class:`ProviderSummarizer` asks the model;
   :class:`ExtractiveSummarizer` needs none);
 - :class:`CompactionEngine` decides when, installed in the agent loop with ``Agent(compaction=...)``.
+
+The names load on first access (:mod:`agentlog._lazy`): the projection units live in
+:mod:`.units`, and importing them (as ``agentlog ls`` does) must not load the engine, the summarizers and
+the LLM layer behind them.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..errors import (
     CompactionBusyError,
     CompactionConfigError,
@@ -27,34 +34,99 @@ from ..errors import (
     SurfaceChangedError,
     TargetPressureConfigError,
 )
-from .config import CompactionConfig, CompactSpec, Retention, TargetPolicy
-from .engine import CompactionEngine, routed_target
-from .estimate import estimate_content, estimate_header, estimate_message, js_length
-from .invariants import CompactionInvariants
-from .meter import TokenMeasurement, TokenMeter, TokenSurfaceNode
-from .pairing import balanced_after, balanced_before
-from .pruner import PRUNE_MARKER, PrunedEntry, PruneResult, ToolResultPruner
-from .region import (
-    CompactionResult,
-    RegionOptions,
-    checkpoint_source,
-    compact_surface_region,
-    is_checkpoint_source,
-    lock_is_held,
-    manual_compaction_range,
-)
-from .selection import CompactableRange, select_compactable_range
-from .summarizer import (
-    CHECKPOINT_PREAMBLE,
-    COMPACTION_INSTRUCTION,
-    ExtractiveSummarizer,
-    ProviderSummarizer,
-    SummarizationInput,
-    Summarizer,
-    SummaryResult,
-    SummaryTarget,
-    frame_summary,
-)
+
+if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
+    from .config import CompactionConfig, CompactSpec, Retention, TargetPolicy
+    from .engine import CompactionEngine, routed_target
+    from .estimate import estimate_content, estimate_header, estimate_message, js_length
+    from .invariants import CompactionInvariants
+    from .meter import TokenMeasurement, TokenMeter, TokenSurfaceNode
+    from .pairing import balanced_after, balanced_before
+    from .pruner import PRUNE_MARKER, PrunedEntry, PruneResult, ToolResultPruner
+    from .region import (
+        CompactionResult,
+        RegionOptions,
+        checkpoint_source,
+        compact_surface_region,
+        is_checkpoint_source,
+        lock_is_held,
+        manual_compaction_range,
+    )
+    from .selection import CompactableRange, select_compactable_range
+    from .summarizer import (
+        CHECKPOINT_PREAMBLE,
+        COMPACTION_INSTRUCTION,
+        ExtractiveSummarizer,
+        ProviderSummarizer,
+        SummarizationInput,
+        Summarizer,
+        SummaryResult,
+        SummaryTarget,
+        frame_summary,
+    )
+
+# Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above): importing
+# ``agentlog.compaction.units`` (the projection units) must not load the engine, the summarizers and the LLM layer.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".config": (
+        "CompactionConfig",
+        "CompactSpec",
+        "Retention",
+        "TargetPolicy",
+    ),
+    ".engine": (
+        "CompactionEngine",
+        "routed_target",
+    ),
+    ".estimate": (
+        "estimate_content",
+        "estimate_header",
+        "estimate_message",
+        "js_length",
+    ),
+    ".invariants": ("CompactionInvariants",),
+    ".meter": (
+        "TokenMeasurement",
+        "TokenMeter",
+        "TokenSurfaceNode",
+    ),
+    ".pairing": (
+        "balanced_after",
+        "balanced_before",
+    ),
+    ".pruner": (
+        "PRUNE_MARKER",
+        "PrunedEntry",
+        "PruneResult",
+        "ToolResultPruner",
+    ),
+    ".region": (
+        "CompactionResult",
+        "RegionOptions",
+        "checkpoint_source",
+        "compact_surface_region",
+        "is_checkpoint_source",
+        "lock_is_held",
+        "manual_compaction_range",
+    ),
+    ".selection": (
+        "CompactableRange",
+        "select_compactable_range",
+    ),
+    ".summarizer": (
+        "CHECKPOINT_PREAMBLE",
+        "COMPACTION_INSTRUCTION",
+        "ExtractiveSummarizer",
+        "ProviderSummarizer",
+        "SummarizationInput",
+        "Summarizer",
+        "SummaryResult",
+        "SummaryTarget",
+        "frame_summary",
+    ),
+}
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 __all__ = [
     "CHECKPOINT_PREAMBLE",
