@@ -84,9 +84,7 @@ class Store:
         return [p for p in self.root.rglob("*.tmp")] if self.root.exists() else []
 
 
-@pytest.fixture(params=KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    kind = request.param
+def _store_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if kind != "postgres":
         made = Store(kind, tmp_path / "store")
     else:
@@ -99,3 +97,14 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         if kind == "postgres":
             with psycopg.connect(made.dsn, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(made.schema)))
+
+
+@pytest.fixture(params=KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    yield from _store_of(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=[kind for kind in KINDS if kind != "memory"])
+def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A store that outlives the process writing it (every kind but memory): for the kill tests."""
+    yield from _store_of(request.param, request, tmp_path)
