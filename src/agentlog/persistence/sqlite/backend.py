@@ -1632,32 +1632,15 @@ def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
 def _tail_digest(tail: Sequence[Any]) -> str:
     """A digest of the tail row's columns (``none`` for a session without rows), for the revision.
 
-    Every column, each tagged with its SQLite type and length-prefixed, so no two different rows
-    share an encoding; TEXT that is not UTF-8 (a foreign writer's damage, :class:`codec.InvalidText`)
-    is hashed as its raw bytes. The tail row is usually one small event (a packed run at most).
+    The digest is over the ``repr`` of the column tuple: ``sqlite3`` returns only ``None``, ``int``,
+    ``float``, ``str`` and ``bytes`` (and the backend's :class:`codec.InvalidText` marker for TEXT that
+    is not UTF-8), and the ``repr`` of each is exact and tells the types apart (quotes, ``b''``,
+    ``.0``/exponent, the marker's own name), so no two different rows share an encoding. One C-level
+    ``repr`` and one hash per session: a listing of thousands of sessions pays microseconds for it.
     """
     if all(value is None for value in tail):
         return "none"
-    h = hashlib.blake2b(digest_size=12)
-    for value in tail:
-        if value is None:
-            h.update(b"n")
-            continue
-        if isinstance(value, codec.InvalidText):
-            tag, data = b"x", value.raw
-        elif isinstance(value, str):
-            tag, data = b"t", value.encode("utf-8", "surrogatepass")
-        elif isinstance(value, bool | int):
-            tag, data = b"i", str(int(value)).encode()
-        elif isinstance(value, float):
-            tag, data = b"r", value.hex().encode()
-        elif isinstance(value, bytes | bytearray | memoryview):
-            tag, data = b"b", bytes(value)
-        else:  # pragma: no cover - sqlite3 returns only the types above
-            tag, data = b"?", repr(value).encode()
-        h.update(tag + len(data).to_bytes(8, "big"))
-        h.update(data)
-    return h.hexdigest()
+    return hashlib.blake2b(repr(tuple(tail)).encode(), digest_size=12).hexdigest()
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:
