@@ -96,7 +96,7 @@ def _ls_main(kind: str, root: str) -> None:
     import typer._adapters  # noqa: F401  # typer imports its parameter adapters (and pydantic) at the first parse
 
     import agentlog.cli.commands as commands
-    import agentlog.cli.read_commands  # noqa: F401  # the command's own module: commands load it lazily at first use
+    import agentlog.cli.read_commands  # the command's own module: commands load it lazily at first use
     import agentlog.persistence.jsonl.backend
     import agentlog.persistence.sqlite.backend  # noqa: F401
     from agentlog.projection.cache import ProjectionCache
