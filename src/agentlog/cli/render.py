@@ -333,11 +333,14 @@ def _transcript_lines(
 def _is_framing(block: Mapping[str, Any]) -> bool:
     """The checkpoint's framing text blocks (runtime spec §5.9): the preamble ending with the opening tag,
     and the closing tag."""
+    # Imported on use: ``tail`` and ``search`` import this module and must not load the LLM layer.
+    from ..llm.compaction_protocol import SUMMARY_CLOSE_TAG, SUMMARY_OPEN_TAG
+
     text = block.get("text")
     return (
         block.get("type") == "text"
         and isinstance(text, str)
-        and (text.endswith("<compacted-summary>") or text == "</compacted-summary>")
+        and (text.endswith(SUMMARY_OPEN_TAG) or text == SUMMARY_CLOSE_TAG)
     )
 
 
