@@ -1,11 +1,9 @@
-"""One vocabulary (issue 8): core event type names and shared limits are defined once and used by name;
-kernel modules touch only their own private attributes."""
+"""One vocabulary: every event type name is spelled once, in its package's vocabulary module, and used by
+name; shared limits are defined once; kernel modules touch only their own private attributes."""
 
 from __future__ import annotations
 
 import ast
-import io
-import tokenize
 from pathlib import Path
 from typing import get_args
 
@@ -30,8 +28,20 @@ NAMES = {
     "REQUEST_CONTEXT": "request/context",
     "SESSION_END_SEED": "session/end-seed",
 }
-# Modules that still spell some core type names as literals: none left.
-NOT_YET_CONVERTED: set[str] = set()
+VOCABULARY_MODULES = {
+    "kernel/events.py": "the core names, and the catalog of every type a reader knows",
+    "agent/events.py": "agent/inbox/spliced",
+    "compaction/events.py": "compaction/start, summary, end, prune",
+    "llm/events.py": "llm/retry, llm/retry-started",
+    "projection/events.py": "session/title, session/title-llm-request",
+    "interop/events.py": "import/record, import/done",
+    "integrations/openai_agents.py": "an integration declares its events in its one module",
+}
+"""Where each event type name is spelled (relative to the package)."""
+TEST_DATA_MODULES = {
+    "testing/contract.py": "the backend contract is a test suite: it appends wire type names as test data",
+}
+PACKAGE_VOCABULARIES = ("agent.events", "compaction.events", "llm.events", "projection.events", "interop.events")
 
 
 def test_core_names_are_plain_strings_equal_to_the_wire_names() -> None:
@@ -58,34 +68,102 @@ def test_shared_limits_are_defined_once() -> None:
     assert offenders == [], offenders
 
 
-def _literal_core_names(path: Path) -> list[str]:
-    """Core type names spelled as a whole string literal in code (not in ``Literal[...]``)."""
-    source = path.read_text()
-    tree = ast.parse(source)
-    in_literal: set[tuple[int, int]] = set()
+def _looks_like_event_type(value: str) -> bool:
+    return "/" in value and all(part and part.replace("-", "").isalpha() for part in value.split("/"))
+
+
+def _declared_names(path: Path) -> set[str]:
+    """The event type names a vocabulary module assigns at module level (``NAME: Final = "x/y"``)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and _looks_like_event_type(value.value):
+            names.add(value.value)
+    return names
+
+
+def _known_event_types() -> set[str]:
+    import agentlog.interop.transcripts  # noqa: F401  # registers the import types
+
+    known = set(events.KNOWN_SESSION_EVENT_TYPES) | {events.REQUEST_HEADER_DELTA} | set(events.event_types.types())
+    for rel in VOCABULARY_MODULES:
+        known |= _declared_names(SRC / rel)
+    return known
+
+
+def _event_type_literals(path: Path, known: set[str], label: str) -> list[str]:
+    """Known event type names spelled as a whole string constant in code.
+
+    Documentation is not code: docstrings and other bare string statements are skipped, and so are the
+    arguments of ``Literal[...]`` (a type cannot name a constant). Comments never reach the tree.
+    """
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal":
-            for inner in ast.walk(node.slice):
-                if isinstance(inner, ast.Constant):
-                    in_literal.add((inner.lineno, inner.col_offset))
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skipped.add(id(node.value))
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal":
+            skipped.update(id(inner) for inner in ast.walk(node.slice))
     found = []
-    wire_names = set(NAMES.values())
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.STRING or len(token.string) < 3 or token.string[0] not in "\"'":
-            continue
-        if token.string[1:-1] in wire_names and token.start not in in_literal:
-            found.append(f"{path.relative_to(SRC)}:{token.start[0]}: {token.string}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value in known
+            and id(node) not in skipped
+        ):
+            found.append(f"{label}:{node.lineno}: {node.value!r}")
     return found
 
 
-def test_code_uses_the_names_not_literals() -> None:
+def test_event_type_names_are_spelled_only_in_their_vocabulary_module() -> None:
+    known = _known_event_types()
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        rel = str(path.relative_to(SRC))
-        if rel == "kernel/events.py" or rel in NOT_YET_CONVERTED:
+        rel = path.relative_to(SRC).as_posix()
+        if rel in VOCABULARY_MODULES or rel in TEST_DATA_MODULES:
             continue
-        found.extend(_literal_core_names(path))
-    assert not found, "\n".join(found)
+        found.extend(_event_type_literals(path, known, rel))
+    assert not found, "spell these with the vocabulary module's name:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_a_literal_in_code_and_not_in_documentation(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        '"""Writes ``llm/retry``."""\n'
+        "from typing import Literal\n"
+        'Kind = Literal["llm/retry"]\n'
+        "def f(session):\n"
+        '    """llm/retry"""\n'
+        '    session.append("llm/retry", {})  # llm/retry\n'
+        '    return "compaction/prune" == session\n'
+    )
+    found = _event_type_literals(probe, _known_event_types(), "probe.py")
+    assert found == ["probe.py:6: 'llm/retry'", "probe.py:7: 'compaction/prune'"]
+
+
+def test_package_event_names_are_known_to_every_reader() -> None:
+    """A package's log-only types are in the kernel's catalog (a reader refuses unknown types), the
+    import types are registered as ignorable, and each name is declared by exactly one module."""
+    import importlib
+
+    import agentlog.interop.transcripts  # noqa: F401  # registers the import types
+
+    owners: dict[str, str] = {}
+    for rel in VOCABULARY_MODULES:
+        for name in _declared_names(SRC / rel):
+            assert name not in owners, f"{name} is declared by {owners[name]} and {rel}"
+            owners[name] = rel
+    for module_name in PACKAGE_VOCABULARIES:
+        module = importlib.import_module(f"agentlog.{module_name}")
+        names = {getattr(module, n) for n in module.__all__ if isinstance(getattr(module, n), str)}
+        assert names and names == _declared_names(SRC / (module_name.replace(".", "/") + ".py"))
+        for name in names:
+            assert type(name) is str  # the accelerator requires exact str
+            if module_name == "interop.events":
+                assert events.event_types.is_ignorable(name)
+            else:
+                assert name in events.KNOWN_SESSION_EVENT_TYPES
 
 
 def _own_private_names(tree: ast.Module) -> set[str]:

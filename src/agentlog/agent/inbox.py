@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ..errors import InboxError as InboxError
 from ..kernel.session import Session
+from .events import AGENT_INBOX_SPLICED
 
 Target = Literal["next-turn", "next-step"]
 TARGETS: tuple[Target, Target] = ("next-turn", "next-step")
@@ -81,7 +82,7 @@ class Inbox:
         data["inserted"] = [dict(m) for m in inserted]
         if count and canceled:
             data["outcome"] = "canceled"
-        event = self._session.append("agent/inbox/spliced", data)  # durable before the lists change
+        event = self._session.append(AGENT_INBOX_SPLICED, data)  # durable before the lists change
         removed = items[s : s + count]
         items[s : s + count] = list(event.data["inserted"])
         return removed
@@ -126,7 +127,7 @@ class Inbox:
     def _replay(self) -> None:
         start = self._session.header.get("seedLength", 0)
         for event in self._session.events:
-            if event["seq"] < start or event["type"] != "agent/inbox/spliced":
+            if event["seq"] < start or event["type"] != AGENT_INBOX_SPLICED:
                 continue
             data = event["data"]
             target = data.get("target") if isinstance(data, Mapping) else None

@@ -60,6 +60,7 @@ from ..kernel.request_header import canonical_header, header_equals
 from ..kernel.session import Session
 from ..kernel.store import SessionStore, store_of
 from ..llm.assembler import Assembler
+from ..llm.events import LLM_RETRY, LLM_RETRY_STARTED, LlmRetryData, LlmRetryStartedData
 from ..llm.types import GenerateRequest, LlmError, Provider
 from .checkpoint import CheckpointPolicy
 from .inbox import Inbox, Target
@@ -917,7 +918,7 @@ class Agent:
             return False
         previous = None
         for event in reversed(self.session.events):
-            if event["type"] == "llm/retry":
+            if event["type"] == LLM_RETRY:
                 data = event["data"]
                 if (
                     data.get("turn") == turn
@@ -941,27 +942,26 @@ class Agent:
             jitter = policy.jitter_ratio
             delay = int(min(base * (1 - jitter + 2 * jitter * random.random()), policy.max_delay_ms))
         retry_id = previous["retryId"] if previous is not None else str(uuid.uuid4())
-        self.session.append(
-            "llm/retry",
-            {
-                "retryId": retry_id,
-                "turn": turn,
-                "step": step,
-                "provider": self.options.provider,
-                "mode": "normal",
-                "policyKey": policy.key,
-                "retry": retry,
-                "maxRetries": policy.max_retries,
-                "delayMs": delay,
-                "failure": thaw(failure),
-            },
-        )
+        scheduled: LlmRetryData = {
+            "retryId": retry_id,
+            "turn": turn,
+            "step": step,
+            "provider": self.options.provider,
+            "mode": "normal",
+            "policyKey": policy.key,
+            "retry": retry,
+            "maxRetries": policy.max_retries,
+            "delayMs": delay,
+            "failure": thaw(failure),
+        }
+        self.session.append(LLM_RETRY, scheduled)
         try:
             await asyncio.wait_for(self._abort.wait(), timeout=delay / 1000)
             return False  # cancelled while waiting: nothing more is written
         except TimeoutError:
             pass
-        self.session.append("llm/retry-started", {"retryId": retry_id, "turn": turn, "step": step, "retry": retry})
+        started: LlmRetryStartedData = {"retryId": retry_id, "turn": turn, "step": step, "retry": retry}
+        self.session.append(LLM_RETRY_STARTED, started)
         return True
 
     # -- tools ---------------------------------------------------------------------------------------------

@@ -18,12 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..compaction.events import COMPACTION_PRUNE, COMPACTION_SUMMARY
 from ..kernel.events import TOOL_RESULT, USER_MESSAGE
 from ..kernel.session import derive_event_message
 
 COMPACT_PLUGIN = "compact"
-SUMMARY_EVENT = "compaction/summary"
-PRUNE_EVENT = "compaction/prune"
 
 
 def _int(value: Any) -> int | None:
@@ -166,7 +165,7 @@ def mark_of(events: EventsBySeq, seq: int) -> Mark | None:
         summary = _get(events, summary_seq)
         if summary is not None:
             summary_data = summary.get("data")
-            if summary.get("type") == SUMMARY_EVENT and isinstance(summary_data, Mapping):
+            if summary.get("type") == COMPACTION_SUMMARY and isinstance(summary_data, Mapping):
                 tokens = _int(summary_data.get("shadowedTokenCount"))
         compaction_id = source.get("compactionId")
         return CheckpointMark(
@@ -182,7 +181,7 @@ def mark_of(events: EventsBySeq, seq: int) -> Mark | None:
         if not (isinstance(op, Mapping) and op.get("op") == "replace"):
             return None
         prune = _get(events, seq - 1)
-        if prune is None or prune.get("type") != PRUNE_EVENT:
+        if prune is None or prune.get("type") != COMPACTION_PRUNE:
             return None
         prune_data = prune.get("data")
         sources = _ints(event.get("sourceEventSeqs"))

@@ -31,6 +31,7 @@ from ..kernel.jsonvalue import thaw
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
+from ..llm.events import LLM_RETRY
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
 from ._reading import _last_turn, _read_view
@@ -786,7 +787,7 @@ def replay_command(
                     time.sleep(gap)
         if printer is None:
             lines.write(orjson.dumps(event) + b"\n")  # the bytes of _emit_json_line(thaw(event))
-        elif event["type"] == "llm/retry":
+        elif event["type"] == LLM_RETRY:
             data = event["data"]
             printer.end_line()
             failure = data.get("failure") or {}

@@ -51,7 +51,7 @@ from rich.table import Table
 from ..agent.builtin_tools import CommandPolicy, builtin_registry
 from ..agent.loop import Agent, AgentOptions, TurnOutcome
 from ..agent.tools import ToolRegistry
-from ..compaction.region import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY
+from ..compaction.events import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY
 from ..errors import AgentlogError
 from ..kernel.events import (
     ASSISTANT_MESSAGE,

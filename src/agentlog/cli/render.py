@@ -13,11 +13,12 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from ..compaction.events import COMPACTION_PRUNE, COMPACTION_SUMMARY
 from ..errors import (
     AgentlogError,
 )
 from ..kernel.events import ASSISTANT_CHUNK, TOOL_CALL, TOOL_RESULT, TURN_END, USER_MESSAGE
-from ._marks import PRUNE_EVENT, SUMMARY_EVENT, CheckpointMark, Mark, PruneMark, mark_of
+from ._marks import CheckpointMark, Mark, PruneMark, mark_of
 
 
 def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
@@ -207,7 +208,7 @@ def _text_of(blocks: Any) -> str:
     return "".join(b.get("text", "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
 
 
-_REMEMBERED = frozenset({TOOL_RESULT, USER_MESSAGE, SUMMARY_EVENT, PRUNE_EVENT})
+_REMEMBERED = frozenset({TOOL_RESULT, USER_MESSAGE, COMPACTION_SUMMARY, COMPACTION_PRUNE})
 
 
 class _EventPrinter:
@@ -218,6 +219,10 @@ class _EventPrinter:
     """
 
     def __init__(self, *, prompts: bool = False) -> None:
+        # The LLM layer loads with the first printer, not with this module (``tail`` and ``search`` use it too).
+        from ..llm.events import LLM_RETRY
+
+        self._retry_type = LLM_RETRY
         self.prompts = prompts
         self._mid_line = False
         self._seen: dict[int, Mapping[str, Any]] = {}  # the events a compaction mark refers back to
@@ -271,7 +276,7 @@ class _EventPrinter:
             source = data.get("source")
             if isinstance(source, Mapping) and source.get("kind") == "user":
                 self.line(f"> {_text_of(data.get('content'))}")
-        elif etype == "llm/retry":
+        elif etype == self._retry_type:
             failure = data.get("failure") or {}
             self.end_line()
             sys.stderr.write(
@@ -333,11 +338,14 @@ def _transcript_lines(
 def _is_framing(block: Mapping[str, Any]) -> bool:
     """The checkpoint's framing text blocks (runtime spec §5.9): the preamble ending with the opening tag,
     and the closing tag."""
+    # Imported on use: ``tail`` and ``search`` import this module and must not load the LLM layer.
+    from ..llm.compaction_protocol import SUMMARY_CLOSE_TAG, SUMMARY_OPEN_TAG
+
     text = block.get("text")
     return (
         block.get("type") == "text"
         and isinstance(text, str)
-        and (text.endswith("<compacted-summary>") or text == "</compacted-summary>")
+        and (text.endswith(SUMMARY_OPEN_TAG) or text == SUMMARY_CLOSE_TAG)
     )
 
 

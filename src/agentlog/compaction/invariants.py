@@ -35,7 +35,8 @@ from ..kernel.events import SESSION_END_SEED, TURN_END, TURN_START, USER_MESSAGE
 from ..kernel.invariants import StagedInvariants
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..kernel.store import SessionStore
-from .region import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY, is_checkpoint_source
+from .events import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY
+from .region import is_checkpoint_source
 
 PACKAGE_NAME: Final = "@deepseek-ai/dsh-compaction"
 

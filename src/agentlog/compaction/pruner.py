@@ -19,6 +19,7 @@ from typing import Any, Final
 from ..errors import CompactionConfigError
 from ..kernel._js import js_string
 from ..kernel.events import TOOL_RESULT
+from .events import COMPACTION_PRUNE, CompactionPruneData
 from .meter import TokenMeter, events_of
 
 __all__ = ["DEFAULTS", "PRUNE_MARKER", "PruneResult", "PrunedEntry", "ToolResultPruner", "code_point_length"]
@@ -203,14 +204,12 @@ class ToolResultPruner:
                 continue
             chars_before = self.measure_content(result["content"])
             chars_after = self.measure_content(content)
-            append(
-                "compaction/prune",
-                {
-                    "shadowedRange": {"start": seq, "end": seq},
-                    "shadowedSeqs": [seq],
-                    "shadowedTokenCount": estimate(message),
-                },
-            )
+            price: CompactionPruneData = {
+                "shadowedRange": {"start": seq, "end": seq},
+                "shadowedSeqs": [seq],
+                "shadowedTokenCount": estimate(message),
+            }
+            append(COMPACTION_PRUNE, price)
             replacement = append(
                 TOOL_RESULT,
                 {**data, "message": {**message, "content": [{**result, "content": content}]}},

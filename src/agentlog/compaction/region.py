@@ -38,15 +38,12 @@ from ..kernel.jsonvalue import thaw
 from ..kernel.messages import user_message
 from ..kernel.session import derive_event_message
 from .estimate import estimate_header, estimate_message
+from .events import COMPACTION_END, COMPACTION_PRUNE, COMPACTION_START, COMPACTION_SUMMARY
 from .meter import TokenMeasurement, TokenMeter
 from .pairing import balanced_after, balanced_before
 from .selection import CompactableRange, select_compactable_range
 from .summarizer import SummarizationInput, SummaryResult, frame_summary, instruction_message
 
-COMPACTION_START: Final = "compaction/start"
-COMPACTION_SUMMARY: Final = "compaction/summary"
-COMPACTION_END: Final = "compaction/end"
-COMPACTION_PRUNE: Final = "compaction/prune"
 CHECKPOINT_PLUGIN: Final = "compact"
 
 Summarize = Callable[[SummarizationInput], Awaitable[SummaryResult]]

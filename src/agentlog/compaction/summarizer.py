@@ -22,44 +22,35 @@ from ..kernel.events import TokenUsage
 from ..kernel.jsonvalue import thaw
 from ..kernel.messages import user_message
 from ..llm.assembler import Assembler
+from ..llm.compaction_protocol import COMPACTION_MARKER, SUMMARY_CLOSE_TAG, SUMMARY_OPEN_TAG, SUMMARY_SECTIONS
 from ..llm.types import GenerateRequest, Provider
 
-SUMMARY_OPEN_TAG: Final = "<compacted-summary>"
-SUMMARY_CLOSE_TAG: Final = "</compacted-summary>"
+_SECTION_GUIDES: Final = (
+    "- [the user's original and evolving goals; quote verbatim where the exact wording matters]",
+    "- [technologies, frameworks, patterns, and conventions in play]",
+    "- [exact path: why it matters, key changes or snippets]",
+    "- [error: how it was resolved, plus any related user feedback]",
+    "- [explicitly requested work not yet completed]",
+    "- [precisely what was in progress at this checkpoint]",
+    '- [the single next action, directly in line with the most recent request, or "(none)"]',
+    "- [decisions and their rationale, constraints, user preferences, open questions, data needed to continue]",
+)
+"""What each of :data:`~agentlog.llm.compaction_protocol.SUMMARY_SECTIONS` holds, in the same order."""
 
 COMPACTION_INSTRUCTION: Final = "\n".join(
     [
-        "You are now acting as a compaction engine for this AI coding assistant. Condense the conversation "
+        f"{COMPACTION_MARKER} for this AI coding assistant. Condense the conversation "
         "ABOVE into a structured checkpoint that lets another model resume the work with no loss of essential "
         "context.",
         "",
         "Output EXACTLY the Markdown structure below: keep every section, in order. Use terse bullets, not prose "
         'paragraphs. Write "(none)" for an empty section — never drop a section.',
         "",
-        "## Primary Request and Intent",
-        "- [the user's original and evolving goals; quote verbatim where the exact wording matters]",
-        "",
-        "## Key Technical Concepts",
-        "- [technologies, frameworks, patterns, and conventions in play]",
-        "",
-        "## Files and Code",
-        "- [exact path: why it matters, key changes or snippets]",
-        "",
-        "## Errors and Fixes",
-        "- [error: how it was resolved, plus any related user feedback]",
-        "",
-        "## Pending Jobs",
-        "- [explicitly requested work not yet completed]",
-        "",
-        "## Current Work",
-        "- [precisely what was in progress at this checkpoint]",
-        "",
-        "## Next Step",
-        '- [the single next action, directly in line with the most recent request, or "(none)"]',
-        "",
-        "## Critical Context",
-        "- [decisions and their rationale, constraints, user preferences, open questions, data needed to continue]",
-        "",
+        *(
+            line
+            for name, guide in zip(SUMMARY_SECTIONS, _SECTION_GUIDES, strict=True)
+            for line in (f"## {name}", guide, "")
+        ),
         "Rules:",
         "- Write concise English engineering prose. Preserve exact file paths, commands, error strings, "
         "identifiers, numeric values, function signatures, and syntax fragments.",
@@ -251,18 +242,6 @@ class ProviderSummarizer:
         )
 
 
-_SECTIONS: Final = (
-    "Primary Request and Intent",
-    "Key Technical Concepts",
-    "Files and Code",
-    "Errors and Fixes",
-    "Pending Jobs",
-    "Current Work",
-    "Next Step",
-    "Critical Context",
-)
-
-
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -324,7 +303,7 @@ class ExtractiveSummarizer:
             "Critical Context": [f"tools called: {', '.join(calls[-most:])}"] if calls else [],
         }
         lines: list[str] = []
-        for section in _SECTIONS:
+        for section in SUMMARY_SECTIONS:
             lines.append(f"## {section}")
             items = body[section]
             lines.extend(f"- {item}" for item in items) if items else lines.append("- (none)")

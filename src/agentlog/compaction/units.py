@@ -38,6 +38,7 @@ from ..kernel.request_header import canonical_header
 from ..kernel.session import derive_event_message
 from ..kernel.surface import APPEND, is_surface_event
 from .estimate import estimate_message, estimate_system_tokens, estimate_tools_tokens
+from .events import COMPACTION_PRUNE, COMPACTION_SUMMARY
 
 __all__ = [
     "CONTEXT_BREAKDOWN_UNIT",
@@ -60,7 +61,7 @@ __all__ = [
 S = TypeVar("S")
 V = TypeVar("V")
 
-_SHADOW_PRICE_TYPES: Final = frozenset({"compaction/summary", "compaction/prune"})
+_SHADOW_PRICE_TYPES: Final = frozenset({COMPACTION_SUMMARY, COMPACTION_PRUNE})
 
 
 @dataclass(frozen=True)

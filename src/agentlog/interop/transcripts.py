@@ -91,6 +91,7 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
 from ..persistence.coordinator import PersistenceCoordinator
+from .events import IMPORT_DONE, IMPORT_RECORD
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -104,13 +105,6 @@ __all__ = [
     "import_transcript",
     "register_import_types",
 ]
-
-IMPORT_RECORD: Final = "import/record"
-"""An ignorable event holding one transcript record that has no agentlog counterpart, verbatim:
-``{"source": "claude-code"|"codex", "line": n, "record": {...}}``."""
-
-IMPORT_DONE: Final = "import/done"
-"""The last event of a complete import (an ignorable record of the source file and the report's counts)."""
 
 ImportFormat = Literal["claude-code", "codex"]
 ExportFormat = Literal["openai-chat", "openai-responses", "anthropic", "sharegpt"]

@@ -60,6 +60,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Literal, TypeAlias
 
+from .compaction_protocol import COMPACT_HEADER, COMPACTION_MARKER, SUMMARY_OPEN_TAG, SUMMARY_SECTIONS
 from .tokens import CHARS_PER_TOKEN, estimate_header, estimate_message
 
 LOOPBACK: Final = "127.0.0.1"
@@ -266,22 +267,8 @@ def reply_payloads(
 
 # --- a model with a context window, and compaction requests -------------------------------------------
 
-COMPACTION_MARKER: Final = "You are now acting as a compaction engine"
-"""The opening words of the compaction instruction (runtime spec §5.9): a last user message containing
-them is a compaction request, whichever implementation sent it."""
-COMPACT_HEADER: Final = "x-deepseek-harness-compact"
-SUMMARY_SECTIONS: Final = (
-    "Primary Request and Intent",
-    "Key Technical Concepts",
-    "Files and Code",
-    "Errors and Fixes",
-    "Pending Jobs",
-    "Current Work",
-    "Next Step",
-    "Critical Context",
-)
-"""The eight section headings of the compaction instruction, in order."""
-CHECKPOINT_TAG: Final = "<compacted-summary>"
+# The request markers, the eight section headings and the checkpoint tag are the compaction wire protocol
+# (agentlog.llm.compaction_protocol), shared with the summarizer that writes them.
 _CLIP: Final = 80
 
 
@@ -404,8 +391,8 @@ def demo_summary(body: Any) -> str:
     messages = [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
     region = [m for m in messages if m.get("role") != "system"][:-1]  # without the instruction itself
     texts = [_wire_text(m.get("content")) for m in region if m.get("role") == "user"]
-    checkpoints = sum(1 for text in texts if CHECKPOINT_TAG in text)
-    requests = [text for text in texts if CHECKPOINT_TAG not in text and text.strip()]
+    checkpoints = sum(1 for text in texts if SUMMARY_OPEN_TAG in text)
+    requests = [text for text in texts if SUMMARY_OPEN_TAG not in text and text.strip()]
     results = sum(1 for m in region if m.get("role") == "tool")
     calls = sum(len(m.get("tool_calls") or ()) for m in region if m.get("role") == "assistant")
     facts = {

@@ -61,6 +61,7 @@ import openai
 
 from ..errors import InvalidOptionError
 from ..kernel.jsonvalue import thaw
+from .compaction_protocol import COMPACT_HEADER
 from .types import (
     ABORTED,
     AUTH,
@@ -107,7 +108,6 @@ DEEPSEEK_HOST: Final = "api.deepseek.com"
 
 API_KEY_ENV_VARS: Final = ("DEEPSEEK_API_KEY", "OPENAI_API_KEY")
 SESSION_HEADER: Final = "x-deepseek-harness-session-id"
-COMPACT_HEADER: Final = "x-deepseek-harness-compact"
 NO_OUTPUT: Final = "(no output)"
 
 

@@ -39,6 +39,7 @@ from ..errors import (
 from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, STEP_END, STEP_START, TURN_END, TURN_START
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import Session
+from .events import LLM_RETRY, LLM_RETRY_STARTED
 from .types import ABORTED, STREAM_CLOSED, GenerateRequest, LlmError, StreamChunk, failure_chunk
 
 __all__ = [
@@ -62,8 +63,8 @@ RECORDING_ID: Final = "replay-recording"
 _BOUNDARIES: Final = frozenset(
     {
         STEP_START,
-        "llm/retry-started",
-        "llm/retry",
+        LLM_RETRY_STARTED,
+        LLM_RETRY,
         STEP_END,
         TURN_START,
         TURN_END,

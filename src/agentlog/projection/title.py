@@ -23,11 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NotRequired, TypedDict, cast
+from typing import Any, Final, cast
 
 from ..compaction.units import ProjectionUnit
 from ..errors import InvalidOptionError, SessionTitleStateError
 from ..kernel.events import USER_MESSAGE, Event
+from .events import SESSION_TITLE, SESSION_TITLE_LLM_REQUEST, SessionTitleData, SessionTitleModel, SessionTitleSource
 
 __all__ = [
     "DEFAULT_FALLBACK_MAX_BYTES",
@@ -50,12 +51,6 @@ __all__ = [
     "title_event_problem",
     "truncate_title_utf8",
 ]
-
-SESSION_TITLE: Final = "session/title"
-"""The log-only, last-wins title event (never on the model surface)."""
-
-SESSION_TITLE_LLM_REQUEST: Final = "session/title-llm-request"
-"""The log-only record of a title model request, appended before the request is dispatched."""
 
 TITLE_KEY: Final = "title"
 """The projection key of the title unit (the original's ``SessionProjectionMap.title``)."""
@@ -135,31 +130,7 @@ def fallback_session_title(text: str, max_words: int, max_bytes: int) -> str:
     return truncate_title_utf8(" ".join(leading), max_bytes).rstrip(" ")
 
 
-# --- the event shapes -------------------------------------------------------------------------------
-
-
-class SessionTitleModel(TypedDict):
-    """The exact model route that wrote a title (or served its request)."""
-
-    provider: str
-    model: str
-
-
-class SessionTitleSource(TypedDict):
-    """Who accepted the title: ``{kind: "fallback"}``, ``{kind: "user"}`` (a rename, which pins the
-    title) or ``{kind: "provider", provider, model?}``."""
-
-    kind: Literal["fallback", "provider", "user"]
-    provider: NotRequired[str]
-    model: NotRequired[SessionTitleModel]
-
-
-class SessionTitleData(TypedDict):
-    """The data of ``session/title``; ``messageSeqs`` is empty exactly for a user rename."""
-
-    title: str
-    messageSeqs: list[int]
-    source: SessionTitleSource
+# --- the event shapes (the events' names and data: :mod:`.events`) -----------------------------------
 
 
 class SessionTitleSnapshot(SessionTitleData):

@@ -65,6 +65,7 @@ from ..kernel.session import Session
 from ..kernel.store import SessionStore
 from ..llm.assembler import Assembler
 from ..llm.types import GenerateRequest, Provider
+from .events import SessionTitleLlmRequestData
 from .title import (
     DEFAULT_FALLBACK_MAX_BYTES,
     DEFAULT_FALLBACK_MAX_WORDS,
@@ -801,17 +802,15 @@ async def generate_session_title_with_llm(
     messages = [user_message([text_block(framed)], source={"kind": "plugin", "plugin": SESSION_TITLE_LLM_PLUGIN})]
     system = session_title_system_prompt(config)
     seqs = [message.seq for message in selected]
-    request.session.append(
-        SESSION_TITLE_LLM_REQUEST,
-        {
-            "titleProvider": title_provider,
-            "messageSeqs": seqs,
-            "route": route,
-            "system": system,
-            "messages": messages,
-            "maxTokens": config.max_output_tokens,
-        },
-    )
+    logged: SessionTitleLlmRequestData = {
+        "titleProvider": title_provider,
+        "messageSeqs": seqs,
+        "route": route,
+        "system": system,
+        "messages": messages,
+        "maxTokens": config.max_output_tokens,
+    }
+    request.session.append(SESSION_TITLE_LLM_REQUEST, logged)
     call = GenerateRequest(
         provider=route["provider"],
         model=route["model"],
