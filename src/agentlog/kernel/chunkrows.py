@@ -46,8 +46,12 @@ from agentlog.kernel.packedrun import (
 )
 
 __all__ = [
+    "CHUNK_ROW_TAGS",
     "MIN_RAW_RUN",
     "MIN_RUN",
+    "REASONING_ROW",
+    "TEXT_ROW",
+    "TOOL_CALL_ROW",
     "ChunkRow",
     "ChunkRun",
     "StorageRecord",
@@ -79,9 +83,17 @@ _CHUNK_EVENT: Final = ASSISTANT_CHUNK
 _TEXT_DELTA: Final = "text-delta"
 _REASONING_DELTA: Final = "reasoning-delta"
 _TOOL_CALL_DELTA: Final = "tool-call-delta"
-_TEXT_ROW: Final = "text-chunks"
-_REASONING_ROW: Final = "reasoning-chunks"
-_TOOL_CALL_ROW: Final = "tool-call-chunks"
+TEXT_ROW: Final = "text-chunks"
+REASONING_ROW: Final = "reasoning-chunks"
+TOOL_CALL_ROW: Final = "tool-call-chunks"
+CHUNK_ROW_TAGS: Final = frozenset({TEXT_ROW, REASONING_ROW, TOOL_CALL_ROW})
+"""Storage-row tags (bare words, never event types): a stored value whose ``type`` is one of these is a
+packed run that must be expanded (or kept as a :class:`ChunkRun`). The one definition every backend reads;
+the C accelerator interns the same words and exports them as ``_speedups.CHUNK_ROW_TAGS`` (a test holds
+the two equal)."""
+_TEXT_ROW: Final = TEXT_ROW
+_REASONING_ROW: Final = REASONING_ROW
+_TOOL_CALL_ROW: Final = TOOL_CALL_ROW
 
 _ENVELOPE_WHY: Final = "envelope must be exactly {type, seq0, time0, data}"
 _TOOL_DATA_WHY: Final = "data must be exactly {turn, step, index, id, name?, dt, args}"

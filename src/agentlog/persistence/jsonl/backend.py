@@ -55,7 +55,13 @@ from ...errors import (
     describe_error,
 )
 from ...kernel._gc import gc_paused
-from ...kernel.chunkrows import compact_runs_requested, decode_storage_record, expand_items, pack_chunk_runs
+from ...kernel.chunkrows import (
+    CHUNK_ROW_TAGS,
+    compact_runs_requested,
+    decode_storage_record,
+    expand_items,
+    pack_chunk_runs,
+)
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
 from ..backend import (
     PartialRead,
@@ -71,7 +77,6 @@ from ..writer_lock import clear_holder, locked_error, read_holder, record_holder
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
-    ROW_TAGS,
     ReaderLimitError,
     SessionLogScanner,
     header_line,
@@ -1079,7 +1084,7 @@ class JsonlBackend:
         if type(value) is not dict:
             return None
         tag = value.get("type")
-        if tag.__class__ is str and tag in ROW_TAGS:  # (an unhashable type is no tag either)
+        if tag.__class__ is str and tag in CHUNK_ROW_TAGS:  # (an unhashable type is no tag either)
             try:
                 value = decode_storage_record(value)[0]
             except ChunkRowError:

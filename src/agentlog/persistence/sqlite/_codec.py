@@ -79,6 +79,8 @@ _TEXT_ROW: Final = "text-chunks"
 _REASONING_ROW: Final = "reasoning-chunks"
 _TOOL_CALL_ROW: Final = "tool-call-chunks"
 PACKED_TAGS: Final = frozenset({_TEXT_ROW, _REASONING_ROW, _TOOL_CALL_ROW})
+"""Schema 17's own spelling of the row tags (the codec imports no JSONL codec, spec §8.11 #300); a test holds
+them equal to the kernel's ``CHUNK_ROW_TAGS``, which the other backends and the C code read."""
 _ROW_OF_DELTA: Final = {_TEXT_DELTA: _TEXT_ROW, _REASONING_DELTA: _REASONING_ROW, _TOOL_CALL_DELTA: _TOOL_CALL_ROW}
 _DELTA_OF_ROW: Final = {row: delta for delta, row in _ROW_OF_DELTA.items()}
 
