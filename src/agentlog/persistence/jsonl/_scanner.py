@@ -37,6 +37,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from ... import _accel
 from ...errors import (
     ChunkRowError,
     ReaderLimitError,
@@ -54,7 +55,7 @@ from ...kernel.chunkrows import (
 )
 from ...kernel.events import TURN_END
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
-from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",
@@ -76,7 +77,7 @@ DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
 """Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
-_single_values: Any = getattr(_speedups, "lines_are_single_values", None) if _speedups is not None else None
+_single_values: Any = _accel.lines_are_single_values
 """Whether every line is lexically one JSON object or array (C); without it lines are parsed one by one."""
 _PARSE_HEADROOM: Final = 16
 """Address space reserved (and released) before a batched parse, per byte of text: parsed events
@@ -358,7 +359,7 @@ def _slice_bounds(lines: list[bytes]) -> list[int]:
     return bounds
 
 
-_take_plain: Any = getattr(_speedups, "take_plain_events", None) if _speedups is not None else None
+_take_plain: Any = _accel.take_plain_events
 """The scanner's plain-event fast path (C); ``None`` without the accelerator (``_parse_many`` is then off too)."""
 
 

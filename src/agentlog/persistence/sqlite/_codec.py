@@ -22,16 +22,17 @@ from typing import Any, Final, TypeAlias
 
 import zstandard
 
+from ... import _accel
 from ...errors import EncodeError, ResourceExhaustedError, SessionPersistenceCorruptionError
 from ...kernel._gc import gc_paused
 from ...kernel.events import ASSISTANT_CHUNK
 from ...kernel.events import Event as _Event
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
-from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import ChunkRun
 
 # The kernel's C accelerator builds packed-row members as frozen events (see _build_members).
-_expand_row: Any = getattr(_speedups, "expand_row", None) if _speedups is not None else None
+_expand_row: Any = _accel.expand_row
 
 __all__ = [
     "MAX_PACKED_DATA_BYTES",
