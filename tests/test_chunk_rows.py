@@ -671,3 +671,16 @@ def test_chunk_rows__port_tool_call_validation_order() -> None:
     raises_malformed(row, "tool-call-chunks", "id (and name when present) must be strings")
     for tag in ("reasoning-chunks", "tool-call-chunks"):
         raises_malformed({"type": tag, "seq0": 0, "time0": 0, "data": None}, tag, "data must be an object")
+
+
+def test_chunk_rows__every_backend_and_the_c_accelerator_read_the_same_row_tags() -> None:
+    """One definition of the row tags: JSONL and PostgreSQL import it; SQLite's schema-17 codec keeps its own
+    spelling (it imports no JSONL codec, spec §8.11 #300) and the C code interns its own: both equal it."""
+    from agentlog.kernel import chunkrows
+    from agentlog.persistence.sqlite import _codec
+
+    assert chunkrows.CHUNK_ROW_TAGS == {"text-chunks", "reasoning-chunks", "tool-call-chunks"}
+    assert _codec.PACKED_TAGS == chunkrows.CHUNK_ROW_TAGS
+    speedups = pytest.importorskip("agentlog._speedups")  # (built even when AGENTLOG_PURE_PYTHON=1 skips it)
+    assert frozenset(speedups.CHUNK_ROW_TAGS) == chunkrows.CHUNK_ROW_TAGS
+    assert len(speedups.CHUNK_ROW_TAGS) == len(chunkrows.CHUNK_ROW_TAGS)

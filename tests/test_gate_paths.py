@@ -149,3 +149,25 @@ def test_gate_paths__freeze_tree_keeps_a_container_with_a_foreign_object_visible
     assert not gc.is_tracked(frozen["plain"]) or not jv.ACCELERATED
     assert gc.is_tracked(frozen["foreign"])
     assert gc.is_tracked(frozen)
+
+
+def test_gate_paths__a_stale_accelerator_build_is_not_used_and_says_how_to_rebuild() -> None:
+    """A compiled module whose VERSION is not the one this source expects runs nothing: pure Python, one warning."""
+    from agentlog import _accel
+
+    speedups = pytest.importorskip("agentlog._speedups")  # (built even when AGENTLOG_PURE_PYTHON=1 skips it)
+    assert speedups.VERSION == _accel.EXPECTED_VERSION  # the build in this tree is current
+    with pytest.warns(RuntimeWarning, match=r"stale build \(VERSION 1, this agentlog expects 2\).*rebuild") as seen:
+        assert _accel.check_build(speedups, expected=2) is None
+    assert len(seen) == 1
+    assert _accel.check_build(speedups) is speedups
+
+
+def test_gate_paths__the_accelerator_is_all_or_nothing() -> None:
+    """Either every C function is bound (a current build) or none is (pure Python): no mixed older build."""
+    from agentlog import _accel
+
+    functions = [name for name in _accel.__all__ if name not in ("ACCELERATED", "EXPECTED_VERSION", "check_build")]
+    bound = {name: getattr(_accel, name) is not None for name in functions}
+    assert set(bound.values()) == {_accel.ACCELERATED}
+    assert _accel.ACCELERATED is not bool(os.environ.get("AGENTLOG_PURE_PYTHON"))  # the project's install builds it

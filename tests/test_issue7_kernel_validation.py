@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 import agentlog as al
 from agentlog import AgentlogError, EventDataError, InvalidEventError, InvalidSeedError, MessageShapeError, Session
+from agentlog._accel import checked_snapshot as _c_checked_snapshot
 from agentlog.errors import UnknownEventTypeError
 from agentlog.kernel.events import APPEND_CHECK_KINDS, EventTypes
 from agentlog.kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
-from agentlog.kernel.jsonvalue import _GIVE_UP, MAX_JSON_DEPTH, _speedups
+from agentlog.kernel.jsonvalue import _GIVE_UP, MAX_JSON_DEPTH
 from agentlog.kernel.session import _checked_copy
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
@@ -271,18 +272,18 @@ def _canonical(etype: str, data: Any, check: int) -> Any:
 _C_KINDS = sorted(etype for etype, kind in APPEND_CHECK_KINDS.items() if kind > 0)
 
 
-@pytest.mark.skipif(_speedups is None or not hasattr(_speedups, "checked_snapshot"), reason="no C accelerator")
+@pytest.mark.skipif(_c_checked_snapshot is None, reason="no C accelerator")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(etype=st.sampled_from(_C_KINDS), data=st.data())
 def test_issue7_d2_accelerated_rules_never_accept_what_the_python_rules_refuse(etype: str, data: Any) -> None:
     check = APPEND_CHECK_KINDS[etype]
     value = data.draw(st.one_of(_values, _mutations(etype)))
-    fast = _speedups.checked_snapshot(value, check)
+    fast = _c_checked_snapshot(value, check)
     verdict = _canonical(etype, value, check)
     if fast is not _GIVE_UP:
         assert verdict == ("ok", fast)
     # well-formed data takes the fast path (otherwise the accelerator is useless)
-    assert _speedups.checked_snapshot(_well_formed(etype), check) is not _GIVE_UP
+    assert _c_checked_snapshot(_well_formed(etype), check) is not _GIVE_UP
 
 
 _LOG_ONLY_RULES = ["turn/start", "turn/end", "step/start", "step/end", "assistant/chunk", "tool/call"]

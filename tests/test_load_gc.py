@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 import agentlog as al
-from agentlog.kernel.jsonvalue import _speedups
+from agentlog import _accel
 from agentlog.kernel.packedrun import ChunkRun
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from test_lazy_chunks import BACKENDS, SID, make_backend, store_root, text_delta, write
 
-accelerated = pytest.mark.skipif(_speedups is None, reason="the untracking is the C accelerator's")
+accelerated = pytest.mark.skipif(not _accel.ACCELERATED, reason="the untracking is the C accelerator's")
 
 
 def _script(turns: int) -> dict[str, Any]:

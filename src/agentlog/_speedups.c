@@ -20,6 +20,8 @@
 #include <time.h>
 
 #define MAX_DEPTH 48
+/* Bump with any change to a function's signature or behaviour; agentlog/_accel.py expects this value. */
+#define SPEEDUPS_VERSION 1
 #define MAX_SAFE 9007199254740991LL
 
 static PyTypeObject *frozen_dict_type = NULL;
@@ -1605,5 +1607,19 @@ PyInit__speedups(void)
         !v_chunk_type) {
         return NULL;
     }
-    return PyModule_Create(&moduledef);
+    PyObject *module = PyModule_Create(&moduledef);
+    if (module == NULL) {
+        return NULL;
+    }
+    /* VERSION: agentlog._accel refuses (falls back to pure Python) a build whose VERSION is not the one it
+     * expects, i.e. a stale .so left over from an older source. CHUNK_ROW_TAGS: the row tags this file
+     * compares against, exported so a test holds them equal to kernel.chunkrows.CHUNK_ROW_TAGS. */
+    PyObject *tags = PyTuple_Pack(3, v_text_row, v_reasoning_row, v_tool_row);
+    if (tags == NULL || PyModule_AddObject(module, "CHUNK_ROW_TAGS", tags) < 0 ||
+        PyModule_AddIntConstant(module, "VERSION", SPEEDUPS_VERSION) < 0) {
+        Py_XDECREF(tags);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

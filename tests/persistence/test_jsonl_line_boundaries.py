@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from agentlog import SessionStore
 from agentlog.errors import AgentlogError, SessionPersistenceCorruptionError
+from agentlog.kernel.chunkrows import CHUNK_ROW_TAGS
 from agentlog.kernel.jsoncodec import dumps
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from agentlog.persistence.jsonl._scanner import ROW_TAGS, _parse_many, _take_plain
+from agentlog.persistence.jsonl._scanner import _parse_many, _take_plain
 from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment, project_key
 
 HEADER = b'{"type":"session","version":0,"id":"s1","createdAt":1000,"cwd":"/home/me/app","delegationDepth":0}'
@@ -139,7 +140,7 @@ def _take_reference(parsed: list[Any], start: int, n: int, events: list[Any]) ->
         if type(value) is not dict:
             break
         tag = value.get("type")
-        if tag.__class__ is str and tag in ROW_TAGS:
+        if tag.__class__ is str and tag in CHUNK_ROW_TAGS:
             break
         seq = value.get("seq")
         if type(seq) is not int or seq != n:
@@ -171,5 +172,5 @@ def test_the_plain_event_fast_path_takes_exactly_what_the_python_loop_takes(
 ) -> None:
     got: list[Any] = []
     want: list[Any] = []
-    assert _take_plain(parsed, start, n, got, ROW_TAGS) == _take_reference(parsed, start, n, want)
+    assert _take_plain(parsed, start, n, got, CHUNK_ROW_TAGS) == _take_reference(parsed, start, n, want)
     assert [id(value) for value in got] == [id(value) for value in want]

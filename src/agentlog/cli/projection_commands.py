@@ -32,7 +32,7 @@ from ..kernel.session import Session
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator
-from ..persistence.sqlite.backend import storage_error
+from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
@@ -292,7 +292,7 @@ def _drop_cache_file(path: str) -> None:
         except FileNotFoundError:
             pass
         except OSError as err:
-            raise storage_error(err, "remove the session projection cache to rebuild it", path + suffix) from err
+            raise storage_error(err, path + suffix, "remove the session projection cache to rebuild it") from err
 
 
 @shared_options()

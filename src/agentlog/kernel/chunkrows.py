@@ -28,9 +28,10 @@ from collections.abc import Iterable, Mapping
 from itertools import accumulate
 from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, TypeGuard
 
+from agentlog import _accel
 from agentlog.errors import ChunkRowError
 from agentlog.kernel.events import ASSISTANT_CHUNK
-from agentlog.kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
+from agentlog.kernel.jsonvalue import MAX_SAFE_INTEGER
 from agentlog.kernel.packedrun import (
     _ABSENT,
     ChunkRun,
@@ -46,8 +47,12 @@ from agentlog.kernel.packedrun import (
 )
 
 __all__ = [
+    "CHUNK_ROW_TAGS",
     "MIN_RAW_RUN",
     "MIN_RUN",
+    "REASONING_ROW",
+    "TEXT_ROW",
+    "TOOL_CALL_ROW",
     "ChunkRow",
     "ChunkRun",
     "StorageRecord",
@@ -79,9 +84,17 @@ _CHUNK_EVENT: Final = ASSISTANT_CHUNK
 _TEXT_DELTA: Final = "text-delta"
 _REASONING_DELTA: Final = "reasoning-delta"
 _TOOL_CALL_DELTA: Final = "tool-call-delta"
-_TEXT_ROW: Final = "text-chunks"
-_REASONING_ROW: Final = "reasoning-chunks"
-_TOOL_CALL_ROW: Final = "tool-call-chunks"
+TEXT_ROW: Final = "text-chunks"
+REASONING_ROW: Final = "reasoning-chunks"
+TOOL_CALL_ROW: Final = "tool-call-chunks"
+CHUNK_ROW_TAGS: Final = frozenset({TEXT_ROW, REASONING_ROW, TOOL_CALL_ROW})
+"""Storage-row tags (bare words, never event types): a stored value whose ``type`` is one of these is a
+packed run that must be expanded (or kept as a :class:`ChunkRun`). The one definition every backend reads;
+the C accelerator interns the same words and exports them as ``_speedups.CHUNK_ROW_TAGS`` (a test holds
+the two equal)."""
+_TEXT_ROW: Final = TEXT_ROW
+_REASONING_ROW: Final = REASONING_ROW
+_TOOL_CALL_ROW: Final = TOOL_CALL_ROW
 
 _ENVELOPE_WHY: Final = "envelope must be exactly {type, seq0, time0, data}"
 _TOOL_DATA_WHY: Final = "data must be exactly {turn, step, index, id, name?, dt, args}"
@@ -385,22 +398,9 @@ def _row_facts(value: object) -> _MembersFacts | None:
     return (tool, chunk_type, seq0, time0, turn, step, index, data["dt"], data[payload_key], call_id, name)
 
 
-def _row_checker() -> Any:
-    """The accelerator's check-only row pass (``expand_row`` without an event class), if this build has it."""
-    if _speedups is None:
-        return None
-    try:
-        _speedups.expand_row(False, _TEXT_DELTA, 0, 0, 1, 1, 0, [], ["a"], None, None, None)
-    except TypeError:
-        return None
-    return _speedups.expand_row
-
-
-_check_row: Any = _row_checker()
-_check_row_dict: Any = getattr(_speedups, "check_row", None) if _speedups is not None else None
-_untrack: Any = getattr(_speedups, "untrack", None) if _speedups is not None else None
-if _untrack is None:
-    _check_row_dict = None  # (an older build: the Python checks, and the collector tracks the run)
+_check_row: Any = _accel.expand_row  # (without an event class: the check-only row pass)
+_check_row_dict: Any = _accel.check_row
+_untrack: Any = _accel.untrack
 
 
 def _check_members(tag: str, facts: _MembersFacts) -> int:
@@ -609,7 +609,7 @@ def _py_compact_raw_chunks(items: list[Any], start: int, min_run: int) -> list[A
     return out if changed else None
 
 
-_group_raw: Any = getattr(_speedups, "group_raw_chunks", None) if _speedups is not None else None
+_group_raw: Any = _accel.group_raw_chunks
 
 
 def compact_raw_chunks(items: list[Any], start: int = 0, min_run: int = MIN_RAW_RUN) -> list[Any] | None:

@@ -13,9 +13,10 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from .. import _accel
 from ..errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
-from .jsonvalue import FrozenDict, _speedups, register_frozen_dict_type, seal_as
+from .jsonvalue import FrozenDict, register_frozen_dict_type, seal_as
 
 SESSION_FORMAT_VERSION = 0
 """Stamped into every header; an unknown future version is refused by readers."""
@@ -90,7 +91,7 @@ def _new_event(record: dict[str, Any]) -> Event:
 
 
 new_event: Callable[[dict[str, Any]], Event] = (
-    functools.partial(_speedups.seal, Event) if _speedups is not None else _new_event
+    functools.partial(_accel.seal, Event) if _accel.seal is not None else _new_event
 )
 """Seal a wire record whose values are already frozen into a committed :class:`Event`."""
 

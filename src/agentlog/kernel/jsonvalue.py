@@ -18,12 +18,11 @@ original accepts 20,000-deep values; so do we).
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
 from collections.abc import Iterator
 from typing import Any, NoReturn, TypeAlias
 
+from .. import _accel
 from ..errors import FrozenError, NonJsonValueError
 from .jsoncodec import DEFAULT_MAX_DEPTH
 
@@ -322,22 +321,19 @@ def _c_snapshot_container(src: Any) -> Any:
     return result
 
 
-# The C accelerator (agentlog/_speedups.c) does the same as the Python accelerator, and additionally
-# builds the frozen containers untracked by the cycle collector. AGENTLOG_PURE_PYTHON=1 disables it.
-_speedups: Any = None
-if not os.environ.get("AGENTLOG_PURE_PYTHON"):
-    try:
-        _speedups = importlib.import_module("agentlog._speedups")
-    except ImportError:  # no compiler at install time: the pure-Python gate gives the same results
-        _speedups = None
-
-ACCELERATED = _speedups is not None
-_c_snapshot: Any = _speedups.snapshot if ACCELERATED else None
+# The C accelerator (agentlog/_speedups.c, loaded and version-checked by agentlog._accel) does the same as
+# the Python accelerator, and additionally builds the frozen containers untracked by the cycle collector.
+# AGENTLOG_PURE_PYTHON=1 disables it.
+ACCELERATED = _accel.ACCELERATED
+_c_snapshot: Any = _accel.snapshot
+_c_configure: Any = _accel.configure
+_c_seal: Any = _accel.seal
+_c_freeze_owned_tree: Any = _accel.freeze_owned_tree
 
 
 def _configure_speedups() -> None:
-    if _speedups is not None:
-        _speedups.configure(
+    if _c_configure is not None:
+        _c_configure(
             FrozenDict,
             FrozenList,
             tuple(t for t in _DICT_TYPES if t is not dict),
@@ -354,8 +350,8 @@ snapshot_container = _c_snapshot_container if ACCELERATED else _py_snapshot_cont
 
 def seal_as(cls: type, record: dict[str, Any]) -> Any:
     """An instance of the frozen dict subclass ``cls`` holding ``record``'s (already frozen) items."""
-    if _speedups is not None:
-        return _speedups.seal(cls, record)
+    if _c_seal is not None:
+        return _c_seal(cls, record)
     return cls(record)
 
 
@@ -546,8 +542,8 @@ def freeze_tree(value: Any) -> Any:
     straight from a JSON parser, so their leaves need no checks, only freezing. With the accelerator the
     containers are frozen in place (no copy); the returned value is then ``value`` itself.
     """
-    if _speedups is not None and (type(value) is dict or type(value) is list):
-        result = _speedups.freeze_owned_tree(value)
+    if _c_freeze_owned_tree is not None and (type(value) is dict or type(value) is list):
+        result = _c_freeze_owned_tree(value)
         if result is not _GIVE_UP:
             return result
     return freeze_in_place(value)

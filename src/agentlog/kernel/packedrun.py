@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Final, TypeAlias
 
+from .. import _accel
 from .events import ASSISTANT_CHUNK
 from .events import Event as _Event
-from .jsonvalue import MAX_SAFE_INTEGER, _speedups
+from .jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
     "ChunkRun",
@@ -29,8 +30,8 @@ __all__ = [
     "has_runs",
 ]
 
-_expand_row: Any = _speedups.expand_row if _speedups is not None else None
-_untrack: Any = getattr(_speedups, "untrack", None) if _speedups is not None else None
+_expand_row: Any = _accel.expand_row
+_untrack: Any = _accel.untrack
 _CHUNK_EVENT: Final = ASSISTANT_CHUNK
 _MAX_SAFE: Final = MAX_SAFE_INTEGER
 

@@ -16,6 +16,7 @@ import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Never, NoReturn, Protocol, overload
 
+from .. import _accel
 from ..errors import (
     ArgumentTypeError,
     EventDataError,
@@ -66,7 +67,6 @@ from .jsonvalue import (
     MAX_SAFE_INTEGER,
     FrozenDict,
     JsonValue,
-    _speedups,
     seal_as,
     snapshot_container,
     snapshot_json,
@@ -106,7 +106,7 @@ def _py_wall_clock_ms() -> int:
     return _time.time_ns() // 1_000_000
 
 
-wall_clock_ms: Clock = getattr(_speedups, "wall_clock_ms", None) or _py_wall_clock_ms
+wall_clock_ms: Clock = _accel.wall_clock_ms or _py_wall_clock_ms
 """Integer Unix epoch milliseconds (the original's ``Date.now()``); the session's default clock."""
 
 
@@ -334,12 +334,8 @@ _MISSING: Any = object()
 _RESTORE_SPECIAL_TYPES = frozenset(
     {USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT, REQUEST_HEADER, REQUEST_HEADER_DELTA}
 )
-# The core log-only types' data rules (seeds.CORE_DATA_RULES), checked by the accelerator on restore;
-# without a build that can, those types take the Python checks like the special ones.
+# The core log-only types' data rules (seeds.CORE_DATA_RULES), checked by the accelerator on restore.
 _RESTORE_RULES = {etype: APPEND_CHECK_KINDS[etype] for etype in CORE_DATA_RULES}
-_RESTORE_CHECKS_RULES = _speedups is not None and hasattr(_speedups, "checked_snapshot")
-if not _RESTORE_CHECKS_RULES:
-    _RESTORE_SPECIAL_TYPES |= frozenset(CORE_DATA_RULES)
 _LEGACY_TYPES = frozenset({REQUEST_HEADER, REQUEST_HEADER_DELTA})
 _CREATE_TOKEN = object()
 
@@ -374,32 +370,12 @@ def _py_event4(cls: type, type: str, seq: int, time: Any, data: Any) -> Any:
     return seal_as(cls, {"type": type, "seq": seq, "time": time, "data": data})
 
 
-def _restore_takes_base() -> bool:
-    """Whether the accelerator restores a log segment (``restore_events``'s ``base``; older builds do not)."""
-    if not _RESTORE_CHECKS_RULES:
-        return False
-    try:
-        _speedups.restore_events([], frozenset(), Event, {}, 1)
-    except TypeError:
-        return False
-    return True
-
-
-def _restore_verifies() -> bool:
-    """Whether the accelerator's restore also tries the message rules on the message events (``checks``)."""
-    if not _RESTORE_CHECKS_RULES:
-        return False
-    try:
-        return len(_speedups.restore_events([], frozenset(), Event, {}, 0, {})) == 4
-    except TypeError:
-        return False
-
-
-_RESTORE_TAKES_BASE = _restore_takes_base()
-_RESTORE_VERIFIES = _restore_verifies()
+# The accelerator's restore (``restore_events(seed, special, Event, rules, base, message_rules)``) restores a log
+# segment from ``base`` and also tries the message rules on the message events; None without the accelerator.
+_restore_events: Any = _accel.restore_events
 _MESSAGE_RULES = {etype: APPEND_CHECK_KINDS[etype] for etype in MESSAGE_EVENT_TYPES}
-_checked_snapshot: Any = getattr(_speedups, "checked_snapshot", None)
-_event4: Callable[..., Any] = getattr(_speedups, "event4", None) or _py_event4
+_checked_snapshot: Any = _accel.checked_snapshot
+_event4: Callable[..., Any] = _accel.event4 or _py_event4
 
 
 class Session:
@@ -494,7 +470,7 @@ class Session:
             self._load_compact(seed)
         else:
             start = 0
-            if restore and _speedups is not None and type(seed) is list:
+            if restore and _restore_events is not None and type(seed) is list:
                 start = self._load_restored_fast(seed)
             for index in range(start, len(seed)):
                 self._load_entry(index, seed[index], restore)
@@ -513,7 +489,7 @@ class Session:
         log: list[Any] = LazyLog()
         self._log = log
         self._surface = surface = SurfaceManager(log, 0, plain_tail=True)
-        fast = _speedups is not None and _RESTORE_TAKES_BASE
+        fast = _restore_events is not None
         special = frozenset(_RESTORE_SPECIAL_TYPES | self._validators.keys())
         seq = 0
         previous = 0
@@ -626,18 +602,8 @@ class Session:
         """
         if special is None:
             special = frozenset(_RESTORE_SPECIAL_TYPES | self._validators.keys())
-        verified: Any = ()
-        if _RESTORE_VERIFIES:
-            events, specials, stop, verified = _speedups.restore_events(
-                seed, special, Event, _RESTORE_RULES, base, _MESSAGE_RULES
-            )
-            verified = set(verified) if verified else ()
-        elif base:
-            events, specials, stop = _speedups.restore_events(seed, special, Event, _RESTORE_RULES, base)
-        elif _RESTORE_CHECKS_RULES:
-            events, specials, stop = _speedups.restore_events(seed, special, Event, _RESTORE_RULES)
-        else:
-            events, specials, stop = _speedups.restore_events(seed, special, Event)
+        events, specials, stop, verified = _restore_events(seed, special, Event, _RESTORE_RULES, base, _MESSAGE_RULES)
+        verified = set(verified) if verified else ()
         log = self._log
         surface = self._surface
         done = 0

@@ -8,8 +8,9 @@ and ``DemoModelServer`` load their modules on first access.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from .assembler import AssembledResponse, Assembler, assemble, collect
 from .types import (
     DEFAULT_RETRYABLE_CODES,
@@ -51,21 +52,10 @@ __all__ = [
     "failure_chunk",
 ]
 
-_LAZY = {
-    "OpenAICompatibleProvider": ".openai_compat",
-    "DemoModelServer": ".demo_server",
-    "ReplayProvider": ".replay",
-    "ReplayMismatchError": ".replay",
-    "ReplayExhaustedError": ".replay",
+_EXPORTS = {
+    ".openai_compat": ("OpenAICompatibleProvider",),
+    ".demo_server": ("DemoModelServer",),
+    ".replay": ("ReplayExhaustedError", "ReplayMismatchError", "ReplayProvider"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -42,7 +42,8 @@ from ..errors import AgentlogError, PersistenceError, StorageAccessError
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..persistence.host_cache import POSTGRES_CACHE_FILE, derived_directory, store_key
-from ..persistence.sqlite.backend import sqlite_storage_code, storage_error
+from ..persistence.sqlite.backend import sqlite_storage_code
+from ..persistence.storage_errors import storage_error
 
 __all__ = [
     "APPLICATION_ID",
@@ -431,14 +432,14 @@ class SqliteCacheStorage:
         """A medium failure as a typed error naming the cache file, the reason and the remedy.
 
         The codes are the session backends' (:func:`~agentlog.persistence.sqlite.backend.sqlite_storage_code`
-        for SQLite's result codes, :func:`~agentlog.persistence.sqlite.backend.storage_error` for the OS's
+        for SQLite's result codes, :func:`~agentlog.persistence.storage_errors.storage_error` for the OS's
         errno): a full disk is ``STORAGE_FULL`` whether the log or its cache hit it. The message adds that
         the cache is derived data, so nothing a session stored was touched.
         """
         derived = "the cache is derived data: no session log was touched, and ls and stats work without it"
         if isinstance(err, OSError):
             where = err.filename if isinstance(err.filename, str) else self.path
-            typed = storage_error(err, f"{what} the session projection cache", where)
+            typed = storage_error(err, where, f"{what} the session projection cache")
             return StorageAccessError(f"{typed.message}; {derived}", code=typed.code, path=self.path)
         code = sqlite_storage_code(err, self.path)
         if code is not None:

@@ -16,8 +16,9 @@ first access to one of its names, so the builders and the scripted provider work
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from ..persistence.memory import MemoryStorage
 from . import builders
 from .provider import ScriptedProvider, failure_reply, text_reply, tool_call_reply
@@ -37,15 +38,6 @@ __all__ = [
     "tool_call_reply",
 ]
 
-_LAZY = {"BackendContract": ".contract", "ContractBackends": ".contract", "ContractHarness": ".contract"}
+_EXPORTS = {".contract": ("BackendContract", "ContractBackends", "ContractHarness")}
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -37,6 +37,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from ... import _accel
 from ...errors import (
     ChunkRowError,
     ReaderLimitError,
@@ -45,15 +46,20 @@ from ...errors import (
     SessionPersistenceCorruptionError,
 )
 from ...kernel._js import js_string
-from ...kernel.chunkrows import MIN_RAW_RUN, compact_raw_chunks, decode_storage_record, decode_storage_run
+from ...kernel.chunkrows import (
+    CHUNK_ROW_TAGS,
+    MIN_RAW_RUN,
+    compact_raw_chunks,
+    decode_storage_record,
+    decode_storage_run,
+)
 from ...kernel.events import TURN_END
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
-from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
-    "ROW_TAGS",
     "ReaderLimitError",
     "ScanCheckpoint",
     "ScanResult",
@@ -71,7 +77,7 @@ DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
 """Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
-_single_values: Any = getattr(_speedups, "lines_are_single_values", None) if _speedups is not None else None
+_single_values: Any = _accel.lines_are_single_values
 """Whether every line is lexically one JSON object or array (C); without it lines are parsed one by one."""
 _PARSE_HEADROOM: Final = 16
 """Address space reserved (and released) before a batched parse, per byte of text: parsed events
@@ -81,8 +87,6 @@ _BIG_LINE_BYTES: Final = 1024 * 1024
 _BIG_LINE_HEADROOM: Final = 4
 """A single long line is mostly one long string: its parse needs a few times its size."""
 _LIMITS: Final = tuple(getattr(resource, name) for name in ("RLIMIT_AS", "RLIMIT_DATA") if hasattr(resource, name))
-ROW_TAGS: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
-"""Storage-row tags (bare words, never event types): a line with one of these must be expanded."""
 
 _TURN_END: Final = TURN_END
 _RETIRED_HEADER_FIELDS: Final = ("sandboxMode", "approvalPolicy")
@@ -355,7 +359,7 @@ def _slice_bounds(lines: list[bytes]) -> list[int]:
     return bounds
 
 
-_take_plain: Any = getattr(_speedups, "take_plain_events", None) if _speedups is not None else None
+_take_plain: Any = _accel.take_plain_events
 """The scanner's plain-event fast path (C); ``None`` without the accelerator (``_parse_many`` is then off too)."""
 
 
@@ -522,7 +526,7 @@ class SessionLogScanner:
                 if take is not None and issue is None:
                     # The common values (plain events in seq order) in one C pass; the loop below judges
                     # the first one that is anything else, with every rule it has.
-                    index, n = take(parsed, index, n, events, ROW_TAGS)
+                    index, n = take(parsed, index, n, events, CHUNK_ROW_TAGS)
                     if index >= len(lines):
                         break
                     cursor.pos = index + 1
@@ -543,7 +547,7 @@ class SessionLogScanner:
                         continue
                 if type(value) is dict:
                     tag = value.get("type")
-                    if tag.__class__ is str and tag in ROW_TAGS:  # (an unhashable type is no tag either)
+                    if tag.__class__ is str and tag in CHUNK_ROW_TAGS:  # (an unhashable type is no tag either)
                         if compact:
                             try:
                                 run = decode_storage_run(value)

@@ -55,7 +55,13 @@ from ...errors import (
     describe_error,
 )
 from ...kernel._gc import gc_paused
-from ...kernel.chunkrows import compact_runs_requested, decode_storage_record, expand_items, pack_chunk_runs
+from ...kernel.chunkrows import (
+    CHUNK_ROW_TAGS,
+    compact_runs_requested,
+    decode_storage_record,
+    expand_items,
+    pack_chunk_runs,
+)
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps, loads
 from ..backend import (
     PartialRead,
@@ -67,11 +73,11 @@ from ..backend import (
     event_json,
 )
 from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, file_kind, project_key
+from ..storage_errors import storage_error
 from ..writer_lock import clear_holder, locked_error, read_holder, record_holder
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_LINE_BYTES,
-    ROW_TAGS,
     ReaderLimitError,
     SessionLogScanner,
     header_line,
@@ -249,53 +255,6 @@ def _read_fd(fd: int, size: int) -> bytes:
             return b"".join(parts) if len(parts) != 1 else parts[0]
         parts.append(chunk)
         want = 1 << 20
-
-
-_ERRNO_CODES: Final = {
-    errno.EACCES: (
-        "STORAGE_PERMISSION_DENIED",
-        "permission denied; give the user running agentlog read and write access to it (and search access to "
-        "its directories), or use a store it owns",
-    ),
-    errno.EPERM: (
-        "STORAGE_PERMISSION_DENIED",
-        "operation not permitted; give the user running agentlog access to it, or use a store it owns",
-    ),
-    errno.ENOSPC: (
-        "STORAGE_FULL",
-        "the file system is full; free space (or raise the quota) and retry — nothing acknowledged was lost and "
-        "the unwritten events are still buffered",
-    ),
-    errno.EROFS: (
-        "STORAGE_READ_ONLY",
-        "the file system is read-only; remount it read-write or copy the store to a writable place (read-only "
-        "commands such as ls, show and export still work)",
-    ),
-    errno.EISDIR: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
-    errno.ELOOP: ("STORAGE_NOT_A_FILE", "it is a symbolic link; " + _NOT_A_FILE_REMEDY),
-    errno.ENXIO: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
-    errno.ENAMETOOLONG: (
-        "STORAGE_IO",
-        "the path is too long for the file system; use a store root with a shorter path",
-    ),
-    errno.ENOTDIR: (
-        "STORAGE_NOT_A_DIRECTORY",
-        "a file stands where a directory of the store belongs; move it away or point the store elsewhere",
-    ),
-}
-_EDQUOT = getattr(errno, "EDQUOT", None)
-
-
-def storage_error(err: OSError, path: str | None = None) -> StorageAccessError:
-    """The typed form of an operating-system refusal: which path, what it means, what to do."""
-    where = path or (os.fsdecode(err.filename) if err.filename is not None else "the session store")
-    number = errno.ENOSPC if err.errno is not None and err.errno == _EDQUOT else err.errno
-    code, remedy = _ERRNO_CODES.get(
-        number if number is not None else -1,
-        ("STORAGE_IO", "the storage operation failed; check the device and retry (the stored data was not changed)"),
-    )
-    reason = err.strerror or str(err)
-    return StorageAccessError(f'storage error at "{where}": {reason}: {remedy}', code=code, path=where)
 
 
 _P = ParamSpec("_P")
@@ -1079,7 +1038,7 @@ class JsonlBackend:
         if type(value) is not dict:
             return None
         tag = value.get("type")
-        if tag.__class__ is str and tag in ROW_TAGS:  # (an unhashable type is no tag either)
+        if tag.__class__ is str and tag in CHUNK_ROW_TAGS:  # (an unhashable type is no tag either)
             try:
                 value = decode_storage_record(value)[0]
             except ChunkRowError:

@@ -69,7 +69,7 @@ from ...errors import (
     StoreNotFoundError,
 )
 from ...kernel._gc import gc_paused
-from ...kernel.chunkrows import decode_storage_record, decode_storage_run, pack_chunk_runs
+from ...kernel.chunkrows import CHUNK_ROW_TAGS, decode_storage_record, decode_storage_run, pack_chunk_runs
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
@@ -153,8 +153,6 @@ def _lineage(meta: Mapping[str, Any]) -> tuple[Any, ...]:
         text("agentPreset"),
     )
 
-
-_ROW_TAGS: Final = frozenset(("text-chunks", "reasoning-chunks", "tool-call-chunks"))
 
 _MAX_PENDING_NOTIFICATIONS: Final = 4096
 """Most sessions remembered as notified while waiting for another (the listener hears every session)."""
@@ -669,7 +667,7 @@ class PostgresBackend:
                 damage = self._corrupt(session_id, seq, f"unparsable JSON: {err}")
                 break
             tag = value.get("type") if type(value) is dict else None
-            if tag.__class__ is str and tag in _ROW_TAGS:  # (an unhashable type is no tag either)
+            if tag.__class__ is str and tag in CHUNK_ROW_TAGS:  # (an unhashable type is no tag either)
                 if compact:  # the coordinator's cold load: the run stays packed (validated all the same)
                     try:
                         run = decode_storage_run(value)

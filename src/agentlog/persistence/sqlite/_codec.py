@@ -22,16 +22,17 @@ from typing import Any, Final, TypeAlias
 
 import zstandard
 
+from ... import _accel
 from ...errors import EncodeError, ResourceExhaustedError, SessionPersistenceCorruptionError
 from ...kernel._gc import gc_paused
 from ...kernel.events import ASSISTANT_CHUNK
 from ...kernel.events import Event as _Event
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, dumps, loads
-from ...kernel.jsonvalue import MAX_SAFE_INTEGER, _speedups
+from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import ChunkRun
 
 # The kernel's C accelerator builds packed-row members as frozen events (see _build_members).
-_expand_row: Any = getattr(_speedups, "expand_row", None) if _speedups is not None else None
+_expand_row: Any = _accel.expand_row
 
 __all__ = [
     "MAX_PACKED_DATA_BYTES",
@@ -79,6 +80,8 @@ _TEXT_ROW: Final = "text-chunks"
 _REASONING_ROW: Final = "reasoning-chunks"
 _TOOL_CALL_ROW: Final = "tool-call-chunks"
 PACKED_TAGS: Final = frozenset({_TEXT_ROW, _REASONING_ROW, _TOOL_CALL_ROW})
+"""Schema 17's own spelling of the row tags (the codec imports no JSONL codec, spec §8.11 #300); a test holds
+them equal to the kernel's ``CHUNK_ROW_TAGS``, which the other backends and the C code read."""
 _ROW_OF_DELTA: Final = {_TEXT_DELTA: _TEXT_ROW, _REASONING_DELTA: _REASONING_ROW, _TOOL_CALL_DELTA: _TOOL_CALL_ROW}
 _DELTA_OF_ROW: Final = {row: delta for delta, row in _ROW_OF_DELTA.items()}
 

@@ -65,6 +65,7 @@ from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
+from ..storage_errors import storage_error
 from ..writer_lock import clear_holder, holder_record, locked_error, read_holder, record_holder
 from . import _codec as codec
 
@@ -75,7 +76,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "SqliteBackend",
     "sqlite_storage_code",
-    "storage_error",
 ]
 
 SCHEMA_VERSION: Final = 17
@@ -470,7 +470,7 @@ class SqliteBackend:
 
     def _os_error(self, err: OSError, action: str, path: str | None = None) -> PersistenceError:
         """A typed :class:`StorageAccessError` for an OS refusal, naming the path and the remedy."""
-        return storage_error(err, action, path or err.filename or self.path)
+        return storage_error(err, path or err.filename or self.path, action)
 
     def _typed(self, err: BaseException, op: str) -> BaseException:
         """The typed error an operation's failure surfaces as; typed errors pass through unchanged.
@@ -1573,29 +1573,6 @@ def _split_script(script: str) -> list[str]:
     return [part.strip() + ";" for part in script.split(";") if part.strip()]
 
 
-_OS_ERROR_KINDS: Final = {
-    errno.EACCES: "STORAGE_PERMISSION_DENIED",
-    errno.EPERM: "STORAGE_PERMISSION_DENIED",
-    errno.ENOSPC: "STORAGE_FULL",
-    errno.EDQUOT: "STORAGE_FULL",
-    errno.EROFS: "STORAGE_READ_ONLY",
-    errno.EISDIR: "STORAGE_NOT_A_FILE",
-    errno.ELOOP: "STORAGE_NOT_A_FILE",
-    errno.ENXIO: "STORAGE_NOT_A_FILE",
-    errno.ENOTDIR: "STORAGE_NOT_A_DIRECTORY",
-    errno.EEXIST: "STORAGE_NOT_A_DIRECTORY",  # makedirs over an existing non-directory
-}
-
-_REMEDIES: Final = {
-    "STORAGE_PERMISSION_DENIED": "make it and its directory readable and writable by this user, or use another store",
-    "STORAGE_FULL": "free space on that file system and retry; nothing unacknowledged was kept as acknowledged",
-    "STORAGE_READ_ONLY": "remount the file system read-write, or use a read-only command (ls, show, export, verify)",
-    "STORAGE_NOT_A_FILE": "a regular file belongs there: move the directory or special file away, or use another store",
-    "STORAGE_NOT_A_DIRECTORY": "a directory belongs there: move the file away, or choose another store path",
-    "STORAGE_IO": "check the disk and the file system, then retry",
-}
-
-
 def sqlite_storage_code(err: BaseException, path: str) -> str | None:
     """The ``STORAGE_*`` code of a SQLite refusal to use the database at ``path``, or ``None`` when the
     error is not a storage refusal (damage, memory, busy, a logic error: the caller types those).
@@ -1618,15 +1595,6 @@ def sqlite_storage_code(err: BaseException, path: str) -> str | None:
     if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
         return "STORAGE_IO"
     return None
-
-
-def storage_error(err: OSError, action: str, path: str) -> StorageAccessError:
-    """An OS refusal as :class:`StorageAccessError`: the stable code, the path, the OS reason, the remedy."""
-    code = _OS_ERROR_KINDS.get(err.errno or 0, "STORAGE_IO")
-    name = errno.errorcode.get(err.errno or 0, "EIO")
-    return StorageAccessError(
-        f'cannot {action}: "{path}": {name}: {err.strerror or err} — {_REMEDIES[code]}', code=code, path=path
-    )
 
 
 def _tail_digest(tail: Sequence[Any]) -> str:

@@ -1,0 +1,73 @@
+"""One errno -> ``STORAGE_*`` table and one message builder for an operating system's refusal.
+
+Every file-backed part of persistence (the JSONL and SQLite backends, the projection cache beside a
+store, the CLI removing a cache) turns an :class:`OSError` into a :class:`~agentlog.errors.StorageAccessError`
+here, so one condition has one stable code and one remedy whichever file hit it: a full disk is
+``STORAGE_FULL`` whether the log, the database or its cache filled it. (SQLite's own result codes, which
+carry no errno, are mapped by ``persistence.sqlite.backend.sqlite_storage_code`` onto the same codes.)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Final
+
+from ..errors import StorageAccessError
+
+__all__ = ["OS_ERROR_KINDS", "storage_error"]
+
+_NOT_A_FILE_REMEDY: Final = (
+    "a regular file belongs there; move the directory or special file away, or point the store elsewhere"
+)
+_NOT_A_DIRECTORY_REMEDY: Final = (
+    "a file stands where a directory of the store belongs; move it away or point the store elsewhere"
+)
+_FULL_REMEDY: Final = (
+    "the file system is full; free space (or raise the quota) and retry — nothing acknowledged was lost"
+)
+
+OS_ERROR_KINDS: Final[dict[int, tuple[str, str]]] = {
+    errno.EACCES: (
+        "STORAGE_PERMISSION_DENIED",
+        "permission denied; make it readable and writable by this user (and its directories searchable), or use "
+        "a store it owns",
+    ),
+    errno.EPERM: (
+        "STORAGE_PERMISSION_DENIED",
+        "operation not permitted; give the user running agentlog access to it, or use a store it owns",
+    ),
+    errno.ENOSPC: ("STORAGE_FULL", _FULL_REMEDY),
+    errno.EDQUOT: ("STORAGE_FULL", _FULL_REMEDY),
+    errno.EROFS: (
+        "STORAGE_READ_ONLY",
+        "the file system is read-only; remount it read-write or copy the store to a writable place (read-only "
+        "commands such as ls, show, export and verify still work)",
+    ),
+    errno.EISDIR: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
+    errno.ELOOP: ("STORAGE_NOT_A_FILE", "it is a symbolic link; " + _NOT_A_FILE_REMEDY),
+    errno.ENXIO: ("STORAGE_NOT_A_FILE", _NOT_A_FILE_REMEDY),
+    errno.ENAMETOOLONG: (
+        "STORAGE_IO",
+        "the path is too long for the file system; use a store root with a shorter path",
+    ),
+    errno.ENOTDIR: ("STORAGE_NOT_A_DIRECTORY", _NOT_A_DIRECTORY_REMEDY),
+    errno.EEXIST: ("STORAGE_NOT_A_DIRECTORY", _NOT_A_DIRECTORY_REMEDY),  # makedirs over an existing non-directory
+}
+"""``errno -> (code, remedy)``; any other errno is ``STORAGE_IO`` with :data:`_IO_REMEDY`."""
+
+_IO_REMEDY: Final = "the storage operation failed; check the device and the file system, then retry"
+
+
+def storage_error(err: OSError, path: str | None = None, action: str | None = None) -> StorageAccessError:
+    """The typed form of an OS refusal: the stable code, what was being done, the path, the OS reason, the remedy.
+
+    ``path`` defaults to the error's own file name; ``action`` (``"open the session database"``) heads the
+    message as ``cannot <action>``, else it reads ``storage error at``.
+    """
+    where = path or (os.fsdecode(err.filename) if err.filename is not None else "the session store")
+    number = err.errno or 0
+    code, remedy = OS_ERROR_KINDS.get(number, ("STORAGE_IO", _IO_REMEDY))
+    name = errno.errorcode.get(number, "EIO")
+    head = f"cannot {action}:" if action else "storage error at"
+    return StorageAccessError(f'{head} "{where}": {name}: {err.strerror or err} — {remedy}', code=code, path=where)
