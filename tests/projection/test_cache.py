@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentlog as al
-from agentlog.compaction.units import ProjectionUnit
+from agentlog.projection.units import ProjectionUnit
 from agentlog.errors import InvalidOptionError, ProjectionCheckpointNotJsonError, SessionNotFoundError
 from agentlog.kernel.events import SESSION_FORMAT_VERSION, event_types
 from agentlog.persistence.coordinator import PersistenceCoordinator

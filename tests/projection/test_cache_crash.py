@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 import agentlog as al
-from agentlog.compaction.units import ProjectionUnit
+from agentlog.projection.units import ProjectionUnit
 from agentlog.kernel.events import event_types
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import JsonlBackend

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.compaction.estimate import estimate_message
-from agentlog.compaction.units import (
+from agentlog.projection.units import (
     CONTEXT_BREAKDOWN_UNIT,
     CONTEXT_PRESSURE_UNIT,
     TOKEN_USAGE_UNIT,

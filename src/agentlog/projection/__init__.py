@@ -10,7 +10,7 @@ units: the token meter's ``tokenUsage``, ``contextPressure`` and ``contextBreakd
 ``title`` (:mod:`agentlog.projection.title`; the :class:`SessionTitleService` writes titles).
 """
 
-from ..compaction.units import ProjectionUnit
+from .units import ProjectionUnit
 from .cache import (
     DEFAULT_WRITE_EVERY_EVENTS,
     DEFAULT_WRITE_INTERVAL_MS,

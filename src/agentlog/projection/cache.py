@@ -60,7 +60,7 @@ from typing import Any, Final, Protocol
 import orjson
 
 from .._version import __version__
-from ..compaction.units import ProjectionUnit
+from .units import ProjectionUnit
 from ..errors import (
     InvalidOptionError,
     NonJsonValueError,

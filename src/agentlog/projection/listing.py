@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ..compaction.units import ProjectionUnit
+from .units import ProjectionUnit
 from ..errors import InvalidOptionError, describe_error
 from ..kernel.events import Event
 from ..kernel.store import SessionStore

@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypedDict, cast
 
-from ..compaction.units import ProjectionUnit
+from .units import ProjectionUnit
 from ..errors import ProjectionRowError
 from ..kernel.events import (
     ASSISTANT_CHUNK,

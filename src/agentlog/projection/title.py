@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
-from ..compaction.units import ProjectionUnit
+from .units import ProjectionUnit
 from ..errors import InvalidOptionError, SessionTitleStateError
 from ..kernel.events import USER_MESSAGE, Event
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, TypedDict
 
-from ..compaction.units import ProjectionUnit
+from .units import ProjectionUnit
 from ..errors import ProjectionRowError
 from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, Event
 

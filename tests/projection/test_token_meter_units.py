@@ -30,7 +30,7 @@ from agentlog.compaction.estimate import (
     estimate_system_tokens,
     estimate_tools_tokens,
 )
-from agentlog.compaction.units import (
+from agentlog.projection.units import (
     CONTEXT_BREAKDOWN_UNIT,
     CONTEXT_PRESSURE_UNIT,
     TOKEN_METER_UNITS,
