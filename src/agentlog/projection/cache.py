@@ -60,7 +60,6 @@ from typing import Any, Final, Protocol
 import orjson
 
 from .._version import __version__
-from .units import ProjectionUnit
 from ..errors import (
     InvalidOptionError,
     NonJsonValueError,
@@ -74,6 +73,7 @@ from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore
 from .cache_storage import CacheRecord, CacheStorage, ServedViews, open_cache_storage
+from .units import ProjectionUnit
 
 __all__ = [
     "DEFAULT_WRITE_EVERY_EVENTS",

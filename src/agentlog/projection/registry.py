@@ -46,12 +46,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypedDict
 
-from .units import (
-    CONTEXT_BREAKDOWN_UNIT,
-    CONTEXT_PRESSURE_UNIT,
-    TOKEN_USAGE_UNIT,
-    ProjectionUnit,
-)
 from ..errors import (
     FrozenError,
     NonJsonValueError,
@@ -71,6 +65,12 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from .stats import SESSION_STATS_UNIT
 from .title import TITLE_UNIT
+from .units import (
+    CONTEXT_BREAKDOWN_UNIT,
+    CONTEXT_PRESSURE_UNIT,
+    TOKEN_USAGE_UNIT,
+    ProjectionUnit,
+)
 
 if TYPE_CHECKING:
     from ..kernel.store import SessionStore

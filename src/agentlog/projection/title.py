@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
-from .units import ProjectionUnit
 from ..errors import InvalidOptionError, SessionTitleStateError
 from ..kernel.events import USER_MESSAGE, Event
+from .units import ProjectionUnit
 
 __all__ = [
     "DEFAULT_FALLBACK_MAX_BYTES",
