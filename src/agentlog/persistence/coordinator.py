@@ -17,7 +17,6 @@ Per session, a write lock orders every write; per id, a re-entrant lock orders e
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import builtins
 import contextlib
@@ -1049,6 +1048,8 @@ class PersistenceCoordinator:
 
     async def aflush(self, session: Session) -> None:
         """:meth:`flush` for asyncio code (the blocking write runs in a worker thread)."""
+        import asyncio  # here, not at import: synchronous users of the coordinator never load it
+
         await asyncio.to_thread(self.flush, session)
 
     def _on_disposed(self, session: Session) -> None:

@@ -46,7 +46,6 @@ rows path's decisions: identity match, each unit's ``stateVersion``, host-only r
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import hashlib
 import logging
@@ -204,6 +203,8 @@ class BackgroundWriter:
 
 def default_timer(delay_ms: float, callback: Callable[[], None]) -> Cancel:
     """``loop.call_later`` when this thread runs an event loop, else a daemon :class:`threading.Timer`."""
+    import asyncio  # here, not at import: a synchronous reader of the cache never loads it
+
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -709,6 +710,8 @@ class ProjectionCache:
 
     async def awrite(self, session: Session) -> None:
         """:meth:`write` for asyncio code (the cut now, the blocking part in a worker thread)."""
+        import asyncio
+
         with lock_of(session):
             cut = self._take_cut(session)
         await asyncio.to_thread(self._land, cut)
@@ -744,6 +747,8 @@ class ProjectionCache:
 
     async def adrain(self) -> None:
         """:meth:`drain` for asyncio code."""
+        import asyncio
+
         await asyncio.to_thread(self._writer.drain)
 
     # -- write policy (spec §3.3) -----------------------------------------------------------------
