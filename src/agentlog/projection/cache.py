@@ -115,11 +115,6 @@ class _Registry(Protocol):
     def restore(self, checkpoint: Checkpoint, events: Sequence[Any], base_seq: int) -> Any: ...
 
 
-class _Stored(Protocol):
-    meta: Mapping[str, Any]
-    events: Sequence[Any]
-
-
 class _Coordinator(Protocol):
     """What the cache needs of persistence: the flush barrier, the suffix read and the log revision."""
 
