@@ -259,3 +259,19 @@ def test_the_command_table_keeps_its_names_importable_and_lists_every_command_in
     assert listed == [name for name, _module, _function in commands._TABLE]
     assert all(group.get_command(None, name).name == name for name in listed)
     assert group.get_command(None, "no-such-command") is None
+
+
+def test_the_root_exports_the_seams_and_not_the_codec_or_prompt_internals() -> None:
+    for name in ("Agent", "Provider", "Backend"):
+        assert name in al.__all__ and name in dir(al)
+    internals = (
+        "MIN_RUN",
+        "decode_storage_record",
+        "pack_chunk_runs",
+        "COMPACTION_INSTRUCTION",
+        "PRUNE_MARKER",
+        "CHECKPOINT_PREAMBLE",
+    )
+    for name in internals:
+        assert name not in al.__all__
+        assert not hasattr(al, name), name

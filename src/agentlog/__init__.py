@@ -50,8 +50,8 @@ from .errors import (
 
 if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
     from .agent import tool
-    from .agent.loop import Agent
     from .agent.checkpoint import CheckpointPolicy
+    from .agent.loop import Agent
     from .compaction import (
         CompactionConfig,
         CompactionEngine,
