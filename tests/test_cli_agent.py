@@ -18,9 +18,9 @@ from typer.testing import CliRunner, Result
 
 import agentlog as al
 from agentlog.cli.commands import app
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall
 
 runner = CliRunner()
 

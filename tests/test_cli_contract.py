@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from agentlog.cli import app
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall
 
 runner = CliRunner()
 

@@ -19,9 +19,9 @@ import agentlog as al
 from agentlog.cli._marks import seq_ranges
 from agentlog.cli.commands import app
 from agentlog.compaction.estimate import estimate_message
-from agentlog.llm.demo_server import BIG_FILE, DemoModelServer, large_result_turns
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import BIG_FILE, DemoModelServer, large_result_turns
 
 runner = CliRunner()
 SID = "compacted"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from agentlog.cli.commands import app
 from agentlog.cli.demo import DEMO_MODEL_LABEL, SLOW_CALL_ID, RequestCheck, run_demo
 from agentlog.kernel.repair import TOOL_OUTCOME_UNKNOWN
-from agentlog.llm.demo_server import ErrorReply, RecordedRequest, Reply
+from agentlog.testing.demo_server import ErrorReply, RecordedRequest, Reply
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 

@@ -25,7 +25,8 @@ from agentlog.agent.loop import Agent, AgentOptions
 from agentlog.compaction import COMPACTION_INSTRUCTION
 from agentlog.compaction.estimate import estimate_header, estimate_message
 from agentlog.llm import GenerateRequest, StreamChunk, assemble
-from agentlog.llm.demo_server import (
+from agentlog.llm.openai_compat import OpenAICompatibleProvider, is_context_overflow, request_body
+from agentlog.testing.demo_server import (
     BIG_FILE,
     COMPACTION_MARKER,
     SUMMARY_SECTIONS,
@@ -37,7 +38,6 @@ from agentlog.llm.demo_server import (
     estimate_request_tokens,
     large_result_turns,
 )
-from agentlog.llm.openai_compat import OpenAICompatibleProvider, is_context_overflow, request_body
 
 INSTRUCTION = COMPACTION_INSTRUCTION
 TOOLS: list[Any] = [

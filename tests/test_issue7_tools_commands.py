@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 from agentlog.agent import RunCommandTool, ToolContext, ToolOutcome, ToolRegistry, builtin_registry, run_tool_call
 from agentlog.agent.builtin_tools import COMMAND_NOT_ALLOWED, CommandPolicy
 from agentlog.cli.commands import app
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall
 
 runner = CliRunner()
 

@@ -24,13 +24,13 @@ from typer.testing import CliRunner
 import agentlog as al
 from agentlog.cli.commands import app
 from agentlog.llm import GenerateRequest, LlmError, StreamChunk, assemble
-from agentlog.llm.demo_server import DemoModelServer, Hang, RawStream, Reply
 from agentlog.llm.openai_compat import (
     RESPONSE_TOO_LARGE,
     OpenAICompatibleProvider,
     is_deepseek_base_url,
     sse_data,
 )
+from agentlog.testing.demo_server import DemoModelServer, Hang, RawStream, Reply
 
 runner = CliRunner()
 SESSION_HEADER = "x-deepseek-harness-session-id"

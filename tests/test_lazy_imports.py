@@ -151,6 +151,27 @@ def test_import_agentlog_loads_neither_openai_nor_httpx_nor_the_agent_loop() -> 
     assert _forbidden(modules) == []
     assert "agentlog.kernel.session" not in modules  # even the kernel loads on first use
     assert "asyncio" not in modules
+    assert not [m for m in modules if m.startswith("agentlog.compaction")]
+
+
+def test_a_synchronous_durable_store_loads_no_asyncio() -> None:
+    """A script that only appends and flushes (the kernel, a file backend, the coordinator) never needs an
+    event loop, so it does not pay for importing asyncio: the async entry points import it themselves."""
+    code = (
+        "import json, sys, tempfile, agentlog as al\n"
+        "store = al.SessionStore()\n"
+        "coordinator = al.PersistenceCoordinator(store, al.JsonlBackend(tempfile.mkdtemp()))\n"
+        "session = store.create('s1')\n"
+        "session.append('turn/start', {'turn': 1})\n"
+        "store.flush(session)\n"
+        "coordinator.close()\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = _fresh_python(code)
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(done.stdout)
+    assert "asyncio" not in modules
+    assert not [m for m in modules if m.startswith(("agentlog.compaction", "agentlog.agent"))]
 
 
 def test_a_lazily_exported_name_loads_its_module_on_first_access() -> None:
@@ -240,3 +261,19 @@ def test_the_command_table_keeps_its_names_importable_and_lists_every_command_in
     assert listed == [name for name, _module, _function in commands._TABLE]
     assert all(group.get_command(None, name).name == name for name in listed)
     assert group.get_command(None, "no-such-command") is None
+
+
+def test_the_root_exports_the_seams_and_not_the_codec_or_prompt_internals() -> None:
+    for name in ("Agent", "Provider", "Backend"):
+        assert name in al.__all__ and name in dir(al)
+    internals = (
+        "MIN_RUN",
+        "decode_storage_record",
+        "pack_chunk_runs",
+        "COMPACTION_INSTRUCTION",
+        "PRUNE_MARKER",
+        "CHECKPOINT_PREAMBLE",
+    )
+    for name in internals:
+        assert name not in al.__all__
+        assert not hasattr(al, name), name

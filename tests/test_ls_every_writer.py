@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 import agentlog as al
 from agentlog.cli.commands import app
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall, Usage
 
 runner = CliRunner()
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"

@@ -25,12 +25,12 @@ import agentlog as al
 from _full_disk import fill, small_tmpfs
 from agentlog.cli.commands import app
 from agentlog.cli.projection_commands import LAST_ACTIVITY_UNIT, attach_projections
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.projection.cache_storage import cache_path_for
 from agentlog.projection.registry import ProjectionRegistry
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall, Usage
 
 runner = CliRunner()
 

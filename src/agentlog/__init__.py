@@ -51,10 +51,8 @@ from .errors import (
 if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
     from .agent import tool
     from .agent.checkpoint import CheckpointPolicy
+    from .agent.loop import Agent
     from .compaction import (
-        CHECKPOINT_PREAMBLE,
-        COMPACTION_INSTRUCTION,
-        PRUNE_MARKER,
         CompactionConfig,
         CompactionEngine,
         CompactionInvariants,
@@ -67,7 +65,6 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         select_compactable_range,
     )
     from .interop import Recorder
-    from .kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
     from .kernel.events import (
         ASSISTANT_CHUNK,
         ASSISTANT_MESSAGE,
@@ -138,6 +135,8 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         is_surface_event,
         replace_op,
     )
+    from .llm.types import Provider
+    from .persistence.backend import Backend
     from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot, StoredView
     from .persistence.jsonl import JsonlBackend
     from .persistence.memory import MemoryBackend
@@ -156,11 +155,9 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
 # Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above).
 _EXPORTS: dict[str, tuple[str, ...]] = {
     ".agent": ("tool",),
+    ".agent.loop": ("Agent",),
     ".agent.checkpoint": ("CheckpointPolicy",),
     ".compaction": (
-        "CHECKPOINT_PREAMBLE",
-        "COMPACTION_INSTRUCTION",
-        "PRUNE_MARKER",
         "CompactionConfig",
         "CompactionEngine",
         "CompactionInvariants",
@@ -173,11 +170,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "select_compactable_range",
     ),
     ".interop": ("Recorder",),
-    ".kernel.chunkrows": (
-        "MIN_RUN",
-        "decode_storage_record",
-        "pack_chunk_runs",
-    ),
     ".kernel.events": (
         "ASSISTANT_CHUNK",
         "ASSISTANT_MESSAGE",
@@ -280,6 +272,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "is_surface_event",
         "replace_op",
     ),
+    ".llm.types": ("Provider",),
+    ".persistence.backend": ("Backend",),
     ".persistence.coordinator": (
         "PersistenceCoordinator",
         "SessionSnapshot",
@@ -311,13 +305,9 @@ __all__ = [
     "APPEND",
     "ASSISTANT_CHUNK",
     "ASSISTANT_MESSAGE",
-    "CHECKPOINT_PREAMBLE",
-    "COMPACTION_INSTRUCTION",
     "CORE_EVENT_TYPES",
     "KNOWN_SESSION_EVENT_TYPES",
     "MAX_SAFE_INTEGER",
-    "MIN_RUN",
-    "PRUNE_MARKER",
     "REQUEST_CONTEXT",
     "REQUEST_HEADER",
     "SESSION_END_SEED",
@@ -335,10 +325,12 @@ __all__ = [
     "TURN_END",
     "TURN_START",
     "USER_MESSAGE",
+    "Agent",
     "AgentlogError",
     "ArgumentTypeError",
     "AssistantChunkData",
     "AssistantMessageData",
+    "Backend",
     "CheckpointPolicy",
     "ChunkRowError",
     "CompactionConfig",
@@ -372,6 +364,7 @@ __all__ = [
     "PersistenceError",
     "ProjectionCache",
     "ProjectionRegistry",
+    "Provider",
     "ProviderSummarizer",
     "Recorder",
     "ReentrantAppendError",
@@ -421,7 +414,6 @@ __all__ = [
     "assistant_message",
     "call_config_equals",
     "canonical_header",
-    "decode_storage_record",
     "derive_event_message",
     "event_types",
     "fallback_session_title",
@@ -437,7 +429,6 @@ __all__ = [
     "is_surface_event",
     "new_message_id",
     "normalize_session_title",
-    "pack_chunk_runs",
     "plugin_message",
     "reasoning_block",
     "reasoning_delta",

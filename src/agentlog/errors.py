@@ -325,7 +325,7 @@ class SessionCollisionError(PersistenceError):
     code = "SESSION_COLLISION"
 
 
-# --- added for the trust fixes (issue 7); helpers raise these, never bare OSError/RuntimeError ------
+# --- storage and resource failures: helpers raise these, never bare OSError/RuntimeError -----------------
 
 
 class SessionDisposedError(AgentlogError, RuntimeError):

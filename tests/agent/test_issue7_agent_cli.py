@@ -26,10 +26,10 @@ import agentlog as al
 import agentlog.cli.commands as cli
 from agentlog.agent import loop
 from agentlog.kernel.invariants import tool_pairing_problems
-from agentlog.llm.demo_server import DemoModelServer, RecordedRequest, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, RecordedRequest, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 runner = CliRunner()
 SID = "s1"

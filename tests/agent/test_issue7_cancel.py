@@ -30,11 +30,11 @@ from agentlog.agent.tools import FunctionTool, ToolContext, ToolOutcome, ToolReg
 from agentlog.errors import PersistenceError
 from agentlog.kernel.invariants import tool_pairing_problems
 from agentlog.kernel.repair import TOOL_OUTCOME_UNKNOWN_TEXT
-from agentlog.llm.demo_server import DemoModelServer, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 SID = "cancelled"
 

@@ -20,11 +20,11 @@ from agentlog.agent.loop import (
 )
 from agentlog.agent.tools import FunctionTool, ToolContext, ToolOutcome, ToolRegistry
 from agentlog.kernel.invariants import tool_pairing_problems
-from agentlog.llm.demo_server import DemoModelServer, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 
 def _stored_types(root: Path, session_id: str) -> list[str]:

@@ -9,11 +9,11 @@ from typing import Any
 import agentlog as al
 from agentlog.agent.builtin_tools import builtin_registry
 from agentlog.agent.loop import Agent, AgentOptions, RetryPolicy
-from agentlog.llm.demo_server import DemoModelServer, ErrorReply, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, ErrorReply, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 FAST_RETRY = RetryPolicy(initial_delay_ms=1, max_delay_ms=50)
 

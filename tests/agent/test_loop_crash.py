@@ -16,11 +16,11 @@ from _procs import running_sleep
 
 import agentlog as al
 from agentlog.agent.loop import Agent, AgentOptions
-from agentlog.llm.demo_server import DemoModelServer, RecordedRequest, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, RecordedRequest, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 CHILD = textwrap.dedent(
     """

@@ -13,12 +13,12 @@ import agentlog as al
 from agentlog.agent.builtin_tools import builtin_registry
 from agentlog.agent.loop import Agent, AgentOptions, RetryPolicy
 from agentlog.agent.tools import FunctionTool, ToolOutcome
-from agentlog.llm.demo_server import DemoModelServer, ErrorReply, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.llm.types import MissingApiKeyError
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, ErrorReply, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 FAST = RetryPolicy(max_retries=2, initial_delay_ms=1, max_delay_ms=20)
 PATIENT = RetryPolicy(max_retries=5, initial_delay_ms=1, max_delay_ms=20)

@@ -36,12 +36,12 @@ from agentlog.agent import (
 )
 from agentlog.errors import LlmError, StepLimitError
 from agentlog.kernel.events import TURN_END
-from agentlog.llm.demo_server import DemoModelServer, ErrorReply, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.testing import ScriptedProvider, failure_reply, text_reply, tool_call_reply
+from agentlog.testing.demo_server import DemoModelServer, ErrorReply, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 
 @tool  # exclusive (the default): each call's result is logged before the next call starts

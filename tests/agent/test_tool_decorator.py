@@ -35,10 +35,10 @@ from agentlog.agent import (
     tool,
 )
 from agentlog.kernel.events import TOOL_RESULT
-from agentlog.llm.demo_server import DemoModelServer, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.testing import ScriptedProvider, text_reply, tool_call_reply
+from agentlog.testing.demo_server import DemoModelServer, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 
 class Color(enum.Enum):

@@ -34,10 +34,10 @@ from agentlog.compaction import (
     is_checkpoint_source,
 )
 from agentlog.kernel.session import Session, derive_event_message
-from agentlog.llm.demo_server import BIG_FILE, DemoModelServer, Hang, large_result_turns
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import BIG_FILE, DemoModelServer, Hang, large_result_turns
 
 WINDOW = 4_000
 TURNS = 30

@@ -1,7 +1,7 @@
 """AgentlogSession under the real openai-agents Runner, against the local demo model over HTTP.
 
 The model is the SDK's own ``OpenAIChatCompletionsModel`` with an ``AsyncOpenAI`` client pointed at
-:class:`agentlog.llm.demo_server.DemoModelServer`; the demo server only streams, so the runs use
+:class:`agentlog.testing.demo_server.DemoModelServer`; the demo server only streams, so the runs use
 ``Runner.run_streamed`` (the ported SDK session tests cover ``run`` and ``run_sync`` with the SDK's
 scripted model). Crash tests kill a real child process with SIGKILL and resume in a second one.
 """
@@ -39,11 +39,11 @@ from agentlog.integrations.openai_agents import (
 from agentlog.kernel.events import ASSISTANT_MESSAGE, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
 from agentlog.kernel.invariants import check_tool_pairing
 from agentlog.kernel.repair import TOOL_OUTCOME_UNKNOWN_TEXT
-from agentlog.llm.demo_server import DemoModelServer, Hang, RecordedRequest, Reply, ToolCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend, MemoryStorage
 from agentlog.persistence.sqlite.backend import SqliteBackend
+from agentlog.testing.demo_server import DemoModelServer, Hang, RecordedRequest, Reply, ToolCall
 
 set_tracing_disabled(True)
 

@@ -44,10 +44,10 @@ from agentlog.integrations.pydantic_ai import (
     to_model_messages,
 )
 from agentlog.kernel.seeds import check_message_shape
-from agentlog.llm.demo_server import DemoModelServer, Reply
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, Reply
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 SYSTEM = "You are terse."
 

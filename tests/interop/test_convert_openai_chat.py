@@ -17,7 +17,7 @@ from agentlog.interop.openai_chat import from_openai_chat, session_to_openai_cha
 from agentlog.kernel import messages as m
 from agentlog.kernel.events import ASSISTANT_MESSAGE, REQUEST_HEADER, TOOL_RESULT, USER_MESSAGE
 from agentlog.kernel.session import Session
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall
 
 PROVIDER, MODEL = "prov", "mod"
 SDK_TYPE: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ChatCompletionMessageParam)

@@ -22,10 +22,10 @@ from agentlog.errors import LlmError, RecorderStateError
 from agentlog.interop.recorder import Recorder
 from agentlog.kernel.invariants import check_tool_pairing
 from agentlog.kernel.repair import interrupted_tool_result_data
-from agentlog.llm.demo_server import DemoModelServer, Reply, Usage
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider, serialize_messages
 from agentlog.llm.replay import ReplayProvider
+from agentlog.testing.demo_server import DemoModelServer, Reply, Usage
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 from agentlog.testing.provider import ScriptedProvider, failure_reply, text_reply, tool_call_reply
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from agentlog.llm.demo_server import DemoModelServer, ErrorReply, Hang, Reply, ToolCall, Usage
+from agentlog.testing.demo_server import DemoModelServer, ErrorReply, Hang, Reply, ToolCall, Usage
 
 
 def post(server: DemoModelServer, body: Any, path: str = "/v1/chat/completions") -> tuple[int, dict[str, str], bytes]:

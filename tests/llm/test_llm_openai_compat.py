@@ -26,7 +26,14 @@ from agentlog.llm import (
     assemble,
     collect,
 )
-from agentlog.llm.demo_server import (
+from agentlog.llm.openai_compat import (
+    OpenAICompatibleProvider,
+    map_usage,
+    parse_retry_after,
+    request_body,
+    serialize_messages,
+)
+from agentlog.testing.demo_server import (
     DemoModelServer,
     ErrorReply,
     Hang,
@@ -35,13 +42,6 @@ from agentlog.llm.demo_server import (
     Reply,
     ToolCall,
     Usage,
-)
-from agentlog.llm.openai_compat import (
-    OpenAICompatibleProvider,
-    map_usage,
-    parse_retry_after,
-    request_body,
-    serialize_messages,
 )
 
 # --- harness -------------------------------------------------------------------------------------

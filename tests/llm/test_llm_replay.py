@@ -20,8 +20,6 @@ import pytest
 import agentlog as al
 from agentlog.agent.builtin_tools import builtin_registry
 from agentlog.agent.loop import Agent, AgentOptions, RetryPolicy, TurnOutcome
-from agentlog.llm.demo_server import DemoModelServer, ErrorReply, Reply, ScriptItem
-from agentlog.llm.demo_server import ToolCall as ScriptedCall
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.llm.replay import (
     MAX_SHOWN,
@@ -34,6 +32,8 @@ from agentlog.llm.replay import (
 from agentlog.llm.types import GenerateRequest, Provider, StreamChunk
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.testing.demo_server import DemoModelServer, ErrorReply, Reply, ScriptItem
+from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
 FAST_RETRY = RetryPolicy(initial_delay_ms=1, max_delay_ms=50)
 SYSTEM = "You are terse."

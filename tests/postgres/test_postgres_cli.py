@@ -19,9 +19,9 @@ from typer.testing import CliRunner, Result
 
 from agentlog.cli.commands import app
 from agentlog.errors import StorageAccessError
-from agentlog.llm.demo_server import DemoModelServer, Reply, ToolCall, Usage
 from agentlog.persistence.host_cache import POSTGRES_CACHE_FILE, POSTGRES_INDEX_FILE, store_key
 from agentlog.persistence.postgres import PostgresBackend
+from agentlog.testing.demo_server import DemoModelServer, Reply, ToolCall, Usage
 
 runner = CliRunner()
 

@@ -25,7 +25,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentlog as al
-from agentlog.compaction.units import ProjectionUnit
 from agentlog.errors import InvalidOptionError, ProjectionCheckpointNotJsonError, SessionNotFoundError
 from agentlog.kernel.events import SESSION_FORMAT_VERSION, event_types
 from agentlog.persistence.coordinator import PersistenceCoordinator
@@ -43,6 +42,7 @@ from agentlog.projection.cache import (
 )
 from agentlog.projection.cache_storage import CacheRecord, MemoryCacheStorage, open_cache_storage
 from agentlog.projection.registry import ProjectionRegistry
+from agentlog.projection.units import ProjectionUnit
 
 MARK = "cache-test/mark"
 KEY = "cache-test/marks"

@@ -30,7 +30,6 @@ from typing import Any
 import pytest
 
 import agentlog as al
-from agentlog.compaction.units import ProjectionUnit
 from agentlog.kernel.events import event_types
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl import JsonlBackend
@@ -38,6 +37,7 @@ from agentlog.persistence.sqlite import SqliteBackend
 from agentlog.projection.cache import InlineWriter, ProjectionCache
 from agentlog.projection.cache_storage import CacheRecord, open_cache_storage
 from agentlog.projection.registry import ProjectionRegistry
+from agentlog.projection.units import ProjectionUnit
 
 MARK = "cache-test/mark"
 KEY = "cache-test/marks"

@@ -26,12 +26,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.compaction.estimate import estimate_message
-from agentlog.compaction.units import (
-    CONTEXT_BREAKDOWN_UNIT,
-    CONTEXT_PRESSURE_UNIT,
-    TOKEN_USAGE_UNIT,
-    ProjectionUnit,
-)
 from agentlog.errors import (
     FrozenError,
     ProjectionKeyConflictError,
@@ -59,6 +53,12 @@ from agentlog.kernel.store import SessionStore
 from agentlog.projection.registry import BUILTIN_UNITS, ProjectionRegistry
 from agentlog.projection.stats import SESSION_STATS_UNIT
 from agentlog.projection.title import TITLE_UNIT
+from agentlog.projection.units import (
+    CONTEXT_BREAKDOWN_UNIT,
+    CONTEXT_PRESSURE_UNIT,
+    TOKEN_USAGE_UNIT,
+    ProjectionUnit,
+)
 
 MARK = "test/mark"
 event_types.register(MARK)

@@ -1275,8 +1275,8 @@ def test_an_all_prompts_model_title_follows_the_real_agent_loop() -> None:
 
 def test_a_model_title_over_http_with_the_local_demo_server() -> None:
     """The real OpenAI-compatible client: a ``session-title`` request disables thinking on the wire."""
-    from agentlog.llm.demo_server import DemoModelServer, Reply
     from agentlog.llm.openai_compat import OpenAICompatibleProvider
+    from agentlog.testing.demo_server import DemoModelServer, Reply
 
     async def main() -> None:
         with DemoModelServer([Reply(text="  HTTP   written title \n")]) as server:

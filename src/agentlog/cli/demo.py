@@ -3,7 +3,7 @@
 The point of an append-only session log is what happens when things go wrong, so the demo shows
 exactly that, with nothing faked but the model:
 
-1. A scripted model (:class:`~agentlog.llm.demo_server.DemoModelServer`) serves the OpenAI streaming
+1. A scripted model (:class:`~agentlog.testing.demo_server.DemoModelServer`) serves the OpenAI streaming
    API on loopback. It is labelled as scripted everywhere it appears, because a transcript must never
    be mistaken for a real model's. No API key and no network are needed.
 2. A **child process** runs a real :class:`~agentlog.agent.loop.Agent` with the real ``openai`` client,
@@ -68,9 +68,9 @@ from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
-from ..llm.demo_server import DemoModelServer, ErrorReply, RecordedRequest, Reply, ScriptItem, ToolCall
 from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.jsonl.backend import JsonlBackend
+from ..testing.demo_server import DemoModelServer, ErrorReply, RecordedRequest, Reply, ScriptItem, ToolCall
 from .render import _emit_json, _emit_json_line, _TableOutput
 
 if TYPE_CHECKING:

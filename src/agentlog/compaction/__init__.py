@@ -13,9 +13,9 @@ full history. The pieces, bottom-up:
   :class:`ExtractiveSummarizer` needs none);
 - :class:`CompactionEngine` decides when, installed in the agent loop with ``Agent(compaction=...)``.
 
-The names load on first access (:mod:`agentlog._lazy`): the projection units live in
-:mod:`.units`, and importing them (as ``agentlog ls`` does) must not load the engine, the summarizers and
-the LLM layer behind them.
+The names load on first access (:mod:`agentlog._lazy`): a caller that needs one piece (the meter, the
+pruner) does not load the engine, the summarizers and the LLM layer behind the others. The token meter's
+projection units live with the other units, in :mod:`agentlog.projection.units`.
 """
 
 from typing import TYPE_CHECKING
@@ -65,8 +65,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         frame_summary,
     )
 
-# Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above): importing
-# ``agentlog.compaction.units`` (the projection units) must not load the engine, the summarizers and the LLM layer.
+# Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above).
 _EXPORTS: dict[str, tuple[str, ...]] = {
     ".config": (
         "CompactionConfig",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 from ..errors import (
     CompactionBusyError,
@@ -58,17 +58,6 @@ class _Default:
 
 DEFAULT: Final = _Default()
 """``pruner=DEFAULT`` (the default): a :class:`ToolResultPruner` with the original's budgets."""
-
-
-class CompactableAgent(Protocol):
-    """What the engine needs from an agent (agentlog's :class:`~agentlog.agent.loop.Agent` has it)."""
-
-    session: Any
-    provider: Any
-    options: Any
-
-    @property
-    def aborted(self) -> bool: ...
 
 
 def routed_target(session: Any) -> SummaryTarget | None:

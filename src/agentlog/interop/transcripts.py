@@ -550,11 +550,6 @@ def _stamp(sink: _Sink, value: Any) -> None:
 _CLAUDE_CONVERSATION = frozenset({"user", "assistant"})
 
 
-def _claude_text(value: Any) -> str:
-    """The text of a tool_result's ``content`` part list (non-text parts are reported by the caller)."""
-    return value if isinstance(value, str) else ""
-
-
 class _ClaudeImporter:
     source = "claude-code"
     provider = "anthropic"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -13,6 +12,8 @@ logger = logging.getLogger("agentlog")
 
 def observe_async(awaitable: Any, prefix: str) -> None:
     """Run a listener's awaitable in the current loop and log (never raise) its failure."""
+    import asyncio  # here, not at import: a session that never meets an awaitable never loads asyncio
+
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -23,7 +24,7 @@ def observe_async(awaitable: Any, prefix: str) -> None:
         return
     future = asyncio.ensure_future(awaitable, loop=loop)
 
-    def _done(fut: asyncio.Future[Any]) -> None:
+    def _done(fut: Any) -> None:
         if fut.cancelled():
             return
         err = fut.exception()

@@ -479,7 +479,7 @@ def decode_storage_run(value: object) -> ChunkRun | None:
     return ChunkRun(facts, last_time)
 
 
-# --- raw chunk lines kept compact (issue 14) -----------------------------------------------------------
+# --- raw chunk lines kept compact -----------------------------------------------------------------------
 #
 # A log written without packing (``packChunks`` false, or runs shorter than MIN_RUN) stores every delta as
 # its own ``assistant/chunk`` line. A cold compact load turns each maximal stretch of such lines into a

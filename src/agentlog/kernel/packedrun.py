@@ -1,4 +1,4 @@
-"""Packed chunk runs kept compact in a restored log (issue 14): :class:`ChunkRun` and its helpers.
+"""Packed chunk runs kept compact in a restored log: :class:`ChunkRun` and its helpers.
 
 A cold load validates every packed chunk row (``kernel.chunkrows`` for the JSONL codec, the SQLite codec
 for its rows) but keeps it packed: the restored session's log holds the run in its members' slots and

@@ -12,7 +12,6 @@ A :class:`Scope` is both an *owner lifetime* (disposing it detaches the sessions
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import inspect
 import logging
@@ -444,6 +443,8 @@ class SessionStore(_Hooks):
         outcomes = self._start_flush(session)
         pending = [value for kind, value in outcomes if kind == "await"]
         if pending:
+            import asyncio  # here, not at import: only an awaitable flush listener needs it
+
             try:
                 asyncio.get_running_loop()
             except RuntimeError:
@@ -566,6 +567,8 @@ def _nearest_closed_boundaries(events: Sequence[Mapping[str, Any]], start: int, 
 
 
 async def _settle(awaitables: builtins.list[Any]) -> builtins.list[Any]:
+    import asyncio
+
     return await asyncio.gather(*awaitables, return_exceptions=True)
 
 

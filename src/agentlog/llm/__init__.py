@@ -1,9 +1,10 @@
 """The LLM provider layer: a provider-neutral streaming contract, the assembler, and an
-OpenAI-compatible (DeepSeek by default) provider plus a scripted local model server for tests and demos.
+OpenAI-compatible (DeepSeek by default) provider and a replay provider. (The scripted local model server
+for tests and demos is a test double: :class:`agentlog.testing.demo_server.DemoModelServer`.)
 
 ``agentlog.llm`` itself imports neither ``openai`` nor ``http.server``: the types and the assembler are
 what the agent loop and replay code need, and they stay cheap to import. ``OpenAICompatibleProvider``
-and ``DemoModelServer`` load their modules on first access.
+and the replay provider load their modules on first access.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from .demo_server import DemoModelServer
     from .openai_compat import OpenAICompatibleProvider
     from .replay import ReplayExhaustedError, ReplayMismatchError, ReplayProvider
 
@@ -35,7 +35,6 @@ __all__ = [
     "FAILURE_CODES",
     "AssembledResponse",
     "Assembler",
-    "DemoModelServer",
     "FinishChunk",
     "FinishReason",
     "GenerateRequest",
@@ -54,7 +53,6 @@ __all__ = [
 
 _EXPORTS = {
     ".openai_compat": ("OpenAICompatibleProvider",),
-    ".demo_server": ("DemoModelServer",),
     ".replay": ("ReplayExhaustedError", "ReplayMismatchError", "ReplayProvider"),
 }
 

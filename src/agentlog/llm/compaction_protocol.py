@@ -3,7 +3,7 @@
 Three parties must agree on these strings byte for byte: the summarizer that writes the instruction and
 frames the checkpoint (:mod:`agentlog.compaction.summarizer`), the OpenAI-compatible provider that marks a
 summarization call for DeepSeek's host (:mod:`agentlog.llm.openai_compat`), and the scripted demo model that
-recognises such a call and answers it (:mod:`agentlog.llm.demo_server`); the CLI's transcript view also
+recognises such a call and answers it (:mod:`agentlog.testing.demo_server`); the CLI's transcript view also
 recognises the framing. They live here, under ``llm/``, because ``llm`` must not import ``compaction``
 while ``compaction`` may import ``llm`` (the import contracts in ``pyproject.toml``).
 """

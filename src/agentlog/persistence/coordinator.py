@@ -17,7 +17,6 @@ Per session, a write lock orders every write; per id, a re-entrant lock orders e
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import builtins
 import contextlib
@@ -855,7 +854,7 @@ class PersistenceCoordinator:
         self._init_for(session)
 
     def _refuse_stored_id(self, session: Session) -> None:
-        """Issue 7 (ids): creating a session over an id that already has a stored log fails at once
+        """Creating a session over an id that already has a stored log fails at once
         (vetoing the creation), instead of colliding at the first flush. Resumed sessions and the
         live owner of the id pass; an ownerless registration without a stored log passes too. A
         session seeded with a prefix (``create(id, seed=loaded.events)``, the original's way to claim a
@@ -1000,7 +999,7 @@ class PersistenceCoordinator:
     def _retry_attach(self, live: WriteBehind) -> bool:
         """Retry an attach that failed on a transient storage condition (disk full, I/O, out of memory).
 
-        Issue 7 defect 16: such a failure is not remembered for the session's lifetime. Once the store
+        Such a failure is not remembered for the session's lifetime. Once the store
         is usable again the whole unstored tail (everything buffered since) is queued, so nothing
         buffered is dropped at close. Collisions and corruption stay final.
         """
@@ -1049,6 +1048,8 @@ class PersistenceCoordinator:
 
     async def aflush(self, session: Session) -> None:
         """:meth:`flush` for asyncio code (the blocking write runs in a worker thread)."""
+        import asyncio  # here, not at import: synchronous users of the coordinator never load it
+
         await asyncio.to_thread(self.flush, session)
 
     def _on_disposed(self, session: Session) -> None:
@@ -1091,7 +1092,7 @@ class PersistenceCoordinator:
         try:
             for live in builtins.list(self._live.values()):
                 try:
-                    live.flush()  # retries a transient attach failure (issue 7 defect 16) or raises it
+                    live.flush()  # retries a transient attach failure or raises it
                 except Exception as err:
                     errors.append(err)
                 if live.writer_lock is not None:

@@ -30,7 +30,6 @@ listening again before the first read after the outage, as at the start.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -107,6 +106,8 @@ async def tail_events(
     called before each backoff wait (by default the first of an outage is logged as a warning).
     Without it, that error ends the iteration. Any other error ends it either way.
     """
+    import asyncio  # here, not at import: the coordinator imports this module, and its sync users never tail
+
     interval = check_tail_options(from_seq, poll_interval)
     backend = coordinator.backend
     validate_session_id(backend, session_id)

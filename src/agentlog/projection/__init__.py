@@ -10,7 +10,6 @@ units: the token meter's ``tokenUsage``, ``contextPressure`` and ``contextBreakd
 ``title`` (:mod:`agentlog.projection.title`; the :class:`SessionTitleService` writes titles).
 """
 
-from ..compaction.units import ProjectionUnit
 from .cache import (
     DEFAULT_WRITE_EVERY_EVENTS,
     DEFAULT_WRITE_INTERVAL_MS,
@@ -93,6 +92,7 @@ from .title_service import (
     generate_session_title_with_llm,
     session_title_system_prompt,
 )
+from .units import ProjectionUnit
 
 __all__ = [
     "BUILTIN_UNITS",

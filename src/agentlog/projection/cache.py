@@ -46,7 +46,6 @@ rows path's decisions: identity match, each unit's ``stateVersion``, host-only r
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import hashlib
 import logging
@@ -60,7 +59,6 @@ from typing import Any, Final, Protocol
 import orjson
 
 from .._version import __version__
-from ..compaction.units import ProjectionUnit
 from ..errors import (
     InvalidOptionError,
     NonJsonValueError,
@@ -74,6 +72,7 @@ from ..kernel.jsonvalue import snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore
 from .cache_storage import CacheRecord, CacheStorage, ServedViews, open_cache_storage
+from .units import ProjectionUnit
 
 __all__ = [
     "DEFAULT_WRITE_EVERY_EVENTS",
@@ -114,11 +113,6 @@ class _Registry(Protocol):
     def view_checkpoint(self, checkpoint: Checkpoint) -> dict[str, Any]: ...
 
     def restore(self, checkpoint: Checkpoint, events: Sequence[Any], base_seq: int) -> Any: ...
-
-
-class _Stored(Protocol):
-    meta: Mapping[str, Any]
-    events: Sequence[Any]
 
 
 class _Coordinator(Protocol):
@@ -204,6 +198,8 @@ class BackgroundWriter:
 
 def default_timer(delay_ms: float, callback: Callable[[], None]) -> Cancel:
     """``loop.call_later`` when this thread runs an event loop, else a daemon :class:`threading.Timer`."""
+    import asyncio  # here, not at import: a synchronous reader of the cache never loads it
+
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -709,6 +705,8 @@ class ProjectionCache:
 
     async def awrite(self, session: Session) -> None:
         """:meth:`write` for asyncio code (the cut now, the blocking part in a worker thread)."""
+        import asyncio
+
         with lock_of(session):
             cut = self._take_cut(session)
         await asyncio.to_thread(self._land, cut)
@@ -744,6 +742,8 @@ class ProjectionCache:
 
     async def adrain(self) -> None:
         """:meth:`drain` for asyncio code."""
+        import asyncio
+
         await asyncio.to_thread(self._writer.drain)
 
     # -- write policy (spec §3.3) -----------------------------------------------------------------

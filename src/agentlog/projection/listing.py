@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ..compaction.units import ProjectionUnit
 from ..errors import InvalidOptionError, describe_error
 from ..kernel.events import Event
 from ..kernel.store import SessionStore
 from .cache import InlineWriter, ProjectionCache
 from .cache_storage import cache_path_for, open_cache_storage
 from .registry import ProjectionRegistry
+from .units import ProjectionUnit
 from .usage_steps import USAGE_STEPS_UNIT
 
 __all__ = ["LAST_ACTIVITY_KEY", "LAST_ACTIVITY_UNIT", "cache_stored_session", "command_registry"]

@@ -1,6 +1,6 @@
 """The projection registry (runtime spec §2.1–§2.4): per-session unit states, the change feed, checkpoints.
 
-A :class:`~agentlog.compaction.units.ProjectionUnit` is a pure reducer over committed events. The
+A :class:`~agentlog.projection.units.ProjectionUnit` is a pure reducer over committed events. The
 registry keeps one *cell* per (session, unit) — the unit's state after the session's log up to a
 watermark — and serves three read faces from them: :meth:`ProjectionRegistry.snapshot` (the validated
 views of the client-visible units, one consistent cut), :meth:`~ProjectionRegistry.state_of` (one unit's
@@ -46,12 +46,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypedDict
 
-from ..compaction.units import (
-    CONTEXT_BREAKDOWN_UNIT,
-    CONTEXT_PRESSURE_UNIT,
-    TOKEN_USAGE_UNIT,
-    ProjectionUnit,
-)
 from ..errors import (
     FrozenError,
     NonJsonValueError,
@@ -71,6 +65,12 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from .stats import SESSION_STATS_UNIT
 from .title import TITLE_UNIT
+from .units import (
+    CONTEXT_BREAKDOWN_UNIT,
+    CONTEXT_PRESSURE_UNIT,
+    TOKEN_USAGE_UNIT,
+    ProjectionUnit,
+)
 
 if TYPE_CHECKING:
     from ..kernel.store import SessionStore

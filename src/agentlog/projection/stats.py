@@ -28,7 +28,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypedDict, cast
 
-from ..compaction.units import ProjectionUnit
 from ..errors import ProjectionRowError
 from ..kernel.events import (
     ASSISTANT_CHUNK,
@@ -40,6 +39,7 @@ from ..kernel.events import (
     TURN_END,
     Event,
 )
+from .units import ProjectionUnit
 
 __all__ = [
     "SESSION_STATS_KEY",

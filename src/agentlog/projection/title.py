@@ -25,10 +25,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from ..compaction.units import ProjectionUnit
 from ..errors import InvalidOptionError, SessionTitleStateError
 from ..kernel.events import USER_MESSAGE, Event
 from .events import SESSION_TITLE, SESSION_TITLE_LLM_REQUEST, SessionTitleData, SessionTitleModel, SessionTitleSource
+from .units import ProjectionUnit
 
 __all__ = [
     "DEFAULT_FALLBACK_MAX_BYTES",

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, TypedDict
 
-from ..compaction.units import ProjectionUnit
 from ..errors import ProjectionRowError
 from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, Event
+from .units import ProjectionUnit
 
 __all__ = ["USAGE_STEPS_KEY", "USAGE_STEPS_STATE_VERSION", "USAGE_STEPS_UNIT", "UsageStepsState", "usage_known"]
 

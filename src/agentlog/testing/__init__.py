@@ -7,7 +7,9 @@
 * :mod:`agentlog.testing.builders` — builders of typical sessions and turns (wire events and live appends);
 * :class:`ScriptedProvider` (:mod:`agentlog.testing.provider`) — an in-process model that streams scripted
   replies through the provider protocol, with :func:`text_reply`, :func:`tool_call_reply` and
-  :func:`failure_reply`.
+  :func:`failure_reply`;
+* :class:`DemoModelServer` (:mod:`agentlog.testing.demo_server`) — a scripted model behind a real
+  OpenAI-compatible HTTP endpoint on loopback (``agentlog demo`` runs on it), loaded on first access.
 
 The contract imports pytest (install the ``test`` extra: ``pip install agentlog[test]``); it is loaded on
 first access to one of its names, so the builders and the scripted provider work without pytest, and
@@ -25,11 +27,13 @@ from .provider import ScriptedProvider, failure_reply, text_reply, tool_call_rep
 
 if TYPE_CHECKING:
     from .contract import BackendContract, ContractBackends, ContractHarness
+    from .demo_server import DemoModelServer
 
 __all__ = [
     "BackendContract",
     "ContractBackends",
     "ContractHarness",
+    "DemoModelServer",
     "MemoryStorage",
     "ScriptedProvider",
     "builders",
@@ -38,6 +42,9 @@ __all__ = [
     "tool_call_reply",
 ]
 
-_EXPORTS = {".contract": ("BackendContract", "ContractBackends", "ContractHarness")}
+_EXPORTS = {
+    ".contract": ("BackendContract", "ContractBackends", "ContractHarness"),
+    ".demo_server": ("DemoModelServer",),
+}
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -1294,7 +1294,7 @@ class BackendContract(ABC):
 
     def test_62_new_live_session_colliding_on_a_persisted_id_is_rejected(self, env: Harness) -> None:  # spec 8.4 #62
         coordinator, expected = _persist_live_and_dispose(env)
-        # issue 7 (ids): refused at once by create, not at the first flush
+        # refused at once by create, not at the first flush
         with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')) as info:
             coordinator.store.create(SID, meta=live_meta())
         assert info.value.code == "SESSION_ALREADY_EXISTS"
@@ -1304,7 +1304,7 @@ class BackendContract(ABC):
     def test_62_new_live_session_of_another_instance_colliding_is_rejected(self, env: Harness) -> None:  # spec 8.4 #62
         _, expected = _persist_live_and_dispose(env)
         other = fresh(env)  # the same from another process
-        with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')):  # issue 7: at once
+        with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')):  # at once
             other.store.create(SID, meta=live_meta())
         assert event_bytes(stored(env)) == expected
 
@@ -1326,7 +1326,7 @@ class BackendContract(ABC):
         assert durable_count(env) == 0
         store.dispose(session)
         assert event_bytes(stored(env)) == event_bytes(session.events)
-        with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')):  # issue 7: at once
+        with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')):  # at once
             store.create(SID, meta=live_meta())
 
     def test_65_init_for_is_idempotent(self, env: Harness) -> None:  # spec 8.4 #65
@@ -1356,7 +1356,7 @@ class BackendContract(ABC):
         persist(env, closed_turn())
         coordinator = fresh(env)
         coordinator.load(SID)
-        with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')):  # issue 7: at once
+        with pytest.raises(SessionExistsError, match=re.escape(f'coordinator.resume("{SID}")')):  # at once
             coordinator.store.create(SID, meta=live_meta())
         # a seed that does not cover the stored log still collides at flush, as in the original
         session = coordinator.store.create(SID, seed=[turn_start(0)], meta=live_meta())

@@ -1,7 +1,7 @@
 """An in-process scripted model: a :class:`~agentlog.llm.Provider` that streams prepared replies.
 
 :class:`ScriptedProvider` is the test double for agent tests that need no HTTP server (for the wire-level
-fake, see :class:`~agentlog.llm.DemoModelServer`). Each call to ``stream`` takes the next reply of the
+fake, see :class:`~agentlog.testing.demo_server.DemoModelServer`). Each call to ``stream`` takes the next reply of the
 script and yields its chunks; the requests are kept in :attr:`ScriptedProvider.requests` for assertions.
 A reply is a list of :data:`~agentlog.llm.StreamChunk` dicts, built by hand or with :func:`text_reply`,
 :func:`tool_call_reply` and :func:`failure_reply`, which follow the provider contract (deltas, every

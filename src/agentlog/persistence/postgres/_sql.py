@@ -115,8 +115,6 @@ _STATEMENTS: Final = {
     "ORDER BY seq",
     "select_sessions": "SELECT s.id, s.header, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
     "ORDER BY s.id",
-    "select_sessions_page": "SELECT s.id, s.header, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions "
-    "AS s WHERE s.id > %s ORDER BY s.id LIMIT %s",
     "select_revisions": "SELECT s.id, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
     "ORDER BY s.id",
 }

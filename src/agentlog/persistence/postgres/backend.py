@@ -736,14 +736,6 @@ class PostgresBackend:
             rows = conn.cursor(binary=True).execute(self._sql["select_sessions"]).fetchall()
         return [self._listing(*row) for row in rows]
 
-    def list_sessions_page(self, after: str | None = None, limit: int = 100) -> list[SessionListing]:
-        """One page of :meth:`list_sessions`: the ``limit`` sessions with ids after ``after`` (a cursor)."""
-        if type(limit) is not int or limit < 1:
-            raise ValueError(f"limit must be a positive integer, got {limit!r}")
-        with self._connection("listing sessions") as conn:
-            rows = conn.cursor(binary=True).execute(self._sql["select_sessions_page"], (after or "", limit)).fetchall()
-        return [self._listing(*row) for row in rows]
-
     def _listing(
         self, session_id: str, header: bytes, incarnation: str, revision: int, tail: str | None
     ) -> SessionListing:

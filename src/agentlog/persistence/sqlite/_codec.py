@@ -116,7 +116,7 @@ def _row_failure(err: Exception, message: str) -> Exception:
     """``StorageRowError(message)`` for a decoder's refusal, or :func:`out_of_memory` when it ran out of memory.
 
     orjson and zstd report an allocation failure as their ordinary decode error; filing it as a damaged
-    row would make a resource problem look like corruption (issue 7 defect 12).
+    row would make a resource problem look like corruption.
     """
     if _OUT_OF_MEMORY.search(str(err)):
         return out_of_memory("a stored row")
@@ -941,7 +941,7 @@ def scan_rows(
     or whose events do not continue the expected seq, is committed damage wherever it sits — typed
     :class:`SessionPersistenceCorruptionError` naming the row's seq, and nothing is ever deleted. (The
     original classified damage after the last ``turn/end`` as a removable torn tail; deleting it
-    destroyed complete committed rows, issue 7 defect 13.)
+    destroyed complete committed rows.)
     """
     if len(rows) < _GC_PAUSE_ROWS:
         preserved, damage = _scan_forward(rows, base, location, limits, compact)

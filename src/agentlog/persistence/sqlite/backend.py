@@ -5,7 +5,7 @@ Design points, each of which a spec test pins:
 * **Nothing happens before the first operation.** The constructor only validates the path (it must
   not be reachable through a symlink and must be private to the current user); the file is created,
   opened and initialised lazily. A failed open is *not* remembered: the next operation tries again
-  (a disk that was full at the first open may have room now, issue 7 defect 16).
+  (a disk that was full at the first open may have room now).
 * **Read-only opens never write.** ``SqliteBackend(path, read_only=True)`` opens ``file:…?mode=ro``
   (``immutable=1`` on a read-only file system), never creates, initialises, checkpoints or deletes a
   file, and refuses a missing database with :class:`StoreNotFoundError`.
@@ -1080,7 +1080,7 @@ class SqliteBackend:
         """Append the closers of an interrupted turn in ONE transaction (``commitRepair``); never deletes.
 
         A SQLite row cannot tear, so :meth:`load_stored` never hands out a torn marker and a marker is
-        refused here: a damaged row is corruption, not a tail to cut (issue 7 defect 13). The whole log
+        refused here: a damaged row is corruption, not a tail to cut. The whole log
         is rescanned under the write lock: damage raises :class:`SessionPersistenceCorruptionError`,
         and closers that do not continue the stored log mean another writer got there first (stale).
         """

@@ -1,8 +1,9 @@
 """The token meter's projection units (runtime spec §2.5): tokenUsage, contextPressure, contextBreakdown.
 
-A unit is a pure reducer over committed events plus a view of its state. The registry that drives
-units per session (and persists their states as checkpoint rows) belongs to the projections issue;
-:class:`ProjectionUnit` is the minimal definition it can take over.
+A unit (:class:`ProjectionUnit`) is a pure reducer over committed events plus a view of its state; the
+registry (:mod:`.registry`) drives units per session and persists their states as checkpoint rows. The
+token meter's units are here rather than in :mod:`agentlog.compaction` because projections sit above
+compaction: every unit, the meter's included, is defined in this package.
 
 Every state is plain JSON of bounded size, because a checkpoint stores the whole state of every unit
 after every event. The surface figures therefore never keep per-node prices: a replacement is priced
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, NotRequired, TypedDict, TypeVar, cast
 
+from ..compaction.events import COMPACTION_PRUNE, COMPACTION_SUMMARY
 from ..errors import CompactionStateError
 from ..kernel.events import (
     ASSISTANT_CHUNK,
@@ -37,8 +39,7 @@ from ..kernel.events import (
 from ..kernel.request_header import canonical_header
 from ..kernel.session import derive_event_message
 from ..kernel.surface import APPEND, is_surface_event
-from .estimate import estimate_message, estimate_system_tokens, estimate_tools_tokens
-from .events import COMPACTION_PRUNE, COMPACTION_SUMMARY
+from ..llm.tokens import estimate_message, estimate_system_tokens, estimate_tools_tokens
 
 __all__ = [
     "CONTEXT_BREAKDOWN_UNIT",

@@ -30,7 +30,11 @@ from agentlog.compaction.estimate import (
     estimate_system_tokens,
     estimate_tools_tokens,
 )
-from agentlog.compaction.units import (
+from agentlog.errors import CompactionStateError
+from agentlog.kernel.events import Event, TokenUsage
+from agentlog.kernel.messages import assistant_message, text_delta, token_usage, user_message
+from agentlog.kernel.session import Session, derive_event_message
+from agentlog.projection.units import (
     CONTEXT_BREAKDOWN_UNIT,
     CONTEXT_PRESSURE_UNIT,
     TOKEN_METER_UNITS,
@@ -38,10 +42,6 @@ from agentlog.compaction.units import (
     ContextBreakdownState,
     ProjectionUnit,
 )
-from agentlog.errors import CompactionStateError
-from agentlog.kernel.events import Event, TokenUsage
-from agentlog.kernel.messages import assistant_message, text_delta, token_usage, user_message
-from agentlog.kernel.session import Session, derive_event_message
 
 S = TypeVar("S")
 V = TypeVar("V")

@@ -60,8 +60,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Literal, TypeAlias
 
-from .compaction_protocol import COMPACT_HEADER, COMPACTION_MARKER, SUMMARY_OPEN_TAG, SUMMARY_SECTIONS
-from .tokens import CHARS_PER_TOKEN, estimate_header, estimate_message
+from ..llm.compaction_protocol import COMPACT_HEADER, COMPACTION_MARKER, SUMMARY_OPEN_TAG, SUMMARY_SECTIONS
+from ..llm.tokens import CHARS_PER_TOKEN, estimate_header, estimate_message
 
 LOOPBACK: Final = "127.0.0.1"
 CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
