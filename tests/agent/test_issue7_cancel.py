@@ -221,6 +221,7 @@ def test_issue7_d1_wait_for_directly_on_run_answers_the_call_durably(tmp_path: P
     assert _results(events)["b1"]["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d1_agent_cancel_during_run_command_answers_the_call_and_ends_the_turn(tmp_path: Path) -> None:
     script = [Reply(tool_calls=[ScriptedCall("run_command", {"command": "sleep 30"}, id="slow")]), Reply(text="x")]
 
