@@ -247,4 +247,4 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _unmarked_spawners:
         terminalreporter.write_sep("=", "tests that started a process without the subprocess marker", yellow=True)
         for nodeid, event in sorted(_unmarked_spawners.items()):
-            terminalreporter.write_line(f"{nodeid} ({event}): give its module pytestmark = pytest.mark.subprocess")
+            terminalreporter.write_line(f"{nodeid} ({event}): mark it @pytest.mark.subprocess")

@@ -187,6 +187,7 @@ def test_issue7_d10_cli_run_yes_runs_the_command(tmp_path: Path, work: Path, key
     assert (work / "made.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_cli_allow_command_patterns(tmp_path: Path, work: Path, keyed: None) -> None:
     store = tmp_path / "store"
     with DemoModelServer(_touch_script("a.txt")) as server:
@@ -197,6 +198,7 @@ def test_issue7_d10_cli_allow_command_patterns(tmp_path: Path, work: Path, keyed
     assert _tool_result(denied)["isError"] is True and not (work / "b.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_cli_resume_takes_the_same_command_flags(tmp_path: Path, work: Path, keyed: None) -> None:
     store = tmp_path / "store"
     with DemoModelServer(["Hello."]) as server:

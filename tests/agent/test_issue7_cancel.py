@@ -185,6 +185,7 @@ def test_issue7_d1_task_cancel_during_a_tool_body_answers_every_call_durably(tmp
     assert [e["type"] for e in events[-2:]] == ["step/end", "turn/end"]
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d1_wait_for_timeout_during_a_tool_body_answers_the_call_durably(tmp_path: Path) -> None:
     async def drive(agent: Agent, blocker: Blocker, server: DemoModelServer) -> Any:
         async def run_until_blocked() -> None:
