@@ -162,6 +162,7 @@ BLOCK_THEN_READ = [
 ]
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d1_task_cancel_during_a_tool_body_answers_every_call_durably(tmp_path: Path) -> None:
     async def drive(agent: Agent, blocker: Blocker, server: DemoModelServer) -> Any:
         task = asyncio.create_task(agent.run())
