@@ -14,6 +14,8 @@ from agentlog.agent.checkpoint import TOOL_ABORTED_BEFORE_DISPATCH, CheckpointPo
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.memory import MemoryBackend
 
+pytestmark = pytest.mark.accel
+
 
 class DiskUnavailable(RuntimeError):
     pass

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from agentlog.errors import ChunkRowError
 from agentlog.kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
 
+pytestmark = pytest.mark.accel
+
 MAX_SAFE = 2**53 - 1
 
 Event = dict[str, Any]

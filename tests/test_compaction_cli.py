@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -439,6 +440,7 @@ def test_an_overflow_after_the_retry_is_the_original_error(tmp_path: Path) -> No
     assert sum(1 for e in _stored(store) if e["type"] == "compaction/start") == 1
 
 
+@pytest.mark.subprocess  # agentlog demo starts the agent in a child process
 def test_the_demo_compacts_and_the_log_only_grows_by_the_compaction_events(tmp_path: Path) -> None:
     """``agentlog demo``'s compaction step: after a turn that reads a large log, ``compact_now`` shrinks the
     surface to the checkpoint and the newest message, the log gains exactly start, summary, checkpoint

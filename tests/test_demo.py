@@ -28,6 +28,7 @@ def _request(messages: list[dict[str, Any]]) -> RecordedRequest:
     return RecordedRequest(method="POST", path="/v1/chat/completions", headers={}, body={"messages": messages})
 
 
+@pytest.mark.subprocess  # agentlog demo starts the agent in a child process
 def test_demo__json_facts_show_the_crash_the_repair_and_the_fork(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,6 +12,8 @@ import agentlog as al
 from agentlog import EventDataError, EventTypeError, EventTypes, FrozenError, InvalidSeedError
 from agentlog.errors import UnknownEventTypeError
 
+pytestmark = pytest.mark.accel
+
 
 def test_events__known_vocabulary_has_the_48_names_of_the_original() -> None:
     assert len(al.KNOWN_SESSION_EVENT_TYPES) == 48

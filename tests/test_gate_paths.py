@@ -20,6 +20,8 @@ from _json_strategies import ALL_BAD, json_mismatch, json_values, maybe_json_val
 from agentlog import Event, FrozenDict, FrozenList, NonJsonValueError
 from agentlog.kernel import jsonvalue as jv
 
+pytestmark = pytest.mark.accel
+
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

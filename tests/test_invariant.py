@@ -27,6 +27,8 @@ from agentlog.kernel.messages import (
 )
 from agentlog.kernel.surface import replace_op
 
+pytestmark = pytest.mark.accel
+
 # Plugin-owned types these tests log: appends of unregistered types are refused (issue 7, defect 2).
 for _plugin_type in ("plugin/marker",):
     event_types.register(_plugin_type)

@@ -15,6 +15,8 @@ from agentlog.errors import SessionDisposedError, SessionExistsError
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend, encode_segment
 
+pytestmark = pytest.mark.accel
+
 ID_SHAPE = re.compile(r"\d{8}T\d{6}-\d{3}-[0-9a-f]{12}")
 APPEND = {"surfaceOp": "append"}
 

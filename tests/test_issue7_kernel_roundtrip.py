@@ -30,6 +30,8 @@ from agentlog.kernel.repair import interrupted_turn_closers
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from persistence.conftest import BACKEND_KINDS, BackendFactory
 
+pytestmark = pytest.mark.accel
+
 PLUGIN = "issue7-roundtrip/state"  # a plugin type a reader registers too
 SKIPPABLE = "issue7-roundtrip/trace"  # a plugin type readers may skip
 event_types.register(PLUGIN)

@@ -21,6 +21,8 @@ from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 
+pytestmark = pytest.mark.accel
+
 THREADS = 4
 PER_THREAD = 300
 

@@ -27,6 +27,8 @@ from agentlog.kernel.session import _checked_copy
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 
+pytestmark = pytest.mark.accel
+
 APPEND = {"surfaceOp": "append"}
 
 

@@ -55,6 +55,7 @@ def test_issue7_d10_a_denied_command_runs_nothing_and_says_how_to_allow_it(work:
     assert not (work / "created.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_allow_patterns_match_the_whole_command_line(work: Path) -> None:
     policy = CommandPolicy(allow_patterns=("touch *", "echo hi"))
     registry = builtin_registry(command_policy=policy)
@@ -71,6 +72,7 @@ def test_issue7_d10_allow_patterns_match_the_whole_command_line(work: Path) -> N
     assert policy.allows("touch x") and not policy.allows("rm -rf x")
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_approve_hook_sync_async_and_failing(work: Path) -> None:
     seen: list[str] = []
 
@@ -124,6 +126,7 @@ def test_issue7_d10_cancel_while_waiting_for_approval_runs_nothing(work: Path) -
     assert not (work / "late.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_run_command_documents_what_it_confines(work: Path, tmp_path: Path) -> None:
     tool = RunCommandTool()
     text = tool.description
@@ -176,6 +179,7 @@ def test_issue7_d10_cli_run_denies_commands_by_default(tmp_path: Path, work: Pat
     assert not (work / "made.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_cli_run_yes_runs_the_command(tmp_path: Path, work: Path, keyed: None) -> None:
     with DemoModelServer(_touch_script("made.txt")) as server:
         result = _run(server, tmp_path / "store", work, "--yes")
@@ -183,6 +187,7 @@ def test_issue7_d10_cli_run_yes_runs_the_command(tmp_path: Path, work: Path, key
     assert (work / "made.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_cli_allow_command_patterns(tmp_path: Path, work: Path, keyed: None) -> None:
     store = tmp_path / "store"
     with DemoModelServer(_touch_script("a.txt")) as server:
@@ -193,6 +198,7 @@ def test_issue7_d10_cli_allow_command_patterns(tmp_path: Path, work: Path, keyed
     assert _tool_result(denied)["isError"] is True and not (work / "b.txt").exists()
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d10_cli_resume_takes_the_same_command_flags(tmp_path: Path, work: Path, keyed: None) -> None:
     store = tmp_path / "store"
     with DemoModelServer(["Hello."]) as server:

@@ -46,6 +46,8 @@ from agentlog import (
     thaw,
 )
 
+pytestmark = pytest.mark.accel
+
 DEEP = 20_000
 
 

@@ -48,6 +48,8 @@ from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.query.documents import build_documents, build_event_records
 
+pytestmark = pytest.mark.accel
+
 SID = "lazy"
 BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
 HEADER = {

@@ -34,6 +34,8 @@ from agentlog.persistence.jsonl.backend import JsonlBackend
 from test_lazy_chunks import SID, assert_same_session, benchmark_script, holds_runs, sessions, store_root
 from test_lazy_chunks import write as write_script
 
+pytestmark = pytest.mark.accel
+
 # (compression, pack_chunks): unpacked logs, and packed ones whose short runs stay raw lines.
 LAYOUTS = [("none", False), ("zstd", False), ("none", True), ("zstd", True)]
 LAYOUT_IDS = ["raw-unpacked", "zstd-unpacked", "raw-mixed", "zstd-mixed"]

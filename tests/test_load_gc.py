@@ -21,6 +21,8 @@ from agentlog.kernel.packedrun import ChunkRun
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from test_lazy_chunks import BACKENDS, SID, make_backend, store_root, text_delta, write
 
+pytestmark = pytest.mark.accel
+
 accelerated = pytest.mark.skipif(not _accel.ACCELERATED, reason="the untracking is the C accelerator's")
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 import agentlog as al
+
+pytestmark = pytest.mark.accel
 
 
 def _turn_events() -> list[tuple[str, dict[str, object], dict[str, object] | None]]:

@@ -31,6 +31,8 @@ from agentlog import (
 from agentlog.kernel.events import event_types
 from factories import APPEND, assistant_data, intent, replace, text_block, tool_result_data, user_msg
 
+pytestmark = pytest.mark.accel
+
 # The plugin's own log-only types: appends of unregistered types are refused (issue 7, defect 2).
 for _plugin_type in ("plugin/marker", "plugin/x"):
     event_types.register(_plugin_type)

@@ -21,6 +21,8 @@ from agentlog.kernel.messages import (
     user_message,
 )
 
+pytestmark = pytest.mark.accel
+
 NOT_STARTED_TEXT = (
     "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed."
 )

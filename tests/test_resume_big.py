@@ -19,6 +19,8 @@ import pytest
 
 from test_cli_streaming import SID, _write_workload
 
+pytestmark = pytest.mark.accel
+
 
 def _event_items(path: Path) -> int:
     """The number of items of the top-level ``events`` array of an export file (each opens a line of

@@ -15,6 +15,8 @@ import pytest
 from agentlog import Session, SessionNotLiveError, SessionStore
 from agentlog.errors import SessionDisposedError
 
+pytestmark = pytest.mark.accel
+
 
 async def _drain() -> None:
     for _ in range(20):

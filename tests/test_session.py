@@ -44,6 +44,8 @@ from factories import (
     user_msg,
 )
 
+pytestmark = pytest.mark.accel
+
 # Plugin-owned types these tests log: appends and seeds of unregistered types are refused (issue 7).
 for _plugin_type in ("plugin/event", "test/unstable", "test/deep-restore"):
     event_types.register(_plugin_type)

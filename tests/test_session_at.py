@@ -15,6 +15,8 @@ import pytest
 from agentlog import AgentlogError, FrozenError, Session, thaw
 from factories import APPEND, assistant_data, intent, replace, text_block, tool_result_data, user_msg
 
+pytestmark = pytest.mark.accel
+
 
 def now() -> int:
     return 1000

@@ -25,6 +25,8 @@ from agentlog.kernel.packedrun import compact_chunk_runs, expand_items
 from agentlog.persistence.sqlite import _codec as codec
 from agentlog.persistence.sqlite.backend import SqliteBackend
 
+pytestmark = pytest.mark.accel
+
 SID = "s1"
 WHOLE = 10**9  # a batch larger than any log here: one fetch of every row, the reference read
 

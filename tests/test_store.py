@@ -28,6 +28,8 @@ from agentlog.errors import SessionDisposedError
 from agentlog.kernel.messages import assistant_message, text_block, user_message
 from agentlog.kernel.surface import replace_op
 
+pytestmark = pytest.mark.accel
+
 APPEND = {"surfaceOp": "append"}
 MAX_SAFE_INTEGER = 2**53 - 1
 

@@ -39,6 +39,8 @@ from factories import (
     user_msg,
 )
 
+pytestmark = pytest.mark.accel
+
 # ---------------------------------------------------------------------------------------------------
 # helpers
 

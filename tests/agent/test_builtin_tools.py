@@ -239,6 +239,7 @@ def test_write_file__directory_targets_and_file_parents_are_errors(work: Path) -
 # --- run_command ----------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_run_command__output_exit_code_and_cwd(work: Path) -> None:
     out = call(RunCommandTool(), work, {"command": "pwd; echo to-stderr >&2; exit 3"})
     assert not out.is_error  # a failing command is data, not a tool failure
@@ -249,6 +250,7 @@ def test_run_command__output_exit_code_and_cwd(work: Path) -> None:
     assert RunCommandTool().execution == "exclusive"
 
 
+@pytest.mark.subprocess
 def test_run_command__output_cap_keeps_head_and_tail(work: Path) -> None:
     command = "echo START; head -c 300000 /dev/zero | tr '\\0' x; echo; echo END"
     out = call(RunCommandTool(max_output_bytes=1000), work, {"command": command})
@@ -258,6 +260,7 @@ def test_run_command__output_cap_keeps_head_and_tail(work: Path) -> None:
     assert out.meta["truncated"] is True and out.meta["outputBytes"] == 300011 and not out.is_error
 
 
+@pytest.mark.subprocess
 def test_run_command__timeout_kills_the_process_group(work: Path) -> None:
     command = "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; echo begun; sleep 30"
     started = time.monotonic()
@@ -270,6 +273,7 @@ def test_run_command__timeout_kills_the_process_group(work: Path) -> None:
         assert _wait_dead(int((work / name).read_text())), name
 
 
+@pytest.mark.subprocess
 def test_run_command__cancellation_kills_it(work: Path) -> None:
     async def scenario() -> ToolOutcome:
         cancel = asyncio.Event()
@@ -288,6 +292,7 @@ def test_run_command__cancellation_kills_it(work: Path) -> None:
     assert _wait_dead(int((work / "sh.pid").read_text()))
 
 
+@pytest.mark.subprocess
 def test_run_command__background_job_holding_output_is_killed_after_exit(work: Path) -> None:
     out = call(RunCommandTool(drain_grace=0.1), work, {"command": "sleep 30 & echo $! > bg.pid; echo done"})
     assert not out.is_error and out.text_content.startswith("done\n[exit code: 0]")
@@ -302,6 +307,7 @@ def test_run_command__background_job_holding_output_is_killed_after_exit(work: P
         os.kill(pid, 9)
 
 
+@pytest.mark.subprocess
 def test_run_command__missing_cwd_is_an_error(work: Path) -> None:
     out = call(RunCommandTool(), work / "gone", {"command": "true"})
     assert code(out) == "NOT_FOUND"

@@ -226,6 +226,7 @@ def test_issue7_d1_verify_reports_an_unanswered_tool_call_as_damaged(tmp_path: P
     assert checked.exit_code == 0, checked.output
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d7_max_steps_option_ends_a_tool_loop_with_a_typed_error(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()

@@ -162,6 +162,7 @@ BLOCK_THEN_READ = [
 ]
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d1_task_cancel_during_a_tool_body_answers_every_call_durably(tmp_path: Path) -> None:
     async def drive(agent: Agent, blocker: Blocker, server: DemoModelServer) -> Any:
         task = asyncio.create_task(agent.run())
@@ -185,6 +186,7 @@ def test_issue7_d1_task_cancel_during_a_tool_body_answers_every_call_durably(tmp
     assert [e["type"] for e in events[-2:]] == ["step/end", "turn/end"]
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d1_wait_for_timeout_during_a_tool_body_answers_the_call_durably(tmp_path: Path) -> None:
     async def drive(agent: Agent, blocker: Blocker, server: DemoModelServer) -> Any:
         async def run_until_blocked() -> None:
@@ -221,6 +223,7 @@ def test_issue7_d1_wait_for_directly_on_run_answers_the_call_durably(tmp_path: P
     assert _results(events)["b1"]["data"]["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
 
 
+@pytest.mark.subprocess  # the agent's shell tool starts the command
 def test_issue7_d1_agent_cancel_during_run_command_answers_the_call_and_ends_the_turn(tmp_path: Path) -> None:
     script = [Reply(tool_calls=[ScriptedCall("run_command", {"command": "sleep 30"}, id="slow")]), Reply(text="x")]
 

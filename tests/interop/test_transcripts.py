@@ -686,6 +686,7 @@ import_transcript(PersistenceCoordinator(SessionStore(), backend), "claude-code"
 """
 
 
+@pytest.mark.crash
 def test_an_import_killed_midway_leaves_no_listed_session(durable_store: Store, tmp_path: Path) -> None:
     """SIGKILL after 500 events were written (the child says so, then waits): nothing is listed, and
     importing the same id again succeeds (no lock, row or file of the dead import is in the way). What

@@ -86,6 +86,7 @@ def test_writer_lock__a_second_process_gets_session_locked_at_once(kind: str, tm
             holder.wait()
 
 
+@pytest.mark.crash
 def test_writer_lock__a_killed_writer_leaves_no_stale_lock(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, "jsonl", str(tmp_path)],
