@@ -23,9 +23,10 @@ _ALPHABET = st.sampled_from([*"日志会话修复ログテAa ", "itgc"])
 def _expected(texts: list[str], query: str) -> list[int]:
     counts = []
     for seq, text in enumerate(texts):
-        marked = mark_substrings(" ".join(text.split()), query)
+        normalized = " ".join(text.split())  # the indexed text: the length ranked is the normalized one
+        marked = mark_substrings(normalized, query)
         if marked is not None:
-            counts.append((-marked.count(FTS_HIGHLIGHT_START), len(text), -seq, -seq, seq))
+            counts.append((-marked.count(FTS_HIGHLIGHT_START), len(normalized), -seq, -seq, seq))
     return [entry[-1] for entry in sorted(counts)]
 
 
