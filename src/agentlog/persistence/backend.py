@@ -99,7 +99,6 @@ class Backend(Protocol):
     """Storage primitives. All methods are synchronous and may block on I/O."""
 
     name: str
-    supports_raw_artifacts: bool
 
     def load_stored(self, session_id: str) -> StoredPrefix | None:
         """The valid stored prefix, or ``None`` when no artifact exists. Never writes."""
@@ -121,10 +120,6 @@ class Backend(Protocol):
         """Every materialized session, headers only (no full-log parse), sorted by id."""
         ...
 
-    def read_raw(self, session_id: str) -> RawArtifact | None:
-        """The stored artifact's logical text (backends without raw artifacts raise)."""
-        ...
-
     def locate(self, meta: Mapping[str, Any]) -> str | None:
         """Where the session's artifact lives (pure, no I/O); ``None`` when not file-based."""
         ...
@@ -135,40 +130,142 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
-    # Optional methods (the coordinator and the command line look them up with ``getattr``):
-    #
-    # ``validate_session_id(session_id) -> None``: raise InvalidSessionIdError (INVALID_SESSION_ID),
-    #     naming the limit, for an id this backend cannot store; called before create and every read.
-    # ``read_prefix(session_id) -> PartialRead | None``: the salvageable prefix of a damaged log
-    #     (``agentlog export --partial``); never writes; ``None`` when no artifact exists.
-    # ``load_stored_from(session_id, from_seq) -> StoredPrefix | None``: a seek read, the events with
-    #     ``seq >= from_seq`` of the valid stored prefix (``torn_marker`` always ``None``, never writes;
-    #     ``None`` when no artifact exists), at a cost of the suffix rather than the log. It must return
-    #     what ``load_stored`` would, sliced at ``from_seq``, for a log whose records before the span are
-    #     intact (damage before the span may go unseen). ``PersistenceCoordinator.read_from`` uses it
-    #     when present and reads the whole log otherwise.
-    # ``list_revisions() -> dict[str, str]``: every stored session's id mapped to its current revision
-    #     (exactly the string ``list_sessions`` and ``read_revision`` report for it), sorted by id, without
-    #     reading a header or a log byte (a directory scan and a stat per log; one SELECT of ids and
-    #     revision columns). It is what the search index reconciles against on every search, so it must
-    #     cost far less than ``list_sessions``: a session whose header is damaged may be included (only its
-    #     header would tell), a session ``list_sessions`` reports without a revision (a refused symlink, a
-    #     row whose revision columns are invalid) is left out, and root-level misconfiguration that
-    #     ``list_sessions`` raises for raises here too when checking it costs no extra read.
-    #     ``PersistenceCoordinator.list_revisions`` uses it when present and builds the map from
-    #     ``list_sessions`` otherwise.
-    # ``stage_session(meta) -> StagedLog``: a new session that stays invisible until it is published whole
-    #     (JSONL: a temporary file linked into place; SQLite and PostgreSQL: one transaction on a connection
-    #     of its own). A crash before ``publish`` leaves nothing any reader lists. The id must have no
-    #     stored log (``publish`` refuses one that appeared meanwhile). ``PersistenceCoordinator.stage``
-    #     falls back to ordinary appends (published at the first batch) for a backend without it.
+
+# --- optional capabilities -------------------------------------------------------------------------------
+#
+# A backend provides any of these by defining the method; nothing is registered or inherited. The
+# coordinator, the tail and the derived-file placement ask ``isinstance(backend, Capability)`` (the
+# protocols are runtime-checkable: the check is for the method's presence, as ``getattr`` was) and fall
+# back to the plain primitives above when the answer is no, so a minimal backend stays minimal.
+
+
+@runtime_checkable
+class ValidatesSessionIds(Protocol):
+    """A backend that cannot store every non-empty string as an id (a length or byte limit)."""
+
+    def validate_session_id(self, session_id: str) -> None:
+        """Raise ``InvalidSessionIdError`` (``INVALID_SESSION_ID``), naming the limit, for an id this
+        backend cannot store; called before create and every read."""
+        ...
+
+
+@runtime_checkable
+class SalvagesPrefix(Protocol):
+    """A backend that can read the valid prefix of a damaged log (``agentlog export --partial``)."""
+
+    def read_prefix(self, session_id: str) -> PartialRead | None:
+        """The salvageable prefix up to the first damage; never writes; ``None`` when no artifact exists."""
+        ...
+
+
+@runtime_checkable
+class SeeksStored(Protocol):
+    """A backend that can read a log's suffix at a cost of the suffix rather than the log."""
+
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+        """The events with ``seq >= from_seq`` of the valid stored prefix (``torn_marker`` always ``None``,
+        never writes; ``None`` when no artifact exists).
+
+        It must return what ``load_stored`` would, sliced at ``from_seq``, for a log whose records before
+        the span are intact (damage before the span may go unseen). ``PersistenceCoordinator.read_from``
+        uses it when present and reads the whole log otherwise.
+        """
+        ...
+
+
+@runtime_checkable
+class ListsRevisions(Protocol):
+    """A backend that can list every session's revision without reading a header or a log byte."""
+
+    def list_revisions(self) -> dict[str, str]:
+        """Every stored session's id mapped to its current revision, sorted by id.
+
+        Exactly the string ``list_sessions`` and ``read_revision`` report for it, from a directory scan
+        and a stat per log, or one SELECT of ids and revision columns. It is what the search index
+        reconciles against on every search, so it must cost far less than ``list_sessions``: a session
+        whose header is damaged may be included (only its header would tell), a session ``list_sessions``
+        reports without a revision (a refused symlink, a row whose revision columns are invalid) is left
+        out, and root-level misconfiguration that ``list_sessions`` raises for raises here too when
+        checking it costs no extra read. ``PersistenceCoordinator.list_revisions`` uses it when present
+        and builds the map from ``list_sessions`` otherwise.
+        """
+        ...
+
+
+@runtime_checkable
+class StagesSessions(Protocol):
+    """A backend that can write a new session that stays invisible until it is published whole."""
+
+    def stage_session(self, meta: Mapping[str, Any]) -> StagedLog:
+        """A staged new session (JSONL: a temporary file linked into place; SQLite and PostgreSQL: one
+        transaction on a connection of its own). A crash before ``publish`` leaves nothing any reader
+        lists. The id must have no stored log (``publish`` refuses one that appeared meanwhile).
+        ``PersistenceCoordinator.stage`` falls back to ordinary appends (published at the first batch)
+        for a backend without it."""
+        ...
+
+
+@runtime_checkable
+class WaitsForChange(Protocol):
+    """A backend that can signal a commit to a session (PostgreSQL: ``LISTEN``), so a tail need not poll."""
+
+    def wait_for_change(self, session_id: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a commit to ``session_id``: ``True`` when one was signalled (since
+        the previous call or within the wait), ``False`` on timeout.
+
+        Only a hint: the first call starts listening (a commit just before it is not reported) and the
+        caller re-reads after every wait, whatever it returns. ``agentlog.persistence.tail`` waits here
+        between reads when the backend has it and sleeps its poll interval otherwise.
+        """
+        ...
+
+
+@runtime_checkable
+class ReadsRawArtifacts(Protocol):
+    """A backend that can return a stored artifact's logical text (JSONL; a test and inspection aid).
+
+    Not part of :class:`Backend`: nothing in the library reads raw artifacts. The built-in backends
+    without raw artifacts define it to raise ``PersistenceError`` (the spec's text), and say so with
+    ``supports_raw_artifacts = False``.
+    """
+
+    supports_raw_artifacts: bool
+
+    def read_raw(self, session_id: str) -> RawArtifact | None:
+        """The stored artifact's logical text, ``None`` when absent (backends without raw artifacts raise)."""
+        ...
+
+
+@runtime_checkable
+class PlacesDerivedFiles(Protocol):
+    """A backend that says where the derived files of its store (projection cache, search index) live.
+
+    The derived files are SQLite files the upper layers write and rebuild at will; the backend only
+    names their place. ``derived_directory()`` is the (created) directory to put them in under their
+    plain names, or ``None`` when the store keeps them beside itself under its own names
+    (``derived_path``) or has no place on disk (a memory store). ``derived_path(name, suffix)`` is where
+    a derived file lives beside the store: ``name`` is its file name in a store directory (JSONL),
+    ``suffix`` what is appended to a store file (SQLite); ``None`` when there is no such place.
+    """
+
+    def derived_directory(self) -> str | None: ...
+
+    def derived_path(self, name: str, suffix: str) -> str | None: ...
+
+
+_CHECKS_IDS: dict[type, bool] = {}
+"""Per backend class, whether it has ``validate_session_id``: a runtime protocol check costs
+microseconds, and the coordinator asks before every read (a capability is a method of the class)."""
 
 
 def validate_session_id(backend: object, session_id: object) -> None:
     """Run the backend's optional id check (a backend without one accepts every non-empty string)."""
-    check = getattr(backend, "validate_session_id", None)
-    if check is not None:
-        check(session_id)
+    kind = type(backend)
+    checks = _CHECKS_IDS.get(kind)
+    if checks is None:
+        checks = _CHECKS_IDS[kind] = isinstance(backend, ValidatesSessionIds)
+    if checks:
+        backend.validate_session_id(session_id)  # type: ignore[attr-defined]  # checked just above
 
 
 def check_reader_limits(**limits: object) -> None:

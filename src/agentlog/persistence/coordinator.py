@@ -55,7 +55,18 @@ from ..kernel.seeds import SessionPreparation, check_header_fields, check_messag
 from ..kernel.session import EventsView, Session, SessionView
 from ..kernel.store import SessionStore
 from . import legacy
-from .backend import Backend, PartialRead, SessionListing, WireEvent, event_json, validate_session_id
+from .backend import (
+    Backend,
+    ListsRevisions,
+    PartialRead,
+    SalvagesPrefix,
+    SeeksStored,
+    SessionListing,
+    StagesSessions,
+    WireEvent,
+    event_json,
+    validate_session_id,
+)
 from .tail import DEFAULT_POLL_INTERVAL_S, RetryHook, tail_events
 from .write_behind import Scheduler, WriteBehind
 from .writer_lock import deadline_of, wait_for_writer
@@ -228,6 +239,11 @@ class PersistenceCoordinator:
             raise InvalidOptionError("writeBatchMaxDelayMs must be an integer between 1 and 2147483647")
         self.store = store
         self.backend = backend
+        # The optional capabilities, resolved once (each a runtime protocol check): ``None`` when absent.
+        self._salvager = backend if isinstance(backend, SalvagesPrefix) else None
+        self._seeker = backend if isinstance(backend, SeeksStored) else None
+        self._lister = backend if isinstance(backend, ListsRevisions) else None
+        self._stager = backend if isinstance(backend, StagesSessions) else None
         self._delay = batch_delay_ms / 1000.0
         self._registry = registry or event_types
         self._mutex = threading.RLock()
@@ -380,11 +396,10 @@ class PersistenceCoordinator:
         --partial``). Nothing is validated beyond the bytes, repaired or written; raises
         ``SessionNotFoundError`` when absent and ``PersistenceError`` when the backend cannot salvage."""
         self._check_id(session_id)
-        reader = getattr(self.backend, "read_prefix", None)
-        if reader is None:
+        if self._salvager is None:
             raise PersistenceError(f"{self.backend.name} cannot read a partial prefix")
         with self._serialized(session_id), gc_paused():
-            partial: PartialRead | None = reader(session_id)
+            partial: PartialRead | None = self._salvager.read_prefix(session_id)
         if partial is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
         return partial
@@ -641,10 +656,9 @@ class PersistenceCoordinator:
 
     def _stored_suffix(self, session_id: str, from_seq: int) -> tuple[Any, list[Any]] | None:
         """``(meta, events)`` of the backend's seek read, or ``None`` when the whole log must be read."""
-        seek = getattr(self.backend, "load_stored_from", None)
-        if seek is None or from_seq == 0:
+        if self._seeker is None or from_seq == 0:
             return None
-        stored = seek(session_id, from_seq)
+        stored = self._seeker.load_stored_from(session_id, from_seq)
         if stored is None:
             raise SessionNotFoundError(f'session "{session_id}" not found')
         if any(legacy.needs_legacy_prefix(event) for event in stored.events):
@@ -752,9 +766,8 @@ class PersistenceCoordinator:
         map is built from :meth:`list`, keeping the listings that carry a revision. Either way a session
         with a damaged header may be present: the reader it is handed to reports the damage.
         """
-        fast = getattr(self.backend, "list_revisions", None)
-        if fast is not None:
-            return dict(fast())
+        if self._lister is not None:
+            return dict(self._lister.list_revisions())
         return {listing.id: listing.revision for listing in self.list() if listing.revision is not None}
 
     # -- public writes (ownerless) -----------------------------------------------------------------------
@@ -821,9 +834,8 @@ class PersistenceCoordinator:
         """
         self.create(meta)
         session_id = meta["id"]
-        stage_session = getattr(self.backend, "stage_session", None)
         try:
-            staged = stage_session(self._states[session_id].meta) if stage_session is not None else None
+            staged = self._stager.stage_session(self._states[session_id].meta) if self._stager is not None else None
         except BaseException:
             self._states.pop(session_id, None)
             raise

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DatabaseUnavailableError, InvalidOptionError, PersistenceError, SessionNotFoundError
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict
-from .backend import validate_session_id
+from .backend import WaitsForChange, validate_session_id
 
 if TYPE_CHECKING:
     from .coordinator import PersistenceCoordinator
@@ -113,7 +113,7 @@ async def tail_events(
     validate_session_id(backend, session_id)
     retrying = follow if reconnect is None else bool(reconnect)
     report = on_retry if on_retry is not None else _log_retry
-    wait: Callable[[str, float], Any] | None = getattr(backend, "wait_for_change", None)
+    wait: Callable[[str, float], Any] | None = backend.wait_for_change if isinstance(backend, WaitsForChange) else None
     next_seq = from_seq
     seen: str | None = None
     # Start listening before the first read, so a commit right after it is signalled (a signal that

@@ -41,7 +41,8 @@ from typing import Any, Final, NamedTuple, Protocol
 from ..errors import AgentlogError, PersistenceError, StorageAccessError
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
-from ..persistence.host_cache import POSTGRES_CACHE_FILE, derived_directory, store_key
+from ..persistence.backend import PlacesDerivedFiles
+from ..persistence.host_cache import POSTGRES_CACHE_FILE, store_key
 from ..persistence.sqlite.backend import sqlite_storage_code
 from ..persistence.storage_errors import storage_error
 
@@ -649,16 +650,12 @@ def cache_path_for(backend: object) -> str | None:
     A PostgreSQL store has no place on disk: its cache is ``projections.sqlite`` in its directory of the
     reading host's cache (:mod:`agentlog.persistence.host_cache`), created here.
     """
-    directory = derived_directory(backend)
+    if not isinstance(backend, PlacesDerivedFiles):
+        return None
+    directory = backend.derived_directory()
     if directory is not None:
         return os.path.join(directory, POSTGRES_CACHE_FILE)
-    root = getattr(backend, "root", None)
-    if isinstance(root, str):  # JsonlBackend
-        return os.path.join(root, CACHE_FILE_NAME)
-    path = getattr(backend, "path", None)
-    if isinstance(path, str) and path != ":memory:" and not getattr(backend, "_memory", False):
-        return path + SQLITE_SUFFIX
-    return None
+    return backend.derived_path(CACHE_FILE_NAME, SQLITE_SUFFIX)
 
 
 def store_id_for(backend: object) -> str | None:

@@ -261,22 +261,15 @@ def default_index_path(backend: object) -> str | None:
     host's cache (:mod:`agentlog.persistence.host_cache`: ``~/.cache/agentlog/postgres/<key>/``; each host
     keeps its own index, reconciled by revision on every search). A memory store, or anything else: ``None``.
     """
-    from ..persistence.host_cache import POSTGRES_INDEX_FILE, derived_directory
-    from ..persistence.jsonl.backend import JsonlBackend
-    from ..persistence.sqlite.backend import SqliteBackend
+    from ..persistence.backend import PlacesDerivedFiles
+    from ..persistence.host_cache import POSTGRES_INDEX_FILE
 
-    directory = derived_directory(backend)
+    if not isinstance(backend, PlacesDerivedFiles):
+        return None
+    directory = backend.derived_directory()
     if directory is not None:
         return os.path.join(directory, POSTGRES_INDEX_FILE)
-
-    if isinstance(backend, JsonlBackend):
-        return os.path.join(backend.root, INDEX_FILE_NAME)
-    if isinstance(backend, SqliteBackend):
-        path = backend.path
-        if path == MEMORY_PATH:
-            return None
-        return path + SQLITE_INDEX_SUFFIX
-    return None
+    return backend.derived_path(INDEX_FILE_NAME, SQLITE_INDEX_SUFFIX)
 
 
 # --- the provider ----------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from ..kernel.events import (
     USER_MESSAGE,
 )
 from ..kernel.store import SessionStore
-from ..persistence.backend import Backend
+from ..persistence.backend import Backend, ListsRevisions, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from .builders import (
     APPEND_INTENT,
@@ -756,11 +756,13 @@ class BackendContract(ABC):
             for from_seq in range(len(log) + 3):
                 assert event_bytes(reader.read_from(SID, from_seq).events) == whole[from_seq:], (state, from_seq)
             backend = env.backend()
-            seek = getattr(backend, "load_stored_from", None)
+            seek = backend.load_stored_from if isinstance(backend, SeeksStored) else None
             if seek is not None:
                 stored_whole = backend.load_stored(SID)
+                assert stored_whole is not None
                 for from_seq in range(len(log) + 3):
                     sought = seek(SID, from_seq)
+                    assert sought is not None
                     assert sought.meta == stored_whole.meta and sought.revision == stored_whole.revision
                     assert event_bytes(sought.events) == event_bytes(stored_whole.events[from_seq:]), from_seq
                 assert seek("missing", 1) is None
@@ -838,9 +840,10 @@ class BackendContract(ABC):
                 lengths[session_id] = 10 if fate in ("repaired", "torn") else 6
 
         def revisions(backend: Any) -> dict[str, str]:
-            method = getattr(backend, "list_revisions", None)
             found: dict[str, str] = (
-                method() if method is not None else env.coordinator(backend=backend).list_revisions()
+                backend.list_revisions()
+                if isinstance(backend, ListsRevisions)
+                else env.coordinator(backend=backend).list_revisions()
             )
             assert list(found) == sorted(found), "list_revisions is sorted by id"
             return found

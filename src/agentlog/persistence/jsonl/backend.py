@@ -1690,6 +1690,14 @@ class JsonlBackend:
         """The absolute transcript path (pure: no I/O; the file may not exist yet)."""
         return self._log_path(meta)
 
+    def derived_directory(self) -> str | None:
+        """Derived files live in the root under their own names (:meth:`derived_path`), not a directory."""
+        return None
+
+    def derived_path(self, name: str, suffix: str) -> str | None:
+        """``<root>/<name>``: the listing ignores files in the root, and a dot-name is never a project."""
+        return os.path.join(self.root, name)
+
     @_typed_os_errors
     def lock_writer(self, meta: Mapping[str, Any]) -> _FileLock:
         """Advisory single-writer lock: ``flock`` on ``<root>/.locks/<encoded id>.lock``.

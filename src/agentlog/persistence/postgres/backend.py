@@ -73,6 +73,7 @@ from ...kernel.chunkrows import CHUNK_ROW_TAGS, decode_storage_record, decode_st
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
+from .. import host_cache
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
 from ..writer_lock import locked_error
 from . import _sql
@@ -1087,6 +1088,14 @@ class PostgresBackend:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
 
     def locate(self, meta: Mapping[str, Any]) -> str | None:
+        return None
+
+    def derived_directory(self) -> str | None:
+        """The store's (created) directory of the reading host's cache (:mod:`..host_cache`)."""
+        return host_cache.derived_directory(self)
+
+    def derived_path(self, name: str, suffix: str) -> str | None:
+        """A PostgreSQL store has no place on disk beside it."""
         return None
 
     def close(self) -> None:

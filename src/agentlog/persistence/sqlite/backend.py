@@ -1233,6 +1233,14 @@ class SqliteBackend:
     def locate(self, meta: Mapping[str, Any]) -> str | None:
         return None
 
+    def derived_directory(self) -> str | None:
+        """Derived files are siblings of the database file (:meth:`derived_path`), not in a directory."""
+        return None
+
+    def derived_path(self, name: str, suffix: str) -> str | None:
+        """``<database><suffix>`` (never inside the database itself); ``None`` for ``:memory:``."""
+        return None if self._memory else self.path + suffix
+
     def lock_writer(self, meta: Mapping[str, Any]) -> _WriterLock:
         """Take the session's advisory writer lock or raise :class:`SessionLockedError` at once.
 
