@@ -81,7 +81,7 @@ class Inbox:
         data["inserted"] = [dict(m) for m in inserted]
         if count and canceled:
             data["outcome"] = "canceled"
-        event = self._session.append("agent/inbox/spliced", data)  # durable before the lists change
+        event = self._session.append_custom("agent/inbox/spliced", data)  # durable before the lists change
         removed = items[s : s + count]
         items[s : s + count] = list(event.data["inserted"])
         return removed
