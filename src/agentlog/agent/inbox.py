@@ -82,7 +82,7 @@ class Inbox:
         data["inserted"] = [dict(m) for m in inserted]
         if count and canceled:
             data["outcome"] = "canceled"
-        event = self._session.append(AGENT_INBOX_SPLICED, data)  # durable before the lists change
+        event = self._session.append_custom(AGENT_INBOX_SPLICED, data)  # durable before the lists change
         removed = items[s : s + count]
         items[s : s + count] = list(event.data["inserted"])
         return removed

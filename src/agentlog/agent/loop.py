@@ -628,7 +628,7 @@ class Agent:
             closing: Exception | None = None
             if closable:
                 try:
-                    session.append(TURN_END, {"turn": turn, "reason": ending or {"kind": "completed"}})
+                    session.append_custom(TURN_END, {"turn": turn, "reason": ending or {"kind": "completed"}})
                 except Exception as err:  # the turn stays open: crash repair closes it on the next load
                     closing = err
             if error is not None or closing is not None:
@@ -704,7 +704,7 @@ class Agent:
                     )
                 else:
                     result = dict(aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step))
-                session.append(TOOL_RESULT, result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+                session.append_custom(TOOL_RESULT, result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
         except Exception as err:
             logger.warning(
                 'session "%s": could not answer the open tool calls of turn %s (left open for crash repair): %s',
@@ -742,7 +742,7 @@ class Agent:
             assembler = Assembler()
             chunk_seqs: list[int] = []
             async for chunk in self.provider.stream(request, signal=self._abort):
-                event = session.append(ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": chunk})
+                event = session.append_custom(ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": chunk})
                 chunk_seqs.append(event.seq)
                 assembler.push(chunk)
             result = assembler.result()
@@ -758,7 +758,9 @@ class Agent:
                     }
                     if result.usage is not None:
                         data["usage"] = result.usage
-                    session.append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs})
+                    session.append_custom(
+                        ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
+                    )
                 raise TurnAborted("turn aborted while the model was streaming")
             if finish["kind"] in ("error", "aborted"):
                 failure = finish["failure"]
@@ -770,7 +772,7 @@ class Agent:
             data = {"turn": turn, "step": step, "message": self._assistant(result.content)}
             if result.usage is not None:
                 data["usage"] = result.usage
-            message_event = session.append(
+            message_event = session.append_custom(
                 ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
             )
             if finish["kind"] == "max-tokens":
@@ -822,15 +824,15 @@ class Agent:
         header = canonical_header(candidate)
         if self._first_request:
             reason = "initial" if persisted is None else "resume"
-            session.append(REQUEST_HEADER, {"header": header, "reason": reason})
+            session.append_custom(REQUEST_HEADER, {"header": header, "reason": reason})
         elif persisted is None or not header_equals(persisted, header):
-            session.append(REQUEST_HEADER, {"header": header, "reason": "change"})
+            session.append_custom(REQUEST_HEADER, {"header": header, "reason": "change"})
         self._first_request = False
         context: dict[str, Any] = {"provider": options.provider, "model": options.model}
         if options.context_window is not None:
             context["contextWindow"] = options.context_window
         if session.request_context() != context:
-            session.append(REQUEST_CONTEXT, context)
+            session.append_custom(REQUEST_CONTEXT, context)
         folded = session.request_header()
         messages = session.derive_messages()
         check_tool_pairing(messages, session.id, session.events)  # an endpoint would refuse it: never send it
@@ -954,14 +956,14 @@ class Agent:
             "delayMs": delay,
             "failure": thaw(failure),
         }
-        self.session.append(LLM_RETRY, scheduled)
+        self.session.append_custom(LLM_RETRY, scheduled)
         try:
             await asyncio.wait_for(self._abort.wait(), timeout=delay / 1000)
             return False  # cancelled while waiting: nothing more is written
         except TimeoutError:
             pass
         started: LlmRetryStartedData = {"retryId": retry_id, "turn": turn, "step": step, "retry": retry}
-        self.session.append(LLM_RETRY_STARTED, started)
+        self.session.append_custom(LLM_RETRY_STARTED, started)
         return True
 
     # -- tools ---------------------------------------------------------------------------------------------

@@ -339,7 +339,7 @@ class _Batch:
     def surface(self, event: str, message: dict[str, Any], intent: dict[str, Any]) -> Any:
         self.open()
         if event == USER_MESSAGE:
-            return self.session.append(event, message, intent)
+            return self.session.append_custom(event, message, intent)
         if event == TOOL_RESULT:
             call_id = message["source"]["callId"]
             if call_id not in self.step_calls:  # a result is recorded with its call in the same step
@@ -349,7 +349,7 @@ class _Batch:
                 self._tool_call(call_id, name, arguments)
             self.unanswered.pop(call_id, None)
             self.step_calls.discard(call_id)  # answered: another result for it needs its own tool/call
-        appended = self.session.append(event, {"turn": self.turn, "step": self.step, "message": message}, intent)
+        appended = self.session.append_custom(event, {"turn": self.turn, "step": self.step, "message": message}, intent)
         if event == ASSISTANT_MESSAGE:
             for block in message["content"]:
                 if block.get("type") == "tool-call":
@@ -359,12 +359,12 @@ class _Batch:
 
     def _tool_call(self, call_id: str, name: str, arguments: str) -> None:
         data = {"turn": self.turn, "step": self.step, "callId": call_id, "name": name, "arguments": arguments}
-        self.session.append(TOOL_CALL, data)
+        self.session.append_custom(TOOL_CALL, data)
         self.step_calls.add(call_id)
 
     def record(self, event: str, data: dict[str, Any]) -> Any:
         self.open()
-        return self.session.append(event, data)
+        return self.session.append_custom(event, data)
 
     def finish(self, *, end_turn: bool) -> None:
         if not self._opened or self.unanswered:

@@ -317,7 +317,7 @@ class Recorder:
         persisted = session.request_header()
         if self._first_request:
             reason = "initial" if persisted is None else "resume"
-            session.append(REQUEST_HEADER, {"header": self._header, "reason": reason})
+            session.append_custom(REQUEST_HEADER, {"header": self._header, "reason": reason})
         elif persisted is None or not header_equals(persisted, self._header):
             session.append(REQUEST_HEADER, {"header": self._header, "reason": "change"})
         self._first_request = False
@@ -325,7 +325,7 @@ class Recorder:
         if self._settings.get("context_window") is not None:
             context["contextWindow"] = self._settings["context_window"]
         if session.request_context() != context:
-            session.append(REQUEST_CONTEXT, context)
+            session.append_custom(REQUEST_CONTEXT, context)
 
 
 class RecordedTurn:
@@ -452,7 +452,8 @@ class RecordedTurn:
         self._open_step(messages)
 
     def _take_reply(self, data: dict[str, Any], chunk_seqs: list[int], finish: Mapping[str, Any]) -> Any:
-        event = self.session.append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs})
+        intent = {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
+        event = self.session.append_custom(ASSISTANT_MESSAGE, data, intent)
         self._replied = True
         for block in event.data["message"]["content"]:
             if block.get("type") == "tool-call":
@@ -651,7 +652,7 @@ class RecordedTurn:
         seq = self._recorded.get(call_id)
         if seq is None:
             seq = self._record_call(call_id)
-        event = self.session.append(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+        event = self.session.append_custom(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
         self._answered.add(call_id)
         return event.data["message"]
 
@@ -712,11 +713,11 @@ class RecordedTurn:
                             "message": message,
                             "error": {"name": "AbortError", "code": ABORTED_BEFORE_DISPATCH},
                         }
-                    session.append(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+                    session.append_custom(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
                     self._answered.add(call_id)
                 session.append(STEP_END, {"turn": self.number, "step": self.step})
                 self._step_open = False
-            session.append(TURN_END, {"turn": self.number, "reason": ending})
+            session.append_custom(TURN_END, {"turn": self.number, "reason": ending})
         except Exception as err:
             failure = err
         try:
@@ -931,7 +932,7 @@ class RecordedStream:
         data = turn._message_data(kept, result.usage, None, None)
         data["interrupted"] = True
         try:
-            turn.session.append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": self._seqs})
+            turn.session.append_custom(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": self._seqs})
             turn._replied = True
         except Exception as err:  # the exception on its way out matters more; the turn still closes
             logger.warning('session "%s": interrupted reply not kept: %s', turn.session.id, describe_error(err))

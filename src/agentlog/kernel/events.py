@@ -130,7 +130,7 @@ CoreEventType = Literal[
     "request/context",
     "session/end-seed",
 ]
-"""The core event type names as a type (``Session.append``'s typed forms)."""
+"""The core event type names as a type: the names ``Session.append`` takes (any other type: ``append_custom``)."""
 
 SURFACE_EVENT_TYPES: frozenset[str] = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
 

@@ -14,7 +14,7 @@ import logging
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Never, NoReturn, Protocol, overload
+from typing import Any, Literal, Never, NoReturn, Protocol, overload
 
 from .. import _accel
 from ..errors import (
@@ -45,7 +45,6 @@ from .events import (
     USER_MESSAGE,
     AssistantChunkData,
     AssistantMessageData,
-    CoreEventType,
     Event,
     EventTypes,
     Message,
@@ -87,14 +86,6 @@ from .seeds import (
     snapshot_header,
 )
 from .surface import Plan, SurfaceManager
-
-if TYPE_CHECKING:
-    from typing_extensions import deprecated as _deprecated
-else:
-
-    def _deprecated(message: str) -> Callable[[Any], Any]:  # the marker matters to type checkers only
-        return lambda fn: fn
-
 
 logger = logging.getLogger("agentlog")
 
@@ -665,11 +656,10 @@ class Session:
         return f"<Session {self.id!r} events={len(self._log)}>"
 
     # -- append ------------------------------------------------------------------------------------
-    # Typed forms for the core types (``mypy --strict`` checks the data against its TypedDict), then the
-    # general form for registered types. A core type with the wrong data, or a surface type without its
-    # intent, resolves to the form marked deprecated (a checker falls through to the next matching
-    # overload, so this is how a wrong call gets reported while any ``str`` stays accepted): mypy reports
-    # it with ``--enable-error-code deprecated``, pyright with ``reportDeprecated``.
+    # One typed form per core type (``mypy --strict`` checks the data against its TypedDict and the intent
+    # against ``SurfaceIntent``) and no catch-all: a catch-all ``str`` form would also match a core name
+    # and so accept any wrong core call. Other registered types are appended with ``append_custom``; at
+    # run time ``append`` still takes any ``str`` with the same checks.
     @overload
     def append(self, type: Literal["turn/start"], data: TurnStartData, intent: None = None) -> Event: ...
     @overload
@@ -696,11 +686,6 @@ class Session:
     ) -> Event: ...
     @overload
     def append(self, type: Literal["tool/result"], data: ToolResultData, intent: SurfaceIntent) -> Event: ...
-    @overload
-    @_deprecated("core event data must match its TypedDict; a surface type needs an intent, the others take none")
-    def append(self, type: CoreEventType, data: object, intent: Mapping[str, Any] | None = None) -> Event: ...
-    @overload
-    def append(self, type: str, data: JsonValue, intent: Mapping[str, Any] | None = None) -> Event: ...
     def append(self, type: str, data: Any, intent: Mapping[str, Any] | None = None) -> Event:
         """Validate, commit and publish one event; return the committed (frozen) event.
 
@@ -778,6 +763,17 @@ class Session:
             return event
         finally:
             lock.release()
+
+    def append_custom(self, type: str, data: JsonValue, intent: Mapping[str, Any] | None = None) -> Event:
+        """Append an event of a type that is not a core type: a plugin's or extension's registered type.
+
+        The typed entry for every name ``append``'s core forms do not cover (a plugin event, the harness's
+        own non-core vocabulary, a name only known at run time). It is :meth:`append`, with the same
+        checks and errors: the type must be registered (``event_types.register``), its validator runs,
+        and a core name still gets the core rules.
+        """
+        event: Event = self.append(type, data, intent)  # type: ignore[call-overload]  # any str, checked at run time
+        return event
 
     def _refuse_type(self, type: str) -> NoReturn:
         if self._disposed:

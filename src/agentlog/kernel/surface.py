@@ -12,14 +12,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, NoReturn, overload
+from typing import Any, Final, Literal, NamedTuple, NoReturn, overload
 
 from ..errors import FrozenError, SurfaceError
 from .events import ASSISTANT_MESSAGE, SURFACE_EVENT_TYPES, TOOL_RESULT
 from .jsonvalue import MAX_SAFE_INTEGER
 from .packedrun import ChunkRun
 
-APPEND = "append"
+APPEND: Final = "append"
 
 _MISSING: Any = object()
 

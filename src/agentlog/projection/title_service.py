@@ -288,7 +288,7 @@ class SessionTitleService:
             raise SessionTitleInvalidError("session title must contain visible characters")
         self._supersede(self._state_for(session), "user rename superseded automatic title generation")
         data: SessionTitleData = {"title": normalized, "messageSeqs": [], "source": {"kind": "user"}}
-        session.append(SESSION_TITLE, data)
+        session.append_custom(SESSION_TITLE, data)
         snapshot = self.get(session)
         assert snapshot is not None  # the append above committed a title
         return snapshot
@@ -517,7 +517,7 @@ class SessionTitleService:
         title = fallback_session_title(first.text, self.config.fallback_max_words, self.config.fallback_max_bytes)
         if title:  # a cap too small for the first code point derives nothing: no title
             data: SessionTitleData = {"title": title, "messageSeqs": [first.seq], "source": {"kind": "fallback"}}
-            session.append(SESSION_TITLE, data)
+            session.append_custom(SESSION_TITLE, data)
 
     async def _run_provider(
         self, session: Session, work: _Work, route: SessionTitleModel | None
@@ -535,7 +535,7 @@ class SessionTitleService:
             source: dict[str, Any] = {"kind": "provider", "provider": work.registration.provider.id}
             if model is not None:
                 source["model"] = model
-            session.append(SESSION_TITLE, {"title": title, "messageSeqs": seqs, "source": source})
+            session.append_custom(SESSION_TITLE, {"title": title, "messageSeqs": seqs, "source": source})
             return self.get(session)
         finally:
             if state is not None and state.active is work:
@@ -810,7 +810,7 @@ async def generate_session_title_with_llm(
         "messages": messages,
         "maxTokens": config.max_output_tokens,
     }
-    request.session.append(SESSION_TITLE_LLM_REQUEST, logged)
+    request.session.append_custom(SESSION_TITLE_LLM_REQUEST, logged)
     call = GenerateRequest(
         provider=route["provider"],
         model=route["model"],

@@ -1261,7 +1261,7 @@ class BackendContract(ABC):
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append_custom(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         store.flush(session)
         first.close()
         session.append(STEP_START, {"turn": 1, "step": 1})  # no persistence attached while these commit
@@ -1277,7 +1277,7 @@ class BackendContract(ABC):
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append_custom(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         session.append(STEP_START, {"turn": 1, "step": 1})
         store.flush(session)
         first.close()
