@@ -91,6 +91,7 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
 from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.paths import file_kind
 from .events import IMPORT_DONE, IMPORT_RECORD
 
 __all__ = [
@@ -444,15 +445,9 @@ class _Snapshot:
 
 
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
+    """:func:`~agentlog.persistence.paths.file_kind` with its article, a FIFO spelled out for the user."""
+    kind = file_kind(mode)
+    return "a FIFO (named pipe)" if kind == "FIFO" else f"a {kind}"
 
 
 def _unreadable(path: str, err: OSError) -> StorageAccessError:
