@@ -651,7 +651,7 @@ class SessionLogScanner:
         except ChunkRowError as row_err:
             return self._set_issue(lines, index, start, row_err, None)
         first = decoded[0]
-        seq = first.get("seq", _MISSING) if type(first) is dict else _MISSING
+        seq = first.get("seq", _MISSING) if isinstance(first, Mapping) else _MISSING  # C: frozen members
         if seq == n and type(seq) is not bool:
             where = f"event line {self._line + index + 1}"
             if bad is not None:
