@@ -1,0 +1,568 @@
+// agentlog inspector: the sessions page and the session page, vanilla JavaScript, no build step.
+// Every piece of session content is untrusted: it is inserted only as text (textContent, DOM nodes),
+// never as HTML, and links are built only from encodeURIComponent'd ids and integer seqs.
+"use strict";
+
+(function () {
+  // --- helpers --------------------------------------------------------------------------------------
+
+  function el(tag, props) {
+    var node = document.createElement(tag);
+    if (props) {
+      Object.keys(props).forEach(function (key) {
+        var value = props[key];
+        if (value === undefined || value === null) return;
+        if (key === "className") node.className = value;
+        else if (key === "text") node.textContent = clean(String(value));
+        else if (key === "title") node.title = clean(String(value));
+        else if (key === "dataset") Object.keys(value).forEach(function (k) { node.dataset[k] = String(value[k]); });
+        else if (key === "href") node.setAttribute("href", value);
+        else if (key === "open") node.open = Boolean(value);
+        else if (key === "type") node.type = value;
+        else throw new Error("el: unsupported property " + key);
+      });
+    }
+    for (var i = 2; i < arguments.length; i++) {
+      var child = arguments[i];
+      if (child === null || child === undefined || child === false) continue;
+      node.appendChild(typeof child === "string" ? document.createTextNode(clean(child)) : child);
+    }
+    return node;
+  }
+
+  // Control characters (ANSI/OSC escapes), bidi overrides and isolates are made visible, never obeyed.
+  var CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  function clean(text) {
+    return text.replace(CONTROL, function (ch) {
+      if (ch === "\u001b") return "␛";
+      return "\\u{" + ch.charCodeAt(0).toString(16).toUpperCase() + "}";
+    });
+  }
+
+  function sessionHref(id, seq) {
+    var href = "/s/" + encodeURIComponent(id);
+    if (typeof seq === "number" && Number.isInteger(seq) && seq >= 0) href += "?at=" + seq;
+    return href;
+  }
+
+  function api(path) {
+    return fetch(path, { headers: { accept: "application/json" }, credentials: "same-origin" }).then(function (response) {
+      return response.json().then(function (body) {
+        if (!response.ok) {
+          var error = body && body.error ? body.error : { code: "HTTP_" + response.status, message: response.statusText };
+          var err = new Error(error.message);
+          err.code = error.code;
+          throw err;
+        }
+        return body;
+      });
+    });
+  }
+
+  function showError(err) {
+    var box = document.getElementById("error");
+    if (!box) return;
+    if (!err) { box.hidden = true; box.textContent = ""; return; }
+    box.hidden = false;
+    box.textContent = clean("[" + (err.code || "ERROR") + "] " + err.message);
+  }
+
+  function iso(ms) {
+    if (typeof ms !== "number") return "—";
+    return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "");
+  }
+
+  function fmt(n) { return typeof n === "number" ? n.toLocaleString("en-US") : "—"; }
+
+  function debounce(fn, ms) {
+    var timer = null;
+    return function () {
+      var args = arguments;
+      clearTimeout(timer);
+      timer = setTimeout(function () { fn.apply(null, args); }, ms);
+    };
+  }
+
+  // The query's words marked in a plain-text snippet (as DOM nodes: <mark> around text nodes).
+  function highlighted(snippet, query) {
+    var span = el("span", { className: "snippet" });
+    var words = query.trim().split(/\s+/).filter(Boolean).map(function (w) {
+      return w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    });
+    if (!words.length) { span.appendChild(document.createTextNode(clean(snippet))); return span; }
+    var re = new RegExp("(" + words.join("|") + ")", "gi");
+    var last = 0;
+    snippet.replace(re, function (match, _g, offset) {
+      if (offset > last) span.appendChild(document.createTextNode(clean(snippet.slice(last, offset))));
+      span.appendChild(el("mark", { text: match }));
+      last = offset + match.length;
+      return match;
+    });
+    if (last < snippet.length) span.appendChild(document.createTextNode(clean(snippet.slice(last))));
+    return span;
+  }
+
+  function json(value) { return JSON.stringify(value, null, 2); }
+
+  // --- search (both pages) ----------------------------------------------------------------------------
+
+  function setupSearch(sessionId) {
+    var form = document.getElementById("search-form");
+    var input = document.getElementById("search");
+    var section = document.getElementById("search-results");
+    var list = document.getElementById("hits");
+    var status = document.getElementById("search-status");
+    var more = document.getElementById("more-hits");
+    var cursor = null;
+    var query = "";
+
+    function render(page, append) {
+      if (!append) list.textContent = "";
+      page.items.forEach(function (item) {
+        var hit = item.bestMatch || item;
+        var header = item.header || {};
+        var link = el("a", { href: sessionHref(hit.sessionId, hit.seq), className: "hit" },
+          sessionId ? "seq " + hit.seq : (header.id || hit.sessionId) + " · seq " + hit.seq);
+        list.appendChild(el("li", null, link, " ", el("span", { className: "muted", text: hit.type + " · " + hit.surface }),
+          highlighted(hit.snippet || "", query)));
+      });
+      cursor = page.nextCursor || null;
+      if (more) more.hidden = !cursor;
+      status.textContent = list.children.length ? "" : "no matches";
+    }
+
+    function run(append) {
+      var params = new URLSearchParams({ q: query, limit: "20" });
+      if (sessionId) params.set("session", sessionId);
+      if (append && cursor) params.set("cursor", cursor);
+      section.hidden = false;
+      status.textContent = "searching…";
+      api("/api/search?" + params.toString()).then(function (page) { render(page, append); }, function (err) {
+        status.textContent = clean("[" + err.code + "] " + err.message);
+      });
+    }
+
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      query = input.value;
+      cursor = null;
+      run(false);
+    });
+    if (more) more.addEventListener("click", function () { run(true); });
+    document.getElementById("clear-search").addEventListener("click", function () {
+      section.hidden = true;
+      list.textContent = "";
+      input.value = "";
+    });
+  }
+
+  // --- the sessions page -------------------------------------------------------------------------------
+
+  function sessionsPage() {
+    var state = { sort: "lastActivity", order: "desc", offset: 0, limit: 50, q: "", status: "" };
+    var body = document.querySelector("#sessions tbody");
+
+    function pressure(row) {
+      var p = row.contextPressure;
+      if (!p || typeof p.pressureTokens !== "number") return "—";
+      if (typeof p.contextWindow === "number" && p.contextWindow > 0) {
+        return Math.round((100 * p.pressureTokens) / p.contextWindow) + "%";
+      }
+      return fmt(p.pressureTokens);
+    }
+
+    function load() {
+      var params = new URLSearchParams({
+        sort: state.sort, order: state.order, offset: String(state.offset), limit: String(state.limit),
+      });
+      if (state.q) params.set("q", state.q);
+      if (state.status) params.set("status", state.status);
+      api("/api/sessions?" + params.toString()).then(function (page) {
+        showError(null);
+        body.textContent = "";
+        page.sessions.forEach(function (row) {
+          var tr = el("tr", { dataset: { id: row.id } },
+            el("td", null, el("a", { href: sessionHref(row.id), text: row.title || "(untitled)" })),
+            el("td", { className: "id", text: row.id }),
+            el("td", { text: iso(row.createdAt) }),
+            el("td", { text: iso(row.lastActivity) }),
+            el("td", { className: "num", text: fmt(row.turns) }),
+            el("td", { className: "num", text: fmt(row.tokens) }),
+            el("td", { className: "num", text: pressure(row) }),
+            el("td", null, row.parentSession ? el("a", { href: sessionHref(row.parentSession), text: row.parentSession }) : ""),
+            el("td", { className: "status-" + row.status, text: row.status, title: row.error ? row.error.code + ": " + row.error.message : null }));
+          body.appendChild(tr);
+        });
+        var shown = page.sessions.length;
+        document.getElementById("count").textContent = page.total + " session" + (page.total === 1 ? "" : "s");
+        document.getElementById("page").textContent = shown ? (page.offset + 1) + "–" + (page.offset + shown) + " of " + page.total : "";
+        document.getElementById("prev").disabled = page.offset === 0;
+        document.getElementById("next").disabled = page.offset + shown >= page.total;
+        document.querySelectorAll("th[data-sort]").forEach(function (th) {
+          th.classList.remove("sorted-asc", "sorted-desc");
+          if (th.dataset.sort === state.sort) th.classList.add("sorted-" + state.order);
+        });
+      }, showError);
+    }
+
+    document.querySelectorAll("th[data-sort]").forEach(function (th) {
+      th.addEventListener("click", function () {
+        var key = th.dataset.sort;
+        if (state.sort === key) state.order = state.order === "asc" ? "desc" : "asc";
+        else { state.sort = key; state.order = key === "id" || key === "title" || key === "status" ? "asc" : "desc"; }
+        state.offset = 0;
+        load();
+      });
+    });
+    document.getElementById("filter").addEventListener("input", debounce(function (event) {
+      state.q = event.target.value;
+      state.offset = 0;
+      load();
+    }, 150));
+    document.getElementById("status-filter").addEventListener("change", function (event) {
+      state.status = event.target.value;
+      state.offset = 0;
+      load();
+    });
+    document.getElementById("prev").addEventListener("click", function () {
+      state.offset = Math.max(0, state.offset - state.limit);
+      load();
+    });
+    document.getElementById("next").addEventListener("click", function () {
+      state.offset += state.limit;
+      load();
+    });
+    setupSearch(null);
+    load();
+  }
+
+  // --- the session page --------------------------------------------------------------------------------
+
+  function sessionPage() {
+    var id = decodeURIComponent(location.pathname.replace(/^\/s\//, ""));
+    var atParam = new URLSearchParams(location.search).get("at");
+    var s = { id: id, at: null, last: 0, summary: null, state: null, logFrom: 0, logNext: null, items: [], pending: 0 };
+    var PAGE = 200;
+    var slider = document.getElementById("slider");
+    var seqBox = document.getElementById("seq");
+
+    document.title = clean(id) + " · agentlog inspector";
+
+    function badge(text, kind) { return el("span", { className: "badge " + (kind || ""), text: text }); }
+
+    function jump(seq, label) {
+      var button = el("button", { className: "jump", type: "button", text: label || "seq " + seq });
+      button.addEventListener("click", function (event) { event.stopPropagation(); moveTo(seq); });
+      return button;
+    }
+
+    // Summary heading.
+    function renderSummary(summary) {
+      var header = summary.header || {};
+      document.getElementById("session-title").textContent = clean(summary.title || id);
+      var box = document.getElementById("summary");
+      box.textContent = "";
+      box.appendChild(el("span", { className: "mono", text: id }));
+      box.appendChild(el("span", { className: "status-" + summary.status, text: summary.status }));
+      box.appendChild(el("span", { text: "created " + iso(header.createdAt) }));
+      if (header.cwd) box.appendChild(el("span", { className: "mono", text: header.cwd }));
+      if (header.parentSession) {
+        box.appendChild(el("span", null, "forked from ", el("a", { href: sessionHref(header.parentSession), text: header.parentSession })));
+      }
+      box.appendChild(el("span", { text: fmt(summary.storedEvents) + " stored events, " + fmt(summary.turns) + " turns" }));
+      if (summary.closers) box.appendChild(badge("+" + summary.closers + " closers a resume would add", "pending"));
+      if (summary.tornTail) box.appendChild(badge("torn tail (removed on resume)", "pending"));
+      if (summary.compactions.length) {
+        var c = el("span", null, "compactions: ");
+        summary.compactions.forEach(function (seq) { c.appendChild(jump(seq)); c.appendChild(document.createTextNode(" ")); });
+        box.appendChild(c);
+      }
+    }
+
+    // Log pane.
+    function itemHead(item) {
+      var head = el("div", null, el("span", { className: "seq", text: item.lastSeq !== undefined ? item.seq + "–" + item.lastSeq : String(item.seq) }));
+      return head;
+    }
+
+    function logItem(item) {
+      var node = el("div", { className: "item kind-" + item.kind, dataset: { seq: item.seq, last: item.lastSeq !== undefined ? item.lastSeq : item.seq } });
+      var head = itemHead(item);
+      node.appendChild(head);
+      switch (item.kind) {
+        case "chunks": {
+          head.appendChild(el("span", { className: "kind", text: item.count + " streamed chunks" }));
+          var details = el("details", null, el("summary", { text: "folded into the message that follows" }));
+          if (item.reasoning) details.appendChild(el("pre", { className: "block reasoning", text: item.reasoning }));
+          if (item.text) details.appendChild(el("pre", { className: "text", text: item.text }));
+          details.appendChild(el("div", { className: "muted", text: Object.keys(item.chunkTypes).map(function (k) { return k + " ×" + item.chunkTypes[k]; }).join(", ") }));
+          node.appendChild(details);
+          break;
+        }
+        case "message":
+          head.appendChild(el("span", { className: "kind role", text: item.role }));
+          node.appendChild(el("div", { className: "text", text: item.text }));
+          break;
+        case "tool-call":
+          head.appendChild(el("span", { className: "kind", text: "→ " + item.name }));
+          head.appendChild(el("span", { className: "mono", text: String(item.data.arguments || "") }));
+          if (item.pairedSeq !== null && item.pairedSeq !== undefined) head.appendChild(jump(item.pairedSeq, "result: seq " + item.pairedSeq));
+          else head.appendChild(badge("no result", "pending"));
+          break;
+        case "tool-result":
+          head.appendChild(el("span", { className: "kind", text: "← result" }));
+          if (item.callId) head.appendChild(el("span", { className: "mono", text: item.callId }));
+          if (item.pairedSeq !== null && item.pairedSeq !== undefined) head.appendChild(jump(item.pairedSeq, "call: seq " + item.pairedSeq));
+          node.appendChild(el("div", { className: "text", text: item.text }));
+          break;
+        case "request-header": {
+          head.appendChild(el("span", { className: "kind", text: "request header" }));
+          var h = item.data && item.data.header ? item.data.header : {};
+          var cfg = h.config || {};
+          head.appendChild(el("span", { className: "muted", text: (cfg.provider || "?") + "/" + (cfg.model || "?") }));
+          node.appendChild(el("details", null, el("summary", { text: "header" }), el("pre", { text: json(item.data) })));
+          break;
+        }
+        case "turn-start": case "turn-end": case "step-start": case "step-end":
+          head.appendChild(el("span", { className: "kind", text: item.type }));
+          if (item.kind === "turn-end" && item.data && item.data.reason) head.appendChild(el("span", { text: String(item.data.reason.kind) }));
+          break;
+        default:
+          head.appendChild(el("span", { className: "kind", text: item.type }));
+          node.appendChild(el("details", null, el("summary", { text: "data" }), el("pre", { text: json(item.data) })));
+      }
+      if (item.closer) head.appendChild(badge(item.closer, "closer"));
+      if (item.pending) head.appendChild(badge("would be added on resume", "pending"));
+      if (item.mark) head.appendChild(badge(item.mark.kind === "checkpoint" ? "compaction checkpoint" : "pruned", item.mark.kind));
+      if (item.clipped) head.appendChild(badge("clipped"));
+      if (item.kind === "message" || item.kind === "tool-result") {
+        var raw = el("details", null, el("summary", { text: "event" }));
+        raw.addEventListener("toggle", function () {
+          if (!raw.open || raw.dataset.loaded) return;
+          raw.dataset.loaded = "1";
+          api("/api/sessions/" + encodeURIComponent(id) + "/events/" + item.seq).then(function (doc) {
+            raw.appendChild(el("pre", { text: json(doc.event) }));
+          }, showError);
+        });
+        node.appendChild(raw);
+      }
+      node.addEventListener("click", function (event) {
+        if (event.target.closest("summary, button, a, pre")) return;
+        moveTo(item.lastSeq !== undefined ? item.lastSeq : item.seq);
+      });
+      return node;
+    }
+
+    function renderLog(page) {
+      var box = document.getElementById("log");
+      box.textContent = "";
+      var container = box;
+      var turnBox = null;
+      page.items.forEach(function (item) {
+        if (item.kind === "turn-start") {
+          turnBox = el("details", { className: "turn", open: true }, el("summary", { text: "turn " + item.turn }));
+          box.appendChild(turnBox);
+          container = turnBox;
+        } else if (item.kind === "step-start") {
+          var stepBox = el("details", { className: "step", open: true }, el("summary", { text: "step " + item.step }));
+          (turnBox || box).appendChild(stepBox);
+          container = stepBox;
+        }
+        container.appendChild(logItem(item));
+        if (item.kind === "step-end") container = turnBox || box;
+        else if (item.kind === "turn-end") { container = box; turnBox = null; }
+      });
+      s.logFrom = page.fromSeq;
+      s.logNext = page.nextSeq;
+      s.items = page.items;
+      var lastShown = page.items.length ? page.items[page.items.length - 1] : null;
+      var end = lastShown ? (lastShown.lastSeq !== undefined ? lastShown.lastSeq : lastShown.seq) : page.fromSeq;
+      document.getElementById("log-range").textContent = "seq " + page.fromSeq + "–" + end + " of " + page.lastSeq;
+      document.getElementById("log-earlier").disabled = page.fromSeq === 0;
+      document.getElementById("log-later").disabled = page.nextSeq === null;
+      markLog();
+    }
+
+    function loadLog(from) {
+      return api("/api/sessions/" + encodeURIComponent(id) + "/log?from=" + from + "&limit=" + PAGE).then(renderLog, showError);
+    }
+
+    function logCovers(seq) {
+      if (!s.items.length) return false;
+      var last = s.items[s.items.length - 1];
+      var end = last.lastSeq !== undefined ? last.lastSeq : last.seq;
+      return seq >= s.logFrom && seq <= end;
+    }
+
+    function markLog() {
+      if (s.at === null) return;
+      var nodes = s.state ? new Set(s.state.surface.map(function (n) { return n.seq; })) : new Set();
+      var shadowed = s.state ? new Set(s.state.shadowed) : new Set();
+      var current = null;
+      document.querySelectorAll("#log .item").forEach(function (node) {
+        var first = Number(node.dataset.seq), last = Number(node.dataset.last);
+        node.classList.toggle("future", first > s.at);
+        node.classList.toggle("now", first <= s.at && s.at <= last);
+        node.classList.toggle("on-surface", nodes.has(first));
+        node.classList.toggle("shadowed", shadowed.has(first));
+        if (first <= s.at && s.at <= last) current = node;
+      });
+      if (current) current.scrollIntoView({ block: "nearest" });
+    }
+
+    // Surface pane.
+    function renderSurface(state) {
+      var box = document.getElementById("surface");
+      box.textContent = "";
+      document.getElementById("surface-count").textContent = state.surface.length + " nodes";
+      state.surface.forEach(function (node) {
+        var card = el("div", { className: "card" + (node.checkpoint ? " checkpoint" : ""), dataset: { seq: node.seq } });
+        var head = el("div", { className: "head" }, jump(node.seq), el("span", { className: "role", text: node.role || node.type }));
+        card.appendChild(head);
+        if (node.checkpoint) {
+          var cp = node.checkpoint;
+          head.appendChild(badge("compaction checkpoint", "checkpoint"));
+          var d = el("details", { className: "checkpoint-details" },
+            el("summary", { text: "shadowed " + cp.shadowedMessages + " messages" + (typeof cp.shadowedTokenCount === "number" ? ", ~" + fmt(cp.shadowedTokenCount) + " tokens" : "") }),
+            el("div", { className: "muted", text: "summary (seq " + cp.summarySeq + "):" }),
+            el("pre", { className: "summary-text", text: cp.summary || "" }));
+          card.appendChild(d);
+        } else if (node.pruned) {
+          var p = node.pruned;
+          head.appendChild(badge("pruned: " + fmt(p.charsBefore) + " → " + fmt(p.charsAfter) + " chars", "pruned"));
+          if (p.originalSeq !== null) head.appendChild(jump(p.originalSeq, "original: seq " + p.originalSeq));
+        }
+        card.appendChild(el("div", { className: "text", text: node.text }));
+        if (node.replaces) {
+          var r = node.replaces;
+          var list = el("ol", { className: "shadowed-list" });
+          r.shadowed.forEach(function (sh) {
+            list.appendChild(el("li", { dataset: { seq: sh.seq } }, jump(sh.seq), " ", el("span", { className: "role", text: sh.role || sh.type }), " ", el("span", { text: sh.text })));
+          });
+          if (r.shadowedSeqs.length > r.shadowed.length) list.appendChild(el("li", { className: "muted", text: "… and " + (r.shadowedSeqs.length - r.shadowed.length) + " more" }));
+          card.appendChild(el("details", { className: "replaces" },
+            el("summary", { text: "replaced seqs " + r.start + "–" + r.end + " (" + r.shadowedSeqs.length + " shadowed)" }), list));
+        }
+        box.appendChild(card);
+      });
+    }
+
+    // Messages pane: derive_messages() exactly, and the request header as the provider gets it.
+    function blockNode(block) {
+      switch (block && block.type) {
+        case "text": return el("pre", { className: "block text", text: block.text });
+        case "reasoning": return el("pre", { className: "block reasoning", text: block.text });
+        case "tool-call": return el("pre", { className: "block tool-call", text: "→ " + block.name + "(" + block.arguments + ")  [" + block.id + "]" });
+        case "tool-result": {
+          var inner = el("div", { className: "block tool-result" }, el("div", { text: "← " + block.toolCallId + (block.isError ? " (error)" : "") }));
+          (block.content || []).forEach(function (b) { inner.appendChild(blockNode(b)); });
+          return inner;
+        }
+        case "image": return el("div", { className: "block muted", text: "[image]" });
+        default: return el("pre", { className: "block", text: json(block) });
+      }
+    }
+
+    function renderMessages(state) {
+      var box = document.getElementById("messages");
+      box.textContent = "";
+      document.getElementById("messages-count").textContent = state.messages.length + " messages";
+      var header = state.requestHeader;
+      var hb = el("details", { className: "request-header", open: false });
+      if (header) {
+        var cfg = header.config || {};
+        hb.appendChild(el("summary", { text: "request header: " + (cfg.provider || "?") + "/" + (cfg.model || "?") + ", " + ((header.tools || []).length) + " tools" }));
+        if (header.system !== undefined) hb.appendChild(el("div", null, el("div", { className: "role", text: "system" }), el("pre", { text: typeof header.system === "string" ? header.system : json(header.system) })));
+        if (header.tools) hb.appendChild(el("div", null, el("div", { className: "role", text: "tools" }), el("pre", { text: json(header.tools) })));
+        hb.appendChild(el("pre", { className: "request-header-json", text: json(header) }));
+        if (state.requestContext) hb.appendChild(el("pre", { text: "context: " + json(state.requestContext) }));
+      } else {
+        hb.appendChild(el("summary", { text: "request header: none yet" }));
+      }
+      box.appendChild(hb);
+      state.messages.forEach(function (message, index) {
+        var seq = state.messageSeqs[index];
+        var card = el("div", { className: "card message", dataset: { index: index, seq: seq } });
+        card.appendChild(el("div", { className: "head" }, el("span", { className: "seq", text: "#" + index }), jump(seq), el("span", { className: "role", text: message.role })));
+        var content = message.content;
+        if (typeof content === "string") card.appendChild(el("pre", { className: "block text", text: content }));
+        else (content || []).forEach(function (block) { card.appendChild(blockNode(block)); });
+        card.appendChild(el("details", null, el("summary", { text: "JSON" }), el("pre", { className: "message-json", text: json(message) })));
+        box.appendChild(card);
+      });
+    }
+
+    // The slider: every move shows session.at(seq) in all three panes (nothing re-executed).
+    var request = 0;
+    function show(seq) {
+      var mine = ++request;
+      s.pending++;
+      document.body.dataset.loading = "1";
+      return api("/api/sessions/" + encodeURIComponent(id) + "/at/" + seq).then(function (state) {
+        if (mine !== request) return;
+        showError(null);
+        s.state = state;
+        renderSurface(state);
+        renderMessages(state);
+        document.getElementById("seq-info").textContent = "after seq " + seq + " (" + state.event.type + ")";
+        if (!logCovers(seq)) return loadLog(Math.max(0, seq - 20));
+        markLog();
+      }, function (err) { if (mine === request) showError(err); }).then(function () {
+        s.pending--;
+        if (mine === request) {
+          document.body.dataset.loading = "";
+          document.body.dataset.at = String(seq);
+        }
+      });
+    }
+    var showSoon = debounce(show, 40);
+
+    function moveTo(seq, immediate) {
+      seq = Math.max(0, Math.min(s.last, Math.floor(seq)));
+      if (Number.isNaN(seq)) return;
+      s.at = seq;
+      slider.value = String(seq);
+      seqBox.value = String(seq);
+      var url = sessionHref(id, seq);
+      history.replaceState(null, "", url);
+      document.getElementById("permalink").setAttribute("href", url);
+      markLog();
+      if (immediate) show(seq); else showSoon(seq);
+    }
+
+    slider.addEventListener("input", function () { moveTo(Number(slider.value)); });
+    seqBox.addEventListener("change", function () { moveTo(Number(seqBox.value), true); });
+    document.getElementById("step-back").addEventListener("click", function () { moveTo(s.at - 1, true); });
+    document.getElementById("step-forward").addEventListener("click", function () { moveTo(s.at + 1, true); });
+    document.addEventListener("keydown", function (event) {
+      var target = event.target;
+      if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.tagName === "SELECT")) return;
+      if (event.key === "ArrowLeft") { event.preventDefault(); moveTo(s.at - 1, true); }
+      else if (event.key === "ArrowRight") { event.preventDefault(); moveTo(s.at + 1, true); }
+      else if (event.key === "Home") { event.preventDefault(); moveTo(0, true); }
+      else if (event.key === "End") { event.preventDefault(); moveTo(s.last, true); }
+    });
+    document.getElementById("log-earlier").addEventListener("click", function () { loadLog(Math.max(0, s.logFrom - PAGE)); });
+    document.getElementById("log-later").addEventListener("click", function () { if (s.logNext !== null) loadLog(s.logNext); });
+
+    setupSearch(id);
+    api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
+      s.summary = summary;
+      s.last = summary.lastSeq;
+      slider.max = String(summary.lastSeq);
+      seqBox.max = String(summary.lastSeq);
+      renderSummary(summary);
+      var at = atParam !== null && /^\d+$/.test(atParam) ? Number(atParam) : summary.lastSeq;
+      if (at > summary.lastSeq) {
+        showError({ code: "SEQ_OUT_OF_RANGE", message: "seq " + at + " is past the last seq " + summary.lastSeq });
+        at = summary.lastSeq;
+      }
+      loadLog(Math.max(0, at - 20)).then(function () { moveTo(at, true); });
+    }, showError);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    if (document.body.dataset.page === "sessions") sessionsPage();
+    else if (document.body.dataset.page === "session") sessionPage();
+  });
+})();
