@@ -16,10 +16,10 @@ import typer
 
 from ..errors import AgentlogError
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
-from .render import render_error
+from .render import _emit_json_line, render_error
 
 
-@shared_options(exclude=("as_json", "compression"))
+@shared_options()
 def serve_command(
     opts: StoreOptions = DEFAULT_OPTIONS,
     host: Annotated[
@@ -38,7 +38,10 @@ def serve_command(
     open_browser: Annotated[bool, typer.Option("--open", help="Open the sessions page in a browser.")] = False,
 ) -> None:
     """Serve a read-only web inspector of the store: sessions, search, and each session's log, surface and
-    messages at any seq (the store is opened read-only; nothing is written but the derived search index)."""
+    messages at any seq (the store is opened read-only; nothing is written but the derived search index).
+
+    The first line says where it listens (with --json, {"url", "host", "port"}); --compression is ignored
+    (a read-only store is read in whichever encoding it holds)."""
     try:
         from ..inspector.server import check_bind, missing_extra, start_server
 
@@ -54,9 +57,12 @@ def serve_command(
         inspector = Inspector(backend)
         running = start_server(create_app(inspector, token=required), host, port)
     except AgentlogError as err:
-        render_error(err, False)
+        render_error(err, opts.as_json)
     url = running.url + ("/?token=" + required if required else "/")
-    typer.echo(f"agentlog inspector on {url}  (read-only; Ctrl-C stops it)")
+    if opts.as_json:
+        _emit_json_line({"url": url, "host": running.host, "port": running.port})
+    else:
+        typer.echo(f"agentlog inspector on {url}  (read-only; Ctrl-C stops it)")
     if open_browser:
         webbrowser.open(url)
     stop = threading.Event()
