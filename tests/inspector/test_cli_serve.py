@@ -51,27 +51,33 @@ def test_other_commands_do_not_import_the_web_stack(tmp_path: Path) -> None:
 
 def test_serve_serves_the_store_until_stopped(tmp_path: Path) -> None:
     write_store(tmp_path, "sqlite")
+    command = [sys.executable, "-m", "agentlog.cli", "serve", "--store", str(tmp_path), "--backend", "sqlite"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "agentlog.cli", "serve", "--store", str(tmp_path), "--backend", "sqlite", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
+        [*command, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    serving_json = subprocess.Popen(
+        [*command, "--port", "0", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()  # printed once the server listens
         assert line.startswith("agentlog inspector on http://127.0.0.1:"), line
         url = line.split()[3].rstrip("/")
+        address = json.loads(serving_json.stdout.readline())  # type: ignore[union-attr]
+        assert address["url"] == f"http://127.0.0.1:{address['port']}/" and address["host"] == "127.0.0.1"
+        with urllib.request.urlopen(address["url"] + "api/sessions/main", timeout=30) as response:
+            assert json.loads(response.read())["id"] == "main"
         with urllib.request.urlopen(url + "/api/sessions", timeout=30) as response:
             rows = json.loads(response.read())["sessions"]
         assert {row["id"] for row in rows} == {"main", "main-fork", "crashed", "hostile"}
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=TIMEOUT_S) == 0
+        for running in (process, serving_json):
+            running.send_signal(signal.SIGTERM)
+            assert running.wait(timeout=TIMEOUT_S) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        for running in (process, serving_json):
+            if running.poll() is None:
+                running.kill()
+                running.wait()
 
 
 def _serve(*argv: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
