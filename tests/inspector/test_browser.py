@@ -271,3 +271,42 @@ def test_the_token_is_required(browser: Any, store: tuple[Path, dict[str, Any]])
         context.close()
         running.stop()
         inspector.close()
+
+
+def test_a_long_context_pages_its_messages(browser: Any, tmp_path: Path) -> None:
+    """250 messages: the pane shows the newest 200, and "earlier" the first 200; together they are
+    ``derive_messages()``."""
+    import agentlog as al
+
+    from .stores import open_backend
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("long", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    for n in range(250):
+        session.append("user/message", al.user_message(f"note {n}"), {"surfaceOp": "append"})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    running = start_server(create_app(inspector))
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    reference = PersistenceCoordinator(SessionStore(), open_read_only(tmp_path, "jsonl"))
+    try:
+        page = context.new_page()
+        page.goto(running.url + "/s/long")
+        _at(page, 251)
+        everything = thaw(reference.view("long").derive_messages().to_list())
+        assert page.locator("#messages-count").inner_text() == "51–250 of 250 messages"
+        assert _messages(page) == everything[50:]
+        page.locator("#messages-earlier").click()
+        page.locator("#messages-count", has_text="1–200 of 250").wait_for()
+        assert _messages(page) == everything[:200]
+        assert page.locator("#messages-earlier").is_disabled()
+    finally:
+        reference.close()
+        context.close()
+        running.stop()
+        inspector.close()

@@ -13,7 +13,7 @@ from agentlog.kernel.jsonvalue import thaw
 from agentlog.kernel.store import SessionStore
 from agentlog.persistence.coordinator import PersistenceCoordinator
 
-from .stores import COMPACTION_ID, PRUNED, SEARCH_WORD, SUMMARY, open_read_only
+from .stores import COMPACTION_ID, PRUNED, SEARCH_WORD, SUMMARY, open_backend, open_read_only
 
 Written = tuple[Path, str, dict[str, Any]]
 
@@ -51,12 +51,7 @@ def test_provenance_of_the_checkpoint_and_the_pruned_result(written: Written) ->
     try:
         before = inspector.state_at("main", facts["beforeCompaction"])
         assert before["replacements"] == [
-            {
-                "seq": facts["replacement"],
-                "start": facts["resultSeq"],
-                "end": facts["resultSeq"],
-                "shadowedSeqs": [facts["resultSeq"]],
-            }
+            {"seq": facts["replacement"], "start": facts["resultSeq"], "end": facts["resultSeq"], "shadowedCount": 1}
         ]
         pruned = next(node for node in before["surface"] if node["seq"] == facts["replacement"])
         assert pruned["pruned"]["originalSeq"] == facts["resultSeq"]
@@ -144,7 +139,7 @@ def test_a_changed_log_is_read_again(tmp_path: Path) -> None:
     """The LRU serves a loaded session while its stored revision is unchanged, and re-reads it after a write."""
     import agentlog as al
 
-    from .stores import open_backend, write_store
+    from .stores import write_store
 
     write_store(tmp_path, "jsonl")
     inspector = Inspector(open_read_only(tmp_path, "jsonl"))
@@ -203,4 +198,45 @@ def test_a_traversal_id_reads_nothing_outside_the_store(tmp_path: Path) -> None:
             with pytest.raises((SessionNotFoundError, InvalidSessionIdError)):
                 inspector.state_at(session_id, 0)
     finally:
+        inspector.close()
+
+
+def test_a_long_context_is_served_a_window_at_a_time(tmp_path: Path) -> None:
+    """The windows of a state, concatenated, are the whole of ``derive_messages()`` and of the surface;
+    the default window is the newest messages."""
+    import agentlog as al
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("long", meta={"cwd": "/work"})
+    for turn in range(1, 31):
+        session.append("turn/start", {"turn": turn})
+        session.append("user/message", al.user_message(f"prompt {turn}"), {"surfaceOp": "append"})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    reference = PersistenceCoordinator(SessionStore(), open_read_only(tmp_path, "jsonl"))
+    try:
+        seq = inspector.summary("long")["lastSeq"]
+        point = reference.view("long").at(seq)
+        newest = inspector.state_at("long", seq, limit=7)
+        assert newest["messageCount"] == 30 and newest["messagesFrom"] == 23
+        assert newest["messages"] == thaw(point.derive_messages().to_list())[23:]
+        messages: list[Any] = []
+        surface: list[int] = []
+        start = 0
+        while start < 30:
+            window = inspector.state_at("long", seq, messages_from=start, limit=7)
+            assert window["surfaceFrom"] == len(surface)
+            messages.extend(window["messages"])
+            surface.extend(node["seq"] for node in window["surface"])
+            start += 7
+        assert messages == thaw(point.derive_messages().to_list())
+        assert surface == list(point.surface.nodes)
+        with pytest.raises(InspectorRequestError):
+            inspector.state_at("long", seq, limit=0)
+    finally:
+        reference.close()
         inspector.close()

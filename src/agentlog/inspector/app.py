@@ -12,7 +12,8 @@ The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed c
 * ``GET /api/search?q=&session=&limit=&cursor=`` — the search index's hits;
 * ``GET /api/sessions/{id}`` — the session's summary;
 * ``GET /api/sessions/{id}/log?from=&limit=`` — a page of the log with rendering hints;
-* ``GET /api/sessions/{id}/at/{seq}`` — the state right after ``seq`` (``session.at(seq)``);
+* ``GET /api/sessions/{id}/at/{seq}?mfrom=&mlimit=&logFrom=&logTo=`` — the state right after ``seq``
+  (``session.at(seq)``), its messages a window at a time;
 * ``GET /api/sessions/{id}/events/{seq}`` — one event whole.
 
 Every response carries a strict Content-Security-Policy (``default-src 'self'``, no inline script or
@@ -43,7 +44,15 @@ from ..errors import (
     InspectorRequestError,
     SessionQueryError,
 )
-from .views import MAX_PAGE_LIMIT, Inspector, validate_seq, validate_session_id
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER
+from .views import (
+    DEFAULT_STATE_WINDOW,
+    MAX_PAGE_LIMIT,
+    MAX_STATE_WINDOW,
+    Inspector,
+    validate_seq,
+    validate_session_id,
+)
 
 __all__ = ["CONTENT_SECURITY_POLICY", "TOKEN_COOKIE", "create_app"]
 
@@ -128,7 +137,7 @@ class InspectorApp:
         order = request.query_params.get("order") or ("asc" if sort in ("id", "title", "status") else "desc")
         if order not in ("asc", "desc"):
             raise InspectorRequestError(f"order must be asc or desc, got {order[:40]!r}")
-        offset = _int_param(request, "offset", 0, 0, 2**53 - 1)
+        offset = _int_param(request, "offset", 0, 0, MAX_SAFE_INTEGER)
         limit = _int_param(request, "limit", 50, 1, MAX_SESSIONS_PAGE)
         needle = (request.query_params.get("q") or "").strip().casefold()
         status = request.query_params.get("status") or ""
@@ -166,13 +175,23 @@ class InspectorApp:
 
     def log(self, request: Request) -> Response:
         session_id = _session_id(request)
-        from_seq = _int_param(request, "from", 0, 0, 2**53 - 1)
+        from_seq = _int_param(request, "from", 0, 0, MAX_SAFE_INTEGER)
         limit = _int_param(request, "limit", 200, 1, MAX_PAGE_LIMIT)
         return _json(self.inspector.log_page(session_id, from_seq, limit))
 
     def at(self, request: Request) -> Response:
         session_id = _session_id(request)
-        return _json(self.inspector.state_at(session_id, validate_seq(request.path_params["seq"])))
+        seq = validate_seq(request.path_params["seq"])
+        raw_from = request.query_params.get("mfrom")
+        messages_from = None if raw_from in (None, "") else validate_seq(raw_from, "mfrom")
+        limit = _int_param(request, "mlimit", DEFAULT_STATE_WINDOW, 1, MAX_STATE_WINDOW)
+        between = None
+        if request.query_params.get("logFrom") or request.query_params.get("logTo"):
+            low = _int_param(request, "logFrom", 0, 0, MAX_SAFE_INTEGER)
+            between = (low, _int_param(request, "logTo", MAX_SAFE_INTEGER, low, MAX_SAFE_INTEGER))
+        return _json(
+            self.inspector.state_at(session_id, seq, messages_from=messages_from, limit=limit, shadowed_between=between)
+        )
 
     def event(self, request: Request) -> Response:
         session_id = _session_id(request)

@@ -60,6 +60,7 @@ from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.events import SESSION_TITLE
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.usage_steps import usage_known
 
@@ -77,6 +78,9 @@ __all__ = [
 DEFAULT_PAGE_LIMIT: Final = 200
 """Log items per page when the request does not say (a folded chunk run is one item)."""
 MAX_PAGE_LIMIT: Final = 1000
+DEFAULT_STATE_WINDOW: Final = 200
+"""Messages (and the surface nodes they come from) a state serves when the request does not say: the newest."""
+MAX_STATE_WINDOW: Final = 2000
 MAX_EVENTS_PER_PAGE: Final = 20_000
 """A page stops after this many raw events even inside one long chunk run (the next page continues it)."""
 MAX_SESSION_ID_LENGTH: Final = 1024
@@ -259,7 +263,7 @@ def _build_index(events: Sequence[Any]) -> _Index:
                 index.results.setdefault(call_id, seq)
         elif etype == COMPACTION_SUMMARY:
             index.compactions.append(seq)
-        elif etype == "session/title" and isinstance(data.get("title"), str):
+        elif etype == SESSION_TITLE and isinstance(data.get("title"), str):
             index.title = data["title"]
         elif etype == TURN_END:
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
@@ -466,35 +470,67 @@ class Inspector:
         value, clipped = _clip(events[seq], EVENT_CLIP_CHARS)
         return {"sessionId": session_id, "seq": seq, "event": value, "clipped": clipped}
 
-    def state_at(self, session_id: str, seq: int) -> dict[str, Any]:
+    def state_at(
+        self,
+        session_id: str,
+        seq: int,
+        *,
+        messages_from: int | None = None,
+        limit: int = DEFAULT_STATE_WINDOW,
+        shadowed_between: tuple[int, int] | None = None,
+    ) -> dict[str, Any]:
         """The session right after ``seq``: ``session.at(seq)``'s surface with provenance, its derived
         messages exactly, the request header and context. Nothing is re-executed: the prefix of the
-        loaded log is folded (``SEQ_OUT_OF_RANGE`` past its last seq)."""
+        loaded log is folded (``SEQ_OUT_OF_RANGE`` past its last seq).
+
+        A long context is served a window at a time: ``limit`` messages from index ``messages_from``
+        (default: the newest ``limit``) and the surface nodes they come from, with the totals
+        (``messageCount``, ``surfaceCount``) and where the window starts (``messagesFrom``,
+        ``surfaceFrom``). ``shadowed`` lists the shadowed seqs (all of them, or those in
+        ``shadowed_between``'s inclusive range: the log page the caller shows).
+        """
+        if type(limit) is not int or not 1 <= limit <= MAX_STATE_WINDOW:
+            raise InspectorRequestError(f"limit must be an integer in [1, {MAX_STATE_WINDOW}], got {limit!r}")
         loaded = self.load(session_id)
         point = loaded.view.at(seq)
         events = point.events
-        nodes = list(point.surface.nodes)
-        replacements = {r.seq: r for r in loaded.replacements() if r.seq <= seq}
-        shadowed_by: dict[int, int] = {}
-        for replacement in replacements.values():
-            for shadowed in replacement.shadowed_seqs:
-                shadowed_by[shadowed] = replacement.seq
-        surface = [_node(events, node, replacements.get(node)) for node in nodes]
-        messages = thaw(point.derive_messages().to_list())
+        nodes = point.surface.nodes
+        all_messages = point.derive_messages()
         message_seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
+        count = len(all_messages)
+        start = max(0, count - limit) if messages_from is None else min(messages_from, count)
+        end = min(count, start + limit)
+        if count and len(message_seqs) == count:
+            position = {node: index for index, node in enumerate(nodes)}
+            surface_from = position[message_seqs[start]] if start < count else len(nodes)
+            surface_to = position[message_seqs[end - 1]] + 1 if end > start else surface_from
+        else:
+            surface_from, surface_to = 0, len(nodes)
+        replacements = {r.seq: r for r in loaded.replacements() if r.seq <= seq}
+        shadowed: list[int] = []
+        for replacement in replacements.values():
+            shadowed.extend(replacement.shadowed_seqs)
+        if shadowed_between is not None:
+            low, high = shadowed_between
+            shadowed = [s for s in shadowed if low <= s <= high]
+        surface = [_node(events, node, replacements.get(node)) for node in nodes[surface_from:surface_to]]
         return {
             "sessionId": session_id,
             "seq": seq,
             "lastSeq": loaded.last_seq,
             "event": {"type": events[seq]["type"]},
             "surface": surface,
+            "surfaceCount": len(nodes),
+            "surfaceFrom": surface_from,
             "replacements": [
-                {"seq": r.seq, "start": r.start, "end": r.end, "shadowedSeqs": list(r.shadowed_seqs)}
+                {"seq": r.seq, "start": r.start, "end": r.end, "shadowedCount": len(r.shadowed_seqs)}
                 for r in sorted(replacements.values(), key=lambda r: r.seq)
             ],
-            "shadowed": sorted(shadowed_by),
-            "messages": messages,
-            "messageSeqs": message_seqs,
+            "shadowed": sorted(set(shadowed)),
+            "messages": thaw(list(all_messages[start:end])),
+            "messageSeqs": message_seqs[start:end],
+            "messageCount": count,
+            "messagesFrom": start,
             "requestHeader": thaw(point.request_header()),
             "requestContext": thaw(point.request_context()),
         }

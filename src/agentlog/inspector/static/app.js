@@ -241,8 +241,9 @@
   function sessionPage() {
     var id = decodeURIComponent(location.pathname.replace(/^\/s\//, ""));
     var atParam = new URLSearchParams(location.search).get("at");
-    var s = { id: id, at: null, last: 0, summary: null, state: null, logFrom: 0, logNext: null, items: [], pending: 0 };
+    var s = { id: id, at: null, last: 0, summary: null, state: null, logFrom: 0, logNext: null, items: [], pending: 0, mfrom: null };
     var PAGE = 200;
+    var WINDOW = 200;
     var slider = document.getElementById("slider");
     var seqBox = document.getElementById("seq");
 
@@ -387,11 +388,13 @@
       return api("/api/sessions/" + encodeURIComponent(id) + "/log?from=" + from + "&limit=" + PAGE).then(renderLog, showError);
     }
 
-    function logCovers(seq) {
-      if (!s.items.length) return false;
+    function logEnd() {
       var last = s.items[s.items.length - 1];
-      var end = last.lastSeq !== undefined ? last.lastSeq : last.seq;
-      return seq >= s.logFrom && seq <= end;
+      return last.lastSeq !== undefined ? last.lastSeq : last.seq;
+    }
+
+    function logCovers(seq) {
+      return s.items.length > 0 && seq >= s.logFrom && seq <= logEnd();
     }
 
     function markLog() {
@@ -414,7 +417,9 @@
     function renderSurface(state) {
       var box = document.getElementById("surface");
       box.textContent = "";
-      document.getElementById("surface-count").textContent = state.surface.length + " nodes";
+      var shownNodes = state.surface.length === state.surfaceCount ? String(state.surfaceCount)
+        : (state.surfaceFrom + 1) + "–" + (state.surfaceFrom + state.surface.length) + " of " + state.surfaceCount;
+      document.getElementById("surface-count").textContent = shownNodes + " nodes";
       state.surface.forEach(function (node) {
         var card = el("div", { className: "card" + (node.checkpoint ? " checkpoint" : ""), dataset: { seq: node.seq } });
         var head = el("div", { className: "head" }, jump(node.seq), el("span", { className: "role", text: node.role || node.type }));
@@ -466,7 +471,11 @@
     function renderMessages(state) {
       var box = document.getElementById("messages");
       box.textContent = "";
-      document.getElementById("messages-count").textContent = state.messages.length + " messages";
+      var shown = state.messages.length === state.messageCount ? String(state.messageCount)
+        : (state.messagesFrom + 1) + "–" + (state.messagesFrom + state.messages.length) + " of " + state.messageCount;
+      document.getElementById("messages-count").textContent = shown + " messages";
+      document.getElementById("messages-earlier").disabled = state.messagesFrom === 0;
+      document.getElementById("messages-later").disabled = state.messagesFrom + state.messages.length >= state.messageCount;
       var header = state.requestHeader;
       var hb = el("details", { className: "request-header", open: false });
       if (header) {
@@ -480,8 +489,9 @@
         hb.appendChild(el("summary", { text: "request header: none yet" }));
       }
       box.appendChild(hb);
-      state.messages.forEach(function (message, index) {
-        var seq = state.messageSeqs[index];
+      state.messages.forEach(function (message, offset) {
+        var seq = state.messageSeqs[offset];
+        var index = state.messagesFrom + offset;
         var card = el("div", { className: "card message", dataset: { index: index, seq: seq } });
         card.appendChild(el("div", { className: "head" }, el("span", { className: "seq", text: "#" + index }), jump(seq), el("span", { className: "role", text: message.role })));
         var content = message.content;
@@ -498,7 +508,13 @@
       var mine = ++request;
       s.pending++;
       document.body.dataset.loading = "1";
-      return api("/api/sessions/" + encodeURIComponent(id) + "/at/" + seq).then(function (state) {
+      var params = new URLSearchParams({ mlimit: String(WINDOW) });
+      if (s.mfrom !== null) params.set("mfrom", String(s.mfrom));
+      // Shadowed seqs only for the log page shown (or the one about to be loaded around seq).
+      var covered = logCovers(seq);
+      params.set("logFrom", String(covered ? s.logFrom : Math.max(0, seq - 20)));
+      params.set("logTo", String(covered ? logEnd() : seq + 20000));
+      return api("/api/sessions/" + encodeURIComponent(id) + "/at/" + seq + "?" + params.toString()).then(function (state) {
         if (mine !== request) return;
         showError(null);
         s.state = state;
@@ -521,6 +537,7 @@
       seq = Math.max(0, Math.min(s.last, Math.floor(seq)));
       if (Number.isNaN(seq)) return;
       s.at = seq;
+      s.mfrom = null;  // a new moment shows its newest messages
       slider.value = String(seq);
       seqBox.value = String(seq);
       var url = sessionHref(id, seq);
@@ -541,6 +558,16 @@
       else if (event.key === "ArrowRight") { event.preventDefault(); moveTo(s.at + 1, true); }
       else if (event.key === "Home") { event.preventDefault(); moveTo(0, true); }
       else if (event.key === "End") { event.preventDefault(); moveTo(s.last, true); }
+    });
+    document.getElementById("messages-earlier").addEventListener("click", function () {
+      if (!s.state) return;
+      s.mfrom = Math.max(0, s.state.messagesFrom - WINDOW);
+      show(s.at);
+    });
+    document.getElementById("messages-later").addEventListener("click", function () {
+      if (!s.state) return;
+      s.mfrom = s.state.messagesFrom + s.state.messages.length;
+      show(s.at);
     });
     document.getElementById("log-earlier").addEventListener("click", function () { loadLog(Math.max(0, s.logFrom - PAGE)); });
     document.getElementById("log-later").addEventListener("click", function () { if (s.logNext !== null) loadLog(s.logNext); });
