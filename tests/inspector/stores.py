@@ -145,11 +145,14 @@ def _compact(session: al.Session, turn: int, shadowed: list[int]) -> int:
     return event.seq
 
 
-def write_store(root: Path, kind: str = "jsonl", *, hostile_bytes: int = 0) -> dict[str, Any]:
-    """Write the test sessions into a store at ``root``; return what the tests check against."""
+def write_store(
+    root: Path, kind: str = "jsonl", *, hostile_bytes: int = 0, backend: Backend | None = None
+) -> dict[str, Any]:
+    """Write the test sessions into a store at ``root`` (or into ``backend``, e.g. a PostgreSQL schema);
+    return what the tests check against."""
     clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 1000))
     store = al.SessionStore(now=lambda: next(clock))
-    coordinator = PersistenceCoordinator(store, open_backend(root, kind))
+    coordinator = PersistenceCoordinator(store, backend if backend is not None else open_backend(root, kind))
     facts: dict[str, Any] = {}
     try:
         session = store.create("main", meta={"cwd": "/work/project"})
