@@ -214,6 +214,17 @@ def test_a_compaction_checkpoint_opens_with_its_summary_and_shadowed_range(
     page.locator("#log .item.kind-chunks").first.wait_for()  # streamed chunks folded into one item
 
 
+def test_the_fork_tree_links_the_lineage(page: Any, server: RunningServer) -> None:
+    page.goto(server.url + "/s/main-fork")
+    page.locator("#forks:not([hidden])").wait_for()
+    page.locator("#forks > summary").click()
+    assert page.locator("#fork-tree li[data-id='main'] > a").get_attribute("href") == "/s/main"
+    assert page.locator("#fork-tree li.current").get_attribute("data-id") == "main-fork"
+    page.locator("#fork-tree li[data-id='main'] > a").click()
+    page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached")
+    assert page.url.startswith(server.url + "/s/main?at=")
+
+
 def test_closers_are_marked(page: Any, server: RunningServer) -> None:
     page.goto(server.url + "/s/crashed")
     page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached")

@@ -240,3 +240,18 @@ def test_a_long_context_is_served_a_window_at_a_time(tmp_path: Path) -> None:
     finally:
         reference.close()
         inspector.close()
+
+
+def test_the_fork_tree_is_the_whole_lineage(written: Written) -> None:
+    inspector = _inspector(written)
+    try:
+        for session_id in ("main", "main-fork"):
+            doc = inspector.fork_tree(session_id)
+            assert doc["target"] == session_id and doc["rootId"] == "main" and doc["complete"]
+            tree = doc["tree"]
+            assert tree["id"] == "main" and [child["id"] for child in tree["children"]] == ["main-fork"]
+            assert tree["children"][0]["seedLength"] == tree["children"][0]["seedLength"] > 0
+        alone = inspector.fork_tree("crashed")["tree"]
+        assert alone["id"] == "crashed" and alone["children"] == []
+    finally:
+        inspector.close()

@@ -14,7 +14,8 @@ The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed c
 * ``GET /api/sessions/{id}/log?from=&limit=`` — a page of the log with rendering hints;
 * ``GET /api/sessions/{id}/at/{seq}?mfrom=&mlimit=&logFrom=&logTo=`` — the state right after ``seq``
   (``session.at(seq)``), its messages a window at a time;
-* ``GET /api/sessions/{id}/events/{seq}`` — one event whole.
+* ``GET /api/sessions/{id}/events/{seq}`` — one event whole;
+* ``GET /api/sessions/{id}/forks`` — the fork tree the session belongs to.
 
 Every response carries a strict Content-Security-Policy (``default-src 'self'``, no inline script or
 style, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
@@ -193,6 +194,9 @@ class InspectorApp:
             self.inspector.state_at(session_id, seq, messages_from=messages_from, limit=limit, shadowed_between=between)
         )
 
+    def forks(self, request: Request) -> Response:
+        return _json(self.inspector.fork_tree(_session_id(request)))
+
     def event(self, request: Request) -> Response:
         session_id = _session_id(request)
         return _json(self.inspector.event(session_id, validate_seq(request.path_params["seq"])))
@@ -320,6 +324,7 @@ def create_app(inspector: Inspector, *, token: str | None = None) -> ASGIApp:
         Route("/api/sessions/{session_id}/log", guarded(handlers.log), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/at/{seq}", guarded(handlers.at), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/events/{seq}", guarded(handlers.event), methods=["GET", "HEAD"]),
+        Route("/api/sessions/{session_id}/forks", guarded(handlers.forks), methods=["GET", "HEAD"]),
         Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET", "HEAD"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]

@@ -327,6 +327,8 @@ class Inspector:
                 if after == revision:
                     break
                 revision = after  # written while it was read: read again (the revision names these bytes)
+            else:
+                revision = None  # still being written: serve this read, read again on the next request
             self.loads += 1
             loaded = LoadedSession(session_id, revision, stored)
             with self._lock:
@@ -533,6 +535,42 @@ class Inspector:
             "messagesFrom": start,
             "requestHeader": thaw(point.request_header()),
             "requestContext": thaw(point.request_context()),
+        }
+
+    # -- lineage ----------------------------------------------------------------------------------------
+
+    def fork_tree(self, session_id: str) -> dict[str, Any]:
+        """The fork tree ``session_id`` belongs to, from its root (or the first ancestor missing from the
+        store) down, as :meth:`agentlog.query.SessionQuery.trace_session` traces it: ``{target, rootId,
+        complete, unresolvedParentId, tree}``, each tree node ``{id, createdAt, parentSession,
+        seedLength, children}`` (children by creation time, then id)."""
+        validate_session_id(session_id)
+        from ..query.engine import SessionQuery
+
+        query = SessionQuery(self.reader)
+        try:
+            trace = query.trace_session(session_id)
+            ancestors = trace["ancestors"]
+            top = ancestors[-1]["header"] if ancestors else trace["target"]["header"]
+            whole = query.trace_session(top["id"]) if top["id"] != session_id else trace
+        finally:
+            query.close()
+
+        def node(header: Mapping[str, Any], descendants: list[Any]) -> dict[str, Any]:
+            return {
+                "id": header["id"],
+                "createdAt": header.get("createdAt"),
+                "parentSession": header.get("parentSession"),
+                "seedLength": header.get("seedLength"),
+                "children": [node(child["session"]["header"], child["descendants"]) for child in descendants],
+            }
+
+        return {
+            "target": session_id,
+            "rootId": top["id"],
+            "complete": bool(trace["complete"]),
+            "unresolvedParentId": trace.get("unresolvedParentId"),
+            "tree": node(whole["target"]["header"], whole["descendants"]),
         }
 
     # -- search -----------------------------------------------------------------------------------------

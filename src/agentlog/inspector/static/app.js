@@ -572,7 +572,33 @@
     document.getElementById("log-earlier").addEventListener("click", function () { loadLog(Math.max(0, s.logFrom - PAGE)); });
     document.getElementById("log-later").addEventListener("click", function () { if (s.logNext !== null) loadLog(s.logNext); });
 
+    function renderForks(doc) {
+      function branch(node) {
+        var item = el("li", { className: node.id === id ? "current" : "", dataset: { id: node.id } },
+          el("a", { href: sessionHref(node.id), text: node.id }),
+          el("span", { className: "muted", text: "  " + iso(node.createdAt) + (typeof node.seedLength === "number" ? " · forked after " + fmt(node.seedLength) + " events" : "") }));
+        if (node.children.length) {
+          var list = el("ul");
+          node.children.forEach(function (child) { list.appendChild(branch(child)); });
+          item.appendChild(list);
+        }
+        return item;
+      }
+      var box = document.getElementById("fork-tree");
+      box.textContent = "";
+      if (!doc.complete) box.appendChild(el("div", { className: "muted", text: "parent " + doc.unresolvedParentId + " is not in this store" }));
+      box.appendChild(el("ul", null, branch(doc.tree)));
+      var forks = document.getElementById("forks");
+      forks.hidden = !doc.tree.children.length && !doc.tree.parentSession;
+      forks.querySelector("summary").textContent = "Fork tree (" + countNodes(doc.tree) + " sessions)";
+    }
+
+    function countNodes(node) {
+      return 1 + node.children.reduce(function (n, child) { return n + countNodes(child); }, 0);
+    }
+
     setupSearch(id);
+    api("/api/sessions/" + encodeURIComponent(id) + "/forks").then(renderForks, function () {});
     api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
       s.summary = summary;
       s.last = summary.lastSeq;
