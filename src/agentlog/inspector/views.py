@@ -53,6 +53,7 @@ from ..kernel.events import (
 )
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from ..kernel.request_header import fold_request_header
 from ..kernel.session import SessionView, derive_event_message
 from ..kernel.store import SessionStore
 from ..kernel.surface import fold_surface
@@ -203,6 +204,8 @@ class _Index:
     calls: dict[str, int] = field(default_factory=dict)
     results: dict[str, int] = field(default_factory=dict)
     compactions: list[int] = field(default_factory=list)
+    header_seqs: list[int] = field(default_factory=list)
+    context_seqs: list[int] = field(default_factory=list)
     title: str | None = None
     last_turn_end: dict[str, Any] | None = None
 
@@ -263,6 +266,10 @@ def _build_index(events: Sequence[Any]) -> _Index:
                 index.results.setdefault(call_id, seq)
         elif etype == COMPACTION_SUMMARY:
             index.compactions.append(seq)
+        elif etype == REQUEST_HEADER:
+            index.header_seqs.append(seq)
+        elif etype == REQUEST_CONTEXT:
+            index.context_seqs.append(seq)
         elif etype == SESSION_TITLE and isinstance(data.get("title"), str):
             index.title = data["title"]
         elif etype == TURN_END:
@@ -498,8 +505,11 @@ class Inspector:
         events = point.events
         nodes = point.surface.nodes
         all_messages = point.derive_messages()
-        message_seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
         count = len(all_messages)
+        if len(nodes) == count:  # every node derives its message (the usual case): no need to ask each
+            message_seqs = list(nodes)
+        else:
+            message_seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
         start = max(0, count - limit) if messages_from is None else min(messages_from, count)
         end = min(count, start + limit)
         if count and len(message_seqs) == count:
@@ -533,9 +543,30 @@ class Inspector:
             "messageSeqs": message_seqs[start:end],
             "messageCount": count,
             "messagesFrom": start,
-            "requestHeader": thaw(point.request_header()),
-            "requestContext": thaw(point.request_context()),
+            "requestHeader": self._request_header(loaded, seq),
+            "requestContext": self._request_context(loaded, seq),
         }
+
+    @staticmethod
+    def _request_header(loaded: LoadedSession, seq: int) -> Any:
+        """``view.at(seq).request_header()`` without scanning the prefix: the header is the canonical
+        snapshot of the last ``request/header`` at or before ``seq`` (the kernel's fold, given that one
+        event), found in the loaded session's index."""
+        index = loaded.index()
+        at = bisect.bisect_right(index.header_seqs, seq) - 1
+        if at < 0:
+            return None
+        return thaw(fold_request_header([loaded.view.events[index.header_seqs[at]]]))
+
+    @staticmethod
+    def _request_context(loaded: LoadedSession, seq: int) -> Any:
+        """``view.at(seq).request_context()``: the view at the last ``request/context`` at or before
+        ``seq`` finds it at once (its own scan starts from its end)."""
+        index = loaded.index()
+        at = bisect.bisect_right(index.context_seqs, seq) - 1
+        if at < 0:
+            return None
+        return thaw(loaded.view.at(index.context_seqs[at]).request_context())
 
     # -- lineage ----------------------------------------------------------------------------------------
 
