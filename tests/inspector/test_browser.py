@@ -225,6 +225,23 @@ def test_the_fork_tree_links_the_lineage(page: Any, server: RunningServer) -> No
     assert page.url.startswith(server.url + "/s/main?at=")
 
 
+def test_diff_mode_shows_what_the_compaction_changed(
+    page: Any, server: RunningServer, store: tuple[Path, dict[str, Any]]
+) -> None:
+    _root, facts = store
+    page.goto(server.url + f"/s/main?at={facts['checkpoint']}&diff={facts['beforeCompaction']}")
+    _at(page, facts["checkpoint"])
+    removed = page.locator("#messages .card.diff-removed")
+    assert [int(s) for s in removed.evaluate_all("cs => cs.map(c => c.dataset.seq)")] == facts["turnOne"]
+    added = page.locator("#messages .card.diff-added")
+    assert added.evaluate_all("cs => cs.map(c => c.dataset.seq)") == [str(facts["checkpoint"])]
+    assert page.locator("#messages .diff-equal").first.inner_text() == "3 unchanged messages"
+    page.locator("#diff-mode").uncheck()
+    page.locator("#messages .message-json").first.wait_for(state="attached")
+    assert page.locator("#messages .card.diff-removed").count() == 0
+    assert page.url.endswith(f"/s/main?at={facts['checkpoint']}")
+
+
 def test_closers_are_marked(page: Any, server: RunningServer) -> None:
     page.goto(server.url + "/s/crashed")
     page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached")

@@ -255,3 +255,35 @@ def test_the_fork_tree_is_the_whole_lineage(written: Written) -> None:
         assert alone["id"] == "crashed" and alone["children"] == []
     finally:
         inspector.close()
+
+
+def test_a_diff_turns_one_moment_into_the_other(written: Written) -> None:
+    """Applying the ops to the messages at ``from`` gives the messages at ``to`` (every pair of a sample of
+    seqs); across the compaction, turn one's four messages are replaced by the checkpoint."""
+    root, kind, facts = written
+    inspector = _inspector(written)
+    reference = PersistenceCoordinator(SessionStore(), open_read_only(root, kind))
+    try:
+        view = reference.view("main")
+        sample = [0, 3, 9, 10, facts["beforePrune"], facts["replacement"], facts["checkpoint"], facts["lastSeq"]]
+        for a in sample:
+            for b in sample:
+                before = thaw(view.at(a).derive_messages().to_list())
+                after = thaw(view.at(b).derive_messages().to_list())
+                doc = inspector.diff("main", a, b)
+                assert (doc["fromCount"], doc["toCount"]) == (len(before), len(after))
+                rebuilt: list[Any] = []
+                for op in doc["ops"]:
+                    if op["op"] == "equal":
+                        rebuilt.extend(before[op["from"][0] : op["from"][1]])
+                    else:
+                        assert [entry["message"] for entry in op["removed"]] == before[op["from"][0] : op["from"][1]]
+                        rebuilt.extend(entry["message"] for entry in op["added"])
+                assert rebuilt == after, (a, b)
+        across = inspector.diff("main", facts["beforeCompaction"], facts["checkpoint"])["ops"]
+        changed = [op for op in across if op["op"] != "equal"]
+        assert len(changed) == 1 and [e["seq"] for e in changed[0]["removed"]] == facts["turnOne"]
+        assert [e["seq"] for e in changed[0]["added"]] == [facts["checkpoint"]]
+    finally:
+        reference.close()
+        inspector.close()

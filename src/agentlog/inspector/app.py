@@ -15,7 +15,8 @@ The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed c
 * ``GET /api/sessions/{id}/at/{seq}?mfrom=&mlimit=&logFrom=&logTo=`` — the state right after ``seq``
   (``session.at(seq)``), its messages a window at a time;
 * ``GET /api/sessions/{id}/events/{seq}`` — one event whole;
-* ``GET /api/sessions/{id}/forks`` — the fork tree the session belongs to.
+* ``GET /api/sessions/{id}/forks`` — the fork tree the session belongs to;
+* ``GET /api/sessions/{id}/diff?from=&to=`` — how the derived messages changed between two seqs.
 
 Every response carries a strict Content-Security-Policy (``default-src 'self'``, no inline script or
 style, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
@@ -194,6 +195,12 @@ class InspectorApp:
             self.inspector.state_at(session_id, seq, messages_from=messages_from, limit=limit, shadowed_between=between)
         )
 
+    def diff(self, request: Request) -> Response:
+        session_id = _session_id(request)
+        from_seq = validate_seq(request.query_params.get("from", ""), "from")
+        to_seq = validate_seq(request.query_params.get("to", ""), "to")
+        return _json(self.inspector.diff(session_id, from_seq, to_seq))
+
     def forks(self, request: Request) -> Response:
         return _json(self.inspector.fork_tree(_session_id(request)))
 
@@ -206,9 +213,10 @@ class InspectorApp:
 
     def session_page(self, request: Request) -> Response:
         _session_id(request)
-        at = request.query_params.get("at")
-        if at is not None and at != "":
-            validate_seq(at, "at")
+        for name in ("at", "diff"):
+            value = request.query_params.get(name)
+            if value is not None and value != "":
+                validate_seq(value, name)
         return FileResponse(STATIC / "session.html", headers={"cache-control": "no-store"})
 
 
@@ -325,6 +333,7 @@ def create_app(inspector: Inspector, *, token: str | None = None) -> ASGIApp:
         Route("/api/sessions/{session_id}/at/{seq}", guarded(handlers.at), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/events/{seq}", guarded(handlers.event), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/forks", guarded(handlers.forks), methods=["GET", "HEAD"]),
+        Route("/api/sessions/{session_id}/diff", guarded(handlers.diff), methods=["GET", "HEAD"]),
         Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET", "HEAD"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]

@@ -23,12 +23,15 @@ that changed on disk is read again. Nothing here re-executes anything.
 from __future__ import annotations
 
 import bisect
+import difflib
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import orjson
 
 from ..compaction.events import COMPACTION_SUMMARY
 from ..compaction.marks import CheckpointMark, PruneMark, mark_of
@@ -92,6 +95,8 @@ EVENT_CLIP_CHARS: Final = 1_000_000
 """A single event is served whole up to this many characters per string (a 10 MB line is cut, not shipped)."""
 MAX_SHADOWED_SHOWN: Final = 200
 """A replacement lists the previews of at most this many of the nodes it shadowed (all their seqs are listed)."""
+MAX_DIFF_MESSAGES: Final = 500
+"""A diff op ships at most this many removed and this many added messages (``truncated`` says it cut)."""
 CLOSER_CODES: Final = frozenset({TOOL_OUTCOME_UNKNOWN, TOOL_NOT_STARTED})
 """``tool/result`` error codes of the results crash repair (or a cancel) writes for an unanswered call."""
 
@@ -567,6 +572,55 @@ class Inspector:
         if at < 0:
             return None
         return thaw(loaded.view.at(index.context_seqs[at]).request_context())
+
+    # -- diff -------------------------------------------------------------------------------------------
+
+    def diff(self, session_id: str, from_seq: int, to_seq: int) -> dict[str, Any]:
+        """How the derived messages changed from ``session.at(from_seq)`` to ``session.at(to_seq)``.
+
+        ``ops`` are :class:`difflib.SequenceMatcher` opcodes over the two message lists (messages compared
+        by their JSON text): ``equal`` runs give their index ranges only, ``delete``/``insert``/``replace``
+        also the messages removed and added (at most :data:`MAX_DIFF_MESSAGES` of each per op, with
+        ``truncated``), each with the seq of the surface node it comes from.
+        """
+        loaded = self.load(session_id)
+        sides = []
+        for seq in (from_seq, to_seq):
+            point = loaded.view.at(seq)
+            messages = point.derive_messages()
+            nodes = point.surface.nodes
+            events = point.events
+            if len(nodes) == len(messages):
+                seqs = list(nodes)
+            else:
+                seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
+            sides.append((messages, seqs))
+        (before, before_seqs), (after, after_seqs) = sides
+        keys_before = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in before]
+        keys_after = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in after]
+        ops: list[dict[str, Any]] = []
+        matcher = difflib.SequenceMatcher(None, keys_before, keys_after, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            op: dict[str, Any] = {"op": tag, "from": [i1, i2], "to": [j1, j2]}
+            if tag != "equal":
+                op["removed"] = [
+                    {"index": i, "seq": before_seqs[i], "message": thaw(before[i])}
+                    for i in range(i1, min(i2, i1 + MAX_DIFF_MESSAGES))
+                ]
+                op["added"] = [
+                    {"index": j, "seq": after_seqs[j], "message": thaw(after[j])}
+                    for j in range(j1, min(j2, j1 + MAX_DIFF_MESSAGES))
+                ]
+                op["truncated"] = i2 - i1 > MAX_DIFF_MESSAGES or j2 - j1 > MAX_DIFF_MESSAGES
+            ops.append(op)
+        return {
+            "sessionId": session_id,
+            "fromSeq": from_seq,
+            "toSeq": to_seq,
+            "fromCount": len(before),
+            "toCount": len(after),
+            "ops": ops,
+        }
 
     # -- lineage ----------------------------------------------------------------------------------------
 

@@ -502,6 +502,40 @@
       });
     }
 
+    // Diff mode: the Messages pane shows how the messages changed from another seq to this one.
+    var diffMode = document.getElementById("diff-mode");
+    var diffFrom = document.getElementById("diff-from");
+
+    function diffCard(entry, kind) {
+      var message = entry.message;
+      var card = el("div", { className: "card message diff-" + kind, dataset: { index: entry.index, seq: entry.seq } });
+      card.appendChild(el("div", { className: "head" }, el("span", { className: "seq", text: (kind === "removed" ? "− #" : "+ #") + entry.index }), jump(entry.seq), el("span", { className: "role", text: message.role })));
+      var content = message.content;
+      if (typeof content === "string") card.appendChild(el("pre", { className: "block text", text: content }));
+      else (content || []).forEach(function (block) { card.appendChild(blockNode(block)); });
+      return card;
+    }
+
+    function renderDiff(doc) {
+      var box = document.getElementById("messages");
+      box.textContent = "";
+      document.getElementById("messages-count").textContent = "diff: seq " + doc.fromSeq + " (" + doc.fromCount + ") → seq " + doc.toSeq + " (" + doc.toCount + ")";
+      document.getElementById("messages-earlier").disabled = true;
+      document.getElementById("messages-later").disabled = true;
+      doc.ops.forEach(function (op) {
+        if (op.op === "equal") {
+          var n = op.from[1] - op.from[0];
+          box.appendChild(el("div", { className: "diff-equal", text: n + " unchanged message" + (n === 1 ? "" : "s") }));
+          return;
+        }
+        op.removed.forEach(function (entry) { box.appendChild(diffCard(entry, "removed")); });
+        op.added.forEach(function (entry) { box.appendChild(diffCard(entry, "added")); });
+        if (op.truncated) box.appendChild(el("div", { className: "muted", text: "… more changes in this run are not shown" }));
+      });
+    }
+
+    function diffActive() { return diffMode.checked && /^\d+$/.test(diffFrom.value); }
+
     // The slider: every move shows session.at(seq) in all three panes (nothing re-executed).
     var request = 0;
     function show(seq) {
@@ -519,6 +553,15 @@
         showError(null);
         s.state = state;
         renderSurface(state);
+        if (diffActive()) {
+          return api("/api/sessions/" + encodeURIComponent(id) + "/diff?from=" + Number(diffFrom.value) + "&to=" + seq).then(function (doc) {
+            if (mine !== request) return;
+            renderDiff(doc);
+            document.getElementById("seq-info").textContent = "after seq " + seq + " (" + state.event.type + ")";
+            if (!logCovers(seq)) return loadLog(Math.max(0, seq - 20));
+            markLog();
+          });
+        }
         renderMessages(state);
         document.getElementById("seq-info").textContent = "after seq " + seq + " (" + state.event.type + ")";
         if (!logCovers(seq)) return loadLog(Math.max(0, seq - 20));
@@ -541,6 +584,7 @@
       slider.value = String(seq);
       seqBox.value = String(seq);
       var url = sessionHref(id, seq);
+      if (diffActive()) url += "&diff=" + Number(diffFrom.value);
       history.replaceState(null, "", url);
       document.getElementById("permalink").setAttribute("href", url);
       markLog();
@@ -548,6 +592,10 @@
     }
 
     slider.addEventListener("input", function () { moveTo(Number(slider.value)); });
+    diffMode.addEventListener("change", function () { moveTo(s.at, true); });
+    diffFrom.addEventListener("change", function () { if (diffMode.checked) moveTo(s.at, true); });
+    var diffParam = new URLSearchParams(location.search).get("diff");
+    if (diffParam !== null && /^\d+$/.test(diffParam)) { diffMode.checked = true; diffFrom.value = diffParam; }
     seqBox.addEventListener("change", function () { moveTo(Number(seqBox.value), true); });
     document.getElementById("step-back").addEventListener("click", function () { moveTo(s.at - 1, true); });
     document.getElementById("step-forward").addEventListener("click", function () { moveTo(s.at + 1, true); });
