@@ -59,6 +59,13 @@ def _chunks(session: al.Session, turn: int, step: int, text: str) -> None:
     for start in range(0, len(text), 4):
         chunk = {"type": "text-delta", "index": 0, "text": text[start : start + 4]}
         session.append("assistant/chunk", {"turn": turn, "step": step, "chunk": chunk})
+    usage = {"inputTokens": usage_input(turn, step), "outputTokens": 10 * step}
+    session.append("assistant/chunk", {"turn": turn, "step": step, "chunk": {"type": "usage", "usage": usage}})
+
+
+def usage_input(turn: int, step: int) -> int:
+    """The input tokens the usage chunk of ``(turn, step)`` reports in ``main``."""
+    return 1000 * turn + 100 * step
 
 
 def _tool_turn(session: al.Session, turn: int, prompt: str, call_id: str) -> int:

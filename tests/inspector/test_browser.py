@@ -242,6 +242,24 @@ def test_diff_mode_shows_what_the_compaction_changed(
     assert page.url.endswith(f"/s/main?at={facts['checkpoint']}")
 
 
+def test_charts_draw_the_series_and_move_the_slider(
+    page: Any, server: RunningServer, store: tuple[Path, dict[str, Any]], reference: PersistenceCoordinator
+) -> None:
+    _root, facts = store
+    page.goto(server.url + "/s/main?at=0")
+    _at(page, 0)
+    page.locator("#charts > summary").click()
+    page.locator("body[data-charts='1']").wait_for(state="attached")
+    assert page.locator("#chart-pressure path.line").count() == 1
+    assert page.locator("#chart-pressure line.compaction").get_attribute("data-seq") == str(facts["checkpoint"] - 1)
+    assert page.locator("#chart-turns rect.bar").count() == 2
+    assert page.locator("#chart-steps rect.bar").count() == 4
+    bar = page.locator("#chart-turns rect.bar").nth(1)
+    seq = int(bar.get_attribute("data-seq") or -1)
+    bar.click()
+    _check_state(page, reference, "main", seq)
+
+
 def test_closers_are_marked(page: Any, server: RunningServer) -> None:
     page.goto(server.url + "/s/crashed")
     page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached")

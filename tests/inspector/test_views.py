@@ -85,7 +85,8 @@ def test_log_pages_fold_chunks_pair_calls_and_mark_closers(written: Written) -> 
         covered = [s for item in items for s in range(item["seq"], item.get("lastSeq", item["seq"]) + 1)]
         assert covered == list(range(facts["lastSeq"] + 1))  # every event once, in order
         chunks = [item for item in items if item["kind"] == "chunks"]
-        assert chunks and chunks[0]["text"] == "Reading it." and chunks[0]["count"] == 4
+        assert chunks and chunks[0]["text"] == "Reading it." and chunks[0]["count"] == 5
+        assert chunks[0]["chunkTypes"] == {"block-start": 1, "text-delta": 3, "usage": 1}
         call = next(item for item in items if item["kind"] == "tool-call")
         result = next(item for item in items if item["seq"] == call["pairedSeq"])
         assert result["kind"] == "tool-result" and result["pairedSeq"] == call["seq"] and result["callId"] == "c1"
@@ -286,4 +287,28 @@ def test_a_diff_turns_one_moment_into_the_other(written: Written) -> None:
         assert [e["seq"] for e in changed[0]["added"]] == [facts["checkpoint"]]
     finally:
         reference.close()
+        inspector.close()
+
+
+def test_charts_are_the_projection_units_over_the_log(written: Written) -> None:
+    """Pressure at each usage sample, tokens per turn and tool time per step, as the units fold them."""
+    from .stores import usage_input
+
+    _root, _kind, facts = written
+    inspector = _inspector(written)
+    try:
+        charts = inspector.charts("main")
+        assert [point[1] for point in charts["pressure"]] == [usage_input(t, s) for t in (1, 2) for s in (1, 2)]
+        assert [turn["tokens"] for turn in charts["turns"]] == [
+            sum(usage_input(t, s) + 10 * s for s in (1, 2)) for t in (1, 2)
+        ]
+        assert [(step["turn"], step["step"], step["toolMs"]) for step in charts["steps"]] == [
+            (1, 1, 1000),  # the tool result lands one clock tick (1 s) after its call
+            (1, 2, 0),
+            (2, 1, 1000),
+            (2, 2, 0),
+        ]
+        assert charts["compactions"] == [facts["checkpoint"] - 1]  # the compaction/summary
+        assert inspector.loads == 1
+    finally:
         inspector.close()

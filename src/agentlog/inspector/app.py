@@ -16,7 +16,8 @@ The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed c
   (``session.at(seq)``), its messages a window at a time;
 * ``GET /api/sessions/{id}/events/{seq}`` — one event whole;
 * ``GET /api/sessions/{id}/forks`` — the fork tree the session belongs to;
-* ``GET /api/sessions/{id}/diff?from=&to=`` — how the derived messages changed between two seqs.
+* ``GET /api/sessions/{id}/diff?from=&to=`` — how the derived messages changed between two seqs;
+* ``GET /api/sessions/{id}/charts`` — context pressure over seqs, tokens per turn, tool time per step.
 
 Every response carries a strict Content-Security-Policy (``default-src 'self'``, no inline script or
 style, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
@@ -201,6 +202,9 @@ class InspectorApp:
         to_seq = validate_seq(request.query_params.get("to", ""), "to")
         return _json(self.inspector.diff(session_id, from_seq, to_seq))
 
+    def charts(self, request: Request) -> Response:
+        return _json(self.inspector.charts(_session_id(request)))
+
     def forks(self, request: Request) -> Response:
         return _json(self.inspector.fork_tree(_session_id(request)))
 
@@ -334,6 +338,7 @@ def create_app(inspector: Inspector, *, token: str | None = None) -> ASGIApp:
         Route("/api/sessions/{session_id}/events/{seq}", guarded(handlers.event), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/forks", guarded(handlers.forks), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/diff", guarded(handlers.diff), methods=["GET", "HEAD"]),
+        Route("/api/sessions/{session_id}/charts", guarded(handlers.charts), methods=["GET", "HEAD"]),
         Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET", "HEAD"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]

@@ -66,6 +66,8 @@ from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
+from ..projection.stats import SESSION_STATS_UNIT
+from ..projection.units import CONTEXT_PRESSURE_UNIT, TOKEN_USAGE_UNIT
 from ..projection.usage_steps import usage_known
 
 __all__ = [
@@ -95,6 +97,8 @@ EVENT_CLIP_CHARS: Final = 1_000_000
 """A single event is served whole up to this many characters per string (a 10 MB line is cut, not shipped)."""
 MAX_SHADOWED_SHOWN: Final = 200
 """A replacement lists the previews of at most this many of the nodes it shadowed (all their seqs are listed)."""
+MAX_CHART_POINTS: Final = 2000
+"""The pressure series is thinned to at most this many points (the peak of each run of points)."""
 MAX_DIFF_MESSAGES: Final = 500
 """A diff op ships at most this many removed and this many added messages (``truncated`` says it cut)."""
 CLOSER_CODES: Final = frozenset({TOOL_OUTCOME_UNKNOWN, TOOL_NOT_STARTED})
@@ -224,6 +228,7 @@ class LoadedSession:
     stored: StoredView
     _index: _Index | None = None
     _replacements: list[Any] | None = None
+    _charts: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -239,6 +244,13 @@ class LoadedSession:
             if self._index is None:
                 self._index = _build_index(self.stored.view.events)
             return self._index
+
+    def charts(self) -> dict[str, Any]:
+        """The chart series of the whole log, folded once with the projection units (see :func:`_charts`)."""
+        with self._lock:
+            if self._charts is None:
+                self._charts = _charts(self.stored.view.events)
+            return self._charts
 
     def replacements(self) -> list[Any]:
         """fold_surface's replacements over the whole log (those at or before a seq are that moment's)."""
@@ -280,6 +292,77 @@ def _build_index(events: Sequence[Any]) -> _Index:
         elif etype == TURN_END:
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
     return index
+
+
+def _charts(events: Sequence[Any]) -> dict[str, Any]:
+    """The series the charts draw, folded with the projection units themselves (so the figures are the
+    ones ``agentlog stats`` and ``ls`` serve):
+
+    * ``pressure``: ``[seq, pressureTokens, projectedTokens, contextWindow]`` at each event where the
+      ``contextPressure`` unit's pressure or window changed (a usage sample, a new request context);
+    * ``turns``: per ``turn/end``, the turn's provider-reported tokens (the ``tokenUsage`` unit's totals
+      since the previous turn end);
+    * ``steps``: per ``step/end``, the step's tool time (the ``sessionStats`` unit's ``toolMs`` since the
+      previous step end);
+    * ``compactions``: the seqs of the ``compaction/summary`` events.
+    """
+    pressure_unit, usage_unit, stats_unit = CONTEXT_PRESSURE_UNIT, TOKEN_USAGE_UNIT, SESSION_STATS_UNIT
+    pressure_state = pressure_unit.initial()
+    usage_state = usage_unit.initial()
+    stats_state = stats_unit.initial()
+    pressure: list[list[Any]] = []
+    turns: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    compactions: list[int] = []
+    last_key: tuple[Any, Any] = (None, None)
+    tokens_before = 0
+    tool_before: float = 0
+    for seq, event in enumerate(events):
+        following = pressure_unit.reduce(pressure_state, event)
+        if following is not pressure_state:
+            pressure_state = following
+            view = pressure_unit.view(following)
+            key = (view.get("pressureTokens"), view.get("contextWindow"))
+            if key != last_key and key[0] is not None:
+                pressure.append([seq, key[0], view.get("projectedTokens"), key[1]])
+                last_key = key
+        usage_state = usage_unit.reduce(usage_state, event)
+        stats_state = stats_unit.reduce(stats_state, event)
+        etype = event["type"]
+        if etype == STEP_END:
+            tool_ms = stats_unit.view(stats_state)["toolMs"]
+            data = event["data"]
+            steps.append(
+                {"seq": seq, "turn": data.get("turn"), "step": data.get("step"), "toolMs": tool_ms - tool_before}
+            )
+            tool_before = tool_ms
+        elif etype == TURN_END:
+            buckets = usage_unit.view(usage_state)
+            total = sum(value for value in buckets.values() if type(value) is int)
+            turns.append({"seq": seq, "turn": event["data"].get("turn"), "tokens": total - tokens_before})
+            tokens_before = total
+        elif etype == COMPACTION_SUMMARY:
+            compactions.append(seq)
+    return {
+        "lastSeq": len(events) - 1,
+        "pressure": _downsample(pressure, MAX_CHART_POINTS),
+        "pressurePoints": len(pressure),
+        "turns": turns,
+        "steps": steps,
+        "compactions": compactions,
+    }
+
+
+def _downsample(points: list[list[Any]], limit: int) -> list[list[Any]]:
+    """At most ``limit`` points: per bucket of consecutive points the one with the highest pressure (peaks
+    survive), and always the last point."""
+    if len(points) <= limit:
+        return points
+    size = -(-len(points) // (limit - 1))
+    out = [max(points[i : i + size], key=lambda point: point[1]) for i in range(0, len(points), size)]
+    if out[-1] is not points[-1]:
+        out.append(points[-1])
+    return out
 
 
 def _status(stored: StoredView, index: _Index) -> str:
@@ -572,6 +655,13 @@ class Inspector:
         if at < 0:
             return None
         return thaw(loaded.view.at(index.context_seqs[at]).request_context())
+
+    # -- charts -----------------------------------------------------------------------------------------
+
+    def charts(self, session_id: str) -> dict[str, Any]:
+        """Context pressure over seqs with the compactions, tokens per turn, tool time per step (folded
+        once per loaded session: the first call reads the whole log through three projection units)."""
+        return {"sessionId": session_id, **self.load(session_id).charts()}
 
     # -- diff -------------------------------------------------------------------------------------------
 

@@ -241,7 +241,7 @@
   function sessionPage() {
     var id = decodeURIComponent(location.pathname.replace(/^\/s\//, ""));
     var atParam = new URLSearchParams(location.search).get("at");
-    var s = { id: id, at: null, last: 0, summary: null, state: null, logFrom: 0, logNext: null, items: [], pending: 0, mfrom: null };
+    var s = { id: id, at: null, last: 0, summary: null, state: null, logFrom: 0, logNext: null, items: [], pending: 0, mfrom: null, charts: null };
     var PAGE = 200;
     var WINDOW = 200;
     var slider = document.getElementById("slider");
@@ -502,6 +502,98 @@
       });
     }
 
+    // Charts: SVG drawn from DOM nodes (no markup strings), fetched when the section is first opened.
+    var SVG = "http://www.w3.org/2000/svg";
+    function svg(tag, attrs) {
+      var node = document.createElementNS(SVG, tag);
+      Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, String(attrs[key])); });
+      for (var i = 2; i < arguments.length; i++) node.appendChild(arguments[i]);
+      return node;
+    }
+    var W = 600, H = 140, PAD = 24;
+
+    function frame(box, maxY, label) {
+      box.textContent = "";
+      var root = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img" });
+      var text = svg("text", { x: 2, y: 10, class: "axis" });
+      text.textContent = label + " max " + fmt(maxY);
+      root.appendChild(text);
+      box.appendChild(root);
+      return root;
+    }
+
+    function pressureChart(doc) {
+      var box = document.getElementById("chart-pressure");
+      var points = doc.pressure;
+      var maxY = 1;
+      points.forEach(function (p) { maxY = Math.max(maxY, p[1], p[2] || 0, p[3] || 0); });
+      var root = frame(box, maxY, "tokens");
+      var lastSeq = Math.max(1, doc.lastSeq);
+      function x(seq) { return (seq / lastSeq) * W; }
+      function y(v) { return H - PAD / 2 - (v / maxY) * (H - PAD); }
+      doc.compactions.forEach(function (seq) {
+        root.appendChild(svg("line", { x1: x(seq), x2: x(seq), y1: 0, y2: H, class: "compaction", "data-seq": seq }));
+      });
+      var windowSize = points.length ? points[points.length - 1][3] : null;
+      if (typeof windowSize === "number") root.appendChild(svg("line", { x1: 0, x2: W, y1: y(windowSize), y2: y(windowSize), class: "window" }));
+      if (points.length) {
+        var d = "", dp = "";
+        points.forEach(function (p, i) {
+          d += (i ? " L" : "M") + x(p[0]).toFixed(1) + " " + y(p[1]).toFixed(1);
+          if (typeof p[2] === "number") dp += (dp ? " L" : "M") + x(p[0]).toFixed(1) + " " + y(p[2]).toFixed(1);
+        });
+        root.appendChild(svg("path", { d: d, class: "line" }));
+        if (dp) root.appendChild(svg("path", { d: dp, class: "projected" }));
+      } else {
+        var none = svg("text", { x: W / 2 - 80, y: H / 2, class: "axis" });
+        none.textContent = "no usage reported in this log";
+        root.appendChild(none);
+      }
+      var now = svg("line", { x1: 0, x2: 0, y1: 0, y2: H, class: "now", id: "chart-now" });
+      root.appendChild(now);
+      root.addEventListener("click", function (event) {
+        var rect = root.getBoundingClientRect();
+        moveTo(Math.round(((event.clientX - rect.left) / rect.width) * lastSeq), true);
+      });
+      markChart();
+    }
+
+    function markChart() {
+      var now = document.getElementById("chart-now");
+      if (!now || s.at === null || !s.charts) return;
+      var xNow = (s.at / Math.max(1, s.charts.lastSeq)) * W;
+      now.setAttribute("x1", String(xNow));
+      now.setAttribute("x2", String(xNow));
+    }
+
+    function barChart(boxId, rows, value, label) {
+      var box = document.getElementById(boxId);
+      var maxY = 1;
+      rows.forEach(function (r) { maxY = Math.max(maxY, value(r)); });
+      var root = frame(box, maxY, label);
+      var width = W / Math.max(1, rows.length);
+      rows.forEach(function (r, i) {
+        var h = (value(r) / maxY) * (H - PAD);
+        var bar = svg("rect", { x: i * width, y: H - PAD / 2 - h, width: Math.max(0.5, width - 1), height: Math.max(0, h), class: "bar", "data-seq": r.seq });
+        var tip = svg("title");
+        tip.textContent = (r.step !== undefined ? "turn " + r.turn + " step " + r.step : "turn " + r.turn) + ": " + fmt(value(r));
+        bar.appendChild(tip);
+        bar.addEventListener("click", function () { moveTo(r.seq, true); });
+        root.appendChild(bar);
+      });
+    }
+
+    document.getElementById("charts").addEventListener("toggle", function (event) {
+      if (!event.target.open || s.charts) return;
+      api("/api/sessions/" + encodeURIComponent(id) + "/charts").then(function (doc) {
+        s.charts = doc;
+        pressureChart(doc);
+        barChart("chart-turns", doc.turns, function (r) { return r.tokens; }, "tokens");
+        barChart("chart-steps", doc.steps, function (r) { return r.toolMs; }, "ms");
+        document.body.dataset.charts = "1";
+      }, showError);
+    });
+
     // Diff mode: the Messages pane shows how the messages changed from another seq to this one.
     var diffMode = document.getElementById("diff-mode");
     var diffFrom = document.getElementById("diff-from");
@@ -588,6 +680,7 @@
       history.replaceState(null, "", url);
       document.getElementById("permalink").setAttribute("href", url);
       markLog();
+      markChart();
       if (immediate) show(seq); else showSoon(seq);
     }
 
