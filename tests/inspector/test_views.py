@@ -312,3 +312,39 @@ def test_charts_are_the_projection_units_over_the_log(written: Written) -> None:
         assert inspector.loads == 1
     finally:
         inspector.close()
+
+
+def test_an_unchanged_listing_is_served_from_the_rows_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions page asks again and again: rows are kept with their revision, and only a session whose
+    revision changed is read again (from the memory medium's rows and its tail, when the store has no
+    cache file)."""
+    import agentlog as al
+    import agentlog.inspector.views as views
+
+    from .stores import write_store
+
+    write_store(tmp_path, "jsonl")
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    real = views.ProjectionCache
+    opened: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(views, "ProjectionCache", counting)
+    try:
+        first = inspector.sessions()
+        assert len(opened) == 1
+        assert inspector.sessions() == first and len(opened) == 1  # nothing read
+        store = al.SessionStore()
+        writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+        session = writer.resume("crashed")  # its open turn is closed: the log changes
+        store.dispose(session)
+        writer.close()
+        again = {row["id"]: row for row in inspector.sessions()}
+        assert len(opened) == 2
+        assert again["crashed"]["events"] > {row["id"]: row for row in first}["crashed"]["events"]
+        assert again["main"] == {row["id"]: row for row in first}["main"]
+    finally:
+        inspector.close()

@@ -394,6 +394,9 @@ class Inspector:
         self._loaded: OrderedDict[str, LoadedSession] = OrderedDict()
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
+        self._memory_storage: MemoryCacheStorage | None = None
+        self._rows: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self._rows_lock = threading.Lock()
         self._search_enabled = search
         self._search: Any = None
         self._search_lock = threading.Lock()
@@ -437,13 +440,18 @@ class Inspector:
 
     def _cache(self) -> ProjectionCache:
         """The store's projection cache if it has one (stale rows refreshed in it, as ``ls`` does), else
-        a throw-away memory medium: the inspector never creates the cache file."""
+        a memory medium kept for the server's lifetime (so a changed log is refolded from its tail): the
+        inspector never creates the cache file."""
         path = cache_path_for(self.backend)
-        storage: CacheStorage = (
-            open_cache_storage(self.backend) if path is not None and os.path.isfile(path) else MemoryCacheStorage()
-        )
+        if path is not None and os.path.isfile(path):
+            storage: CacheStorage = open_cache_storage(self.backend)
+            owns = True
+        else:
+            if self._memory_storage is None:
+                self._memory_storage = MemoryCacheStorage()
+            storage, owns = self._memory_storage, False
         return ProjectionCache(
-            command_registry(), self.reader, storage, writer=InlineWriter(), store=SessionStore(), owns_storage=True
+            command_registry(), self.reader, storage, writer=InlineWriter(), store=SessionStore(), owns_storage=owns
         )
 
     def sessions(self) -> list[dict[str, Any]]:
@@ -451,10 +459,28 @@ class Inspector:
 
         Figures come from the projection cache: a row current for the stored revision is served without
         reading the log, any other session is cold-read (the rows plus the log's tail) as ``ls`` does.
-        ``status`` is ``damaged`` for a header or log that cannot be read, else ``ok``; the session page
-        tells ``repairable`` and ``interrupted`` apart (that needs the log itself).
+        The server keeps each row with the revision it was made for: a listing whose revisions did not
+        change reads no cache record and no log. ``status`` is ``damaged`` for a header or log that cannot
+        be read, else ``ok``; the session page tells ``repairable`` and ``interrupted`` apart (that needs
+        the log itself).
         """
         listings = self.backend.list_sessions()
+        with self._rows_lock:
+            known = dict(self._rows)
+            fresh = [
+                item
+                for item in listings
+                if item.revision is None or item.id not in known or known[item.id][0] != item.revision
+            ]
+            if fresh:
+                for row, item in zip(self._rows_of(fresh), fresh, strict=True):
+                    known[item.id] = (item.revision, row)
+            self._rows = {item.id: known[item.id] for item in listings}
+            rows = [known[item.id][1] for item in listings]
+        rows.sort(key=_newest_first)
+        return rows
+
+    def _rows_of(self, listings: Sequence[Any]) -> list[dict[str, Any]]:
         usable = [item for item in listings if item.error_code is None and item.header is not None]
         snapshots: dict[str, dict[str, Any] | None] = {}
         failed: dict[str, dict[str, str]] = {}
@@ -499,7 +525,6 @@ class Inspector:
                     "error": error,
                 }
             )
-        rows.sort(key=_newest_first)
         return rows
 
     # -- the session page -------------------------------------------------------------------------------
@@ -781,6 +806,8 @@ class Inspector:
                 self._search = None
         with self._lock:
             self._loaded.clear()
+        if self._memory_storage is not None:
+            self._memory_storage.close()
         self.reader.close()
 
 
