@@ -161,3 +161,37 @@ def test_a_non_loopback_host_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> N
     for bad in ["short", "has space in it 0123", "semi;colon-0123456789"]:
         with pytest.raises(InvalidOptionError):
             check_bind("127.0.0.1", bad)
+
+
+def test_live_streams_each_committed_event(tmp_path: Path) -> None:
+    import agentlog as al
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+
+    from .stores import open_backend
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("live", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    store.flush(session)
+    running, inspector = _serve(tmp_path)
+    try:
+        status, _, body = _get(running.url + "/api/sessions/nope/live")
+        assert status == 404 and json.loads(body)["error"]["code"] == "SESSION_NOT_FOUND"
+        status, _, body = _get(running.url + "/api/sessions/live/live?from=x")
+        assert status == 400 and json.loads(body)["error"]["code"] == "INSPECTOR_BAD_REQUEST"
+        with urllib.request.urlopen(running.url + "/api/sessions/live/live?from=1", timeout=30) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            assert stream.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            assert stream.readline() == b": following\n"
+            session.append("user/message", al.user_message("hello"), {"surfaceOp": "append"})
+            store.flush(session)
+            lines = [stream.readline() for _ in range(3)]
+        assert lines[1] == b"event: committed\n"
+        assert json.loads(lines[2].removeprefix(b"data: "))["seq"] == 1
+        assert json.loads(lines[2].removeprefix(b"data: "))["type"] == "user/message"
+    finally:
+        running.stop()
+        inspector.close()
+        store.dispose(session)
+        writer.close()

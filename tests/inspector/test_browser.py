@@ -356,3 +356,45 @@ def test_a_long_context_pages_its_messages(browser: Any, tmp_path: Path) -> None
         context.close()
         running.stop()
         inspector.close()
+
+
+def test_a_running_session_updates_live(browser: Any, tmp_path: Path) -> None:
+    """A writer appends and flushes while the page is open at the last seq: the page follows to the new
+    last seq (server-sent events from the stored log's tail), showing ``session.at`` of it."""
+    import time
+
+    import agentlog as al
+
+    from .stores import open_backend
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("live", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", al.user_message("first"), {"surfaceOp": "append"})
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    store.flush(session)
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    running = start_server(create_app(inspector))
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(running.url + "/s/live")
+        _at(page, 2)
+        page.locator("#live:not([hidden])").wait_for()
+        session.append("turn/start", {"turn": 2})
+        session.append("user/message", al.user_message("second, live"), {"surfaceOp": "append"})
+        session.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+        store.flush(session)
+        flushed = time.monotonic()
+        _at(page, 5)
+        elapsed = time.monotonic() - flushed
+        assert page.locator("#slider").get_attribute("max") == "5"
+        assert _messages(page)[-1]["content"][0]["text"] == "second, live"
+        assert elapsed < 5, elapsed  # typically well under a second here; the bound only guards a stall
+    finally:
+        context.close()
+        running.stop()
+        inspector.close()
+        store.dispose(session)
+        writer.close()

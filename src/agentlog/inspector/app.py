@@ -17,7 +17,8 @@ The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed c
 * ``GET /api/sessions/{id}/events/{seq}`` — one event whole;
 * ``GET /api/sessions/{id}/forks`` — the fork tree the session belongs to;
 * ``GET /api/sessions/{id}/diff?from=&to=`` — how the derived messages changed between two seqs;
-* ``GET /api/sessions/{id}/charts`` — context pressure over seqs, tokens per turn, tool time per step.
+* ``GET /api/sessions/{id}/charts`` — context pressure over seqs, tokens per turn, tool time per step;
+* ``GET /api/sessions/{id}/live?from=SEQ`` — server-sent events, one per event committed from ``SEQ`` on.
 
 Every response carries a strict Content-Security-Policy (``default-src 'self'``, no inline script or
 style, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
@@ -28,8 +29,9 @@ server only answers requests addressed to a loopback host name (a DNS-rebinding 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs
@@ -38,13 +40,14 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import (
     AgentlogError,
     InspectorRequestError,
+    SessionNotFoundError,
     SessionQueryError,
 )
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
@@ -77,6 +80,8 @@ TOKEN_COOKIE: Final = "agentlog_inspector_token"
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 SESSION_SORT_KEYS: Final = ("lastActivity", "createdAt", "title", "turns", "tokens", "events", "id", "status")
 MAX_SESSIONS_PAGE: Final = 500
+LIVE_POLL_S: Final = 0.1
+"""How often a followed session's revision is checked (a backend with a change signal is waited on)."""
 
 _STATUS: Final = {
     "SESSION_NOT_FOUND": 404,
@@ -201,6 +206,34 @@ class InspectorApp:
         from_seq = validate_seq(request.query_params.get("from", ""), "from")
         to_seq = validate_seq(request.query_params.get("to", ""), "to")
         return _json(self.inspector.diff(session_id, from_seq, to_seq))
+
+    async def live(self, request: Request) -> Response:
+        """Server-sent events: each event committed to the stored log from ``from`` on, as ``{seq, type,
+        time}``, by :meth:`PersistenceCoordinator.tail` (a revision check every 100 ms, only the new
+        suffix read). The stream ends when the client goes away."""
+        try:
+            session_id = _session_id(request)
+            from_seq = validate_seq(request.query_params.get("from", "0") or "0", "from")
+            revision = await asyncio.to_thread(self.inspector.backend.read_revision, session_id)
+            if revision is None:
+                raise SessionNotFoundError(f'session "{session_id}" not found')
+        except AgentlogError as err:
+            return error_response(err)
+        tail = self.inspector.reader.tail(session_id, from_seq=from_seq, follow=True, poll_interval=LIVE_POLL_S)
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield b": following\n\n"
+            try:
+                async for event in tail:
+                    document = {"seq": event["seq"], "type": event["type"], "time": event.get("time")}
+                    yield b"event: committed\ndata: " + orjson.dumps(document) + b"\n\n"
+            except AgentlogError as err:
+                failure = {"code": err.code, "message": str(err)}
+                yield b"event: failed\ndata: " + orjson.dumps(failure) + b"\n\n"
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"cache-control": "no-store", "x-accel-buffering": "no"}
+        )
 
     def charts(self, request: Request) -> Response:
         return _json(self.inspector.charts(_session_id(request)))
@@ -339,6 +372,7 @@ def create_app(inspector: Inspector, *, token: str | None = None) -> ASGIApp:
         Route("/api/sessions/{session_id}/forks", guarded(handlers.forks), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/diff", guarded(handlers.diff), methods=["GET", "HEAD"]),
         Route("/api/sessions/{session_id}/charts", guarded(handlers.charts), methods=["GET", "HEAD"]),
+        Route("/api/sessions/{session_id}/live", handlers.live, methods=["GET"]),
         Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET", "HEAD"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]

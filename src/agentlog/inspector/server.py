@@ -79,7 +79,15 @@ def start_server(app: Any, host: str = "127.0.0.1", port: int = 0, *, timeout: f
         import uvicorn
     except ImportError as err:
         raise missing_extra(err) from None
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=2,  # a followed session's event stream never ends by itself
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="agentlog-inspector", daemon=True)
     thread.start()

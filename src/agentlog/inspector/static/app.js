@@ -738,6 +738,45 @@
       return 1 + node.children.reduce(function (n, child) { return n + countNodes(child); }, 0);
     }
 
+    // Live: the server pushes each event committed to the stored log (server-sent events); the page then
+    // reloads the summary and, when the slider was at the end, follows to the new last seq.
+    var refreshing = false, again = false;
+    function refresh() {
+      if (refreshing) { again = true; return; }
+      refreshing = true;
+      var wasLast = s.at === s.last;
+      api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
+        s.summary = summary;
+        s.last = summary.lastSeq;
+        slider.max = String(summary.lastSeq);
+        seqBox.max = String(summary.lastSeq);
+        renderSummary(summary);
+        s.charts = null;
+        var charts = document.getElementById("charts");
+        if (charts.open) { charts.open = false; charts.open = true; }
+        var p = s.logNext === null ? loadLog(s.logFrom) : Promise.resolve();
+        return p.then(function () {
+          document.body.dataset.last = String(summary.lastSeq);
+          if (wasLast) moveTo(summary.lastSeq, true);
+        });
+      }, showError).then(function () {
+        refreshing = false;
+        if (again) { again = false; refresh(); }
+      });
+    }
+
+    function follow(fromSeq) {
+      if (!window.EventSource) return;
+      var source = new EventSource("/api/sessions/" + encodeURIComponent(id) + "/live?from=" + fromSeq);
+      var soon = debounce(refresh, 30);
+      source.addEventListener("committed", function () { soon(); });
+      source.addEventListener("failed", function (event) {
+        try { var err = JSON.parse(event.data); showError({ code: err.code, message: err.message }); } catch (e) { /* ignore */ }
+        source.close();
+      });
+      document.getElementById("live").hidden = false;
+    }
+
     setupSearch(id);
     api("/api/sessions/" + encodeURIComponent(id) + "/forks").then(renderForks, function () {});
     api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
@@ -751,7 +790,9 @@
         showError({ code: "SEQ_OUT_OF_RANGE", message: "seq " + at + " is past the last seq " + summary.lastSeq });
         at = summary.lastSeq;
       }
+      document.body.dataset.last = String(summary.lastSeq);
       loadLog(Math.max(0, at - 20)).then(function () { moveTo(at, true); });
+      follow(summary.storedEvents);
     }, showError);
   }
 
