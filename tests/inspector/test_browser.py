@@ -398,3 +398,47 @@ def test_a_running_session_updates_live(browser: Any, tmp_path: Path) -> None:
         inspector.close()
         store.dispose(session)
         writer.close()
+
+
+def test_an_exported_file_works_offline_and_runs_no_hostile_script(
+    browser: Any, store: tuple[Path, dict[str, Any]], reference: PersistenceCoordinator, tmp_path: Path
+) -> None:
+    """``export --html`` opened from disk, no server: the slider shows ``session.at(seq)`` (replayed in the
+    page from the kernel's recorded surface operations), and the hostile session's file runs nothing."""
+    from agentlog.inspector.export import export_html
+
+    root, facts = store
+    inspector = Inspector(open_read_only(root, "jsonl"), search=False)
+    try:
+        for session_id in ("main", "hostile"):
+            (tmp_path / f"{session_id}.html").write_text(export_html(inspector.export_document(session_id)), "utf-8")
+    finally:
+        inspector.close()
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    context.add_init_script(WATCH)
+    requests: list[str] = []
+    context.on("request", lambda request: requests.append(request.url))
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto((tmp_path / "main.html").as_uri() + f"?at={facts['checkpoint']}")
+        _at(page, facts["checkpoint"])
+        point = reference.view("main").at(facts["checkpoint"])
+        assert _messages(page) == thaw(point.derive_messages().to_list())
+        assert _surface(page) == list(point.surface.nodes)
+        for seq in (0, facts["beforeCompaction"], facts["lastSeq"]):
+            page.locator("#slider").fill(str(seq))
+            _at(page, seq)
+            point = reference.view("main").at(seq)
+            assert _messages(page) == thaw(point.derive_messages().to_list())
+            assert _surface(page) == list(point.surface.nodes)
+        page.goto((tmp_path / "hostile.html").as_uri())
+        page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached")
+        page.locator("details").evaluate_all("ds => ds.forEach(d => { d.open = true; })")
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.evaluate("window.__violations") == []
+        assert errors == []
+        assert all(url.startswith("file://") for url in requests), requests  # nothing fetched from a network
+    finally:
+        context.close()

@@ -27,7 +27,7 @@ import difflib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -737,6 +737,63 @@ class Inspector:
             "ops": ops,
         }
 
+    # -- export -----------------------------------------------------------------------------------------
+
+    def export_document(self, session_id: str, *, redact: Callable[[str], str] | None = None) -> dict[str, Any]:
+        """Everything the session page shows, for ``agentlog export ID --html``: the summary, the whole
+        log as page items, charts and fork tree, and what a viewer needs to show ``session.at(seq)`` at
+        any seq without a server: the message each surface event derives (``messages``, by seq), each
+        node's provenance (``nodes``), the surface operations in seq order as the kernel's fold applied
+        them (``surfaceOps``: ``[seq]`` for an append, ``[seq, shadowedSeqs]`` for a replacement), the
+        request headers and contexts by seq, and each event's type.
+
+        ``redact`` is applied to every string of the document (message text, tool output, headers, ids
+        in text): a hook to remove secrets before the file leaves the machine.
+        """
+        loaded = self.load(session_id)
+        events = loaded.view.events
+        last = loaded.last_seq
+        items: list[dict[str, Any]] = []
+        next_seq: int | None = 0
+        while next_seq is not None:
+            page = self.log_page(session_id, next_seq, MAX_PAGE_LIMIT)
+            items.extend(page["items"])
+            next_seq = page["nextSeq"]
+        fold = fold_surface(events)
+        replaced = {r.seq: r for r in fold.replacements}
+        ops: list[list[Any]] = []
+        messages: dict[str, Any] = {}
+        nodes: dict[str, Any] = {}
+        types: list[str] = []
+        for seq, event in enumerate(events):
+            types.append(event["type"])
+            op = event.get("surfaceOp")
+            if op is None:
+                continue
+            replacement = replaced.get(seq)
+            ops.append([seq] if replacement is None else [seq, list(replacement.shadowed_seqs)])
+            message = derive_event_message(event)
+            if message is not None:
+                messages[str(seq)] = thaw(message)
+            nodes[str(seq)] = _node(events, seq, replacement)
+        index = loaded.index()
+        document: dict[str, Any] = {
+            "version": 1,
+            "sessionId": session_id,
+            "lastSeq": last,
+            "summary": self.summary(session_id),
+            "items": items,
+            "types": types,
+            "surfaceOps": ops,
+            "messages": messages,
+            "nodes": nodes,
+            "headers": [[seq, thaw(fold_request_header([events[seq]]))] for seq in index.header_seqs],
+            "contexts": [[seq, thaw(loaded.view.at(seq).request_context())] for seq in index.context_seqs],
+            "charts": self.charts(session_id),
+            "forks": self.fork_tree(session_id),
+        }
+        return _redacted(document, redact) if redact is not None else document
+
     # -- lineage ----------------------------------------------------------------------------------------
 
     def fork_tree(self, session_id: str) -> dict[str, Any]:
@@ -809,6 +866,17 @@ class Inspector:
         if self._memory_storage is not None:
             self._memory_storage.close()
         self.reader.close()
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` with ``redact`` applied to every string in it (keys of message maps stay seqs)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {key: _redacted(inner, redact) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_redacted(inner, redact) for inner in value]
+    return value
 
 
 def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:

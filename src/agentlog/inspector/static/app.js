@@ -45,7 +45,113 @@
     return href;
   }
 
+  // --- an exported file: the page's requests answered from its own data block, no server -------------
+
+  var DATA = null;
+  function exported() {
+    if (DATA === null) {
+      var block = document.getElementById("agentlog-data");
+      DATA = block ? JSON.parse(block.textContent) : false;
+    }
+    return DATA;
+  }
+
+  function refusal(code, message) {
+    var err = new Error(message);
+    err.code = code;
+    return err;
+  }
+
+  // The surface right after seq, replayed from the kernel's recorded operations: an append adds its
+  // node; a replacement takes the place of the (contiguous) nodes it shadowed.
+  function exportedState(seq) {
+    var data = exported();
+    if (seq > data.lastSeq) throw refusal("SEQ_OUT_OF_RANGE", "seq " + seq + " is past the last seq " + data.lastSeq);
+    var nodes = [], shadowed = [];
+    for (var i = 0; i < data.surfaceOps.length; i++) {
+      var op = data.surfaceOps[i];
+      if (op[0] > seq) break;
+      if (op.length === 1) { nodes.push(op[0]); continue; }
+      var gone = new Set(op[1]);
+      var at = op[1].length ? nodes.indexOf(op[1][0]) : -1;
+      nodes = nodes.filter(function (n) { return !gone.has(n); });
+      if (at < 0) nodes.push(op[0]); else nodes.splice(at, 0, op[0]);
+      shadowed = shadowed.concat(op[1]);
+    }
+    var messageSeqs = nodes.filter(function (n) { return data.messages[n] !== undefined; });
+    function lastAtOrBefore(list) {
+      var found = null;
+      list.forEach(function (entry) { if (entry[0] <= seq) found = entry[1]; });
+      return found;
+    }
+    return {
+      sessionId: data.sessionId, seq: seq, lastSeq: data.lastSeq, event: { type: data.types[seq] },
+      surface: nodes.map(function (n) { return data.nodes[n]; }), surfaceCount: nodes.length, surfaceFrom: 0,
+      replacements: [], shadowed: shadowed.sort(function (a, b) { return a - b; }),
+      messages: messageSeqs.map(function (n) { return data.messages[n]; }), messageSeqs: messageSeqs,
+      messageCount: messageSeqs.length, messagesFrom: 0,
+      requestHeader: lastAtOrBefore(data.headers), requestContext: lastAtOrBefore(data.contexts),
+    };
+  }
+
+  function exportedLog(from, limit) {
+    var items = exported().items, start = 0;
+    while (start < items.length && (items[start].lastSeq !== undefined ? items[start].lastSeq : items[start].seq) < from) start++;
+    var page = items.slice(start, start + limit);
+    var next = start + limit < items.length ? items[start + limit].seq : null;
+    return { sessionId: exported().sessionId, fromSeq: page.length ? page[0].seq : from, nextSeq: next, lastSeq: exported().lastSeq, items: page };
+  }
+
+  // The diff of an export: the common head and tail of the two lists, the middle as one change.
+  function exportedDiff(from, to) {
+    var a = exportedState(from), b = exportedState(to);
+    var key = function (m) { return JSON.stringify(m); };
+    var head = 0;
+    while (head < a.messages.length && head < b.messages.length && key(a.messages[head]) === key(b.messages[head])) head++;
+    var tail = 0;
+    while (tail < a.messages.length - head && tail < b.messages.length - head &&
+      key(a.messages[a.messages.length - 1 - tail]) === key(b.messages[b.messages.length - 1 - tail])) tail++;
+    var ops = [];
+    if (head) ops.push({ op: "equal", from: [0, head], to: [0, head] });
+    var entries = function (state, lo, hi) {
+      var out = [];
+      for (var i = lo; i < hi; i++) out.push({ index: i, seq: state.messageSeqs[i], message: state.messages[i] });
+      return out;
+    };
+    var aEnd = a.messages.length - tail, bEnd = b.messages.length - tail;
+    if (aEnd > head || bEnd > head) {
+      ops.push({ op: "replace", from: [head, aEnd], to: [head, bEnd], removed: entries(a, head, aEnd), added: entries(b, head, bEnd), truncated: false });
+    }
+    if (tail) ops.push({ op: "equal", from: [aEnd, a.messages.length], to: [bEnd, b.messages.length] });
+    return { sessionId: exported().sessionId, fromSeq: from, toSeq: to, fromCount: a.messages.length, toCount: b.messages.length, ops: ops };
+  }
+
+  function exportedAnswer(path) {
+    var data = exported();
+    var url = new URL(path, "http://export.invalid");
+    var parts = url.pathname.split("/").slice(4);  // after /api/sessions/<id>
+    var q = url.searchParams;
+    if (url.pathname.indexOf("/api/sessions/") !== 0) throw refusal("INSPECTOR_NOT_FOUND", "not available in an exported file");
+    if (parts.length === 0) return data.summary;
+    switch (parts[0]) {
+      case "log": return exportedLog(Number(q.get("from") || 0), Number(q.get("limit") || 200));
+      case "at": return exportedState(Number(parts[1]));
+      case "diff": return exportedDiff(Number(q.get("from")), Number(q.get("to")));
+      case "charts": return data.charts;
+      case "forks": return data.forks;
+      case "events": {
+        var seq = Number(parts[1]);
+        var item = data.items.filter(function (it) { return it.seq <= seq && seq <= (it.lastSeq !== undefined ? it.lastSeq : it.seq); })[0];
+        return { seq: seq, event: item ? { seq: seq, type: item.type, data: item.data } : null, clipped: true };
+      }
+      default: throw refusal("INSPECTOR_NOT_FOUND", "not available in an exported file");
+    }
+  }
+
   function api(path) {
+    if (exported()) {
+      return new Promise(function (resolve) { resolve(exportedAnswer(path)); });
+    }
     return fetch(path, { headers: { accept: "application/json" }, credentials: "same-origin" }).then(function (response) {
       return response.json().then(function (body) {
         if (!response.ok) {
@@ -239,7 +345,7 @@
   // --- the session page --------------------------------------------------------------------------------
 
   function sessionPage() {
-    var id = decodeURIComponent(location.pathname.replace(/^\/s\//, ""));
+    var id = exported() ? exported().sessionId : decodeURIComponent(location.pathname.replace(/^\/s\//, ""));
     var atParam = new URLSearchParams(location.search).get("at");
     var s = { id: id, at: null, last: 0, summary: null, state: null, logFrom: 0, logNext: null, items: [], pending: 0, mfrom: null, charts: null };
     var PAGE = 200;
@@ -677,6 +783,7 @@
       seqBox.value = String(seq);
       var url = sessionHref(id, seq);
       if (diffActive()) url += "&diff=" + Number(diffFrom.value);
+      if (exported()) url = "?at=" + seq + (diffActive() ? "&diff=" + Number(diffFrom.value) : "");
       history.replaceState(null, "", url);
       document.getElementById("permalink").setAttribute("href", url);
       markLog();
@@ -777,7 +884,7 @@
       document.getElementById("live").hidden = false;
     }
 
-    setupSearch(id);
+    if (exported()) document.getElementById("search-form").hidden = true; else setupSearch(id);
     api("/api/sessions/" + encodeURIComponent(id) + "/forks").then(renderForks, function () {});
     api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
       s.summary = summary;
@@ -792,7 +899,7 @@
       }
       document.body.dataset.last = String(summary.lastSeq);
       loadLog(Math.max(0, at - 20)).then(function () { moveTo(at, true); });
-      follow(summary.storedEvents);
+      if (!exported()) follow(summary.storedEvents);
     }, showError);
   }
 
