@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -28,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from persist import write_session
+    from persist import own_peak_rss_mb, write_session
     from projections import build_store
     from workload import build_workload
 except ImportError:  # run as ``python -m benchmarks.run``
-    from benchmarks.persist import write_session
+    from benchmarks.persist import own_peak_rss_mb, write_session
     from benchmarks.projections import build_store
     from benchmarks.workload import build_workload
 
@@ -70,7 +69,7 @@ def _session_child(kind: str, root: str) -> None:
         orjson.dumps(inspector.state_at("bench", seq, shadowed_between=(max(0, seq - 20), seq + 2000)))
         moves.append(time.perf_counter() - begin)
     moves.sort()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = own_peak_rss_mb()  # VmHWM: this process's own peak (ru_maxrss keeps the forking parent's)
     print(
         json.dumps(
             {

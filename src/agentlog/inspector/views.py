@@ -217,6 +217,8 @@ class _Index:
     context_seqs: list[int] = field(default_factory=list)
     title: str | None = None
     last_turn_end: dict[str, Any] | None = None
+    replaces: bool = False
+    """Whether any event replaces surface nodes (else the surface fold has no replacements to report)."""
 
 
 @dataclass
@@ -254,9 +256,11 @@ class LoadedSession:
 
     def replacements(self) -> list[Any]:
         """fold_surface's replacements over the whole log (those at or before a seq are that moment's)."""
+        index = self.index()
         with self._lock:
             if self._replacements is None:
-                self._replacements = fold_surface(self.stored.view.events).replacements
+                # A log that never replaces a node has none to report: skip the whole-log fold.
+                self._replacements = fold_surface(self.stored.view.events).replacements if index.replaces else []
             return self._replacements
 
 
@@ -267,6 +271,9 @@ def _build_index(events: Sequence[Any]) -> _Index:
         if etype == ASSISTANT_CHUNK:
             continue
         data = event["data"]
+        op = event.get("surfaceOp")
+        if op is not None and not isinstance(op, str):  # a replace op (an append is the string "append")
+            index.replaces = True
         if etype == TURN_START:
             index.turn_starts.append(seq)
             index.turn_numbers.append(data.get("turn"))
