@@ -127,6 +127,7 @@ def test_without_a_token_only_loopback_host_names_are_answered(server: RunningSe
         assert _get(server.url + "/api/sessions", headers={"Host": host})[0] == 200
 
 
+@pytest.mark.slow  # a server of its own: about 0.2 s here
 def test_a_token_is_required_on_every_request(store: tuple[Path, dict[str, Any]]) -> None:
     running, inspector = _serve(store[0], token=TOKEN)
     try:
@@ -163,6 +164,7 @@ def test_a_non_loopback_host_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> N
             check_bind("127.0.0.1", bad)
 
 
+@pytest.mark.slow  # a server of its own and a followed stream: about 0.4 s here
 def test_live_streams_each_committed_event(tmp_path: Path) -> None:
     import agentlog as al
     from agentlog.persistence.coordinator import PersistenceCoordinator
