@@ -311,6 +311,7 @@ def test_the_token_is_required(browser: Any, store: tuple[Path, dict[str, Any]])
         assert "INSPECTOR_UNAUTHORIZED" in page.content()
         page.goto(running.url + f"/?token={TOKEN}")  # sets the cookie the page's requests then carry
         page.locator("#sessions tbody tr[data-id='main']").wait_for()
+        assert "token" not in page.url  # dropped from the address bar once the cookie is set
         page.goto(running.url + "/s/main?at=3")
         page.locator("body[data-at='3']").wait_for(state="attached")
     finally:

@@ -903,7 +903,18 @@
     }, showError);
   }
 
+  // A first visit with ?token=… got its cookie: the token leaves the address bar (and the history).
+  function dropTokenFromUrl() {
+    if (exported()) return;
+    var params = new URLSearchParams(location.search);
+    if (!params.has("token")) return;
+    params.delete("token");
+    var rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : ""));
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    dropTokenFromUrl();
     if (document.body.dataset.page === "sessions") sessionsPage();
     else if (document.body.dataset.page === "session") sessionPage();
   });
