@@ -63,6 +63,10 @@ def test_pages_and_api(server: RunningServer, store: tuple[Path, dict[str, Any]]
     assert status == 200 and [row["id"] for row in page["sessions"]] == ["crashed", "hostile"] and page["total"] == 4
     page = json.loads(_get(server.url + "/api/sessions?q=fork")[2])
     assert [row["id"] for row in page["sessions"]] == ["main-fork"]
+    page = json.loads(_get(server.url + "/api/sessions?status=repairable")[2])
+    assert [row["id"] for row in page["sessions"]] == ["crashed"]
+    rows = json.loads(_get(server.url + "/api/sessions")[2])["sessions"]
+    assert {row["id"]: row["status"] for row in rows}["crashed"] == "repairable"
     state = json.loads(_get(server.url + f"/api/sessions/main/at/{facts['checkpoint']}")[2])
     assert state["surface"][0]["checkpoint"]["shadowedSeqs"] == facts["turnOne"]
     log = json.loads(_get(server.url + "/api/sessions/main/log?from=0&limit=5")[2])

@@ -348,3 +348,25 @@ def test_an_unchanged_listing_is_served_from_the_rows_it_made(tmp_path: Path, mo
         assert again["main"] == {row["id"]: row for row in first}["main"]
     finally:
         inspector.close()
+
+
+def test_the_listing_tells_open_and_interrupted_turns_from_the_tail(tmp_path: Path) -> None:
+    import agentlog as al
+
+    from .stores import write_store
+
+    write_store(tmp_path, "jsonl")
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    try:
+        rows = {row["id"]: row for row in inspector.refine_status(inspector.sessions())}
+        assert rows["crashed"]["status"] == "repairable"  # its turn is open: a resume closes it
+        assert rows["main"]["status"] == rows["hostile"]["status"] == "ok"
+        store = al.SessionStore()
+        writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+        store.dispose(writer.resume("crashed"))  # the repair commits the closers: the turn ends interrupted
+        writer.close()
+        rows = {row["id"]: row for row in inspector.refine_status(inspector.sessions())}
+        assert rows["crashed"]["status"] == "interrupted"
+        assert inspector.summary("crashed")["status"] == "interrupted"
+    finally:
+        inspector.close()

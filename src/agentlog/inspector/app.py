@@ -158,6 +158,8 @@ class InspectorApp:
                     needle in str(row.get(field) or "").casefold() for field in ("id", "title", "cwd", "parentSession")
                 )
             ]
+        if status or sort == "status":  # the finer statuses need each log's tail (kept by revision)
+            rows = self.inspector.refine_status(rows) if status != "damaged" else rows
         if status:
             rows = [row for row in rows if row["status"] == status]
         if sort != "lastActivity" or order != "desc":  # the listing's own order is newest activity first
@@ -169,7 +171,8 @@ class InspectorApp:
             if order == "desc":
                 known.reverse()
             rows = known + unknown
-        return _json({"sessions": rows[offset : offset + limit], "total": len(rows), "offset": offset, "limit": limit})
+        page = self.inspector.refine_status(rows[offset : offset + limit])
+        return _json({"sessions": page, "total": len(rows), "offset": offset, "limit": limit})
 
     def search(self, request: Request) -> Response:
         query = request.query_params.get("q") or ""

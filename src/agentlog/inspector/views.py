@@ -97,6 +97,8 @@ EVENT_CLIP_CHARS: Final = 1_000_000
 """A single event is served whole up to this many characters per string (a 10 MB line is cut, not shipped)."""
 MAX_SHADOWED_SHOWN: Final = 200
 """A replacement lists the previews of at most this many of the nodes it shadowed (all their seqs are listed)."""
+STATUS_TAIL_EVENTS: Final = 256
+"""How many of a log's last stored events the sessions page reads to tell an open or interrupted turn."""
 MAX_CHART_POINTS: Final = 2000
 """The pressure series is thinned to at most this many points (the peak of each run of points)."""
 MAX_DIFF_MESSAGES: Final = 500
@@ -404,6 +406,7 @@ class Inspector:
         self._memory_storage: MemoryCacheStorage | None = None
         self._rows: dict[str, tuple[str | None, dict[str, Any]]] = {}
         self._rows_lock = threading.Lock()
+        self._statuses: dict[str, tuple[str | None, str]] = {}
         self._search_enabled = search
         self._search: Any = None
         self._search_lock = threading.Lock()
@@ -486,6 +489,43 @@ class Inspector:
             rows = [known[item.id][1] for item in listings]
         rows.sort(key=_newest_first)
         return rows
+
+    def refine_status(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (a page of :meth:`sessions`) with ``status`` told apart where the log's tail says so:
+        ``repairable`` when its last turn is still open (a resume would close it), ``interrupted`` when the
+        last turn ended interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events
+        (``read_from``: the suffix, not the log) and is kept with the row's revision. A tail without a turn
+        boundary, and a torn tail (only a whole read sees it), stay ``ok``."""
+        out = []
+        for row in rows:
+            if row["status"] != "ok" or row["events"] is None:
+                out.append(row)
+                continue
+            with self._rows_lock:
+                revision = self._rows.get(row["id"], (None, None))[0]
+                known = self._statuses.get(row["id"])
+            if known is not None and revision is not None and known[0] == revision:
+                status = known[1]
+            else:
+                status = self._tail_status(row["id"], row["events"])
+                with self._rows_lock:
+                    self._statuses[row["id"]] = (revision, status)
+            out.append({**row, "status": status})
+        return out
+
+    def _tail_status(self, session_id: str, events: int) -> str:
+        try:
+            tail = self.reader.read_from(session_id, max(0, events - STATUS_TAIL_EVENTS)).events
+        except AgentlogError:
+            return "damaged"
+        for event in reversed(tail):
+            etype = event["type"]
+            if etype == TURN_START:
+                return "repairable"
+            if etype == TURN_END:
+                reason = event["data"].get("reason")
+                return "interrupted" if isinstance(reason, Mapping) and reason.get("kind") == "interrupted" else "ok"
+        return "ok"
 
     def _rows_of(self, listings: Sequence[Any]) -> list[dict[str, Any]]:
         usable = [item for item in listings if item.error_code is None and item.header is not None]
