@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import SessionPersistenceCorruptionError
+from ..errors import PersistenceError, SessionPersistenceCorruptionError
 from ..kernel.events import Event
 from ..kernel.jsoncodec import dumps
 
@@ -92,6 +92,20 @@ class StagedLog(Protocol):
     def publish(self) -> None: ...
 
     def discard(self) -> None: ...
+
+
+class StagedGuard:
+    """The open/closed state a staged log shares across backends (the JSONL and SQLite staged logs).
+
+    ``publish`` and ``discard`` set ``_closed``; every later ``append`` or ``publish`` is refused.
+    """
+
+    _meta: Mapping[str, Any]
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
 
 
 @runtime_checkable
