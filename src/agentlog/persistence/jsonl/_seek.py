@@ -16,7 +16,7 @@ from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import CHUNK_ROW_TAGS, decode_storage_record
 from ...kernel.jsoncodec import loads
 from ..backend import StoredPrefix
-from ._decoding import _Decoding
+from ._decoding import TornMarker, _Decoding
 from ._files import _FileChanged, _revision
 from ._scanner import SessionLogScanner
 from ._zstdframes import ZSTD_MAGIC_BYTES, decompress_frame, frame_ends_at, scan_zstd_frames
@@ -90,7 +90,7 @@ class _TailWindow:
 class _Seeking(_Decoding):
     """The seek read's parts (a mixin of :class:`~agentlog.persistence.jsonl.backend.JsonlBackend`)."""
 
-    def _seek_stable(self, path: str, from_seq: int) -> StoredPrefix | object | None:
+    def _seek_stable(self, path: str, from_seq: int) -> StoredPrefix[TornMarker] | object | None:
         """The seek read, bracketed by two stats like :meth:`_read_stable`: a prefix, ``_WHOLE``, or None."""
         seek = self._seek_zstd if self._zstd else self._seek_raw
 

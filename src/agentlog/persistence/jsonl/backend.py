@@ -205,7 +205,7 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
     # --- reading -------------------------------------------------------------------------------
 
     @_typed_os_errors
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[TornMarker] | None:
         """The valid stored prefix (spec §4.7). Never writes; damage raises, a torn tail is reported."""
         found = self._read_log(session_id)
         if found is None:
@@ -227,7 +227,7 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=marker)
 
     @_typed_os_errors
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[TornMarker] | None:
         """Seek read: the stored events with ``seq >= from_seq``, reading the file backwards from its end.
 
         Only the header and the records from the last one that starts below ``from_seq`` are read and
@@ -531,7 +531,9 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
             ) from err
 
     @_typed_os_errors
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(
+        self, meta: Mapping[str, Any], torn_marker: TornMarker | None, closers: Sequence[WireEvent]
+    ) -> None:
         """Cut the torn tail, then append recovered events + closers as ONE batch (spec §4.8).
 
         Two fsynced steps, not atomic: a crash between them leaves a shorter but valid log, and the next

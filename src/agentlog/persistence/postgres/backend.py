@@ -703,7 +703,7 @@ class PostgresBackend:
             damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
         return meta, events, self._revision(incarnation, revision, tail), damage
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[None] | None:
         read = self._read(session_id, 0)
         if read is None:
             return None
@@ -712,7 +712,7 @@ class PostgresBackend:
             raise damage
         return StoredPrefix(meta=meta, events=events, revision=revision)
 
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[None] | None:
         """Seek read: only the rows with ``seq >= from_seq`` are fetched and parsed (the primary key)."""
         if type(from_seq) is not int or not 0 <= from_seq <= MAX_SAFE_INTEGER:
             raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
@@ -892,7 +892,7 @@ class PostgresBackend:
             return None
         return _Batch(batch.session_id, batch.events[next_seq - first :])
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: None, closers: Sequence[WireEvent]) -> None:
         """A transaction cannot tear: there is never a torn tail, only closers to append."""
         if torn_marker is not None:
             raise PersistenceError("the PostgreSQL backend never reports a torn tail")

@@ -261,7 +261,7 @@ class SqliteBackend(_Listing, _Staging):
         found: tuple[tuple[Any, ...], list[Any]] | None = self._read(body)
         return found
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[None] | None:
         """Every stored event (``loadStored``); any damaged row is typed corruption. Never writes.
 
         ``torn_marker`` is always ``None``: a SQLite row cannot tear, so there is nothing a repair may
@@ -344,7 +344,7 @@ class SqliteBackend(_Listing, _Staging):
             raise found
         return found  # type: ignore[no-any-return]
 
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[None] | None:
         """Seek read (``loadStoredFrom``): the stored events with ``seq >= from_seq``.
 
         Only the rows from ``from_seq`` (plus a packed row that straddles it) are decoded, so a suffix
@@ -443,7 +443,7 @@ class SqliteBackend(_Listing, _Staging):
                 offset=err.offset,
             ) from None
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: None, closers: Sequence[WireEvent]) -> None:
         """Append the closers of an interrupted turn in ONE transaction (``commitRepair``); never deletes.
 
         A SQLite row cannot tear, so :meth:`load_stored` never hands out a torn marker and a marker is
