@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
 from ..errors import PersistenceError, SessionPersistenceCorruptionError
-from ..kernel.events import Event
+from ..kernel.events import Event, SessionHeader
 from ..kernel.jsoncodec import dumps
 
 if TYPE_CHECKING:
@@ -35,12 +35,15 @@ WireEvent = Mapping[str, Any]
 class StoredPrefix(Generic[TornT]):
     """The valid contiguous stored prefix of one session, freshly parsed (owned by the caller).
 
+    ``meta`` is the session header as stored (a plain dict, typed as the kernel's
+    :class:`~agentlog.kernel.events.SessionHeader`; the coordinator checks it again on restore).
+
     ``torn_marker`` is ``None`` when the stored artifact ends cleanly; otherwise it is the backend's
     private description of the torn tail (of its marker type ``TornT``) that :meth:`Backend.commit_repair`
     must remove.
     """
 
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[dict[str, Any]]
     revision: str
     torn_marker: TornT | None = None
@@ -50,13 +53,15 @@ class StoredPrefix(Generic[TornT]):
 class PartialRead:
     """What :meth:`Backend.read_prefix` salvages: the valid contiguous prefix up to the first damage.
 
+    ``meta`` is the session header as stored (as in :class:`StoredPrefix`).
+
     ``damage`` is the typed error a full load would raise (``None`` when the log is intact); its
     ``location`` names the file or database and ``offset`` the byte offset (JSONL: in the file; for a
     zstd log, of the damaged frame) or row where the damage was found. ``torn_offset`` is where an
     (intact log's) incomplete final record starts, which a resume would remove; ``events`` exclude it.
     """
 
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[dict[str, Any]]
     revision: str
     damage: SessionPersistenceCorruptionError | None = None
@@ -82,7 +87,7 @@ class SessionListing:
 
 @dataclass
 class RawArtifact:
-    meta: dict[str, Any]
+    meta: SessionHeader
     filename: str
     content: str
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...errors import ResourceExhaustedError, SessionPersistenceCorruptionError
 from ...kernel.chunkrows import expand_items
+from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import dumps, loads
 from ._errors import _R
 from ._files import _FileChanged, _not_a_file, _open_regular, _read_fd, _revision, _stat_key
@@ -110,7 +111,7 @@ class _Decoding(_Layout):
 
     def _decode_raw(
         self, data: bytes, path: str, compact: bool = False
-    ) -> tuple[dict[str, Any], list[Any], TornMarker | None, int]:
+    ) -> tuple[SessionHeader, list[Any], TornMarker | None, int]:
         """``(meta, events, torn marker, event count)``; ``compact`` keeps packed rows as ChunkRun items."""
         try:
             result = (scan_log_compact if compact else scan_log)(data, **self._limits())
@@ -142,7 +143,7 @@ class _Decoding(_Layout):
         path: str,
         damages: list[SessionPersistenceCorruptionError] | None = None,
         compact: bool = False,
-    ) -> tuple[dict[str, Any], list[Any], TornMarker | None, int]:
+    ) -> tuple[SessionHeader, list[Any], TornMarker | None, int]:
         """``readZstdPrefix`` (spec §4.7.2): complete frames must be flawless; only the last may be torn.
 
         With ``damages`` (a partial read), damage after the header ends the read instead of failing it:

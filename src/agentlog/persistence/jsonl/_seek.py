@@ -14,6 +14,7 @@ from typing import Any, Final
 from ...errors import ChunkRowError, SessionFormatUnsupportedError, SessionPersistenceCorruptionError
 from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import CHUNK_ROW_TAGS, decode_storage_record
+from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import loads
 from ..backend import StoredPrefix
 from ._decoding import TornMarker, _Decoding
@@ -153,7 +154,7 @@ class _Seeking(_Decoding):
             end = previous
         return 0, first_seq
 
-    def _seek_raw(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[dict[str, Any], list[Any]] | None:
+    def _seek_raw(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[SessionHeader, list[Any]] | None:
         head = tail.head(_SEEK_BLOCK)
         newline = head.find(b"\n")
         if newline < 0 or from_seq == 0:
@@ -174,7 +175,7 @@ class _Seeking(_Decoding):
             end = start - 1
         return None
 
-    def _seek_zstd(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[dict[str, Any], list[Any]] | None:
+    def _seek_zstd(self, tail: _TailWindow, from_seq: int, path: str) -> tuple[SessionHeader, list[Any]] | None:
         head = tail.head(_SEEK_BLOCK)
         header = scan_zstd_frames(head, 1)
         if not header.frames or from_seq == 0:

@@ -38,7 +38,7 @@ import os
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 from ...errors import (
     AppendRollbackError,
@@ -51,6 +51,7 @@ from ...errors import (
 )
 from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import compact_runs_requested, pack_chunk_runs
+from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps
 from ..backend import (
     PartialRead,
@@ -336,7 +337,7 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
             raise self._corrupt(
                 f"corrupt session log: bytes that are not UTF-8 at {where}byte {err.start}", path, err.start
             ) from None
-        return RawArtifact(meta=meta, filename=LOGICAL_FILENAME, content=content)
+        return RawArtifact(meta=cast("SessionHeader", meta), filename=LOGICAL_FILENAME, content=content)
 
     # --- writing -------------------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ from ...errors import (
 )
 from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import CHUNK_ROW_TAGS, decode_storage_record, decode_storage_run, pack_chunk_runs
+from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
@@ -618,14 +619,14 @@ class PostgresBackend:
 
     def _read(
         self, session_id: str, from_seq: int
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
+    ) -> tuple[SessionHeader, list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
         """Fetch and decode; the cycle collector waits (see ``kernel._gc``: it would re-scan every row)."""
         with gc_paused():
             return self._read_paused(session_id, from_seq)
 
     def _read_paused(
         self, session_id: str, from_seq: int
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
+    ) -> tuple[SessionHeader, list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
         with self._connection("reading a session") as conn:
             with conn.transaction():
                 conn.execute(_sql.READ_SNAPSHOT)
@@ -641,7 +642,7 @@ class PostgresBackend:
                 else:
                     rows = cur.execute(self._sql["select_events"], (session_id,)).fetchall()
         try:
-            meta = loads(bytes(header))
+            meta: SessionHeader = loads(bytes(header))  # the header this store wrote (restore checks it)
         except (ValueError, RecursionError) as err:
             raise SessionPersistenceCorruptionError(
                 f'stored session "{session_id}" in {self.location} has an invalid header ({err}); it is left as it is',

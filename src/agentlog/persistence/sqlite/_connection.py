@@ -15,9 +15,10 @@ import stat
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ...errors import PersistenceError, SessionPersistenceCorruptionError, StorageAccessError, StoreNotFoundError
+from ...kernel.events import SessionHeader
 from ..paths import file_kind
 from . import _codec as codec
 from ._errors import (
@@ -364,7 +365,7 @@ class _Connection(_ErrorMapping):
         rows = self._fetchall(conn, SQL["select_session_with_tail"], (session_id,))
         return rows[0] if rows else None
 
-    def _decode_session(self, row: tuple[Any, ...]) -> tuple[dict[str, Any], str]:
+    def _decode_session(self, row: tuple[Any, ...]) -> tuple[SessionHeader, str]:
         """Header and revision of a session row; invalid metadata is corruption, never exposed."""
         try:
             header, incarnation, revision = codec.decode_session_row(row[:-_TAIL_COLUMNS])
@@ -374,7 +375,7 @@ class _Connection(_ErrorMapping):
                 f'stored session "{sid}" has invalid metadata: {err} — {self.path}. {codec.REMEDY}',
                 location=self.path,
             ) from None
-        return header, self._revision(incarnation, revision, row[-_TAIL_COLUMNS:])
+        return cast("SessionHeader", header), self._revision(incarnation, revision, row[-_TAIL_COLUMNS:])
 
     def _write(self, op: str, body: Callable[[sqlite3.Connection], None]) -> None:
         """Run ``body`` in ``BEGIN IMMEDIATE`` after the ownership re-check; roll back on any error.

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ...errors import PersistenceError, ResourceExhaustedError, SessionPersistenceCorruptionError, StoreNotFoundError
+from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, StoredPrefix, WireEvent, check_reader_limits
@@ -294,7 +295,7 @@ class SqliteBackend(_Listing, _Staging):
 
     def _scan_stored(
         self, session_id: str, compact: bool
-    ) -> tuple[dict[str, Any], str, list[Any], SessionPersistenceCorruptionError | None] | None:
+    ) -> tuple[SessionHeader, str, list[Any], SessionPersistenceCorruptionError | None] | None:
         """Header, revision, the decodable prefix of all rows and the damage ending it; ``None`` if absent.
 
         The rows are decoded batch by batch inside the read (:meth:`_row_batches`), so the connection
@@ -320,7 +321,7 @@ class SqliteBackend(_Listing, _Staging):
 
         def body(
             conn: sqlite3.Connection,
-        ) -> tuple[dict[str, Any], str, list[Any], SessionPersistenceCorruptionError | None] | Exception | None:
+        ) -> tuple[SessionHeader, str, list[Any], SessionPersistenceCorruptionError | None] | Exception | None:
             if self._pristine:
                 return None
             session = self._session_row(conn, session_id)
