@@ -9,33 +9,51 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
-from ..errors import SessionPersistenceCorruptionError
-from ..kernel.events import Event
+from ..errors import PersistenceError, SessionPersistenceCorruptionError
+from ..kernel.events import Event, SessionHeader
 from ..kernel.jsoncodec import dumps
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    TornT = TypeVar("TornT", default=Any)
+else:
+    from typing import TypeVar
+
+    TornT = TypeVar("TornT")  # (3.11's TypeVar takes no default; only the type checker reads it)
+"""A backend's torn-marker type: what its ``load_stored`` reports and its ``commit_repair`` takes back
+(``TornMarker`` for JSONL; ``None`` for a backend whose logs cannot tear). A bare ``Backend`` (any backend)
+leaves it open (``Any``)."""
 
 WireEvent = Mapping[str, Any]
 """An event in wire form: an :class:`~agentlog.events.Event` or a plain dict with the same keys."""
 
 
 @dataclass
-class StoredPrefix:
+class StoredPrefix(Generic[TornT]):
     """The valid contiguous stored prefix of one session, freshly parsed (owned by the caller).
 
+    ``meta`` is the session header as stored (a plain dict, typed as the kernel's
+    :class:`~agentlog.kernel.events.SessionHeader`; the coordinator checks it again on restore).
+
     ``torn_marker`` is ``None`` when the stored artifact ends cleanly; otherwise it is the backend's
-    private description of the torn tail that :meth:`Backend.commit_repair` must remove.
+    private description of the torn tail (of its marker type ``TornT``) that :meth:`Backend.commit_repair`
+    must remove.
     """
 
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[dict[str, Any]]
     revision: str
-    torn_marker: object = None
+    torn_marker: TornT | None = None
 
 
 @dataclass
 class PartialRead:
     """What :meth:`Backend.read_prefix` salvages: the valid contiguous prefix up to the first damage.
+
+    ``meta`` is the session header as stored (as in :class:`StoredPrefix`).
 
     ``damage`` is the typed error a full load would raise (``None`` when the log is intact); its
     ``location`` names the file or database and ``offset`` the byte offset (JSONL: in the file; for a
@@ -43,7 +61,7 @@ class PartialRead:
     (intact log's) incomplete final record starts, which a resume would remove; ``events`` exclude it.
     """
 
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[dict[str, Any]]
     revision: str
     damage: SessionPersistenceCorruptionError | None = None
@@ -69,7 +87,7 @@ class SessionListing:
 
 @dataclass
 class RawArtifact:
-    meta: dict[str, Any]
+    meta: SessionHeader
     filename: str
     content: str
 
@@ -94,13 +112,30 @@ class StagedLog(Protocol):
     def discard(self) -> None: ...
 
 
+class StagedGuard:
+    """The open/closed state a staged log shares across backends (the JSONL and SQLite staged logs).
+
+    ``publish`` and ``discard`` set ``_closed``; every later ``append`` or ``publish`` is refused.
+    """
+
+    _meta: Mapping[str, Any]
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+
+
 @runtime_checkable
-class Backend(Protocol):
-    """Storage primitives. All methods are synchronous and may block on I/O."""
+class Backend(Protocol[TornT]):
+    """Storage primitives. All methods are synchronous and may block on I/O.
+
+    Generic in the backend's torn-marker type (:data:`TornT`): ``Backend[TornMarker]`` is a JSONL backend,
+    a bare ``Backend`` any backend."""
 
     name: str
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[TornT] | None:
         """The valid stored prefix, or ``None`` when no artifact exists. Never writes."""
         ...
 
@@ -112,7 +147,7 @@ class Backend(Protocol):
         """Durably append a contiguous batch; the first batch materializes the header atomically with it."""
         ...
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: TornT | None, closers: Sequence[WireEvent]) -> None:
         """Remove the torn tail named by ``torn_marker`` (if any), then append ``closers``."""
         ...
 
@@ -159,10 +194,10 @@ class SalvagesPrefix(Protocol):
 
 
 @runtime_checkable
-class SeeksStored(Protocol):
+class SeeksStored(Protocol[TornT]):
     """A backend that can read a log's suffix at a cost of the suffix rather than the log."""
 
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[TornT] | None:
         """The events with ``seq >= from_seq`` of the valid stored prefix (``torn_marker`` always ``None``,
         never writes; ``None`` when no artifact exists).
 
