@@ -74,6 +74,7 @@ from ..backend import (
 )
 from ..paths import MAX_ENCODED_ID_BYTES, decode_segment, encode_segment, encodes_verbatim, file_kind, project_key
 from ..storage_errors import storage_error
+from ..store_identity import directory_identity
 from ..writer_lock import clear_holder, locked_error, read_holder, record_holder
 from ._scanner import (
     DEFAULT_MAX_HEADER_BYTES,
@@ -1767,6 +1768,10 @@ class JsonlBackend:
 
     def close(self) -> None:
         """Nothing to release: every file handle is closed by the operation that opened it."""
+
+    def store_identity(self) -> str | None:
+        """``jsonl:<real root>:<inode>`` (:class:`~..backend.IdentifiesStore`); ``None`` before the root exists."""
+        return directory_identity(self.root)
 
 
 _STAGED_SUFFIX: Final = ".import.tmp"

@@ -66,6 +66,7 @@ from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, check_reader_limits
 from ..paths import encode_segment, file_kind  # one id → file-name encoding for every backend (spec §4.2)
 from ..storage_errors import storage_error
+from ..store_identity import sqlite_file_identity
 from ..writer_lock import clear_holder, holder_record, locked_error, read_holder, record_holder
 from . import _codec as codec
 
@@ -1358,6 +1359,10 @@ class SqliteBackend:
             held = list(self._held_locks)
         for lock in held:
             lock.release()
+
+    def store_identity(self) -> str | None:
+        """``sqlite-store:<store id>`` (:class:`~..backend.IdentifiesStore`); ``None`` before the database exists."""
+        return sqlite_file_identity(self.path, self.store_id)
 
 
 class _StagedSession:
