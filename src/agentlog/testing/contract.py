@@ -35,7 +35,7 @@ for pytest's assertion rewriting (see :mod:`agentlog.testing`), as it does for a
 The fault-injection tests subclass the backend's class on the fly (``instance.__class__`` is swapped for
 ``class _(Mixin, type(instance))``), so a backend class must allow that (no ``__slots__``-only layout).
 
-This module imports pytest (the ``test`` extra); ``import agentlog`` never imports it.
+This module imports pytest (the slim ``contract`` extra, or ``test``); ``import agentlog`` never imports it.
 """
 
 from __future__ import annotations
