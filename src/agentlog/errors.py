@@ -52,6 +52,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── ArgumentTypeError (TypeError) [INVALID_ARGUMENT_TYPE]
     ├── AsyncFlushInLoopError [ASYNC_FLUSH_IN_LOOP]
     ├── InvalidOptionError (ValueError) [INVALID_OPTION]
+    │   └── UnknownBackendError [UNKNOWN_BACKEND]
     ├── PersistenceError [PERSISTENCE_ERROR]
     │   ├── SessionNotFoundError (LookupError) [SESSION_NOT_FOUND]
     │   ├── StoreNotFoundError (LookupError) [STORE_NOT_FOUND]
@@ -441,6 +442,13 @@ class AsyncFlushInLoopError(AgentlogError):
 
 class InvalidOptionError(AgentlogError, ValueError):
     code = "INVALID_OPTION"
+
+
+class UnknownBackendError(InvalidOptionError):
+    """A backend name that is neither built in, nor registered (entry-point group ``agentlog.backends``),
+    nor a loadable ``module:attribute`` path (:mod:`agentlog.persistence.registry`)."""
+
+    code = "UNKNOWN_BACKEND"
 
 
 class ReaderLimitError(SessionPersistenceCorruptionError):

@@ -27,7 +27,6 @@ from .conftest import drop_schema
 
 class TestPostgresContract(BackendContract):
     kind = "postgres"
-    can_damage_header = True
 
     @pytest.fixture(autouse=True)
     def _schemas(self, pg_dsn: str) -> Iterator[None]:

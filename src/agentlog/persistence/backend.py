@@ -288,6 +288,26 @@ class PlacesDerivedFiles(Protocol):
     def derived_path(self, name: str, suffix: str) -> str | None: ...
 
 
+@runtime_checkable
+class IdentifiesStore(Protocol):
+    """A backend that can say which store it opens, so the derived files are bound to the store, not a copy.
+
+    A derived file beside the store (the projection cache) records the identity it was built for and is
+    rebuilt when the store it finds has another, so a cache file copied along with a store, or left
+    behind by a store deleted and recreated at the same path, is never trusted. The upper layers ask
+    ``isinstance(backend, IdentifiesStore)``; a backend without it binds its derived files to the backend
+    instance (they are rebuilt by every process).
+    """
+
+    def store_identity(self) -> str | None:
+        """Which store this backend opens: equal for every backend over the same store (in any process) and
+        different for any other store, or ``None`` while the store holds nothing yet (no root directory,
+        no database). ``<kind>:<key>``: ``jsonl:<real root>:<inode>`` (a JSONL store has no id of its
+        own), ``sqlite-store:<the database's random store id>``, ``postgres:<host-cache key>``
+        (:mod:`agentlog.persistence.host_cache`)."""
+        ...
+
+
 _CHECKS_IDS: dict[type, bool] = {}
 """Per backend class, whether it has ``validate_session_id``: a runtime protocol check costs
 microseconds, and the coordinator asks before every read (a capability is a method of the class)."""

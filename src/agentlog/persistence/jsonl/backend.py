@@ -63,6 +63,7 @@ from ..backend import (
 )
 from ..paths import MAX_ENCODED_ID_BYTES, encode_segment, project_key
 from ..storage_errors import storage_error
+from ..store_identity import directory_identity
 from ._decoding import TornMarker
 from ._errors import _typed_os_errors
 from ._files import (
@@ -600,6 +601,10 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
 
     def close(self) -> None:
         """Nothing to release: every file handle is closed by the operation that opened it."""
+
+    def store_identity(self) -> str | None:
+        """``jsonl:<real root>:<inode>`` (:class:`~..backend.IdentifiesStore`); ``None`` before the root exists."""
+        return directory_identity(self.root)
 
 
 def _refusal(meta: Mapping[str, Any]) -> str:

@@ -1093,7 +1093,12 @@ class PostgresBackend:
 
     def derived_directory(self) -> str | None:
         """The store's (created) directory of the reading host's cache (:mod:`..host_cache`)."""
-        return host_cache.derived_directory(self)
+        return host_cache.key_directory(host_cache.address_key(self.dsn, self.schema))
+
+    def store_identity(self) -> str | None:
+        """``postgres:<host-cache key>`` (:class:`~..backend.IdentifiesStore`): the store's address (its
+        connection parameters without the password, and its schema)."""
+        return host_cache.POSTGRES_IDENTITY_PREFIX + host_cache.address_key(self.dsn, self.schema)
 
     def derived_path(self, name: str, suffix: str) -> str | None:
         """A PostgreSQL store has no place on disk beside it."""

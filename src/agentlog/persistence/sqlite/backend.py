@@ -52,6 +52,7 @@ from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, StoredPrefix, WireEvent, check_reader_limits
+from ..store_identity import sqlite_file_identity
 from . import _codec as codec
 from ._errors import sqlite_storage_code
 from ._listing import _Listing
@@ -538,3 +539,7 @@ class SqliteBackend(_Listing, _Staging):
             held = list(self._held_locks)
         for lock in held:
             lock.release()
+
+    def store_identity(self) -> str | None:
+        """``sqlite-store:<store id>`` (:class:`~..backend.IdentifiesStore`); ``None`` before the database exists."""
+        return sqlite_file_identity(self.path, self.store_id)
