@@ -133,13 +133,12 @@ gate), ``_Refusal`` (built-in tools; it carries a tool outcome, not an error) â€
 
 from __future__ import annotations
 
+from collections.abc import Mapping  # (at run time too: typing.get_type_hints resolves annotations here)
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import orjson
 
 if TYPE_CHECKING:  # a type only: at run time this module imports nothing of agentlog
-    from collections.abc import Mapping
-
     from .kernel.events import LlmFailure
 
 
