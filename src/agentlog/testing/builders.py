@@ -35,6 +35,8 @@ from ..kernel.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    Message,
+    SurfaceIntent,
 )
 from ..kernel.jsoncodec import dumps
 
@@ -121,7 +123,7 @@ def step_end(seq: int, turn: int = 1, step: int = 1) -> dict[str, Any]:
     return ev(STEP_END, seq, {"turn": turn, "step": step})
 
 
-def user_data(text: str = "hello", *, msg_id: str | None = None) -> dict[str, Any]:
+def user_data(text: str = "hello", *, msg_id: str | None = None) -> Message:
     return {
         "id": msg_id or f"user-{text}",
         "role": "user",
@@ -219,7 +221,7 @@ def open_turn_with_chunks() -> list[dict[str, Any]]:
 
 
 # Live appends: (type, data, intent) triples for Session.append.
-APPEND_INTENT = {"surfaceOp": "append"}
+APPEND_INTENT: SurfaceIntent = {"surfaceOp": "append"}
 
 
 def append_closed_turn(session: Any, turn: int = 1) -> None:

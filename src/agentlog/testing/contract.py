@@ -1303,7 +1303,7 @@ class BackendContract(ABC):
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append_custom(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         store.flush(session)
         first.close()
         session.append(STEP_START, {"turn": 1, "step": 1})  # no persistence attached while these commit
@@ -1319,7 +1319,7 @@ class BackendContract(ABC):
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append_custom(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         session.append(STEP_START, {"turn": 1, "step": 1})
         store.flush(session)
         first.close()
@@ -1701,7 +1701,7 @@ class BackendContract(ABC):
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append("feedback/record", {"deep": value})
+        session.append_custom("feedback/record", {"deep": value})
         session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.flush(session)
         loaded = fresh(env).load(SID)
