@@ -111,7 +111,7 @@ def test_docs_exist_and_hold_code_blocks() -> None:
 
 
 @pytest.mark.parametrize("block", ALL_BLOCKS, ids=lambda b: b.name)
-def test_issue7_d11_every_doc_block_runs_here_or_is_marked_not_tested_with_a_reason(block: Block) -> None:
+def test_every_doc_block_runs_here_or_is_marked_not_tested_with_a_reason(block: Block) -> None:
     if block.not_tested is not None:
         assert block.not_tested, f"{block.name}: a not-tested marker needs a reason"
         return
@@ -176,7 +176,7 @@ def _exists_in_repository(path: str) -> bool:
     return any(list(base.glob(path)) if "*" in path else (base / path).exists() for base in bases)
 
 
-def test_issue7_d11_docs_cite_only_files_that_are_in_the_repository() -> None:
+def test_docs_cite_only_files_that_are_in_the_repository() -> None:
     cited = _cited_paths()
     assert cited  # the docs do cite files (docs/kernel-api.md, examples/quickstart.py, …)
     missing = [f"{doc}: {path}" for doc, path in cited if not _exists_in_repository(path)]

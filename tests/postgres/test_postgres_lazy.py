@@ -18,13 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import agentlog as al
-import test_lazy_chunks as lazy_suite
+from _postgres import drop_schema
 from agentlog.errors import SessionPersistenceCorruptionError
 from agentlog.kernel.chunkrows import ChunkRun, compact_chunk_runs, expand_items
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.postgres import PostgresBackend
-
-from .conftest import drop_schema
+from kernel import test_lazy_chunks as lazy_suite
 
 _names = itertools.count()
 
