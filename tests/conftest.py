@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import platform
 import re
 import sys
 from collections.abc import Generator, Iterable, Iterator
@@ -256,6 +257,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_audit)
+
+# The ``openai`` client names the platform in its headers, and ``platform.processor()`` runs ``uname -p``
+# once per interpreter (then caches it): whichever test first used the client started that process,
+# without the marker. Asked here, before any test runs, it is no test's process.
+platform.processor()
 
 
 @pytest.hookimpl(wrapper=True)
