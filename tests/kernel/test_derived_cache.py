@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 
 from agentlog import FrozenError, Session, SurfaceError, derive_event_message, fold_surface
 from agentlog.kernel.events import event_types
-from factories import (
+from agentlog.testing.builders import (
     APPEND,
-    assistant_data,
+    assistant_msg_data,
     intent,
     replace,
     text_block,
-    tool_result_data,
+    tool_result_msg_data,
     user_msg,
 )
 
@@ -64,12 +64,12 @@ def test_derived_cache__stays_equal_to_scratch_replay_as_log_grows() -> None:
     assert list(s.derive_messages()) == scratch(s)
     assert texts(s.derive_messages()) == ["one"]
     user_text(s, "two")
-    s.append("assistant/message", assistant_data("reply"), intent(APPEND))
+    s.append("assistant/message", assistant_msg_data("reply"), intent(APPEND))
     assert list(s.derive_messages()) == scratch(s)
     assert texts(s.derive_messages()) == ["one", "two", "reply"]
     s.append(
         "assistant/message",
-        assistant_data([], step=2, usage={"inputTokens": 1, "outputTokens": 0}),
+        assistant_msg_data([], step=2, usage={"inputTokens": 1, "outputTokens": 0}),
         intent(APPEND),
     )
     assert list(s.derive_messages()) == scratch(s)
@@ -109,14 +109,14 @@ def test_derived_cache__returns_immutable_snapshot_per_call() -> None:
     s.append("turn/start", {"turn": 1})
     user_text(s, "one")
     first = s.derive_messages()
-    s.append("tool/result", tool_result_data("c1", "out"), intent(APPEND))
+    s.append("tool/result", tool_result_msg_data("c1", "out"), intent(APPEND))
     second = s.derive_messages()
     assert len(first) == 1
     assert len(second) == 2
     # snapshots share their frozen message projections
     assert second[0] is first[0]
     # a replace (full rebuild) still reuses the very same message objects and leaves old snapshots alone
-    s.append("assistant/message", assistant_data("summary"), intent(replace(2, 2), [2]))
+    s.append("assistant/message", assistant_msg_data("summary"), intent(replace(2, 2), [2]))
     third = s.derive_messages()
     assert third[0] is first[0]
     assert len(first) == 1
@@ -190,15 +190,15 @@ def test_derived_cache__projects_none_for_events_without_message() -> None:
     boundary = s.append("step/start", {"turn": 1, "step": 1})
     assert s.derive_event_message(boundary) is None
     assert derive_event_message(boundary) is None
-    empty = s.append("assistant/message", assistant_data([]), intent(APPEND))
+    empty = s.append("assistant/message", assistant_msg_data([]), intent(APPEND))
     assert s.derive_event_message(empty) is None
     assert derive_event_message(empty) is None
     call = s.append("tool/call", {"turn": 1, "step": 1, "callId": "c", "name": "t", "arguments": "{}"})
     assert s.derive_event_message(call) is None
     # and the non-empty projections are the message objects themselves
-    reply = s.append("assistant/message", assistant_data("r"), intent(APPEND))
+    reply = s.append("assistant/message", assistant_msg_data("r"), intent(APPEND))
     assert s.derive_event_message(reply) is reply["data"]["message"]
-    result = s.append("tool/result", tool_result_data("c", "ok"), intent(APPEND))
+    result = s.append("tool/result", tool_result_msg_data("c", "ok"), intent(APPEND))
     assert s.derive_event_message(result) is result["data"]["message"]
 
 
@@ -296,8 +296,8 @@ def valid_op(data: st.DataObject, model: Model) -> tuple[str, Any, dict[str, Any
             return "user/message", user_msg(text), opts
         if kind == "assistant":
             blocks = [] if data.draw(st.booleans(), label="empty") else [text_block(text)]
-            return "assistant/message", assistant_data(blocks), opts
-        return "tool/result", tool_result_data(f"call-{seq}", text), opts
+            return "assistant/message", assistant_msg_data(blocks), opts
+        return "tool/result", tool_result_msg_data(f"call-{seq}", text), opts
     if kind == "replace":
         n = len(model.nodes)
         i = data.draw(st.integers(0, n - 1), label="i")
@@ -310,7 +310,7 @@ def valid_op(data: st.DataObject, model: Model) -> tuple[str, Any, dict[str, Any
         if data.draw(st.booleans(), label="by-user"):
             return "user/message", user_msg(text, source={"kind": "plugin", "plugin": "compact"}), op
         blocks = [] if data.draw(st.booleans(), label="empty") else [text_block(text)]
-        return "assistant/message", assistant_data(blocks), op
+        return "assistant/message", assistant_msg_data(blocks), op
     # content-only tool/result rewrite
     target = data.draw(st.sampled_from(model.tool_nodes()), label="target")
     new = plain(model.events[target][1])
@@ -347,7 +347,7 @@ def invalid_op(data: st.DataObject, model: Model) -> tuple[str, Any, dict[str, A
         drop = data.draw(st.sampled_from(shadowed), label="drop")
         sources = [s for s in shadowed if s != drop]
         op = intent(replace(nodes[i], nodes[j]), sources) if sources else intent(replace(nodes[i], nodes[j]))
-        return "assistant/message", assistant_data("x"), op
+        return "assistant/message", assistant_msg_data("x"), op
     if kind == "reversed":
         i = data.draw(st.integers(0, len(nodes) - 2), label="i")
         j = data.draw(st.integers(i + 1, len(nodes) - 1), label="j")
@@ -356,7 +356,7 @@ def invalid_op(data: st.DataObject, model: Model) -> tuple[str, Any, dict[str, A
         i = data.draw(st.integers(0, len(nodes) - 2), label="i")
         return (
             "tool/result",
-            tool_result_data("x", "x"),
+            tool_result_msg_data("x", "x"),
             intent(replace(nodes[i], nodes[i + 1]), nodes[i : i + 2]),
         )
     target = data.draw(st.sampled_from(model.tool_nodes()), label="target")

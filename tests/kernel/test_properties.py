@@ -40,7 +40,15 @@ from agentlog.kernel.events import event_types
 from agentlog.kernel.jsoncodec import dumps
 from agentlog.kernel.repair import interrupted_turn_closers
 from agentlog.persistence.coordinator import PersistenceCoordinator
-from factories import APPEND, assistant_data, intent, replace, text_block, tool_result_data, user_msg
+from agentlog.testing.builders import (
+    APPEND,
+    assistant_msg_data,
+    intent,
+    replace,
+    text_block,
+    tool_result_msg_data,
+    user_msg,
+)
 from persistence.conftest import BACKEND_KINDS, BackendFactory
 
 # The plugin's own log-only types: appends of unregistered types are refused (issue 7, defect 2).
@@ -125,7 +133,7 @@ class LogBuilder:
             if kind == "replace_user":
                 self._append("user/message", user_msg(text, id=self._id()), surface_intent)
             else:
-                self._append("assistant/message", assistant_data(text, id=self._id()), surface_intent)
+                self._append("assistant/message", assistant_msg_data(text, id=self._id()), surface_intent)
         elif kind == "rewrite_tool" and tool_nodes:
             seq = tool_nodes[a % len(tool_nodes)]
             data = thaw(s.events[seq].data)
@@ -134,18 +142,18 @@ class LogBuilder:
         elif kind in ("user", "replace_user", "replace_assistant"):
             self._append("user/message", user_msg(text, id=self._id()), intent(APPEND))
         elif kind == "assistant":
-            self._append("assistant/message", assistant_data(text, id=self._id()), intent(APPEND))
+            self._append("assistant/message", assistant_msg_data(text, id=self._id()), intent(APPEND))
         elif kind == "assistant_tool_call":
             blocks = [
                 text_block(text),
                 {"type": "tool-call", "id": f"call-{a % 4}", "name": "echo", "arguments": "{}"},
             ]
-            self._append("assistant/message", assistant_data(blocks, id=self._id()), intent(APPEND))
+            self._append("assistant/message", assistant_msg_data(blocks, id=self._id()), intent(APPEND))
         elif kind == "assistant_empty":
-            data = assistant_data([], id=self._id(), usage={"inputTokens": a % 50, "outputTokens": 0})
+            data = assistant_msg_data([], id=self._id(), usage={"inputTokens": a % 50, "outputTokens": 0})
             self._append("assistant/message", data, intent(APPEND))
         elif kind in ("tool_result", "rewrite_tool"):
-            data = tool_result_data(f"call-{a % 4}", text, id=self._id(), is_error=bool(b % 2))
+            data = tool_result_msg_data(f"call-{a % 4}", text, id=self._id(), is_error=bool(b % 2))
             self._append("tool/result", data, intent(APPEND))
         elif kind == "boundary":
             if self.open_step:
@@ -429,7 +437,7 @@ def invalid_attempt(session: Session, kind: str, a: int, b: int) -> tuple[str, A
     nodes = list(session.surface.nodes)
     seq = session.seq
     surface_type = SURFACE_TYPES[a % 2]  # user/message or assistant/message: no tool-result restriction
-    message = user_msg("x", id="bad") if surface_type == "user/message" else assistant_data("x", id="bad")
+    message = user_msg("x", id="bad") if surface_type == "user/message" else assistant_msg_data("x", id="bad")
     tool_nodes = [n for n in nodes if session.events[n].type == "tool/result"]
 
     if kind == "non_json_data":
@@ -446,8 +454,8 @@ def invalid_attempt(session: Session, kind: str, a: int, b: int) -> tuple[str, A
         # well-formed data of the target type: only its surface metadata is wrong
         well_formed = {
             "user/message": user_msg("x", id="bad"),
-            "assistant/message": assistant_data("x", id="bad"),
-            "tool/result": tool_result_data("call-0", "x", id="bad"),
+            "assistant/message": assistant_msg_data("x", id="bad"),
+            "tool/result": tool_result_msg_data("call-0", "x", id="bad"),
         }
         return target, well_formed[target], surface_intent, SurfaceError
     if kind == "forbidden_surface_op":
@@ -514,7 +522,7 @@ def invalid_attempt(session: Session, kind: str, a: int, b: int) -> tuple[str, A
     if kind == "tool_rewrite_two_nodes" and len(nodes) >= 2:
         i = a % (len(nodes) - 1)
         shadow = nodes[i : i + 2]
-        data = tool_result_data("call-0", "x", id="bad")
+        data = tool_result_msg_data("call-0", "x", id="bad")
         return "tool/result", data, intent(replace(shadow[0], shadow[1]), shadow), SurfaceError
     # start_not_found, and the fallback for kinds whose precondition does not hold on this log
     end = nodes[0] if nodes else seq

@@ -49,14 +49,14 @@ from agentlog.kernel.session import _checked_copy
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
-from factories import (
+from agentlog.testing.builders import (
     APPEND,
-    assistant_data,
+    assistant_msg_data,
     intent,
     replace,
     seed_event,
     text_block,
-    tool_result_data,
+    tool_result_msg_data,
     user_msg,
 )
 
@@ -159,12 +159,12 @@ def test_session__derives_message_history_from_the_event_log() -> None:
     session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "hi"}})
     session.append(
         "assistant/message",
-        assistant_data(
+        assistant_msg_data(
             [text_block("let me check"), {"type": "tool-call", "id": "c1", "name": "echo", "arguments": "{}"}]
         ),
         intent(APPEND),
     )
-    session.append("tool/result", tool_result_data("c1", "ok", is_error=False), intent(APPEND))
+    session.append("tool/result", tool_result_msg_data("c1", "ok", is_error=False), intent(APPEND))
     session.append("turn/end", turn_end_completed())
 
     messages = session.derive_messages()
@@ -234,7 +234,7 @@ def test_session__keeps_the_exact_identified_context_message_in_durable_history_
 def _small_turn(session: Session) -> None:
     session.append("turn/start", {"turn": 1})
     session.append("user/message", user_msg("q"), intent(APPEND))
-    session.append("assistant/message", assistant_data("a"), intent(APPEND))
+    session.append("assistant/message", assistant_msg_data("a"), intent(APPEND))
     session.append("turn/end", turn_end_completed())
 
 
@@ -456,7 +456,7 @@ def test_session__isolates_the_log_from_mutation_through_a_derived_message() -> 
     # list" becomes reordering a copy of it.
     session = Session.create("s4", now=now)
     session.append("user/message", user_msg("original"), intent(APPEND))
-    session.append("tool/result", tool_result_data("c1", "tool out", is_error=False), intent(APPEND))
+    session.append("tool/result", tool_result_msg_data("c1", "tool out", is_error=False), intent(APPEND))
     before = [thaw(e) for e in session.events]
 
     messages = session.derive_messages()

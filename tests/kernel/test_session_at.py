@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from agentlog import AgentlogError, FrozenError, Session, thaw
-from factories import APPEND, assistant_data, intent, replace, text_block, tool_result_data, user_msg
+from agentlog.testing.builders import (
+    APPEND,
+    assistant_msg_data,
+    intent,
+    replace,
+    text_block,
+    tool_result_msg_data,
+    user_msg,
+)
 
 
 def now() -> int:
@@ -46,13 +54,13 @@ _STEPS: list[Callable[[Session], Any]] = [
     ),
     lambda s: s.append(
         "assistant/message",
-        assistant_data(
+        assistant_msg_data(
             [text_block("let me check"), {"type": "tool-call", "id": "c1", "name": "echo", "arguments": "{}"}]
         ),
         intent(APPEND, [5]),
     ),
     lambda s: s.append("tool/call", {"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": "{}"}),
-    lambda s: s.append("tool/result", tool_result_data("c1", "long tool output"), intent(APPEND, [7])),
+    lambda s: s.append("tool/result", tool_result_msg_data("c1", "long tool output"), intent(APPEND, [7])),
     lambda s: s.append("step/end", {"turn": 1, "step": 1}),
     # 10
     lambda s: s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}}),
@@ -61,7 +69,7 @@ _STEPS: list[Callable[[Session], Any]] = [
     lambda s: s.append("user/message", user_msg("follow-up"), intent(APPEND)),
     lambda s: s.append(
         "assistant/message",
-        assistant_data([], turn=2, usage={"inputTokens": 1, "outputTokens": 0}),
+        assistant_msg_data([], turn=2, usage={"inputTokens": 1, "outputTokens": 0}),
         intent(APPEND),
     ),
     # 15: content-only rewrite of the tool result at seq 8

@@ -27,15 +27,15 @@ from agentlog import (
     is_surface_eligible_type,
     is_surface_event,
 )
-from factories import (
+from agentlog.testing.builders import (
     ABSENT,
     APPEND,
-    assistant_data,
+    assistant_msg_data,
     intent,
     replace,
     seed_event,
     text_block,
-    tool_result_data,
+    tool_result_msg_data,
     user_msg,
 )
 
@@ -58,7 +58,7 @@ def tr_event(
     meta: Any = ABSENT,
 ) -> dict[str, Any]:
     """A tool/result wire event whose result text is ``result <seq>`` (isError false, like the original)."""
-    data = tool_result_data(call_id, f"result {seq}", is_error=False, id=msg_id, meta=meta)
+    data = tool_result_msg_data(call_id, f"result {seq}", is_error=False, id=msg_id, meta=meta)
     return seed_event("tool/result", seq, data, surfaceOp=surface_op, sourceEventSeqs=sources)
 
 
@@ -83,7 +83,7 @@ def surface_session(session_id: str = "ss") -> Session:
     s = Session.create(session_id)
     s.append("turn/start", {"turn": 1})
     s.append("user/message", user_msg("hello"), intent(APPEND))
-    s.append("assistant/message", assistant_data("hi"), intent(APPEND))
+    s.append("assistant/message", assistant_msg_data("hi"), intent(APPEND))
     s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
     return s
 
@@ -118,7 +118,7 @@ def test_surface__rejects_source_event_seqs_on_a_non_surface_event() -> None:
 
 def test_surface__accepts_explicit_empty_sources_on_an_assistant_message() -> None:
     # spec 19.4 #80
-    event = seed_event("assistant/message", 0, assistant_data([]), surfaceOp=APPEND, sourceEventSeqs=[])
+    event = seed_event("assistant/message", 0, assistant_msg_data([]), surfaceOp=APPEND, sourceEventSeqs=[])
     assert fold_surface([event]).nodes == [0]
 
 
@@ -306,8 +306,8 @@ def test_surface__shares_ordered_entries_and_nested_ranges_with_fold_surface() -
     # spec 19.4 #100
     s = Session.create("shared-fold")
     users(s, "a", "b")
-    s.append("assistant/message", assistant_data("summary"), intent(replace(0, 0), [0]))
-    s.append("assistant/message", assistant_data("summary 2", step=2), intent(replace(2, 1), [2, 1]))
+    s.append("assistant/message", assistant_msg_data("summary"), intent(replace(0, 0), [0]))
+    s.append("assistant/message", assistant_msg_data("summary 2", step=2), intent(replace(2, 1), [2, 1]))
 
     folded = fold_surface(s.events)
     assert folded.nodes == list(s.surface.nodes)
@@ -353,7 +353,7 @@ def test_surface__incremental_state_keeps_no_replacement_history() -> None:
     # spec 19.4 #101
     s = Session.create("incremental-state")
     users(s, "a")
-    s.append("assistant/message", assistant_data("b"), intent(replace(0, 0), [0]))
+    s.append("assistant/message", assistant_msg_data("b"), intent(replace(0, 0), [0]))
     assert s.surface.nodes == [1]
     assert not hasattr(s.surface, "replacements")
     for name, value in _reachable_state(s.surface):
@@ -386,7 +386,7 @@ def test_surface__failed_candidate_validation_leaves_state_unchanged() -> None:
     assert surface.replace_generation == 0
 
     with raises_surface("surface replace: sourceEventSeqs must include every shadowed surface node; missing 0"):
-        s.append("assistant/message", assistant_data("invalid"), intent(replace(0, 0)))
+        s.append("assistant/message", assistant_msg_data("invalid"), intent(replace(0, 0)))
 
     assert len(s.events) == 1
     assert s.events == events_before
@@ -438,7 +438,7 @@ def test_surface__picks_up_new_events_incrementally() -> None:
     # spec 19.4 #108
     s = surface_session()
     assert len(s.surface.nodes) == 2
-    s.append("tool/result", tool_result_data("c1", "ok", is_error=False), intent(APPEND))
+    s.append("tool/result", tool_result_msg_data("c1", "ok", is_error=False), intent(APPEND))
     assert len(s.surface.nodes) == 3
     assert s.surface.nodes[2] == 4
 
@@ -446,7 +446,7 @@ def test_surface__picks_up_new_events_incrementally() -> None:
 def test_surface__replays_identically_from_seeded_log() -> None:
     # spec 19.4 #109
     original = surface_session()
-    original.append("tool/result", tool_result_data("c1", "ok", is_error=False), intent(APPEND))
+    original.append("tool/result", tool_result_msg_data("c1", "ok", is_error=False), intent(APPEND))
     replayed = Session.create("replay", list(original.events))
     assert replayed.surface.nodes == [1, 2, 4]
     assert list(replayed.derive_messages()) == list(original.derive_messages())
@@ -456,7 +456,7 @@ def test_surface__replays_identically_from_seeded_log() -> None:
 def test_surface__replace_splices_out_shadowed_nodes() -> None:
     # spec 19.4 #110
     s = surface_session()
-    s.append("assistant/message", assistant_data("summary", turn=2), intent(replace(1, 2), [1, 2]))
+    s.append("assistant/message", assistant_msg_data("summary", turn=2), intent(replace(1, 2), [1, 2]))
     assert s.surface.nodes == [4]
 
 
@@ -464,7 +464,7 @@ def test_surface__replace_with_both_ends_at_real_nodes_splices_only_the_range() 
     # spec 19.4 #111
     s = Session.create("range")
     users(s, "a", "b", "c")
-    s.append("assistant/message", assistant_data("summary"), intent(replace(0, 1), [0, 1]))
+    s.append("assistant/message", assistant_msg_data("summary"), intent(replace(0, 1), [0, 1]))
     assert s.surface.nodes == [3, 2]
 
 
@@ -472,7 +472,7 @@ def test_surface__single_node_replacement() -> None:
     # spec 19.4 #112
     s = Session.create("single")
     users(s, "a", "b")
-    s.append("assistant/message", assistant_data("x"), intent(replace(1, 1), [1]))
+    s.append("assistant/message", assistant_msg_data("x"), intent(replace(1, 1), [1]))
     assert s.surface.nodes == [0, 2]
     assert s.surface.replace_generation == 1
 
@@ -482,7 +482,7 @@ def test_surface__throws_when_replace_start_not_found() -> None:
     s = Session.create("bad-start")
     users(s, "a")
     with raises_surface("surface replace: start seq 5 not found in surface"):
-        s.append("assistant/message", assistant_data("y"), intent(replace(5, 0), [0]))
+        s.append("assistant/message", assistant_msg_data("y"), intent(replace(5, 0), [0]))
 
 
 def test_surface__throws_when_replace_end_not_found() -> None:
@@ -490,7 +490,7 @@ def test_surface__throws_when_replace_end_not_found() -> None:
     s = Session.create("bad-end")
     users(s, "a")
     with raises_surface("surface replace: end seq 99 not found in surface"):
-        s.append("assistant/message", assistant_data("y"), intent(replace(0, 99), [0]))
+        s.append("assistant/message", assistant_msg_data("y"), intent(replace(0, 99), [0]))
 
 
 def test_surface__throws_when_start_is_after_end() -> None:
@@ -498,7 +498,7 @@ def test_surface__throws_when_start_is_after_end() -> None:
     s = Session.create("reversed")
     users(s, "a", "b")
     with raises_surface("surface replace: start seq 1 (index 1) is after end seq 0 (index 0)"):
-        s.append("assistant/message", assistant_data("y"), intent(replace(1, 0), [1, 0]))
+        s.append("assistant/message", assistant_msg_data("y"), intent(replace(1, 0), [1, 0]))
 
 
 def test_surface__source_event_seqs_are_snapshot_against_caller_mutation() -> None:
@@ -507,7 +507,7 @@ def test_surface__source_event_seqs_are_snapshot_against_caller_mutation() -> No
     users(s, "source")
     sources = [0]
     opts = intent(APPEND, sources)
-    event = s.append("assistant/message", assistant_data("h"), opts)
+    event = s.append("assistant/message", assistant_msg_data("h"), opts)
     sources.append(1)
     sources[0] = 99
     opts["sourceEventSeqs"] = [7]
@@ -520,7 +520,7 @@ def test_surface__replace_at_non_head_position_preserves_surrounding_order() -> 
     # spec 19.4 #117
     s = Session.create("mid-replace")
     users(s, "a", "b", "c")
-    s.append("assistant/message", assistant_data("x"), intent(replace(1, 1), [1]))
+    s.append("assistant/message", assistant_msg_data("x"), intent(replace(1, 1), [1]))
     assert s.surface.nodes == [0, 3, 2]
 
 
@@ -529,7 +529,7 @@ def test_surface__replace_surface_op_is_snapshot_against_caller_mutation() -> No
     s = Session.create("immutable-op")
     users(s, "a")
     op = replace(0, 0)
-    s.append("assistant/message", assistant_data("s"), intent(op, [0]))
+    s.append("assistant/message", assistant_msg_data("s"), intent(op, [0]))
     op["start"] = 99
     assert s.events[1]["surfaceOp"] == {"op": "replace", "start": 0, "end": 0}
     assert s.events[1].surface_op == {"op": "replace", "start": 0, "end": 0}
@@ -556,7 +556,7 @@ def test_surface__derive_messages_skips_non_surface_events() -> None:
     s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "h"}})
     s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 1, "text": "i"}})
     s.append("user/message", user_msg("hello"), intent(APPEND))
-    s.append("assistant/message", assistant_data("hi"), intent(APPEND))
+    s.append("assistant/message", assistant_msg_data("hi"), intent(APPEND))
     s.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
     messages = s.derive_messages()
     assert len(messages) == 2
@@ -567,7 +567,7 @@ def test_surface__derive_messages_excludes_shadowed_nodes() -> None:
     # spec 19.4 #121
     s = Session.create("compacted")
     users(s, "original")
-    s.append("assistant/message", assistant_data("compacted"), intent(replace(0, 0), [0]))
+    s.append("assistant/message", assistant_msg_data("compacted"), intent(replace(0, 0), [0]))
     messages = s.derive_messages()
     assert len(messages) == 1
     assert messages[0]["content"][0] == {"type": "text", "text": "compacted"}
@@ -598,7 +598,7 @@ def test_surface__records_source_event_seqs_and_surface_op_on_the_event() -> Non
     s = Session.create("opts")
     s.append("turn/start", {"turn": 1})
     s.append("step/start", {"turn": 1, "step": 1})
-    event = s.append("assistant/message", assistant_data("h"), intent(APPEND, [0, 1]))
+    event = s.append("assistant/message", assistant_msg_data("h"), intent(APPEND, [0, 1]))
     assert event["sourceEventSeqs"] == [0, 1]
     assert event["surfaceOp"] == "append"
     assert s.events[2] is event
@@ -613,7 +613,7 @@ def test_surface__derive_messages_skips_node_deriving_to_null() -> None:
     seed = [
         seed_event("turn/start", 0, {"turn": 1}, time=1),
         seed_event("step/start", 1, {"turn": 1, "step": 1}, time=2),
-        seed_event("assistant/message", 2, assistant_data([]), time=3, surfaceOp=APPEND),
+        seed_event("assistant/message", 2, assistant_msg_data([]), time=3, surfaceOp=APPEND),
         seed_event("step/end", 3, {"turn": 1, "step": 1}, time=4),
         seed_event("turn/end", 4, {"turn": 1, "reason": {"kind": "completed"}}, time=5),
     ]
@@ -637,7 +637,7 @@ def test_surface__non_surface_event_carries_no_surface_fields() -> None:
 def test_surface__surface_op_primitives_are_not_cloned() -> None:
     # spec 19.4 #126
     s = Session.create("prim")
-    event = s.append("assistant/message", assistant_data([]), intent(APPEND))
+    event = s.append("assistant/message", assistant_msg_data([]), intent(APPEND))
     assert event["surfaceOp"] == "append"
     assert type(event["surfaceOp"]) is str
     assert event.surface_op == "append"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentlog import FrozenError, Session
-from factories import APPEND, intent, user_msg
+from agentlog.testing.builders import APPEND, intent, user_msg
 
 
 def now() -> int:
