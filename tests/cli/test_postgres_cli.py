@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from typer.testing import CliRunner, Result
 
+from _postgres import drop_schema
 from agentlog.cli.commands import app
 from agentlog.errors import StorageAccessError
 from agentlog.persistence.host_cache import POSTGRES_CACHE_FILE, POSTGRES_INDEX_FILE, store_key
@@ -146,8 +147,6 @@ def test_the_dsn_and_schema_come_from_the_environment_and_schemas_are_separate_s
         assert _error("ls", "--backend", "postgres", "--pg-schema", other)["code"] == "STORE_NOT_FOUND"
         assert _error("search", "migration", "--backend", "postgres", "--pg-schema", other)["code"] == "STORE_NOT_FOUND"
     finally:
-        from .conftest import drop_schema
-
         drop_schema(pg_dsn, other)
 
 

@@ -347,19 +347,20 @@ def _restored_plain(compression: str, root: str) -> Any:
     return [event.json_bytes for event in session.events][:-1]  # without the end-seed marker
 
 
-@pytest.mark.parametrize(
-    ("compression", "frames", "slice_bytes"),
-    [("none", 1, None), ("none", 1, 150), ("none", 1, 400), ("zstd", 1, None), ("zstd", 2, None), ("zstd", 3, 400)],
-)
-@pytest.mark.parametrize("tail", TAILS)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_deviating_raw_chunk_lines_load_as_the_eager_load(
-    case: str, tail: str, compression: str, frames: int, slice_bytes: int | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if slice_bytes is not None:
-        # A compact scan reads long text slice by slice (a raw log) and consumes a long frame in slices:
-        # with tiny slices, stretches, defects and torn tails fall on and across slice boundaries.
-        monkeypatch.setattr(_scanner, "_PARSE_SLICE_BYTES", slice_bytes)
+ENCODINGS = [
+    ("none", 1, None),
+    ("none", 1, 150),
+    ("none", 1, 400),
+    ("zstd", 1, None),
+    ("zstd", 2, None),
+    ("zstd", 3, 400),
+]
+"""(compression, zstd frames, compact-scan slice bytes): with tiny slices, stretches, defects and torn tails
+fall on and across slice boundaries (a raw log is read, a long frame consumed, slice by slice)."""
+
+
+def _check_deviating_lines(case: str, tail: str, compression: str, frames: int) -> None:
+    """One case of :func:`test_deviating_raw_chunk_lines_load_as_the_eager_load`."""
     with store_root() as root:
         write_lines(compression, root, CASES[case], tail, frames)
         eager_read = _outcome(lambda: _stored(compression, root, False))
@@ -382,6 +383,26 @@ def test_deviating_raw_chunk_lines_load_as_the_eager_load(
             return
         assert cold[0] == "ok"
         assert cold[1][: len(plain[1])] == plain[1]
+
+
+def test_deviating_raw_chunk_lines_load_as_the_eager_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every deviating case, under every tail, in every encoding (CASES x TAILS x ENCODINGS): the compact load is the
+    eager one, and a cold restore equals it (or refuses exactly as it does). One test looping over the
+    cases; a failure names every case that failed."""
+    failures: list[str] = []
+    for case in sorted(CASES):
+        for tail in TAILS:
+            for compression, frames, slice_bytes in ENCODINGS:
+                with monkeypatch.context() as patch:
+                    if slice_bytes is not None:
+                        patch.setattr(_scanner, "_PARSE_SLICE_BYTES", slice_bytes)
+                    try:
+                        _check_deviating_lines(case, tail, compression, frames)
+                    except (Exception, pytest.fail.Exception) as err:  # reported with its case below
+                        failures.append(f"{case}-{tail}-{compression}-{frames}-{slice_bytes}: {err!r}")
+    assert not failures, f"{len(failures)} of {len(CASES) * len(TAILS) * len(ENCODINGS)} failed:\n" + "\n".join(
+        failures
+    )
 
 
 def test_plain_stretches_become_runs_and_deviations_stay_events() -> None:
