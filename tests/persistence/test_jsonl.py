@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import zstandard
 
+from _full_disk import small_tmpfs
 from agentlog.errors import (
     AgentlogError,
     InvalidSessionIdError,
@@ -1915,24 +1916,11 @@ def persist_closed_turn(env: Harness, session_id: str = SID, *, turns: int = 1) 
     coordinator.close()
 
 
-def _mount_tmpfs(target: Path, size: str) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(target)], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {result.stderr.strip()}")
-
-
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
+def tmpfs() -> Iterator[Path]:
     """A 64 KiB tmpfs (a real, tiny file system: full disks and read-only remounts)."""
-    mount = tmp_path / "mnt"
-    _mount_tmpfs(mount, "64k")
-    try:
+    with small_tmpfs("64k", mode="0755") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def tmpfs_env(kind: str, mount: Path) -> Harness:

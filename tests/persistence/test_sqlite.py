@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import agentlog.persistence.sqlite.backend as sqlite_module
+from _full_disk import fill, remount, small_tmpfs
 from agentlog import SessionStore
 from agentlog.errors import (
     InvalidSessionIdError,
@@ -1355,53 +1356,18 @@ def run_as(user: int, work: Any) -> Any:
     return json.loads(payload)
 
 
-def _tmpfs(size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs (full disk / read-only file system) needs root")
-    point = Path(tempfile.mkdtemp(prefix="agentlog-issue7-"))
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)], capture_output=True
-    )
-    if done.returncode != 0:
-        point.rmdir()
-        pytest.skip(f"this machine forbids mounting a tmpfs: {done.stderr.decode(errors='replace').strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["mount", "-o", "remount,rw", str(point)], capture_output=True)
-        subprocess.run(["umount", "-l", str(point)], capture_output=True)
-        point.rmdir()
-
-
 @pytest.fixture
 def small_fs() -> Iterator[Path]:
     """A 1 MiB tmpfs: a disk that can really be filled."""
-    yield from _tmpfs("1m")
+    with small_tmpfs("1m") as point:
+        yield point
 
 
 @pytest.fixture
 def ro_fs() -> Iterator[Path]:
     """A tmpfs that the test remounts read-only with :func:`remount`."""
-    yield from _tmpfs("8m")
-
-
-def remount(point: Path, mode: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{mode}", str(point)], check=True, capture_output=True)
-
-
-def fill(point: Path) -> Path:
-    """Fill the file system at ``point`` until ENOSPC; the returned file frees the space when removed."""
-    filler = point / "filler"
-    with open(filler, "wb", buffering=0) as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 65536)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            while True:
-                fh.write(b"\0" * 512)
-    return filler
+    with small_tmpfs("8m") as point:
+        yield point
 
 
 # --- defect 8: bytes that are not UTF-8 --------------------------------------------------------------------
