@@ -4,7 +4,8 @@
   as a base test class with one abstract factory; ``class TestMyBackend(BackendContract)`` plus a
   ``make_backend(location)`` runs the whole contract against your backend (see
   ``docs/persistence-api.md``, "Testing your own backend");
-* :mod:`agentlog.testing.builders` — builders of typical sessions and turns (wire events and live appends);
+* :mod:`agentlog.testing.builders` — builders of typical sessions, turns and messages (wire events, seeds
+  and live appends);
 * :class:`ScriptedProvider` (:mod:`agentlog.testing.provider`) — an in-process model that streams scripted
   replies through the provider protocol, with :func:`text_reply`, :func:`tool_call_reply` and
   :func:`failure_reply`;
