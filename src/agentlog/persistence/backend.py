@@ -115,15 +115,23 @@ class StagedLog(Protocol):
 class StagedGuard:
     """The open/closed state a staged log shares across backends (the JSONL and SQLite staged logs).
 
-    ``publish`` and ``discard`` set ``_closed``; every later ``append`` or ``publish`` is refused.
+    ``publish`` and ``discard`` set ``_closed``; every later ``append`` or ``publish`` is refused. A batch
+    must start at ``_next_seq`` (the staged log is written from seq 0, contiguously).
     """
 
     _meta: Mapping[str, Any]
     _closed: bool
+    _next_seq: int
 
     def _check_open(self) -> None:
         if self._closed:
             raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+
+    def _check_next(self, events: Sequence[WireEvent]) -> None:
+        if events[0]["seq"] != self._next_seq:
+            raise PersistenceError(
+                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {self._next_seq}'
+            )
 
 
 @runtime_checkable

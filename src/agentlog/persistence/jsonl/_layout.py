@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import InvalidSessionIdError, PersistenceError, SessionPersistenceCorruptionError, StorageAccessError
 from ..paths import MAX_ENCODED_ID_BYTES, encode_segment, encodes_verbatim, project_key
-from ..writer_lock import clear_holder, locked_error, read_holder, record_holder
+from ..writer_lock import clear_holder, lock_or_refuse
 from ._errors import _IDENTITY_REMEDY, _ErrorMapping, _typed_os_errors
 from ._files import (
     _O_SAFE,
@@ -328,14 +328,5 @@ class _Layout(_ErrorMapping):
             pass  # something that is not a directory: named below
         self._real_dir(lock_dir, "lock directory")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _O_SAFE, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = read_holder(fd)
-            os.close(fd)
-            raise locked_error(session_id, holder) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        record_holder(fd)
+        lock_or_refuse(fd, session_id)
         return _FileLock(fd)

@@ -78,10 +78,7 @@ class _StagedLog(StagedGuard):
         self._check_open()
         if not events:
             return
-        if events[0]["seq"] != self._next_seq:
-            raise PersistenceError(
-                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {self._next_seq}'
-            )
+        self._check_next(events)
         backend = self._backend
         body = backend._batch_text(events)
         if self._fd is None:

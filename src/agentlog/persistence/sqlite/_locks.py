@@ -8,7 +8,6 @@ reaches, keeps its locks in process.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import threading
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from typing import Any, Final
 
 from ...errors import InvalidSessionIdError, PersistenceError
 from ..paths import encode_segment  # one id → file-name encoding for every backend (spec §4.2)
-from ..writer_lock import clear_holder, holder_record, locked_error, read_holder, record_holder
+from ..writer_lock import clear_holder, holder_record, lock_or_refuse, locked_error
 from ._connection import _Connection
 from ._schema import _session_id
 
@@ -124,16 +123,7 @@ class _WriterLocks(_Connection):
             if isinstance(err, FileExistsError) or err.errno == errno.ENOTDIR:
                 err.filename = folder  # makedirs over a file: the .locks path is what to move away
             raise self._os_error(err, f'create the writer lock of session "{session_id}"') from err
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = read_holder(fd)
-            os.close(fd)
-            raise locked_error(session_id, holder) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        record_holder(fd)
+        lock_or_refuse(fd, session_id)
         file_lock = _FileWriterLock(self, fd)
         with self._locks_mutex:
             self._held_locks.add(file_lock)

@@ -103,10 +103,7 @@ class _StagedSession(StagedGuard):
         self._check_open()
         if not events:
             return
-        if events[0]["seq"] != self._next_seq:
-            raise PersistenceError(
-                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {self._next_seq}'
-            )
+        self._check_next(events)
         if self._buffered is not None:
             try:
                 self._buffered.extend(codec.encode_batch(_session_id(self._meta), events))
