@@ -19,8 +19,10 @@ Why not httpx's ``__module__ = "agentlog"`` (class reprs ``agentlog.Session``)? 
 ``sys.modules[cls.__module__]``: rewritten to the root, it raised ``NameError`` for 36 of the exported classes
 (every error's ``ClassVar`` codes, the ``CompactionConfig`` and ``CompactionResult`` dataclass fields, ``Recorder``,
 ``ExtractiveSummarizer``), and ``inspect.getsource`` lost every exported class (it looks for the class in
-``agentlog/__init__.py``). A true module path costs a longer class repr and breaks nothing; instance reprs
-already use the bare exported name (``<Session 's' events=3>``, ``CompactionConfig(...)``).
+``agentlog/__init__.py``). A true module path costs a longer class repr and breaks nothing. What users print
+most, the handles, say the public name in their instance reprs (``<agentlog.Session 's' events=3>``,
+``<agentlog.SessionView 's' at seq 2>``, ``<agentlog.SessionStore sessions=1>``); value types keep their
+dataclass reprs (``CompactionConfig(...)``).
 """
 
 from __future__ import annotations
@@ -126,3 +128,12 @@ def test_the_named_introspection_a_user_reaches_for_works() -> None:
     config_fields = typing.get_type_hints(agentlog.CompactionConfig)
     assert [field.name for field in dataclasses.fields(agentlog.CompactionConfig)] == list(config_fields)
     assert set(typing.get_type_hints(agentlog.TurnEndData)) == {"turn", "reason"}
+
+
+def test_the_handles_instance_reprs_name_the_public_path() -> None:
+    store = agentlog.SessionStore()
+    session = store.create("s")
+    session.append(agentlog.TURN_START, {"turn": 1})
+    assert repr(store) == "<agentlog.SessionStore sessions=1>"
+    assert repr(session) == "<agentlog.Session 's' events=1>"
+    assert repr(session.at(0)) == "<agentlog.SessionView 's' at seq 0>"

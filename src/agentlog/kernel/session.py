@@ -629,7 +629,7 @@ class Session:
         return len(self._log)
 
     def __repr__(self) -> str:
-        return f"<Session {self.id!r} events={len(self._log)}>"
+        return f"<agentlog.Session {self.id!r} events={len(self._log)}>"
 
     # -- append ------------------------------------------------------------------------------------
     # One typed form per core type (``mypy --strict`` checks the data against its TypedDict and the intent
@@ -970,7 +970,7 @@ class SessionView:
         return SessionView(self._session, _prefix_through(self._log, seq, self.id))
 
     def __repr__(self) -> str:
-        return f"<SessionView {self.id!r} at seq {self.seq}>"
+        return f"<agentlog.SessionView {self.id!r} at seq {self.seq}>"
 
 
 # --- the store's side of a session (kernel/store.py is the only caller) ------------------------------
