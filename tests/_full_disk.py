@@ -1,5 +1,6 @@
-"""A real full disk for tests: a small tmpfs that is filled to ENOSPC (the technique of the SQLite and
-JSONL full-disk tests in ``tests/persistence``). Mounting needs root; elsewhere the test is skipped."""
+"""Real file-system conditions for tests: a small tmpfs, filled to ENOSPC (a full disk) or remounted
+read-only, the one helper of the full-disk and read-only tests of ``tests/persistence``, ``tests/projection``
+and ``tests/cli``. Mounting needs root; elsewhere the test is skipped."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import pytest
 
 
 @contextlib.contextmanager
-def small_tmpfs(size: str = "2m") -> Iterator[Path]:
-    """A private tmpfs of ``size``, unmounted afterwards (skips the test where it cannot be mounted)."""
+def small_tmpfs(size: str = "2m", *, mode: str = "0700") -> Iterator[Path]:
+    """A private tmpfs of ``size`` (its root directory's ``mode``), unmounted afterwards, even when the
+    test left it read-only (skips the test where it cannot be mounted)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs (a disk that can really be filled) needs root")
     point = Path(tempfile.mkdtemp(prefix="agentlog-full-disk-"))
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(point)], capture_output=True
     )
     if done.returncode != 0:
         point.rmdir()
@@ -28,8 +30,14 @@ def small_tmpfs(size: str = "2m") -> Iterator[Path]:
     try:
         yield point
     finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(point)], capture_output=True)
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
         point.rmdir()
+
+
+def remount(point: Path, mode: str) -> None:
+    """Remount the tmpfs at ``point`` ``ro`` or ``rw``."""
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(point)], check=True, capture_output=True)
 
 
 def fill(point: Path) -> Path:

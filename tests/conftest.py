@@ -18,6 +18,10 @@ applied here from what a test *is*, so a test keeps its markers when it moves to
   modules that declare it: the tests CI runs a second time with ``AGENTLOG_PURE_PYTHON=1``.
 * ``docs``: ``tests/test_docs.py`` declares it.
 
+The PostgreSQL fixtures every directory shares are here too: ``pg_dsn``, the run's database
+(``tests/_postgres.py``: ``AGENTLOG_TEST_DSN``, else a throwaway one), and ``pg_schema``, a fresh schema per
+test. ``tests/postgres/conftest.py`` adds backends over them and a private server.
+
 Hypothesis profiles: ``ci``, the default, is Hypothesis's defaults under each test's own ``@settings``
 (what CI runs); ``HYPOTHESIS_PROFILE=dev`` caps every property at :data:`DEV_MAX_EXAMPLES` examples,
 including those whose ``@settings`` ask for more.
@@ -28,14 +32,17 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import platform
 import re
 import sys
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from _postgres import drop_schema, fresh_schema, run_database
 
 TESTS = Path(__file__).resolve().parent
 
@@ -50,7 +57,7 @@ settings.load_profile(PROFILE)
 ACCEL_DIRECTORIES = frozenset({"kernel", "persistence", "postgres"})
 """Directories of ``tests/`` whose every test reaches an accelerated path (``accel``)."""
 
-PG_FIXTURES = frozenset({"pg_dsn", "pg_schema", "pg_backends", "private_server", "import_pg_dsn"})
+PG_FIXTURES = frozenset({"pg_dsn", "pg_schema", "pg_backends", "private_server"})
 
 SLOW_TESTS_FILE = TESTS / "slow_tests.txt"
 
@@ -215,6 +222,24 @@ def _cap_examples(items: list[pytest.Item]) -> None:
             function._hypothesis_internal_use_settings = settings(own, max_examples=DEV_MAX_EXAMPLES)
 
 
+# --- the PostgreSQL database of the run ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """The DSN of the test database (``AGENTLOG_TEST_DSN``, or a database created for this session)."""
+    with run_database() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A unique schema name for one test (not created: the backend creates it); dropped afterwards."""
+    schema = fresh_schema()
+    yield schema
+    drop_schema(pg_dsn, schema)
+
+
 # --- the subprocess marker kept honest ------------------------------------------------------------------
 
 SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn"})
@@ -232,6 +257,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_audit)
+
+# The ``openai`` client names the platform in its headers, and ``platform.processor()`` runs ``uname -p``
+# once per interpreter (then caches it): whichever test first used the client started that process,
+# without the marker. Asked here, before any test runs, it is no test's process.
+platform.processor()
 
 
 @pytest.hookimpl(wrapper=True)

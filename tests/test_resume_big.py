@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from test_cli_streaming import SID, _write_workload
+from cli.test_cli_streaming import SID, _write_workload
 
 pytestmark = pytest.mark.accel
 

@@ -16,7 +16,9 @@ import pytest
 import agentlog
 
 GOOD = """
-from agentlog import APPEND, Session, StepData, TurnStartData, event_types, replace_op, user_message
+from agentlog import APPEND, Session, StepData, TurnStartData, canonical_header, event_types, replace_op, text_delta
+from agentlog import user_message
+from agentlog.llm.types import finish_chunk
 
 event_types.register("plugin/custom")
 session = Session.create("s")
@@ -26,6 +28,10 @@ session.append("turn/start", {"turn": 1})
 session.append("step/start", StepData(turn=1, step=1))
 session.append("user/message", user_message("hi"), {"surfaceOp": APPEND})
 session.append("user/message", user_message("hi"), {"surfaceOp": replace_op(3, 3), "sourceEventSeqs": [3]})
+session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": text_delta(0, "hi")})
+session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": finish_chunk("stop")})  # an llm StreamChunk
+header = canonical_header({"config": {"provider": "p", "model": "m"}})
+session.append("request/header", {"header": header, "reason": "initial"})
 session.append("step/end", {"turn": 1, "step": 1})
 session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
 session.append_custom("plugin/custom", {"anything": [1, "two"]})

@@ -300,6 +300,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 __getattr__, __dir__ = lazy_exports(
     globals(), _EXPORTS, submodules=("agent", "compaction", "kernel", "llm", "persistence", "projection", "query")
 )
+del TYPE_CHECKING, lazy_exports  # the namespace holds the public names, the subpackages and the private table
 
 __all__ = [
     "APPEND",

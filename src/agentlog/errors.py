@@ -52,6 +52,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── ArgumentTypeError (TypeError) [INVALID_ARGUMENT_TYPE]
     ├── AsyncFlushInLoopError [ASYNC_FLUSH_IN_LOOP]
     ├── InvalidOptionError (ValueError) [INVALID_OPTION]
+    │   └── UnknownBackendError [UNKNOWN_BACKEND]
     ├── PersistenceError [PERSISTENCE_ERROR]
     │   ├── SessionNotFoundError (LookupError) [SESSION_NOT_FOUND]
     │   ├── StoreNotFoundError (LookupError) [STORE_NOT_FOUND]
@@ -134,13 +135,12 @@ gate), ``_Refusal`` (built-in tools; it carries a tool outcome, not an error) �
 
 from __future__ import annotations
 
+from collections.abc import Mapping  # (at run time too: typing.get_type_hints resolves annotations here)
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import orjson
 
 if TYPE_CHECKING:  # a type only: at run time this module imports nothing of agentlog
-    from collections.abc import Mapping
-
     from .kernel.events import LlmFailure
 
 
@@ -443,6 +443,13 @@ class AsyncFlushInLoopError(AgentlogError):
 
 class InvalidOptionError(AgentlogError, ValueError):
     code = "INVALID_OPTION"
+
+
+class UnknownBackendError(InvalidOptionError):
+    """A backend name that is neither built in, nor registered (entry-point group ``agentlog.backends``),
+    nor a loadable ``module:attribute`` path (:mod:`agentlog.persistence.registry`)."""
+
+    code = "UNKNOWN_BACKEND"
 
 
 class ReaderLimitError(SessionPersistenceCorruptionError):

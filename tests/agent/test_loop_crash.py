@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _procs import running_sleep
-
 import agentlog as al
+from _procs import running_sleep
 from agentlog.agent.loop import Agent, AgentOptions
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator

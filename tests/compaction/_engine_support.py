@@ -25,7 +25,7 @@ from agentlog.kernel.events import TokenUsage
 from agentlog.kernel.session import Session
 from agentlog.llm.types import StreamChunk
 from agentlog.testing import ScriptedProvider
-from factories import assistant_msg, intent, tool_result_msg, user_msg
+from agentlog.testing.builders import assistant_msg, intent, tool_result_msg, user_msg
 
 MODEL = "test-model"
 FIXTURE_TEXT = " ".join(["fixture"] * 40)

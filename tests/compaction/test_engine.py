@@ -39,6 +39,7 @@ from agentlog.compaction.engine import CompactionEngine
 from agentlog.kernel.invariants import check_tool_pairing
 from agentlog.kernel.session import Session
 from agentlog.testing import failure_reply
+from agentlog.testing.builders import intent, tool_result_msg, user_msg
 from compaction._engine_support import (
     MODEL,
     RecordingSummarizer,
@@ -56,7 +57,6 @@ from compaction._engine_support import (
     tool_step,
     types_of,
 )
-from factories import intent, tool_result_msg, user_msg
 
 PRESSURE = {"auto": False, "thresholdRatio": 0.5, "retainTokens": 180}
 AUTO = {"thresholdRatio": 0.5, "retainTokens": 180}
@@ -661,7 +661,7 @@ def test_overflow_retry_counter_resets_on_a_model_reply_and_when_the_agent_goes_
 
 
 def _assistant(text: str) -> dict[str, Any]:
-    from factories import assistant_msg
+    from agentlog.testing.builders import assistant_msg
 
     return assistant_msg(text, provider=MODEL, model=MODEL)
 
@@ -776,7 +776,7 @@ def shaped_session(shapes: list[tuple[int, int, int]]) -> Session:
 
 
 def _assistant_blocks(blocks: list[Any]) -> dict[str, Any]:
-    from factories import assistant_msg
+    from agentlog.testing.builders import assistant_msg
 
     return assistant_msg(blocks, provider=MODEL, model=MODEL)
 

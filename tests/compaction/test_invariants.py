@@ -51,7 +51,7 @@ from agentlog.kernel.session import Session
 from agentlog.kernel.store import SessionStore
 from agentlog.llm.types import GenerateRequest, StreamChunk
 from agentlog.testing import ScriptedProvider, failure_reply, text_reply, tool_call_reply
-from factories import intent, user_msg
+from agentlog.testing.builders import intent, user_msg
 
 PACKAGE = "@deepseek-ai/dsh-compaction"
 PREFIX = f'invariant violated by "{PACKAGE}": '

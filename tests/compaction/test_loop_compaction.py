@@ -30,7 +30,7 @@ from agentlog.errors import LlmError
 from agentlog.kernel.session import Session
 from agentlog.llm.types import GenerateRequest, StreamChunk, failure_chunk
 from agentlog.testing import text_reply, tool_call_reply
-from factories import assistant_msg, intent, user_msg
+from agentlog.testing.builders import assistant_msg, intent, user_msg
 
 
 def run(coro: Any) -> Any:

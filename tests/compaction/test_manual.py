@@ -27,6 +27,7 @@ from agentlog.compaction import (
 from agentlog.kernel.jsonvalue import thaw
 from agentlog.kernel.session import Session
 from agentlog.testing import text_reply
+from agentlog.testing.builders import intent, user_msg
 from compaction._engine_support import (
     RecordingSummarizer,
     agent_for,
@@ -35,7 +36,6 @@ from compaction._engine_support import (
     last_of,
     types_of,
 )
-from factories import intent, user_msg
 
 PROMPT = "older conversation history " * 60
 

@@ -1,45 +1,25 @@
 """Stores of every backend for the import tests: ``store`` opens new backend instances over one store.
 
-A PostgreSQL store works in a schema of its own in a database created for the session (or
-``AGENTLOG_TEST_DSN``'s), dropped afterwards, as ``tests/postgres/conftest.py`` does.
+A PostgreSQL store works in a schema of its own, dropped afterwards, in the run's database (the suite's
+``pg_dsn`` fixture, ``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import conninfo, sql
 
+from _postgres import drop_schema, fresh_schema
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend, MemoryStorage
 from agentlog.persistence.postgres import PostgresBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 KINDS = ("jsonl-zstd", "jsonl-raw", "sqlite", "postgres", "memory")
-
-
-@pytest.fixture(scope="session")
-def import_pg_dsn() -> Iterator[str]:
-    given = os.environ.get("AGENTLOG_TEST_DSN")
-    if given:
-        yield given
-        return
-    name = f"agentlog_import_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield conninfo.make_conninfo(ADMIN_DSN, dbname=name)
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @dataclass
@@ -88,15 +68,14 @@ def _store_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iter
     if kind != "postgres":
         made = Store(kind, tmp_path / "store")
     else:
-        made = Store(kind, tmp_path / "store", request.getfixturevalue("import_pg_dsn"), f"t_{uuid.uuid4().hex[:16]}")
+        made = Store(kind, tmp_path / "store", request.getfixturevalue("pg_dsn"), fresh_schema())
     try:
         yield made
     finally:
         for backend in made.opened:
             backend.close()
         if kind == "postgres":
-            with psycopg.connect(made.dsn, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(made.schema)))
+            drop_schema(made.dsn, made.schema)
 
 
 @pytest.fixture(params=KINDS)

@@ -4,18 +4,14 @@ The conformance suite itself (spec ``persistence.md`` §8.3/§8.4) is ``agentlog
 run per backend by ``test_contract_*.py``; the fixtures here serve the backend-specific and coordinator
 tests that run over several backends.
 
-``backend_factory`` is parametrized over ``memory``, ``jsonl-none``, ``jsonl-zstd`` and ``sqlite``.
-The parameter list is built once, at collection time, from the backend modules that exist: a backend
-whose module is missing (``ModuleNotFoundError`` naming that very module) is left out of the list, so
-the suite runs over every backend that has landed and, once all four exist, over all four. A module
-that exists but fails to import for another reason stays in the list, so its tests fail loudly with
-the import error instead of disappearing. Nothing is printed either way.
-
-Each factory call returns a NEW backend instance over the SAME storage (the same in-memory record
-set, JSONL root or SQLite file), which is how the tests simulate a restart or a second process. The
-factory also carries the torn-tail injector of its backend (spec §8 preamble); the memory and SQLite
-backends have none (a SQLite row cannot tear), so the torn-tail tests use ``torn_backend_factory``
-which covers the two JSONL encodings.
+``backend_factory`` is parametrized over ``memory``, ``jsonl-none``, ``jsonl-zstd`` and ``sqlite``: the
+``kind`` of each contract subclass of ``test_contract_*.py``, which says how to open its backend. A
+factory is the contract's ``ContractBackends`` over one location of the test (``new_location``), so each
+call returns a NEW backend instance over the SAME storage (the same in-memory record set, JSONL root or
+SQLite file), which is how the tests simulate a restart or a second process. The factory also carries
+the contract's torn-tail injector (spec §8 preamble), or ``None`` when the contract defines none: the
+memory and SQLite backends have none (a SQLite row cannot tear), so the torn-tail tests use
+``torn_backend_factory``, which covers the kinds that tear (the two JSONL encodings).
 
 The event builders (plain wire dicts, times ``1000 + seq``) live in ``agentlog.testing.builders`` and
 are re-exported here, as is the harness (``Harness`` = ``agentlog.testing.ContractHarness``).
@@ -23,17 +19,13 @@ are re-exported here, as is the harness (``Harness`` = ``agentlog.testing.Contra
 
 from __future__ import annotations
 
-import importlib
-import random
-import sqlite3
-import string
-from collections.abc import Callable, Iterator, Mapping
+import inspect
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog.kernel.jsoncodec import dumps
 from agentlog.testing.builders import (  # noqa: F401 - re-exported for the test modules
     APPEND_INTENT,
     CWD,
@@ -61,132 +53,82 @@ from agentlog.testing.builders import (  # noqa: F401 - re-exported for the test
     user_data,
     user_event,
 )
+from agentlog.testing.contract import BackendContract, ContractBackends
 from agentlog.testing.contract import ContractHarness as Harness
 
-# --- backend discovery (collection time) -------------------------------------------------------------
+from .test_contract_jsonl import (  # the injectors are re-exported for the test modules
+    TestJsonlNoneContract,
+    TestJsonlZstdContract,
+    inject_raw_torn_tail,  # noqa: F401
+    inject_zstd_torn_tail,  # noqa: F401
+)
+from .test_contract_memory import TestMemoryContract
+from .test_contract_sqlite import TestSqliteContract
 
-_MODULES = {
-    "memory": "agentlog.persistence.memory",
-    "jsonl-none": "agentlog.persistence.jsonl",
-    "jsonl-zstd": "agentlog.persistence.jsonl",
-    "sqlite": "agentlog.persistence.sqlite",
+# --- the backends: the contract subclasses ------------------------------------------------------------------
+
+CONTRACTS: dict[str, type[BackendContract]] = {
+    contract.kind: contract
+    for contract in (TestMemoryContract, TestJsonlNoneContract, TestJsonlZstdContract, TestSqliteContract)
 }
-
-
-def _module_exists(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name == name:
-            return False
-        return True  # present but broken: keep it so the failure is visible
-    except Exception:
-        return True  # present but broken: keep it so the failure is visible
-    return True
-
-
-BACKEND_KINDS: list[str] = [kind for kind, module in _MODULES.items() if _module_exists(module)]
+BACKEND_KINDS: list[str] = list(CONTRACTS)
 # Only file backends can tear: a SQLite row is written by a transaction, so an unparsable row is damage
 # (issue 7, defect 13: SESSION_CORRUPT, nothing deleted), never a torn tail.
-TORN_KINDS: list[str] = [kind for kind in BACKEND_KINDS if kind not in ("memory", "sqlite")]
+TORN_KINDS: list[str] = [kind for kind, contract in CONTRACTS.items() if contract().tears()]
 
 
-# --- torn-tail injectors (spec §8 preamble) ---------------------------------------------------------------
+class BackendFactory(ContractBackends):
+    """``factory()`` → a new backend instance over this test's storage (see ``ContractBackends``).
 
-
-def inject_raw_torn_tail(path: str, seq: int) -> None:
-    with open(path, "ab") as fh:
-        fh.write(b'{"type":"assistant/chunk","seq":%d,"ti' % seq)
-
-
-def inject_zstd_torn_tail(path: str, seq: int) -> None:
-    import zstandard
-
-    rng = random.Random(seq)
-    text = "".join(rng.choice(string.ascii_letters) for _ in range(300_000))
-    frame = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(dumps(chunk_event(seq, text)) + b"\n")
-    with open(path, "ab") as fh:
-        fh.write(frame[: len(frame) // 2])
-
-
-def _inject_sqlite(db_path: str, session_id: str, seq: int) -> None:
-    con = sqlite3.connect(db_path, timeout=10, isolation_level=None)
-    try:
-        con.execute(
-            "INSERT INTO events (session_id, seq, type, time, data) VALUES (?, ?, 'assistant/chunk', ?, ?)",
-            (session_id, seq, 1000 + seq, "{not valid json"),
-        )
-    finally:
-        con.close()
-
-
-class BackendFactory:
-    """``factory()`` → a new backend instance over this test's storage.
-
-    ``factory(wrap=Mixin)`` builds the instance from ``class _(Mixin, BackendClass)`` so a test can inject
-    one fault into a real backend. ``inject_torn_tail(meta, next_seq)`` appends the backend's torn tail
-    (``None`` for the memory backend, which has no torn tails).
+    ``BackendFactory(kind, tmp_path)`` opens the storage of the contract subclass named ``kind`` at its
+    ``new_location(tmp_path)``. ``root`` (JSONL) and ``db_path`` (SQLite) name that location; assigning
+    ``root`` moves a factory that has not opened a backend yet elsewhere.
     """
 
     def __init__(self, kind: str, tmp_path: Path) -> None:
-        self.kind = kind
+        contract = CONTRACTS[kind]()
+        super().__init__(contract, contract.new_location(tmp_path))
         self.tmp_path = tmp_path
-        self.created: list[Any] = []
-        if kind == "memory":
-            from agentlog.persistence.memory import MemoryBackend, MemoryStorage
-
-            self._cls = MemoryBackend
-            storage = MemoryStorage()
-            self._args: tuple[Any, ...] = (storage,)
-            self._kwargs: dict[str, Any] = {}
-            self.inject_torn_tail: Callable[[Mapping[str, Any], int], None] | None = None
-        elif kind in ("jsonl-none", "jsonl-zstd"):
-            from agentlog.persistence.jsonl.backend import JsonlBackend
-
-            self._cls = JsonlBackend
-            self.root = tmp_path / "jsonl-root"
-            self._args = (str(self.root),)
-            self._kwargs = {"compression": "none" if kind == "jsonl-none" else "zstd"}
-            self.inject_torn_tail = self._inject_jsonl
-        elif kind == "sqlite":
-            from agentlog.persistence.sqlite.backend import SqliteBackend
-
-            self._cls = SqliteBackend
-            self.db_path = tmp_path / "db" / "sessions.sqlite"
-            self._args = (str(self.db_path),)
-            self._kwargs = {}
-            self.inject_torn_tail = None  # a SQLite row cannot tear (see TORN_KINDS)
-        else:  # pragma: no cover - parametrization is fixed
-            raise AssertionError(kind)
 
     def __call__(self, wrap: type | None = None) -> Any:
-        cls = self._cls if wrap is None else type(f"{wrap.__name__}{self._cls.__name__}", (wrap, self._cls), {})
-        backend = cls(*self._args, **self._kwargs)
+        """``factory(wrap=Mixin)`` constructs the backend as ``class _(Mixin, BackendClass)`` (the mixin's
+        ``__init__`` runs): the repository's contracts take the class as ``make_backend(location, cls=…)``."""
+        if wrap is None:
+            return super().__call__()
+        base = inspect.signature(type(self.contract).make_backend).parameters["cls"].default
+        cls = type(f"{wrap.__name__}{base.__name__}", (wrap, base), {})
+        backend = self.contract.make_backend(self.location, cls=cls)  # type: ignore[call-arg]
         self.created.append(backend)
         return backend
 
-    def _inject_jsonl(self, meta: Mapping[str, Any], next_seq: int) -> None:
-        locator = self._cls(*self._args, **self._kwargs)
-        try:
-            path = locator.locate(meta)
-        finally:
-            locator.close()
-        assert path is not None
-        if self.kind == "jsonl-none":
-            inject_raw_torn_tail(path, next_seq)
-        else:
-            inject_zstd_torn_tail(path, next_seq)
+    @property
+    def root(self) -> Path:
+        assert self.kind.startswith("jsonl"), self.kind
+        return Path(self.location)
 
-    def _inject_sqlite(self, meta: Mapping[str, Any], next_seq: int) -> None:
-        _inject_sqlite(str(self.db_path), meta["id"], next_seq)
+    @root.setter
+    def root(self, value: Path) -> None:
+        assert self.kind.startswith("jsonl") and not self.created, self.kind
+        self.location = Path(value)
 
-    def close_all(self) -> None:
-        while self.created:
-            backend = self.created.pop()
-            try:
-                backend.close()
-            except Exception:
-                pass
+    @property
+    def db_path(self) -> Path:
+        assert self.kind == "sqlite", self.kind
+        return Path(self.location)
+
+    @property
+    def _args(self) -> tuple[str]:
+        """The backend's positional argument (the location's path), as the old table spelled it."""
+        return (str(self.location),)
+
+    @_args.setter
+    def _args(self, value: tuple[str]) -> None:
+        self.root = Path(value[0])
+
+    @property
+    def _kwargs(self) -> dict[str, Any]:
+        """The JSONL backend's keyword arguments, as the old table spelled them."""
+        return {"compression": getattr(self.contract, "compression", "none")}
 
 
 @pytest.fixture(params=BACKEND_KINDS)

@@ -17,8 +17,8 @@ class TestMemoryContract(BackendContract):
     def new_location(self, tmp_path: Path) -> MemoryStorage:
         return MemoryStorage()
 
-    def make_backend(self, location: MemoryStorage) -> MemoryBackend:
-        return MemoryBackend(location)
+    def make_backend(self, location: MemoryStorage, cls: type[MemoryBackend] = MemoryBackend) -> MemoryBackend:
+        return cls(location)
 
 
 def test_two_memory_backends_over_one_storage_share_the_records() -> None:

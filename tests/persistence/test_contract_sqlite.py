@@ -17,13 +17,12 @@ from agentlog.testing import BackendContract
 
 class TestSqliteContract(BackendContract):
     kind = "sqlite"
-    can_damage_header = True
 
     def new_location(self, tmp_path: Path) -> Path:
         return tmp_path / "db" / "sessions.sqlite"
 
-    def make_backend(self, location: Path) -> SqliteBackend:
-        return SqliteBackend(str(location))
+    def make_backend(self, location: Path, cls: type[SqliteBackend] = SqliteBackend) -> SqliteBackend:
+        return cls(str(location))
 
     def damage_header(self, location: Path, meta: Mapping[str, Any]) -> None:
         """A foreign writer's damage: a relative cwd (the STRICT table takes it; the row decoder refuses it)."""

@@ -1,39 +1,75 @@
-"""JSONL backend, raw encoding (spec ``persistence.md`` §4, checklist §8.6) plus format-level extras.
+"""The JSONL backend in both its encodings: raw lines (``compression="none"``) and Zstandard frames.
+
+Spec ``persistence.md`` §4 (raw: checklist §8.6; Zstandard: §4.4, checklists §8.7 and §8.8), plus
+format-level extras, in three parts: the raw encoding's own cases (the byte layout of lines), the
+Zstandard encoding's own cases (the byte layout of frames), and the cases that hold for either encoding,
+parametrised over it (the ``jenv`` fixture: ``jsonl-none`` and ``jsonl-zstd``).
 
 Every test works on real files under ``tmp_path``. The only interpositions are the ones the reference
 tests use too: ``os.fsync`` fails to inject a disk error, and a few ``os.stat`` *spies* that delegate to
 the real call but first change the file for real (to simulate a concurrent writer between two stats).
-Tests named after a checklist item carry ``# spec 8.6 #<n>``.
+Tests named after a checklist item carry ``# spec 8.6 #<n>`` / ``# spec 8.7 #<n>`` / ``# spec 8.8``. Zstandard
+frames are built with the ``zstandard`` library or byte by byte from RFC 8878's layout.
 """
-
 from __future__ import annotations
 
 import errno
+import json
 import os
+import random
 import stat
+import string
+import subprocess
+import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
+from _full_disk import small_tmpfs
 from agentlog.errors import (
+    AgentlogError,
+    InvalidSessionIdError,
     PersistenceError,
+    ResourceExhaustedError,
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    SessionTailChangedError,
     StorageAccessError,
+    StoreNotFoundError,
 )
 from agentlog.kernel.jsoncodec import dumps, loads
-from agentlog.persistence.backend import Backend
+from agentlog.persistence.backend import Backend, PartialRead
 from agentlog.persistence.jsonl._scanner import SessionLogScanner, scan_log
+from agentlog.persistence.jsonl._zstdframes import compress_frame, decompress_frame, decompress_torn_frame
 from agentlog.persistence.jsonl.backend import (
     AppendRollbackError,
     JsonlBackend,
     TornMarker,
+    detect_compression,
     encode_segment,
     project_key,
+    scan_zstd_frames,
+)
+from agentlog.testing import builders
+
+from .conftest import (
+    APPEND_INTENT,
+    SID,
+    BackendFactory,
+    Harness,
+    append_closed_turn,
+    chunk_event,
+    live_meta,
+    step_start,
+    turn_start,
+    user_data,
+    user_event,
 )
 
 CWD = "/home/me/app"
@@ -1265,3 +1301,1253 @@ def test_jsonl__fixture_raw_log_with_a_text_chunks_row_loads_to_the_expected_eve
         },
     ]
     assert seqs(stored.events) == list(range(7))
+
+
+# === the Zstandard encoding's own cases (spec ``persistence.md`` §4.4, checklists §8.7 and §8.8) ============
+#
+# Frames are built with the ``zstandard`` library or byte by byte from RFC 8878's layout.
+
+
+MAGIC = bytes.fromhex("28b52ffd")
+
+
+def make_zstd(tmp_path: Path, **options: Any) -> JsonlBackend:
+    options.setdefault("compression", "zstd")
+    return JsonlBackend(tmp_path / "root", **options)
+
+
+def frame(data: bytes, **options: Any) -> bytes:
+    options.setdefault("write_checksum", True)
+    return zstandard.ZstdCompressor(level=3, **options).compress(data)
+
+
+def frames_of(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    scan = scan_zstd_frames(data)
+    assert scan.torn_start is None
+    return [data[start:end] for start, end in scan.frames]
+
+
+def plain(frame_bytes: bytes) -> bytes:
+    return zstandard.ZstdDecompressor().decompressobj().decompress(frame_bytes)
+
+
+def raw_block(payload: bytes, last: bool) -> bytes:
+    header_value = (len(payload) << 3) | (0 << 1) | int(last)
+    return header_value.to_bytes(3, "little") + payload
+
+
+def rle_block(byte: int, size: int, last: bool) -> bytes:
+    header_value = (size << 3) | (1 << 1) | int(last)
+    return header_value.to_bytes(3, "little") + bytes([byte])
+
+
+# --- Zstandard frame structure (§8.7 #229, #235, #236) -----------------------------------------------------
+
+
+def test_zstd__scans_concatenated_checksummed_frames_and_honors_a_frame_limit() -> None:  # spec 8.7 #229
+    parts = [frame(b"a\n"), frame(b"bb\n" * 50), frame(b"ccc\n")]
+    data = b"".join(parts)
+    scan = scan_zstd_frames(data)
+    ends = [sum(map(len, parts[: i + 1])) for i in range(3)]
+    assert scan.frames == [(0, ends[0]), (ends[0], ends[1]), (ends[1], ends[2])] and scan.torn_start is None
+    assert scan_zstd_frames(data, 1).frames == [(0, ends[0])]
+    assert all(part[4] & 0x04 for part in parts)  # the content-checksum flag is set on every frame
+    assert all(part[:4] == MAGIC for part in parts)
+    empty = scan_zstd_frames(b"")
+    assert empty.frames == [] and empty.torn_start is None
+
+
+def test_zstd__distinguishes_incomplete_frame_regions_from_invalid_complete_structure() -> None:  # spec 8.7 #235
+    whole = MAGIC + bytes([0x20, 0x05]) + raw_block(b"hello", True)  # single segment, 1-byte FCS
+    assert scan_zstd_frames(whole).frames == [(0, len(whole))]
+    for cut in range(1, len(whole)):  # partial magic, descriptor, header, block header, payload
+        scan = scan_zstd_frames(whole[:cut])
+        assert scan.frames == [] and scan.torn_start == 0, cut
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid frame magic at byte 0"):
+        scan_zstd_frames(b"\x00" * 8)
+    skippable = (0x184D2A50).to_bytes(4, "little") + (0).to_bytes(4, "little")
+    with pytest.raises(SessionPersistenceCorruptionError, match="invalid frame magic at byte 0"):
+        scan_zstd_frames(skippable)
+    for reserved in (0x08, 0x10):
+        with pytest.raises(SessionPersistenceCorruptionError, match="reserved frame-header bit at byte 4"):
+            scan_zstd_frames(MAGIC + bytes([0x20 | reserved, 0x05]) + raw_block(b"hello", True))
+    reserved_block = ((5 << 3) | (3 << 1) | 1).to_bytes(3, "little") + b"hello"
+    with pytest.raises(SessionPersistenceCorruptionError, match="reserved block type at byte 6") as info:
+        scan_zstd_frames(MAGIC + bytes([0x20, 0x05]) + reserved_block)
+    assert info.value.offset == 6
+    second = len(whole)
+    with pytest.raises(SessionPersistenceCorruptionError, match=f"invalid frame magic at byte {second}"):
+        scan_zstd_frames(whole + b"JUNK")
+
+
+@pytest.mark.parametrize(
+    ("descriptor", "header_bytes"),
+    [
+        (0x00, 1),  # window byte, no dictionary id, no content size
+        (0x21, 1 + 1),  # single segment: 1-byte dictionary id, 1-byte content size
+        (0x42, 1 + 2 + 2),  # window byte, 2-byte dictionary id, 2-byte content size
+        (0x83, 1 + 4 + 4),  # window byte, 4-byte dictionary id, 4-byte content size
+        (0xE3, 4 + 8),  # single segment, 4-byte dictionary id, 8-byte content size
+    ],
+)
+def test_zstd__covers_standard_header_variants_rle_blocks_multiple_blocks_and_checksums(
+    descriptor: int, header_bytes: int
+) -> None:  # spec 8.7 #236
+    blocks = raw_block(b"abc", False) + rle_block(ord("x"), 10, True)  # RLE payload is one byte
+    whole = MAGIC + bytes([descriptor]) + b"\x00" * header_bytes + blocks
+    assert scan_zstd_frames(whole).frames == [(0, len(whole))]
+    assert scan_zstd_frames(whole[:-1]).torn_start == 0
+    checked = MAGIC + bytes([descriptor | 0x04]) + b"\x00" * header_bytes + blocks + b"\x01\x02\x03\x04"
+    assert scan_zstd_frames(checked).frames == [(0, len(checked))]
+    missing_checksum_byte = scan_zstd_frames(checked[:-1])
+    assert missing_checksum_byte.frames == [] and missing_checksum_byte.torn_start == 0
+
+
+def test_zstd__decodes_hand_built_frames_without_content_size_or_checksum() -> None:
+    no_size = MAGIC + bytes([0x00, 0x00]) + raw_block(b"abc", False) + rle_block(ord("x"), 10, True)
+    assert decompress_frame(no_size, 0, 1000) == b"abc" + b"x" * 10
+    with pytest.raises(SessionPersistenceCorruptionError, match="decompresses to more than 12 bytes"):
+        decompress_frame(no_size, 0, 12)
+
+
+# --- default Zstandard encoding (§8.7 #237-#252) ------------------------------------------------------------
+
+
+def test_zstd__writes_jsonl_zstd_by_default_with_one_header_frame_and_one_first_batch_frame(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #237
+    backend = JsonlBackend(tmp_path / "root")
+    events = closed_turn()
+    backend.append_batch(META, events, False)
+    path = path_of(backend)
+    assert path.name == "session.jsonl.zstd" and not path.with_name("session.jsonl").exists()
+    assert path.read_bytes()[:4] == MAGIC
+    header_frame, batch_frame = frames_of(path)
+    assert plain(header_frame) == HEADER + b"\n"
+    stored = backend.load_stored("s1")
+    assert stored is not None and stored.events == events
+    none_root = JsonlBackend(tmp_path / "plain", compression="none")
+    none_root.append_batch(META, events, False)
+    assert plain(header_frame) + plain(batch_frame) == path_of(none_root).read_bytes()
+
+
+def test_zstd__read_raw_decodes_the_compressed_artifact_back_to_the_original_jsonl_text(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #238
+    backend = make_zstd(tmp_path)
+    plain_backend = JsonlBackend(tmp_path / "plain", compression="none")
+    for target in (backend, plain_backend):
+        target.append_batch(META, streamed_turn(), False)
+        target.append_batch(META, streamed_turn(10, 2), True)
+    raw = backend.read_raw("s1")
+    assert raw is not None and raw.filename == "session.jsonl"
+    assert raw.content == path_of(plain_backend).read_text()
+    assert raw.content.count("text-chunks") == 2
+
+
+def test_zstd__read_raw_rejects_a_present_artifact_that_carries_no_frame(tmp_path: Path) -> None:  # spec 8.7 #239
+    backend = make_zstd(tmp_path)
+    place(backend, b"")
+    with pytest.raises(SessionPersistenceCorruptionError, match="empty or header-less Zstandard session log"):
+        backend.read_raw("s1")
+
+
+def test_zstd__resolves_the_defaults_without_any_options(tmp_path: Path) -> None:  # spec 8.7 #240
+    backend = JsonlBackend(tmp_path / "root")
+    assert backend.compression == "zstd" and backend.pack_chunks is True
+    backend.append_batch(META, streamed_turn(), False)
+    _, batch = frames_of(path_of(backend))
+    assert b'"type":"text-chunks"' in plain(batch)
+
+
+def test_zstd__appends_one_frame_per_durable_batch_without_rewriting_prior_bytes(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #241
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, open_turn(), False)
+    path = path_of(backend)
+    before = path.read_bytes()
+    backend.append_batch(META, closers(8), True)
+    after = path.read_bytes()
+    assert after.startswith(before)
+    assert len(frames_of(path)) == 3
+    assert plain(frames_of(path)[2]) == b"".join(dumps(e) + b"\n" for e in closers(8))
+
+
+def test_zstd__lists_from_a_multi_chunk_header_frame_without_decoding_a_corrupt_event_frame(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #242
+    backend = make_zstd(tmp_path)
+    cwd = "/" + os.urandom(12_000).hex()  # a 24 KB cwd: the header frame spans several 8 KiB reads
+    meta = {**META, "cwd": cwd}
+    backend.append_batch(meta, closed_turn(), False)
+    path = path_of(backend, meta)
+    header_frame, batch = frames_of(path)
+    assert len(header_frame) > 8192
+    path.write_bytes(header_frame + batch[:-1] + bytes([batch[-1] ^ 0xFF]))  # break the event frame's checksum
+    (listing,) = backend.list_sessions()
+    assert listing.ok and listing.header is not None and listing.header["cwd"] == cwd
+    with pytest.raises(SessionPersistenceCorruptionError, match=r"frame at byte \d+ failed validation"):
+        backend.load_stored("s1")
+    assert backend.locate(meta) == listing.location
+
+
+def torn_injection(first_seq: int) -> bytes:
+    """The spec's zstd injector: a checksummed frame with one 300,000-character chunk line, torn."""
+    records = [
+        ev("turn/start", first_seq, {"turn": 2}),
+        ev("step/start", first_seq + 1, {"turn": 2, "step": 1}),
+        chunk(first_seq + 2, "z" * 300_000, turn=2),
+    ]
+    whole = frame(text(*records))
+    return whole[: len(whole) - 8]  # inside the final block: its last bytes and the checksum are missing
+
+
+def test_zstd__preserves_complete_records_from_a_torn_frame_and_reencodes_them_with_closers(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #246
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, closed_turn(), False)
+    path = path_of(backend)
+    committed = path.read_bytes()
+    with open(path, "ab") as handle:
+        handle.write(torn_injection(10))
+    stored = backend.load_stored("s1")
+    assert stored is not None
+    assert seqs(stored.events) == list(range(12))
+    marker = stored.torn_marker
+    assert isinstance(marker, TornMarker) and marker.truncate_to == len(committed)
+    assert [e["type"] for e in marker.recovered_events] == ["turn/start", "step/start"]
+    assert marker.recovered_events == stored.events[10:] and marker.recovered_events[0] is not stored.events[10]
+    backend.commit_repair(stored.meta, marker, closers(12, turn=2))
+    repaired = path.read_bytes()
+    assert repaired.startswith(committed)
+    scan = scan_zstd_frames(repaired)
+    assert scan.torn_start is None and len(scan.frames) == 3
+    assert plain(repaired[len(committed) :]) == text(*stored.events[10:], *closers(12, turn=2))
+    final = backend.load_stored("s1")
+    assert final is not None and final.torn_marker is None and seqs(final.events) == list(range(14))
+
+
+def test_zstd__drops_a_frame_torn_in_its_header_before_it_produced_plaintext(tmp_path: Path) -> None:  # spec 8.7 #247
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, closed_turn(), False)
+    path = path_of(backend)
+    committed = path.read_bytes()
+    with open(path, "ab") as handle:
+        handle.write(frame(text(ev("turn/start", 10)))[:6])
+    stored = backend.load_stored("s1")
+    assert stored is not None and stored.torn_marker == TornMarker(len(committed), [])
+    backend.commit_repair(stored.meta, stored.torn_marker, [])
+    assert path.read_bytes() == committed
+
+
+def test_zstd__recovers_complete_events_when_eof_tears_only_the_final_checksum(tmp_path: Path) -> None:  # spec 8.7 #248
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, open_turn(), False)
+    path = path_of(backend)
+    committed = path.stat().st_size
+    with open(path, "ab") as handle:
+        handle.write(frame(text(*closers(8)))[:-1])
+    stored = backend.load_stored("s1")
+    assert stored is not None and seqs(stored.events) == list(range(10))
+    assert stored.torn_marker == TornMarker(committed, closers(8))
+
+
+def test_zstd__rejects_a_complete_frame_containing_a_torn_jsonl_record(tmp_path: Path) -> None:  # spec 8.7 #249
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, closed_turn(), False)
+    path = path_of(backend)
+    tail_start = path.stat().st_size
+    with open(path, "ab") as handle:
+        handle.write(frame(dumps(ev("turn/start", 10)) + b"\n" + b'{"type":"step/start","seq":11'))
+    with pytest.raises(SessionPersistenceCorruptionError, match="complete frame contains a torn JSONL record") as info:
+        backend.load_stored("s1")
+    assert info.value.offset == tail_start
+    for defect in (b"{bad json}\n", dumps(ev("turn/start", 12)) + b"\n"):  # a defect or a gap, no turn/end
+        place(backend, path.read_bytes()[:tail_start] + frame(defect))
+        with pytest.raises(SessionPersistenceCorruptionError, match="complete frame contains a torn JSONL record"):
+            backend.load_stored("s1")
+
+
+def test_zstd__rolls_back_a_checksummed_append_frame_when_fsync_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # spec 8.7 #250
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, open_turn(), False)
+    path = path_of(backend)
+    before = path.read_bytes()
+    fail_fsync(monkeypatch, lambda n: n == 1)
+    with pytest.raises(StorageAccessError, match="injected fsync failure"):
+        backend.append_batch(META, closers(8), True)
+    assert path.read_bytes() == before
+    monkeypatch.undo()
+    backend.append_batch(META, closers(8), True)
+    stored = backend.load_stored("s1")
+    assert stored is not None and seqs(stored.events) == list(range(10)) and len(frames_of(path)) == 3
+
+
+def test_zstd__reports_empty_incomplete_and_non_header_artifacts_and_rejects_malformed_header_frames(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #251 (the reference skips the first three; the Python contract reports them)
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, closed_turn(), False)
+    place(backend, b"", session_id="empty")
+    place(backend, frame(HEADER + b"\n")[:10], session_id="incomplete")
+    place(backend, frame(b'{"type":"note"}\n'), session_id="non-header")
+    place(backend, frame(HEADER + b"\n" + HEADER + b"\n"), session_id="multi-line")
+    listings = {item.id: item for item in backend.list_sessions()}
+    assert listings["s1"].ok
+    assert "empty or header-less Zstandard session log" in (listings["empty"].error_message or "")
+    assert "empty or header-less Zstandard session log" in (listings["incomplete"].error_message or "")
+    assert "first line is not a session header" in (listings["non-header"].error_message or "")
+    assert "first frame is not exactly one header line" in (listings["multi-line"].error_message or "")
+    assert all(listings[name].error_code == "SESSION_CORRUPT" for name in listings if name != "s1")
+    with pytest.raises(SessionPersistenceCorruptionError, match="first frame is not exactly one header line"):
+        backend.load_stored("multi-line")
+
+
+def test_zstd__rejects_missing_empty_and_checksum_corrupt_header_frames_on_targeted_reads(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #252
+    backend = make_zstd(tmp_path)
+    batch = frame(text(*closed_turn()))
+    place(backend, b"")
+    with pytest.raises(SessionPersistenceCorruptionError, match="empty or header-less Zstandard session log"):
+        backend.load_stored("s1")
+    place(backend, frame(b"") + batch)
+    with pytest.raises(SessionPersistenceCorruptionError, match="first frame is not exactly one header line"):
+        backend.load_stored("s1")
+    corrupt_header = bytearray(frame(HEADER + b"\n"))
+    corrupt_header[-2] ^= 0xFF
+    place(backend, bytes(corrupt_header) + batch)
+    with pytest.raises(SessionPersistenceCorruptionError, match="frame at byte 0 failed validation"):
+        backend.load_stored("s1")
+    (listing,) = backend.list_sessions()
+    assert listing.error_code == "SESSION_CORRUPT"
+    assert "header frame failed validation" in (listing.error_message or "")
+
+
+# --- encoding selection (§8.7 #253-#255) -------------------------------------------------------------------
+
+
+def test_zstd__rejects_roots_owned_by_the_opposite_encoding_in_both_directions(tmp_path: Path) -> None:  # spec 8.7 #253
+    JsonlBackend(tmp_path / "raw", compression="none").append_batch(META, closed_turn(), False)
+    JsonlBackend(tmp_path / "zst", compression="zstd").append_batch(META, closed_turn(), False)
+    wrong_zstd = JsonlBackend(tmp_path / "raw", compression="zstd")
+    with pytest.raises(PersistenceError, match=r'uses \.jsonl, but this backend is configured for compression "zstd"'):
+        wrong_zstd.load_stored("s1")
+    with pytest.raises(PersistenceError, match='configured for compression "zstd"'):
+        wrong_zstd.list_sessions()
+    wrong_none = JsonlBackend(tmp_path / "zst", compression="none")
+    with pytest.raises(
+        PersistenceError, match=r'uses \.jsonl\.zstd, but this backend is configured for compression "none"'
+    ):
+        wrong_none.load_stored("other-id")  # the root preflight refuses every operation on a foreign root
+
+
+def test_zstd__rechecks_targeted_artifacts_and_listing_after_an_initially_empty_root(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #254
+    backend = make_zstd(tmp_path)
+    assert backend.load_stored("s1") is None  # preflight passes (and is cached) on the empty root
+    JsonlBackend(tmp_path / "root", compression="none").append_batch(META, closed_turn(), False)
+    for operation in (lambda: backend.load_stored("s1"), lambda: backend.read_revision("s1"), backend.list_sessions):
+        with pytest.raises(PersistenceError, match=r"uses \.jsonl, but"):
+            operation()
+
+
+def test_zstd__refuses_materialization_when_an_opposite_artifact_appears_after_create(
+    tmp_path: Path,
+) -> None:  # spec 8.7 #255
+    backend = make_zstd(tmp_path)
+    assert backend.load_stored("s1") is None
+    JsonlBackend(tmp_path / "root", compression="none").append_batch(META, closed_turn(), False)
+    with pytest.raises(PersistenceError, match=r"uses \.jsonl, but"):
+        backend.append_batch(META, closed_turn(), False)
+    assert not path_of(backend).exists()
+
+
+# --- §8.8 compat ----------------------------------------------------------------------------------------------
+
+
+def test_zstd__round_trips_concatenated_checksummed_frames_through_the_library_api(
+    tmp_path: Path,
+) -> None:  # spec 8.8 #256
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, open_turn(), False)
+    backend.append_batch(META, closers(8), True)
+    data = path_of(backend).read_bytes()
+    scan = scan_zstd_frames(data)
+    assert [data[start : start + 4].hex() for start, _ in scan.frames] == ["28b52ffd"] * 3
+    library = b"".join(plain(data[start:end]) for start, end in scan.frames)
+    ours = b"".join(decompress_frame(data[start:end], start, 1 << 20) for start, end in scan.frames)
+    assert library == ours and library.startswith(HEADER + b"\n")
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    assert reader.read() == library  # the library decodes the concatenation as one stream, too
+    last_start, last_end = scan.frames[-1]
+    torn = data[: last_end - 1]
+    torn_scan = scan_zstd_frames(torn)
+    assert torn_scan.torn_start == last_start and len(torn_scan.frames) == 2
+    assert decompress_torn_frame(torn[last_start:], last_start, 1 << 20) == plain(data[last_start:last_end])
+
+
+# --- beyond the checklist --------------------------------------------------------------------------------------
+
+
+def test_zstd__truncating_the_last_frame_at_every_offset_loads_the_committed_prefix(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path)
+    committed_events = closed_turn()
+    backend.append_batch(META, committed_events, False)
+    tail_events = [
+        ev("turn/start", 10, {"turn": 2}),
+        ev("step/start", 11, {"turn": 2, "step": 1}),
+        *(chunk(12 + k, f"w{k} ", 2) for k in range(4)),
+        ev("tool/call", 16, {"callId": "c", "args": "x" * 40}),
+    ]
+    backend.append_batch(META, tail_events, True)
+    path = path_of(backend)
+    full = path.read_bytes()
+    last_start, last_end = scan_zstd_frames(full).frames[-1]
+    everything = committed_events + tail_events
+    recovered_counts = []
+    for size in range(last_end - 1, last_start - 1, -1):
+        os.truncate(path, size)
+        stored = backend.load_stored("s1")
+        assert stored is not None, size
+        assert stored.events == everything[: len(stored.events)], size
+        assert len(stored.events) >= len(committed_events), size
+        if size == last_start:
+            assert stored.torn_marker is None
+        else:
+            marker = stored.torn_marker
+            assert isinstance(marker, TornMarker) and marker.truncate_to == last_start, size
+            assert marker.recovered_events == stored.events[len(committed_events) :], size
+        recovered_counts.append(len(stored.events))
+    assert recovered_counts[0] == len(everything)  # torn only in the checksum: every record recovered
+    assert recovered_counts == sorted(recovered_counts, reverse=True)
+    path.write_bytes(full[: last_start + (last_end - last_start) // 2])
+    stored = backend.load_stored("s1")
+    assert stored is not None
+    backend.commit_repair(stored.meta, stored.torn_marker, [])
+    repaired = backend.load_stored("s1")
+    assert repaired is not None and repaired.torn_marker is None and repaired.events == stored.events
+    assert path.read_bytes()[:last_start] == full[:last_start]
+
+
+def test_zstd__flipping_any_byte_of_an_earlier_frame_is_a_typed_corruption_and_changes_nothing(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, closed_turn(), False)
+    backend.append_batch(META, streamed_turn(10, 2), True)
+    backend.append_batch(META, closed_turn(3, 20), True)
+    path = path_of(backend)
+    full = path.read_bytes()
+    frames = scan_zstd_frames(full).frames
+    assert len(frames) == 4
+    header_end = frames[0][1]
+    for position in range(frames[-1][0]):  # every byte of every complete, non-last frame
+        damaged = bytearray(full)
+        damaged[position] ^= 0xFF
+        path.write_bytes(damaged)
+        with pytest.raises(SessionPersistenceCorruptionError) as info:
+            backend.load_stored("s1")
+        assert info.value.location == str(path), position
+        (listing,) = backend.list_sessions()  # listing decodes the header frame only, and never raises
+        if position < header_end:
+            assert listing.error_code == "SESSION_CORRUPT", position
+        assert path.read_bytes() == bytes(damaged), position
+
+
+def test_zstd__a_torn_region_followed_by_a_complete_frame_is_committed_damage(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, open_turn(), False)
+    path = path_of(backend)
+    committed = path.read_bytes()
+    later = frame(text(*closers(8)))
+    # A frame whose raw block claims 5000 bytes: scanning it swallows the complete frame after it.
+    swallowing = MAGIC + bytes([0x20, 0xFF]) + ((5000 << 3) | 1).to_bytes(3, "little")
+    place(backend, committed + swallowing + b"partial payload" + later)
+    with pytest.raises(SessionPersistenceCorruptionError, match="is incomplete, yet a complete frame follows"):
+        backend.load_stored("s1")
+
+
+def test_zstd__a_frame_decoding_beyond_max_frame_bytes_is_a_typed_corruption(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path, max_frame_bytes=4096)
+    backend.append_batch(META, open_turn(), False)
+    path = path_of(backend)
+    committed = path.read_bytes()
+    big = text(ev("user/message", 8, {"text": "x" * 10_000}))
+    for variant in (frame(big), frame(big, write_content_size=False)):  # declared and undeclared sizes
+        place(backend, committed + variant)
+        with pytest.raises(SessionPersistenceCorruptionError, match="decompresses to more than 4096 bytes") as info:
+            backend.load_stored("s1")
+        assert info.value.offset == len(committed) and "max_frame_bytes" in str(info.value)
+    huge = frame(text(ev("user/message", 8, {"text": os.urandom(100_000).hex()})))
+    place(backend, committed + huge[:-6])  # a torn frame is bounded too (its first 128 KiB block is whole)
+    with pytest.raises(SessionPersistenceCorruptionError, match="decompresses to more than 4096 bytes"):
+        backend.load_stored("s1")
+    assert path.read_bytes() == committed + huge[:-6]
+
+
+def test_zstd__fixture_concatenated_library_frames_load_to_the_expected_events(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path)
+    row = (
+        b'{"type":"text-chunks","seq0":2,"time0":1002,"data":{"turn":1,"step":1,"index":0,"dt":[1,1],'
+        b'"texts":["a","b","c"]}}\n'
+    )
+    content = (
+        frame(HEADER + b"\n")
+        + frame(b'{"type":"turn/start","seq":0,"time":1000,"data":{"turn":1}}\n', write_checksum=False)
+        + frame(
+            b'{"type":"step/start","seq":1,"time":1001,"data":{"turn":1,"step":1}}\n' + row, write_content_size=False
+        )
+        + zstandard.ZstdCompressor(level=19, write_checksum=True).compress(
+            b'{"type":"step/end","seq":5,"time":1005,"data":{"turn":1,"step":1}}\n'
+            b'{"type":"turn/end","seq":6,"time":1006,"data":{"turn":1,"reason":{"kind":"completed"}}}\n'
+        )
+    )
+    place(backend, content)
+    stored = backend.load_stored("s1")
+    assert stored is not None and stored.torn_marker is None
+    assert stored.meta == {"version": 0, "id": "s1", "createdAt": 1000, "cwd": CWD, "delegationDepth": 0}
+    assert seqs(stored.events) == list(range(7))
+    assert [e["data"]["chunk"]["text"] for e in stored.events[2:5]] == ["a", "b", "c"]
+    assert stored.events[4] == {
+        "type": "assistant/chunk",
+        "seq": 4,
+        "time": 1004,
+        "data": {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "c"}},
+    }
+
+
+def test_zstd__fixture_a_multi_block_streamed_frame_loads(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path)
+    events = [ev("user/message", i, {"text": os.urandom(2000).hex()}) for i in range(200)]  # ~800 KB, many blocks
+    compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+    body = compressor.compressobj()
+    stream = body.compress(text(*events)) + body.flush()
+    assert stream[4] & 0x20 == 0  # not single-segment: carries a window descriptor
+    place(backend, frame(HEADER + b"\n") + stream)
+    stored = backend.load_stored("s1")
+    assert stored is not None and stored.events == events
+
+
+def test_zstd__read_raw_omits_a_torn_final_frame(tmp_path: Path) -> None:
+    backend = make_zstd(tmp_path)
+    backend.append_batch(META, closed_turn(), False)
+    path = path_of(backend)
+    complete = b"".join(plain(part) for part in frames_of(path))
+    with open(path, "ab") as handle:
+        handle.write(torn_injection(10))
+    raw = backend.read_raw("s1")
+    assert raw is not None and raw.content.encode() == complete
+
+
+# === either encoding: the regressions of issue 7's defects, over raw lines and Zstandard frames ==========
+#
+# The JSONL backends (raw and zstd frames), the memory backend and the coordinator's load path; each
+# section is named after its defect number.
+#
+# Real files and real file-system conditions only: a small tmpfs for a full disk, a tmpfs remounted
+# read-only, a child process that drops root for permission checks (root bypasses them), FIFOs, symlinks,
+# device nodes and ``RLIMIT_AS`` in a child process for memory pressure; all cleaned up afterwards.
+
+
+JSONL_KINDS = ["jsonl-none", "jsonl-zstd"]
+
+
+@pytest.fixture(params=JSONL_KINDS)
+def jenv(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(BackendFactory(request.param, tmp_path))
+    yield harness
+    harness.close()
+
+
+def _zstd(env: Harness) -> bool:
+    return env.kind == "jsonl-zstd"
+
+
+def log_path(env: Harness, session_id: str = SID) -> Path:
+    location = env.backend().locate(builders.header(session_id))
+    assert location is not None
+    return Path(location)
+
+
+def write_log(env: Harness, *batches: list[bytes], session_id: str = SID) -> Path:
+    """A hand-built artifact at the layout's place: the header, then each batch of lines (one zstd frame
+    per batch). Lines are given without their newline; ``None``-free bytes only."""
+    path = log_path(env, session_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = dumps({"type": "session", **builders.header(session_id)}) + b"\n"
+    texts = [b"".join(line + b"\n" for line in batch) for batch in batches]
+    if _zstd(env):
+        path.write_bytes(compress_frame(head) + b"".join(compress_frame(text) for text in texts))
+    else:
+        path.write_bytes(head + b"".join(texts))
+    return path
+
+
+def lines(*events: dict[str, Any]) -> list[bytes]:
+    return [dumps(event) for event in events]
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every file below ``root`` with its bytes (symlinks by their target): "nothing was touched"."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            found[str(path)] = "->" + os.readlink(path)
+        elif path.is_file():
+            found[str(path)] = path.read_bytes()
+    return found
+
+
+def store_root(env: Harness) -> Path:
+    return Path(env.factory.root)
+
+
+def persist_closed_turn(env: Harness, session_id: str = SID, *, turns: int = 1) -> None:
+    coordinator = env.coordinator()
+    session = coordinator.store.create(session_id, meta=live_meta())
+    for turn in range(1, turns + 1):
+        append_closed_turn(session, turn)
+    coordinator.store.flush(session)
+    coordinator.close()
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Path]:
+    """A 64 KiB tmpfs (a real, tiny file system: full disks and read-only remounts)."""
+    with small_tmpfs("64k", mode="0755") as mount:
+        yield mount
+
+
+def tmpfs_env(kind: str, mount: Path) -> Harness:
+    factory = BackendFactory(kind, mount)
+    factory.root = mount / "store"
+    factory._args = (str(factory.root),)
+    return Harness(factory)
+
+
+# --- 8: bytes that are not UTF-8 are damage at their offset -------------------------------------------
+
+
+def test_non_utf8_bytes_in_a_committed_record_are_corruption_at_their_byte_offset(jenv: Harness) -> None:
+    good = builders.closed_turn(0)
+    bad = dumps(good[1]).replace(b"question-1", b"quest\xffon-1")
+    path = write_log(jenv, [dumps(good[0]), bad, *lines(*good[2:])])
+    before = path.read_bytes()
+    for read in (jenv.backend().load_stored, jenv.coordinator().load, jenv.coordinator().resume):
+        with pytest.raises(SessionPersistenceCorruptionError, match="not UTF-8") as info:
+            read(SID)
+        assert info.value.code == "SESSION_CORRUPT"
+    raw = jenv.backend()
+    with pytest.raises(SessionPersistenceCorruptionError) as info:
+        raw.load_stored(SID)
+    if _zstd(jenv):  # the damaged frame (the second one) is named by its physical offset
+        assert info.value.offset == len(compress_frame(dumps({"type": "session", **builders.header()}) + b"\n"))
+    else:
+        assert info.value.offset == before.index(b"\xff")
+    assert path.read_bytes() == before
+
+
+def test_non_utf8_bytes_in_the_last_record_or_the_header_are_corruption_too(jenv: Harness) -> None:
+    good = builders.closed_turn(0)
+    path = write_log(jenv, [*lines(*good[:-1]), dumps(good[-1]).replace(b"completed", b"compl\xc3eted")])
+    before = path.read_bytes()
+    with pytest.raises(SessionPersistenceCorruptionError, match="not UTF-8"):
+        jenv.coordinator().resume(SID)  # the last complete record is committed: never cut as a torn tail
+    assert path.read_bytes() == before
+    head = dumps({"type": "session", **builders.header()}).replace(b'"s1"', b'"s\xfe1"')
+    path.write_bytes(compress_frame(head + b"\n") if _zstd(jenv) else head + b"\n")
+    with pytest.raises(SessionPersistenceCorruptionError):
+        jenv.backend().load_stored(SID)
+    (listing,) = jenv.backend().list_sessions()
+    assert listing.error_code == "SESSION_CORRUPT"
+
+
+# --- 12: memory pressure is never corruption -------------------------------------------------------------
+
+_MEMORY_CHILD = r"""
+import json, os, resource, sys
+from agentlog import SessionStore
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+root, compression, extra = sys.argv[1], sys.argv[2], int(sys.argv[3])
+backend = JsonlBackend(root, compression=compression)
+with open("/proc/self/statm") as handle:
+    used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+resource.setrlimit(resource.RLIMIT_AS, (used + extra, used + extra))
+try:
+    PersistenceCoordinator(SessionStore(), backend).resume("s1")
+    out = {"ok": True}
+except BaseException as err:
+    out = {"ok": False, "type": type(err).__name__, "code": getattr(err, "code", None),
+           "repaired": "after its repair was committed" in str(err)}
+sys.stdout.write(json.dumps(out) + "\n")
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def _many_events(count: int) -> list[dict[str, Any]]:
+    events = [turn_start(0), user_event(1, "q"), step_start(2)]
+    events += [chunk_event(seq, f"x{seq}") for seq in range(3, count)]
+    return events
+
+
+def test_out_of_memory_while_loading_is_resource_exhausted_and_nothing_is_touched(jenv: Harness) -> None:
+    backend = jenv.backend()
+    backend.pack_chunks = False  # one line per event: the parse needs far more memory than the file
+    events = _many_events(120_000)
+    for start in range(0, len(events), 8192):
+        backend.append_batch(builders.header(), events[start : start + 8192], start > 0)
+    path = log_path(jenv)
+    with path.open("ab") as handle:  # an open turn and a torn tail: a resume would repair (truncate)
+        handle.write(compress_frame(b'{"type":"assistant/chunk"')[:9] if _zstd(jenv) else b'{"type":"assis')
+    before = path.read_bytes()
+    results = []
+    for extra in (24 << 20, 64 << 20):
+        child = subprocess.run(
+            [sys.executable, "-c", _MEMORY_CHILD, str(store_root(jenv)), jenv.kind.split("-")[1], str(extra)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert child.returncode == 0, child.stderr[-2000:]  # no crash (orjson is not allocation-safe)
+        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        if results[-1]["ok"]:
+            break  # the load fitted (a compact load needs far less than the parse): its resume repairs
+        if results[-1].pop("repaired") or (results[-1]["code"] == "RESOURCE_EXHAUSTED" and path.read_bytes() != before):
+            # The load fitted and committed its repair; reading it back ran out (and says so), or the
+            # resume then had no room for its write-behind thread. The repaired log is valid: an
+            # unlimited load finds nothing left to repair.
+            repaired = path.read_bytes()
+            assert repaired != before
+            jenv.coordinator().load(SID)
+            assert path.read_bytes() == repaired
+            break
+        assert path.read_bytes() == before, results  # nothing truncated, repaired or written
+    assert {"ok": False, "type": "ResourceExhaustedError", "code": "RESOURCE_EXHAUSTED"} in results
+    assert all(result["ok"] or result["code"] == "RESOURCE_EXHAUSTED" for result in results)
+
+
+def test_a_log_beyond_the_load_budget_is_refused_before_it_is_read(jenv: Harness) -> None:
+    persist_closed_turn(jenv, turns=3)
+    path = log_path(jenv)
+    before = path.read_bytes()
+    small = JsonlBackend(store_root(jenv), compression=jenv.factory._kwargs["compression"], max_log_bytes=256)
+    with pytest.raises(ResourceExhaustedError, match="max_log_bytes") as info:
+        small.load_stored(SID)
+    assert info.value.code == "RESOURCE_EXHAUSTED" and isinstance(info.value, MemoryError)
+    with pytest.raises(ResourceExhaustedError):
+        jenv.coordinator(backend=small).resume(SID)
+    assert path.read_bytes() == before
+    assert jenv.backend().load_stored(SID) is not None
+
+
+# --- 13: only an incomplete final record is a torn tail ----------------------------------------------------
+
+
+def _open_turn_lines(count: int) -> list[dict[str, Any]]:
+    return [turn_start(0), user_event(1, "q"), step_start(2), *(chunk_event(s, f"c{s}") for s in range(3, count))]
+
+
+@pytest.mark.parametrize("damage", ["unparsable", "missing", "not-an-event"])
+def test_repair_keeps_records_after_damage(jenv: Harness, damage: str) -> None:
+    events = _open_turn_lines(40)
+    encoded = lines(*events)
+    if damage == "unparsable":
+        encoded[17] = encoded[17][:-9] + b"#garbage}"
+    elif damage == "missing":
+        del encoded[17]
+    else:
+        encoded[17] = b"[17]"
+    path = write_log(jenv, encoded[:10], encoded[10:])
+    before = path.read_bytes()
+    with pytest.raises(SessionPersistenceCorruptionError, match="not a torn tail") as info:
+        jenv.backend().load_stored(SID)
+    assert info.value.offset is not None and info.value.location == str(path)
+    for read in (jenv.coordinator().resume, jenv.coordinator().load, jenv.coordinator().inspect):
+        with pytest.raises(SessionPersistenceCorruptionError):
+            read(SID)
+    assert path.read_bytes() == before  # no committed record was cut
+
+
+def test_damage_inside_a_torn_zstd_frame_with_records_after_it_is_corruption(tmp_path: Path) -> None:
+    env = Harness(BackendFactory("jsonl-zstd", tmp_path))
+    try:
+        rng = random.Random(13)
+        big = ["".join(rng.choice(string.ascii_letters) for _ in range(200_000)) for _ in range(3)]
+        tail = [b"{damaged", *(dumps(chunk_event(4 + k, text)) for k, text in enumerate(big))]
+        path = write_log(env, lines(*_open_turn_lines(4)))
+        torn = compress_frame(b"".join(line + b"\n" for line in tail))
+        with path.open("ab") as handle:
+            handle.write(torn[: len(torn) * 3 // 4])  # a crash cut the last write short
+        before = path.read_bytes()
+        with pytest.raises(SessionPersistenceCorruptionError, match="not a torn tail"):
+            env.backend().load_stored(SID)
+        with pytest.raises(SessionPersistenceCorruptionError):
+            env.coordinator().resume(SID)
+        assert path.read_bytes() == before
+    finally:
+        env.close()
+
+
+def test_an_incomplete_final_record_is_still_a_torn_tail(jenv: Harness) -> None:
+    path = write_log(jenv, lines(*_open_turn_lines(8)))
+    with path.open("ab") as handle:
+        handle.write(compress_frame(dumps(chunk_event(8, "torn")) + b"\n")[:12] if _zstd(jenv) else b'{"type":"as')
+    session = jenv.coordinator().resume(SID)
+    assert builders.seqs(session.events)[:8] == list(range(8))
+    assert [event["type"] for event in session.events][8:] == ["step/end", "turn/end", "session/end-seed"]
+
+
+# --- 14: a second writer after the lock file vanished ---------------------------------------------------
+
+
+def test_second_writer_after_lock_file_vanished_is_refused_not_interleaved(jenv: Harness) -> None:
+    persist_closed_turn(jenv)
+    first = jenv.coordinator()
+    a = first.resume(SID)
+    for lock in (store_root(jenv) / ".locks").iterdir():
+        lock.unlink()  # someone "cleaned up" the lock directory while A is live
+    second = jenv.coordinator()
+    b = second.resume(SID)  # nothing stops B now: it takes a brand-new lock file
+    append_closed_turn(b, 2)
+    second.store.flush(b)
+    path = log_path(jenv)
+    after_b = path.read_bytes()
+    a.append("turn/start", {"turn": 2})
+    with pytest.raises(SessionTailChangedError, match="another writer appended") as info:
+        first.store.flush(a)
+    assert info.value.code == "SESSION_TAIL_CHANGED"
+    assert path.read_bytes() == after_b  # nothing written by the stale writer
+    loaded = jenv.coordinator().load(SID)  # B's log, intact and loadable
+    assert [dict(event) for event in loaded.events] == [dict(event) for event in b.events]
+
+
+def test_a_writer_whose_reader_saw_an_older_tail_is_refused(jenv: Harness) -> None:
+    persist_closed_turn(jenv)
+    reader = jenv.backend()
+    stored = reader.load_stored(SID)
+    assert stored is not None
+    persist_more = jenv.backend()
+    persist_more.load_stored(SID)
+    persist_more.append_batch(builders.header(), [turn_start(6, 2)], True)
+    with pytest.raises(SessionTailChangedError):
+        reader.append_batch(builders.header(), [turn_start(6, 2)], True)
+    with pytest.raises(AgentlogError):  # an append that does not continue the stored seq
+        persist_more.append_batch(builders.header(), [turn_start(9, 2)], True)
+    assert builders.seqs(jenv.backend().load_stored(SID).events) == list(range(7))  # type: ignore[union-attr]
+
+
+# --- 17: symlinks and special files ------------------------------------------------------------------
+
+
+def test_symlinked_session_directory_is_neither_read_nor_written(jenv: Harness, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    outside = Harness(BackendFactory(jenv.kind, elsewhere))
+    try:
+        persist_closed_turn(outside)
+        real_dir = log_path(outside).parent
+    finally:
+        outside.close()
+    outside_before = snapshot(elsewhere)
+    link = log_path(jenv).parent
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real_dir, target_is_directory=True)
+    with pytest.raises(StorageAccessError, match="symbolic link") as info:
+        jenv.backend().load_stored(SID)
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY" and info.value.path == str(link)
+    with pytest.raises(StorageAccessError):
+        jenv.coordinator().resume(SID)
+    (listing,) = jenv.backend().list_sessions()  # reported, not hidden
+    assert listing.id == SID and listing.error_code == "STORAGE_NOT_A_DIRECTORY"
+    coordinator = jenv.coordinator()
+    with pytest.raises(StorageAccessError):  # at create, or at the latest at the first flush
+        session = coordinator.store.create(SID, meta=live_meta())
+        append_closed_turn(session, 1)
+        coordinator.store.flush(session)
+    with pytest.raises(StorageAccessError):
+        jenv.backend().append_batch(builders.header(), builders.closed_turn(0), False)
+    assert snapshot(elsewhere) == outside_before  # nothing outside the store was read into or written
+
+
+def _in_thread(target: Any, *args: Any) -> Any:
+    """Run ``target`` in a thread that must finish within 10 s (a FIFO open would hang forever)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = target(*args)
+        except BaseException as err:
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(10)
+    return thread, outcome
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev-zero-symlink", "char-device", "symlinked-log", "directory"])
+def test_special_file_at_the_log_path_is_refused_without_hanging(jenv: Harness, special: str) -> None:
+    persist_closed_turn(jenv)
+    path = log_path(jenv)
+    real = path.with_name("real-log")
+    path.rename(real)
+    if special == "fifo":
+        os.mkfifo(path)
+    elif special == "dev-zero-symlink":
+        path.symlink_to("/dev/zero")
+    elif special == "char-device":
+        try:
+            os.mknod(path, 0o600 | 0o020000, os.makedev(1, 5))  # S_IFCHR: what /dev/zero is
+        except OSError as err:
+            pytest.skip(f"cannot create a device node here: {err}")
+    elif special == "symlinked-log":
+        path.symlink_to(real)
+    else:
+        path.mkdir()
+    backend = jenv.backend()
+    try:
+        for operation in (
+            lambda: backend.load_stored(SID),
+            lambda: backend.read_raw(SID),
+            lambda: backend.append_batch(builders.header(), [turn_start(6, 2)], True),
+            lambda: jenv.coordinator().resume(SID),
+        ):
+            thread, outcome = _in_thread(operation)
+            assert not thread.is_alive(), f"{special}: the operation hangs"
+            error = outcome.get("error")
+            assert isinstance(error, StorageAccessError), outcome
+            assert error.code == "STORAGE_NOT_A_FILE" and error.path == str(path)
+        thread, outcome = _in_thread(backend.list_sessions)
+        assert not thread.is_alive()
+        (listing,) = outcome["value"]
+        assert listing.error_code == "STORAGE_NOT_A_FILE"
+    finally:
+        if special == "fifo" and path.exists():  # release any reader that did block
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+    assert real.read_bytes()  # the real log was never touched
+    if special == "symlinked-log":
+        assert JsonlBackend  # the link's target is the intact log, never read through the link
+
+
+# --- 18: operating-system refusals are typed -----------------------------------------------------------------
+
+
+def test_disk_full_during_flush_is_storage_full_and_the_retry_has_no_gap(tmpfs: Path) -> None:
+    for kind in JSONL_KINDS:
+        env = tmpfs_env(kind, tmpfs)
+        try:
+            coordinator = env.coordinator(batch_delay_ms=60_000)
+            session = coordinator.store.create(f"full-{kind}", meta=live_meta())
+            append_closed_turn(session, 1)
+            coordinator.store.flush(session)
+            path = log_path(env, f"full-{kind}")
+            before = path.read_bytes()
+            filler = tmpfs / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 1024)
+            except OSError:
+                pass  # the file system is full
+            finally:
+                os.close(fd)
+            rng = random.Random(18)
+            session.append("turn/start", {"turn": 2})
+            text = "".join(rng.choice(string.ascii_letters) for _ in range(20_000))
+            session.append("user/message", user_data(text, msg_id="big"), APPEND_INTENT)
+            with pytest.raises(StorageAccessError) as info:
+                coordinator.store.flush(session)
+            assert info.value.code == "STORAGE_FULL" and info.value.path == str(path)
+            assert "free space" in info.value.message
+            assert path.read_bytes() == before  # rolled back
+            filler.unlink()
+            coordinator.store.flush(session)  # the buffered batch is retried, no seq gap
+            coordinator.close()
+            assert builders.seqs(env.coordinator().load(f"full-{kind}").events) == list(range(9))
+        finally:
+            env.close()
+            for leftover in tmpfs.iterdir():
+                subprocess.run(["rm", "-rf", str(leftover)], check=True)
+
+
+def test_read_only_file_system_at_resume_and_create_is_storage_read_only(tmpfs: Path) -> None:
+    envs = [tmpfs_env(kind, tmpfs / kind) for kind in JSONL_KINDS]
+    try:
+        for env in envs:
+            persist_closed_turn(env)
+            path = log_path(env)
+            with path.open("ab") as handle:  # a torn tail: resume would need to repair
+                handle.write(b"\x28\xb5\x2f\xfd\x64" if env.kind == "jsonl-zstd" else b'{"type":"tu')
+        before = snapshot(tmpfs)
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], capture_output=True, text=True)
+        if remount.returncode != 0:
+            pytest.skip(f"remounting read-only is not permitted here: {remount.stderr.strip()}")
+        try:
+            for env in envs:
+                assert len(env.coordinator().inspect(SID).events) == 6  # reading still works
+                with pytest.raises(StorageAccessError) as info:
+                    env.coordinator().resume(SID)
+                assert info.value.code == "STORAGE_READ_ONLY" and "remount" in info.value.message
+                coordinator = env.coordinator()
+                with pytest.raises(StorageAccessError) as info:
+                    created = coordinator.store.create("fresh", meta=live_meta())
+                    append_closed_turn(created, 1)
+                    coordinator.store.flush(created)
+                assert info.value.code == "STORAGE_READ_ONLY"
+                with pytest.raises(StorageAccessError) as info:
+                    env.backend().append_batch(builders.header("other"), builders.closed_turn(0), False)
+                assert info.value.code == "STORAGE_READ_ONLY"
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(tmpfs)], capture_output=True)
+        assert snapshot(tmpfs) == before
+    finally:
+        for env in envs:
+            env.close()
+
+
+def test_store_root_or_locks_that_is_a_file_is_not_a_directory(jenv: Harness, tmp_path: Path) -> None:
+    root_file = tmp_path / "root-file"
+    root_file.write_text("not a store")
+    with pytest.raises(StorageAccessError) as info:
+        JsonlBackend(root_file)
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY" and info.value.path == str(root_file)
+    persist_closed_turn(jenv)
+    locks = store_root(jenv) / ".locks"
+    subprocess.run(["rm", "-rf", str(locks)], check=True)
+    locks.write_text("not a directory")
+    before = log_path(jenv).read_bytes()
+    with pytest.raises(StorageAccessError) as info:
+        jenv.coordinator().resume(SID)
+    assert info.value.code == "STORAGE_NOT_A_DIRECTORY" and info.value.path == str(locks)
+    with pytest.raises(StorageAccessError):
+        jenv.coordinator().store.create("s2", meta=live_meta())
+    assert log_path(jenv).read_bytes() == before
+    assert len(jenv.coordinator().inspect(SID).events) == 6  # reads need no lock
+
+
+_UNPRIVILEGED_CHILD = r"""
+import json, os, sys
+from agentlog import SessionStore
+from agentlog.errors import AgentlogError
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+"".encode("utf-16-le")  # codecs load lazily: load them while the interpreter's files are readable
+os.setgid(65534)  # imports above ran as root (the interpreter's own files may be private to root)
+os.setuid(65534)
+backend = JsonlBackend(sys.argv[1], compression=sys.argv[2])
+out = {}
+for name, call in (
+    ("load", lambda: backend.load_stored("s1")),
+    ("resume", lambda: PersistenceCoordinator(SessionStore(), backend).resume("s1")),
+    ("list", lambda: [(l.error_code, l.location) for l in backend.list_sessions()]),
+):
+    try:
+        out[name] = {"ok": call()}
+    except AgentlogError as err:
+        out[name] = {"code": err.code, "path": getattr(err, "path", None)}
+    except BaseException as err:
+        out[name] = {"untyped": repr(err)}
+print(json.dumps(out, default=str))
+"""
+
+
+def test_permission_denied_file_is_storage_permission_denied(jenv: Harness) -> None:
+    base = Path(tempfile.mkdtemp(prefix="agentlog-perm-"))
+    try:
+        base.chmod(0o755)
+        env = Harness(BackendFactory(jenv.kind, base))
+        try:
+            persist_closed_turn(env)
+            path = log_path(env)
+        finally:
+            env.close()
+        for directory in (base / "jsonl-root", path.parent.parent, path.parent):
+            directory.chmod(0o755)  # nobody can traverse to the file ...
+        path.chmod(0o000)  # ... but not read it
+        before = path.read_bytes()
+        child = subprocess.run(
+            [sys.executable, "-c", _UNPRIVILEGED_CHILD, str(base / "jsonl-root"), jenv.kind.split("-")[1]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd="/",
+        )
+        if child.returncode != 0 and "Operation not permitted" in child.stderr:
+            pytest.skip("cannot drop privileges to uid 65534 here (root bypasses permission checks)")
+        assert child.returncode == 0, child.stderr[-2000:]
+        out = json.loads(child.stdout)
+        assert out["load"] == {"code": "STORAGE_PERMISSION_DENIED", "path": str(path)}
+        assert out["resume"]["code"] == "STORAGE_PERMISSION_DENIED"
+        assert out["list"] == {"ok": [["STORAGE_PERMISSION_DENIED", str(path)]]}
+        assert path.read_bytes() == before
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True)
+
+
+# --- 19: a malformed event inside the open turn is a typed refusal on every backend ----------------------
+
+
+def _stored_fingerprint(env: Harness) -> Any:
+    if env.kind.startswith("jsonl"):
+        return snapshot(store_root(env))
+    if env.kind == "sqlite":
+        import sqlite3
+
+        con = sqlite3.connect(env.factory.db_path)
+        try:
+            return con.execute("SELECT * FROM events ORDER BY 1, 2").fetchall()
+        finally:
+            con.close()
+    return env.backend().stored_lines(SID)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "step/start", "seq": 3, "time": 1003, "data": {}},  # repair would read data["step"]
+        {"type": "turn/start", "seq": 3, "time": 1003, "data": "x"},  # repair would index a string
+        {"type": "tool/call", "seq": 3, "data": {"callId": "c"}},  # no time: repair reads last["time"]
+    ],
+    ids=["step-without-step", "data-not-an-object", "no-time"],
+)
+def test_malformed_envelope_in_the_open_turn_is_typed_and_untouched(env: Harness, bad: Any) -> None:
+    backend = env.backend()
+    try:
+        backend.append_batch(builders.header(), [turn_start(0), user_event(1, "q"), step_start(2), bad], False)
+    except (AgentlogError, KeyError):
+        pytest.skip(f"{env.kind} cannot store this malformed event at all")
+    before = _stored_fingerprint(env)
+    coordinator = env.coordinator()
+    for read in (coordinator.load, coordinator.inspect, coordinator.resume, coordinator.view):
+        with pytest.raises(SessionPersistenceCorruptionError, match="failed validation"):
+            read(SID)
+    assert _stored_fingerprint(env) == before
+
+
+# --- 21 (ls): header reading is linear and capped --------------------------------------------------------
+
+
+def test_ls_reads_a_huge_header_line_in_linear_time_with_a_typed_cap(jenv: Harness) -> None:
+    path = write_log(jenv, lines(*builders.closed_turn(0)))
+    huge = dumps({"type": "session", **builders.header(), "agentPreset": "p" * (8 << 20)}) + b"\n"
+    path.write_bytes(compress_frame(huge) if _zstd(jenv) else huge)
+    (listing,) = jenv.backend().list_sessions()  # 8 MiB: one linear pass, then the typed cap
+    assert listing.error_code == "SESSION_CORRUPT" and "max_header_bytes" in (listing.error_message or "")
+    with pytest.raises(SessionPersistenceCorruptionError, match="max_header_bytes"):
+        jenv.backend().load_stored(SID)
+    roomy = JsonlBackend(store_root(jenv), compression=jenv.factory._kwargs["compression"], max_header_bytes=16 << 20)
+    (listing,) = roomy.list_sessions()
+    assert listing.ok and listing.header is not None and len(listing.header["agentPreset"]) == 8 << 20
+
+
+# --- 4 (JSONL and memory): ids a store cannot hold -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", *JSONL_KINDS])
+@pytest.mark.parametrize(
+    "bad_id", ["x" * 5000, "é" * 60, "lone-\ud800-surrogate"], ids=["5000", "escaped", "surrogate"]
+)
+def test_an_id_the_store_cannot_hold_is_invalid_session_id_at_create_and_read(
+    kind: str, bad_id: str, tmp_path: Path
+) -> None:
+    env = Harness(BackendFactory(kind, tmp_path))
+    try:
+        if kind == "memory" and bad_id != "lone-\ud800-surrogate":
+            env.coordinator().store.create(bad_id, meta=live_meta())  # memory holds any valid text
+            return
+        coordinator = env.coordinator()
+        # A lone surrogate is not JSON text at all: the kernel's JSON gate refuses it first (typed too).
+        refusal = AgentlogError if "\ud800" in bad_id else InvalidSessionIdError
+        with pytest.raises(refusal) as info:
+            coordinator.create(builders.header(bad_id))
+        if refusal is InvalidSessionIdError:
+            assert info.value.code == "INVALID_SESSION_ID" and "250-byte limit" in info.value.message
+        with pytest.raises(refusal):
+            coordinator.store.create(bad_id, meta=live_meta())
+        for read in (coordinator.load, coordinator.inspect, coordinator.resume, coordinator.view):
+            with pytest.raises(InvalidSessionIdError):
+                read(bad_id)
+        with pytest.raises(InvalidSessionIdError):
+            coordinator.read_from(bad_id, 0)
+        if kind != "memory":
+            assert not store_root(env).exists() or not any(store_root(env).rglob("session.jsonl*"))
+    finally:
+        env.close()
+
+
+def test_the_longest_storable_id_round_trips(jenv: Harness) -> None:
+    longest = "i" * 250
+    persist_closed_turn(jenv, longest)
+    assert len(jenv.coordinator().load(longest).events) == 6
+    with pytest.raises(InvalidSessionIdError, match="250-byte limit"):
+        jenv.coordinator().load(longest + "i")
+
+
+# --- for the command line: read-only stores, encoding detection, partial reads --------------------------------
+
+
+def test_read_only_backend_creates_nothing_and_names_a_missing_store(jenv: Harness, tmp_path: Path) -> None:
+    missing = tmp_path / "typo"
+    with pytest.raises(StoreNotFoundError, match="does not exist") as info:
+        JsonlBackend(missing, read_only=True)
+    assert info.value.code == "STORE_NOT_FOUND" and not missing.exists()
+    persist_closed_turn(jenv)
+    path = log_path(jenv)
+    with path.open("ab") as handle:
+        handle.write(b"\x28\xb5\x2f" if _zstd(jenv) else b'{"ty')  # a torn tail a writer would repair
+    before = snapshot(store_root(jenv))
+    reader = JsonlBackend(store_root(jenv), compression="auto", read_only=True)
+    coordinator = jenv.coordinator(backend=reader)
+    assert [listing.id for listing in coordinator.list()] == [SID]
+    assert len(coordinator.inspect(SID).events) == 6
+    with pytest.raises(StorageAccessError) as info:
+        coordinator.resume(SID)
+    assert info.value.code == "STORAGE_READ_ONLY"
+    with pytest.raises(StorageAccessError):
+        reader.append_batch(builders.header("new"), builders.closed_turn(0), False)
+    assert snapshot(store_root(jenv)) == before  # not even a lock file
+
+
+def test_auto_compression_reads_a_store_whatever_its_encoding(jenv: Harness, tmp_path: Path) -> None:
+    persist_closed_turn(jenv)
+    expected = "zstd" if _zstd(jenv) else "none"
+    assert detect_compression(store_root(jenv)) == expected
+    auto = JsonlBackend(store_root(jenv), compression="auto", read_only=True)
+    assert auto.compression == expected
+    assert [listing.id for listing in auto.list_sessions()] == [SID]
+    assert detect_compression(tmp_path / "nowhere") is None
+    assert JsonlBackend(tmp_path / "empty", compression="auto").compression == "zstd"
+
+
+def test_read_prefix_returns_the_valid_prefix_and_names_the_damage(jenv: Harness) -> None:
+    events = _open_turn_lines(30)
+    encoded = lines(*events)
+    encoded[20] = b"{damaged"
+    path = write_log(jenv, encoded[:12], encoded[12:])
+    before = path.read_bytes()
+    partial = jenv.backend().read_prefix(SID)
+    assert isinstance(partial, PartialRead)
+    assert partial.meta["id"] == SID and builders.seqs(partial.events) == list(range(20))
+    assert isinstance(partial.damage, SessionPersistenceCorruptionError)
+    assert partial.damage.location == str(path)
+    if _zstd(jenv):  # the damaged frame starts after the header frame and the first batch frame
+        assert partial.damage.offset is not None and partial.damage.offset > 0
+    else:
+        assert partial.damage.offset == before.index(b"{damaged")
+    via = jenv.coordinator().read_prefix(SID)
+    assert builders.seqs(via.events) == builders.seqs(partial.events) and via.damage is not None
+    intact = jenv.coordinator()
+    persist_closed_turn(jenv, "s2")
+    clean = intact.read_prefix("s2")
+    assert clean.damage is None and clean.torn_offset is None and len(clean.events) == 6
+    assert path.read_bytes() == before
+    assert jenv.backend().read_prefix("absent") is None

@@ -39,7 +39,7 @@ from agentlog.persistence.legacy import (
     normalize_stored_events,
     version_refusal,
 )
-from factories import user_msg
+from agentlog.testing.builders import user_msg
 
 SID = "sess"
 

@@ -435,7 +435,8 @@ def test_a_jsonl_tail_read_reads_a_bounded_part_of_the_file(
         return real_decompress(frame, start, max_bytes)
 
     monkeypatch.setattr(os, "pread", pread)
-    monkeypatch.setattr("agentlog.persistence.jsonl.backend.decompress_frame", decompress)
+    monkeypatch.setattr("agentlog.persistence.jsonl._decoding.decompress_frame", decompress)  # the header frame
+    monkeypatch.setattr("agentlog.persistence.jsonl._seek.decompress_frame", decompress)
     backend = storage.backend()
     try:
         tail = backend.load_stored_from(SID, len(log) - 26)

@@ -65,7 +65,7 @@ def test_the_errno_table_is_the_union_of_what_the_backends_mapped() -> None:
 def test_every_file_backed_part_uses_the_one_builder() -> None:
     from agentlog.cli import projection_commands
     from agentlog.persistence.jsonl import backend as jsonl
-    from agentlog.persistence.sqlite import backend as sqlite
+    from agentlog.persistence.sqlite import _errors as sqlite
     from agentlog.projection import cache_storage
 
     for module in (jsonl, sqlite, cache_storage, projection_commands):

@@ -1,11 +1,10 @@
-"""Fixtures of the PostgreSQL tests: a database for the run, and a fresh schema per test.
+"""Fixtures of the PostgreSQL tests: backends over a fresh schema per test, and a private server.
 
-``.ci/run`` exports ``AGENTLOG_TEST_DSN`` (a fresh database per CI run, shared by its two pytest passes);
-without it the session creates its own database through the server's ``postgres`` database and drops it
-at the end. A test that cannot reach the server fails (it is never skipped). Every test works in its
-own schema (``pg_schema``), dropped afterwards, so the two CI passes and parallel tests never collide.
-A test that must really stop and start a server uses ``private_server``, a throwaway cluster of its own
-(the shared server is never restarted).
+The run's database (``pg_dsn``) and the per-test schema (``pg_schema``, dropped afterwards, so the two CI
+passes and parallel tests never collide) are the whole suite's: ``tests/conftest.py`` defines them over
+``tests/_postgres.py`` (``AGENTLOG_TEST_DSN``, else a throwaway database of the run). A test that cannot
+reach the server fails (it is never skipped). A test that must really stop and start a server uses
+``private_server``, a throwaway cluster of its own (the shared server is never restarted).
 """
 
 from __future__ import annotations
@@ -17,46 +16,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 
-import psycopg
 import pytest
-from psycopg import conninfo, sql
 
 from agentlog.persistence.postgres import PostgresBackend
-
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-@pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    """The DSN of the test database (``AGENTLOG_TEST_DSN``, or a database created for this session)."""
-    given = os.environ.get("AGENTLOG_TEST_DSN")
-    if given:
-        yield given
-        return
-    name = f"agentlog_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield conninfo.make_conninfo(ADMIN_DSN, dbname=name)
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
-@pytest.fixture
-def pg_schema(pg_dsn: str) -> Iterator[str]:
-    """A unique schema name for one test (not created: the backend creates it); dropped afterwards."""
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    yield schema
-    drop_schema(pg_dsn, schema)
 
 
 @pytest.fixture

@@ -17,17 +17,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from _postgres import drop_schema
 from agentlog.persistence.postgres import PostgresBackend
 from agentlog.testing import BackendContract
 from agentlog.testing.builders import SID, open_turn_with_chunks, seqs
 from agentlog.testing.contract import ContractHarness, fresh, persist, revision_of, stored
 
-from .conftest import drop_schema
-
 
 class TestPostgresContract(BackendContract):
     kind = "postgres"
-    can_damage_header = True
 
     @pytest.fixture(autouse=True)
     def _schemas(self, pg_dsn: str) -> Iterator[None]:

@@ -24,6 +24,7 @@ import pytest
 from psycopg import sql
 
 import agentlog as al
+from _postgres import drop_schema
 from agentlog.errors import (
     AgentlogError,
     DatabaseSchemaError,
@@ -48,8 +49,6 @@ from agentlog.testing.builders import (
     turn_start,
     user_event,
 )
-
-from .conftest import drop_schema
 
 Factory = Callable[..., PostgresBackend]
 

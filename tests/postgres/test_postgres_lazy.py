@@ -1,6 +1,6 @@
 """Lazy chunk runs on PostgreSQL: the coordinator's cold load keeps packed rows compact, as on files.
 
-The random sessions and the comparison are ``tests/test_lazy_chunks.py``'s; only the store differs
+The random sessions and the comparison are ``tests/kernel/test_lazy_chunks.py``'s; only the store differs
 (one fresh schema per example). A lazy restore equals the eager one in every observable, and a damaged
 packed row fails the compact load exactly as it fails the eager read.
 """
@@ -18,20 +18,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import agentlog as al
-import test_lazy_chunks as lazy_suite
+from _postgres import drop_schema
 from agentlog.errors import SessionPersistenceCorruptionError
 from agentlog.kernel.chunkrows import ChunkRun, compact_chunk_runs, expand_items
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.postgres import PostgresBackend
-
-from .conftest import drop_schema
+from kernel import test_lazy_chunks as lazy_suite
 
 _names = itertools.count()
 
 
 @pytest.fixture
 def on_postgres(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``tests/test_lazy_chunks.py``'s helpers, writing to a fresh schema of the test database."""
+    """``tests/kernel/test_lazy_chunks.py``'s helpers, writing to a fresh schema of the test database."""
     created: list[str] = []
 
     def make_backend(kind: str, root: str) -> PostgresBackend:

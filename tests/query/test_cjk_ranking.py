@@ -15,7 +15,7 @@ from agentlog.query import SqliteSearch
 from agentlog.query.cjk import fold, mark_substrings
 from agentlog.query.normalize import FTS_HIGHLIGHT_START, make_snippet
 from agentlog.query.schema import SCHEMA_VERSION, open_search_database
-from factories import APPEND, intent, user_msg
+from agentlog.testing.builders import APPEND, intent, user_msg
 
 _ALPHABET = st.sampled_from([*"日志会话修复ログテAa ", "itgc"])
 

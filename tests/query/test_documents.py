@@ -27,15 +27,15 @@ from agentlog.query.documents import (
     extract_event_text,
     surface_classes,
 )
-from factories import (
+from agentlog.testing.builders import (
     APPEND,
-    assistant_data,
+    assistant_msg_data,
     intent,
     replace,
     seed_event,
     text_block,
     tool_result_block,
-    tool_result_data,
+    tool_result_msg_data,
     user_msg,
 )
 
@@ -65,7 +65,7 @@ def _full_turn() -> Session:
     s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "raw"}})
     s.append(  # 5
         "assistant/message",
-        assistant_data(
+        assistant_msg_data(
             [
                 text_block("answer"),
                 {"type": "reasoning", "text": "private thought"},
@@ -77,13 +77,13 @@ def _full_turn() -> Session:
     s.append("tool/call", {"turn": 1, "step": 1, "callId": "c2", "name": "bash", "arguments": '{"cmd":"pwd"}'})  # 6
     s.append(  # 7
         "tool/result",
-        tool_result_data("c2", "failed", is_error=True, error={"name": "Oops", "code": "E_OOPS"}),
+        tool_result_msg_data("c2", "failed", is_error=True, error={"name": "Oops", "code": "E_OOPS"}),
         intent(APPEND),
     )
     s.append("step/end", {"turn": 1, "step": 1})  # 8
     s.append("todo/write", {"todos": [{"status": "in_progress", "content": "ship search"}]})  # 9
     s.append("turn/end", {"turn": 1, "reason": {"kind": "error", "error": {"message": "boom", "code": "UNKNOWN"}}})
-    s.append("assistant/message", assistant_data("summary", turn=2), intent(replace(2, 5), [2, 5]))  # 11
+    s.append("assistant/message", assistant_msg_data("summary", turn=2), intent(replace(2, 5), [2, 5]))  # 11
     return s
 
 
@@ -131,10 +131,10 @@ def test_assistant_reasoning_is_excluded_while_the_visible_answer_is_indexed() -
     s.append("user/message", user_msg("question"), intent(APPEND))
     s.append(
         "assistant/message",
-        assistant_data([{"type": "reasoning", "text": "private thought"}, text_block("visible answer")]),
+        assistant_msg_data([{"type": "reasoning", "text": "private thought"}, text_block("visible answer")]),
         intent(APPEND),
     )
-    s.append("assistant/message", assistant_data([{"type": "reasoning", "text": "only thought"}]), intent(APPEND))
+    s.append("assistant/message", assistant_msg_data([{"type": "reasoning", "text": "only thought"}]), intent(APPEND))
     documents = build_documents("r", s.events)
     assert [(d["seq"], d["text"]) for d in documents] == [(0, "question"), (1, "visible answer")]
     assert all("thought" not in d["text"] for d in documents)
@@ -142,15 +142,15 @@ def test_assistant_reasoning_is_excluded_while_the_visible_answer_is_indexed() -
 
 def test_tool_result_without_content_or_error_has_no_document() -> None:
     s = Session.create("t", now=_clock())
-    s.append("tool/result", tool_result_data("c", []), intent(APPEND))
+    s.append("tool/result", tool_result_msg_data("c", []), intent(APPEND))
     assert extract_event_text(s.events[0]) == ""
     assert build_documents("t", s.events) == []
 
 
 def test_tool_result_error_name_and_code_are_each_optional() -> None:
     s = Session.create("t", now=_clock())
-    s.append("tool/result", tool_result_data("c", "  ", error={"name": "Only"}), intent(APPEND))
-    s.append("tool/result", tool_result_data("d", "x", error={"code": "E"}), intent(APPEND))
+    s.append("tool/result", tool_result_msg_data("c", "  ", error={"name": "Only"}), intent(APPEND))
+    s.append("tool/result", tool_result_msg_data("d", "x", error={"code": "E"}), intent(APPEND))
     assert [extract_event_text(e) for e in s.events] == ["Only", "x\nE"]
 
 
@@ -217,7 +217,7 @@ def test_the_same_blocks_extract_identically_from_user_assistant_and_plugin_mess
     # search-helpers.spec: extracts first-party message, tool, todo, and failure detail
     s = Session.create("m", now=_clock())
     s.append("user/message", user_msg(MIXED_BLOCKS), intent(APPEND))
-    s.append("assistant/message", assistant_data(MIXED_BLOCKS), intent(APPEND))
+    s.append("assistant/message", assistant_msg_data(MIXED_BLOCKS), intent(APPEND))
     s.append("user/message", user_msg(MIXED_BLOCKS, source={"kind": "plugin", "plugin": "test"}), intent(APPEND))
     assert [extract_event_text(event) for event in s.events] == [MIXED_TEXT] * 3
 
@@ -243,7 +243,7 @@ def test_classifies_every_event_and_omits_non_semantic_documents() -> None:
     s = Session.create("session", now=_clock())
     s.append("user/message", user_msg("Hello\n(AI)+"), intent(APPEND))
     s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "raw"}})
-    s.append("assistant/message", assistant_data("replacement"), intent(replace(0, 0), [0]))
+    s.append("assistant/message", assistant_msg_data("replacement"), intent(replace(0, 0), [0]))
     s.append("turn/end", {"turn": 1, "reason": {"kind": "interrupted"}})
     assert [r["surface"] for r in build_event_records("session", s.events)] == [
         "shadowed",
@@ -263,8 +263,8 @@ def test_surface_classes_current_shadowed_and_log_only_through_nested_replaces()
     s.append("user/message", user_msg("a"), intent(APPEND))  # 0
     s.append("user/message", user_msg("b"), intent(APPEND))  # 1
     s.append("turn/start", {"turn": 1})  # 2 log-only
-    s.append("assistant/message", assistant_data("summary"), intent(replace(0, 0), [0]))  # 3 shadows 0
-    s.append("assistant/message", assistant_data("summary 2", step=2), intent(replace(3, 1), [3, 1]))  # 4
+    s.append("assistant/message", assistant_msg_data("summary"), intent(replace(0, 0), [0]))  # 3 shadows 0
+    s.append("assistant/message", assistant_msg_data("summary 2", step=2), intent(replace(3, 1), [3, 1]))  # 4
     s.append("user/message", user_msg("c"), intent(APPEND))  # 5
     assert list(s.surface.nodes) == [4, 5]
     assert surface_classes(s.events) == ["shadowed", "shadowed", "log-only", "shadowed", "current", "current"]
@@ -278,11 +278,11 @@ def test_tool_result_content_rewrite_shadows_the_original_result() -> None:
     s = Session.create("rewrite", now=_clock())
     s.append(
         "assistant/message",
-        assistant_data([{"type": "tool-call", "id": "c", "name": "bash", "arguments": "{}"}]),
+        assistant_msg_data([{"type": "tool-call", "id": "c", "name": "bash", "arguments": "{}"}]),
         intent(APPEND),
     )
     s.append("tool/call", {"turn": 1, "step": 1, "callId": "c", "name": "bash", "arguments": "{}"})
-    s.append("tool/result", tool_result_data("c", "long output"), intent(APPEND))
+    s.append("tool/result", tool_result_msg_data("c", "long output"), intent(APPEND))
     rewritten = thaw(s.events[2]["data"])
     rewritten["message"]["content"][0]["content"] = [text_block("[pruned]")]  # content-only rewrite
     s.append("tool/result", rewritten, intent(replace(2, 2), [2]))
@@ -304,14 +304,14 @@ def test_an_empty_log_has_no_classes_and_no_documents() -> None:
 
 def test_an_invalid_surface_is_a_typed_error_even_without_text() -> None:
     # search-helpers.spec: rejects malformed surfaces
-    malformed = [seed_event("assistant/message", 0, assistant_data("bad"), surfaceOp=replace(9, 9))]
+    malformed = [seed_event("assistant/message", 0, assistant_msg_data("bad"), surfaceOp=replace(9, 9))]
     for build in (surface_classes, lambda events: build_documents("x", events), lambda e: build_event_records("x", e)):
         with pytest.raises(SessionQueryError) as caught:
             build(malformed)
         assert caught.value.code == "SESSION_QUERY_INVALID_SURFACE"
         assert str(caught.value).startswith("invalid session surface: ")
         assert caught.value.__cause__ is not None
-    silent = [seed_event("assistant/message", 0, assistant_data([]), surfaceOp=replace(9, 9))]
+    silent = [seed_event("assistant/message", 0, assistant_msg_data([]), surfaceOp=replace(9, 9))]
     with pytest.raises(SessionQueryError, match="invalid session surface"):
         build_documents("x", silent)
 
@@ -351,7 +351,9 @@ def test_property_classes_agree_with_the_live_surface_and_the_replaced_ranges(op
             j = min(len(nodes) - 1, i + width)
             removed = nodes[i : j + 1]
             s.append(
-                "assistant/message", assistant_data(f"r{len(s.events)}"), intent(replace(nodes[i], nodes[j]), removed)
+                "assistant/message",
+                assistant_msg_data(f"r{len(s.events)}"),
+                intent(replace(nodes[i], nodes[j]), removed),
             )
             shadowed.update(removed)
     current = set(s.surface.nodes)

@@ -17,7 +17,7 @@ from agentlog.persistence.memory import MemoryBackend
 from agentlog.query import SqliteSearch
 from agentlog.query.normalize import build_event_where, build_session_where
 from agentlog.query.sqlite import _pushed_down
-from factories import APPEND, assistant_data, intent, text_block, user_msg
+from agentlog.testing.builders import APPEND, assistant_msg_data, intent, text_block, user_msg
 
 _WORDS = st.sampled_from(["alpha", "beta", "gamma", "日志", "会话日志"])
 _TEXT = st.lists(_WORDS, min_size=1, max_size=6).map(" ".join)
@@ -51,7 +51,7 @@ def _write(
     session = store.create(sid, meta={"createdAt": index, **({"cwd": "/a"} if index % 2 else {})})
     for number, text in enumerate(texts):
         if number % 2:
-            session.append("assistant/message", assistant_data([text_block(text)]), intent(APPEND))
+            session.append("assistant/message", assistant_msg_data([text_block(text)]), intent(APPEND))
         else:
             session.append("user/message", user_msg(text), intent(APPEND))
     coordinator.flush(session)

@@ -29,7 +29,7 @@ from agentlog.query.filters import (
     materialize_metadata_filters,
     materialize_session_filters,
 )
-from factories import APPEND, assistant_data, intent, replace, user_msg
+from agentlog.testing.builders import APPEND, assistant_msg_data, intent, replace, user_msg
 
 
 def expect_invalid(fn: Any, *args: Any) -> str:
@@ -49,7 +49,7 @@ def _helper_documents() -> list[dict[str, Any]]:
     s = Session.create("session", now=lambda: next(ticks))
     s.append("user/message", user_msg("Hello\n(AI)+"), intent(APPEND))
     s.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "raw"}})
-    s.append("assistant/message", assistant_data("replacement"), intent(replace(0, 0), [0]))
+    s.append("assistant/message", assistant_msg_data("replacement"), intent(replace(0, 0), [0]))
     s.append("turn/end", {"turn": 1, "reason": {"kind": "interrupted"}})
     return build_documents("session", s.events)
 

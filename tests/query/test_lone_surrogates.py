@@ -10,7 +10,7 @@ from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.query import SqliteSearch
 from agentlog.query.normalize import normalize_query, sanitize_fts_text
-from factories import APPEND, intent, user_msg
+from agentlog.testing.builders import APPEND, intent, user_msg
 
 
 def test_sanitizer_replaces_lone_surrogates_like_reserved_characters() -> None:

@@ -15,7 +15,7 @@ from agentlog.persistence.coordinator import PersistenceCoordinator, SessionSnap
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.query import SqliteSearch
-from factories import APPEND, intent, user_msg
+from agentlog.testing.builders import APPEND, intent, user_msg
 
 
 class Counting(PersistenceCoordinator):

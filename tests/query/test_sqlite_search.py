@@ -37,7 +37,7 @@ from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.persistence.memory import MemoryBackend
 from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.query.sqlite import SqliteSearch, default_index_path
-from factories import APPEND, assistant_data, intent, replace, seed_event, text_block, user_msg
+from agentlog.testing.builders import APPEND, assistant_msg_data, intent, replace, seed_event, text_block, user_msg
 
 # --- helpers ---------------------------------------------------------------------------------------------
 
@@ -325,7 +325,7 @@ def test_10_4_7_excludes_assistant_reasoning_and_indexes_visible_answer() -> Non
     session.append("turn/start", {"turn": 1})
     session.append("step/start", {"turn": 1, "step": 1})
     blocks = [{"type": "reasoning", "text": "private-chain-marker"}, text_block("visible-answer-marker")]
-    session.append("assistant/message", assistant_data(blocks), intent(APPEND))
+    session.append("assistant/message", assistant_msg_data(blocks), intent(APPEND))
     assert search.search_sessions(query="private-chain-marker") == {"items": []}
     page = search.search_sessions(query="visible-answer-marker")
     assert [(item["header"]["id"], item["bestMatch"]["snippet"]) for item in page["items"]] == [

@@ -13,7 +13,7 @@ from agentlog.kernel.store import SessionStore
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.memory import MemoryBackend
 from agentlog.query import SqliteSearch
-from factories import APPEND, assistant_data, intent, text_block, user_msg
+from agentlog.testing.builders import APPEND, assistant_msg_data, intent, text_block, user_msg
 
 _WORDS = st.sampled_from(["alpha", "Alpha", "ALPHA!", "café", "CAFE", "beta", "al-pha", "alphabet", "x"])
 _TEXT = st.lists(_WORDS, min_size=1, max_size=8).map(" ".join)
@@ -51,7 +51,7 @@ def test_the_term_path_serves_what_the_highlight_path_serves(
         session = store.create(f"s{index}", meta={"createdAt": index % 2})
         for number, text in enumerate(texts):
             if number % 2:
-                session.append("assistant/message", assistant_data([text_block(text)]), intent(APPEND))
+                session.append("assistant/message", assistant_msg_data([text_block(text)]), intent(APPEND))
             else:
                 session.append("user/message", user_msg(text), intent(APPEND))
         coordinator.flush(session)

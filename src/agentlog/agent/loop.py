@@ -50,7 +50,11 @@ from ..kernel.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    AssistantMessageData,
     Event,
+    Message,
+    RequestContextData,
+    TurnEndReason,
 )
 from ..kernel.invariants import check_tool_pairing
 from ..kernel.jsonvalue import thaw
@@ -568,7 +572,7 @@ class Agent:
         self._last_turn = turn
         session.append(TURN_START, {"turn": turn})
         target: Target = "next-turn"
-        ending: dict[str, Any] | None = None
+        ending: TurnEndReason | None = None
         error: BaseException | None = None
         closable = True  # False once a started call could not be answered: the turn stays open for repair
         propagating = False  # an exception (cancellation, interrupt) is on its way out of this turn
@@ -628,7 +632,7 @@ class Agent:
             closing: Exception | None = None
             if closable:
                 try:
-                    session.append_custom(TURN_END, {"turn": turn, "reason": ending or {"kind": "completed"}})
+                    session.append(TURN_END, {"turn": turn, "reason": ending or {"kind": "completed"}})
                 except Exception as err:  # the turn stays open: crash repair closes it on the next load
                     closing = err
             if error is not None or closing is not None:
@@ -642,7 +646,7 @@ class Agent:
                     turn,
                     describe_error(closing),
                 )
-        return TurnOutcome(turn, ending or {"kind": "completed"}, error)
+        return TurnOutcome(turn, dict(ending or {"kind": "completed"}), error)
 
     async def _pre_step(self, target: Target, claimed: list[Any], turn: int, step: int) -> None:
         """Run the pre-step hooks (compaction); claimed input goes back to the inbox if one raises."""
@@ -703,8 +707,8 @@ class Agent:
                         message_id=f"interrupted-tool-result-{call_id}-{session.seq}",
                     )
                 else:
-                    result = dict(aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step))
-                session.append_custom(TOOL_RESULT, result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+                    result = aborted_before_dispatch_outcome().result_data(call_id, turn=turn, step=step)
+                session.append(TOOL_RESULT, result, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
         except Exception as err:
             logger.warning(
                 'session "%s": could not answer the open tool calls of turn %s (left open for crash repair): %s',
@@ -731,7 +735,7 @@ class Agent:
             )
 
     # -- one step ------------------------------------------------------------------------------------------
-    async def _step(self, turn: int, step: int) -> dict[str, Any] | None:
+    async def _step(self, turn: int, step: int) -> TurnEndReason | None:
         session = self.session
         while True:
             request = self._build_request(turn, step)
@@ -742,7 +746,7 @@ class Agent:
             assembler = Assembler()
             chunk_seqs: list[int] = []
             async for chunk in self.provider.stream(request, signal=self._abort):
-                event = session.append_custom(ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": chunk})
+                event = session.append(ASSISTANT_CHUNK, {"turn": turn, "step": step, "chunk": chunk})
                 chunk_seqs.append(event.seq)
                 assembler.push(chunk)
             result = assembler.result()
@@ -750,16 +754,16 @@ class Agent:
             if self._abort.is_set():
                 kept = assembler.interrupted_blocks()
                 if kept:
-                    data: dict[str, Any] = {
+                    partial: AssistantMessageData = {
                         "turn": turn,
                         "step": step,
                         "message": self._assistant(kept),
                         "interrupted": True,
                     }
                     if result.usage is not None:
-                        data["usage"] = result.usage
-                    session.append_custom(
-                        ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
+                        partial["usage"] = result.usage
+                    session.append(
+                        ASSISTANT_MESSAGE, partial, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
                     )
                 raise TurnAborted("turn aborted while the model was streaming")
             if finish["kind"] in ("error", "aborted"):
@@ -769,10 +773,10 @@ class Agent:
                 if await self._retry(turn, step, failure):
                     continue
                 raise LlmError.from_failure(failure)
-            data = {"turn": turn, "step": step, "message": self._assistant(result.content)}
+            data: AssistantMessageData = {"turn": turn, "step": step, "message": self._assistant(result.content)}
             if result.usage is not None:
                 data["usage"] = result.usage
-            message_event = session.append_custom(
+            message_event = session.append(
                 ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
             )
             if finish["kind"] == "max-tokens":
@@ -791,7 +795,7 @@ class Agent:
                 raise TurnAborted("turn aborted while its tools ran")
             return None
 
-    def _assistant(self, content: Sequence[Any]) -> dict[str, Any]:
+    def _assistant(self, content: Sequence[Any]) -> Message:
         """The step's assistant message, keys in the original's ``createAssistantMessage`` order."""
         return {
             "role": "assistant",
@@ -823,16 +827,16 @@ class Agent:
             candidate["tools"] = [thaw(schema) for schema in schemas]
         header = canonical_header(candidate)
         if self._first_request:
-            reason = "initial" if persisted is None else "resume"
-            session.append_custom(REQUEST_HEADER, {"header": header, "reason": reason})
+            reason: Literal["initial", "resume"] = "initial" if persisted is None else "resume"
+            session.append(REQUEST_HEADER, {"header": header, "reason": reason})
         elif persisted is None or not header_equals(persisted, header):
-            session.append_custom(REQUEST_HEADER, {"header": header, "reason": "change"})
+            session.append(REQUEST_HEADER, {"header": header, "reason": "change"})
         self._first_request = False
-        context: dict[str, Any] = {"provider": options.provider, "model": options.model}
+        context: RequestContextData = {"provider": options.provider, "model": options.model}
         if options.context_window is not None:
             context["contextWindow"] = options.context_window
         if session.request_context() != context:
-            session.append_custom(REQUEST_CONTEXT, context)
+            session.append(REQUEST_CONTEXT, context)
         folded = session.request_header()
         messages = session.derive_messages()
         check_tool_pairing(messages, session.id, session.events)  # an endpoint would refuse it: never send it

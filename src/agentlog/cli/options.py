@@ -38,6 +38,23 @@ class BackendKind(StrEnum):
     postgres = "postgres"
 
 
+BackendName = BackendKind | str
+"""What ``--backend`` gives: a built-in :class:`BackendKind`, or the name of another backend (registered in
+the entry-point group ``agentlog.backends``, or a ``module:attribute`` path), resolved when it is opened
+(:mod:`agentlog.persistence.registry`)."""
+
+
+def parse_backend(value: str) -> BackendName:
+    """A built-in name as its :class:`BackendKind` (exactly as before); any other name as given, looked up
+    only when the backend is opened (so naming a built-in never reads the installed entry points)."""
+    if isinstance(value, BackendKind):
+        return value
+    try:
+        return BackendKind(value)
+    except ValueError:
+        return value
+
+
 class Compression(StrEnum):
     zstd = "zstd"
     none = "none"
@@ -52,7 +69,10 @@ StoreOption = Annotated[
         "--store", help="Store root (default: $AGENTLOG_STORE or ./.agentlog).", show_default=False, readable=False
     ),
 ]
-BackendOption = Annotated[BackendKind, typer.Option("--backend", help="Storage backend.")]
+BackendOption = Annotated[
+    str,  # typer takes no union: parse_backend gives the BackendKind of a built-in name
+    typer.Option("--backend", help="Storage backend.", parser=parse_backend, metavar="<jsonl|sqlite|postgres>"),
+]
 CompressionOption = Annotated[Compression, typer.Option("--compression", help="JSONL physical encoding.")]
 DsnOption = Annotated[
     str | None,
@@ -111,7 +131,7 @@ def _open_postgres(dsn: str | None, schema: str | None, read_only: bool) -> Back
 
 def open_backend(
     store: Path | None,
-    backend: BackendKind,
+    backend: BackendName,
     compression: Compression,
     *,
     read_only: bool = False,
@@ -123,8 +143,21 @@ def open_backend(
     ``read_only=True`` is for the inspection commands: nothing is ever created (a store or database
     that does not exist is ``STORE_NOT_FOUND``), and JSONL reads whichever encoding the store holds,
     whatever ``--compression`` says (that option chooses the encoding of new sessions). A PostgreSQL
-    store is named by ``dsn``/``pg_schema`` (or their environment variables), not by ``store``.
+    store is named by ``dsn``/``pg_schema`` (or their environment variables), not by ``store``. Any
+    other backend name is opened by its factory (:func:`agentlog.persistence.registry.open_named_backend`)
+    with these options; an unknown one is ``UNKNOWN_BACKEND``.
     """
+    if not isinstance(backend, BackendKind):
+        from ..persistence.registry import BackendOptions, open_named_backend
+
+        options = BackendOptions(
+            str(_store_root(store).absolute()),
+            read_only=read_only,
+            compression=compression.value,
+            dsn=dsn if dsn else (os.environ.get(DSN_ENV) or None),
+            schema=pg_schema if pg_schema else (os.environ.get(PG_SCHEMA_ENV) or None),
+        )
+        return open_named_backend(backend, options)
     if backend is BackendKind.postgres:
         return _open_postgres(dsn, pg_schema, read_only)
     root = _store_root(store).absolute()
@@ -145,7 +178,7 @@ class StoreOptions:
     ``--json``."""
 
     store: Path | None = None
-    backend: BackendKind = BackendKind.jsonl
+    backend: BackendName = BackendKind.jsonl
     compression: Compression = Compression.zstd
     dsn: str | None = None
     pg_schema: str | None = None

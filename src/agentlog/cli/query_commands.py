@@ -315,7 +315,7 @@ def _continuation(argv: Sequence[str], opts: StoreOptions, cursor: str) -> str:
     if opts.store is not None:
         words += ["--store", str(opts.store)]
     if opts.backend is not BackendKind.jsonl:
-        words += ["--backend", opts.backend.value]
+        words += ["--backend", str(opts.backend)]
     if opts.compression is not Compression.zstd:
         words += ["--compression", opts.compression.value]
     return shlex.join([*words, "--cursor", cursor])

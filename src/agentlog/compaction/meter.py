@@ -21,11 +21,10 @@ with the original's text and leaves the fold just before that event, so every re
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, NamedTuple, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
 
 from ..errors import CompactionConfigError, CompactionStateError
 from ..kernel.events import (
@@ -38,6 +37,7 @@ from ..kernel.events import (
     USER_MESSAGE,
 )
 from ..kernel.jsonvalue import FrozenDict
+from ..kernel.prefixview import PrefixView
 from ..kernel.request_header import canonical_header, header_equals
 from ..llm.assembler import Assembler
 from .estimate import BLOCK_OVERHEAD, CHARS_PER_TOKEN, ROLE_OVERHEAD, estimate_content, estimate_header, js_length
@@ -54,57 +54,6 @@ class TokenSurfaceNode(NamedTuple):
 
     def to_json(self) -> dict[str, int]:
         return {"seq": self.seq, "tokens": self.tokens}
-
-
-class _NodesView(Sequence[TokenSurfaceNode]):
-    """The first ``n`` nodes of a fold's node list: O(1) to create, never changes afterwards.
-
-    Valid because the fold only ever *appends* to a list a view may hold; a replacement makes the fold
-    switch to a copy first. Compares by value with any sequence of nodes (or of ``(seq, tokens)`` pairs).
-    """
-
-    __slots__ = ("_items", "_n")
-
-    def __init__(self, items: list[TokenSurfaceNode], n: int) -> None:
-        self._items = items
-        self._n = n
-
-    def __len__(self) -> int:
-        return self._n
-
-    @overload
-    def __getitem__(self, index: int) -> TokenSurfaceNode: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[TokenSurfaceNode]: ...
-    def __getitem__(self, index: int | slice) -> TokenSurfaceNode | list[TokenSurfaceNode]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(self._n)
-            return self._items[start:stop:step]
-        n = self._n
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("token surface node index out of range")
-        return self._items[index]
-
-    def __iter__(self) -> Iterator[TokenSurfaceNode]:
-        return itertools.islice(self._items, self._n)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _NodesView):
-            if self._n != other._n:
-                return False
-            if self._items is other._items:
-                return True
-            return self._items[: self._n] == other._items[: other._n]
-        if isinstance(other, (list, tuple)):
-            return self._n == len(other) and self._items[: self._n] == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"TokenSurfaceNodes({self._items[: self._n]!r})"
 
 
 class _MeasurementFields(NamedTuple):
@@ -139,7 +88,7 @@ class TokenMeasurement(_MeasurementFields):
         nodes: Sequence[TokenSurfaceNode],
     ) -> TokenMeasurement:
         frozen_baseline = baseline if isinstance(baseline, FrozenDict) else FrozenDict(baseline)
-        frozen_nodes = nodes if isinstance(nodes, _NodesView) else _freeze_nodes(nodes)
+        frozen_nodes = nodes if nodes.__class__ is PrefixView else _freeze_nodes(nodes)
         fields = (log_revision, frozen_baseline, surface_delta_tokens, total_tokens, surface_tokens, frozen_nodes)
         return tuple.__new__(cls, fields)
 
@@ -175,9 +124,9 @@ class TokenMeasurement(_MeasurementFields):
         }
 
 
-def _freeze_nodes(nodes: Sequence[Any]) -> _NodesView:
+def _freeze_nodes(nodes: Sequence[Any]) -> PrefixView[TokenSurfaceNode]:
     items = [TokenSurfaceNode(int(seq), int(tokens)) for seq, tokens in nodes]
-    return _NodesView(items, len(items))
+    return PrefixView(items, len(items))
 
 
 # --- the fold ---------------------------------------------------------------------------------------
@@ -571,7 +520,7 @@ class TokenMeter:
                     delta,
                     total if total > 0 else 0,
                     surface_tokens,
-                    _NodesView(nodes, len(nodes)),
+                    PrefixView(nodes, len(nodes)),
                 ),
             )
 

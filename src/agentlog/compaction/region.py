@@ -33,10 +33,10 @@ from ..errors import (
     SummaryNotSmallerError,
     SurfaceChangedError,
 )
-from ..kernel.events import SESSION_END_SEED, TURN_END, TURN_START, USER_MESSAGE
+from ..kernel.events import SESSION_END_SEED, TURN_END, TURN_START, USER_MESSAGE, Message
 from ..kernel.jsonvalue import thaw
 from ..kernel.messages import user_message
-from ..kernel.session import derive_event_message
+from ..kernel.session import Session, derive_event_message
 from .estimate import estimate_header, estimate_message
 from .events import COMPACTION_END, COMPACTION_PRUNE, COMPACTION_START, COMPACTION_SUMMARY
 from .meter import TokenMeasurement, TokenMeter
@@ -390,7 +390,7 @@ async def compact_surface_region(
     if opts.source_command_id is not None:
         lifecycle["sourceCommandId"] = opts.source_command_id
     lifecycle["turn"] = owner
-    start_event = session.append(COMPACTION_START, lifecycle)  # the lock: no await since the checks
+    start_event = session.append_custom(COMPACTION_START, lifecycle)  # the lock: no await since the checks
 
     failure: BaseException | None = None
     stage = "summary"
@@ -399,10 +399,8 @@ async def compact_surface_region(
     try:
         prepared = _prepare(meter, session, selection, template or SummarizationInput(messages=()))
         summary = await _summarize(summarize, session, prepared, opts.max_input_tokens)
-        checkpoint = dict(
-            user_message(
-                frame_summary(summary.summary), source=checkpoint_source(compaction_id, opts.source_command_id)
-            )
+        checkpoint = user_message(
+            frame_summary(summary.summary), source=checkpoint_source(compaction_id, opts.source_command_id)
         )
         framed = estimate_message(checkpoint)
         if framed >= prepared.shadowed_token_count:
@@ -413,14 +411,14 @@ async def compact_surface_region(
         _check_stable(meter, session, prepared, opts.stability)
         stage = "commit"
         result = _commit(session, start_event, selection, prepared, summary, checkpoint)
-        end_event = session.append(COMPACTION_END, lifecycle)
+        end_event = session.append_custom(COMPACTION_END, lifecycle)
         closed = True
         result = replace(result, end_seq=end_event.seq)
     except BaseException as err:  # cancellation and interrupts close the bracket too
         failure = err
         if stage != "commit" or result is None:
             try:
-                session.append(COMPACTION_END, {**lifecycle, "error": error_chain(err)})
+                session.append_custom(COMPACTION_END, {**lifecycle, "error": error_chain(err)})
                 closed = True
             except Exception as close_error:  # the unmatched start stays: an intentional busy signal
                 failure, stage = close_error, "commit"
@@ -456,12 +454,12 @@ def _manual_failure(failure: Exception, stage: str) -> ManualCompactionError:
 
 
 def _commit(
-    session: Any,
+    session: Session,
     start_event: Any,
     selection: _Selection,
     prepared: _Prepared,
     summary: SummaryResult,
-    checkpoint: Mapping[str, Any],
+    checkpoint: Message,
 ) -> CompactionResult:
     start_data = start_event["data"]
     data: dict[str, Any] = {"compactionId": start_data["compactionId"]}
@@ -482,7 +480,7 @@ def _commit(
         data["maxTokens"] = summary.max_tokens
     if summary.usage is not None:
         data["usage"] = thaw(summary.usage)
-    summary_event = session.append(COMPACTION_SUMMARY, data)
+    summary_event = session.append_custom(COMPACTION_SUMMARY, data)
     session.append(
         USER_MESSAGE,
         checkpoint,

@@ -8,13 +8,11 @@ is pending across it, so a call and its result are never split between summary a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import CompactionStateError
+from .meter import TokenMeasurement  # (at run time too: typing.get_type_hints resolves annotations here)
 from .pairing import balanced_before
-
-if TYPE_CHECKING:
-    from .meter import TokenMeasurement
 
 
 class CompactableRange(NamedTuple):

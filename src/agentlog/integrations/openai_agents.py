@@ -66,6 +66,12 @@ from ..kernel.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    AssistantMessageData,
+    Message,
+    MessageSource,
+    SurfaceIntent,
+    ToolCallData,
+    ToolResultData,
     event_types,
 )
 from ..kernel.jsonvalue import snapshot_json, thaw
@@ -154,47 +160,52 @@ def _model_of(item: Mapping[str, Any]) -> str:
     return model if isinstance(model, str) and model else "unknown"
 
 
-def _message_of(item: Mapping[str, Any], index: int) -> tuple[str, dict[str, Any]]:
+_SurfaceType = Literal["user/message", "assistant/message", "tool/result"]
+
+
+def _message_of(item: Mapping[str, Any], index: int) -> tuple[_SurfaceType, Message]:
     """The event type and agentlog message that stand for one SDK item (``source`` keeps the item)."""
     kind = item.get("type")
     role = item.get("role")
-    event: str
-    message: dict[str, Any]
+    event: _SurfaceType
+    message: Message
     if kind in (None, "message") and role in _INPUT_ROLES:
         source: dict[str, Any] = {"kind": "user"} if role == "user" else {"kind": "plugin", "plugin": PROVIDER}
         if role != "user":
             source["form"] = role
-        event, message = USER_MESSAGE, dict(m.user_message(_blocks(item.get("content")), source=source))
+        event, message = USER_MESSAGE, m.user_message(_blocks(item.get("content")), source=source)
     elif kind in (None, "message") and role == "assistant":
         blocks = _blocks(item.get("content"))
         event = ASSISTANT_MESSAGE
-        message = dict(m.assistant_message(blocks, provider=PROVIDER, model=_model_of(item)))
+        message = m.assistant_message(blocks, provider=PROVIDER, model=_model_of(item))
     elif kind in ("function_call", "custom_tool_call"):
         call_id = _required_str(item, "call_id", index)
         name = _required_str(item, "name", index, nonempty=False)
         arguments = _required_str(item, "arguments" if kind == "function_call" else "input", index, nonempty=False)
         block = m.tool_call_block(call_id, name, arguments)
         event = ASSISTANT_MESSAGE
-        message = dict(m.assistant_message([block], provider=PROVIDER, model=_model_of(item)))
+        message = m.assistant_message([block], provider=PROVIDER, model=_model_of(item))
     elif kind in ("function_call_output", "custom_tool_call_output"):
         call_id = _required_str(item, "call_id", index)
-        event, message = TOOL_RESULT, dict(m.tool_result_message(call_id, _blocks(item.get("output"))))
+        event, message = TOOL_RESULT, m.tool_result_message(call_id, _blocks(item.get("output")))
     elif kind == "reasoning":
         parts = [p for key in ("summary", "content") for p in (item.get(key) or ()) if isinstance(p, Mapping)]
         text = "\n".join(p["text"] for p in parts if isinstance(p.get("text"), str))
         event = ASSISTANT_MESSAGE
-        message = dict(m.assistant_message([m.reasoning_block(text)], provider=PROVIDER, model=_model_of(item)))
+        message = m.assistant_message([m.reasoning_block(text)], provider=PROVIDER, model=_model_of(item))
     elif kind is None:
         raise _refuse(index, f"$[{index}].role", f"an item without a 'type' needs a message role, got {role!r}")
     elif not isinstance(kind, str):
         raise _refuse(index, f"$[{index}].type", f"'type' must be a string, got {kind!r}")
     elif kind.endswith("_output") or kind in ("mcp_approval_response", "item_reference"):
         source = {"kind": "plugin", "plugin": PROVIDER, "form": kind}
-        event, message = USER_MESSAGE, dict(m.user_message(f"[{kind}]", source=source))
+        event, message = USER_MESSAGE, m.user_message(f"[{kind}]", source=source)
     else:
         event = ASSISTANT_MESSAGE
-        message = dict(m.assistant_message(f"[{kind}]", provider=PROVIDER, model=_model_of(item)))
-    message["source"] = {**message["source"], ITEM_KEY: item}
+        message = m.assistant_message(f"[{kind}]", provider=PROVIDER, model=_model_of(item))
+    # The SDK item rides along in the source, under a key ``MessageSource`` does not name (the session checks
+    # the message on append like any other): the one untyped step of the conversion.
+    message["source"] = cast(MessageSource, {**message["source"], ITEM_KEY: item})
     return event, message
 
 
@@ -336,10 +347,10 @@ class _Batch:
         if not self.continues_step:
             append(STEP_START, {"turn": self.turn, "step": self.step})
 
-    def surface(self, event: str, message: dict[str, Any], intent: dict[str, Any]) -> Any:
+    def surface(self, event: _SurfaceType, message: Message, intent: SurfaceIntent) -> Any:
         self.open()
         if event == USER_MESSAGE:
-            return self.session.append_custom(event, message, intent)
+            return self.session.append(USER_MESSAGE, message, intent)
         if event == TOOL_RESULT:
             call_id = message["source"]["callId"]
             if call_id not in self.step_calls:  # a result is recorded with its call in the same step
@@ -349,17 +360,25 @@ class _Batch:
                 self._tool_call(call_id, name, arguments)
             self.unanswered.pop(call_id, None)
             self.step_calls.discard(call_id)  # answered: another result for it needs its own tool/call
-        appended = self.session.append_custom(event, {"turn": self.turn, "step": self.step, "message": message}, intent)
-        if event == ASSISTANT_MESSAGE:
-            for block in message["content"]:
-                if block.get("type") == "tool-call":
-                    self.unanswered[block["id"]] = block
-                    self._tool_call(block["id"], block["name"], block["arguments"])
+            result: ToolResultData = {"turn": self.turn, "step": self.step, "message": message}
+            return self.session.append(TOOL_RESULT, result, intent)
+        reply: AssistantMessageData = {"turn": self.turn, "step": self.step, "message": message}
+        appended = self.session.append(ASSISTANT_MESSAGE, reply, intent)
+        for block in message["content"]:
+            if block.get("type") == "tool-call":
+                self.unanswered[block["id"]] = block
+                self._tool_call(block["id"], block["name"], block["arguments"])
         return appended
 
     def _tool_call(self, call_id: str, name: str, arguments: str) -> None:
-        data = {"turn": self.turn, "step": self.step, "callId": call_id, "name": name, "arguments": arguments}
-        self.session.append_custom(TOOL_CALL, data)
+        data: ToolCallData = {
+            "turn": self.turn,
+            "step": self.step,
+            "callId": call_id,
+            "name": name,
+            "arguments": arguments,
+        }
+        self.session.append(TOOL_CALL, data)
         self.step_calls.add(call_id)
 
     def record(self, event: str, data: dict[str, Any]) -> Any:
@@ -581,7 +600,7 @@ class AgentlogSession:
             raise RecorderStateError(f'AgentlogSession "{self.session_id}" is closed')
 
     @staticmethod
-    def _prepare(item: Any, index: int) -> tuple[Mapping[str, Any], str, dict[str, Any]]:
+    def _prepare(item: Any, index: int) -> tuple[Mapping[str, Any], _SurfaceType, Message]:
         if not isinstance(item, Mapping):
             raise _refuse(index, f"$[{index}]", f"an item must be a mapping, got {type(item).__name__}")
         try:
@@ -609,10 +628,10 @@ class AgentlogSession:
         kept = {b["id"] for b in keep if b.get("type") == "tool-call"}
         for call_id in sorted(set(batch.unanswered) & (hidden_calls - kept)):
             result = m.tool_result_message(call_id, _WITHDRAWN_TEXT, is_error=True)
-            shadowed = [*shadowed, batch.surface(TOOL_RESULT, dict(result), {"surfaceOp": "append"}).seq]
+            shadowed = [*shadowed, batch.surface(TOOL_RESULT, result, {"surfaceOp": "append"}).seq]
         replacement = m.assistant_message(keep, provider=PROVIDER, model=operation)
-        intent = {"surfaceOp": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]}}
-        batch.surface(ASSISTANT_MESSAGE, dict(replacement), {**intent, "sourceEventSeqs": [*sources, *shadowed]})
+        replace = {"op": "replace", "start": shadowed[0], "end": shadowed[-1]}
+        batch.surface(ASSISTANT_MESSAGE, replacement, {"surfaceOp": replace, "sourceEventSeqs": [*sources, *shadowed]})
 
     async def _durable(self) -> None:
         if not self.wait_durable:

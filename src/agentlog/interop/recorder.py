@@ -64,6 +64,14 @@ from ..kernel.events import (
     TURN_END,
     TURN_START,
     USER_MESSAGE,
+    AssistantMessageData,
+    EpochHeader,
+    Message,
+    MessageSource,
+    RequestContextData,
+    ToolErrorIdentity,
+    ToolResultData,
+    TurnEndReason,
 )
 from ..kernel.jsonvalue import thaw
 from ..kernel.messages import tool_result_message, user_message
@@ -93,7 +101,7 @@ ToolCallLike = Mapping[str, Any] | tuple[str, str, Any]
 the model produced (kept verbatim), or a mapping (serialized with ``json.dumps``)."""
 
 
-def _ending_of(err: BaseException, cause: Mapping[str, Any]) -> dict[str, Any]:
+def _ending_of(err: BaseException, cause: Mapping[str, Any]) -> TurnEndReason:
     """The ``turn/end`` reason for an exception leaving a turn, exactly as the agent loop words it."""
     if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit, asyncio.CancelledError
         return {"kind": "aborted", "reason": dict(cause)}
@@ -249,7 +257,7 @@ class Recorder:
         self._header = header
 
     @staticmethod
-    def _header_of(settings: Mapping[str, Any]) -> Any:
+    def _header_of(settings: Mapping[str, Any]) -> EpochHeader:
         config: dict[str, Any] = {"provider": settings["provider"], "model": settings["model"]}
         if settings.get("reasoning_effort") is not None:
             config["reasoningEffort"] = settings["reasoning_effort"]
@@ -316,16 +324,16 @@ class Recorder:
         session = self.session
         persisted = session.request_header()
         if self._first_request:
-            reason = "initial" if persisted is None else "resume"
-            session.append_custom(REQUEST_HEADER, {"header": self._header, "reason": reason})
+            reason: Literal["initial", "resume"] = "initial" if persisted is None else "resume"
+            session.append(REQUEST_HEADER, {"header": self._header, "reason": reason})
         elif persisted is None or not header_equals(persisted, self._header):
             session.append(REQUEST_HEADER, {"header": self._header, "reason": "change"})
         self._first_request = False
-        context: dict[str, Any] = {"provider": self.provider, "model": self.model}
+        context: RequestContextData = {"provider": self.provider, "model": self.model}
         if self._settings.get("context_window") is not None:
             context["contextWindow"] = self._settings["context_window"]
         if session.request_context() != context:
-            session.append_custom(REQUEST_CONTEXT, context)
+            session.append(REQUEST_CONTEXT, context)
 
 
 class RecordedTurn:
@@ -352,7 +360,7 @@ class RecordedTurn:
         self._requested: dict[str, tuple[str, str]] = {}  # this step's calls, in order
         self._recorded: dict[str, int] = {}  # call id → tool/call seq (the body may have started)
         self._answered: set[str] = set()
-        self._ending: dict[str, Any] | None = None
+        self._ending: TurnEndReason | None = None
         self._cause: dict[str, Any] = {"kind": "user"}
         self._streaming = False
         self._stream: RecordedStream | None = None
@@ -451,9 +459,8 @@ class RecordedTurn:
         self._step_open = False
         self._open_step(messages)
 
-    def _take_reply(self, data: dict[str, Any], chunk_seqs: list[int], finish: Mapping[str, Any]) -> Any:
-        intent = {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
-        event = self.session.append_custom(ASSISTANT_MESSAGE, data, intent)
+    def _take_reply(self, data: AssistantMessageData, chunk_seqs: list[int], finish: Mapping[str, Any]) -> Any:
+        event = self.session.append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs})
         self._replied = True
         for block in event.data["message"]["content"]:
             if block.get("type") == "tool-call":
@@ -463,16 +470,18 @@ class RecordedTurn:
             self._ending = {"kind": kind}
         return event.data["message"]
 
-    def _message_data(self, content: list[Any], usage: Any, replay_state: Any, id: str | None) -> dict[str, Any]:
-        source: dict[str, Any] = {
+    def _message_data(
+        self, content: list[Any], usage: Any, replay_state: Any, id: str | None
+    ) -> AssistantMessageData:
+        source: MessageSource = {
             "kind": "model",
             "provider": self._recorder.provider,
             "model": self._recorder.model,
         }
         if replay_state is not None:
             source["replayState"] = replay_state
-        message = {"role": "assistant", "content": content, "source": source, "id": id or str(uuid.uuid4())}
-        data: dict[str, Any] = {"turn": self.number, "step": self.step, "message": message}
+        message: Message = {"role": "assistant", "content": content, "source": source, "id": id or str(uuid.uuid4())}
+        data: AssistantMessageData = {"turn": self.number, "step": self.step, "message": message}
         if usage is not None:
             data["usage"] = usage
         return data
@@ -623,7 +632,7 @@ class RecordedTurn:
         raised (code ``TOOL_ERROR``); ``is_error`` defaults to whether ``error`` is given. A call never
         marked with :meth:`tool_call` gets its ``tool/call`` first, as the loop records it."""
         self._check_call("tool_result", call_id)
-        identity: dict[str, str] | None
+        identity: ToolErrorIdentity | None
         if error is None:
             identity = None
         elif isinstance(error, str):
@@ -644,7 +653,7 @@ class RecordedTurn:
         else:
             raise RecorderStateError(f"tool_result: content must be text or content blocks, got {content!r}")
         message = tool_result_message(call_id, blocks, is_error=True if failed else None)
-        data: dict[str, Any] = {"turn": self.number, "step": self.step, "message": message}
+        data: ToolResultData = {"turn": self.number, "step": self.step, "message": message}
         if identity is not None:
             data["error"] = identity
         if meta is not None:
@@ -652,7 +661,7 @@ class RecordedTurn:
         seq = self._recorded.get(call_id)
         if seq is None:
             seq = self._record_call(call_id)
-        event = self.session.append_custom(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+        event = self.session.append(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
         self._answered.add(call_id)
         return event.data["message"]
 
@@ -684,18 +693,19 @@ class RecordedTurn:
         self._cause = dict(cause or {"kind": "user"})
         self._close({"kind": "aborted", "reason": self._cause}, propagating=False)
 
-    def _close(self, ending: dict[str, Any], *, propagating: bool) -> None:
+    def _close(self, ending: TurnEndReason, *, propagating: bool) -> None:
         """Answer the open calls, close the step and the turn; flush. If a closer cannot be written the
         turn stays open for crash repair (an error then goes on unless another one already is)."""
         session = self.session
         self.closed = True
         self._streaming = False
-        self.outcome = ending
+        self.outcome = dict(ending)
         failure: Exception | None = None
         try:
             if self._step_open:
                 for call_id in self.open_calls:
                     seq = self._recorded.get(call_id)
+                    data: ToolResultData
                     if seq is not None:
                         data = interrupted_tool_result_data(
                             call_id,
@@ -713,11 +723,11 @@ class RecordedTurn:
                             "message": message,
                             "error": {"name": "AbortError", "code": ABORTED_BEFORE_DISPATCH},
                         }
-                    session.append_custom(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
+                    session.append(TOOL_RESULT, data, {"surfaceOp": "append", "sourceEventSeqs": [seq]})
                     self._answered.add(call_id)
                 session.append(STEP_END, {"turn": self.number, "step": self.step})
                 self._step_open = False
-            session.append_custom(TURN_END, {"turn": self.number, "reason": ending})
+            session.append(TURN_END, {"turn": self.number, "reason": ending})
         except Exception as err:
             failure = err
         try:
@@ -932,7 +942,7 @@ class RecordedStream:
         data = turn._message_data(kept, result.usage, None, None)
         data["interrupted"] = True
         try:
-            turn.session.append_custom(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": self._seqs})
+            turn.session.append(ASSISTANT_MESSAGE, data, {"surfaceOp": "append", "sourceEventSeqs": self._seqs})
             turn._replied = True
         except Exception as err:  # the exception on its way out matters more; the turn still closes
             logger.warning('session "%s": interrupted reply not kept: %s', turn.session.id, describe_error(err))

@@ -10,7 +10,7 @@ event twice.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from .. import _accel
@@ -404,7 +404,9 @@ class StepData(TypedDict):
 class AssistantChunkData(TypedDict):
     turn: int
     step: int
-    chunk: dict[str, Any]
+    chunk: Mapping[str, Any]
+    """One stream chunk (``agentlog.llm.types.StreamChunk``, a ``TypedDict`` the kernel cannot name; or a
+    plain chunk such as ``agentlog.text_delta(...)`` builds)."""
 
 
 class AssistantMessageData(TypedDict):

@@ -12,7 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .events import ASSISTANT_MESSAGE, STEP_END, STEP_START, TOOL_CALL, TOOL_RESULT, TURN_END, TURN_START
+from .events import (
+    ASSISTANT_MESSAGE,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    ToolErrorIdentity,
+    ToolResultData,
+)
 from .jsonvalue import snapshot_json
 from .packedrun import ChunkRun
 
@@ -34,7 +44,7 @@ TOOL_NOT_STARTED_TEXT = (
 
 def interrupted_tool_result_data(
     call_id: Any, *, started: bool, turn: Any, step: Any, message_id: str
-) -> dict[str, Any]:
+) -> ToolResultData:
     """The ``tool/result`` data that answers a call whose real result was never recorded.
 
     ``started`` calls (their ``tool/call`` was recorded, so the body may have run) get
@@ -59,7 +69,7 @@ def interrupted_tool_result_data(
             ],
         }
     )
-    error = (
+    error: ToolErrorIdentity = (
         {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
         if started
         else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}

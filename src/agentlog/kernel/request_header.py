@@ -11,19 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .events import REQUEST_HEADER
+from .events import REQUEST_HEADER, EpochHeader
 
 _MISSING: Any = object()
 
 
-def canonical_header(header: Mapping[str, Any]) -> dict[str, Any]:
+def canonical_header(header: Mapping[str, Any]) -> EpochHeader:
     """Return a new header with keys ``config, adapterDefaults?, system?, tools?`` (input untouched)."""
-    out: dict[str, Any] = {"config": header.get("config")}
+    config: Any = header.get("config")  # a mapping on every logged header (the session checks it on append)
+    out: EpochHeader = {"config": config}
     defaults = header.get("adapterDefaults")
     if isinstance(defaults, Mapping) and (
         defaults.get("reasoningEffort") is True or defaults.get("maxTokens") is True
     ):
-        out["adapterDefaults"] = defaults
+        out["adapterDefaults"] = header["adapterDefaults"]  # the same value as ``defaults``, read untyped
     system = header.get("system")
     if isinstance(system, str) and system:
         out["system"] = system

@@ -20,7 +20,6 @@ from .. import _accel
 from ..errors import (
     ArgumentTypeError,
     EventDataError,
-    FrozenError,
     InvalidEventError,
     InvalidSeedError,
     LegacyFormatError,
@@ -71,6 +70,7 @@ from .jsonvalue import (
     snapshot_json,
 )
 from .packedrun import ChunkRun, has_runs
+from .prefixview import PrefixView
 from .request_header import canonical_header, fold_request_header
 from .seeds import (
     CORE_DATA_RULES,
@@ -169,17 +169,11 @@ def _type_at(items: list[Any], index: int) -> Any:
 # --- immutable snapshot sequences -----------------------------------------------------------------
 
 
-class _Snapshot(Sequence[Any]):
-    """An immutable prefix view of an append-only list: O(1) to create, never changes afterwards."""
+class _Snapshot(PrefixView[Any]):
+    """A :class:`PrefixView` of a log or message list; on a restored :class:`LazyLog` it builds packed runs
+    as it reads them (a plain list reads exactly as the base view does)."""
 
-    __slots__ = ("_items", "_n")
-
-    def __init__(self, items: list[Any], n: int) -> None:
-        self._items = items
-        self._n = n
-
-    def __len__(self) -> int:
-        return self._n
+    __slots__ = ()
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
@@ -217,18 +211,6 @@ class _Snapshot(Sequence[Any]):
             return (self[i] for i in range(self._n - 1, -1, -1))
         return (items[i] for i in range(self._n - 1, -1, -1))
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _Snapshot):
-            return self._n == other._n and all(a == b for a, b in zip(self, other, strict=True))
-        if isinstance(other, (list, tuple)):
-            return self._n == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({list(self)!r})"
-
     def to_list(self) -> list[Any]:
         """A plain list of the (frozen) items, e.g. for ``orjson.dumps``."""
         if self._items.__class__ is LazyLog:
@@ -245,12 +227,6 @@ class _Snapshot(Sequence[Any]):
         if self._items.__class__ is LazyLog:
             _materialise_range(self._items, 0, self._n)
         return self._items
-
-    def _refuse(self, *args: object) -> NoReturn:
-        raise FrozenError(f"{type(self).__name__} is an immutable snapshot; copy it with list() to reorder")
-
-    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
 
 
 class EventsView(_Snapshot):
@@ -653,7 +629,7 @@ class Session:
         return len(self._log)
 
     def __repr__(self) -> str:
-        return f"<Session {self.id!r} events={len(self._log)}>"
+        return f"<agentlog.Session {self.id!r} events={len(self._log)}>"
 
     # -- append ------------------------------------------------------------------------------------
     # One typed form per core type (``mypy --strict`` checks the data against its TypedDict and the intent
@@ -994,7 +970,7 @@ class SessionView:
         return SessionView(self._session, _prefix_through(self._log, seq, self.id))
 
     def __repr__(self) -> str:
-        return f"<SessionView {self.id!r} at seq {self.seq}>"
+        return f"<agentlog.SessionView {self.id!r} at seq {self.seq}>"
 
 
 # --- the store's side of a session (kernel/store.py is the only caller) ------------------------------

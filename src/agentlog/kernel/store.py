@@ -384,6 +384,9 @@ class SessionStore(_Hooks):
     def list(self) -> builtins.list[Session]:
         return [entry.session for entry in self._entries.values()]
 
+    def __repr__(self) -> str:
+        return f"<agentlog.SessionStore sessions={len(self._entries)}>"
+
     def scope(self) -> Scope:
         return Scope(self)
 

@@ -9,33 +9,51 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
-from ..errors import SessionPersistenceCorruptionError
-from ..kernel.events import Event
+from ..errors import PersistenceError, SessionPersistenceCorruptionError
+from ..kernel.events import Event, SessionHeader
 from ..kernel.jsoncodec import dumps
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
+    TornT = TypeVar("TornT", default=Any)
+else:
+    from typing import TypeVar
+
+    TornT = TypeVar("TornT")  # (3.11's TypeVar takes no default; only the type checker reads it)
+"""A backend's torn-marker type: what its ``load_stored`` reports and its ``commit_repair`` takes back
+(``TornMarker`` for JSONL; ``None`` for a backend whose logs cannot tear). A bare ``Backend`` (any backend)
+leaves it open (``Any``)."""
 
 WireEvent = Mapping[str, Any]
 """An event in wire form: an :class:`~agentlog.events.Event` or a plain dict with the same keys."""
 
 
 @dataclass
-class StoredPrefix:
+class StoredPrefix(Generic[TornT]):
     """The valid contiguous stored prefix of one session, freshly parsed (owned by the caller).
 
+    ``meta`` is the session header as stored (a plain dict, typed as the kernel's
+    :class:`~agentlog.kernel.events.SessionHeader`; the coordinator checks it again on restore).
+
     ``torn_marker`` is ``None`` when the stored artifact ends cleanly; otherwise it is the backend's
-    private description of the torn tail that :meth:`Backend.commit_repair` must remove.
+    private description of the torn tail (of its marker type ``TornT``) that :meth:`Backend.commit_repair`
+    must remove.
     """
 
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[dict[str, Any]]
     revision: str
-    torn_marker: object = None
+    torn_marker: TornT | None = None
 
 
 @dataclass
 class PartialRead:
     """What :meth:`Backend.read_prefix` salvages: the valid contiguous prefix up to the first damage.
+
+    ``meta`` is the session header as stored (as in :class:`StoredPrefix`).
 
     ``damage`` is the typed error a full load would raise (``None`` when the log is intact); its
     ``location`` names the file or database and ``offset`` the byte offset (JSONL: in the file; for a
@@ -43,7 +61,7 @@ class PartialRead:
     (intact log's) incomplete final record starts, which a resume would remove; ``events`` exclude it.
     """
 
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[dict[str, Any]]
     revision: str
     damage: SessionPersistenceCorruptionError | None = None
@@ -69,7 +87,7 @@ class SessionListing:
 
 @dataclass
 class RawArtifact:
-    meta: dict[str, Any]
+    meta: SessionHeader
     filename: str
     content: str
 
@@ -94,13 +112,38 @@ class StagedLog(Protocol):
     def discard(self) -> None: ...
 
 
+class StagedGuard:
+    """The open/closed state a staged log shares across backends (the JSONL and SQLite staged logs).
+
+    ``publish`` and ``discard`` set ``_closed``; every later ``append`` or ``publish`` is refused. A batch
+    must start at ``_next_seq`` (the staged log is written from seq 0, contiguously).
+    """
+
+    _meta: Mapping[str, Any]
+    _closed: bool
+    _next_seq: int
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PersistenceError(f'the staged log of "{self._meta["id"]}" was already published or discarded')
+
+    def _check_next(self, events: Sequence[WireEvent]) -> None:
+        if events[0]["seq"] != self._next_seq:
+            raise PersistenceError(
+                f'staged append of "{self._meta["id"]}" starts at seq {events[0]["seq"]}, expected {self._next_seq}'
+            )
+
+
 @runtime_checkable
-class Backend(Protocol):
-    """Storage primitives. All methods are synchronous and may block on I/O."""
+class Backend(Protocol[TornT]):
+    """Storage primitives. All methods are synchronous and may block on I/O.
+
+    Generic in the backend's torn-marker type (:data:`TornT`): ``Backend[TornMarker]`` is a JSONL backend,
+    a bare ``Backend`` any backend."""
 
     name: str
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[TornT] | None:
         """The valid stored prefix, or ``None`` when no artifact exists. Never writes."""
         ...
 
@@ -112,7 +155,7 @@ class Backend(Protocol):
         """Durably append a contiguous batch; the first batch materializes the header atomically with it."""
         ...
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: TornT | None, closers: Sequence[WireEvent]) -> None:
         """Remove the torn tail named by ``torn_marker`` (if any), then append ``closers``."""
         ...
 
@@ -159,10 +202,10 @@ class SalvagesPrefix(Protocol):
 
 
 @runtime_checkable
-class SeeksStored(Protocol):
+class SeeksStored(Protocol[TornT]):
     """A backend that can read a log's suffix at a cost of the suffix rather than the log."""
 
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[TornT] | None:
         """The events with ``seq >= from_seq`` of the valid stored prefix (``torn_marker`` always ``None``,
         never writes; ``None`` when no artifact exists).
 
@@ -251,6 +294,26 @@ class PlacesDerivedFiles(Protocol):
     def derived_directory(self) -> str | None: ...
 
     def derived_path(self, name: str, suffix: str) -> str | None: ...
+
+
+@runtime_checkable
+class IdentifiesStore(Protocol):
+    """A backend that can say which store it opens, so the derived files are bound to the store, not a copy.
+
+    A derived file beside the store (the projection cache) records the identity it was built for and is
+    rebuilt when the store it finds has another, so a cache file copied along with a store, or left
+    behind by a store deleted and recreated at the same path, is never trusted. The upper layers ask
+    ``isinstance(backend, IdentifiesStore)``; a backend without it binds its derived files to the backend
+    instance (they are rebuilt by every process).
+    """
+
+    def store_identity(self) -> str | None:
+        """Which store this backend opens: equal for every backend over the same store (in any process) and
+        different for any other store, or ``None`` while the store holds nothing yet (no root directory,
+        no database). ``<kind>:<key>``: ``jsonl:<real root>:<inode>`` (a JSONL store has no id of its
+        own), ``sqlite-store:<the database's random store id>``, ``postgres:<host-cache key>``
+        (:mod:`agentlog.persistence.host_cache`)."""
+        ...
 
 
 _CHECKS_IDS: dict[type, bool] = {}

@@ -143,12 +143,7 @@ class StagedSession:
                 "session event batch is not losslessly JSON-serializable because it contains non-JSON-serializable data"
             ) from None
         legacy.assert_supported_events(self.session_id, batch)
-        for index, event in enumerate(batch):
-            if event["seq"] != self._next_seq + index:
-                raise PersistenceError(
-                    f'append seq mismatch for "{self.session_id}": expected {self._next_seq + index} at index '
-                    f"{index}, got {event['seq']}"
-                )
+        _check_contiguous(self.session_id, batch, self._next_seq)
         for start in range(0, len(batch), MAX_BATCH_EVENTS):
             self._staged.append(batch[start : start + MAX_BATCH_EVENTS])
         self._next_seq += len(batch)
@@ -845,12 +840,7 @@ class PersistenceCoordinator:
         legacy.assert_supported_events(session_id, events)
         if not events:
             return
-        for index, event in enumerate(events):
-            if event["seq"] != state.cursor + index:
-                raise PersistenceError(
-                    f'append seq mismatch for "{session_id}": expected {state.cursor + index} at index {index}, '
-                    f"got {event['seq']}"
-                )
+        _check_contiguous(session_id, events, state.cursor)
         # A very large buffer (a bulk import, a long unflushed run) is written as several bounded
         # batches: memory stays proportional to the batch, and each one is durable on its own.
         for start in range(0, len(events), MAX_BATCH_EVENTS):
@@ -1127,3 +1117,13 @@ class PersistenceCoordinator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_contiguous(session_id: str, events: Sequence[Any], first_seq: int) -> None:
+    """Refuse a batch whose seqs do not run on from ``first_seq`` (a caller's bug, never a repair case)."""
+    for index, event in enumerate(events):
+        if event["seq"] != first_seq + index:
+            raise PersistenceError(
+                f'append seq mismatch for "{session_id}": expected {first_seq + index} at index {index}, '
+                f"got {event['seq']}"
+            )

@@ -24,12 +24,17 @@ import logging
 import os
 from typing import Final
 
+from .backend import IdentifiesStore
+
 __all__ = [
     "HOST_CACHE_ENV",
     "POSTGRES_BACKEND_NAME",
     "POSTGRES_CACHE_FILE",
+    "POSTGRES_IDENTITY_PREFIX",
     "POSTGRES_INDEX_FILE",
+    "address_key",
     "derived_directory",
+    "key_directory",
     "store_key",
 ]
 
@@ -37,27 +42,15 @@ logger = logging.getLogger("agentlog.persistence.host_cache")
 
 HOST_CACHE_ENV: Final = "XDG_CACHE_HOME"
 POSTGRES_BACKEND_NAME: Final = "session-persistence-postgres"
-"""``PostgresBackend.name``: recognised by name, so nothing here imports the backend (or psycopg)."""
+"""``PostgresBackend.name``."""
+POSTGRES_IDENTITY_PREFIX: Final = "postgres:"
+"""How a PostgreSQL store's ``store_identity()`` starts (the host-cache key follows)."""
 POSTGRES_CACHE_FILE: Final = "projections.sqlite"
 POSTGRES_INDEX_FILE: Final = "search.sqlite3"
 
 
-def _dsn_and_schema(backend: object) -> tuple[str, str] | None:
-    if getattr(backend, "name", None) != POSTGRES_BACKEND_NAME:
-        return None
-    dsn = getattr(backend, "dsn", None)
-    schema = getattr(backend, "schema", None)
-    if not isinstance(dsn, str) or not isinstance(schema, str):
-        return None
-    return dsn, schema
-
-
-def store_key(backend: object) -> str | None:
-    """The host-cache key of a PostgreSQL store (``None`` for any other backend)."""
-    found = _dsn_and_schema(backend)
-    if found is None:
-        return None
-    dsn, schema = found
+def address_key(dsn: str, schema: str) -> str:
+    """The host-cache key of the PostgreSQL store at ``dsn`` (its password left out) and ``schema``."""
     from psycopg.conninfo import conninfo_to_dict  # a PostgreSQL backend exists, so psycopg does
 
     params = {name: str(value) for name, value in conninfo_to_dict(dsn).items() if name != "password"}
@@ -65,12 +58,21 @@ def store_key(backend: object) -> str | None:
     return hashlib.sha256(f"{address}\0schema={schema}".encode()).hexdigest()[:16]
 
 
-def derived_directory(backend: object) -> str | None:
-    """The (created) host-cache directory of a PostgreSQL store's derived files, else ``None`` (any other
-    backend, or a directory that cannot be created: a warning is logged)."""
-    key = store_key(backend)
-    if key is None:
+def store_key(backend: object) -> str | None:
+    """The host-cache key of a store whose derived files live in this host's cache (a PostgreSQL store,
+    whose :class:`~agentlog.persistence.backend.IdentifiesStore` identity is ``postgres:<key>``), else
+    ``None``."""
+    if not isinstance(backend, IdentifiesStore):
         return None
+    identity = backend.store_identity()
+    if identity is None or not identity.startswith(POSTGRES_IDENTITY_PREFIX):
+        return None
+    return identity[len(POSTGRES_IDENTITY_PREFIX) :]
+
+
+def key_directory(key: str) -> str | None:
+    """The (created) host-cache directory of the store with host-cache key ``key``, or ``None`` when it
+    cannot be created (a warning is logged)."""
     base = os.environ.get(HOST_CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache")
     directory = os.path.join(os.path.abspath(base), "agentlog", "postgres", key)
     try:
@@ -81,3 +83,10 @@ def derived_directory(backend: object) -> str | None:
         logger.warning('host cache directory "%s" is unusable (%s); keeping derived files in memory', directory, err)
         return None
     return directory
+
+
+def derived_directory(backend: object) -> str | None:
+    """The (created) host-cache directory of a PostgreSQL store's derived files, else ``None`` (any other
+    backend, or a directory that cannot be created: a warning is logged)."""
+    key = store_key(backend)
+    return None if key is None else key_directory(key)

@@ -93,7 +93,7 @@ class MemoryBackend:
             return None
         return PartialRead(meta=stored.meta, events=stored.events, revision=stored.revision)
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[None] | None:
         with self._mutex:
             record = self._records.get(session_id)
             if record is None:
@@ -101,7 +101,7 @@ class MemoryBackend:
             header, lines, revision = record.header, list(record.events), self._revision(session_id, record)
         return StoredPrefix(meta=loads(header), events=[loads(line) for line in lines], revision=revision)
 
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[None] | None:
         """Seek read: only the events with ``seq >= from_seq`` are parsed (records are stored by seq)."""
         if type(from_seq) is not int or from_seq < 0:
             raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
@@ -141,7 +141,7 @@ class MemoryBackend:
             record.events.extend(lines)
             record.revision += 1
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: None, closers: Sequence[WireEvent]) -> None:
         if torn_marker is not None:
             raise PersistenceError("the memory backend never reports a torn tail")
         if closers:

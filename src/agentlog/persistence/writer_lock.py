@@ -18,6 +18,7 @@ database reports); :func:`wait_for_writer` is the opt-in wait of ``coordinator.r
 from __future__ import annotations
 
 import datetime
+import fcntl
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ __all__ = [
     "deadline_of",
     "describe_holder",
     "holder_record",
+    "lock_or_refuse",
     "locked_error",
     "read_holder",
     "record_holder",
@@ -195,3 +197,18 @@ def wait_for_writer(
             continue
         lock.release()
         return
+
+
+def lock_or_refuse(fd: int, session_id: str) -> None:
+    """Take the exclusive ``flock`` of an open lock file and record this process as its holder, or close
+    ``fd`` and raise ``SessionLockedError`` naming the current holder (the file backends' one lock step)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = read_holder(fd)
+        os.close(fd)
+        raise locked_error(session_id, holder) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    record_holder(fd)

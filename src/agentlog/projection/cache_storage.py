@@ -38,13 +38,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
-from ..errors import AgentlogError, PersistenceError, StorageAccessError
+from ..errors import PersistenceError, StorageAccessError
 from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
-from ..persistence.backend import PlacesDerivedFiles
-from ..persistence.host_cache import POSTGRES_CACHE_FILE, store_key
-from ..persistence.sqlite.backend import sqlite_storage_code
-from ..persistence.storage_errors import storage_error
+from ..persistence.backend import IdentifiesStore, PlacesDerivedFiles
+from ..persistence.host_cache import POSTGRES_CACHE_FILE
+from ..persistence.storage_errors import sqlite_storage_code, storage_error
 
 __all__ = [
     "APPLICATION_ID",
@@ -432,7 +431,7 @@ class SqliteCacheStorage:
     def _typed(self, what: str, err: BaseException) -> PersistenceError:
         """A medium failure as a typed error naming the cache file, the reason and the remedy.
 
-        The codes are the session backends' (:func:`~agentlog.persistence.sqlite.backend.sqlite_storage_code`
+        The codes are the session backends' (:func:`~agentlog.persistence.storage_errors.sqlite_storage_code`
         for SQLite's result codes, :func:`~agentlog.persistence.storage_errors.storage_error` for the OS's
         errno): a full disk is ``STORAGE_FULL`` whether the log or its cache hit it. The message adds that
         the cache is derived data, so nothing a session stored was touched.
@@ -665,48 +664,13 @@ def store_id_for(backend: object) -> str | None:
     SQLite stores carry a random store id (``persistence_state.store_id``, written with the database):
     a new database at the same path, next to a cache file left behind, never shares it. JSONL stores
     have no id of their own: the real path and the inode of the root stand in, so a store copied
-    elsewhere (or recreated at the same path) rebuilds its cache instead of trusting a copied file.
+    elsewhere (or recreated at the same path) rebuilds its cache instead of trusting a copied file. The
+    backend says which (:class:`~agentlog.persistence.backend.IdentifiesStore`); one that cannot binds
+    its cache to the backend instance, so every process rebuilds it.
     """
-    key = store_key(backend)
-    if key is not None:  # a PostgreSQL store: its address (the cache is reconciled by revision)
-        return f"postgres:{key}"
-    root = getattr(backend, "root", None)
-    if isinstance(root, str):
-        real = os.path.realpath(root)
-        try:
-            inode = os.stat(real).st_ino
-        except OSError:
-            return None
-        return f"jsonl:{real}:{inode}"
-    path = getattr(backend, "path", None)
-    if isinstance(path, str):
-        real = os.path.realpath(path)
-        if not os.path.isfile(real):
-            return None
-        own = getattr(backend, "store_id", None)
-        if callable(own):  # SqliteBackend: its own connection first (a second open may need a -shm file)
-            try:
-                found = own()
-            except AgentlogError:
-                found = None  # e.g. closed: read the file directly below
-            if type(found) is str:
-                return f"sqlite-store:{found}"
-        try:
-            uri = "file:" + urllib.parse.quote(real) + "?mode=ro"
-            if not os.path.exists(real + "-wal"):
-                # Everything committed is in the main file (a clean close removes -wal and -shm), and the
-                # store id never changes once written: read it as immutable. A plain mode=ro connection to
-                # a WAL database would create -wal and -shm beside the store of a read command.
-                uri += "&immutable=1"
-            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
-            try:
-                row = conn.execute("SELECT store_id FROM persistence_state WHERE singleton = 1").fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            return None
-        return f"sqlite-store:{row[0]}" if row is not None and type(row[0]) is str else None
-    return f"memory:{id(backend)}"
+    if isinstance(backend, IdentifiesStore):
+        return backend.store_identity()
+    return f"memory:{id(backend)}"  # no identity of its own (a memory store): this instance
 
 
 def open_cache_storage(backend: object) -> CacheStorage:

@@ -44,7 +44,7 @@ import inspect
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypedDict
+from typing import Any, Final, TypeAlias, TypedDict
 
 from ..errors import (
     FrozenError,
@@ -63,6 +63,7 @@ from ..kernel._js import js_string
 from ..kernel._listeners import observe_async
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_json, thaw
 from ..kernel.session import Session, lock_of
+from ..kernel.store import SessionStore  # (at run time too: typing.get_type_hints resolves annotations here)
 from .stats import SESSION_STATS_UNIT
 from .title import TITLE_UNIT
 from .units import (
@@ -71,9 +72,6 @@ from .units import (
     TOKEN_USAGE_UNIT,
     ProjectionUnit,
 )
-
-if TYPE_CHECKING:
-    from ..kernel.store import SessionStore
 
 __all__ = [
     "BUILTIN_UNITS",

@@ -75,6 +75,7 @@ from .title import (
     SessionTitleData,
     SessionTitleModel,
     SessionTitleSnapshot,
+    SessionTitleSource,
     SessionTitleUserMessage,
     collect_session_title_messages,
     fallback_session_title,
@@ -532,10 +533,11 @@ class SessionTitleService:
             result = await self._generate(session, work, work.registration.provider.generate(request))
             self._assert_current(session, work)
             title, seqs, model = self._validate_result(result, messages)
-            source: dict[str, Any] = {"kind": "provider", "provider": work.registration.provider.id}
+            source: SessionTitleSource = {"kind": "provider", "provider": work.registration.provider.id}
             if model is not None:
                 source["model"] = model
-            session.append_custom(SESSION_TITLE, {"title": title, "messageSeqs": seqs, "source": source})
+            data: SessionTitleData = {"title": title, "messageSeqs": seqs, "source": source}
+            session.append_custom(SESSION_TITLE, data)
             return self.get(session)
         finally:
             if state is not None and state.active is work:

@@ -4,21 +4,30 @@
   as a base test class with one abstract factory; ``class TestMyBackend(BackendContract)`` plus a
   ``make_backend(location)`` runs the whole contract against your backend (see
   ``docs/persistence-api.md``, "Testing your own backend");
-* :mod:`agentlog.testing.builders` — builders of typical sessions and turns (wire events and live appends);
+* :mod:`agentlog.testing.builders` — builders of typical sessions, turns and messages (wire events, seeds
+  and live appends);
 * :class:`ScriptedProvider` (:mod:`agentlog.testing.provider`) — an in-process model that streams scripted
   replies through the provider protocol, with :func:`text_reply`, :func:`tool_call_reply` and
   :func:`failure_reply`;
 * :class:`DemoModelServer` (:mod:`agentlog.testing.demo_server`) — a scripted model behind a real
   OpenAI-compatible HTTP endpoint on loopback (``agentlog demo`` runs on it), loaded on first access.
 
-The contract imports pytest (install the ``test`` extra: ``pip install agentlog[test]``); it is loaded on
-first access to one of its names, so the builders and the scripted provider work without pytest, and
-``import agentlog`` never imports ``agentlog.testing`` at all.
+The contract imports pytest (install the slim ``contract`` extra, ``pip install agentlog[contract]``, or
+the ``test`` extra); it is loaded on first access to one of its names, so the builders and the scripted
+provider work without pytest, and ``import agentlog`` never imports ``agentlog.testing`` at all. Under
+pytest (pytest already imported), importing this package registers the contract module for pytest's
+assertion rewriting, so a failing contract test shows the values it compared, as a test module's own
+asserts do; it must therefore happen before the contract module is first imported, which importing it
+through this package guarantees.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
+
+if "pytest" in sys.modules:  # under pytest: before .contract is first imported (it is loaded lazily below)
+    sys.modules["pytest"].register_assert_rewrite(__name__ + ".contract")
 
 from .._lazy import lazy_exports
 from ..persistence.memory import MemoryStorage

@@ -20,22 +20,29 @@ the backend only through the one factory:
   several times per location — a second instance over the same storage is how they simulate a restart
   or a second process — and close every instance at teardown.
 
-Optional capabilities are class attributes: :attr:`~BackendContract.has_torn_tail` with
-:meth:`~BackendContract.inject_torn_tail` for backends whose log can end in a torn write (the torn-tail
-tests are skipped otherwise), :attr:`~BackendContract.locates_raw_log` for backends whose ``locate()``
-names a raw log file that error messages cite, and :attr:`~BackendContract.can_damage_header` with
-:meth:`~BackendContract.damage_header` for storage that can hold a damaged header (the ``list_revisions``
-case then mixes damaged sessions into its random stores).
+Optional capabilities are derived from the subclass and the backend, so a minimal subclass needs nothing
+more than :meth:`~BackendContract.make_backend` (and :meth:`~BackendContract.new_location` for storage that
+is not a directory): the torn-tail tests run when the subclass defines
+:meth:`~BackendContract.inject_torn_tail` (skipped otherwise), the damaged-header cases when it defines
+:meth:`~BackendContract.damage_header`, and format errors must cite ``(raw log: <path>)`` when the
+backend's ``locate()`` names an existing file for a stored session. A class attribute
+(:attr:`~BackendContract.has_torn_tail`, :attr:`~BackendContract.can_damage_header`,
+:attr:`~BackendContract.locates_raw_log`) set to ``True`` or ``False`` overrides the derived answer.
+
+Failures show the compared values: importing :mod:`agentlog.testing` under pytest registers this module
+for pytest's assertion rewriting (see :mod:`agentlog.testing`), as it does for a test module.
 
 The fault-injection tests subclass the backend's class on the fly (``instance.__class__`` is swapped for
 ``class _(Mixin, type(instance))``), so a backend class must allow that (no ``__slots__``-only layout).
 
-This module imports pytest (the ``test`` extra); ``import agentlog`` never imports it.
+This module imports pytest (the slim ``contract`` extra, or ``test``); ``import agentlog`` never imports it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import random
 import re
 import threading
 import time
@@ -115,7 +122,7 @@ class ContractBackends:
         self.kind = contract.kind or type(contract).__name__
         self.created: list[Any] = []
         self.inject_torn_tail: Callable[[Mapping[str, Any], int], None] | None = (
-            self._inject if contract.has_torn_tail else None
+            self._inject if contract.tears() else None
         )
 
     def __call__(self, wrap: type | None = None) -> Any:
@@ -514,7 +521,7 @@ def _check_raw_log_suffix(
     env: Harness, backend: Any, meta: dict[str, Any], err: SessionFormatUnsupportedError, operation: str
 ) -> None:
     location = backend.locate(meta)
-    if env.factory.contract.locates_raw_log:
+    if env.factory.contract.cites_raw_log(location):
         assert location is not None
         assert f" (raw log: {location})" in str(err), f"{operation}: {err}"
         assert err.location == location, operation
@@ -556,12 +563,35 @@ class BackendContract(ABC):
 
     #: The backend's name in messages (default: the subclass name).
     kind: ClassVar[str] = ""
-    #: True if the backend's log can end in a torn write; then :meth:`inject_torn_tail` must be defined.
-    has_torn_tail: ClassVar[bool] = False
-    #: True if ``locate()`` names a raw log file and format errors cite it as ``(raw log: <path>)``.
-    locates_raw_log: ClassVar[bool] = False
-    #: True if the storage can hold a damaged header; then :meth:`damage_header` must be defined.
-    can_damage_header: ClassVar[bool] = False
+    #: Whether the backend's log can end in a torn write (then :meth:`inject_torn_tail` must be defined);
+    #: ``None`` (the default): derived, true when the subclass defines :meth:`inject_torn_tail`.
+    has_torn_tail: ClassVar[bool | None] = None
+    #: Whether ``locate()`` names a raw log file that format errors cite as ``(raw log: <path>)``;
+    #: ``None`` (the default): derived, true when ``locate()`` names an existing file for a stored session.
+    locates_raw_log: ClassVar[bool | None] = None
+    #: Whether the storage can hold a damaged header (then :meth:`damage_header` must be defined);
+    #: ``None`` (the default): derived, true when the subclass defines :meth:`damage_header`.
+    can_damage_header: ClassVar[bool | None] = None
+
+    def tears(self) -> bool:
+        """Whether the torn-tail tests run: :attr:`has_torn_tail`, else whether :meth:`inject_torn_tail` is defined."""
+        if self.has_torn_tail is not None:
+            return self.has_torn_tail
+        return type(self).inject_torn_tail is not BackendContract.inject_torn_tail
+
+    def damages_header(self) -> bool:
+        """Whether damaged headers are stored: :attr:`can_damage_header`, else whether :meth:`damage_header`
+        is defined."""
+        if self.can_damage_header is not None:
+            return self.can_damage_header
+        return type(self).damage_header is not BackendContract.damage_header
+
+    def cites_raw_log(self, location: str | None) -> bool:
+        """Whether a format error must cite ``location`` (what ``locate()`` returned for a stored session):
+        :attr:`locates_raw_log`, else whether ``location`` names an existing file."""
+        if self.locates_raw_log is not None:
+            return self.locates_raw_log
+        return location is not None and os.path.isfile(location)
 
     def new_location(self, tmp_path: Path) -> Any:
         """A fresh storage location for one test; ``make_backend`` receives it (default: ``tmp_path / "store"``)."""
@@ -572,16 +602,19 @@ class BackendContract(ABC):
         """A NEW backend instance over the storage at ``location`` (the same storage on every call)."""
 
     def inject_torn_tail(self, location: Any, meta: Mapping[str, Any], next_seq: int) -> None:
-        """Append a torn (half-written) record for event ``next_seq`` to the stored log of ``meta["id"]``."""
-        raise NotImplementedError(f"{type(self).__name__} has no torn tails (has_torn_tail is false)")
+        """Append a torn (half-written) record for event ``next_seq`` to the stored log of ``meta["id"]``.
+
+        Optional: defining it runs the torn-tail tests (a backend whose log cannot tear leaves it undefined).
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no inject_torn_tail (has_torn_tail is true)")
 
     def damage_header(self, location: Any, meta: Mapping[str, Any]) -> None:
         """Damage the stored header of ``meta["id"]`` so listing reports it with an ``error_code``.
 
-        Optional (set :attr:`can_damage_header`): a backend that cannot hold a damaged header (the memory
-        backend) leaves it undefined, and the cases that use it store intact sessions only.
+        Optional: a backend that cannot hold a damaged header (the memory backend) leaves it undefined, and
+        the cases that use it store intact sessions only.
         """
-        raise NotImplementedError(f"{type(self).__name__} cannot store a damaged header (can_damage_header is false)")
+        raise NotImplementedError(f"{type(self).__name__} defines no damage_header (can_damage_header is true)")
 
     @pytest.fixture
     def env(self, tmp_path: Path) -> Iterator[ContractHarness]:
@@ -591,7 +624,7 @@ class BackendContract(ABC):
 
     @pytest.fixture
     def torn_env(self, env: Harness) -> ContractHarness:
-        if not self.has_torn_tail:
+        if not self.tears():
             pytest.skip(f"{env.kind}: the backend has no torn tails")
         return env
 
@@ -787,24 +820,15 @@ class BackendContract(ABC):
         never appended — the map holds every listed session's revision, is ``read_revision`` for each id,
         and after an append to one session differs in exactly that session. A backend without the
         optional method is checked through ``PersistenceCoordinator.list_revisions`` (built from listing).
+        The plans come from hypothesis when it is installed (the ``test`` extra), else from a seeded random
+        generator (the slim ``contract`` extra installs pytest only).
         """
-        from hypothesis import HealthCheck, given, settings
-        from hypothesis import strategies as st
-
         ids = ["s1", "s2", "a b", "caf\u00e9", "x/y", "~tilde", ".", "long-" + "n" * 40, "\u6f22\u5b57"]
         cwds = [CWD, None, "/other/project"]
-        fates = ["closed", "repaired", "created-only"] + (["torn"] if self.has_torn_tail else [])
-        fates += ["damaged"] if self.can_damage_header else []
-        plans = st.lists(
-            st.tuples(st.sampled_from(ids), st.sampled_from(cwds), st.sampled_from(fates)),
-            min_size=1,
-            max_size=6,
-            unique_by=lambda item: item[0],
-        )
+        fates = ["closed", "repaired", "created-only"] + (["torn"] if self.tears() else [])
+        fates += ["damaged"] if self.damages_header() else []
         examples = iter(range(10_000))
 
-        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(plan=plans, target=st.integers(min_value=0, max_value=5))
         def check(plan: list[tuple[str, str | None, str]], target: int) -> None:
             folder = tmp_path / f"example-{next(examples)}"
             folder.mkdir()
@@ -815,7 +839,25 @@ class BackendContract(ABC):
             finally:
                 env.close()
 
-        check()
+        try:
+            from hypothesis import HealthCheck, given, settings
+            from hypothesis import strategies as st
+        except ImportError:
+            rng = random.Random(31)
+            for _ in range(25):
+                chosen = rng.sample(ids, rng.randint(1, 6))
+                check([(i, rng.choice(cwds), rng.choice(fates)) for i in chosen], rng.randint(0, 5))
+            return
+
+        plans = st.lists(
+            st.tuples(st.sampled_from(ids), st.sampled_from(cwds), st.sampled_from(fates)),
+            min_size=1,
+            max_size=6,
+            unique_by=lambda item: item[0],
+        )
+        settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])(
+            given(plan=plans, target=st.integers(min_value=0, max_value=5))(check)
+        )()
 
     def _check_list_revisions(
         self, env: Harness, location: Any, plan: list[tuple[str, str | None, str]], target: int
@@ -1261,7 +1303,7 @@ class BackendContract(ABC):
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append_custom(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         store.flush(session)
         first.close()
         session.append(STEP_START, {"turn": 1, "step": 1})  # no persistence attached while these commit
@@ -1277,7 +1319,7 @@ class BackendContract(ABC):
         first = env.coordinator(store)
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append_custom(USER_MESSAGE, user_data("q"), APPEND_INTENT)
+        session.append(USER_MESSAGE, user_data("q"), APPEND_INTENT)
         session.append(STEP_START, {"turn": 1, "step": 1})
         store.flush(session)
         first.close()
@@ -1659,7 +1701,7 @@ class BackendContract(ABC):
         store = coordinator.store
         session = store.create(SID, meta=live_meta())
         session.append(TURN_START, {"turn": 1})
-        session.append("feedback/record", {"deep": value})
+        session.append_custom("feedback/record", {"deep": value})
         session.append(TURN_END, {"turn": 1, "reason": {"kind": "completed"}})
         store.flush(session)
         loaded = fresh(env).load(SID)

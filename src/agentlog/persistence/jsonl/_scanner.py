@@ -33,7 +33,7 @@ import mmap
 import resource
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, TypeGuard, cast
 
 import orjson
 
@@ -53,7 +53,7 @@ from ...kernel.chunkrows import (
     decode_storage_record,
     decode_storage_run,
 )
-from ...kernel.events import TURN_END
+from ...kernel.events import TURN_END, SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 
@@ -108,7 +108,7 @@ class ScanCheckpoint:
 
 @dataclass(slots=True)
 class ScanResult:
-    meta: dict[str, Any]
+    meta: SessionHeader
     events: list[Any]
     committed_bytes: int
     count: int = -1
@@ -435,7 +435,7 @@ class SessionLogScanner:
             raise _too_long(0, len(record) - 1, max_line_bytes, "the header line")
         if len(record) - 1 > max_header_bytes:
             raise header_too_long(len(record) - 1, max_header_bytes)
-        self.meta = parse_header_line(record[:-1], max_depth=max_depth)
+        self.meta = cast("SessionHeader", parse_header_line(record[:-1], max_depth=max_depth))  # checked: a header
         self._max_line_bytes = max_line_bytes
         self._max_depth = max_depth
         self._input = self._committed = len(record)

@@ -70,6 +70,7 @@ from ...errors import (
 )
 from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import CHUNK_ROW_TAGS, decode_storage_record, decode_storage_run, pack_chunk_runs
+from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
@@ -618,14 +619,14 @@ class PostgresBackend:
 
     def _read(
         self, session_id: str, from_seq: int
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
+    ) -> tuple[SessionHeader, list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
         """Fetch and decode; the cycle collector waits (see ``kernel._gc``: it would re-scan every row)."""
         with gc_paused():
             return self._read_paused(session_id, from_seq)
 
     def _read_paused(
         self, session_id: str, from_seq: int
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
+    ) -> tuple[SessionHeader, list[dict[str, Any]], str, SessionPersistenceCorruptionError | None] | None:
         with self._connection("reading a session") as conn:
             with conn.transaction():
                 conn.execute(_sql.READ_SNAPSHOT)
@@ -641,7 +642,7 @@ class PostgresBackend:
                 else:
                     rows = cur.execute(self._sql["select_events"], (session_id,)).fetchall()
         try:
-            meta = loads(bytes(header))
+            meta: SessionHeader = loads(bytes(header))  # the header this store wrote (restore checks it)
         except (ValueError, RecursionError) as err:
             raise SessionPersistenceCorruptionError(
                 f'stored session "{session_id}" in {self.location} has an invalid header ({err}); it is left as it is',
@@ -703,7 +704,7 @@ class PostgresBackend:
             damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
         return meta, events, self._revision(incarnation, revision, tail), damage
 
-    def load_stored(self, session_id: str) -> StoredPrefix | None:
+    def load_stored(self, session_id: str) -> StoredPrefix[None] | None:
         read = self._read(session_id, 0)
         if read is None:
             return None
@@ -712,7 +713,7 @@ class PostgresBackend:
             raise damage
         return StoredPrefix(meta=meta, events=events, revision=revision)
 
-    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix | None:
+    def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[None] | None:
         """Seek read: only the rows with ``seq >= from_seq`` are fetched and parsed (the primary key)."""
         if type(from_seq) is not int or not 0 <= from_seq <= MAX_SAFE_INTEGER:
             raise PersistenceError(f"fromSeq must be a non-negative safe integer, got {from_seq!r}")
@@ -892,7 +893,7 @@ class PostgresBackend:
             return None
         return _Batch(batch.session_id, batch.events[next_seq - first :])
 
-    def commit_repair(self, meta: Mapping[str, Any], torn_marker: object, closers: Sequence[WireEvent]) -> None:
+    def commit_repair(self, meta: Mapping[str, Any], torn_marker: None, closers: Sequence[WireEvent]) -> None:
         """A transaction cannot tear: there is never a torn tail, only closers to append."""
         if torn_marker is not None:
             raise PersistenceError("the PostgreSQL backend never reports a torn tail")
@@ -1092,7 +1093,12 @@ class PostgresBackend:
 
     def derived_directory(self) -> str | None:
         """The store's (created) directory of the reading host's cache (:mod:`..host_cache`)."""
-        return host_cache.derived_directory(self)
+        return host_cache.key_directory(host_cache.address_key(self.dsn, self.schema))
+
+    def store_identity(self) -> str | None:
+        """``postgres:<host-cache key>`` (:class:`~..backend.IdentifiesStore`): the store's address (its
+        connection parameters without the password, and its schema)."""
+        return host_cache.POSTGRES_IDENTITY_PREFIX + host_cache.address_key(self.dsn, self.schema)
 
     def derived_path(self, name: str, suffix: str) -> str | None:
         """A PostgreSQL store has no place on disk beside it."""
