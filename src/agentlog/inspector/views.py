@@ -57,9 +57,9 @@ from ..kernel.events import (
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from ..kernel.request_header import fold_request_header
-from ..kernel.session import SessionView, derive_event_message
+from ..kernel.session import EventsView, SessionView, derive_event_message
 from ..kernel.store import SessionStore
-from ..kernel.surface import fold_surface
+from ..kernel.surface import SurfaceTimeline, fold_surface
 from ..persistence.backend import Backend
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache
@@ -221,6 +221,10 @@ class _Index:
     last_turn_end: dict[str, Any] | None = None
     replaces: bool = False
     """Whether any event replaces surface nodes (else the surface fold has no replacements to report)."""
+    timeline: SurfaceTimeline | None = None
+    """The surface at every seq (one fold of the log, with checkpoints): a slider move reads it."""
+    silent: list[int] = field(default_factory=list)
+    """The surface events that derive no message (an assistant message without content), in seq order."""
 
 
 @dataclass
@@ -231,7 +235,6 @@ class LoadedSession:
     revision: str | None
     stored: StoredView
     _index: _Index | None = None
-    _replacements: list[Any] | None = None
     _charts: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -258,24 +261,48 @@ class LoadedSession:
 
     def replacements(self) -> list[Any]:
         """fold_surface's replacements over the whole log (those at or before a seq are that moment's)."""
+        return self.timeline().replacements
+
+    def timeline(self) -> SurfaceTimeline:
+        """The surface at every seq of the loaded log (folded once, with the index)."""
+        timeline = self.index().timeline
+        assert timeline is not None
+        return timeline
+
+    def surface_at(self, seq: int) -> tuple[list[int], list[int]]:
+        """``session.at(seq)``'s surface nodes and, in order, those that derive a message (the seqs of
+        ``derive_messages()``), from the timeline: no fold of the prefix."""
         index = self.index()
-        with self._lock:
-            if self._replacements is None:
-                # A log that never replaces a node has none to report: skip the whole-log fold.
-                self._replacements = fold_surface(self.stored.view.events).replacements if index.replaces else []
-            return self._replacements
+        assert index.timeline is not None
+        nodes = index.timeline.nodes_at(seq)
+        silent = index.silent
+        if not silent or silent[0] > seq:  # every node derives its message (the usual case)
+            return nodes, nodes
+        quiet = set(silent[: bisect.bisect_right(silent, seq)])
+        return nodes, [node for node in nodes if node not in quiet]
 
 
-def _build_index(events: Sequence[Any]) -> _Index:
+def _build_index(events: EventsView) -> _Index:
+    """One pass over the log less its packed chunk runs (stepped over unbuilt): the index and the
+    surface timeline."""
     index = _Index()
-    for seq, event in enumerate(events):
+    timeline = index.timeline = SurfaceTimeline(events)
+    add = timeline.add
+    last = None
+    for event in events.outside_runs():
+        last = event
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
             continue
+        seq = event["seq"]
         data = event["data"]
         op = event.get("surfaceOp")
-        if op is not None and not isinstance(op, str):  # a replace op (an append is the string "append")
-            index.replaces = True
+        if op is not None:
+            add(event)
+            if derive_event_message(event) is None:
+                index.silent.append(seq)
+            if not isinstance(op, str):  # a replace op (an append is the string "append")
+                index.replaces = True
         if etype == TURN_START:
             index.turn_starts.append(seq)
             index.turn_numbers.append(data.get("turn"))
@@ -300,6 +327,10 @@ def _build_index(events: Sequence[Any]) -> _Index:
             index.title = data["title"]
         elif etype == TURN_END:
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
+    if len(events) and (last is None or last["seq"] != len(events) - 1):
+        last = events[len(events) - 1]  # the log ends in a packed run: the timeline covers it too
+    if last is not None and last["seq"] > timeline.last_seq:
+        add(last)
     return index
 
 
@@ -661,24 +692,21 @@ class Inspector:
         if type(limit) is not int or not 1 <= limit <= MAX_STATE_WINDOW:
             raise InspectorRequestError(f"limit must be an integer in [1, {MAX_STATE_WINDOW}], got {limit!r}")
         loaded = self.load(session_id)
-        point = loaded.view.at(seq)
-        events = point.events
-        nodes = point.surface.nodes
-        all_messages = point.derive_messages()
-        count = len(all_messages)
-        if len(nodes) == count:  # every node derives its message (the usual case): no need to ask each
-            message_seqs = list(nodes)
-        else:
-            message_seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
+        events = loaded.view.events
+        if seq > len(events) - 1:
+            raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
+        nodes, message_seqs = loaded.surface_at(seq)
+        count = len(message_seqs)
         start = max(0, count - limit) if messages_from is None else min(messages_from, count)
         end = min(count, start + limit)
-        if count and len(message_seqs) == count:
-            position = {node: index for index, node in enumerate(nodes)}
-            surface_from = position[message_seqs[start]] if start < count else len(nodes)
-            surface_to = position[message_seqs[end - 1]] + 1 if end > start else surface_from
+        # The window's nodes: after the previous window's last message node, through its own last one
+        # (the last window through the end), so a node that derives no message belongs to one window.
+        if message_seqs is nodes:  # every node derives its message: positions are indexes
+            surface_from, surface_to = start, end
         else:
-            surface_from, surface_to = 0, len(nodes)
-        replacements = {r.seq: r for r in loaded.replacements() if r.seq <= seq}
+            surface_from = 0 if start == 0 else nodes.index(message_seqs[start - 1]) + 1
+            surface_to = len(nodes) if end >= count else nodes.index(message_seqs[end - 1]) + 1
+        replacements = {r.seq: r for r in loaded.timeline().replacements_through(seq)}
         shadowed: list[int] = []
         for replacement in replacements.values():
             shadowed.extend(replacement.shadowed_seqs)
@@ -699,7 +727,7 @@ class Inspector:
                 for r in sorted(replacements.values(), key=lambda r: r.seq)
             ],
             "shadowed": sorted(set(shadowed)),
-            "messages": thaw(list(all_messages[start:end])),
+            "messages": thaw([derive_event_message(events[node]) for node in message_seqs[start:end]]),
             "messageSeqs": message_seqs[start:end],
             "messageCount": count,
             "messagesFrom": start,
@@ -720,13 +748,14 @@ class Inspector:
 
     @staticmethod
     def _request_context(loaded: LoadedSession, seq: int) -> Any:
-        """``view.at(seq).request_context()``: the view at the last ``request/context`` at or before
-        ``seq`` finds it at once (its own scan starts from its end)."""
+        """``view.at(seq).request_context()`` without slicing the prefix: the data of the last
+        ``request/context`` at or before ``seq`` (the kernel's answer, a frozen copy of it), found in the
+        loaded session's index."""
         index = loaded.index()
         at = bisect.bisect_right(index.context_seqs, seq) - 1
         if at < 0:
             return None
-        return thaw(loaded.view.at(index.context_seqs[at]).request_context())
+        return thaw(loaded.view.events[index.context_seqs[at]]["data"])
 
     # -- charts -----------------------------------------------------------------------------------------
 
@@ -747,16 +776,12 @@ class Inspector:
         """
         loaded = self.load(session_id)
         sides = []
+        events = loaded.view.events
         for seq in (from_seq, to_seq):
-            point = loaded.view.at(seq)
-            messages = point.derive_messages()
-            nodes = point.surface.nodes
-            events = point.events
-            if len(nodes) == len(messages):
-                seqs = list(nodes)
-            else:
-                seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
-            sides.append((messages, seqs))
+            if seq > len(events) - 1:
+                raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
+            _nodes, seqs = loaded.surface_at(seq)
+            sides.append(([derive_event_message(events[node]) for node in seqs], seqs))
         (before, before_seqs), (after, after_seqs) = sides
         keys_before = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in before]
         keys_after = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in after]
