@@ -16,8 +16,10 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use: moving the time slider folds a prefix of the log already in memory (``view.at(seq)``), and a log
-that changed on disk is read again. Nothing here re-executes anything.
+use, and a log that changed on disk is read again. Indexing a loaded session folds its surface once into
+a :class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
+from it (node-list checkpoints, no fold of the prefix) and derives only the messages of the window it
+serves. Nothing here re-executes anything.
 """
 
 from __future__ import annotations
