@@ -783,3 +783,31 @@ def test_live_surface_with_position_index_equals_a_fresh_fold(ops: list[tuple[st
             got = str(err)
         assert got == expected
     assert list(session.surface.nodes) == fold_surface(session.events.to_list()).nodes
+
+
+def test_surface_timeline_refusals_leave_it_as_it_was() -> None:
+    """A replacement of nodes that are not on the surface is refused as the live fold refuses it, and
+    the timeline still answers what it answered; seqs it was not given are out of range."""
+    from agentlog import SeqOutOfRangeError
+    from agentlog.kernel.surface import SurfaceTimeline
+
+    session = Session.create("timeline")
+    session.append("user/message", user_msg("one"), intent(APPEND))
+    session.append("user/message", user_msg("two"), intent(APPEND))
+    events = list(session.events)
+    timeline = SurfaceTimeline.fold(events)
+    bad = {
+        "type": "user/message",
+        "seq": 2,
+        "time": 0,
+        "data": user_msg("summary"),
+        "surfaceOp": replace(7, 7),
+        "sourceEventSeqs": [7],
+    }
+    with pytest.raises(SurfaceError):
+        timeline.add(bad)
+    assert timeline.last_seq == 1 and timeline.nodes_at(1) == [0, 1] and timeline.nodes_at(0) == [0]
+    with pytest.raises(SeqOutOfRangeError):
+        timeline.nodes_at(2)
+    with pytest.raises(SurfaceError):
+        timeline.add(events[1])  # not after the last seq added

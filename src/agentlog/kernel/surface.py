@@ -551,6 +551,10 @@ class SurfaceTimeline:
     within a few times the number of transitions, and an answer replays at most that many transitions
     from the nearest copy (runs of appends as one slice). A log that never replaces anything keeps no
     copy at all: its surface at a seq is a prefix of its appends.
+
+    One thread may :meth:`add` while others ask :meth:`nodes_at` (a log followed as it grows): an event
+    becomes answerable (``last_seq``) only once its transition is recorded, and a refused event changes
+    nothing a reader sees.
     """
 
     __slots__ = (
@@ -604,8 +608,8 @@ class SurfaceTimeline:
         seq = event["seq"]
         if seq <= self._last:
             raise SurfaceError(f"surface timeline: seq {seq} is not after the last one added ({self._last})")
-        self._last = seq
         if event["type"] not in SURFACE_EVENT_TYPES:
+            self._last = seq
             return
         op = event.get("surfaceOp")
         nodes = self._nodes
@@ -621,6 +625,7 @@ class SurfaceTimeline:
                 positions = self._positions = {node: index for index, node in enumerate(nodes)}
             plan = plan_surface_event(nodes, event, seq, self._window, 0, positions)
             if plan is None or plan.kind != "replace":  # pragma: no cover - a surface type always plans
+                self._last = seq
                 return
             if plan.start_idx == plan.end_idx:
                 del positions[plan.start]
@@ -638,8 +643,9 @@ class SurfaceTimeline:
         if self._first_replace is not None:
             since = len(ops) - (self._checkpoint_ops[-1] if self._checkpoints else self._first_replace)
             if since >= max(self._every, len(nodes) >> 2):
-                self._checkpoint_ops.append(len(ops))
                 self._checkpoints.append(array("q", nodes))
+                self._checkpoint_ops.append(len(ops))  # (after its copy: a reader finds both)
+        self._last = seq  # last: a reader answering seqs up to last_seq sees this event's transition
 
     def nodes_at(self, seq: int) -> list[int]:
         """The surface right after ``seq`` (a new list; any seq up to the last added)."""
