@@ -27,6 +27,7 @@ from ..kernel.lineage import (
 
 __all__ = [
     "AGENT_INBOX_SPLICED",
+    "AGENT_PRESET_SELECTED",
     "APPROVAL_POLICY",
     "SANDBOX_MODE",
     "SUBAGENT_DESCRIPTOR",
@@ -44,6 +45,9 @@ __all__ = [
 AGENT_INBOX_SPLICED: Final = "agent/inbox/spliced"
 """One normalised JavaScript-style ``splice`` of one inbox list (:class:`InboxSplicedData`)."""
 
+AGENT_PRESET_SELECTED: Final = "agent-preset/selected"
+"""A preset chosen after creation (the catalog's row 2); a child's header names the parent's live preset."""
+
 SUBAGENT_DESCRIPTOR: Final = "subagent/descriptor"
 """The durable identity and mode of a subagent child (:class:`SubagentDescriptorData`)."""
 
@@ -52,6 +56,7 @@ APPROVAL_POLICY: Final = "approval/policy"
 
 SANDBOX_MODE: Final = "sandbox/mode"
 """A sandbox mode switch, last wins (:class:`SandboxModeData`); a child inherits an explicit override."""
+
 
 class InboxSplicedData(TypedDict):
     """``removedCount`` is omitted when nothing was removed; ``outcome: "canceled"`` marks a discard

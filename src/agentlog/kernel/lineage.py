@@ -94,7 +94,6 @@ def check_sandbox_mode(data: Any) -> None:
     _source(record, "the sandbox mode")
 
 
-
 def is_depth(value: object) -> bool:
     """A non-negative safe integer (``bool`` is not one): a valid ``delegationDepth`` or ``max_depth``."""
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
