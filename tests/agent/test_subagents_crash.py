@@ -8,7 +8,6 @@ the parent's turn ends; nothing is left for repair.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
