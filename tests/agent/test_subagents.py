@@ -8,6 +8,7 @@ import asyncio
 import copy
 import json
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -525,3 +526,51 @@ def test_cancelling_the_parent_turn_cancels_the_running_child_which_closes_its_t
     assert al.interrupted_turn_closers(agent.session.events) == []
     (result,) = tool_results(agent.session)
     assert result["meta"]["subagent"]["sessionId"] == child.id  # the parent's result still names the child
+
+
+def test_release_one_shot_disposes_a_finished_child_which_its_store_has_persisted(tmp_path: Path) -> None:
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, JsonlBackend(str(tmp_path)))
+    try:
+        session = store.create("parent")
+        agent = Agent(
+            session,
+            RoutedProvider(echo_child),
+            AgentOptions(provider="p", model="m"),
+            subagents=SubagentConfig(release_one_shot=True),
+        )
+
+        async def api() -> Any:
+            return await agent.delegate("persist me")
+
+        result = asyncio.run(api())
+        assert store.get(result.session_id) is None  # released: no longer live, its lock given back
+        child = coordinator.resume(result.session_id)  # ... and complete on disk
+        assert child.header["parentSession"] == "parent"
+        assert child.events[result.seqs[1]]["data"]["message"]["content"][0]["text"] == "child did: persist me"
+    finally:
+        coordinator.close()
+
+
+def test_a_parent_that_is_not_live_in_a_store_cannot_have_children() -> None:
+    store = al.SessionStore()
+    session = store.create("parent")
+    agent = Agent(
+        session,
+        RoutedProvider(echo_child),
+        AgentOptions(provider="p", model="m"),
+        durable=False,
+        subagents=SubagentConfig(),
+    )
+    store.dispose(session)
+
+    async def api() -> None:
+        await agent.delegate("x")
+
+    with pytest.raises(al.AgentlogError) as caught:
+        asyncio.run(api())
+    assert caught.value.code == "SESSION_NOT_FOUND"
+    assert store.list() == []

@@ -125,3 +125,17 @@ def test_search_parent_keeps_only_the_sessions_of_that_parent(store: Path) -> No
     only = _json("search", "zebra", "--store", str(store), "--parent", "lead")
     assert {item["bestMatch"]["sessionId"] for item in only["items"]} == children
     assert _json("search", "zebra", "--store", str(store), "--parent", "nobody")["items"] == []
+
+
+def test_export_carries_the_lineage_header_and_the_parent_result_naming_the_child(store: Path) -> None:
+    child = _children(store)[0]["id"]
+    exported = _json("export", child, "--store", str(store))
+    header = exported["header"]
+    assert (header["parentSession"], header["origin"], header["delegationDepth"]) == ("lead", "subagent", 1)
+    assert "seedLength" in header  # the first child was forked
+    lead = _json("export", "lead", "--store", str(store))
+    records = [e["data"]["meta"]["subagent"] for e in lead["events"] if e["type"] == "tool/result"]
+    assert records[0]["sessionId"] == child and records[0]["provider"] == "fork"
+    first, last = records[0]["seqs"]
+    assert exported["events"][first]["type"] == "turn/start"
+    assert exported["events"][last]["type"] == "assistant/message"

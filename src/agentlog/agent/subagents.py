@@ -98,6 +98,9 @@ class SubagentConfig:
     open_session: Callable[[str], Session] | None = None
     tool_name: str = DELEGATE_TOOL
     max_steps: int | None = None
+    release_one_shot: bool = False
+    """Dispose a one-shot child's session once its answer is in (a persisted store flushes it and releases
+    its lock on disposal); leave it off to keep finished children live, e.g. in a memory-only store."""
 
     def __post_init__(self) -> None:
         for name in ("max_depth", "subagent_depth"):
@@ -286,8 +289,14 @@ class Delegation:
                 return await self._continuable(
                     task, kind, label, persona, tool_filter, agent_provider, agent_model, depth, cancel
                 )
-        child, _ = self._new_child(kind, depth, label, "one-shot", persona, tool_filter, agent_provider, agent_model)
-        return await self._run_child(child, task, "one-shot", kind, label, depth, False, cancel)
+        child, session = self._new_child(
+            kind, depth, label, "one-shot", persona, tool_filter, agent_provider, agent_model
+        )
+        try:
+            return await self._run_child(child, task, "one-shot", kind, label, depth, False, cancel)
+        finally:
+            if self.config.release_one_shot:
+                self._store().dispose(session)
 
     async def _continuable(
         self,
