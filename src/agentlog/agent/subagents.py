@@ -93,7 +93,7 @@ class SubagentConfig:
     max_depth: int = 1
     subagent_depth: int = 0
     default_provider: ProviderKind = "spawn"
-    tools: Sequence[Tool] | None = None
+    tools: Sequence[Tool] | ToolRegistry | None = None
     providers: Mapping[str, Provider] = field(default_factory=dict)
     open_session: Callable[[str], Session] | None = None
     tool_name: str = DELEGATE_TOOL
