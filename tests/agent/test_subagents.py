@@ -574,3 +574,55 @@ def test_a_parent_that_is_not_live_in_a_store_cannot_have_children() -> None:
         asyncio.run(api())
     assert caught.value.code == "SESSION_NOT_FOUND"
     assert store.list() == []
+
+
+def test_the_embedding_depth_only_raises_the_headers_depth() -> None:
+    store = al.SessionStore()
+    top = store.create("top")
+    agent = Agent(
+        top,
+        RoutedProvider(echo_child),
+        AgentOptions(provider="p", model="m"),
+        durable=False,
+        subagents=SubagentConfig(subagent_depth=1, max_depth=1),
+    )
+    assert agent.subagents is not None and agent.subagents.depth == 1 and "delegate" not in agent.tools
+    child = store.create("c", meta={"parentSession": "top", "origin": "subagent", "delegationDepth": 3})
+    deep = Agent(
+        child,
+        RoutedProvider(echo_child),
+        AgentOptions(provider="p", model="m"),
+        durable=False,
+        subagents=SubagentConfig(subagent_depth=1, max_depth=5),
+    )
+    assert deep.subagents is not None and deep.subagents.depth == 3
+
+
+def test_the_child_header_has_the_original_create_order() -> None:
+    """``{version, id, createdAt, cwd?, parentSession?, seedLength?, origin?, delegationDepth?, agentPreset?}``:
+    the order the original's store writes a created header in, so either implementation reads the other's."""
+
+    def route(request: GenerateRequest) -> list[StreamChunk]:
+        if request.session_id != "parent":
+            return echo_child(request)
+        if last_user_text(request) == "first":
+            return text_reply("ok")
+        if has_tool_result(request):
+            return text_reply("done")
+        return tool_call_reply(delegate_call("d1", task="x", provider="fork"))
+
+    agent, _, store = make_parent(route)
+    for prompt in ("first", "second"):
+        agent.followup(prompt)
+        asyncio.run(agent.run())
+    (child,) = children_of(store, "parent")
+    assert list(child.header) == [
+        "version",
+        "id",
+        "createdAt",
+        "cwd",
+        "parentSession",
+        "seedLength",
+        "origin",
+        "delegationDepth",
+    ]
