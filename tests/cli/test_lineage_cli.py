@@ -139,3 +139,14 @@ def test_export_carries_the_lineage_header_and_the_parent_result_naming_the_chil
     first, last = records[0]["seqs"]
     assert exported["events"][first]["type"] == "turn/start"
     assert exported["events"][last]["type"] == "assistant/message"
+
+
+def test_trace_of_a_delegated_result_names_the_child_and_its_answer(store: Path) -> None:
+    lead = _json("export", "lead", "--store", str(store))
+    result = next(e for e in lead["events"] if e["type"] == "tool/result")
+    record = result["data"]["meta"]["subagent"]
+    trace = _json("trace", "lead", "--seq", str(result["seq"]), "--store", str(store))
+    assert trace["subagent"] == {"sessionId": record["sessionId"], "seqs": record["seqs"]}
+    text = _text("trace", "lead", "--seq", str(result["seq"]), "--store", str(store))
+    assert f"agentlog show {record['sessionId']} --at {record['seqs'][1]}" in text
+    assert "subagent" not in _json("trace", "lead", "--seq", "0", "--store", str(store))

@@ -565,6 +565,13 @@ def _event_tree(trace: Mapping[str, Any], types: Mapping[int, str]) -> Tree:
     top.add(f"replaced seqs (what this event removed from the surface): {escape(removed)}")
     top.add(f"sources (what it cites): {escape(_seq_list(trace['sourceEventSeqs'], types))}")
     top.add(f"derived (later events citing it): {escape(_seq_list(trace['derivedEventSeqs'], types))}")
+    delegated = trace.get("subagent")
+    if delegated is not None:
+        child, (first, last) = str(delegated["sessionId"]), delegated["seqs"]
+        top.add(
+            f"answered by subagent {escape(child)}, seqs {first}–{last}: "
+            f"agentlog show {escape(shlex.quote(child))} --at {last}"
+        )
     return top
 
 
