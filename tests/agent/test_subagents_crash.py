@@ -8,6 +8,7 @@ the parent's turn ends; nothing is left for repair.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import agentlog as al
+from agentlog.agent.loop import Agent, AgentOptions
+from agentlog.agent.subagents import SubagentConfig
+from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.testing.demo_server import DemoModelServer, Hang, RecordedRequest, Reply
@@ -108,8 +112,32 @@ def test_crash__sigkill_of_a_parent_with_children_in_flight_is_repaired_per_sess
             ends = [al.thaw(e) for e in child.events if e["type"] == "turn/end"]
             assert ends[-1]["data"]["reason"] == {"kind": "interrupted"}  # its own open turn, repaired on its resume
             assert al.interrupted_turn_closers(child.events) == []
+        assert asyncio.run(_continue_the_continuable_child(lead)) == "two, continued"
     finally:
         coordinator.close()
+
+
+async def _continue_the_continuable_child(lead: al.Session) -> str:
+    """After the repair the parent delegates to label "two" again: the repaired child is continued."""
+
+    def again(request: RecordedRequest) -> Any:
+        messages = request.body["messages"]
+        if messages[-1]["role"] == "tool":
+            return Reply(text="done")
+        if messages[-1]["content"] == "continue part two":
+            task = {"task": "more of part two", "mode": "continuable", "label": "two"}
+            return Reply(tool_calls=[ScriptedCall("delegate", task, id="d-3")])
+        assert "part two" in [m["content"] for m in messages if m["role"] == "user"]  # its own history
+        return Reply(text="two, continued")
+
+    with DemoModelServer([again] * 3) as server:
+        provider = OpenAICompatibleProvider(base_url=server.base_url, api_key="k", model="m")
+        agent = Agent(lead, provider, AgentOptions(provider="p", model="m"), subagents=SubagentConfig())
+        agent.followup("continue part two")
+        await agent.run()
+    result = [e for e in lead.events if e["type"] == "tool/result"][-1]["data"]
+    assert result["meta"]["subagent"]["resumed"] is True
+    return str(result["message"]["content"][0]["content"][0]["text"])
 
 
 def test_sigint_of_a_parent_cancels_its_children_cooperatively_and_every_turn_ends(tmp_path: Path) -> None:

@@ -11,8 +11,10 @@
 - after the seed the child gets the delegated policy (``approval/policy {policy: "never", source:
   "delegation"}``, and ``sandbox/mode {mode, source: "delegation"}`` when the parent set one), and in its
   first turn, before its first request, one ``subagent/descriptor`` (version 2);
-- a ``continuable`` child has a ``label``: a later delegation with the same label (found in the parent's
-  own log, so it survives a restart) resumes that child session instead of creating one;
+- a ``continuable`` child has a ``label``: a later delegation with the same label resumes that child
+  session instead of creating one (its id is derived from the parent's id and the label,
+  :func:`continuable_child_id`, and the parent's results name it, so it is found after a restart or a
+  crash);
 - the parent's tool result carries the child's answer as text and, in ``meta.subagent``, the child's
   session id and the seq range of the answer (``seqs: [first, last]``: the child's turn start to its
   answer), so "where did this answer come from" is one lookup.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,6 +69,7 @@ __all__ = [
     "DelegationResult",
     "SubagentConfig",
     "child_session_meta",
+    "continuable_child_id",
     "fork_seed",
 ]
 
@@ -158,6 +162,13 @@ def fork_seed(parent: Session) -> list[Any]:
         if events[index]["type"] == TURN_END:
             return list(events[: index + 1])
     return []
+
+
+def continuable_child_id(parent_id: str, label: str) -> str:
+    """The session id of ``parent_id``'s continuable child ``label``: derived, so a later delegation finds
+    the child from the label alone (after a restart, or a crash that lost the result naming it)."""
+    digest = hashlib.sha256(f"{parent_id}\n{label}".encode()).hexdigest()
+    return f"subagent-{digest[:32]}"
 
 
 def _live_preset(parent: Session) -> str | None:
@@ -312,9 +323,21 @@ class Delegation:
     ) -> DelegationResult:
         known = {**_labelled_children(self.parent.session), **self._label_ids}
         child_id = known.get(label)
+        if child_id is None and self._find(continuable_child_id(self.parent.session.id, label)) is not None:
+            # Its id is derived from (parent, label): found even when the parent's result naming it was lost
+            # (a crash while the child ran is repaired as TOOL_OUTCOME_UNKNOWN, which names no child).
+            child_id = continuable_child_id(self.parent.session.id, label)
         if child_id is None:
             child, _ = self._new_child(
-                kind, depth, label, "continuable", persona, tool_filter, agent_provider, agent_model
+                kind,
+                depth,
+                label,
+                "continuable",
+                persona,
+                tool_filter,
+                agent_provider,
+                agent_model,
+                session_id=continuable_child_id(self.parent.session.id, label),
             )
             self._label_ids[label] = child.session.id
             self._children[child.session.id] = child
@@ -328,12 +351,19 @@ class Delegation:
             agent, task, "continuable", shown, label, delegation_depth_of(agent.session.header), True, cancel
         )
 
+    def _find(self, session_id: str) -> Session | None:
+        """A live session of the store, or a stored one brought back by ``open_session``; ``None`` if neither."""
+        session = self._store().get(session_id)
+        if session is None and self.config.open_session is not None:
+            try:
+                session = self.config.open_session(session_id)
+            except SessionNotFoundError:
+                return None
+        return session
+
     def _reopen(self, child_id: str, label: str) -> Agent:
         """The agent of a stored continuable child; refused unless it is this parent's continuable child."""
-        store = self._store()
-        session = store.get(child_id)
-        if session is None and self.config.open_session is not None:
-            session = self.config.open_session(child_id)
+        session = self._find(child_id)
         if session is None:
             raise SubagentLabelError(
                 f'continuable subagent "{label}" (session "{child_id}") is not live in the store and the '
@@ -369,6 +399,7 @@ class Delegation:
         tool_filter: Sequence[str] | None,
         agent_provider: str | None,
         agent_model: str | None,
+        session_id: str | None = None,
     ) -> tuple[Agent, Session]:
         """Create the child session (header, seed, delegated policy) and its agent; checks come first."""
         descriptor: SubagentDescriptorData = {"version": SUBAGENT_DESCRIPTOR_VERSION, "mode": mode, "provider": kind}
@@ -389,7 +420,7 @@ class Delegation:
         store = self._store()
         parent = self.parent.session
         seed = fork_seed(parent) if kind == "fork" else []
-        session = store.create(seed=seed, meta=child_session_meta(parent, depth, len(seed)))
+        session = store.create(session_id, seed=seed, meta=child_session_meta(parent, depth, len(seed)))
         policy: ApprovalPolicyData = {"policy": "never", "source": "delegation"}
         session.append_custom(APPROVAL_POLICY, policy)
         sandbox = _explicit_sandbox(parent)
