@@ -5,8 +5,11 @@ continuable child is continued from disk by its label."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import agentlog as al
 from agentlog.agent.events import SUBAGENT_DESCRIPTOR
@@ -15,6 +18,7 @@ from agentlog.agent.subagents import SubagentConfig
 from agentlog.llm.openai_compat import OpenAICompatibleProvider
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.sqlite.backend import SqliteBackend
 from agentlog.testing.demo_server import DemoModelServer, RecordedRequest, Reply
 from agentlog.testing.demo_server import ToolCall as ScriptedCall
 
@@ -58,14 +62,36 @@ def answer(request: RecordedRequest) -> Reply:
     return Reply(text=f"unexpected prompt {prompt!r}")
 
 
-def test_a_parent_delegates_to_two_children_in_parallel_and_continues_one_after_a_restart(tmp_path: Path) -> None:
+def _backend(root: Path, kind: str) -> Any:
+    if kind == "sqlite":
+        root.mkdir(parents=True, exist_ok=True)
+        return SqliteBackend(str(root / "sessions.sqlite3"))
+    return JsonlBackend(str(root))
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_parent_delegates_to_two_children_in_parallel_and_continues_one_after_a_restart(
+    tmp_path: Path, kind: str
+) -> None:
     root = tmp_path / "store"
+    _delegate_restart_and_continue(tmp_path, lambda: _backend(root, kind))
+
+
+def test_delegation_on_postgres_keeps_each_child_in_its_own_session(
+    tmp_path: Path, pg_dsn: str, pg_schema: str
+) -> None:
+    from agentlog.persistence.postgres.backend import PostgresBackend
+
+    _delegate_restart_and_continue(tmp_path, lambda: PostgresBackend(pg_dsn, schema=pg_schema))
+
+
+def _delegate_restart_and_continue(tmp_path: Path, make_backend: Callable[[], Any]) -> None:
 
     async def turn(
         prompt: str, server: DemoModelServer
     ) -> tuple[list[Any], list[dict[str, Any]], dict[str, al.Session]]:
         store = al.SessionStore()
-        coordinator = PersistenceCoordinator(store, JsonlBackend(str(root)))
+        coordinator = PersistenceCoordinator(store, make_backend())
         try:
             if prompt == "research both":
                 session = store.create("lead", meta={"cwd": str(tmp_path)})
@@ -106,7 +132,7 @@ def test_a_parent_delegates_to_two_children_in_parallel_and_continues_one_after_
         assert server.errors == []
 
     store = al.SessionStore()
-    coordinator = PersistenceCoordinator(store, JsonlBackend(str(root)))
+    coordinator = PersistenceCoordinator(store, make_backend())
     try:
         notes = coordinator.resume(notes_id)
         header = notes.header
