@@ -46,7 +46,7 @@ from ..kernel.events import ASSISTANT_MESSAGE, TOOL_RESULT, TURN_END, TURN_START
 from ..kernel.jsonvalue import thaw
 from ..kernel.lineage import SUBAGENT_DESCRIPTOR_VERSION, delegation_depth_of, is_depth
 from ..kernel.session import Session
-from ..kernel.store import SessionStore
+from ..kernel.store import SessionStore, store_of
 from ..llm.types import Provider
 from .events import (
     AGENT_PRESET_SELECTED,
@@ -253,8 +253,6 @@ class Delegation:
         return self.depth + 1 <= self.config.max_depth
 
     def _store(self) -> SessionStore:
-        from ..kernel.store import store_of
-
         store = store_of(self.parent.session)
         if store is None:
             raise SessionNotFoundError(
@@ -306,8 +304,9 @@ class Delegation:
         try:
             return await self._run_child(child, task, "one-shot", kind, label, depth, False, cancel)
         finally:
-            if self.config.release_one_shot:
-                self._store().dispose(session)
+            store = store_of(session) if self.config.release_one_shot else None
+            if store is not None:
+                store.dispose(session)  # a persisted store flushes it and releases its lock
 
     async def _continuable(
         self,
