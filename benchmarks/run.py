@@ -11,6 +11,7 @@ Subcommands:
     projections: M10 ls from the projection cache, M11 cold snapshot, M12 append with the five units
     search   --sessions 1000: M13 index build, M14 reconciliation after one turn, M15/M16 query p50/p95
     import   --mb 200: M17 import throughput of a Claude Code style transcript (MB/s) and its peak RSS
+    inspector --turns 20000 --sessions 1000: M18 first paint, M19 slider p50/p95, serving RSS, M20 sessions page
     cli-start --sessions 50: CPU (user + sys) of ``agentlog --version`` and ``agentlog ls`` in fresh processes
     pg-writers --processes 1,4,8: PostgreSQL, aggregate events/s of N concurrent writer processes
              (W(200) each, flush per step) and the eventsourcing recorder as the per-step peer anchor
@@ -258,6 +259,7 @@ def positive_int(text: str) -> int:
 try:
     from cli_start import add_cli_start_parser
     from import_bench import add_import_parser
+    from inspector import add_inspector_parser
     from persist import add_list_parser, add_persist_parser
     from pg_writers import add_pg_writers_parser
     from projections import add_projections_parser
@@ -265,6 +267,7 @@ try:
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.cli_start import add_cli_start_parser
     from benchmarks.import_bench import add_import_parser
+    from benchmarks.inspector import add_inspector_parser
     from benchmarks.persist import add_list_parser, add_persist_parser
     from benchmarks.pg_writers import add_pg_writers_parser
     from benchmarks.projections import add_projections_parser
@@ -378,6 +381,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_import_parser,
     add_pg_writers_parser,
     add_cli_start_parser,
+    add_inspector_parser,
 ]
 
 

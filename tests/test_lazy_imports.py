@@ -277,3 +277,16 @@ def test_the_root_exports_the_seams_and_not_the_codec_or_prompt_internals() -> N
     for name in internals:
         assert name not in al.__all__
         assert not hasattr(al, name), name
+
+
+@pytest.mark.parametrize("name", ["ls", "ls-table", "show"])
+def test_a_read_command_over_a_jsonl_store_loads_no_sqlite_session_backend(
+    store: Path, tmp_path: Path, name: str
+) -> None:
+    """The projection cache beside a JSONL store is SQLite, but its storage-error mapping lives in
+    ``persistence.storage_errors``: reading a JSONL store never imports the SQLite backend's modules."""
+    report = tmp_path / "report.json"
+    done = _fresh_python(_RUN_CLI, str(report), *READ_COMMANDS[name], "--store", str(store))
+    result = json.loads(report.read_text())
+    assert result["exit"] == 0, (done.stdout, done.stderr)
+    assert [m for m in result["modules"] if m.startswith("agentlog.persistence.sqlite")] == []

@@ -121,6 +121,8 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │       │                      COMPACTION_PERSISTENCE]
     │       └── CompactionBusyError [COMPACTION_BUSY] (every compaction path's busy refusal)
     ├── SessionQueryError [SESSION_QUERY_PERSISTENCE_FAILED; codes: the closed SESSION_QUERY_* set]
+    ├── InspectorRequestError [INSPECTOR_BAD_REQUEST; codes: INSPECTOR_UNAUTHORIZED,
+    │                          INSPECTOR_METHOD_NOT_ALLOWED, INSPECTOR_NOT_FOUND]
     └── InteropError [INTEROP_ERROR]
         ├── ConversionError (ValueError) [CONVERSION_UNSUPPORTED]
         ├── RecorderStateError (RuntimeError) [RECORDER_STATE]
@@ -1005,6 +1007,30 @@ class SessionQueryError(AgentlogError):
     def __init__(self, message: str, code: str) -> None:
         if code not in SESSION_QUERY_CODES:
             raise ValueError(f"unknown session query code {code!r}")
+        super().__init__(message, code=code)
+
+
+# --- the inspector (agentlog serve) ---------------------------------------------------------------------
+
+
+INSPECTOR_CODES: Final = frozenset(
+    {"INSPECTOR_BAD_REQUEST", "INSPECTOR_UNAUTHORIZED", "INSPECTOR_METHOD_NOT_ALLOWED", "INSPECTOR_NOT_FOUND"}
+)
+"""The codes of :class:`InspectorRequestError`."""
+
+
+class InspectorRequestError(AgentlogError):
+    """The inspector (``agentlog serve``) refused an HTTP request itself: a missing or wrong token
+    (``INSPECTOR_UNAUTHORIZED``), a method other than GET/HEAD (``INSPECTOR_METHOD_NOT_ALLOWED``: no
+    endpoint writes), a path it does not serve (``INSPECTOR_NOT_FOUND``), a malformed parameter
+    (``INSPECTOR_BAD_REQUEST``). Refusals of the store or the session keep their own classes."""
+
+    code = "INSPECTOR_BAD_REQUEST"
+    codes = INSPECTOR_CODES
+
+    def __init__(self, message: str, code: str = "INSPECTOR_BAD_REQUEST") -> None:
+        if code not in INSPECTOR_CODES:
+            raise ValueError(f"unknown inspector code {code!r}")
         super().__init__(message, code=code)
 
 

@@ -8,6 +8,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -17,12 +18,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..errors import (
     AgentlogError,
+    InvalidOptionError,
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
 from ..kernel.lineage import delegation_depth_of
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
+from ..persistence.paths import encode_segment
+from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.listing import LAST_ACTIVITY_KEY
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
@@ -257,6 +261,42 @@ def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget) -> None:
     sys.stdout.flush()
 
 
+def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str]) -> None:
+    """``export --html``: the inspector's self-contained session page (:mod:`agentlog.inspector.export`)."""
+    import re
+
+    from ..inspector.export import export_html
+    from ..inspector.views import Inspector
+
+    try:
+        try:
+            compiled = [re.compile(pattern) for pattern in patterns]
+        except re.error as err:
+            raise InvalidOptionError(f"--redact: not a regular expression ({err})") from None
+
+        def redact(text: str) -> str:
+            for pattern in compiled:
+                text = pattern.sub("[redacted]", text)
+            return text
+
+        inspector = Inspector(opts.open_backend(read_only=True), search=False)
+        try:
+            document = inspector.export_document(session_id, redact=redact if compiled else None)
+        finally:
+            inspector.close()
+        target = output if output is not None else Path(f"{encode_segment(session_id)}.html")
+        try:
+            target.write_text(export_html(document), encoding="utf-8")
+        except OSError as err:
+            raise storage_error(err, str(target)) from None
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        _emit_json({"sessionId": session_id, "file": str(target), "events": document["lastSeq"] + 1})
+    else:
+        typer.echo(f"wrote {target} (session {session_id}, {document['lastSeq'] + 1:,} events)")
+
+
 PARTIAL_EXIT = 3
 """Exit code of ``export --partial`` when the log is damaged and only the prefix before it was written."""
 
@@ -316,8 +356,27 @@ def export_command(
             show_default=False,
         ),
     ] = None,
+    html: Annotated[
+        bool,
+        typer.Option("--html", help="Write the inspector's session page as one self-contained HTML file."),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="With --html: the file to write (default: ID.html).", show_default=False),
+    ] = None,
+    redact: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--redact",
+            help="With --html: replace every match of this regular expression by [redacted] (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Print one JSON document: header, events, surface, derived messages, request header and context.
+
+    With --html, write the inspector's session page instead (docs/inspector.md): one HTML file that opens
+    offline with the log, the surface and the messages at any seq; --redact REGEX removes text first.
 
     With --to openai-chat|openai-responses|anthropic|sharegpt, the document is the session's
     conversation in that format instead (the system prompt and tools from its request header; the
@@ -327,6 +386,9 @@ def export_command(
     header, the stored events before the damage and a "damage" object (code, message, location, offset,
     afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
     """
+    if html:
+        _export_html(session_id, opts, output, redact or [])
+        return
     if to is not None:
         _export_to(session_id, opts, to)
         return

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import orjson
 import typer
 from rich.console import Console, JustifyMethod
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -36,7 +37,8 @@ def render_error(err: AgentlogError, as_json: bool) -> NoReturn:
             error["holder"] = holder
         _emit_json_line({"error": error}, stderr=True)
     else:
-        Console(stderr=True).print(f"[bold red]error[/] [{err.code}] {err}", markup=True, highlight=False)
+        # The message is text, not markup: "pip install 'agentlog[postgres]'" keeps its brackets.
+        Console(stderr=True).print(f"[bold red]error[/] [{err.code}] {escape(str(err))}", markup=True, highlight=False)
     raise typer.Exit(code=1)
 
 

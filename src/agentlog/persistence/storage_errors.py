@@ -4,7 +4,8 @@ Every file-backed part of persistence (the JSONL and SQLite backends, the projec
 store, the CLI removing a cache) turns an :class:`OSError` into a :class:`~agentlog.errors.StorageAccessError`
 here, so one condition has one stable code and one remedy whichever file hit it: a full disk is
 ``STORAGE_FULL`` whether the log, the database or its cache filled it. (SQLite's own result codes, which
-carry no errno, are mapped by ``persistence.sqlite.backend.sqlite_storage_code`` onto the same codes.)
+carry no errno, are mapped onto the same codes by :func:`sqlite_storage_code`, here too: the projection cache
+uses it without importing the SQLite backend.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from typing import Final
 
 from ..errors import StorageAccessError
 
-__all__ = ["OS_ERROR_KINDS", "storage_error"]
+__all__ = ["OS_ERROR_KINDS", "on_read_only_file_system", "sqlite_primary", "sqlite_storage_code", "storage_error"]
+
+# SQLite primary result codes (``sqlite_errorcode & 0xFF``) that are storage refusals.
+SQLITE_PERM: Final = 3
+SQLITE_READONLY: Final = 8
+SQLITE_IOERR: Final = 10
+SQLITE_FULL: Final = 13
+SQLITE_CANTOPEN: Final = 14
+SQLITE_AUTH: Final = 23
+
 
 _NOT_A_FILE_REMEDY: Final = (
     "a regular file belongs there; move the directory or special file away, or point the store elsewhere"
@@ -71,3 +81,39 @@ def storage_error(err: OSError, path: str | None = None, action: str | None = No
     name = errno.errorcode.get(number, "EIO")
     head = f"cannot {action}:" if action else "storage error at"
     return StorageAccessError(f'{head} "{where}": {name}: {err.strerror or err} — {remedy}', code=code, path=where)
+
+
+def sqlite_storage_code(err: BaseException, path: str) -> str | None:
+    """The ``STORAGE_*`` code of a SQLite refusal to use the database at ``path``, or ``None`` when the
+    error is not a storage refusal (damage, memory, busy, a logic error: the caller types those).
+
+    SQLite's primary result code decides: FULL is a full disk; READONLY, or CANTOPEN on a read-only
+    file system, is read-only storage; PERM / AUTH, or CANTOPEN in a directory this user cannot write
+    (SQLite creates ``-wal`` / ``-shm`` / ``-journal`` files beside the database), is a permission
+    refusal; any other IOERR / CANTOPEN is an I/O error. Shared by the session backend and the
+    derived SQLite files beside a store (the projection cache), so one condition has one code.
+    """
+    primary = sqlite_primary(err)
+    if primary == SQLITE_FULL:
+        return "STORAGE_FULL"
+    if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and on_read_only_file_system(path)):
+        return "STORAGE_READ_ONLY"
+    if primary in (SQLITE_PERM, SQLITE_AUTH) or (
+        primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(path), os.W_OK | os.X_OK)
+    ):
+        return "STORAGE_PERMISSION_DENIED"
+    if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
+        return "STORAGE_IO"
+    return None
+
+
+def sqlite_primary(err: BaseException) -> int | None:
+    code = getattr(err, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def on_read_only_file_system(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(path) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

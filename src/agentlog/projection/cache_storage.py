@@ -43,8 +43,7 @@ from ..kernel import jsoncodec
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
 from ..persistence.backend import IdentifiesStore, PlacesDerivedFiles
 from ..persistence.host_cache import POSTGRES_CACHE_FILE
-from ..persistence.sqlite.backend import sqlite_storage_code
-from ..persistence.storage_errors import storage_error
+from ..persistence.storage_errors import sqlite_storage_code, storage_error
 
 __all__ = [
     "APPLICATION_ID",
@@ -432,7 +431,7 @@ class SqliteCacheStorage:
     def _typed(self, what: str, err: BaseException) -> PersistenceError:
         """A medium failure as a typed error naming the cache file, the reason and the remedy.
 
-        The codes are the session backends' (:func:`~agentlog.persistence.sqlite.backend.sqlite_storage_code`
+        The codes are the session backends' (:func:`~agentlog.persistence.storage_errors.sqlite_storage_code`
         for SQLite's result codes, :func:`~agentlog.persistence.storage_errors.storage_error` for the OS's
         errno): a full disk is ``STORAGE_FULL`` whether the log or its cache hit it. The message adds that
         the cache is derived data, so nothing a session stored was touched.

@@ -20,17 +20,14 @@ from typing import Any, Final, cast
 from ...errors import PersistenceError, SessionPersistenceCorruptionError, StorageAccessError, StoreNotFoundError
 from ...kernel.events import SessionHeader
 from ..paths import file_kind
+from ..storage_errors import SQLITE_CANTOPEN, SQLITE_IOERR, on_read_only_file_system, sqlite_primary
 from . import _codec as codec
 from ._errors import (
-    SQLITE_CANTOPEN,
     SQLITE_CORRUPT,
-    SQLITE_IOERR,
     SQLITE_NOMEM,
     SQLITE_NOTADB,
     _as_exception,
     _ErrorMapping,
-    _on_read_only_file_system,
-    _primary,
 )
 from ._schema import (
     APPLICATION_ID,
@@ -163,7 +160,7 @@ class _Connection(_ErrorMapping):
             try:
                 row = conn.execute(SQL["select_store_identity"]).fetchone()
             except sqlite3.OperationalError as err:
-                if _primary(err) not in (SQLITE_NOMEM, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB):
+                if sqlite_primary(err) not in (SQLITE_NOMEM, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB):
                     row = None  # e.g. a store id that is not UTF-8 text
                 else:
                     raise
@@ -214,7 +211,7 @@ class _Connection(_ErrorMapping):
         try:
             conn = open_read_only_database(uri, self.path, self.busy_timeout_ms)
         except sqlite3.OperationalError as err:
-            if _primary(err) != SQLITE_CANTOPEN or not _on_read_only_file_system(self.path):
+            if sqlite_primary(err) != SQLITE_CANTOPEN or not on_read_only_file_system(self.path):
                 raise
             # A WAL database on a read-only file system: SQLite cannot create its -shm file. Nobody can
             # write there either, so reading the file as immutable is safe — unless a -wal file still

@@ -7,7 +7,6 @@ surfaces as, naming the path and the remedy.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from typing import Final
 
@@ -18,18 +17,16 @@ from ...errors import (
     SessionPersistenceCorruptionError,
     StorageAccessError,
 )
-from ..storage_errors import storage_error
+from ..storage_errors import (
+    SQLITE_READONLY,
+    sqlite_storage_code,
+    storage_error,
+)
 from . import _codec as codec
 
 # Primary result codes (``sqlite_errorcode & 0xFF``) that are mapped to typed errors.
-SQLITE_PERM: Final = 3
 SQLITE_NOMEM: Final = 7
-SQLITE_READONLY: Final = 8
-SQLITE_IOERR: Final = 10
 SQLITE_CORRUPT: Final = 11
-SQLITE_FULL: Final = 13
-SQLITE_CANTOPEN: Final = 14
-SQLITE_AUTH: Final = 23
 SQLITE_NOTADB: Final = 26
 SQLITE_READONLY_DBMOVED: Final = SQLITE_READONLY | (4 << 8)
 
@@ -118,41 +115,6 @@ class _ErrorMapping:
             path=self.path,
         )
 
-
-def sqlite_storage_code(err: BaseException, path: str) -> str | None:
-    """The ``STORAGE_*`` code of a SQLite refusal to use the database at ``path``, or ``None`` when the
-    error is not a storage refusal (damage, memory, busy, a logic error: the caller types those).
-
-    SQLite's primary result code decides: FULL is a full disk; READONLY, or CANTOPEN on a read-only
-    file system, is read-only storage; PERM / AUTH, or CANTOPEN in a directory this user cannot write
-    (SQLite creates ``-wal`` / ``-shm`` / ``-journal`` files beside the database), is a permission
-    refusal; any other IOERR / CANTOPEN is an I/O error. Shared by the session backend and the
-    derived SQLite files beside a store (the projection cache), so one condition has one code.
-    """
-    primary = _primary(err)
-    if primary == SQLITE_FULL:
-        return "STORAGE_FULL"
-    if primary == SQLITE_READONLY or (primary == SQLITE_CANTOPEN and _on_read_only_file_system(path)):
-        return "STORAGE_READ_ONLY"
-    if primary in (SQLITE_PERM, SQLITE_AUTH) or (
-        primary == SQLITE_CANTOPEN and not os.access(os.path.dirname(path), os.W_OK | os.X_OK)
-    ):
-        return "STORAGE_PERMISSION_DENIED"
-    if primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
-        return "STORAGE_IO"
-    return None
-
-
-def _primary(err: BaseException) -> int | None:
-    code = getattr(err, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
-def _on_read_only_file_system(path: str) -> bool:
-    try:
-        return bool(os.statvfs(os.path.dirname(path) or ".").f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def _as_exception(err: BaseException) -> Exception:

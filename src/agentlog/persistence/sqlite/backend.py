@@ -52,9 +52,9 @@ from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.packedrun import compact_runs_requested
 from ..backend import PartialRead, RawArtifact, StoredPrefix, WireEvent, check_reader_limits
+from ..storage_errors import sqlite_storage_code
 from ..store_identity import sqlite_file_identity
 from . import _codec as codec
-from ._errors import sqlite_storage_code
 from ._listing import _Listing
 from ._locks import _WriterLock
 from ._schema import (

@@ -1,0 +1,148 @@
+"""The inspector's scale figures (docs/inspector.md): ``python benchmarks/run.py inspector``.
+
+* M18 first paint: a fresh process opens the store and answers what the session page asks first (the
+  heading, the log page around the last seq, the state at the last seq), server time;
+* M19 slider: p50/p95 server time of 100 moves to random seqs (``state_at`` and its JSON);
+* the peak RSS of that process (the server's side only: the store is written by another process);
+* M20 sessions page: ``GET /api/sessions`` over a real server on N stored sessions whose projection
+  cache is current (as ``agentlog run`` leaves it), the first request and the median of 20 more.
+
+Targets of the issue: M18 ≤ 1 s, M19 p95 ≤ 150 ms and RSS ≤ 300 MB at W(20000); M20 ≤ 200 ms at 1,000
+sessions. The last line of stdout is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+try:
+    from persist import own_peak_rss_mb, write_session
+    from projections import build_store
+    from workload import build_workload
+except ImportError:  # run as ``python -m benchmarks.run``
+    from benchmarks.persist import own_peak_rss_mb, write_session
+    from benchmarks.projections import build_store
+    from benchmarks.workload import build_workload
+
+BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
+MOVES = 100
+
+
+def _read_only(kind: str, root: str) -> Any:
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+    from agentlog.persistence.sqlite.backend import SqliteBackend
+
+    if kind == "sqlite":
+        return SqliteBackend(os.path.join(root, "sessions.sqlite3"), read_only=True)
+    return JsonlBackend(root, compression="auto", read_only=True)
+
+
+def _session_child(kind: str, root: str) -> None:
+    import orjson
+
+    from agentlog.inspector.views import Inspector
+
+    start = time.perf_counter()
+    inspector = Inspector(_read_only(kind, root), search=False)
+    summary = inspector.summary("bench")
+    last = summary["lastSeq"]
+    orjson.dumps(summary)
+    orjson.dumps(inspector.log_page("bench", max(0, last - 20), 200))
+    orjson.dumps(inspector.state_at("bench", last))
+    first_paint = time.perf_counter() - start
+    rng = random.Random(7)
+    moves = []
+    for _ in range(MOVES):
+        seq = rng.randrange(last + 1)
+        begin = time.perf_counter()
+        orjson.dumps(inspector.state_at("bench", seq, shadowed_between=(max(0, seq - 20), seq + 2000)))
+        moves.append(time.perf_counter() - begin)
+    moves.sort()
+    rss = own_peak_rss_mb()  # VmHWM: this process's own peak (ru_maxrss keeps the forking parent's)
+    print(
+        json.dumps(
+            {
+                "events": last + 1,
+                "M18_seconds": first_paint,
+                "M19_p50_seconds": statistics.median(moves),
+                "M19_p95_seconds": moves[int(len(moves) * 0.95) - 1],
+                "peak_rss_mb": rss,
+            }
+        )
+    )
+
+
+def _listing_child(kind: str, root: str) -> None:
+    from agentlog.inspector.app import create_app
+    from agentlog.inspector.server import start_server
+    from agentlog.inspector.views import Inspector
+
+    inspector = Inspector(_read_only(kind, root), search=False)
+    running = start_server(create_app(inspector))
+    try:
+        times = []
+        rows = 0
+        for _ in range(21):
+            begin = time.perf_counter()
+            with urllib.request.urlopen(running.url + "/api/sessions?limit=50", timeout=600) as response:
+                rows = json.loads(response.read())["total"]
+            times.append(time.perf_counter() - begin)
+    finally:
+        running.stop()
+        inspector.close()
+    print(json.dumps({"sessions": rows, "M20_first_seconds": times[0], "M20_seconds": statistics.median(times[1:])}))
+
+
+def _child(mode: str, kind: str, root: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, mode, kind, root], check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as session_root, tempfile.TemporaryDirectory() as listing_root:
+        write_session(args.backend, session_root, build_workload(args.turns), "bulk")
+        page = _child("_session", args.backend, session_root)
+        build_store(args.backend, listing_root, args.sessions)
+        listing = _child("_listing", args.backend, listing_root)
+    figures = {"backend": args.backend, "turns": args.turns, **page, **listing}
+    print(
+        f"inspector over {args.backend}: W({args.turns}) = {page['events']:,} events, {listing['sessions']:,} sessions"
+    )
+    print(f"  M18 first paint (heading, log page, last state)  {page['M18_seconds']:8.3f} s    (target 1 s)")
+    print(f"  M19 slider move p50                              {page['M19_p50_seconds']:8.3f} s")
+    print(f"  M19 slider move p95                              {page['M19_p95_seconds']:8.3f} s    (target 0.15 s)")
+    print(f"  peak RSS of the serving process                  {page['peak_rss_mb']:8.0f} MB   (target 300 MB)")
+    print(f"  M20 sessions page, first request                 {listing['M20_first_seconds']:8.3f} s")
+    print(f"  M20 sessions page, median of 20 more             {listing['M20_seconds']:8.3f} s    (target 0.2 s)")
+    return figures
+
+
+def add_inspector_parser(sub: Any) -> None:
+    p = sub.add_parser("inspector", help="M18 first paint, M19 slider p50/p95, RSS, M20 sessions page")
+    p.add_argument("--turns", type=int, default=20000, help="turns T of the W(T) session (default 20000)")
+    p.add_argument("--sessions", type=int, default=1000, help="stored sessions for the sessions page (default 1000)")
+    p.add_argument("--backend", choices=BACKENDS, default="jsonl-zstd", help="store backend (default jsonl-zstd)")
+    p.set_defaults(func=cmd_inspector)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if len(sys.argv) == 4 and sys.argv[1] in ("_session", "_listing"):
+        (_session_child if sys.argv[1] == "_session" else _listing_child)(sys.argv[2], sys.argv[3])
+    else:
+        parser = argparse.ArgumentParser(prog="benchmarks/inspector.py")
+        add_inspector_parser(parser.add_subparsers(dest="command", required=True))
+        arguments = parser.parse_args(["inspector", *sys.argv[1:]])
+        print(json.dumps(arguments.func(arguments)))

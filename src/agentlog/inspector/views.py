@@ -1,0 +1,1080 @@
+"""The inspector's data layer: what the web app serves, computed from the store with no web code.
+
+:class:`Inspector` opens a store as the read commands do (a :class:`PersistenceCoordinator` over a
+read-only backend, no session made live, nothing written but the derived files ``ls`` and ``search``
+keep) and answers four questions, each as plain JSON:
+
+* :meth:`Inspector.sessions` — one row per stored session, from the projection cache as ``agentlog ls``
+  serves it (title, created, last activity, turns, tokens, context pressure, lineage parent, status);
+* :meth:`Inspector.log_page` — a page of the log from a seq, each event with its rendering hints (kind,
+  turn and step, streamed chunks folded into one item, tool call and result paired, repair closers and
+  the closers a resume would add marked);
+* :meth:`Inspector.state_at` — the session as it was right after one seq: ``session.at(seq)``'s surface
+  nodes with their provenance (what each replacement shadowed, compaction checkpoints with their
+  summary, pruned results), ``derive_messages()`` exactly, the request header and context;
+* :meth:`Inspector.search` — the store's search index (:class:`~agentlog.query.sqlite.SqliteSearch`),
+  hits with snippets and the seq to open.
+
+A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
+use: moving the time slider folds a prefix of the log already in memory (``view.at(seq)``), and a log
+that changed on disk is read again. Nothing here re-executes anything.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from ..compaction.events import COMPACTION_SUMMARY
+from ..compaction.marks import CheckpointMark, PruneMark, mark_of
+from ..errors import (
+    AgentlogError,
+    InspectorRequestError,
+    InvalidSessionIdError,
+    SeqOutOfRangeError,
+)
+from ..kernel.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    STEP_END,
+    STEP_START,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+    USER_MESSAGE,
+)
+from ..kernel.jsonvalue import thaw
+from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from ..kernel.request_header import fold_request_header
+from ..kernel.session import SessionView, derive_event_message
+from ..kernel.store import SessionStore
+from ..kernel.surface import fold_surface
+from ..persistence.backend import Backend
+from ..persistence.coordinator import PersistenceCoordinator, StoredView
+from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.events import SESSION_TITLE
+from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
+from ..projection.stats import SESSION_STATS_UNIT
+from ..projection.units import CONTEXT_PRESSURE_UNIT, TOKEN_USAGE_UNIT
+from ..projection.usage_steps import usage_known
+
+__all__ = [
+    "CLOSER_CODES",
+    "DEFAULT_PAGE_LIMIT",
+    "MAX_PAGE_LIMIT",
+    "MAX_SESSION_ID_LENGTH",
+    "Inspector",
+    "LoadedSession",
+    "validate_seq",
+    "validate_session_id",
+]
+
+DEFAULT_PAGE_LIMIT: Final = 200
+"""Log items per page when the request does not say (a folded chunk run is one item)."""
+MAX_PAGE_LIMIT: Final = 1000
+DEFAULT_STATE_WINDOW: Final = 200
+"""Messages (and the surface nodes they come from) a state serves when the request does not say: the newest."""
+MAX_STATE_WINDOW: Final = 2000
+MAX_EVENTS_PER_PAGE: Final = 20_000
+"""A page stops after this many raw events even inside one long chunk run (the next page continues it)."""
+MAX_SESSION_ID_LENGTH: Final = 1024
+CLIP_CHARS: Final = 4000
+"""Strings longer than this are cut in log pages and surface previews (``clipped`` says so); the full
+event is one request away (:meth:`Inspector.event`)."""
+EVENT_CLIP_CHARS: Final = 1_000_000
+"""A single event is served whole up to this many characters per string (a 10 MB line is cut, not shipped)."""
+MAX_SHADOWED_SHOWN: Final = 200
+"""A replacement lists the previews of at most this many of the nodes it shadowed (all their seqs are listed)."""
+STATUS_TAIL_EVENTS: Final = 256
+"""How many of a log's last stored events the sessions page reads to tell an open or interrupted turn."""
+MAX_CHART_POINTS: Final = 2000
+"""The pressure series is thinned to at most this many points (the peak of each run of points)."""
+MAX_DIFF_MESSAGES: Final = 500
+"""A diff op ships at most this many removed and this many added messages (``truncated`` says it cut)."""
+CLOSER_CODES: Final = frozenset({TOOL_OUTCOME_UNKNOWN, TOOL_NOT_STARTED})
+"""``tool/result`` error codes of the results crash repair (or a cancel) writes for an unanswered call."""
+
+_KINDS: Final = {
+    TURN_START: "turn-start",
+    TURN_END: "turn-end",
+    STEP_START: "step-start",
+    STEP_END: "step-end",
+    USER_MESSAGE: "message",
+    ASSISTANT_MESSAGE: "message",
+    TOOL_CALL: "tool-call",
+    TOOL_RESULT: "tool-result",
+    REQUEST_HEADER: "request-header",
+    REQUEST_CONTEXT: "request-context",
+}
+
+
+def validate_session_id(session_id: object) -> str:
+    """A session id as the inspector accepts it from a URL: a non-empty string of at most
+    :data:`MAX_SESSION_ID_LENGTH` characters without control characters (the backends encode every id
+    into a file name safely, so no id escapes the store; this refuses the nonsensical ones early)."""
+    if not isinstance(session_id, str) or not session_id or len(session_id) > MAX_SESSION_ID_LENGTH:
+        raise InvalidSessionIdError(f"not a session id: {str(session_id)[:80]!r}")
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in session_id):
+        raise InvalidSessionIdError(f"not a session id (control characters): {session_id[:80]!r}")
+    return session_id
+
+
+def validate_seq(value: object, name: str = "seq") -> int:
+    """A seq from a query string: decimal digits only (no sign, no spaces), as an int."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 16:
+        raise InspectorRequestError(f"{name} must be a non-negative integer, got {str(value)[:40]!r}")
+    return int(value)
+
+
+def _clip(value: Any, limit: int = CLIP_CHARS) -> tuple[Any, bool]:
+    """A plain JSON copy of ``value`` whose strings are cut at ``limit`` characters (and whether any was)."""
+    clipped = False
+
+    def walk(item: Any) -> Any:
+        nonlocal clipped
+        if isinstance(item, str):
+            if len(item) > limit:
+                clipped = True
+                return item[:limit] + f"… [{len(item) - limit:,} more characters]"
+            return item
+        if isinstance(item, Mapping):
+            return {str(key): walk(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(value), clipped
+
+
+def _text_of(blocks: Any) -> str:
+    """The readable text of message content (text, reasoning, tool calls by name, nested results)."""
+    if isinstance(blocks, str):
+        return blocks
+    parts: list[str] = []
+    if not isinstance(blocks, Sequence):
+        return ""
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind == "tool-call":
+            parts.append(f"{block.get('name')}({block.get('arguments', '')})")
+        elif kind == "tool-result":
+            parts.append(_text_of(block.get("content")))
+    return "\n".join(part for part in parts if part)
+
+
+def _role(event: Mapping[str, Any]) -> str | None:
+    data = event.get("data")
+    message = data.get("message") if isinstance(data, Mapping) else None
+    if event.get("type") == USER_MESSAGE and isinstance(data, Mapping):
+        source = data.get("source")
+        kind = source.get("kind") if isinstance(source, Mapping) else None
+        return "user" if kind in (None, "user") else f"user ({kind})"
+    if event.get("type") == ASSISTANT_MESSAGE:
+        return "assistant"
+    if event.get("type") == TOOL_RESULT and isinstance(message, Mapping):
+        return "tool"
+    return None
+
+
+def _message_text(event: Mapping[str, Any]) -> str:
+    data = event.get("data")
+    if not isinstance(data, Mapping):
+        return ""
+    if event.get("type") == USER_MESSAGE:
+        return _text_of(data.get("content"))
+    message = data.get("message")
+    return _text_of(message.get("content")) if isinstance(message, Mapping) else ""
+
+
+@dataclass
+class _Index:
+    """What a log page needs to know beyond its own events, built in one pass over the log."""
+
+    turn_starts: list[int] = field(default_factory=list)
+    turn_numbers: list[Any] = field(default_factory=list)
+    step_starts: list[int] = field(default_factory=list)
+    step_numbers: list[tuple[Any, Any]] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    results: dict[str, int] = field(default_factory=dict)
+    compactions: list[int] = field(default_factory=list)
+    header_seqs: list[int] = field(default_factory=list)
+    context_seqs: list[int] = field(default_factory=list)
+    title: str | None = None
+    last_turn_end: dict[str, Any] | None = None
+    replaces: bool = False
+    """Whether any event replaces surface nodes (else the surface fold has no replacements to report)."""
+
+
+@dataclass
+class LoadedSession:
+    """One session read from the store, with what the inspector derived from it (lazily, once)."""
+
+    session_id: str
+    revision: str | None
+    stored: StoredView
+    _index: _Index | None = None
+    _replacements: list[Any] | None = None
+    _charts: dict[str, Any] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def view(self) -> SessionView:
+        return self.stored.view
+
+    @property
+    def last_seq(self) -> int:
+        return self.stored.view.seq
+
+    def index(self) -> _Index:
+        with self._lock:
+            if self._index is None:
+                self._index = _build_index(self.stored.view.events)
+            return self._index
+
+    def charts(self) -> dict[str, Any]:
+        """The chart series of the whole log, folded once with the projection units (see :func:`_charts`)."""
+        with self._lock:
+            if self._charts is None:
+                self._charts = _charts(self.stored.view.events)
+            return self._charts
+
+    def replacements(self) -> list[Any]:
+        """fold_surface's replacements over the whole log (those at or before a seq are that moment's)."""
+        index = self.index()
+        with self._lock:
+            if self._replacements is None:
+                # A log that never replaces a node has none to report: skip the whole-log fold.
+                self._replacements = fold_surface(self.stored.view.events).replacements if index.replaces else []
+            return self._replacements
+
+
+def _build_index(events: Sequence[Any]) -> _Index:
+    index = _Index()
+    for seq, event in enumerate(events):
+        etype = event["type"]
+        if etype == ASSISTANT_CHUNK:
+            continue
+        data = event["data"]
+        op = event.get("surfaceOp")
+        if op is not None and not isinstance(op, str):  # a replace op (an append is the string "append")
+            index.replaces = True
+        if etype == TURN_START:
+            index.turn_starts.append(seq)
+            index.turn_numbers.append(data.get("turn"))
+        elif etype == STEP_START:
+            index.step_starts.append(seq)
+            index.step_numbers.append((data.get("turn"), data.get("step")))
+        elif etype == TOOL_CALL and isinstance(data.get("callId"), str):
+            index.calls.setdefault(data["callId"], seq)
+        elif etype == TOOL_RESULT:
+            message = data.get("message")
+            source = message.get("source") if isinstance(message, Mapping) else None
+            call_id = source.get("callId") if isinstance(source, Mapping) else None
+            if isinstance(call_id, str) and not (isinstance(event.get("surfaceOp"), Mapping)):
+                index.results.setdefault(call_id, seq)
+        elif etype == COMPACTION_SUMMARY:
+            index.compactions.append(seq)
+        elif etype == REQUEST_HEADER:
+            index.header_seqs.append(seq)
+        elif etype == REQUEST_CONTEXT:
+            index.context_seqs.append(seq)
+        elif etype == SESSION_TITLE and isinstance(data.get("title"), str):
+            index.title = data["title"]
+        elif etype == TURN_END:
+            index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
+    return index
+
+
+def _charts(events: Sequence[Any]) -> dict[str, Any]:
+    """The series the charts draw, folded with the projection units themselves (so the figures are the
+    ones ``agentlog stats`` and ``ls`` serve):
+
+    * ``pressure``: ``[seq, pressureTokens, projectedTokens, contextWindow]`` at each event where the
+      ``contextPressure`` unit's pressure or window changed (a usage sample, a new request context);
+    * ``turns``: per ``turn/end``, the turn's provider-reported tokens (the ``tokenUsage`` unit's totals
+      since the previous turn end);
+    * ``steps``: per ``step/end``, the step's tool time (the ``sessionStats`` unit's ``toolMs`` since the
+      previous step end);
+    * ``compactions``: the seqs of the ``compaction/summary`` events.
+    """
+    pressure_unit, usage_unit, stats_unit = CONTEXT_PRESSURE_UNIT, TOKEN_USAGE_UNIT, SESSION_STATS_UNIT
+    pressure_state = pressure_unit.initial()
+    usage_state = usage_unit.initial()
+    stats_state = stats_unit.initial()
+    pressure: list[list[Any]] = []
+    turns: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    compactions: list[int] = []
+    last_key: tuple[Any, Any] = (None, None)
+    tokens_before = 0
+    tool_before: float = 0
+    for seq, event in enumerate(events):
+        following = pressure_unit.reduce(pressure_state, event)
+        if following is not pressure_state:
+            pressure_state = following
+            view = pressure_unit.view(following)
+            key = (view.get("pressureTokens"), view.get("contextWindow"))
+            if key != last_key and key[0] is not None:
+                pressure.append([seq, key[0], view.get("projectedTokens"), key[1]])
+                last_key = key
+        usage_state = usage_unit.reduce(usage_state, event)
+        stats_state = stats_unit.reduce(stats_state, event)
+        etype = event["type"]
+        if etype == STEP_END:
+            tool_ms = stats_unit.view(stats_state)["toolMs"]
+            data = event["data"]
+            steps.append(
+                {"seq": seq, "turn": data.get("turn"), "step": data.get("step"), "toolMs": tool_ms - tool_before}
+            )
+            tool_before = tool_ms
+        elif etype == TURN_END:
+            buckets = usage_unit.view(usage_state)
+            total = sum(value for value in buckets.values() if type(value) is int)
+            turns.append({"seq": seq, "turn": event["data"].get("turn"), "tokens": total - tokens_before})
+            tokens_before = total
+        elif etype == COMPACTION_SUMMARY:
+            compactions.append(seq)
+    return {
+        "lastSeq": len(events) - 1,
+        "pressure": _downsample(pressure, MAX_CHART_POINTS),
+        "pressurePoints": len(pressure),
+        "turns": turns,
+        "steps": steps,
+        "compactions": compactions,
+    }
+
+
+def _downsample(points: list[list[Any]], limit: int) -> list[list[Any]]:
+    """At most ``limit`` points: per bucket of consecutive points the one with the highest pressure (peaks
+    survive), and always the last point."""
+    if len(points) <= limit:
+        return points
+    size = -(-len(points) // (limit - 1))
+    out = [max(points[i : i + size], key=lambda point: point[1]) for i in range(0, len(points), size)]
+    if out[-1] is not points[-1]:
+        out.append(points[-1])
+    return out
+
+
+def _status(stored: StoredView, index: _Index) -> str:
+    """``repairable`` (a torn tail, or an open turn a resume closes), ``interrupted`` (the last turn
+    ended interrupted), else ``ok``."""
+    if stored.torn or stored.closers:
+        return "repairable"
+    end = index.last_turn_end
+    reason = end.get("reason") if end is not None else None
+    if isinstance(reason, Mapping) and reason.get("kind") == "interrupted":
+        return "interrupted"
+    return "ok"
+
+
+class Inspector:
+    """Read-only answers over one store for the web app (thread-safe: the app calls it from workers).
+
+    ``cache_size`` is how many loaded sessions are kept (each holds its log in memory). ``search``
+    (default on) opens the store's search index on the first search, creating it as ``agentlog search``
+    does; the store's logs are never written.
+    """
+
+    def __init__(self, backend: Backend, *, cache_size: int = 4, search: bool = True) -> None:
+        if cache_size < 1:
+            raise ValueError("cache_size must be at least 1")
+        self.backend = backend
+        self.reader = PersistenceCoordinator(SessionStore(), backend, prepared_cache_size=1)
+        self._cache_size = cache_size
+        self._loaded: OrderedDict[str, LoadedSession] = OrderedDict()
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._memory_storage: MemoryCacheStorage | None = None
+        self._rows: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self._rows_lock = threading.Lock()
+        self._statuses: dict[str, tuple[str | None, str]] = {}
+        self._search_enabled = search
+        self._search: Any = None
+        self._search_lock = threading.Lock()
+        self.loads = 0
+        """How many times a log was read (tests count them: a slider move reads nothing)."""
+
+    # -- loading ----------------------------------------------------------------------------------------
+
+    def load(self, session_id: str) -> LoadedSession:
+        """The session, from the LRU while its stored revision is unchanged, else read again."""
+        validate_session_id(session_id)
+        revision = self.backend.read_revision(session_id)
+        with self._lock:
+            loaded = self._loaded.get(session_id)
+            if loaded is not None and revision is not None and loaded.revision == revision:
+                self._loaded.move_to_end(session_id)
+                return loaded
+        with self._load_lock:  # one read at a time: two requests for a new session read it once
+            with self._lock:
+                loaded = self._loaded.get(session_id)
+                if loaded is not None and revision is not None and loaded.revision == revision:
+                    return loaded
+            for _attempt in range(3):
+                stored = self.reader.stored_view(session_id, keep=False)
+                after = self.backend.read_revision(session_id)
+                if after == revision:
+                    break
+                revision = after  # written while it was read: read again (the revision names these bytes)
+            else:
+                revision = None  # still being written: serve this read, read again on the next request
+            self.loads += 1
+            loaded = LoadedSession(session_id, revision, stored)
+            with self._lock:
+                self._loaded[session_id] = loaded
+                self._loaded.move_to_end(session_id)
+                while len(self._loaded) > self._cache_size:
+                    self._loaded.popitem(last=False)
+            return loaded
+
+    # -- the sessions page ------------------------------------------------------------------------------
+
+    def _cache(self) -> ProjectionCache:
+        """The store's projection cache if it has one (stale rows refreshed in it, as ``ls`` does), else
+        a memory medium kept for the server's lifetime (so a changed log is refolded from its tail): the
+        inspector never creates the cache file."""
+        path = cache_path_for(self.backend)
+        if path is not None and os.path.isfile(path):
+            storage: CacheStorage = open_cache_storage(self.backend)
+            owns = True
+        else:
+            if self._memory_storage is None:
+                self._memory_storage = MemoryCacheStorage()
+            storage, owns = self._memory_storage, False
+        return ProjectionCache(
+            command_registry(), self.reader, storage, writer=InlineWriter(), store=SessionStore(), owns_storage=owns
+        )
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every stored session, newest activity first (ties by id), as the sessions page lists them.
+
+        Figures come from the projection cache: a row current for the stored revision is served without
+        reading the log, any other session is cold-read (the rows plus the log's tail) as ``ls`` does.
+        The server keeps each row with the revision it was made for: a listing whose revisions did not
+        change reads no cache record and no log. ``status`` is ``damaged`` for a header or log that cannot
+        be read, else ``ok``; the session page tells ``repairable`` and ``interrupted`` apart (that needs
+        the log itself).
+        """
+        listings = self.backend.list_sessions()
+        with self._rows_lock:
+            known = dict(self._rows)
+            fresh = [
+                item
+                for item in listings
+                if item.revision is None or item.id not in known or known[item.id][0] != item.revision
+            ]
+            if fresh:
+                for row, item in zip(self._rows_of(fresh), fresh, strict=True):
+                    known[item.id] = (item.revision, row)
+            self._rows = {item.id: known[item.id] for item in listings}
+            rows = [known[item.id][1] for item in listings]
+        rows.sort(key=_newest_first)
+        return rows
+
+    def refine_status(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (a page of :meth:`sessions`) with ``status`` told apart where the log's tail says so:
+        ``repairable`` when its last turn is still open (a resume would close it), ``interrupted`` when the
+        last turn ended interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events
+        (``read_from``: the suffix, not the log) and is kept with the row's revision. A tail without a turn
+        boundary, and a torn tail (only a whole read sees it), stay ``ok``."""
+        out = []
+        for row in rows:
+            if row["status"] != "ok" or row["events"] is None:
+                out.append(row)
+                continue
+            with self._rows_lock:
+                revision = self._rows.get(row["id"], (None, None))[0]
+                known = self._statuses.get(row["id"])
+            if known is not None and revision is not None and known[0] == revision:
+                status = known[1]
+            else:
+                status = self._tail_status(row["id"], row["events"])
+                with self._rows_lock:
+                    self._statuses[row["id"]] = (revision, status)
+            out.append({**row, "status": status})
+        return out
+
+    def _tail_status(self, session_id: str, events: int) -> str:
+        try:
+            tail = self.reader.read_from(session_id, max(0, events - STATUS_TAIL_EVENTS)).events
+        except AgentlogError:
+            return "damaged"
+        for event in reversed(tail):
+            etype = event["type"]
+            if etype == TURN_START:
+                return "repairable"
+            if etype == TURN_END:
+                reason = event["data"].get("reason")
+                return "interrupted" if isinstance(reason, Mapping) and reason.get("kind") == "interrupted" else "ok"
+        return "ok"
+
+    def _rows_of(self, listings: Sequence[Any]) -> list[dict[str, Any]]:
+        usable = [item for item in listings if item.error_code is None and item.header is not None]
+        snapshots: dict[str, dict[str, Any] | None] = {}
+        failed: dict[str, dict[str, str]] = {}
+        if usable:
+            cache = self._cache()
+            try:
+                served = cache.cached_snapshots(usable, current_only=True)
+                for item in usable:
+                    snapshot = served.get(item.id)
+                    if snapshot is None or LAST_ACTIVITY_KEY not in snapshot["values"]:
+                        try:
+                            snapshot = cache.cold_snapshot(item.id)
+                        except AgentlogError as err:
+                            failed[item.id] = {"code": err.code, "message": str(err)}
+                            snapshot = None
+                    snapshots[item.id] = snapshot
+            finally:
+                cache.close()
+        rows = []
+        for item in listings:
+            header = item.header or {}
+            snapshot = snapshots.get(item.id)
+            values = snapshot["values"] if snapshot is not None else {}
+            usage = values.get("tokenUsage") if usage_known(values) else None
+            pressure = values.get("contextPressure")
+            error = failed.get(item.id)
+            if item.error_code is not None:
+                error = {"code": item.error_code, "message": item.error_message or ""}
+            rows.append(
+                {
+                    "id": item.id,
+                    "title": values.get("title"),
+                    "createdAt": header.get("createdAt"),
+                    "lastActivity": values.get(LAST_ACTIVITY_KEY),
+                    "cwd": header.get("cwd"),
+                    "parentSession": header.get("parentSession"),
+                    "events": None if snapshot is None else snapshot["asOfSeq"] + 1,
+                    "turns": (values.get("sessionStats") or {}).get("turns"),
+                    "tokens": None if usage is None else sum(v for v in usage.values() if type(v) is int),
+                    "contextPressure": thaw(pressure) if pressure is not None else None,
+                    "status": "damaged" if error is not None else "ok",
+                    "error": error,
+                }
+            )
+        return rows
+
+    # -- the session page -------------------------------------------------------------------------------
+
+    def summary(self, session_id: str) -> dict[str, Any]:
+        """The session page's heading: header, counts, status and compactions (their seqs)."""
+        loaded = self.load(session_id)
+        index = loaded.index()
+        stored = loaded.stored
+        return {
+            "id": session_id,
+            "header": thaw(loaded.view.header),
+            "title": index.title,
+            "lastSeq": loaded.last_seq,
+            "storedEvents": stored.stored_events,
+            "tornTail": stored.torn,
+            "closers": stored.closers,
+            "status": _status(stored, index),
+            "turns": len(index.turn_starts),
+            "compactions": list(index.compactions),
+            "lastTurnEnd": index.last_turn_end,
+        }
+
+    def log_page(self, session_id: str, from_seq: int = 0, limit: int = DEFAULT_PAGE_LIMIT) -> dict[str, Any]:
+        """Up to ``limit`` log items from ``from_seq``: each event with its rendering hints, a run of
+        ``assistant/chunk`` events folded into one ``chunks`` item. ``nextSeq`` continues the log
+        (``None`` at its end)."""
+        if type(limit) is not int or not 1 <= limit <= MAX_PAGE_LIMIT:
+            raise InspectorRequestError(f"limit must be an integer in [1, {MAX_PAGE_LIMIT}], got {limit!r}")
+        loaded = self.load(session_id)
+        events = loaded.view.events
+        last = len(events) - 1
+        if from_seq > last:
+            raise SeqOutOfRangeError(f"seq {from_seq} is past the log's last seq {last}")
+        index = loaded.index()
+        last_stored = loaded.stored.last_stored_seq
+        items: list[dict[str, Any]] = []
+        seq = from_seq
+        stop = min(last, from_seq + MAX_EVENTS_PER_PAGE - 1)
+        while seq <= stop and len(items) < limit:
+            event = events[seq]
+            if event["type"] == ASSISTANT_CHUNK:
+                end = seq
+                while end + 1 <= stop and events[end + 1]["type"] == ASSISTANT_CHUNK:
+                    end += 1
+                items.append(_chunk_item(events, seq, end, last_stored))
+                seq = end + 1
+                continue
+            items.append(_event_item(event, seq, index, events, last_stored))
+            seq += 1
+        return {
+            "sessionId": session_id,
+            "fromSeq": from_seq,
+            "nextSeq": seq if seq <= last else None,
+            "lastSeq": last,
+            "items": items,
+        }
+
+    def event(self, session_id: str, seq: int) -> dict[str, Any]:
+        """One event whole (strings cut only past :data:`EVENT_CLIP_CHARS` characters)."""
+        loaded = self.load(session_id)
+        events = loaded.view.events
+        if seq > len(events) - 1:
+            raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
+        value, clipped = _clip(events[seq], EVENT_CLIP_CHARS)
+        return {"sessionId": session_id, "seq": seq, "event": value, "clipped": clipped}
+
+    def state_at(
+        self,
+        session_id: str,
+        seq: int,
+        *,
+        messages_from: int | None = None,
+        limit: int = DEFAULT_STATE_WINDOW,
+        shadowed_between: tuple[int, int] | None = None,
+    ) -> dict[str, Any]:
+        """The session right after ``seq``: ``session.at(seq)``'s surface with provenance, its derived
+        messages exactly, the request header and context. Nothing is re-executed: the prefix of the
+        loaded log is folded (``SEQ_OUT_OF_RANGE`` past its last seq).
+
+        A long context is served a window at a time: ``limit`` messages from index ``messages_from``
+        (default: the newest ``limit``) and the surface nodes they come from, with the totals
+        (``messageCount``, ``surfaceCount``) and where the window starts (``messagesFrom``,
+        ``surfaceFrom``). ``shadowed`` lists the shadowed seqs (all of them, or those in
+        ``shadowed_between``'s inclusive range: the log page the caller shows).
+        """
+        if type(limit) is not int or not 1 <= limit <= MAX_STATE_WINDOW:
+            raise InspectorRequestError(f"limit must be an integer in [1, {MAX_STATE_WINDOW}], got {limit!r}")
+        loaded = self.load(session_id)
+        point = loaded.view.at(seq)
+        events = point.events
+        nodes = point.surface.nodes
+        all_messages = point.derive_messages()
+        count = len(all_messages)
+        if len(nodes) == count:  # every node derives its message (the usual case): no need to ask each
+            message_seqs = list(nodes)
+        else:
+            message_seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
+        start = max(0, count - limit) if messages_from is None else min(messages_from, count)
+        end = min(count, start + limit)
+        if count and len(message_seqs) == count:
+            position = {node: index for index, node in enumerate(nodes)}
+            surface_from = position[message_seqs[start]] if start < count else len(nodes)
+            surface_to = position[message_seqs[end - 1]] + 1 if end > start else surface_from
+        else:
+            surface_from, surface_to = 0, len(nodes)
+        replacements = {r.seq: r for r in loaded.replacements() if r.seq <= seq}
+        shadowed: list[int] = []
+        for replacement in replacements.values():
+            shadowed.extend(replacement.shadowed_seqs)
+        if shadowed_between is not None:
+            low, high = shadowed_between
+            shadowed = [s for s in shadowed if low <= s <= high]
+        surface = [_node(events, node, replacements.get(node)) for node in nodes[surface_from:surface_to]]
+        return {
+            "sessionId": session_id,
+            "seq": seq,
+            "lastSeq": loaded.last_seq,
+            "event": {"type": events[seq]["type"]},
+            "surface": surface,
+            "surfaceCount": len(nodes),
+            "surfaceFrom": surface_from,
+            "replacements": [
+                {"seq": r.seq, "start": r.start, "end": r.end, "shadowedCount": len(r.shadowed_seqs)}
+                for r in sorted(replacements.values(), key=lambda r: r.seq)
+            ],
+            "shadowed": sorted(set(shadowed)),
+            "messages": thaw(list(all_messages[start:end])),
+            "messageSeqs": message_seqs[start:end],
+            "messageCount": count,
+            "messagesFrom": start,
+            "requestHeader": self._request_header(loaded, seq),
+            "requestContext": self._request_context(loaded, seq),
+        }
+
+    @staticmethod
+    def _request_header(loaded: LoadedSession, seq: int) -> Any:
+        """``view.at(seq).request_header()`` without scanning the prefix: the header is the canonical
+        snapshot of the last ``request/header`` at or before ``seq`` (the kernel's fold, given that one
+        event), found in the loaded session's index."""
+        index = loaded.index()
+        at = bisect.bisect_right(index.header_seqs, seq) - 1
+        if at < 0:
+            return None
+        return thaw(fold_request_header([loaded.view.events[index.header_seqs[at]]]))
+
+    @staticmethod
+    def _request_context(loaded: LoadedSession, seq: int) -> Any:
+        """``view.at(seq).request_context()``: the view at the last ``request/context`` at or before
+        ``seq`` finds it at once (its own scan starts from its end)."""
+        index = loaded.index()
+        at = bisect.bisect_right(index.context_seqs, seq) - 1
+        if at < 0:
+            return None
+        return thaw(loaded.view.at(index.context_seqs[at]).request_context())
+
+    # -- charts -----------------------------------------------------------------------------------------
+
+    def charts(self, session_id: str) -> dict[str, Any]:
+        """Context pressure over seqs with the compactions, tokens per turn, tool time per step (folded
+        once per loaded session: the first call reads the whole log through three projection units)."""
+        return {"sessionId": session_id, **self.load(session_id).charts()}
+
+    # -- diff -------------------------------------------------------------------------------------------
+
+    def diff(self, session_id: str, from_seq: int, to_seq: int) -> dict[str, Any]:
+        """How the derived messages changed from ``session.at(from_seq)`` to ``session.at(to_seq)``.
+
+        ``ops`` are :class:`difflib.SequenceMatcher` opcodes over the two message lists (messages compared
+        by their JSON text): ``equal`` runs give their index ranges only, ``delete``/``insert``/``replace``
+        also the messages removed and added (at most :data:`MAX_DIFF_MESSAGES` of each per op, with
+        ``truncated``), each with the seq of the surface node it comes from.
+        """
+        loaded = self.load(session_id)
+        sides = []
+        for seq in (from_seq, to_seq):
+            point = loaded.view.at(seq)
+            messages = point.derive_messages()
+            nodes = point.surface.nodes
+            events = point.events
+            if len(nodes) == len(messages):
+                seqs = list(nodes)
+            else:
+                seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
+            sides.append((messages, seqs))
+        (before, before_seqs), (after, after_seqs) = sides
+        keys_before = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in before]
+        keys_after = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in after]
+        ops: list[dict[str, Any]] = []
+        matcher = difflib.SequenceMatcher(None, keys_before, keys_after, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            op: dict[str, Any] = {"op": tag, "from": [i1, i2], "to": [j1, j2]}
+            if tag != "equal":
+                op["removed"] = [
+                    {"index": i, "seq": before_seqs[i], "message": thaw(before[i])}
+                    for i in range(i1, min(i2, i1 + MAX_DIFF_MESSAGES))
+                ]
+                op["added"] = [
+                    {"index": j, "seq": after_seqs[j], "message": thaw(after[j])}
+                    for j in range(j1, min(j2, j1 + MAX_DIFF_MESSAGES))
+                ]
+                op["truncated"] = i2 - i1 > MAX_DIFF_MESSAGES or j2 - j1 > MAX_DIFF_MESSAGES
+            ops.append(op)
+        return {
+            "sessionId": session_id,
+            "fromSeq": from_seq,
+            "toSeq": to_seq,
+            "fromCount": len(before),
+            "toCount": len(after),
+            "ops": ops,
+        }
+
+    # -- export -----------------------------------------------------------------------------------------
+
+    def export_document(self, session_id: str, *, redact: Callable[[str], str] | None = None) -> dict[str, Any]:
+        """Everything the session page shows, for ``agentlog export ID --html``: the summary, the whole
+        log as page items, charts and fork tree, and what a viewer needs to show ``session.at(seq)`` at
+        any seq without a server: the message each surface event derives (``messages``, by seq), each
+        node's provenance (``nodes``), the surface operations in seq order as the kernel's fold applied
+        them (``surfaceOps``: ``[seq]`` for an append, ``[seq, shadowedSeqs]`` for a replacement), the
+        request headers and contexts by seq, and each event's type.
+
+        ``redact`` is applied to every string of the document (message text, tool output, headers, ids
+        in text): a hook to remove secrets before the file leaves the machine.
+        """
+        loaded = self.load(session_id)
+        events = loaded.view.events
+        last = loaded.last_seq
+        items: list[dict[str, Any]] = []
+        next_seq: int | None = 0
+        while next_seq is not None:
+            page = self.log_page(session_id, next_seq, MAX_PAGE_LIMIT)
+            items.extend(page["items"])
+            next_seq = page["nextSeq"]
+        fold = fold_surface(events)
+        replaced = {r.seq: r for r in fold.replacements}
+        ops: list[list[Any]] = []
+        messages: dict[str, Any] = {}
+        nodes: dict[str, Any] = {}
+        types: list[str] = []
+        for seq, event in enumerate(events):
+            types.append(event["type"])
+            op = event.get("surfaceOp")
+            if op is None:
+                continue
+            replacement = replaced.get(seq)
+            ops.append([seq] if replacement is None else [seq, list(replacement.shadowed_seqs)])
+            message = derive_event_message(event)
+            if message is not None:
+                messages[str(seq)] = thaw(message)
+            nodes[str(seq)] = _node(events, seq, replacement)
+        index = loaded.index()
+        document: dict[str, Any] = {
+            "version": 1,
+            "sessionId": session_id,
+            "lastSeq": last,
+            "summary": self.summary(session_id),
+            "items": items,
+            "types": types,
+            "surfaceOps": ops,
+            "messages": messages,
+            "nodes": nodes,
+            "headers": [[seq, thaw(fold_request_header([events[seq]]))] for seq in index.header_seqs],
+            "contexts": [[seq, thaw(loaded.view.at(seq).request_context())] for seq in index.context_seqs],
+            "charts": self.charts(session_id),
+            "forks": self.fork_tree(session_id),
+        }
+        return _redacted(document, redact) if redact is not None else document
+
+    # -- lineage ----------------------------------------------------------------------------------------
+
+    def fork_tree(self, session_id: str) -> dict[str, Any]:
+        """The fork tree ``session_id`` belongs to, from its root (or the first ancestor missing from the
+        store) down, as :meth:`agentlog.query.SessionQuery.trace_session` traces it: ``{target, rootId,
+        complete, unresolvedParentId, tree}``, each tree node ``{id, createdAt, parentSession,
+        seedLength, children}`` (children by creation time, then id)."""
+        validate_session_id(session_id)
+        from ..query.engine import SessionQuery
+
+        query = SessionQuery(self.reader)
+        try:
+            trace = query.trace_session(session_id)
+            ancestors = trace["ancestors"]
+            top = ancestors[-1]["header"] if ancestors else trace["target"]["header"]
+            whole = query.trace_session(top["id"]) if top["id"] != session_id else trace
+        finally:
+            query.close()
+
+        def node(header: Mapping[str, Any], descendants: list[Any]) -> dict[str, Any]:
+            return {
+                "id": header["id"],
+                "createdAt": header.get("createdAt"),
+                "parentSession": header.get("parentSession"),
+                "seedLength": header.get("seedLength"),
+                "children": [node(child["session"]["header"], child["descendants"]) for child in descendants],
+            }
+
+        return {
+            "target": session_id,
+            "rootId": top["id"],
+            "complete": bool(trace["complete"]),
+            "unresolvedParentId": trace.get("unresolvedParentId"),
+            "tree": node(whole["target"]["header"], whole["descendants"]),
+        }
+
+    # -- search -----------------------------------------------------------------------------------------
+
+    def search(
+        self, query: str, *, session_id: str | None = None, limit: int = 20, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """The store's search index: sessions (their best hit each), or one session's events. Hits carry
+        ``sessionId``, ``seq``, ``type``, ``surface`` and a plain-text ``snippet``; ``nextCursor`` pages."""
+        if not self._search_enabled:
+            raise InspectorRequestError("search is disabled for this server", "INSPECTOR_NOT_FOUND")
+        search = self._searcher()
+        if session_id is not None:
+            validate_session_id(session_id)
+            page = search.search_events(session_id=session_id, query=query, limit=limit, cursor=cursor)
+            return {"items": page["items"], "nextCursor": page.get("nextCursor")}
+        page = search.search_sessions(query=query, limit=limit, cursor=cursor)
+        return {"items": page["items"], "nextCursor": page.get("nextCursor")}
+
+    def _searcher(self) -> Any:
+        with self._search_lock:
+            if self._search is None:
+                from ..query.sqlite import SqliteSearch, default_index_path
+
+                path = default_index_path(self.backend) or ":memory:"
+                self._search = SqliteSearch(self.reader, path=path, open_at="first-search", max_limit=100)
+            return self._search
+
+    def close(self) -> None:
+        with self._search_lock:
+            if self._search is not None:
+                self._search.close()
+                self._search = None
+        with self._lock:
+            self._loaded.clear()
+        if self._memory_storage is not None:
+            self._memory_storage.close()
+        self.reader.close()
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """``value`` with ``redact`` applied to every string in it (keys of message maps stay seqs)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {key: _redacted(inner, redact) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_redacted(inner, redact) for inner in value]
+    return value
+
+
+def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
+    when = row["lastActivity"] if type(row["lastActivity"]) is int else row["createdAt"]
+    return (-(when if type(when) is int else 0), str(row["id"]))
+
+
+def _turn_step(index: _Index, seq: int, data: Any) -> tuple[Any, Any]:
+    turn = data.get("turn") if isinstance(data, Mapping) else None
+    step = data.get("step") if isinstance(data, Mapping) else None
+    if turn is None:
+        at = bisect.bisect_right(index.turn_starts, seq) - 1
+        turn = index.turn_numbers[at] if at >= 0 else None
+    if step is None and turn is not None:
+        at = bisect.bisect_right(index.step_starts, seq) - 1
+        if at >= 0 and index.step_numbers[at][0] == turn and index.step_starts[at] >= _turn_start(index, seq):
+            step = index.step_numbers[at][1]
+    return turn, step
+
+
+def _turn_start(index: _Index, seq: int) -> int:
+    at = bisect.bisect_right(index.turn_starts, seq) - 1
+    return index.turn_starts[at] if at >= 0 else -1
+
+
+def _event_item(
+    event: Mapping[str, Any], seq: int, index: _Index, events: Sequence[Any], last_stored: int
+) -> dict[str, Any]:
+    etype = event["type"]
+    data = event.get("data")
+    turn, step = _turn_step(index, seq, data)
+    kind = _KINDS.get(etype, "compaction" if etype.startswith("compaction/") else "other")
+    value, clipped = _clip(thaw(data))
+    item: dict[str, Any] = {
+        "kind": kind,
+        "seq": seq,
+        "type": etype,
+        "time": event.get("time"),
+        "turn": turn,
+        "step": step,
+        "data": value,
+        "clipped": clipped,
+    }
+    if event.get("surfaceOp") is not None:
+        item["surfaceOp"] = thaw(event["surfaceOp"])
+    if event.get("sourceEventSeqs") is not None:
+        item["sourceEventSeqs"] = thaw(event["sourceEventSeqs"])
+    role = _role(event)
+    if role is not None:
+        item["role"] = role
+        text, cut = _clip(_message_text(event))
+        item["text"] = text
+        item["clipped"] = clipped or cut
+    if seq > last_stored:
+        item["pending"] = True  # a closer a resume would add: not stored yet
+    if etype == TOOL_CALL and isinstance(data, Mapping):
+        item["callId"] = data.get("callId")
+        item["name"] = data.get("name")
+        item["pairedSeq"] = index.results.get(str(data.get("callId")))
+    elif etype == TOOL_RESULT and isinstance(data, Mapping):
+        message = data.get("message")
+        source = message.get("source") if isinstance(message, Mapping) else None
+        call_id = source.get("callId") if isinstance(source, Mapping) else None
+        item["callId"] = call_id
+        item["pairedSeq"] = index.calls.get(call_id) if isinstance(call_id, str) else None
+        error = data.get("error")
+        code = error.get("code") if isinstance(error, Mapping) else None
+        if code in CLOSER_CODES:
+            item["closer"] = code
+    elif etype == ASSISTANT_MESSAGE and isinstance(data, Mapping):
+        message = data.get("message")
+        content = message.get("content") if isinstance(message, Mapping) else None
+        calls = [
+            block.get("id")
+            for block in content or ()
+            if isinstance(block, Mapping) and block.get("type") == "tool-call"
+        ]
+        if calls:
+            item["toolCalls"] = [{"callId": c, "callSeq": index.calls.get(str(c))} for c in calls]
+    mark = mark_of(events, seq) if etype in (USER_MESSAGE, TOOL_RESULT) else None
+    if mark is not None:
+        item["mark"] = mark.to_json()
+    return item
+
+
+def _chunk_item(events: Sequence[Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
+    """A run of streamed chunks folded into one item: its text and reasoning joined, tool-call deltas
+    and other chunk types counted (the assembled message is the ``assistant/message`` after the run)."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    counts: dict[str, int] = {}
+    head = events[first]
+    for seq in range(first, last + 1):
+        chunk = events[seq]["data"].get("chunk")
+        ctype = chunk.get("type") if isinstance(chunk, Mapping) else None
+        counts[str(ctype)] = counts.get(str(ctype), 0) + 1
+        if ctype == "text-delta" and isinstance(chunk.get("text"), str):
+            text.append(chunk["text"])
+        elif ctype == "reasoning-delta" and isinstance(chunk.get("text"), str):
+            reasoning.append(chunk["text"])
+    joined, clipped = _clip({"text": "".join(text), "reasoning": "".join(reasoning)})
+    item: dict[str, Any] = {
+        "kind": "chunks",
+        "seq": first,
+        "lastSeq": last,
+        "count": last - first + 1,
+        "type": ASSISTANT_CHUNK,
+        "time": head.get("time"),
+        "turn": head["data"].get("turn"),
+        "step": head["data"].get("step"),
+        "text": joined["text"],
+        "reasoning": joined["reasoning"],
+        "chunkTypes": counts,
+        "clipped": clipped,
+    }
+    if last > last_stored:
+        item["pending"] = True
+    return item
+
+
+def _shadowed(events: Sequence[Any], seq: int) -> dict[str, Any]:
+    event = events[seq]
+    return {"seq": seq, "type": event["type"], "role": _role(event), "text": _clip(_message_text(event), 400)[0]}
+
+
+def _node(events: Sequence[Any], seq: int, replacement: Any) -> dict[str, Any]:
+    """One surface node: its event, a preview of its message, and its provenance."""
+    event = events[seq]
+    text, clipped = _clip(_message_text(event))
+    node: dict[str, Any] = {
+        "seq": seq,
+        "type": event["type"],
+        "role": _role(event),
+        "text": text,
+        "clipped": clipped,
+    }
+    if replacement is not None:
+        node["replaces"] = {
+            "start": replacement.start,
+            "end": replacement.end,
+            "shadowedSeqs": list(replacement.shadowed_seqs),
+            "shadowed": [_shadowed(events, s) for s in replacement.shadowed_seqs[:MAX_SHADOWED_SHOWN]],
+        }
+    mark = mark_of(events, seq) if event["type"] in (USER_MESSAGE, TOOL_RESULT) else None
+    if isinstance(mark, CheckpointMark):
+        summary_text = None
+        if mark.summary_seq is not None and 0 <= mark.summary_seq < len(events):
+            summary = events[mark.summary_seq]
+            if summary["type"] == COMPACTION_SUMMARY:
+                summary_text = _text_of(summary["data"].get("summary"))
+        node["checkpoint"] = {**mark.to_json(), "summary": summary_text}
+    elif isinstance(mark, PruneMark):
+        node["pruned"] = mark.to_json()
+    return node
