@@ -35,6 +35,8 @@ GOOD_DESCRIPTORS: list[dict[str, Any]] = [
         "persona": "You plan.",
         "toolFilter": ["read_file", "list_dir"],
     },
+    # the spec gives toolFilter no shape: another writer's filter loads as the JSON it is
+    {"version": 2, "mode": "continuable", "provider": "in-process", "label": "x", "toolFilter": {"allow": ["bash"]}},
 ]
 BAD_DESCRIPTORS: list[tuple[Any, str]] = [
     ({"version": 3, "mode": "one-shot", "provider": "spawn"}, "unknown descriptor version 3"),
@@ -46,8 +48,8 @@ BAD_DESCRIPTORS: list[tuple[Any, str]] = [
     ({"version": 2, "mode": "continuable", "provider": "spawn"}, "a continuable descriptor requires a label"),
     ({"version": 2, "mode": "one-shot", "provider": "spawn", "persona": "x"}, "persona belongs to continuable"),
     (
-        {"version": 2, "mode": "continuable", "provider": "spawn", "label": "a", "toolFilter": "read_file"},
-        "toolFilter must be an array of tool names",
+        {"version": 2, "mode": "continuable", "provider": "spawn", "label": "a", "agentModel": 7},
+        "agentModel must be a string",
     ),
     ({"version": 2, "mode": "one-shot", "provider": "spawn", "extra": 1}, "unknown field 'extra'"),
     ([], "must be an object"),

@@ -81,7 +81,8 @@ class SubagentDescriptorData(TypedDict):
     agentProvider: NotRequired[str]
     agentModel: NotRequired[str]
     persona: NotRequired[str]
-    toolFilter: NotRequired[list[str]]
+    toolFilter: NotRequired[Any]
+    """agentlog writes a list of tool names; the spec gives the field no shape, so any JSON value loads."""
 
 
 class ApprovalPolicyData(TypedDict):
