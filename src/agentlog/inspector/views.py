@@ -847,8 +847,10 @@ class Inspector:
         """The fork tree ``session_id`` belongs to, from its root (or the first ancestor missing from the
         store) down, as :meth:`agentlog.query.SessionQuery.trace_session` traces it: ``{target, rootId,
         complete, unresolvedParentId, tree}``, each tree node ``{id, createdAt, parentSession,
-        seedLength, children}`` (children by creation time, then id)."""
+        seedLength, origin, delegationDepth, children}`` (children by creation time, then id; a subagent's
+        ``origin`` is ``"subagent"``, ``delegationDepth`` the header's, 0 for a top-level session)."""
         validate_session_id(session_id)
+        from ..kernel.lineage import delegation_depth_of
         from ..query.engine import SessionQuery
 
         query = SessionQuery(self.reader)
@@ -866,6 +868,8 @@ class Inspector:
                 "createdAt": header.get("createdAt"),
                 "parentSession": header.get("parentSession"),
                 "seedLength": header.get("seedLength"),
+                "origin": header.get("origin"),
+                "delegationDepth": delegation_depth_of(header),
                 "children": [node(child["session"]["header"], child["descendants"]) for child in descendants],
             }
 

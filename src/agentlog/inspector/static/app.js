@@ -374,7 +374,10 @@
       box.appendChild(el("span", { text: "created " + iso(header.createdAt) }));
       if (header.cwd) box.appendChild(el("span", { className: "mono", text: header.cwd }));
       if (header.parentSession) {
-        box.appendChild(el("span", null, "forked from ", el("a", { href: sessionHref(header.parentSession), text: header.parentSession })));
+        var subagent = header.origin === "subagent";
+        box.appendChild(el("span", null, subagent ? "subagent of " : "forked from ",
+          el("a", { href: sessionHref(header.parentSession), text: header.parentSession }),
+          subagent ? " at depth " + fmt(header.delegationDepth || 0) : ""));
       }
       box.appendChild(el("span", { text: fmt(summary.storedEvents) + " stored events, " + fmt(summary.turns) + " turns" }));
       if (summary.closers) box.appendChild(badge("+" + summary.closers + " closers a resume would add", "pending"));
@@ -824,7 +827,7 @@
       function branch(node) {
         var item = el("li", { className: node.id === id ? "current" : "", dataset: { id: node.id } },
           el("a", { href: sessionHref(node.id), text: node.id }),
-          el("span", { className: "muted", text: "  " + iso(node.createdAt) + (typeof node.seedLength === "number" ? " · forked after " + fmt(node.seedLength) + " events" : "") }));
+          el("span", { className: "muted", text: "  " + iso(node.createdAt) + lineageNote(node) }));
         if (node.children.length) {
           var list = el("ul");
           node.children.forEach(function (child) { list.appendChild(branch(child)); });
@@ -839,6 +842,14 @@
       var forks = document.getElementById("forks");
       forks.hidden = !doc.tree.children.length && !doc.tree.parentSession;
       forks.querySelector("summary").textContent = "Fork tree (" + countNodes(doc.tree) + " sessions)";
+    }
+
+    function lineageNote(node) {
+      var seeded = typeof node.seedLength === "number" ? fmt(node.seedLength) + " events" : "";
+      if (node.origin === "subagent") {
+        return " · subagent, depth " + fmt(node.delegationDepth) + (seeded ? ", seeded with " + seeded : "");
+      }
+      return seeded ? " · forked after " + seeded : "";
     }
 
     function countNodes(node) {
