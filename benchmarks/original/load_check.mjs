@@ -11,7 +11,7 @@
 //   types    = the event types in log order (the stored log; the session/end-seed marker the Session
 //              constructor appends on a restore is dropped, it is not in the file)
 //   seqs     = how many events that is
-//   messages = deriveMessages() (role and text of each message, enough to compare with agentlog's)
+//   messages = deriveMessages(), as JSON (to compare with agentlog's derive_messages())
 //   error    = the original's refusal (ok: false), e.g. a header or event it does not accept
 import { argv, exit } from 'node:process'
 
@@ -42,18 +42,6 @@ const SessionStore = sessionMod.default
 const { SessionId } = sessionMod
 const Backend = (await import('@deepseek-ai/dsh-session-persistence-jsonl')).default
 
-function brief(message) {
-  const content = typeof message.content === 'string' ? [{ type: 'text', text: message.content }] : message.content ?? []
-  return {
-    role: message.role,
-    content: content.map((block) =>
-      block.type === 'text' ? { type: 'text', text: block.text }
-      : block.type === 'tool-call' ? { type: 'tool-call', id: block.id, name: block.name }
-      : block.type === 'tool-result' ? { type: 'tool-result', id: block.toolCallId ?? block.id }
-      : { type: block.type }),
-  }
-}
-
 let failures = 0
 for (const id of ids) {
   const ctx = new Context()
@@ -71,7 +59,7 @@ for (const id of ids) {
       header: session.header,
       seqs: events.length,
       types: events.map((e) => e.type),
-      messages: messages.map(brief),
+      messages,
     }
     preparation.dispose?.()
   } catch (error) {
