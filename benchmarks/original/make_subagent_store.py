@@ -6,8 +6,8 @@ Prints one JSON line: {"root", "parent", "children": {"fork"|"spawn"|"continuabl
 
 The parent ("lead", cwd ``/work/project``) answers one turn, switches its sandbox to ``workspace-write``
 (so the children get the delegated ``sandbox/mode`` too), then in a second turn calls ``delegate`` three
-times: a fork child, a spawn child, and a continuable child labelled ``notes`` with a tool filter and a
-persona. A scripted in-process model answers every session from the request it is sent.
+times: a fork child, a spawn child, and a continuable fork child labelled ``notes`` with a tool filter and
+a persona. A scripted in-process model answers every session from the request it is sent.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _route(request: GenerateRequest) -> list[StreamChunk]:
                     "task": "keep notes: alpha",
                     "mode": "continuable",
                     "label": "notes",
-                    "provider": "spawn",
+                    "provider": "fork",
                     "tools": ["lookup"],
                     "persona": "You keep notes.",
                 },

@@ -310,6 +310,25 @@ def test_a_continuable_child_is_resumed_by_its_label_on_a_later_delegation() -> 
     assert child.events[first]["data"] == {"turn": 2}
 
 
+def test_a_continuable_fork_childs_seed_is_the_prefix_then_its_descriptor_as_the_original_stages_it() -> None:
+    agent, _, store = make_parent(lambda request: text_reply("parent answer"))
+    agent.followup("first")
+    asyncio.run(agent.run())
+    prefix = len(agent.session.events)  # the parent's log ends at its turn/end
+
+    async def api() -> Any:
+        return await agent.delegate("x", mode="continuable", provider="fork", label="n")
+
+    child = store.get(asyncio.run(api()).session_id)
+    assert child is not None
+    assert child.header["seedLength"] == prefix  # the inherited prefix only
+    types = [e["type"] for e in child.events]
+    # seedDescriptorTurn: Session.create(prefix) adds its end-seed, then the descriptor; the child's create
+    # closes that seed with its own end-seed; the delegated policy follows
+    assert types[prefix : prefix + 4] == ["session/end-seed", SUBAGENT_DESCRIPTOR, "session/end-seed", APPROVAL_POLICY]
+    assert types.count(SUBAGENT_DESCRIPTOR) == 1
+
+
 def test_a_continuable_delegation_without_a_label_is_an_error_result_and_nothing_is_created() -> None:
     agent, _, store = make_parent(parent_route(delegate_call("d1", task="x", mode="continuable")))
     agent.followup("go")
