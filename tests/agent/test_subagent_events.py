@@ -33,10 +33,15 @@ GOOD_DESCRIPTORS: list[dict[str, Any]] = [
         "agentProvider": "deepseek",
         "agentModel": "deepseek-chat",
         "persona": "You plan.",
-        "toolFilter": ["read_file", "list_dir"],
+        "toolFilter": {"allow": ["read_file", "list_dir"]},
     },
-    # the spec gives toolFilter no shape: another writer's filter loads as the JSON it is
-    {"version": 2, "mode": "continuable", "provider": "in-process", "label": "x", "toolFilter": {"allow": ["bash"]}},
+    # the original's ToolRestriction: allow and/or deny
+    {"version": 2, "mode": "continuable", "provider": "in-process", "label": "x", "toolFilter": {"deny": ["bash"]}},
+    {"version": 2, "mode": "continuable", "provider": "p", "label": "x", "toolFilter": {"allow": [], "deny": ["b"]}},
+    # what agentlog wrote before it wrote the original's shape: a list of tool names
+    {"version": 2, "mode": "continuable", "provider": "spawn", "label": "x", "toolFilter": ["read_file"]},
+    # the original's parser asks strings, not non-empty ones
+    {"version": 2, "mode": "one-shot", "provider": "", "label": ""},
 ]
 BAD_DESCRIPTORS: list[tuple[Any, str]] = [
     ({"version": 3, "mode": "one-shot", "provider": "spawn"}, "unknown descriptor version 3"),
@@ -44,7 +49,17 @@ BAD_DESCRIPTORS: list[tuple[Any, str]] = [
     ({"version": True, "mode": "one-shot", "provider": "spawn"}, "unknown descriptor version True"),
     ({"mode": "one-shot", "provider": "spawn"}, "unknown descriptor version None"),
     ({"version": 2, "mode": "forever", "provider": "spawn"}, 'mode must be "one-shot" or "continuable"'),
-    ({"version": 2, "mode": "one-shot", "provider": ""}, "provider must be a non-empty string"),
+    ({"version": 2, "mode": "one-shot", "provider": 7}, "provider must be a string"),
+    ({"version": 2, "mode": "continuable", "provider": "p", "label": "x", "toolFilter": "bash"}, "toolFilter must be"),
+    ({"version": 2, "mode": "continuable", "provider": "p", "label": "x", "toolFilter": {}}, "allow and/or deny"),
+    (
+        {"version": 2, "mode": "continuable", "provider": "p", "label": "x", "toolFilter": {"allow": "bash"}},
+        "toolFilter.allow must be an array of strings",
+    ),
+    (
+        {"version": 2, "mode": "continuable", "provider": "p", "label": "x", "toolFilter": {"only": ["a"]}},
+        "toolFilter has unknown field 'only'",
+    ),
     ({"version": 2, "mode": "continuable", "provider": "spawn"}, "a continuable descriptor requires a label"),
     ({"version": 2, "mode": "one-shot", "provider": "spawn", "persona": "x"}, "persona belongs to continuable"),
     (

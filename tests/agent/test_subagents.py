@@ -140,8 +140,8 @@ def test_delegate_tool_runs_a_spawned_child_in_its_own_linked_session() -> None:
     }
     assert "seedLength" not in header  # spawn: no seed
     types = [e["type"] for e in child.events]
-    assert types[:2] == ["session/end-seed", APPROVAL_POLICY]  # the delegated policy, right after the (empty) seed
-    assert al.thaw(child.events[1]["data"]) == {"policy": "never", "source": "delegation"}
+    assert types[0] == APPROVAL_POLICY  # the delegated policy first: a spawn child has no seed, so no end-seed
+    assert al.thaw(child.events[0]["data"]) == {"policy": "never", "source": "delegation"}
     assert SANDBOX_MODE not in types  # the parent set none
     assert types.count(SUBAGENT_DESCRIPTOR) == 1
     descriptor_at = types.index(SUBAGENT_DESCRIPTOR)
@@ -231,8 +231,8 @@ def test_the_parent_explicit_sandbox_mode_is_delegated() -> None:
     agent.followup("go")
     asyncio.run(agent.run())
     (child,) = children_of(store, "parent")
-    assert [e["type"] for e in child.events[:3]] == ["session/end-seed", APPROVAL_POLICY, SANDBOX_MODE]
-    assert al.thaw(child.events[2]["data"]) == {"mode": "workspace-write", "source": "delegation"}
+    assert [e["type"] for e in child.events[:2]] == [SANDBOX_MODE, APPROVAL_POLICY]  # the original's order
+    assert al.thaw(child.events[0]["data"]) == {"mode": "workspace-write", "source": "delegation"}
 
 
 # --- parallel ------------------------------------------------------------------------------------------------
@@ -296,10 +296,37 @@ def test_a_continuable_child_is_resumed_by_its_label_on_a_later_delegation() -> 
     types = [e["type"] for e in child.events]
     assert types.count(SUBAGENT_DESCRIPTOR) == 1 and types.count(APPROVAL_POLICY) == 1
     assert types.count("turn/end") == 2
-    descriptor = next(e for e in child.events if e["type"] == SUBAGENT_DESCRIPTOR)
-    assert al.thaw(descriptor["data"]) == {"version": 2, "mode": "continuable", "provider": "spawn", "label": "notes"}
+    # a continuable child's descriptor is its creation seed (the original's seedDescriptorTurn), between turns
+    assert types[:3] == [SUBAGENT_DESCRIPTOR, "session/end-seed", APPROVAL_POLICY]
+    assert al.thaw(child.events[0]["data"]) == {
+        "version": 2,
+        "mode": "continuable",
+        "provider": "spawn",
+        "label": "notes",
+        "agentProvider": "deepseek",  # the resolved route is recorded, as the original does
+        "agentModel": "demo-model",
+    }
     first, _last = results[1]["meta"]["subagent"]["seqs"]
     assert child.events[first]["data"] == {"turn": 2}
+
+
+def test_a_continuable_fork_childs_seed_is_the_prefix_then_its_descriptor_as_the_original_stages_it() -> None:
+    agent, _, store = make_parent(lambda request: text_reply("parent answer"))
+    agent.followup("first")
+    asyncio.run(agent.run())
+    prefix = len(agent.session.events)  # the parent's log ends at its turn/end
+
+    async def api() -> Any:
+        return await agent.delegate("x", mode="continuable", provider="fork", label="n")
+
+    child = store.get(asyncio.run(api()).session_id)
+    assert child is not None
+    assert child.header["seedLength"] == prefix  # the inherited prefix only
+    types = [e["type"] for e in child.events]
+    # seedDescriptorTurn: Session.create(prefix) adds its end-seed, then the descriptor; the child's create
+    # closes that seed with its own end-seed; the delegated policy follows
+    assert types[prefix : prefix + 4] == ["session/end-seed", SUBAGENT_DESCRIPTOR, "session/end-seed", APPROVAL_POLICY]
+    assert types.count(SUBAGENT_DESCRIPTOR) == 1
 
 
 def test_a_continuable_delegation_without_a_label_is_an_error_result_and_nothing_is_created() -> None:
@@ -418,6 +445,35 @@ def test_a_tool_filter_narrows_the_child_tools_and_a_model_override_changes_its_
     assert [t["name"] for t in request.tools] == ["beta"]
     assert request.model == "small-model"
     assert child.request_header()["config"]["model"] == "small-model"
+
+
+def test_a_continuable_childs_tool_filter_is_recorded_as_the_originals_restriction_and_rules_a_reopened_child() -> None:
+    agent, provider, store = make_parent(parent_route(), tools=_tools())
+
+    async def api() -> Any:
+        return await agent.delegate("x", mode="continuable", label="n", tool_filter=["beta"])
+
+    first = asyncio.run(api())
+    child = store.get(first.session_id)
+    assert child is not None
+    assert al.thaw(child.events[0]["data"])["toolFilter"] == {"allow": ["beta"]}  # {allow?, deny?}, as the original
+    # a fresh parent agent (no live children) reopens the child from its descriptor alone
+    parent2 = Agent(
+        agent.session,
+        provider,
+        agent.options,
+        tools=_tools(),
+        durable=False,
+        subagents=SubagentConfig(open_session=lambda sid: store.get(sid)),  # type: ignore[arg-type,return-value]
+    )
+
+    async def again() -> Any:
+        return await parent2.delegate("y", mode="continuable", label="n")
+
+    second = asyncio.run(again())
+    assert second.session_id == first.session_id and second.resumed
+    request = [r for r in provider.requests if r.session_id == child.id][-1]
+    assert [t["name"] for t in request.tools] == ["beta"]
 
 
 def test_a_tool_filter_naming_an_unknown_tool_is_an_error_result_and_nothing_is_created() -> None:

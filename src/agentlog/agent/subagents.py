@@ -382,7 +382,7 @@ class Delegation:
         return self._child_agent(
             session,
             persona=descriptor.get("persona"),
-            tool_filter=descriptor.get("toolFilter"),
+            tool_filter=self._stored_filter(descriptor.get("toolFilter")),
             agent_provider=descriptor.get("agentProvider"),
             agent_model=descriptor.get("agentModel"),
             descriptor=None,
@@ -405,28 +405,36 @@ class Delegation:
         if label is not None:
             descriptor["label"] = label
         if mode == "continuable":
-            if agent_provider is not None:
-                descriptor["agentProvider"] = agent_provider
-            if agent_model is not None:
-                descriptor["agentModel"] = agent_model
+            # The original records the resolved route (the override, else the parent's), not only overrides.
+            descriptor["agentProvider"] = agent_provider if agent_provider is not None else self.parent.options.provider
+            descriptor["agentModel"] = agent_model if agent_model is not None else self.parent.options.model
             if persona is not None:
                 descriptor["persona"] = persona
             if tool_filter is not None:
-                descriptor["toolFilter"] = list(tool_filter)
+                descriptor["toolFilter"] = {"allow": list(tool_filter)}  # the original's ToolRestriction
         # Everything that can be refused is checked before the child session exists: nothing is written.
         tools = self._child_tools(tool_filter, depth)
         route = self._route(agent_provider, agent_model)
         store = self._store()
         parent = self.parent.session
-        seed = fork_seed(parent) if kind == "fork" else []
-        session = store.create(session_id, seed=seed, meta=child_session_meta(parent, depth, len(seed)))
-        policy: ApprovalPolicyData = {"policy": "never", "source": "delegation"}
-        session.append_custom(APPROVAL_POLICY, policy)
-        sandbox = _explicit_sandbox(parent)
+        prefix = fork_seed(parent) if kind == "fork" else []
+        # The original's layout: a spawn child has no seed (so no session/end-seed); a fork child's seed is
+        # the parent's prefix. A continuable child's descriptor is part of its creation seed, between turns
+        # after that prefix (staged like the original's seedDescriptorTurn); a one-shot child's is written
+        # in its first turn. seedLength counts only the inherited prefix.
+        seed: list[Any] | None = prefix or None
+        if mode == "continuable":
+            staged = Session.create(session_id or "staged-child", seed)
+            staged.append_custom(SUBAGENT_DESCRIPTOR, descriptor)
+            seed = list(staged.events)
+        session = store.create(session_id, seed=seed, meta=child_session_meta(parent, depth, len(prefix)))
+        sandbox = _explicit_sandbox(parent)  # the original appends the sandbox override first
         if sandbox is not None:
             delegated: SandboxModeData = {"mode": sandbox, "source": "delegation"}  # type: ignore[typeddict-item]
             session.append_custom(SANDBOX_MODE, delegated)
-        agent = self._make_agent(session, tools, route, persona, descriptor)
+        policy: ApprovalPolicyData = {"policy": "never", "source": "delegation"}
+        session.append_custom(APPROVAL_POLICY, policy)
+        agent = self._make_agent(session, tools, route, persona, descriptor if mode == "one-shot" else None)
         return agent, session
 
     def _child_agent(
@@ -443,6 +451,17 @@ class Delegation:
         tools = self._child_tools(tool_filter, depth)
         route = self._route(agent_provider, agent_model)
         return self._make_agent(session, tools, route, persona, descriptor)
+
+    def _stored_filter(self, value: Any) -> Sequence[str] | None:
+        """A descriptor's ``toolFilter`` as tool names: the original's ``{allow?, deny?}`` restriction
+        (what agentlog writes too), or the plain list of names agentlog wrote before it."""
+        if value is None or not isinstance(value, Mapping):
+            return value
+        allow, deny = value.get("allow"), value.get("deny")
+        if allow is None:
+            base = self.config.tools if self.config.tools is not None else self.parent.tools
+            allow = [t.name for t in base if not isinstance(t, DelegateTool)]
+        return [name for name in allow if not (deny and name in deny)]
 
     def _child_tools(self, tool_filter: Sequence[str] | None, depth: int) -> list[Tool]:
         base = list(self.config.tools) if self.config.tools is not None else list(self.parent.tools)

@@ -59,10 +59,11 @@ def check_subagent_descriptor(data: Any) -> None:
     if mode not in ("one-shot", "continuable"):
         raise ValueError(f'mode must be "one-shot" or "continuable", got {mode!r}')
     provider = record.get("provider")
-    if not isinstance(provider, str) or not provider:
-        raise ValueError("provider must be a non-empty string")
-    if "label" in record and (not isinstance(record["label"], str) or not record["label"]):
-        raise ValueError("label must be a non-empty string when present")
+    # The original's descriptor parser asks strings of provider and label, not non-empty ones.
+    if not isinstance(provider, str):
+        raise ValueError("provider must be a string")
+    if "label" in record and not isinstance(record["label"], str):
+        raise ValueError("label must be a string when present")
     if mode == "continuable" and "label" not in record:
         raise ValueError("a continuable descriptor requires a label")
     for key in _CONTINUABLE_ONLY:
@@ -70,10 +71,32 @@ def check_subagent_descriptor(data: Any) -> None:
             continue
         if mode != "continuable":
             raise ValueError(f"{key} belongs to continuable descriptors only")
-        # toolFilter's shape is not the spec's to say (agentlog writes an array of tool names; another
-        # writer's filter is kept as the JSON it is, so a log the original wrote still loads).
-        if key != "toolFilter" and not isinstance(record[key], str):
+        if key == "toolFilter":
+            _check_tool_filter(record[key])
+        elif not isinstance(record[key], str):
             raise ValueError(f"{key} must be a string")
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+
+
+def _check_tool_filter(value: Any) -> None:
+    """The original's ``ToolRestriction``: ``{allow?: string[], deny?: string[]}`` with at least one of
+    them (what its descriptor parser accepts); a plain array of tool names, which agentlog wrote before it
+    wrote the original's shape, is still read."""
+    if _names(value):
+        return
+    if not isinstance(value, Mapping):
+        raise ValueError("toolFilter must be an object {allow?, deny?} of tool-name arrays")
+    extra = sorted(set(value) - {"allow", "deny"})
+    if extra:
+        raise ValueError(f"toolFilter has unknown field {extra[0]!r}")
+    if "allow" not in value and "deny" not in value:
+        raise ValueError("toolFilter must declare allow and/or deny")
+    for key in ("allow", "deny"):
+        if key in value and not _names(value[key]):
+            raise ValueError(f"toolFilter.{key} must be an array of strings")
 
 
 def check_approval_policy(data: Any) -> None:
