@@ -371,3 +371,33 @@ def test_the_listing_tells_open_and_interrupted_turns_from_the_tail(tmp_path: Pa
         assert inspector.summary("crashed")["status"] == "interrupted"
     finally:
         inspector.close()
+
+
+def test_events_between_turns_and_steps_belong_to_neither(tmp_path: Path) -> None:
+    """An event without its own turn is attributed to the turn (and step) open at its seq: one logged
+    after a turn ended (or a step ended) and before the next began has no turn (or no step)."""
+    import agentlog as al
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("between", meta={"cwd": "/work"})
+    title = {"title": "t", "messageSeqs": [1], "source": {"kind": "user"}}
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", al.user_message("hi"), {"surfaceOp": "append"})
+    session.append("step/start", {"turn": 1, "step": 1})
+    inside = session.append("session/title", title).seq
+    session.append("step/end", {"turn": 1, "step": 1})
+    between_steps = session.append("session/title", title).seq
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    between_turns = session.append("session/title", title).seq
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    try:
+        items = {item["seq"]: item for item in inspector.log_page("between", 0, 100)["items"]}
+        assert (items[inside]["turn"], items[inside]["step"]) == (1, 1)
+        assert (items[between_steps]["turn"], items[between_steps]["step"]) == (1, None)
+        assert (items[between_turns]["turn"], items[between_turns]["step"]) == (None, None)
+    finally:
+        inspector.close()

@@ -217,6 +217,8 @@ class _Index:
     turn_numbers: list[Any] = field(default_factory=list)
     step_starts: list[int] = field(default_factory=list)
     step_numbers: list[tuple[Any, Any]] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    step_ends: list[int] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     results: dict[str, int] = field(default_factory=dict)
     compactions: list[int] = field(default_factory=list)
@@ -309,7 +311,10 @@ def _build_index(events: Sequence[Any], index: _Index | None = None, start: int 
         elif etype == SESSION_TITLE and isinstance(data.get("title"), str):
             index.title = data["title"]
         elif etype == TURN_END:
+            index.turn_ends.append(seq)
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
+        elif etype == STEP_END:
+            index.step_ends.append(seq)
     return index
 
 
@@ -432,6 +437,8 @@ def _copy_index(index: _Index) -> _Index:
         turn_numbers=list(index.turn_numbers),
         step_starts=list(index.step_starts),
         step_numbers=list(index.step_numbers),
+        turn_ends=list(index.turn_ends),
+        step_ends=list(index.step_ends),
         calls=dict(index.calls),
         results=dict(index.results),
         compactions=list(index.compactions),
@@ -1044,14 +1051,26 @@ def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
 def _turn_step(index: _Index, seq: int, data: Any) -> tuple[Any, Any]:
     turn = data.get("turn") if isinstance(data, Mapping) else None
     step = data.get("step") if isinstance(data, Mapping) else None
-    if turn is None:
+    if turn is None:  # the turn open at seq: an event after its end and before the next start has none
         at = bisect.bisect_right(index.turn_starts, seq) - 1
-        turn = index.turn_numbers[at] if at >= 0 else None
+        if at >= 0 and not _ended_between(index.turn_ends, index.turn_starts[at], seq):
+            turn = index.turn_numbers[at]
     if step is None and turn is not None:
         at = bisect.bisect_right(index.step_starts, seq) - 1
-        if at >= 0 and index.step_numbers[at][0] == turn and index.step_starts[at] >= _turn_start(index, seq):
+        if (
+            at >= 0
+            and index.step_numbers[at][0] == turn
+            and index.step_starts[at] >= _turn_start(index, seq)
+            and not _ended_between(index.step_ends, index.step_starts[at], seq)
+        ):
             step = index.step_numbers[at][1]
     return turn, step
+
+
+def _ended_between(ends: list[int], start: int, seq: int) -> bool:
+    """Whether one of ``ends`` (sorted seqs) lies strictly between ``start`` and ``seq``."""
+    at = bisect.bisect_right(ends, start)
+    return at < len(ends) and ends[at] < seq
 
 
 def _turn_start(index: _Index, seq: int) -> int:
