@@ -16,13 +16,16 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use: moving the time slider folds a prefix of the log already in memory (``view.at(seq)``), and a log
-that changed on disk is read again. Nothing here re-executes anything.
+use: moving the time slider folds a prefix of the log already in memory (``view.at(seq)``); a log that
+was appended to is continued by its stored suffix (a seek read from the last loaded seq, checked
+against the event already loaded there), and one that cannot be (another history, a torn tail, a
+backend without seek reads) is read again. Nothing here re-executes anything.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import difflib
 import os
 import threading
@@ -41,11 +44,13 @@ from ..errors import (
     InvalidSessionIdError,
     SeqOutOfRangeError,
 )
+from ..kernel.chunkrows import ChunkRun
 from ..kernel.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
+    SESSION_END_SEED,
     STEP_END,
     STEP_START,
     TOOL_CALL,
@@ -55,14 +60,14 @@ from ..kernel.events import (
     USER_MESSAGE,
 )
 from ..kernel.jsonvalue import thaw
-from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..kernel.request_header import fold_request_header
-from ..kernel.session import SessionView, derive_event_message
+from ..kernel.session import Session, SessionView, derive_event_message
 from ..kernel.store import SessionStore
 from ..kernel.surface import fold_surface
-from ..persistence.backend import Backend
+from ..persistence.backend import Backend, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
-from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
@@ -212,6 +217,8 @@ class _Index:
     turn_numbers: list[Any] = field(default_factory=list)
     step_starts: list[int] = field(default_factory=list)
     step_numbers: list[tuple[Any, Any]] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    step_ends: list[int] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     results: dict[str, int] = field(default_factory=dict)
     compactions: list[int] = field(default_factory=list)
@@ -234,6 +241,9 @@ class LoadedSession:
     _replacements: list[Any] | None = None
     _charts: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stored_index: _Index | None = None
+    """The index of the stored events alone (the closers left out), kept when the session was continued
+    by a stored suffix: the next continuation extends it instead of indexing the whole log again."""
 
     @property
     def view(self) -> SessionView:
@@ -266,9 +276,11 @@ class LoadedSession:
             return self._replacements
 
 
-def _build_index(events: Sequence[Any]) -> _Index:
-    index = _Index()
-    for seq, event in enumerate(events):
+def _build_index(events: Sequence[Any], index: _Index | None = None, start: int = 0) -> _Index:
+    """The index of ``events``, or ``index`` (of ``events[:start]``) continued by ``events[start:]``."""
+    index = _Index() if index is None else index
+    items = enumerate(events) if start == 0 else ((seq, events[seq]) for seq in range(start, len(events)))
+    for seq, event in items:
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
             continue
@@ -299,7 +311,10 @@ def _build_index(events: Sequence[Any]) -> _Index:
         elif etype == SESSION_TITLE and isinstance(data.get("title"), str):
             index.title = data["title"]
         elif etype == TURN_END:
+            index.turn_ends.append(seq)
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
+        elif etype == STEP_END:
+            index.step_ends.append(seq)
     return index
 
 
@@ -374,6 +389,82 @@ def _downsample(points: list[list[Any]], limit: int) -> list[list[Any]]:
     return out
 
 
+def _extend_stored(reader: PersistenceCoordinator, stored: StoredView) -> StoredView | None:
+    """``stored`` continued by the events committed after its stored prefix, without reading the log
+    again: the suffix from its last stored seq on is read (``read_from``, a seek read), the event at
+    that seq must be the one already loaded (its anchor, as the projection cache checks a cut), and the
+    loaded stored events plus the new ones are restored into a session as a whole read would (the
+    closers of a turn left open recomputed; the loaded events are already frozen, so restoring them
+    again costs little and reads nothing). ``None`` when the log must be read whole instead: a torn
+    tail was loaded (the next load repairs it: the history changes), nothing was stored, the header or
+    the anchor event differs (a rewritten log, another history), the suffix does not continue at the
+    next seq, or it does not restore (a whole read reports the damage)."""
+    view = stored.view
+    last = stored.last_stored_seq
+    if stored.torn or last < 1:
+        return None
+    session_id = view.id
+    try:
+        suffix = reader.read_from(session_id, last)
+    except AgentlogError:
+        return None
+    events = suffix.events
+    header = view.header
+    if not len(events) or any(suffix.meta.get(key) != header.get(key) for key in ("id", "createdAt", "cwd")):
+        return None
+    if anchor_of(last, events[0]) != anchor_of(last, view.events[last]):
+        return None
+    added = events[1:]
+    if any(event.get("seq") != last + 1 + offset for offset, event in enumerate(added)):
+        return None
+    logged = [*view.events.prefix(last + 1).restore_seed(), *added]
+    try:
+        closers = interrupted_turn_closers(logged)
+        balanced = [*logged, *closers]
+        session = Session.from_restore(session_id, balanced, header)
+    except AgentlogError:
+        return None
+    end = balanced[-1]
+    marked = end.__class__ is not ChunkRun and end["type"] == SESSION_END_SEED
+    length = len(session) if marked else len(session) - 1
+    return StoredView(session.at(length - 1), last + 1 + len(added), False, len(closers))
+
+
+def _copy_index(index: _Index) -> _Index:
+    return dataclasses.replace(
+        index,
+        turn_starts=list(index.turn_starts),
+        turn_numbers=list(index.turn_numbers),
+        step_starts=list(index.step_starts),
+        step_numbers=list(index.step_numbers),
+        turn_ends=list(index.turn_ends),
+        step_ends=list(index.step_ends),
+        calls=dict(index.calls),
+        results=dict(index.results),
+        compactions=list(index.compactions),
+        header_seqs=list(index.header_seqs),
+        context_seqs=list(index.context_seqs),
+    )
+
+
+def _continue_index(old: LoadedSession, new: LoadedSession) -> None:
+    """``new``'s index (``new`` continues ``old`` by a stored suffix) from ``old``'s: the index of the
+    stored events continued by the new stored events, then by the new closers. Without an index of
+    ``old``'s stored events (the first continuation of a session loaded with closers), the stored
+    events are indexed once."""
+    base = old._stored_index
+    if base is None and old.stored.closers == 0:
+        base = old._index
+    events = new.stored.view.events
+    stored = new.stored.stored_events
+    if base is None:
+        stored_index = _build_index(events.prefix(stored))
+    else:
+        stored_index = _build_index(events.prefix(stored), _copy_index(base), old.stored.stored_events)
+    new._stored_index = stored_index
+    new._index = stored_index if not new.stored.closers else _build_index(events, _copy_index(stored_index), stored)
+
+
 def _status(stored: StoredView, index: _Index) -> str:
     """``repairable`` (a torn tail, or an open turn a resume closes), ``interrupted`` (the last turn
     ended interrupted), else ``ok``."""
@@ -412,11 +503,14 @@ class Inspector:
         self._search_lock = threading.Lock()
         self.loads = 0
         """How many times a log was read (tests count them: a slider move reads nothing)."""
+        self.extensions = 0
+        """How many times a loaded session was continued by its stored suffix instead of read again."""
 
     # -- loading ----------------------------------------------------------------------------------------
 
     def load(self, session_id: str) -> LoadedSession:
-        """The session, from the LRU while its stored revision is unchanged, else read again."""
+        """The session, from the LRU while its stored revision is unchanged, else continued by the
+        stored suffix (:meth:`_extended`) or, when it cannot be, read again."""
         validate_session_id(session_id)
         revision = self.backend.read_revision(session_id)
         with self._lock:
@@ -429,6 +523,9 @@ class Inspector:
                 loaded = self._loaded.get(session_id)
                 if loaded is not None and revision is not None and loaded.revision == revision:
                     return loaded
+            extended = self._extended(loaded) if loaded is not None and revision is not None else None
+            if extended is not None:
+                return extended
             for _attempt in range(3):
                 stored = self.reader.stored_view(session_id, keep=False)
                 after = self.backend.read_revision(session_id)
@@ -445,6 +542,26 @@ class Inspector:
                 while len(self._loaded) > self._cache_size:
                     self._loaded.popitem(last=False)
             return loaded
+
+    def _extended(self, loaded: LoadedSession) -> LoadedSession | None:
+        """``loaded`` continued by the events stored after it, read with a seek read (the suffix only), or
+        ``None`` when it cannot be: see :func:`_extend_stored`. Caller holds the load lock."""
+        if not isinstance(self.backend, SeeksStored):
+            return None
+        session_id = loaded.session_id
+        revision = self.backend.read_revision(session_id)  # before the read: a racing append changes it again
+        stored = _extend_stored(self.reader, loaded.stored)
+        if stored is None:
+            return None
+        if self.backend.read_revision(session_id) != revision:
+            revision = None  # written while it was read: extended again on the next request
+        self.extensions += 1
+        extended = LoadedSession(session_id, revision, stored)
+        _continue_index(loaded, extended)
+        with self._lock:
+            self._loaded[session_id] = extended
+            self._loaded.move_to_end(session_id)
+        return extended
 
     # -- the sessions page ------------------------------------------------------------------------------
 
@@ -938,14 +1055,26 @@ def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
 def _turn_step(index: _Index, seq: int, data: Any) -> tuple[Any, Any]:
     turn = data.get("turn") if isinstance(data, Mapping) else None
     step = data.get("step") if isinstance(data, Mapping) else None
-    if turn is None:
+    if turn is None:  # the turn open at seq: an event after its end and before the next start has none
         at = bisect.bisect_right(index.turn_starts, seq) - 1
-        turn = index.turn_numbers[at] if at >= 0 else None
+        if at >= 0 and not _ended_between(index.turn_ends, index.turn_starts[at], seq):
+            turn = index.turn_numbers[at]
     if step is None and turn is not None:
         at = bisect.bisect_right(index.step_starts, seq) - 1
-        if at >= 0 and index.step_numbers[at][0] == turn and index.step_starts[at] >= _turn_start(index, seq):
+        if (
+            at >= 0
+            and index.step_numbers[at][0] == turn
+            and index.step_starts[at] >= _turn_start(index, seq)
+            and not _ended_between(index.step_ends, index.step_starts[at], seq)
+        ):
             step = index.step_numbers[at][1]
     return turn, step
+
+
+def _ended_between(ends: list[int], start: int, seq: int) -> bool:
+    """Whether one of ``ends`` (sorted seqs) lies strictly between ``start`` and ``seq``."""
+    at = bisect.bisect_right(ends, start)
+    return at < len(ends) and ends[at] < seq
 
 
 def _turn_start(index: _Index, seq: int) -> int:

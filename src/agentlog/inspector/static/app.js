@@ -623,10 +623,9 @@
 
     function frame(box, maxY, label) {
       box.textContent = "";
+      // The drawing stretches to the box (preserveAspectRatio none); text stays HTML, so it is never stretched.
       var root = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img" });
-      var text = svg("text", { x: 2, y: 10, class: "axis" });
-      text.textContent = label + " max " + fmt(maxY);
-      root.appendChild(text);
+      box.appendChild(el("span", { className: "axis", text: label + " max " + fmt(maxY) }));
       box.appendChild(root);
       return root;
     }
@@ -654,9 +653,7 @@
         root.appendChild(svg("path", { d: d, class: "line" }));
         if (dp) root.appendChild(svg("path", { d: dp, class: "projected" }));
       } else {
-        var none = svg("text", { x: W / 2 - 80, y: H / 2, class: "axis" });
-        none.textContent = "no usage reported in this log";
-        root.appendChild(none);
+        box.appendChild(el("span", { className: "axis none", text: "no usage reported in this log" }));
       }
       var now = svg("line", { x1: 0, x2: 0, y1: 0, y2: H, class: "now", id: "chart-now" });
       root.appendChild(now);
