@@ -5,10 +5,16 @@
 * M19 slider: p50/p95 server time of 100 moves to random seqs (``state_at`` and its JSON);
 * the peak RSS of that process (the server's side only: the store is written by another process);
 * M20 sessions page: ``GET /api/sessions`` over a real server on N stored sessions whose projection
-  cache is current (as ``agentlog run`` leaves it), the first request and the median of 20 more.
+  cache is current (as ``agentlog run`` leaves it), the first request and the median of 20 more;
+* export: ``agentlog export bench --html`` of W(``--export-turns``, default 2000) as a fresh command
+  (wall time, the file's size), then the file opened from disk in chromium (playwright; the launch not
+  counted): the time from navigation until the page shows the last seq in all three panes
+  (``body[data-at]``). Without playwright or ``/usr/bin/chromium`` (``$AGENTLOG_CHROMIUM``) the open
+  time is ``null``.
 
 Targets of the issue: M18 ≤ 1 s, M19 p95 ≤ 150 ms and RSS ≤ 300 MB at W(20000); M20 ≤ 200 ms at 1,000
-sessions. The last line of stdout is one JSON object with the figures.
+sessions; ``export --html`` of W(2000) ≤ 3 s, opening it ≤ 2 s. The last line of stdout is one JSON
+object with the figures.
 """
 
 from __future__ import annotations
@@ -104,6 +110,50 @@ def _listing_child(kind: str, root: str) -> None:
     print(json.dumps({"sessions": rows, "M20_first_seconds": times[0], "M20_seconds": statistics.median(times[1:])}))
 
 
+def _cli() -> list[str]:
+    script = Path(sys.executable).with_name("agentlog")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agentlog.cli"]
+
+
+def _export_figures(kind: str, root: str) -> dict[str, Any]:
+    """``export --html`` of the stored ``bench`` session as a fresh command, then the file opened in chromium."""
+    out = os.path.join(root, "bench.html")
+    store = ["--store", root, *(["--backend", "sqlite"] if kind == "sqlite" else [])]
+    begin = time.perf_counter()
+    done = subprocess.run(
+        [*_cli(), "export", "bench", "--html", "-o", out, "--json", *store], check=True, capture_output=True, text=True
+    )
+    export_seconds = time.perf_counter() - begin
+    events = json.loads(done.stdout)["events"]
+    return {
+        "export_events": events,
+        "export_seconds": export_seconds,
+        "export_bytes": os.path.getsize(out),
+        "export_open_seconds": _open_seconds(out),
+    }
+
+
+def _open_seconds(path: str) -> float | None:
+    """Seconds from navigating to the exported file until it shows its last seq (``None`` without a browser)."""
+    chromium = os.environ.get("AGENTLOG_CHROMIUM", "/usr/bin/chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if not os.path.isfile(chromium):
+        return None
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 900})
+            begin = time.perf_counter()
+            page.goto(Path(path).as_uri(), timeout=120_000)
+            page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached", timeout=120_000)
+            return time.perf_counter() - begin
+        finally:
+            browser.close()
+
+
 def _child(mode: str, kind: str, root: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, __file__, mode, kind, root], check=True, capture_output=True, text=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -116,7 +166,12 @@ def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
         page = _child("_session", args.backend, session_root)
         build_store(args.backend, listing_root, args.sessions)
         listing = _child("_listing", args.backend, listing_root)
-    figures = {"backend": args.backend, "turns": args.turns, **page, **listing}
+    with tempfile.TemporaryDirectory() as export_root:
+        write_session(args.backend, export_root, build_workload(args.export_turns), "bulk")
+        export = _export_figures(args.backend, export_root)
+    figures = {"backend": args.backend, "turns": args.turns, "export_turns": args.export_turns, **page, **listing}
+    figures.update(export)
+    opened = export["export_open_seconds"]
     print(
         f"inspector over {args.backend}: W({args.turns}) = {page['events']:,} events, {listing['sessions']:,} sessions"
     )
@@ -126,14 +181,24 @@ def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
     print(f"  peak RSS of the serving process                  {page['peak_rss_mb']:8.0f} MB   (target 300 MB)")
     print(f"  M20 sessions page, first request                 {listing['M20_first_seconds']:8.3f} s")
     print(f"  M20 sessions page, median of 20 more             {listing['M20_seconds']:8.3f} s    (target 0.2 s)")
+    print(
+        f"  export --html of W({args.export_turns}) ({export['export_events']:,} events, "
+        f"{export['export_bytes'] / 1e6:.1f} MB)  {export['export_seconds']:8.3f} s    (target 3 s)"
+    )
+    print(
+        "  the exported file opened in chromium             "
+        + (f"{opened:8.3f} s" if opened is not None else "     n/a  (no playwright or chromium)")
+        + "    (target 2 s)"
+    )
     return figures
 
 
 def add_inspector_parser(sub: Any) -> None:
-    p = sub.add_parser("inspector", help="M18 first paint, M19 slider p50/p95, RSS, M20 sessions page")
+    p = sub.add_parser("inspector", help="M18 first paint, M19 slider p50/p95, RSS, M20 sessions page, export --html")
     p.add_argument("--turns", type=int, default=20000, help="turns T of the W(T) session (default 20000)")
     p.add_argument("--sessions", type=int, default=1000, help="stored sessions for the sessions page (default 1000)")
     p.add_argument("--backend", choices=BACKENDS, default="jsonl-zstd", help="store backend (default jsonl-zstd)")
+    p.add_argument("--export-turns", type=int, default=2000, help="turns of the exported W(T) session (default 2000)")
     p.set_defaults(func=cmd_inspector)
 
 

@@ -11,7 +11,7 @@ Subcommands:
     projections: M10 ls from the projection cache, M11 cold snapshot, M12 append with the five units
     search   --sessions 1000: M13 index build, M14 reconciliation after one turn, M15/M16 query p50/p95
     import   --mb 200: M17 import throughput of a Claude Code style transcript (MB/s) and its peak RSS
-    inspector --turns 20000 --sessions 1000: M18 first paint, M19 slider p50/p95, serving RSS, M20 sessions page
+    inspector --turns 20000 --sessions 1000: M18 first paint, M19 slider, serving RSS, M20 sessions page, export --html
     cli-start --sessions 50: CPU (user + sys) of ``agentlog --version`` and ``agentlog ls`` in fresh processes
     pg-writers --processes 1,4,8: PostgreSQL, aggregate events/s of N concurrent writer processes
              (W(200) each, flush per step) and the eventsourcing recorder as the per-step peer anchor

@@ -1,4 +1,4 @@
-"""Write the stores bench.sh compares on: W(2000) and W(8000), jsonl-zstd and sqlite, session ``bench``."""
+"""Write the stores bench.sh compares on: W(2000) and W(8000), jsonl-zstd, session ``bench``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from workload import build_workload
 
 if __name__ == "__main__":
     target = Path(sys.argv[1])
-    for name, kind, turns in (("z2", "jsonl-zstd", 2000), ("z8", "jsonl-zstd", 8000), ("s2", "sqlite", 2000),
-                              ("s8", "sqlite", 8000)):  # fmt: skip
+    for name, kind, turns in (("z2", "jsonl-zstd", 2000), ("z8", "jsonl-zstd", 8000)):
         root = target / name
         if root.exists():
             continue

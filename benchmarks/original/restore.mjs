@@ -1,8 +1,7 @@
 // M4 cold restore of the ORIGINAL (DeepSeek Harness) on a store written by agentlog.
 //
-// Usage: node restore.mjs <jsonl-zstd|jsonl|sqlite> <root> [sessionId=bench]
+// Usage: node restore.mjs <jsonl-zstd|jsonl> <root> [sessionId=bench]
 //   jsonl-zstd / jsonl: <root> is the JSONL root directory (…/--<project>--/<id>/session.jsonl[.zstd])
-//   sqlite:             <root> is the directory holding sessions.sqlite3
 //
 // Timed region (mirrors agentlog's benchmarks/persist.py _restore_main): from just before the store is
 // opened (Context + SessionStore plugin + persistence plugin) to after deriveMessages() returned, i.e.
@@ -21,7 +20,7 @@ import { join } from 'node:path'
 
 const [kind, root, idArg] = process.argv.slice(2)
 if (!kind || !root) {
-  console.error('usage: node restore.mjs <jsonl-zstd|jsonl|sqlite> <root> [sessionId]')
+  console.error('usage: node restore.mjs <jsonl-zstd|jsonl> <root> [sessionId]')
   process.exit(2)
 }
 const sessionId = idArg ?? 'bench'
@@ -36,14 +35,10 @@ if (kind === 'jsonl-zstd' || kind === 'jsonl') {
   Backend = (await import('@deepseek-ai/dsh-session-persistence-jsonl')).default
   config = { root, compression: kind === 'jsonl-zstd' ? 'zstd' : 'none' }
 } else if (kind === 'sqlite') {
-  // 0.1.1-rc.2 source (schema 17; src identical to dsh-v0.1.0-rc.8) bundled by esbuild to lib/index.js
-  // (`npm run build:sqlite`), external deps resolved from node_modules like the published package.
-  // The npm registry only has dsh-session-persistence-sqlite@0.0.1-rc.1 (schema 14), which cannot open
-  // schema-17 files.
-  Backend = (await import('./vendor/dsh-session-persistence-sqlite/lib/index.js')).default
-  config = { path: join(root, 'sessions.sqlite3') }
-  // Pre-load node:sqlite so its one-time module load is not inside the timed region (imports excluded).
-  await import('node:sqlite')
+  // Only the original's npm packages are run. The registry's dsh-session-persistence-sqlite is 0.0.1-rc.1
+  // (schema 14), which cannot open the schema-17 stores agentlog (and the original's 0.1.1-rc.2) write.
+  console.error('sqlite: the npm registry has no dsh-session-persistence-sqlite that opens schema-17 stores')
+  process.exit(2)
 } else {
   console.error(`unknown kind ${kind}`)
   process.exit(2)

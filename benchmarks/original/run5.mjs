@@ -1,6 +1,6 @@
 // Run restore.mjs N times (default 5) in fresh processes per set and print medians + load.
 // Usage: node run5.mjs [N] <kind>:<root> [<kind>:<root> ...]
-//   e.g. node run5.mjs 5 jsonl-zstd:/tmp/origcp/z2 jsonl-zstd:/tmp/origcp/z8 sqlite:/tmp/origcp/s2
+//   e.g. node run5.mjs 5 jsonl-zstd:/tmp/origcp/z2 jsonl-zstd:/tmp/origcp/z8
 // Each run is also wrapped in /usr/bin/time -f %M, so the table carries both VmHWM (read by the
 // child at the end of the timed region) and the kernel's max RSS for the whole child process.
 import { spawnSync } from 'node:child_process'

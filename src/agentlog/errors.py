@@ -89,7 +89,9 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── InvalidAgentOptionError (ValueError) [INVALID_AGENT_OPTION]
     │   ├── OpenTurnError [TURN_OPEN]
     │   ├── TurnBlockedError [TURN_BLOCKED]
-    │   └── TurnFailedError [TURN_FAILED; relays the code recorded in turn/end]
+    │   ├── TurnFailedError [TURN_FAILED; relays the code recorded in turn/end]
+    │   ├── SubagentDepthError [SUBAGENT_DEPTH_EXCEEDED]
+    │   └── SubagentLabelError (ValueError) [SUBAGENT_LABEL_CONFLICT]
     ├── SessionTitleError [SESSION_TITLE_ERROR]
     │   ├── SessionTitleInvalidError (ValueError) [SESSION_TITLE_INVALID]
     │   ├── SessionTitleStateError (ValueError) [SESSION_TITLE_STATE]
@@ -731,6 +733,23 @@ class TurnFailedError(AgentError):
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message, code=code)
+
+
+class SubagentDepthError(AgentError):
+    """A delegation would make a child deeper than the configured ``max_depth`` (runtime spec §6.8).
+
+    The delegating tool call gets this error as its result (``{name, code}`` on the ``tool/result``);
+    no child session is created.
+    """
+
+    code = "SUBAGENT_DEPTH_EXCEEDED"
+
+
+class SubagentLabelError(AgentError, ValueError):
+    """A continuable delegation's ``label`` names a session that is not a continuable child of this
+    parent (another parent's child, or a one-shot child); nothing is written."""
+
+    code = "SUBAGENT_LABEL_CONFLICT"
 
 
 # --- compaction ---------------------------------------------------------------------------------------

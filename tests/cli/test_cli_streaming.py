@@ -116,6 +116,7 @@ def _expected(root: Path) -> dict[str, bytes]:
         {
             "sessionId": SID,
             "header": thaw(header),
+            "children": [],  # the sessions naming it as parent (forks, subagents): none here
             "events": len(stored.events),  # the stored events, as verify counts them
             "wouldBeAddedOnResume": [event["seq"] for event in events if event["seq"] > stored.events[-1]["seq"]],
             "lastTurn": _last_turn(events),

@@ -61,10 +61,15 @@ def test_demo__json_facts_show_the_crash_the_repair_and_the_fork(
     session_id = facts["session"]["id"]
     assert facts["fork"]["parentSession"] == session_id
     assert facts["fork"]["sameMessagesAsParent"] is True
+    # The fork delegated once: the subagent's session is linked to it and its answer is the fork's result.
+    delegation = facts["delegation"]
+    assert delegation["parentSession"] == facts["fork"]["id"]
+    assert (delegation["origin"], delegation["delegationDepth"]) == ("subagent", 1)
+    assert delegation["answer"] and delegation["answer"] == delegation["toolResult"]
     rows = {row["role"]: row for row in facts["summary"]}
     assert rows["session"]["id"] == session_id and rows["fork"]["id"] == facts["fork"]["id"]
     for row in rows.values():
-        turns = 4 if row["role"] == "session" else 3  # the session had the compaction step's turn after the fork
+        turns = 4  # the session had the compaction step's turn after the fork, the fork its delegating turn
         assert row["events"] > 0 and row["turns"] == turns and row["surface"] > 0 and row["fileBytes"] > 0
         assert Path(row["file"]).is_file() and Path(row["file"]).is_relative_to(tmp_path.absolute())
         assert row["file"].endswith(".jsonl.zstd")
@@ -74,7 +79,8 @@ def test_demo__json_facts_show_the_crash_the_repair_and_the_fork(
     assert result.exit_code == 0, result.output
     verified = orjson.loads(result.stdout)
     assert verified["ok"] is True
-    assert sorted(s["id"] for s in verified["sessions"]) == sorted([session_id, facts["fork"]["id"]])
+    expected = [session_id, facts["fork"]["id"], delegation["childId"]]
+    assert sorted(s["id"] for s in verified["sessions"]) == sorted(expected)
     assert all(s["status"] == "ok" for s in verified["sessions"])
 
 

@@ -136,8 +136,9 @@ def test_search_hits_name_the_seq_to_open(written: Written) -> None:
         inspector.close()
 
 
-def test_a_changed_log_is_read_again(tmp_path: Path) -> None:
-    """The LRU serves a loaded session while its stored revision is unchanged, and re-reads it after a write."""
+def test_an_appended_log_is_continued_not_read_again(tmp_path: Path) -> None:
+    """The LRU serves a loaded session while its stored revision is unchanged; after a writer appends,
+    the loaded session is continued by the stored suffix (the log is not read again)."""
     import agentlog as al
 
     from .stores import write_store
@@ -159,7 +160,7 @@ def test_a_changed_log_is_read_again(tmp_path: Path) -> None:
         writer.close()
         new_last = inspector.summary("main")["lastSeq"]
         assert new_last >= last + 3  # (a resume may log its own marker first)
-        assert inspector.loads == 2
+        assert (inspector.loads, inspector.extensions) == (1, 1)
         assert inspector.state_at("main", new_last)["messages"][-1]["content"][0]["text"] == "more"
     finally:
         inspector.close()
@@ -447,4 +448,34 @@ def test_states_from_the_surface_timeline_equal_session_at_with_replacements_and
         assert inspector.loads == 1
     finally:
         reference.close()
+        inspector.close()
+
+
+def test_events_between_turns_and_steps_belong_to_neither(tmp_path: Path) -> None:
+    """An event without its own turn is attributed to the turn (and step) open at its seq: one logged
+    after a turn ended (or a step ended) and before the next began has no turn (or no step)."""
+    import agentlog as al
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("between", meta={"cwd": "/work"})
+    title = {"title": "t", "messageSeqs": [1], "source": {"kind": "user"}}
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", al.user_message("hi"), {"surfaceOp": "append"})
+    session.append("step/start", {"turn": 1, "step": 1})
+    inside = session.append("session/title", title).seq
+    session.append("step/end", {"turn": 1, "step": 1})
+    between_steps = session.append("session/title", title).seq
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    between_turns = session.append("session/title", title).seq
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"))
+    try:
+        items = {item["seq"]: item for item in inspector.log_page("between", 0, 100)["items"]}
+        assert (items[inside]["turn"], items[inside]["step"]) == (1, 1)
+        assert (items[between_steps]["turn"], items[between_steps]["step"]) == (1, None)
+        assert (items[between_turns]["turn"], items[between_turns]["step"]) == (None, None)
+    finally:
         inspector.close()

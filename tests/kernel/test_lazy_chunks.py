@@ -590,3 +590,34 @@ def test_a_full_pass_leaves_runs_packed_and_equals_the_eager_events() -> None:
             assert sum(1 for item in session._log if item.__class__ is ChunkRun) == 0, kind
             assert list(session.events) == passed, kind
             assert list(session.events.outside_runs()) == passed, kind  # built runs are events again
+
+
+def test_a_restore_seed_keeps_runs_packed_and_restores_the_same_events() -> None:
+    """``events.restore_seed()`` of a restored log holds each packed run once (a run the view ends inside
+    gives its members), and restoring it again gives the same events with the runs still packed."""
+    script = {
+        "turns": [
+            {
+                "turn": 1,
+                "header": True,
+                "steps": [{"stretches": [[text_delta(0, f"w{k}") for k in range(12)]], "message": True,
+                           "tool": False, "flush": []}],
+            }
+        ],
+        "open": None,
+        "gaps": [1],
+    }  # fmt: skip
+    for kind in BACKENDS:
+        with cold_prepared(kind, script) as (_live, session):
+            events = session.events
+            seed = events.restore_seed()
+            assert sum(1 for item in seed if item.__class__ is ChunkRun) == 1, kind
+            again = Session.from_restore(SID, seed, session.header)
+            assert sum(1 for item in again._log if item.__class__ is ChunkRun) == 12, kind
+            assert [e.json_bytes for e in again.events] == [e.json_bytes for e in events], kind
+            first_chunk = next(i for i, e in enumerate(events) if e["type"] == "assistant/chunk")
+            cut = events.prefix(first_chunk + 5)
+            cut_seed = cut.restore_seed()
+            assert not any(item.__class__ is ChunkRun for item in cut_seed), kind
+            assert [e.json_bytes for e in cut_seed] == [e.json_bytes for e in cut], kind
+            assert sum(1 for item in session._log if item.__class__ is ChunkRun) == 12, kind  # nothing built in

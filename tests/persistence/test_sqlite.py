@@ -30,6 +30,8 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+import agentlog.persistence.sqlite._codec as sqlite_codec
+import agentlog.persistence.sqlite._connection as sqlite_connection
 import agentlog.persistence.sqlite.backend as sqlite_module
 from _full_disk import fill, remount, small_tmpfs
 from agentlog import SessionStore
@@ -1858,3 +1860,57 @@ def test_session_ids_the_store_cannot_hold_are_invalid_session_id(opened_backend
     memory.validate_session_id("m" * 5000)  # no lock files: only the text rule applies
     with pytest.raises(InvalidSessionIdError):
         memory.validate_session_id("\udfff")
+
+
+# --- the tail digest of a revision -------------------------------------------------------------------------
+
+_SQLITE_VALUES = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(),
+    st.binary(),
+    st.binary().map(lambda raw: sqlite_codec.InvalidText(raw)),
+)
+
+
+def _row_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What makes two stored rows the same: each column's type and exact value (-0.0 is not 0.0)."""
+
+    def key(value: Any) -> Any:
+        if isinstance(value, sqlite_codec.InvalidText):
+            return ("invalid-text", value.raw)
+        if type(value) is float:
+            return ("float", value.hex())
+        return (type(value).__name__, value)
+
+    return tuple(key(value) for value in values)
+
+
+_ROWS = st.tuples(_SQLITE_VALUES, _SQLITE_VALUES, _SQLITE_VALUES)
+
+
+@given(_ROWS, st.one_of(_ROWS, _ROWS.map(lambda row: tuple(reversed(row)))))
+def test_the_tail_digest_encodes_two_different_rows_differently(a: tuple[Any, ...], b: tuple[Any, ...]) -> None:
+    """The digest hashes an injective encoding of the row's columns: equal encodings only for equal rows
+    (same types and values: 1, 1.0 and '1' differ), so a restored log's different newest row changes it."""
+    encode = sqlite_connection._tail_encoding
+    assert (b"".join(encode(a)) == b"".join(encode(b))) == (_row_key(a) == _row_key(b))
+    assert b"".join(encode(a)) == b"".join(encode(a))
+
+
+def test_the_tail_digest_of_a_large_row_takes_no_copy_of_it() -> None:
+    """A revision is read under whatever memory the caller has left (``ulimit -v``): the digest streams the
+    tail row's values into the hash instead of building their ``repr`` (four times a 600 KB blob)."""
+    import tracemalloc
+
+    blob = os.urandom(8 << 20)
+    text = "x" * (1 << 20)
+    tracemalloc.start()
+    try:
+        digest = sqlite_connection._tail_digest(("s1", 7, 1.5, None, blob, text))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(digest) == 24 and digest != "none"
+    assert peak < 2 << 20, peak  # the 1 MiB text is encoded once; the 8 MiB blob is never copied

@@ -32,6 +32,7 @@ from .loop import (
     ReconstructionError,
     RetryPolicy,
     StepLimitError,
+    SubagentUpdate,
     TextDelta,
     ToolCallStarted,
     ToolResult,
@@ -40,6 +41,7 @@ from .loop import (
     TurnStarted,
     update_from_event,
 )
+from .subagents import DelegateTool, Delegation, DelegationResult, SubagentConfig
 from .tools import (
     CallResult,
     ExecutionMode,
@@ -72,6 +74,9 @@ __all__ = [
     "CommandPolicy",
     "CwdPolicy",
     "DecoratedTool",
+    "DelegateTool",
+    "Delegation",
+    "DelegationResult",
     "ExecutionMode",
     "FunctionTool",
     "Inbox",
@@ -85,6 +90,8 @@ __all__ = [
     "RetryPolicy",
     "RunCommandTool",
     "StepLimitError",
+    "SubagentConfig",
+    "SubagentUpdate",
     "TextDelta",
     "Tool",
     "ToolCall",

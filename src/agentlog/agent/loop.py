@@ -68,6 +68,7 @@ from ..llm.events import LLM_RETRY, LLM_RETRY_STARTED, LlmRetryData, LlmRetrySta
 from ..llm.types import GenerateRequest, LlmError, Provider
 from .checkpoint import CheckpointPolicy
 from .inbox import Inbox, Target
+from .subagents import DelegateTool, Delegation, DelegationResult, Mode, ProviderKind, SubagentConfig
 from .tools import (
     CallResult,
     ToolCall,
@@ -229,13 +230,35 @@ class TurnEnded:
         return TurnOutcome(self.turn, self.reason)
 
 
+@dataclass(frozen=True, slots=True)
+class SubagentUpdate:
+    """Progress of a subagent (a child session this run delegated to, at any depth): ``update`` is what
+    that child's own stream would yield; ``parent_session`` is the session that delegated to it."""
+
+    session_id: str
+    parent_session: str
+    depth: int
+    update: TurnStarted | TextDelta | ReasoningDelta | AssistantMessage | ToolCallStarted | ToolResult | TurnEnded
+    kind: Literal["subagent"] = "subagent"
+
+
 AgentUpdate: TypeAlias = (
-    TurnStarted | TextDelta | ReasoningDelta | AssistantMessage | ToolCallStarted | ToolResult | TurnEnded
+    TurnStarted
+    | TextDelta
+    | ReasoningDelta
+    | AssistantMessage
+    | ToolCallStarted
+    | ToolResult
+    | TurnEnded
+    | SubagentUpdate
 )
-"""What ``Agent.stream`` yields; branch on ``update.kind`` (or ``isinstance``)."""
+"""What ``Agent.stream`` yields; branch on ``update.kind`` (or ``isinstance``). ``update_from_event`` never
+makes a :class:`SubagentUpdate`: the stream wraps a child session's own updates in one."""
 
 
-def update_from_event(event: Event) -> AgentUpdate | None:
+def update_from_event(
+    event: Event,
+) -> TurnStarted | TextDelta | ReasoningDelta | AssistantMessage | ToolCallStarted | ToolResult | TurnEnded | None:
     """The stream update one committed event stands for, or ``None`` for events a watcher skips.
 
     Pure and total over any stored session, so ``[u for e in session.events if (u := update_from_event(e))]``
@@ -330,12 +353,19 @@ class Agent:
         durable: bool = True,
         compaction: Any | None = None,
         raise_on_error: bool = False,
+        subagents: SubagentConfig | None = None,
     ) -> None:
         self.session = session
         self.raise_on_error = raise_on_error
         self.provider = provider
         self.options = options
         self.tools = tools or ToolRegistry()
+        self.subagents: Delegation | None = None
+        if subagents is not None:
+            self.subagents = Delegation(self, subagents)
+            if self.subagents.may_delegate:  # a child at max_depth is not offered the tool at all
+                tool = DelegateTool(self.subagents, name=subagents.tool_name)
+                self.tools = ToolRegistry([*self.tools, tool])
         live = store_of(session)
         if store is not None and store is not live:
             raise AgentNotDurableError(
@@ -426,6 +456,39 @@ class Agent:
             )
         return await self.compaction.compact_now(self, source_command_id=source_command_id)
 
+    async def delegate(
+        self,
+        task: str,
+        *,
+        mode: Mode = "one-shot",
+        provider: ProviderKind | None = None,
+        label: str | None = None,
+        persona: str | None = None,
+        tool_filter: Sequence[str] | None = None,
+        agent_provider: str | None = None,
+        agent_model: str | None = None,
+    ) -> DelegationResult:
+        """Run ``task`` in a subagent's own child session and return its answer (needs ``subagents=``).
+
+        The same delegation the ``delegate`` tool makes, from Python: ``mode="continuable"`` with a
+        ``label`` continues that child on a later call; refusals raise (``SubagentDepthError``,
+        ``SubagentLabelError``, ``InvalidAgentOptionError``) before anything is written.
+        """
+        if self.subagents is None:
+            raise InvalidAgentOptionError(
+                "this agent cannot delegate; create it with Agent(..., subagents=SubagentConfig())"
+            )
+        return await self.subagents.delegate(
+            task,
+            mode=mode,
+            provider=provider,
+            label=label,
+            persona=persona,
+            tool_filter=tool_filter,
+            agent_provider=agent_provider,
+            agent_model=agent_model,
+        )
+
     # -- input ---------------------------------------------------------------------------------------
     def send(
         self, message: Mapping[str, Any] | str, target: Target = "next-turn", *, wakeup: bool = True
@@ -488,7 +551,8 @@ class Agent:
         ``async for update in agent.stream("hi")`` yields :class:`TurnStarted`, :class:`TextDelta`,
         :class:`ReasoningDelta`, :class:`AssistantMessage`, :class:`ToolCallStarted`,
         :class:`ToolResult` and :class:`TurnEnded`, one per event this session's store publishes while
-        the run lasts (see :func:`update_from_event`), in log order. A failed turn ends with its
+        the run lasts (see :func:`update_from_event`), in log order; a subagent's progress comes wrapped
+        in a :class:`SubagentUpdate` naming its session. A failed turn ends with its
         :class:`TurnEnded` (``reason.kind == "error"``); with ``raise_on_error`` its exception is raised
         after that update. Leaving the loop early (``break``) cancels the run like :meth:`cancel` and
         waits for the turn to close. The session must be live in a store (the stream listens to it).
@@ -503,16 +567,20 @@ class Agent:
         if self._running:  # refused before the prompt is queued: a running loop would take it as a follow-up
             raise AgentError(f'agent "{session.id}" is already running')
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[Session, Event] | None] = asyncio.Queue()
         owner = threading.get_ident()
+        family = {session.id}  # this session and the subagent sessions delegated to from it, at any depth
 
         def listen(source: Session, event: Event) -> None:
             if source is not session:
-                return
+                header = source.header
+                if header.get("origin") != "subagent" or header.get("parentSession") not in family:
+                    return
+                family.add(source.id)
             if threading.get_ident() == owner:
-                queue.put_nowait(event)
+                queue.put_nowait((source, event))
             else:  # an append from a worker thread (a tool that writes to the log)
-                loop.call_soon_threadsafe(queue.put_nowait, event)
+                loop.call_soon_threadsafe(queue.put_nowait, (source, event))
 
         unsubscribe = store.on_event(listen)
         task: asyncio.Task[list[TurnOutcome]] | None = None
@@ -522,12 +590,18 @@ class Agent:
             task = asyncio.create_task(self.run(raise_on_error=raise_on_error), name=f"agent-stream:{session.id}")
             task.add_done_callback(lambda _: queue.put_nowait(None))
             while True:
-                event = await queue.get()
-                if event is None:
+                item = await queue.get()
+                if item is None:
                     break
+                source, event = item
                 update = update_from_event(event)
-                if update is not None:
+                if update is None:
+                    continue
+                if source is session:
                     yield update
+                else:
+                    header = source.header
+                    yield SubagentUpdate(source.id, header["parentSession"], header.get("delegationDepth", 0), update)
             task.result()  # re-raise what the run raised (raise_on_error, an open turn, …)
         finally:
             unsubscribe()
@@ -762,9 +836,7 @@ class Agent:
                     }
                     if result.usage is not None:
                         partial["usage"] = result.usage
-                    session.append(
-                        ASSISTANT_MESSAGE, partial, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs}
-                    )
+                    session.append(ASSISTANT_MESSAGE, partial, {"surfaceOp": "append", "sourceEventSeqs": chunk_seqs})
                 raise TurnAborted("turn aborted while the model was streaming")
             if finish["kind"] in ("error", "aborted"):
                 failure = finish["failure"]

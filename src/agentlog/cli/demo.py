@@ -16,7 +16,9 @@ exactly that, with nothing faked but the model:
    ``TOOL_OUTCOME_UNKNOWN`` result and synthetic ``step/end`` / ``turn/end``. One more turn then runs
    against the scripted model, whose script is a function that checks the request it receives: every
    assistant tool call must be answered by a tool message, or it answers 400 as a real API would.
-4. The session is forked at its last closed turn.
+4. The session is forked at its last closed turn, and the fork delegates one task to a subagent: a child
+   session linked to it (``parentSession``, ``origin: "subagent"``, ``delegationDepth: 1``) whose answer
+   becomes the fork's tool result, naming the child and the seqs of its answer.
 5. Compaction: one more turn reads a large build log, then ``Agent.compact_now()`` replaces everything
    but the newest message with one summary checkpoint (written by the scripted model, which answers
    compaction requests with a short fixed-structure summary). The surface the model is sent shrinks;
@@ -50,6 +52,7 @@ from rich.table import Table
 
 from ..agent.builtin_tools import CommandPolicy, builtin_registry
 from ..agent.loop import Agent, AgentOptions, TurnOutcome
+from ..agent.subagents import SubagentConfig
 from ..agent.tools import ToolRegistry
 from ..compaction.events import COMPACTION_END, COMPACTION_START, COMPACTION_SUMMARY
 from ..errors import AgentlogError
@@ -100,6 +103,10 @@ BUILD_LOG_TEXT = "".join(
 BUILD_CALL_ID = "call-read-build-log"
 BUILD_PROMPT = f"Did last night's build pass? The log is {BUILD_LOG}."
 BUILD_ANSWER = f"Yes: all {BUILD_STEPS} steps compiled without an error."
+DELEGATE_PROMPT = f"Ask a helper to double-check {NOTES_FILE}, then tell me what it found."
+DELEGATE_CALL_ID = "call-delegate-check"
+DELEGATE_TASK = f"Check {NOTES_FILE}: does it still say to run the nightly job before tagging?"
+HELPER_ANSWER = f"Yes: {NOTES_FILE} still says to run the nightly job before tagging."
 COMPACTION_EVENTS = (COMPACTION_START, COMPACTION_SUMMARY, USER_MESSAGE, COMPACTION_END)
 """What one successful compaction appends, in order (runtime spec §5.2); the checkpoint is the user/message."""
 
@@ -280,6 +287,18 @@ def child_script() -> list[ScriptItem]:
             text="Starting it.",
             tool_calls=[ToolCall("run_command", {"command": SLOW_COMMAND}, id=SLOW_CALL_ID)],
         ),
+    ]
+
+
+def delegation_script() -> list[ScriptItem]:
+    """Step 4's turn on the fork: the model delegates one task, the subagent answers, the model reports."""
+    return [
+        Reply(
+            text="Asking a helper.",
+            tool_calls=[ToolCall("delegate", {"task": DELEGATE_TASK, "label": "checker"}, id=DELEGATE_CALL_ID)],
+        ),
+        Reply(text=HELPER_ANSWER),  # the subagent's own session
+        Reply(text=f"The helper confirms it: {HELPER_ANSWER}"),
     ]
 
 
@@ -711,11 +730,18 @@ class _Demo:
         if outcome is None or outcome.reason.get("kind") != "completed":
             raise DemoFailure(f"the follow-up turn did not complete: {outcome.reason if outcome else 'no turn ran'}")
 
-    async def _run_turn(self, session: Session, prompt: str) -> list[TurnOutcome]:
+    async def _run_turn(self, session: Session, prompt: str, *, subagents: bool = False) -> list[TurnOutcome]:
         assert self.server is not None and self.coordinator is not None
         provider = _provider(self.server.base_url)
         try:
-            agent = Agent(session, provider, _options(self.workspace), tools=_tools(), store=self.coordinator.store)
+            agent = Agent(
+                session,
+                provider,
+                _options(self.workspace),
+                tools=_tools(),
+                store=self.coordinator.store,
+                subagents=SubagentConfig() if subagents else None,
+            )
             agent.followup(prompt)
             return await agent.run()
         finally:
@@ -804,7 +830,7 @@ class _Demo:
 
     # -- step 4: fork ------------------------------------------------------------------------------------
     def fork(self, session: Session) -> Session:
-        self.heading(4, "fork at the last closed turn")
+        self.heading(4, "fork at the last closed turn; the fork delegates to a subagent")
         assert self.coordinator is not None
         store = self.coordinator.store
         boundary = max(e.seq for e in session.events if e.type == TURN_END)
@@ -823,7 +849,39 @@ class _Demo:
             "messages": len(fork.derive_messages()),
             "sameMessagesAsParent": thaw(fork.derive_messages().to_list()) == thaw(session.derive_messages().to_list()),
         }
+        self.delegate(fork)
         return fork
+
+    def delegate(self, fork: Session) -> None:
+        """The fork delegates one task to a subagent: a child session linked to it, answering in its place."""
+        assert self.server is not None and self.coordinator is not None
+        self.server.push(*delegation_script())
+        outcomes = asyncio.run(self._run_turn(fork, DELEGATE_PROMPT, subagents=True))
+        if not outcomes or outcomes[-1].reason.get("kind") != "completed":
+            raise DemoFailure(f"the delegating turn did not complete: {outcomes[-1].reason if outcomes else 'no turn'}")
+        result = next(e for e in reversed(fork.events) if e.type == TOOL_RESULT)
+        record = thaw(result.data.get("meta") or {}).get("subagent")
+        child = self.coordinator.store.get(record["sessionId"]) if isinstance(record, dict) else None
+        if child is None:
+            raise DemoFailure("the delegate call's result names no subagent session")
+        self.coordinator.store.flush(child)
+        first, last = record["seqs"]
+        answer = _block_text(child.events[last]["data"]["message"]["content"])
+        self.say(f"user (on the fork): {escape(DELEGATE_PROMPT)}")
+        self.say(
+            f"delegate → subagent {escape(child.id)} (parentSession {escape(fork.id)}, "
+            f"depth {child.header.get('delegationDepth')})"
+        )
+        self.say(f"its answer, seqs {first}–{last} of its own log: {escape(answer)}")
+        self.facts["delegation"] = {
+            "parentSession": child.header.get("parentSession"),
+            "childId": child.id,
+            "origin": child.header.get("origin"),
+            "delegationDepth": child.header.get("delegationDepth"),
+            "seqs": [first, last],
+            "answer": answer,
+            "toolResult": _block_text(result.data["message"]["content"][0]["content"]),
+        }
 
     # -- step 5: summary ---------------------------------------------------------------------------------
     def summarize(self, session: Session, fork: Session) -> None:

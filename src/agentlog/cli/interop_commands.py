@@ -39,8 +39,22 @@ def import_command(
     session_id: Annotated[
         str | None, typer.Option("--id", help="Id of the new session (default: a fresh one).", show_default=False)
     ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option(
+            "--parent",
+            help="Link the import as a subagent child of this stored session (e.g. a Claude Code sub-agent file).",
+            metavar="ID",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Import a Claude Code or Codex CLI transcript as a new session; print its id and what did not map.
+
+    --parent ID links the new session as a subagent of ID (parentSession, origin "subagent", the parent's
+    delegation depth + 1); a parent the store does not have is SESSION_NOT_FOUND and nothing is written.
+    A Claude Code sub-agent's own file (every conversation record a sidechain's) is imported as its
+    conversation.
 
     Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
     them, the fields that were dropped and the tool results the transcript lacked. A line that is not
@@ -54,7 +68,7 @@ def import_command(
         render_error(err, opts.as_json)
     coordinator = PersistenceCoordinator(SessionStore(), storage)
     try:
-        report = import_transcript(coordinator, source.value, file, session_id=session_id)
+        report = import_transcript(coordinator, source.value, file, session_id=session_id, parent_session=parent)
     except AgentlogError as err:
         coordinator.close()
         render_error(err, opts.as_json)

@@ -41,6 +41,7 @@ from ..projection.registry import ProjectionRegistry
 from ..projection.title import fold_session_title
 from ..projection.title_service import DEFAULT_SESSION_TITLE_CONFIG, SessionTitleService
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
+from ._lineage import children_index, descendants, lineage_of, rolled_up_usage
 from ._reading import _reader, _require_store
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, _iso, _TableOutput, render_error
@@ -186,7 +187,11 @@ def stats_command(
 
     Read from the projection cache (only the log's tail past the cached rows is read) and never written
     to the log. --json prints the snapshot: {sessionId, asOfSeq, values} with every unit's view
-    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity, usageSteps).
+    (tokenUsage, contextPressure, contextBreakdown, sessionStats, title, lastActivity, usageSteps),
+    and lineage {parentSession, origin, delegationDepth, seedLength, tokens: {own, withChildren,
+    children: [{id, level, usage}]}}: own is tokenUsage, withChildren adds each descendant (fork or
+    subagent) once, counting only what it reported past its seed, so an inherited prefix is never
+    counted twice.
     """
     try:
         storage = opts.open_backend(read_only=True)
@@ -195,19 +200,58 @@ def stats_command(
         cache = read_cache(reader)
         try:
             snapshot = cache.cold_snapshot(session_id)
+            values = thaw(snapshot["values"])
+            lineage = _lineage_stats(session_id, storage, reader, values)
         finally:
             cache.close()
             reader.close()
     except AgentlogError as err:
         render_error(err, opts.as_json)
-    values = thaw(snapshot["values"])
     if opts.as_json:
-        _emit_json({"sessionId": session_id, "asOfSeq": snapshot["asOfSeq"], "values": values})
+        _emit_json({"sessionId": session_id, "asOfSeq": snapshot["asOfSeq"], "values": values, "lineage": lineage})
         return
     table = _TableOutput(("projection", "value"), title=f"session {session_id} (as of seq {snapshot['asOfSeq']})")
-    for name, value in _stats_rows(values):
+    for name, value in _stats_rows(values) + _lineage_rows(lineage):
         table.add_row(name, value)
     table.print()
+
+
+def _lineage_stats(
+    session_id: str, storage: Backend, reader: PersistenceCoordinator, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``stats``' lineage block: the session's parent and depth, and its token use ``own`` (the
+    ``tokenUsage`` figure) and ``withChildren`` (plus every descendant's own use, past its seed, once)."""
+    listings = storage.list_sessions()
+    headers = {item.id: item.header or {} for item in listings}
+    kids = descendants(children_index(headers.items()), session_id)
+
+    def read(child: str) -> tuple[Mapping[str, Any], Any] | None:
+        try:
+            view = reader.view(child)
+        except AgentlogError:
+            return None
+        return view.header, view.events
+
+    own = values.get("tokenUsage") if usage_known(values) else None
+    document = lineage_of(headers.get(session_id) or {})
+    document["tokens"] = rolled_up_usage(own, kids, read)
+    return document
+
+
+def _lineage_rows(lineage: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if lineage.get("parentSession"):
+        kind = "subagent of" if lineage.get("origin") == "subagent" else "forked from"
+        rows.append(("parent", f"{kind} {lineage['parentSession']}"))
+    if lineage.get("delegationDepth"):
+        rows.append(("delegation depth", str(lineage["delegationDepth"])))
+    tokens = lineage["tokens"]
+    if tokens["children"]:
+        rows.append(("descendants", f"{len(tokens['children']):,}"))
+        own, total = tokens["own"], tokens["withChildren"]
+        rows.append(("tokens: own", "unknown" if own is None else _number(total_tokens(own))))
+        rows.append(("tokens: with children", "unknown" if total is None else _number(total_tokens(total))))
+    return rows
 
 
 # --- title ---------------------------------------------------------------------------------------------

@@ -228,6 +228,7 @@ def _search_request(
     surfaces: Sequence[str],
     cwds: Sequence[str],
     limit: int,
+    parents: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """``(request for the cursor digest, session filters, event filters)`` of one command line."""
     from ..query.normalize import normalize_query
@@ -240,8 +241,12 @@ def _search_request(
         event_filters.append({"kind": "type", "values": list(types)})
     if surfaces:
         event_filters.append({"kind": "surface", "values": list(surfaces)})
+    if session is not None and parents:
+        raise InvalidOptionError("search: --parent chooses sessions; it cannot be combined with --session")
     session_filters = [{"kind": "cwd", "values": list(cwds)}] if cwds else []
-    request = {
+    if parents:
+        session_filters.append({"kind": "parent", "values": list(parents)})
+    request: dict[str, Any] = {
         "query": normalized,
         "session": session,
         "types": sorted(set(types)),
@@ -249,6 +254,8 @@ def _search_request(
         "cwds": sorted(set(cwds)),
         "limit": limit,
     }
+    if parents:  # only when given: the cursors of searches without it keep their digest
+        request["parents"] = sorted(set(parents))
     return request, session_filters, event_filters
 
 
@@ -267,6 +274,7 @@ def run_search(
     cwds: Sequence[str] = (),
     limit: int | None = None,
     cursor: str | None = None,
+    parents: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One page of ``search``: the index's result shape, with the command's own ``nextCursor`` and the
     sessions the index left out.
@@ -281,7 +289,7 @@ def run_search(
     (see the module docstring).
     """
     page = _page_limit(limit)
-    request, session_filters, event_filters = _search_request(query, session, types, surfaces, cwds, page)
+    request, session_filters, event_filters = _search_request(query, session, types, surfaces, cwds, page, parents)
     digest = _request_digest(request)
     offset, after = (0, None) if cursor is None else decode_cli_cursor(cursor, digest)
     wanted = offset + page
@@ -373,6 +381,15 @@ def search_command(
     cursor: Annotated[
         str | None, typer.Option("--cursor", help="Continue with the page after the one that printed it.")
     ] = None,
+    parents: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--parent",
+            help="Only sessions whose parentSession is ID: its forks and subagents (repeatable).",
+            metavar="ID",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Full-text search over every stored session: the best hit of each session, or with --session every hit in it.
 
@@ -389,7 +406,7 @@ def search_command(
     argv = [query]
     if session is not None:
         argv += ["--session", session]
-    for flag, values in (("--type", types), ("--surface", surfaces), ("--cwd", cwds)):
+    for flag, values in (("--type", types), ("--surface", surfaces), ("--cwd", cwds), ("--parent", parents)):
         for value in values or ():
             argv += [flag, value]
     if limit is not None:
@@ -411,6 +428,7 @@ def search_command(
                 cwds=cwds or (),
                 limit=page,
                 cursor=cursor,
+                parents=parents or (),
             )
         finally:
             search.close()
@@ -547,6 +565,13 @@ def _event_tree(trace: Mapping[str, Any], types: Mapping[int, str]) -> Tree:
     top.add(f"replaced seqs (what this event removed from the surface): {escape(removed)}")
     top.add(f"sources (what it cites): {escape(_seq_list(trace['sourceEventSeqs'], types))}")
     top.add(f"derived (later events citing it): {escape(_seq_list(trace['derivedEventSeqs'], types))}")
+    delegated = trace.get("subagent")
+    if delegated is not None:
+        child, (first, last) = str(delegated["sessionId"]), delegated["seqs"]
+        top.add(
+            f"answered by subagent {escape(child)}, seqs {first}–{last}: "
+            f"agentlog show {escape(shlex.quote(child))} --at {last}"
+        )
     return top
 
 

@@ -22,6 +22,7 @@ from ..errors import (
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
+from ..kernel.lineage import delegation_depth_of
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..persistence.paths import encode_segment
@@ -29,6 +30,7 @@ from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.listing import LAST_ACTIVITY_KEY
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
+from ._lineage import children_index, tree_order
 from ._marks import CheckpointMark, log_marks, marks_json, seq_ranges, surface_marks
 from ._reading import _last_turn, _open_view, _read_view, _reader, _require_store
 from .options import (
@@ -63,9 +65,15 @@ def ls_command(
     opts: StoreOptions = DEFAULT_OPTIONS,
     cursor: Annotated[str | None, typer.Option("--cursor", help="Show the sessions listed after this id.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Sessions per page.")] = 50,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Each session followed by its forks and subagents, indented.")
+    ] = False,
 ) -> None:
-    """List stored sessions, newest first: title, turns, tokens and last activity (damaged or foreign
-    headers are reported, not hidden).
+    """List stored sessions, newest first: title, turns, tokens, last activity, parent and delegation
+    depth (damaged or foreign headers are reported, not hidden).
+
+    ``--tree`` lists each root session (no parent in the store) followed by its descendants, forks and
+    subagents, indented by level (``level`` in ``--json``); pages are cut from that order.
 
     Titles and counts come from the projection cache: a row that is current for the stored log is
     served without reading the log; a stale or missing row (a session written by code that does not
@@ -100,6 +108,8 @@ def ls_command(
                 "createdAt": header.get("createdAt"),
                 "cwd": header.get("cwd"),
                 "parentSession": header.get("parentSession"),
+                "origin": header.get("origin"),
+                "delegationDepth": delegation_depth_of(header),
                 "events": None if as_of is None else as_of + 1,
                 "lastActivity": values.get(LAST_ACTIVITY_KEY),
                 "turns": (values.get("sessionStats") or {}).get("turns"),
@@ -109,6 +119,8 @@ def ls_command(
             }
         )
     rows.sort(key=_newest_first)
+    if tree:
+        rows = tree_order(rows)
     position = next((i for i, row in enumerate(rows) if row["id"] == cursor), None) if cursor is not None else None
     if position is not None:
         rows = rows[position + 1 :]
@@ -120,21 +132,23 @@ def ls_command(
         _emit_json({"sessions": page, "nextCursor": next_cursor})
         return
     table = _TableOutput(
-        ("id", "title", "turns", "tokens", "last activity", "cwd", "parent", "status"),
+        ("id", "title", "turns", "tokens", "last activity", "cwd", "parent", "depth", "status"),
         title=f"sessions in {where}",
-        right=("turns", "tokens"),
+        right=("turns", "tokens", "depth"),
     )
     for row in page:
         status = "ok" if row["error"] is None else str(row["error"]["code"])
         folded = row["events"] is not None  # the log was folded: an absent title is "untitled", not unknown
+        indent = "  " * row.get("level", 0) + ("└ " if row.get("level") else "")
         cells = [
-            str(row["id"]),
+            indent + str(row["id"]),
             str(row["title"] or "") if folded else UNKNOWN,
             UNKNOWN if row["turns"] is None else f"{row['turns']:,}",
             UNKNOWN if row["tokens"] is None else f"{row['tokens']:,}",
             UNKNOWN if row["lastActivity"] is None else _iso(row["lastActivity"]),
             str(row["cwd"] or ""),
             str(row["parentSession"] or ""),
+            str(row["delegationDepth"] or "") if row["origin"] == "subagent" else "",
             status,
         ]
         colour = "green" if row["error"] is None else "red"
@@ -608,11 +622,13 @@ def show_command(
         return
     messages = view.derive_messages()
     shown = surface_marks(events, view.surface.nodes)
+    children = _children_of(session_id, opts)
     if opts.as_json:
         _emit_json_stream(
             (
                 ("sessionId", session_id),
                 ("header", header),
+                ("children", children),
                 ("events", stored.stored_events),
                 ("wouldBeAddedOnResume", pending),
                 ("lastTurn", _last_turn(events)),
@@ -623,7 +639,35 @@ def show_command(
         )
         return
     typer.echo(_show_heading(session_id, header, stored))
+    subagents = [c["id"] for c in children if c["origin"] == "subagent"]
+    forks = [c["id"] for c in children if c["origin"] != "subagent"]
+    if subagents:
+        typer.echo(f"subagents: {', '.join(subagents)}")
+    if forks:
+        typer.echo(f"forks: {', '.join(forks)}")
     _echo_lines(_transcript_lines(messages, marks=[mark for _, mark in shown]))
+
+
+def _children_of(session_id: str, opts: StoreOptions) -> list[dict[str, Any]]:
+    """The stored sessions whose header names ``session_id`` as parent: ``[{id, origin, delegationDepth}]``."""
+    try:
+        storage = opts.open_backend(read_only=True)
+        try:
+            listings = storage.list_sessions()
+        finally:
+            storage.close()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    headers = {item.id: item.header or {} for item in listings}
+    index = children_index(headers.items())
+    return [
+        {
+            "id": child,
+            "origin": headers[child].get("origin"),
+            "delegationDepth": delegation_depth_of(headers[child]),
+        }
+        for child in sorted(index.get(session_id, ()), key=lambda c: (headers[c].get("createdAt") or 0, c))
+    ]
 
 
 def _or_unknown(value: object) -> str:
@@ -639,7 +683,9 @@ def _show_heading(session_id: str, header: Mapping[str, Any], stored: StoredView
     labelled figure (and a torn tail, which a resume removes, a note of its own).
     """
     where = [str(header["cwd"])] if header.get("cwd") else []
-    if header.get("parentSession"):
+    if header.get("parentSession") and header.get("origin") == "subagent":
+        where.append(f"subagent of {header['parentSession']} at depth {delegation_depth_of(header)}")
+    elif header.get("parentSession"):
         where.append(f"forked from {header['parentSession']}")
     described = f"{session_id} ({', '.join(where)})" if where else session_id
     line = f"session {described}: {stored.stored_events} stored events"

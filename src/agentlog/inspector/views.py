@@ -16,15 +16,19 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use, and a log that changed on disk is read again. Indexing a loaded session folds its surface once into
-a :class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
+use. Indexing a loaded session folds its surface once into a
+:class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
 from it (node-list checkpoints, no fold of the prefix) and derives only the messages of the window it
-serves. Nothing here re-executes anything.
+serves. A log that was appended to is continued by its stored suffix (a seek read from the last loaded
+seq, checked against the event already loaded there), its index and timeline continued by the new
+events (not folded again from seq 0); one that cannot be (another history, a torn tail, a backend
+without seek reads) is read again. Nothing here re-executes anything.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import difflib
 import os
 import threading
@@ -43,11 +47,13 @@ from ..errors import (
     InvalidSessionIdError,
     SeqOutOfRangeError,
 )
+from ..kernel.chunkrows import ChunkRun
 from ..kernel.events import (
     ASSISTANT_CHUNK,
     ASSISTANT_MESSAGE,
     REQUEST_CONTEXT,
     REQUEST_HEADER,
+    SESSION_END_SEED,
     STEP_END,
     STEP_START,
     TOOL_CALL,
@@ -57,14 +63,14 @@ from ..kernel.events import (
     USER_MESSAGE,
 )
 from ..kernel.jsonvalue import thaw
-from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..kernel.request_header import fold_request_header
-from ..kernel.session import EventsView, SessionView, derive_event_message
+from ..kernel.session import EventsView, Session, SessionView, derive_event_message
 from ..kernel.store import SessionStore
 from ..kernel.surface import SurfaceTimeline, fold_surface
-from ..persistence.backend import Backend
+from ..persistence.backend import Backend, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
-from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
@@ -214,6 +220,8 @@ class _Index:
     turn_numbers: list[Any] = field(default_factory=list)
     step_starts: list[int] = field(default_factory=list)
     step_numbers: list[tuple[Any, Any]] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)
+    step_ends: list[int] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     results: dict[str, int] = field(default_factory=dict)
     compactions: list[int] = field(default_factory=list)
@@ -239,6 +247,9 @@ class LoadedSession:
     _index: _Index | None = None
     _charts: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stored_index: _Index | None = None
+    """The index of the stored events alone (the closers left out), kept when the session was continued
+    by a stored suffix: the next continuation extends it instead of indexing the whole log again."""
 
     @property
     def view(self) -> SessionView:
@@ -284,14 +295,18 @@ class LoadedSession:
         return nodes, [node for node in nodes if node not in quiet]
 
 
-def _build_index(events: EventsView) -> _Index:
+def _build_index(events: EventsView, index: _Index | None = None, start: int = 0) -> _Index:
     """One pass over the log less its packed chunk runs (stepped over unbuilt): the index and the
-    surface timeline."""
-    index = _Index()
-    timeline = index.timeline = SurfaceTimeline(events)
+    surface timeline of ``events``, or ``index`` (of ``events[:start]``, its timeline included) continued
+    by ``events[start:]``."""
+    if index is None:
+        index = _Index()
+    if index.timeline is None:
+        index.timeline = SurfaceTimeline(events)
+    timeline = index.timeline
     add = timeline.add
     last = None
-    for event in events.outside_runs():
+    for event in events.outside_runs(start):
         last = event
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
@@ -328,8 +343,11 @@ def _build_index(events: EventsView) -> _Index:
         elif etype == SESSION_TITLE and isinstance(data.get("title"), str):
             index.title = data["title"]
         elif etype == TURN_END:
+            index.turn_ends.append(seq)
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
-    if len(events) and (last is None or last["seq"] != len(events) - 1):
+        elif etype == STEP_END:
+            index.step_ends.append(seq)
+    if len(events) > start and (last is None or last["seq"] != len(events) - 1):
         last = events[len(events) - 1]  # the log ends in a packed run: the timeline covers it too
     if last is not None and last["seq"] > timeline.last_seq:
         add(last)
@@ -407,6 +425,89 @@ def _downsample(points: list[list[Any]], limit: int) -> list[list[Any]]:
     return out
 
 
+def _extend_stored(reader: PersistenceCoordinator, stored: StoredView) -> StoredView | None:
+    """``stored`` continued by the events committed after its stored prefix, without reading the log
+    again: the suffix from its last stored seq on is read (``read_from``, a seek read), the event at
+    that seq must be the one already loaded (its anchor, as the projection cache checks a cut), and the
+    loaded stored events plus the new ones are restored into a session as a whole read would (the
+    closers of a turn left open recomputed; the loaded events are already frozen, so restoring them
+    again costs little and reads nothing). ``None`` when the log must be read whole instead: a torn
+    tail was loaded (the next load repairs it: the history changes), nothing was stored, the header or
+    the anchor event differs (a rewritten log, another history), the suffix does not continue at the
+    next seq, or it does not restore (a whole read reports the damage)."""
+    view = stored.view
+    last = stored.last_stored_seq
+    if stored.torn or last < 1:
+        return None
+    session_id = view.id
+    try:
+        suffix = reader.read_from(session_id, last)
+    except AgentlogError:
+        return None
+    events = suffix.events
+    header = view.header
+    if not len(events) or any(suffix.meta.get(key) != header.get(key) for key in ("id", "createdAt", "cwd")):
+        return None
+    if anchor_of(last, events[0]) != anchor_of(last, view.events[last]):
+        return None
+    added = events[1:]
+    if any(event.get("seq") != last + 1 + offset for offset, event in enumerate(added)):
+        return None
+    logged = [*view.events.prefix(last + 1).restore_seed(), *added]
+    try:
+        closers = interrupted_turn_closers(logged)
+        balanced = [*logged, *closers]
+        session = Session.from_restore(session_id, balanced, header)
+    except AgentlogError:
+        return None
+    end = balanced[-1]
+    marked = end.__class__ is not ChunkRun and end["type"] == SESSION_END_SEED
+    length = len(session) if marked else len(session) - 1
+    return StoredView(session.at(length - 1), last + 1 + len(added), False, len(closers))
+
+
+def _copy_index(index: _Index, window: EventsView) -> _Index:
+    """A copy of ``index`` that :func:`_build_index` continues on its own (``index`` unchanged, its
+    readers undisturbed), its surface timeline folding on over ``window`` (the grown log)."""
+    return dataclasses.replace(
+        index,
+        timeline=None if index.timeline is None else index.timeline.copy(window),
+        silent=list(index.silent),
+        turn_starts=list(index.turn_starts),
+        turn_numbers=list(index.turn_numbers),
+        step_starts=list(index.step_starts),
+        step_numbers=list(index.step_numbers),
+        turn_ends=list(index.turn_ends),
+        step_ends=list(index.step_ends),
+        calls=dict(index.calls),
+        results=dict(index.results),
+        compactions=list(index.compactions),
+        header_seqs=list(index.header_seqs),
+        context_seqs=list(index.context_seqs),
+    )
+
+
+def _continue_index(old: LoadedSession, new: LoadedSession) -> None:
+    """``new``'s index (``new`` continues ``old`` by a stored suffix) from ``old``'s: the index of the
+    stored events continued by the new stored events, then by the new closers. Without an index of
+    ``old``'s stored events (the first continuation of a session loaded with closers), the stored
+    events are indexed once."""
+    base = old._stored_index
+    if base is None and old.stored.closers == 0:
+        base = old._index
+    events = new.stored.view.events
+    stored = new.stored.stored_events
+    if base is None:
+        stored_index = _build_index(events.prefix(stored))
+    else:
+        stored_index = _build_index(events.prefix(stored), _copy_index(base, events), old.stored.stored_events)
+    new._stored_index = stored_index
+    if new.stored.closers:
+        new._index = _build_index(events, _copy_index(stored_index, events), stored)
+    else:
+        new._index = stored_index
+
+
 def _status(stored: StoredView, index: _Index) -> str:
     """``repairable`` (a torn tail, or an open turn a resume closes), ``interrupted`` (the last turn
     ended interrupted), else ``ok``."""
@@ -445,11 +546,14 @@ class Inspector:
         self._search_lock = threading.Lock()
         self.loads = 0
         """How many times a log was read (tests count them: a slider move reads nothing)."""
+        self.extensions = 0
+        """How many times a loaded session was continued by its stored suffix instead of read again."""
 
     # -- loading ----------------------------------------------------------------------------------------
 
     def load(self, session_id: str) -> LoadedSession:
-        """The session, from the LRU while its stored revision is unchanged, else read again."""
+        """The session, from the LRU while its stored revision is unchanged, else continued by the
+        stored suffix (:meth:`_extended`) or, when it cannot be, read again."""
         validate_session_id(session_id)
         revision = self.backend.read_revision(session_id)
         with self._lock:
@@ -462,6 +566,9 @@ class Inspector:
                 loaded = self._loaded.get(session_id)
                 if loaded is not None and revision is not None and loaded.revision == revision:
                     return loaded
+            extended = self._extended(loaded) if loaded is not None and revision is not None else None
+            if extended is not None:
+                return extended
             for _attempt in range(3):
                 stored = self.reader.stored_view(session_id, keep=False)
                 after = self.backend.read_revision(session_id)
@@ -478,6 +585,26 @@ class Inspector:
                 while len(self._loaded) > self._cache_size:
                     self._loaded.popitem(last=False)
             return loaded
+
+    def _extended(self, loaded: LoadedSession) -> LoadedSession | None:
+        """``loaded`` continued by the events stored after it, read with a seek read (the suffix only), or
+        ``None`` when it cannot be: see :func:`_extend_stored`. Caller holds the load lock."""
+        if not isinstance(self.backend, SeeksStored):
+            return None
+        session_id = loaded.session_id
+        revision = self.backend.read_revision(session_id)  # before the read: a racing append changes it again
+        stored = _extend_stored(self.reader, loaded.stored)
+        if stored is None:
+            return None
+        if self.backend.read_revision(session_id) != revision:
+            revision = None  # written while it was read: extended again on the next request
+        self.extensions += 1
+        extended = LoadedSession(session_id, revision, stored)
+        _continue_index(loaded, extended)
+        with self._lock:
+            self._loaded[session_id] = extended
+            self._loaded.move_to_end(session_id)
+        return extended
 
     # -- the sessions page ------------------------------------------------------------------------------
 
@@ -874,8 +1001,10 @@ class Inspector:
         """The fork tree ``session_id`` belongs to, from its root (or the first ancestor missing from the
         store) down, as :meth:`agentlog.query.SessionQuery.trace_session` traces it: ``{target, rootId,
         complete, unresolvedParentId, tree}``, each tree node ``{id, createdAt, parentSession,
-        seedLength, children}`` (children by creation time, then id)."""
+        seedLength, origin, delegationDepth, children}`` (children by creation time, then id; a subagent's
+        ``origin`` is ``"subagent"``, ``delegationDepth`` the header's, 0 for a top-level session)."""
         validate_session_id(session_id)
+        from ..kernel.lineage import delegation_depth_of
         from ..query.engine import SessionQuery
 
         query = SessionQuery(self.reader)
@@ -893,6 +1022,8 @@ class Inspector:
                 "createdAt": header.get("createdAt"),
                 "parentSession": header.get("parentSession"),
                 "seedLength": header.get("seedLength"),
+                "origin": header.get("origin"),
+                "delegationDepth": delegation_depth_of(header),
                 "children": [node(child["session"]["header"], child["descendants"]) for child in descendants],
             }
 
@@ -961,14 +1092,26 @@ def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
 def _turn_step(index: _Index, seq: int, data: Any) -> tuple[Any, Any]:
     turn = data.get("turn") if isinstance(data, Mapping) else None
     step = data.get("step") if isinstance(data, Mapping) else None
-    if turn is None:
+    if turn is None:  # the turn open at seq: an event after its end and before the next start has none
         at = bisect.bisect_right(index.turn_starts, seq) - 1
-        turn = index.turn_numbers[at] if at >= 0 else None
+        if at >= 0 and not _ended_between(index.turn_ends, index.turn_starts[at], seq):
+            turn = index.turn_numbers[at]
     if step is None and turn is not None:
         at = bisect.bisect_right(index.step_starts, seq) - 1
-        if at >= 0 and index.step_numbers[at][0] == turn and index.step_starts[at] >= _turn_start(index, seq):
+        if (
+            at >= 0
+            and index.step_numbers[at][0] == turn
+            and index.step_starts[at] >= _turn_start(index, seq)
+            and not _ended_between(index.step_ends, index.step_starts[at], seq)
+        ):
             step = index.step_numbers[at][1]
     return turn, step
+
+
+def _ended_between(ends: list[int], start: int, seq: int) -> bool:
+    """Whether one of ``ends`` (sorted seqs) lies strictly between ``start`` and ``seq``."""
+    at = bisect.bisect_right(ends, start)
+    return at < len(ends) and ends[at] < seq
 
 
 def _turn_start(index: _Index, seq: int) -> int:

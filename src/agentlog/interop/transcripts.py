@@ -42,8 +42,10 @@ follow public descriptions of them (third-party notes and viewers), not a specif
   one API message is written as several consecutive ``assistant`` records sharing ``message.id`` (they
   are merged into one message; thinking signatures go where :mod:`agentlog.interop.anthropic` keeps
   them, ``source.replayState.anthropic.signatures``); that sidechain records (``isSidechain: true``, a sub-agent's
-  conversation) do not belong to the main conversation (kept as ``import/record``); that records are in
-  conversation order (``parentUuid`` branches after a rewind are imported in file order, not as forks).
+  conversation) do not belong to the main conversation (kept as ``import/record``), and that a file of
+  sidechain records only is a sub-agent's own (imported as its conversation; ``parent_session`` links
+  it); that records are in conversation order (``parentUuid`` branches after a rewind are imported in
+  file order, not as forks).
 * Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): ``{"timestamp", "type",
   "payload"}`` lines with ``type`` ``session_meta`` (``id``, ``cwd``, ``instructions``…),
   ``response_item`` (an OpenAI Responses item: ``message`` with ``input_text``/``output_text`` parts,
@@ -549,10 +551,11 @@ class _ClaudeImporter:
     source = "claude-code"
     provider = "anthropic"
 
-    def __init__(self, sink: _Sink, conversation: _Conversation) -> None:
+    def __init__(self, sink: _Sink, conversation: _Conversation, sidechain: bool = False) -> None:
         self.sink = sink
         self.report = sink.report
         self.conv = conversation
+        self.sidechain = sidechain  # a sub-agent's own file: its sidechain records are its conversation
         self.pending: list[Any] | None = None
         self.pending_id = ""
         self.pending_api_id: Any = None
@@ -573,8 +576,9 @@ class _ClaudeImporter:
     def record(self, record: dict[str, Any]) -> None:
         rtype = record.get("type")
         _stamp(self.sink, record.get("timestamp"))
-        if rtype not in _CLAUDE_CONVERSATION or record.get("isSidechain") is True:
-            kind = f"{rtype}" if rtype not in _CLAUDE_CONVERSATION else f"{rtype} (sidechain)"
+        if rtype not in _CLAUDE_CONVERSATION or (record.get("isSidechain") is True) != self.sidechain:
+            side = "sidechain" if not self.sidechain else "main chain"
+            kind = f"{rtype}" if rtype not in _CLAUDE_CONVERSATION else f"{rtype} ({side})"
             self.conv.keep(self.source, record, str(kind))
             return
         message = record.get("message")
@@ -812,10 +816,22 @@ class _Learned:
     created_at: int | None = None
     model: str | None = None
     system: str | None = None
+    main_records: int = 0
+    sidechain_records: int = 0
+
+    @property
+    def sidechain(self) -> bool:
+        """A Claude Code sub-agent's own file: conversation records, every one of them a sidechain's."""
+        return self.sidechain_records > 0 and self.main_records == 0
 
 
 def _learn(source: str, record: Mapping[str, Any], learned: _Learned) -> None:
     if source == "claude-code":
+        if record.get("type") in _CLAUDE_CONVERSATION:
+            if record.get("isSidechain") is True:
+                learned.sidechain_records += 1
+            else:
+                learned.main_records += 1
         if learned.cwd is None and isinstance(record.get("cwd"), str):
             learned.cwd = record["cwd"]
         if learned.model is None and record.get("type") == "assistant":
@@ -854,7 +870,7 @@ def _run(
     conversation = _Conversation(sink, provider, learned.model, learned.system)
     importer: _ClaudeImporter | _CodexImporter
     if source == "claude-code":
-        importer = _ClaudeImporter(sink, conversation)
+        importer = _ClaudeImporter(sink, conversation, sidechain=write is not None and learned.sidechain)
     else:
         importer = _CodexImporter(sink, conversation, learned.model)
     check = write is None
@@ -882,8 +898,15 @@ def import_transcript(
     batch_events: int = DEFAULT_BATCH_EVENTS,
     now: Callable[[], int] | None = None,
     progress: Callable[[int], None] | None = None,
+    parent_session: str | None = None,
 ) -> ImportReport:
     """Import one transcript file into a new session of ``coordinator``'s store; return the report.
+
+    ``parent_session`` links the import as a subagent child of that stored session (its header gets
+    ``parentSession``, ``origin: "subagent"`` and ``delegationDepth`` = the parent's + 1); a parent the
+    store does not have is :class:`~agentlog.errors.SessionNotFoundError` before anything is read or
+    written. A Claude Code sub-agent's own file (every conversation record a sidechain's) is imported as
+    that sub-agent's conversation; in a main file the sidechain records stay ``import/record``.
 
     ``source`` is ``"claude-code"`` or ``"codex"``; ``session_id`` defaults to a fresh minted id. The
     import is all or nothing: a bad line raises :class:`~agentlog.errors.TranscriptError` (``.path``,
@@ -896,10 +919,11 @@ def import_transcript(
     """
     if source not in IMPORT_FORMATS:
         raise ConversionError(f'unknown transcript format "{source}" (expected one of: {", ".join(IMPORT_FORMATS)})')
+    lineage = _child_lineage(coordinator, parent_session) if parent_session is not None else {}
     file_path = os.fspath(path)
     snapshot = _Snapshot(file_path)
     try:
-        return _import(coordinator, source, snapshot, session_id, batch_bytes, batch_events, now, progress)
+        return _import(coordinator, source, snapshot, session_id, batch_bytes, batch_events, now, progress, lineage)
     except MemoryError as err:
         if isinstance(err, AgentlogError):
             raise
@@ -917,6 +941,7 @@ def _import(
     batch_events: int,
     now: Callable[[], int] | None,
     progress: Callable[[int], None] | None,
+    lineage: Mapping[str, Any],
 ) -> ImportReport:
     learned = _Learned()
     checked = ImportReport(source, snapshot.path)
@@ -929,6 +954,7 @@ def _import(
     meta: dict[str, Any] = {"version": 0, "id": target, "createdAt": created}
     if learned.cwd is not None:
         meta["cwd"] = learned.cwd
+    meta.update(lineage)
     staged = coordinator.stage(meta)
     report = ImportReport(source, snapshot.path, session_id=target)
     written = 0
@@ -952,6 +978,22 @@ def _import(
         staged.discard()
         raise
     return report
+
+
+def _child_lineage(coordinator: PersistenceCoordinator, parent: str) -> dict[str, Any]:
+    """The header fields of an import linked as a subagent of ``parent`` (which must be stored)."""
+    from ..errors import SessionNotFoundError
+    from ..kernel.lineage import delegation_depth_of
+
+    if not isinstance(parent, str) or not parent:
+        raise ConversionError(f"parent session must be a non-empty session id, got {parent!r}")
+    try:
+        header = coordinator.view(parent).header
+    except SessionNotFoundError:
+        raise SessionNotFoundError(
+            f'parent session "{parent}" is not in this store; import the parent first (or omit --parent)'
+        ) from None
+    return {"parentSession": parent, "origin": "subagent", "delegationDepth": delegation_depth_of(header) + 1}
 
 
 def _now_ms() -> int:

@@ -17,6 +17,7 @@ from .. import _accel
 from ..errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
 from .jsonvalue import FrozenDict, register_frozen_dict_type, seal_as
+from .lineage import check_approval_policy, check_sandbox_mode, check_subagent_descriptor
 
 SESSION_FORMAT_VERSION = 0
 """Stamped into every header; an unknown future version is refused by readers."""
@@ -301,6 +302,12 @@ class EventTypes:
 
 event_types = EventTypes()
 """The default registry, shared by sessions that are not given one."""
+
+# The delegation events' data rules (runtime spec §6.8; the names' vocabulary is agentlog.agent.events):
+# in the default registry from the start, so a reader that never imports the agent checks them too.
+event_types.register("subagent/descriptor", validator=check_subagent_descriptor)
+event_types.register("approval/policy", validator=check_approval_policy)
+event_types.register("sandbox/mode", validator=check_sandbox_mode)
 
 
 # --- typed data of the core events ---------------------------------------------------------------

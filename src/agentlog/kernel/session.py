@@ -238,17 +238,18 @@ class EventsView(_Snapshot):
         """The view of the first ``n`` events (O(1); ``n`` is clamped to this view's length)."""
         return EventsView(self._items, max(0, min(n, self._n)))
 
-    def outside_runs(self) -> Iterator[Any]:
-        """The events in seq order, less the members of a restored log's packed chunk runs (stepped
-        over unbuilt: they are ``assistant/chunk`` events). A pass that skips chunks anyway (an index,
-        a surface fold) then reads a big restored log without building its runs; on a log without
-        packed runs (or once they are built) it is every event."""
+    def outside_runs(self, start: int = 0) -> Iterator[Any]:
+        """The events in seq order from ``start`` on, less the members of a restored log's packed chunk
+        runs (stepped over unbuilt: they are ``assistant/chunk`` events). A pass that skips chunks anyway
+        (an index, a surface fold, the continuation of one) then reads a big restored log without
+        building its runs; on a log without packed runs (or once they are built) it is every event."""
         items = self._items
         n = self._n
+        start = max(0, start)
         if items.__class__ is not LazyLog:
-            yield from itertools.islice(items, n)
+            yield from itertools.islice(items, start, n)
             return
-        index = 0
+        index = start
         while index < n:
             item = items[index]
             if item.__class__ is ChunkRun:
@@ -256,6 +257,35 @@ class EventsView(_Snapshot):
                 continue
             yield item
             index += 1
+
+    def restore_seed(self) -> list[Any]:
+        """These events as a seed :meth:`Session.from_restore` takes, packed chunk runs kept packed.
+
+        A restored log's packed run stands once, in its first member's place (as in a compact read); a
+        run the view ends inside gives the members it holds; every other event is itself, frozen, so
+        restoring it again checks it without copying it. A reader that holds a restored session and
+        learns of events stored after it (the inspector following a running session) restores the
+        seed plus those events instead of reading the log again.
+        """
+        items, n = self._items, self._n
+        if items.__class__ is not LazyLog:
+            return items[:n]
+        seed: list[Any] = []
+        index = 0
+        while index < n:
+            item = items[index]
+            if item.__class__ is not ChunkRun:
+                seed.append(item)
+                index += 1
+                continue
+            start = index - item.seq0
+            stop = min(item.n, start + n - index)
+            if start == 0 and stop == item.n:
+                seed.append(item)
+            else:
+                seed.extend(item.transient_events()[start:stop])
+            index += stop - start
+        return seed
 
 
 class MessageList(_Snapshot):

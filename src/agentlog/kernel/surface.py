@@ -593,6 +593,27 @@ class SurfaceTimeline:
         self.replacements: list[SurfaceFoldReplacement] = []
         """Every replacement folded so far, in seq order (as :func:`fold_surface` reports them)."""
 
+    def copy(self, window: Sequence[Mapping[str, Any]] | None = None) -> SurfaceTimeline:
+        """A timeline that answers as this one does and that :meth:`add` continues on its own (this one
+        unchanged): the log grew (a followed session continued by its stored suffix) and is folded on
+        from here, not from seq 0. ``window`` is the grown log (default: this one's). The transition
+        arrays and the node list are copied; the checkpoints, never changed once taken, are shared."""
+        other = SurfaceTimeline.__new__(SurfaceTimeline)
+        other._window = self._window if window is None else window
+        other._every = self._every
+        other._ops = array("q", self._ops)
+        other._replace_ops = array("q", self._replace_ops)
+        other._replace_starts = array("q", self._replace_starts)
+        other._replace_ends = array("q", self._replace_ends)
+        other._first_replace = self._first_replace
+        other._checkpoint_ops = array("q", self._checkpoint_ops)
+        other._checkpoints = list(self._checkpoints)
+        other._nodes = list(self._nodes)
+        other._positions = None if self._positions is None else dict(self._positions)
+        other._last = self._last
+        other.replacements = list(self.replacements)
+        return other
+
     @property
     def last_seq(self) -> int:
         """The seq of the last event added (``-1`` before any)."""

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol, Self, TypeVar
 
 from ..errors import AgentlogError, SessionPersistenceCorruptionError, SessionQueryError, SurfaceError
+from ..kernel.events import TOOL_RESULT
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, thaw
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
@@ -243,6 +244,21 @@ class _Analysis:
 def _sources(event: Mapping[str, Any]) -> list[Any]:
     sources = event.get("sourceEventSeqs")
     return list(sources) if isinstance(sources, (list, tuple)) else []
+
+
+def _delegated_answer(event: Mapping[str, Any]) -> Json | None:
+    """Where a delegated tool result's answer came from: ``{sessionId, seqs}`` of its ``meta.subagent``
+    (the child session and the seq range of its answer), or ``None``."""
+    if event.get("type") != TOOL_RESULT:
+        return None
+    meta = event["data"].get("meta")
+    record = meta.get("subagent") if isinstance(meta, Mapping) else None
+    if not isinstance(record, Mapping) or not isinstance(record.get("sessionId"), str):
+        return None
+    seqs = record.get("seqs")
+    if not (isinstance(seqs, Sequence) and len(seqs) == 2 and all(type(s) is int for s in seqs)):
+        return None
+    return {"sessionId": record["sessionId"], "seqs": [seqs[0], seqs[1]]}
 
 
 def _target(session_id: str, events: Sequence[Mapping[str, Any]], seq: object) -> Mapping[str, Any]:
@@ -629,6 +645,9 @@ class SessionQuery:
         trace["replacedEventSeqs"] = list(analysis.replaced_seqs.get(index, ()))
         trace["sourceEventSeqs"] = _sources(target)
         trace["derivedEventSeqs"] = derived
+        delegated = _delegated_answer(target)
+        if delegated is not None:
+            trace["subagent"] = delegated
         return trace
 
     # -- titles ----------------------------------------------------------------------------------------

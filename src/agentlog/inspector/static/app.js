@@ -374,7 +374,10 @@
       box.appendChild(el("span", { text: "created " + iso(header.createdAt) }));
       if (header.cwd) box.appendChild(el("span", { className: "mono", text: header.cwd }));
       if (header.parentSession) {
-        box.appendChild(el("span", null, "forked from ", el("a", { href: sessionHref(header.parentSession), text: header.parentSession })));
+        var subagent = header.origin === "subagent";
+        box.appendChild(el("span", null, subagent ? "subagent of " : "forked from ",
+          el("a", { href: sessionHref(header.parentSession), text: header.parentSession }),
+          subagent ? " at depth " + fmt(header.delegationDepth || 0) : ""));
       }
       box.appendChild(el("span", { text: fmt(summary.storedEvents) + " stored events, " + fmt(summary.turns) + " turns" }));
       if (summary.closers) box.appendChild(badge("+" + summary.closers + " closers a resume would add", "pending"));
@@ -620,10 +623,9 @@
 
     function frame(box, maxY, label) {
       box.textContent = "";
+      // The drawing stretches to the box (preserveAspectRatio none); text stays HTML, so it is never stretched.
       var root = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img" });
-      var text = svg("text", { x: 2, y: 10, class: "axis" });
-      text.textContent = label + " max " + fmt(maxY);
-      root.appendChild(text);
+      box.appendChild(el("span", { className: "axis", text: label + " max " + fmt(maxY) }));
       box.appendChild(root);
       return root;
     }
@@ -651,9 +653,7 @@
         root.appendChild(svg("path", { d: d, class: "line" }));
         if (dp) root.appendChild(svg("path", { d: dp, class: "projected" }));
       } else {
-        var none = svg("text", { x: W / 2 - 80, y: H / 2, class: "axis" });
-        none.textContent = "no usage reported in this log";
-        root.appendChild(none);
+        box.appendChild(el("span", { className: "axis none", text: "no usage reported in this log" }));
       }
       var now = svg("line", { x1: 0, x2: 0, y1: 0, y2: H, class: "now", id: "chart-now" });
       root.appendChild(now);
@@ -824,7 +824,7 @@
       function branch(node) {
         var item = el("li", { className: node.id === id ? "current" : "", dataset: { id: node.id } },
           el("a", { href: sessionHref(node.id), text: node.id }),
-          el("span", { className: "muted", text: "  " + iso(node.createdAt) + (typeof node.seedLength === "number" ? " · forked after " + fmt(node.seedLength) + " events" : "") }));
+          el("span", { className: "muted", text: "  " + iso(node.createdAt) + lineageNote(node) }));
         if (node.children.length) {
           var list = el("ul");
           node.children.forEach(function (child) { list.appendChild(branch(child)); });
@@ -839,6 +839,14 @@
       var forks = document.getElementById("forks");
       forks.hidden = !doc.tree.children.length && !doc.tree.parentSession;
       forks.querySelector("summary").textContent = "Fork tree (" + countNodes(doc.tree) + " sessions)";
+    }
+
+    function lineageNote(node) {
+      var seeded = typeof node.seedLength === "number" ? fmt(node.seedLength) + " events" : "";
+      if (node.origin === "subagent") {
+        return " · subagent, depth " + fmt(node.delegationDepth) + (seeded ? ", seeded with " + seeded : "");
+      }
+      return seeded ? " · forked after " + seeded : "";
     }
 
     function countNodes(node) {

@@ -311,7 +311,10 @@ class SqliteBackend(_Listing, _Staging):
             if loaded is None:
                 return None
             session, rows = loaded
-            meta, revision = self._decode_session(session)
+            try:
+                meta, revision = self._decode_session(session)
+            except MemoryError as err:
+                raise self._typed(err, "read") from None
             events, damage = self._decoded(
                 session_id,
                 rows,
