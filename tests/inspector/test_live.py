@@ -236,3 +236,57 @@ def test_a_rewritten_log_is_read_whole_again(tmp_path: Path) -> None:
         _assert_equals_a_fresh_load(tmp_path / "one", inspector, "same")
     finally:
         inspector.close()
+
+
+def test_an_extended_session_continues_its_surface_timeline(tmp_path: Path) -> None:
+    """Each extension continues the loaded surface timeline by the new events (a copy folded on, the
+    loaded one unchanged; never folded again from seq 0): after every flush, with replacements, streamed
+    chunk runs and turns left open (closers), ``state_at(seq)`` is ``view.at(seq)`` at every seq."""
+    from agentlog.kernel.surface import fold_surface
+    from agentlog.testing.builders import user_msg
+
+    store = SessionStore()
+    writer = PersistenceCoordinator(store, JsonlBackend(str(tmp_path)))
+    session = store.create("grow", meta={"cwd": "/work"})
+    backend = CountingJsonlBackend(tmp_path)
+    inspector = Inspector(backend)
+    try:
+        timelines: list[Any] = []
+        for turn in range(1, 7):
+            appends = _turn(session, turn)
+            half = len(appends) // 2
+            for cut in (appends[:half], appends[half:]):  # a flush in the middle of the turn, then its end
+                for etype, data, intent in cut:
+                    session.append(etype, data, intent)  # type: ignore[call-overload]
+                if turn % 2 == 0 and cut is appends[half:]:  # replace the last nodes by a summary
+                    shadow = list(session.surface.nodes)[-turn // 2 :]
+                    op = {"op": "replace", "start": shadow[0], "end": shadow[-1]}
+                    summary = user_msg(f"summary {turn}", source={"kind": "plugin", "plugin": "t"})
+                    session.append("user/message", summary, {"surfaceOp": op, "sourceEventSeqs": shadow})
+                store.flush(session)
+                last = inspector.summary("grow")["lastSeq"]
+                timeline = inspector.load("grow").timeline()
+                timelines.append((timeline, timeline.last_seq))
+                reference = PersistenceCoordinator(
+                    SessionStore(), JsonlBackend(str(tmp_path), compression="auto", read_only=True)
+                )
+                try:
+                    view = reference.view("grow")
+                    assert view.seq == last
+                    for seq in range(last + 1):
+                        point = view.at(seq)
+                        state = inspector.state_at("grow", seq, limit=2000)
+                        assert state["messages"] == thaw(point.derive_messages().to_list()), seq
+                        assert [node["seq"] for node in state["surface"]] == list(point.surface.nodes), seq
+                        fold = fold_surface(point.events)
+                        assert [r["seq"] for r in state["replacements"]] == [r.seq for r in fold.replacements], seq
+                finally:
+                    reference.close()
+        assert backend.whole_reads == 1 and inspector.extensions == len(timelines) - 1
+        assert len({id(timeline) for timeline, _ in timelines}) == len(timelines)  # each a continued copy
+        assert all(timeline.last_seq == last_seq for timeline, last_seq in timelines)  # the loaded ones unchanged
+        _assert_equals_a_fresh_load(tmp_path, inspector, "grow")
+    finally:
+        inspector.close()
+        store.dispose(session)
+        writer.close()

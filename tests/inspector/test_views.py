@@ -373,6 +373,84 @@ def test_the_listing_tells_open_and_interrupted_turns_from_the_tail(tmp_path: Pa
         inspector.close()
 
 
+@pytest.mark.parametrize("kind", ["jsonl-zstd", "sqlite"])
+def test_states_from_the_surface_timeline_equal_session_at_with_replacements_and_silent_nodes(
+    tmp_path: Path, kind: str
+) -> None:
+    """The slider reads the loaded session's surface timeline (checkpoints, not a fold of the prefix):
+    at every seq, with replacements of one and of several nodes, assistant messages that derive no
+    message (empty content) and streamed chunk runs, every window of the state, the counts, the
+    replacements and the shadowed seqs are ``view.at(seq)``'s."""
+    import agentlog as al
+    from agentlog.kernel.surface import fold_surface
+    from agentlog.testing.builders import assistant_msg_data, user_msg
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, kind))
+    session = store.create("mixed", meta={"cwd": "/work"})
+    for turn in range(1, 13):
+        session.append("turn/start", {"turn": turn})
+        session.append("user/message", user_msg(f"prompt {turn}"), {"surfaceOp": "append"})
+        session.append("step/start", {"turn": turn, "step": 1})
+        for k in range(5):
+            chunk = {"type": "text-delta", "index": 0, "text": f"w{k}"}
+            session.append("assistant/chunk", {"turn": turn, "step": 1, "chunk": chunk})
+        blocks: Any = [] if turn % 3 == 0 else f"answer {turn}"
+        session.append("assistant/message", assistant_msg_data(blocks, turn=turn), {"surfaceOp": "append"})
+        session.append("step/end", {"turn": turn, "step": 1})
+        if turn % 4 == 0:  # replace the last few nodes (one, then several) by a summary
+            nodes = list(session.surface.nodes)
+            shadow = nodes[-(turn // 4) :]
+            session.append(
+                "user/message",
+                user_msg(f"summary {turn}", source={"kind": "plugin", "plugin": "t"}),
+                {"surfaceOp": {"op": "replace", "start": shadow[0], "end": shadow[-1]}, "sourceEventSeqs": shadow},
+            )
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, kind))
+    reference = PersistenceCoordinator(SessionStore(), open_read_only(tmp_path, kind))
+    try:
+        view = reference.view("mixed")
+        last = inspector.summary("mixed")["lastSeq"]
+        assert last == view.seq
+        for seq in range(last + 1):
+            point = view.at(seq)
+            expected = thaw(point.derive_messages().to_list())
+            nodes = list(point.surface.nodes)
+            fold = fold_surface(point.events)
+            whole = inspector.state_at("mixed", seq, limit=2000)
+            assert whole["messages"] == expected, seq
+            assert whole["messageCount"] == len(expected) and whole["surfaceCount"] == len(nodes), seq
+            assert [node["seq"] for node in whole["surface"]] == nodes, seq
+            assert [r["seq"] for r in whole["replacements"]] == [r.seq for r in fold.replacements], seq
+            assert whole["shadowed"] == sorted({s for r in fold.replacements for s in r.shadowed_seqs}), seq
+            messages: list[Any] = []
+            surface: list[int] = []
+            start = 0
+            while True:
+                window = inspector.state_at("mixed", seq, messages_from=start, limit=3)
+                messages.extend(window["messages"])
+                seqs = [node["seq"] for node in window["surface"]]
+                assert window["surfaceFrom"] == len(surface), seq
+                assert set(window["messageSeqs"]) <= set(seqs), seq
+                surface.extend(seqs)
+                start += 3
+                if start >= len(expected):
+                    break
+            assert messages == expected, seq
+            assert surface == nodes, seq  # a node that derives no message is in exactly one window
+        diff = inspector.diff("mixed", 10, last)
+        assert diff["fromCount"] == len(view.at(10).derive_messages())
+        assert diff["toCount"] == len(view.derive_messages())
+        assert inspector.loads == 1
+    finally:
+        reference.close()
+        inspector.close()
+
+
 def test_events_between_turns_and_steps_belong_to_neither(tmp_path: Path) -> None:
     """An event without its own turn is attributed to the turn (and step) open at its seq: one logged
     after a turn ended (or a step ended) and before the next began has no turn (or no step)."""

@@ -583,9 +583,13 @@ def test_a_full_pass_leaves_runs_packed_and_equals_the_eager_events() -> None:
             cut = first_chunk + 4
             prefix = session.at(cut)
             assert [e.json_bytes for e in prefix.events] == [e.json_bytes for e in passed[: cut + 1]], kind
+            outside = list(session.events.outside_runs())  # steps over the runs, builds none
+            assert sum(1 for item in session._log if item.__class__ is ChunkRun) == runs_before, kind
+            assert outside == [e for e in passed if e["type"] != "assistant/chunk"], kind
             assert session.events[first_chunk] is session.events[first_chunk], kind  # a read caches
             assert sum(1 for item in session._log if item.__class__ is ChunkRun) == 0, kind
             assert list(session.events) == passed, kind
+            assert list(session.events.outside_runs()) == passed, kind  # built runs are events again
 
 
 def test_a_restore_seed_keeps_runs_packed_and_restores_the_same_events() -> None:

@@ -34,11 +34,13 @@ from agentlog import (
     LegacyFormatError,
     Session,
     SurfaceError,
+    fold_surface,
     thaw,
 )
 from agentlog.kernel.events import event_types
 from agentlog.kernel.jsoncodec import dumps
 from agentlog.kernel.repair import interrupted_turn_closers
+from agentlog.kernel.surface import SurfaceTimeline
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.testing.builders import (
     APPEND,
@@ -260,6 +262,30 @@ def test_properties__derive_messages_is_deterministic(ops: list[Any]) -> None:
     assert all(a is b for a, b in zip(first, second, strict=True))
     again = build(ops, session_id="prop-again").session
     assert again.derive_messages() == first
+
+
+@PROPERTY_SETTINGS
+@given(ops=ops_strategy, every=st.integers(1, 4), only_surface=st.booleans())
+def test_properties__a_checkpointed_surface_timeline_equals_the_plain_fold_at_every_seq(
+    ops: list[Any], every: int, only_surface: bool
+) -> None:
+    # SurfaceTimeline (the inspector's slider): one fold with node-list checkpoints answers every seq as
+    # the from-scratch fold of the prefix does, and as session.at(seq) does, whichever events it was fed
+    # (all of them, or only the surface ones, as a pass stepping over packed chunk runs feeds it).
+    session = build(ops).session
+    events = list(session.events)
+    timeline = SurfaceTimeline(session.events, every=every)
+    for event in events:
+        if not only_surface or event.type in SURFACE_TYPES:
+            timeline.add(event)
+    if only_surface and events[-1].type not in SURFACE_TYPES:
+        timeline.add(events[-1])  # (a log-only event moves the timeline's last seq: the seqs before it are known)
+    assert timeline.nodes == list(session.surface.nodes)
+    for seq in range(len(events)):
+        plain = fold_surface(events[: seq + 1])
+        assert timeline.nodes_at(seq) == plain.nodes == list(session.at(seq).surface.nodes)
+        assert timeline.replacements_through(seq) == plain.replacements
+    assert timeline.replacements == fold_surface(events).replacements
 
 
 @PROPERTY_SETTINGS

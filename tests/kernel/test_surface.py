@@ -783,3 +783,64 @@ def test_live_surface_with_position_index_equals_a_fresh_fold(ops: list[tuple[st
             got = str(err)
         assert got == expected
     assert list(session.surface.nodes) == fold_surface(session.events.to_list()).nodes
+
+
+def test_surface_timeline_refusals_leave_it_as_it_was() -> None:
+    """A replacement of nodes that are not on the surface is refused as the live fold refuses it, and
+    the timeline still answers what it answered; seqs it was not given are out of range."""
+    from agentlog import SeqOutOfRangeError
+    from agentlog.kernel.surface import SurfaceTimeline
+
+    session = Session.create("timeline")
+    session.append("user/message", user_msg("one"), intent(APPEND))
+    session.append("user/message", user_msg("two"), intent(APPEND))
+    events = list(session.events)
+    timeline = SurfaceTimeline.fold(events)
+    bad = {
+        "type": "user/message",
+        "seq": 2,
+        "time": 0,
+        "data": user_msg("summary"),
+        "surfaceOp": replace(7, 7),
+        "sourceEventSeqs": [7],
+    }
+    with pytest.raises(SurfaceError):
+        timeline.add(bad)
+    assert timeline.last_seq == 1 and timeline.nodes_at(1) == [0, 1] and timeline.nodes_at(0) == [0]
+    with pytest.raises(SeqOutOfRangeError):
+        timeline.nodes_at(2)
+    with pytest.raises(SurfaceError):
+        timeline.add(events[1])  # not after the last seq added
+
+
+def test_surface_timeline__a_copy_folds_on_alone() -> None:
+    """``copy()`` answers as the original and is continued by ``add`` on its own: after replacements
+    (checkpoints taken), the copy folded on equals a fold of the whole log at every seq, and the
+    original still answers what it answered."""
+    from agentlog.kernel.surface import SurfaceTimeline, fold_surface
+
+    session = Session.create("timeline-copy")
+    for k in range(12):
+        session.append("user/message", user_msg(f"m{k}"), intent(APPEND))
+        if k % 3 == 2:
+            nodes = list(session.surface.nodes)
+            shadow = nodes[-2:]
+            session.append(
+                "user/message",
+                user_msg(f"s{k}", source={"kind": "plugin", "plugin": "t"}),
+                {"surfaceOp": replace(shadow[0], shadow[-1]), "sourceEventSeqs": shadow},
+            )
+    events = list(session.events)
+    half = len(events) // 2
+    original = SurfaceTimeline(events, every=1)
+    for event in events[:half]:
+        original.add(event)
+    before = [original.nodes_at(seq) for seq in range(half)]
+    copy = original.copy(events)
+    for event in events[half:]:
+        copy.add(event)
+    for seq in range(len(events)):
+        assert copy.nodes_at(seq) == fold_surface(events[: seq + 1]).nodes, seq
+    assert [r.seq for r in copy.replacements] == [r.seq for r in fold_surface(events).replacements]
+    assert original.last_seq == half - 1
+    assert [original.nodes_at(seq) for seq in range(half)] == before

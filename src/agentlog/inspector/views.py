@@ -16,10 +16,13 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use: moving the time slider folds a prefix of the log already in memory (``view.at(seq)``); a log that
-was appended to is continued by its stored suffix (a seek read from the last loaded seq, checked
-against the event already loaded there), and one that cannot be (another history, a torn tail, a
-backend without seek reads) is read again. Nothing here re-executes anything.
+use. Indexing a loaded session folds its surface once into a
+:class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
+from it (node-list checkpoints, no fold of the prefix) and derives only the messages of the window it
+serves. A log that was appended to is continued by its stored suffix (a seek read from the last loaded
+seq, checked against the event already loaded there), its index and timeline continued by the new
+events (not folded again from seq 0); one that cannot be (another history, a torn tail, a backend
+without seek reads) is read again. Nothing here re-executes anything.
 """
 
 from __future__ import annotations
@@ -62,9 +65,9 @@ from ..kernel.events import (
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..kernel.request_header import fold_request_header
-from ..kernel.session import Session, SessionView, derive_event_message
+from ..kernel.session import EventsView, Session, SessionView, derive_event_message
 from ..kernel.store import SessionStore
-from ..kernel.surface import fold_surface
+from ..kernel.surface import SurfaceTimeline, fold_surface
 from ..persistence.backend import Backend, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
@@ -228,6 +231,10 @@ class _Index:
     last_turn_end: dict[str, Any] | None = None
     replaces: bool = False
     """Whether any event replaces surface nodes (else the surface fold has no replacements to report)."""
+    timeline: SurfaceTimeline | None = None
+    """The surface at every seq (one fold of the log, with checkpoints): a slider move reads it."""
+    silent: list[int] = field(default_factory=list)
+    """The surface events that derive no message (an assistant message without content), in seq order."""
 
 
 @dataclass
@@ -238,7 +245,6 @@ class LoadedSession:
     revision: str | None
     stored: StoredView
     _index: _Index | None = None
-    _replacements: list[Any] | None = None
     _charts: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stored_index: _Index | None = None
@@ -268,26 +274,52 @@ class LoadedSession:
 
     def replacements(self) -> list[Any]:
         """fold_surface's replacements over the whole log (those at or before a seq are that moment's)."""
+        return self.timeline().replacements
+
+    def timeline(self) -> SurfaceTimeline:
+        """The surface at every seq of the loaded log (folded once, with the index)."""
+        timeline = self.index().timeline
+        assert timeline is not None
+        return timeline
+
+    def surface_at(self, seq: int) -> tuple[list[int], list[int]]:
+        """``session.at(seq)``'s surface nodes and, in order, those that derive a message (the seqs of
+        ``derive_messages()``), from the timeline: no fold of the prefix."""
         index = self.index()
-        with self._lock:
-            if self._replacements is None:
-                # A log that never replaces a node has none to report: skip the whole-log fold.
-                self._replacements = fold_surface(self.stored.view.events).replacements if index.replaces else []
-            return self._replacements
+        assert index.timeline is not None
+        nodes = index.timeline.nodes_at(seq)
+        silent = index.silent
+        if not silent or silent[0] > seq:  # every node derives its message (the usual case)
+            return nodes, nodes
+        quiet = set(silent[: bisect.bisect_right(silent, seq)])
+        return nodes, [node for node in nodes if node not in quiet]
 
 
-def _build_index(events: Sequence[Any], index: _Index | None = None, start: int = 0) -> _Index:
-    """The index of ``events``, or ``index`` (of ``events[:start]``) continued by ``events[start:]``."""
-    index = _Index() if index is None else index
-    items = enumerate(events) if start == 0 else ((seq, events[seq]) for seq in range(start, len(events)))
-    for seq, event in items:
+def _build_index(events: EventsView, index: _Index | None = None, start: int = 0) -> _Index:
+    """One pass over the log less its packed chunk runs (stepped over unbuilt): the index and the
+    surface timeline of ``events``, or ``index`` (of ``events[:start]``, its timeline included) continued
+    by ``events[start:]``."""
+    if index is None:
+        index = _Index()
+    if index.timeline is None:
+        index.timeline = SurfaceTimeline(events)
+    timeline = index.timeline
+    add = timeline.add
+    last = None
+    for event in events.outside_runs(start):
+        last = event
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
             continue
+        seq = event["seq"]
         data = event["data"]
         op = event.get("surfaceOp")
-        if op is not None and not isinstance(op, str):  # a replace op (an append is the string "append")
-            index.replaces = True
+        if op is not None:
+            add(event)
+            if derive_event_message(event) is None:
+                index.silent.append(seq)
+            if not isinstance(op, str):  # a replace op (an append is the string "append")
+                index.replaces = True
         if etype == TURN_START:
             index.turn_starts.append(seq)
             index.turn_numbers.append(data.get("turn"))
@@ -315,6 +347,10 @@ def _build_index(events: Sequence[Any], index: _Index | None = None, start: int 
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
         elif etype == STEP_END:
             index.step_ends.append(seq)
+    if len(events) > start and (last is None or last["seq"] != len(events) - 1):
+        last = events[len(events) - 1]  # the log ends in a packed run: the timeline covers it too
+    if last is not None and last["seq"] > timeline.last_seq:
+        add(last)
     return index
 
 
@@ -430,9 +466,13 @@ def _extend_stored(reader: PersistenceCoordinator, stored: StoredView) -> Stored
     return StoredView(session.at(length - 1), last + 1 + len(added), False, len(closers))
 
 
-def _copy_index(index: _Index) -> _Index:
+def _copy_index(index: _Index, window: EventsView) -> _Index:
+    """A copy of ``index`` that :func:`_build_index` continues on its own (``index`` unchanged, its
+    readers undisturbed), its surface timeline folding on over ``window`` (the grown log)."""
     return dataclasses.replace(
         index,
+        timeline=None if index.timeline is None else index.timeline.copy(window),
+        silent=list(index.silent),
         turn_starts=list(index.turn_starts),
         turn_numbers=list(index.turn_numbers),
         step_starts=list(index.step_starts),
@@ -460,9 +500,12 @@ def _continue_index(old: LoadedSession, new: LoadedSession) -> None:
     if base is None:
         stored_index = _build_index(events.prefix(stored))
     else:
-        stored_index = _build_index(events.prefix(stored), _copy_index(base), old.stored.stored_events)
+        stored_index = _build_index(events.prefix(stored), _copy_index(base, events), old.stored.stored_events)
     new._stored_index = stored_index
-    new._index = stored_index if not new.stored.closers else _build_index(events, _copy_index(stored_index), stored)
+    if new.stored.closers:
+        new._index = _build_index(events, _copy_index(stored_index, events), stored)
+    else:
+        new._index = stored_index
 
 
 def _status(stored: StoredView, index: _Index) -> str:
@@ -778,24 +821,21 @@ class Inspector:
         if type(limit) is not int or not 1 <= limit <= MAX_STATE_WINDOW:
             raise InspectorRequestError(f"limit must be an integer in [1, {MAX_STATE_WINDOW}], got {limit!r}")
         loaded = self.load(session_id)
-        point = loaded.view.at(seq)
-        events = point.events
-        nodes = point.surface.nodes
-        all_messages = point.derive_messages()
-        count = len(all_messages)
-        if len(nodes) == count:  # every node derives its message (the usual case): no need to ask each
-            message_seqs = list(nodes)
-        else:
-            message_seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
+        events = loaded.view.events
+        if seq > len(events) - 1:
+            raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
+        nodes, message_seqs = loaded.surface_at(seq)
+        count = len(message_seqs)
         start = max(0, count - limit) if messages_from is None else min(messages_from, count)
         end = min(count, start + limit)
-        if count and len(message_seqs) == count:
-            position = {node: index for index, node in enumerate(nodes)}
-            surface_from = position[message_seqs[start]] if start < count else len(nodes)
-            surface_to = position[message_seqs[end - 1]] + 1 if end > start else surface_from
+        # The window's nodes: after the previous window's last message node, through its own last one
+        # (the last window through the end), so a node that derives no message belongs to one window.
+        if message_seqs is nodes:  # every node derives its message: positions are indexes
+            surface_from, surface_to = start, end
         else:
-            surface_from, surface_to = 0, len(nodes)
-        replacements = {r.seq: r for r in loaded.replacements() if r.seq <= seq}
+            surface_from = 0 if start == 0 else nodes.index(message_seqs[start - 1]) + 1
+            surface_to = len(nodes) if end >= count else nodes.index(message_seqs[end - 1]) + 1
+        replacements = {r.seq: r for r in loaded.timeline().replacements_through(seq)}
         shadowed: list[int] = []
         for replacement in replacements.values():
             shadowed.extend(replacement.shadowed_seqs)
@@ -816,7 +856,7 @@ class Inspector:
                 for r in sorted(replacements.values(), key=lambda r: r.seq)
             ],
             "shadowed": sorted(set(shadowed)),
-            "messages": thaw(list(all_messages[start:end])),
+            "messages": thaw([derive_event_message(events[node]) for node in message_seqs[start:end]]),
             "messageSeqs": message_seqs[start:end],
             "messageCount": count,
             "messagesFrom": start,
@@ -837,13 +877,14 @@ class Inspector:
 
     @staticmethod
     def _request_context(loaded: LoadedSession, seq: int) -> Any:
-        """``view.at(seq).request_context()``: the view at the last ``request/context`` at or before
-        ``seq`` finds it at once (its own scan starts from its end)."""
+        """``view.at(seq).request_context()`` without slicing the prefix: the data of the last
+        ``request/context`` at or before ``seq`` (the kernel's answer, a frozen copy of it), found in the
+        loaded session's index."""
         index = loaded.index()
         at = bisect.bisect_right(index.context_seqs, seq) - 1
         if at < 0:
             return None
-        return thaw(loaded.view.at(index.context_seqs[at]).request_context())
+        return thaw(loaded.view.events[index.context_seqs[at]]["data"])
 
     # -- charts -----------------------------------------------------------------------------------------
 
@@ -864,16 +905,12 @@ class Inspector:
         """
         loaded = self.load(session_id)
         sides = []
+        events = loaded.view.events
         for seq in (from_seq, to_seq):
-            point = loaded.view.at(seq)
-            messages = point.derive_messages()
-            nodes = point.surface.nodes
-            events = point.events
-            if len(nodes) == len(messages):
-                seqs = list(nodes)
-            else:
-                seqs = [node for node in nodes if derive_event_message(events[node]) is not None]
-            sides.append((messages, seqs))
+            if seq > len(events) - 1:
+                raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
+            _nodes, seqs = loaded.surface_at(seq)
+            sides.append(([derive_event_message(events[node]) for node in seqs], seqs))
         (before, before_seqs), (after, after_seqs) = sides
         keys_before = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in before]
         keys_after = [orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for m in after]

@@ -238,6 +238,26 @@ class EventsView(_Snapshot):
         """The view of the first ``n`` events (O(1); ``n`` is clamped to this view's length)."""
         return EventsView(self._items, max(0, min(n, self._n)))
 
+    def outside_runs(self, start: int = 0) -> Iterator[Any]:
+        """The events in seq order from ``start`` on, less the members of a restored log's packed chunk
+        runs (stepped over unbuilt: they are ``assistant/chunk`` events). A pass that skips chunks anyway
+        (an index, a surface fold, the continuation of one) then reads a big restored log without
+        building its runs; on a log without packed runs (or once they are built) it is every event."""
+        items = self._items
+        n = self._n
+        start = max(0, start)
+        if items.__class__ is not LazyLog:
+            yield from itertools.islice(items, start, n)
+            return
+        index = start
+        while index < n:
+            item = items[index]
+            if item.__class__ is ChunkRun:
+                index = item.seq0 + item.n
+                continue
+            yield item
+            index += 1
+
     def restore_seed(self) -> list[Any]:
         """These events as a seed :meth:`Session.from_restore` takes, packed chunk runs kept packed.
 

@@ -9,12 +9,14 @@ drift apart.
 
 from __future__ import annotations
 
+import bisect
 import weakref
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, NoReturn, overload
 
-from ..errors import FrozenError, SurfaceError
+from ..errors import FrozenError, SeqOutOfRangeError, SurfaceError
 from .events import ASSISTANT_MESSAGE, SURFACE_EVENT_TYPES, TOOL_RESULT
 from .jsonvalue import MAX_SAFE_INTEGER
 from .packedrun import ChunkRun
@@ -528,3 +530,182 @@ def fold_surface(events: Sequence[Mapping[str, Any]]) -> SurfaceFoldResult:
             replacements.append(SurfaceFoldReplacement(plan.seq, plan.start, plan.end, list(plan.shadowed)))
         apply_plan(nodes, plan)
     return SurfaceFoldResult(list(nodes), replacements)
+
+
+def _replacement_seq(replacement: SurfaceFoldReplacement) -> int:
+    return replacement.seq
+
+
+class SurfaceTimeline:
+    """The surface of one validated log at every seq, from one fold: ``nodes_at(seq)`` is
+    ``fold_surface(events[: seq + 1]).nodes`` (and ``session.at(seq).surface.nodes``) without folding
+    the prefix again.
+
+    Built by :meth:`add`-ing the log's events in seq order (events of other types may be left out, so a
+    caller can step over a restored log's packed chunk runs). The log must be one the kernel has already
+    validated (a session's or a view's events): an append is taken as it is, a replacement is planned
+    with :func:`plan_surface_event` as the live fold plans it (and refused the same way if invalid).
+
+    It keeps the seq of each surface transition (one ``array`` entry each) and, once a replacement has
+    happened, a copy of the node list after every ``max(every, nodes // 4)`` transitions: memory stays
+    within a few times the number of transitions, and an answer replays at most that many transitions
+    from the nearest copy (runs of appends as one slice). A log that never replaces anything keeps no
+    copy at all: its surface at a seq is a prefix of its appends.
+
+    One thread may :meth:`add` while others ask :meth:`nodes_at` (a log followed as it grows): an event
+    becomes answerable (``last_seq``) only once its transition is recorded, and a refused event changes
+    nothing a reader sees.
+    """
+
+    __slots__ = (
+        "_checkpoint_ops",
+        "_checkpoints",
+        "_every",
+        "_first_replace",
+        "_last",
+        "_nodes",
+        "_ops",
+        "_positions",
+        "_replace_ends",
+        "_replace_ops",
+        "_replace_starts",
+        "_window",
+        "replacements",
+    )
+
+    def __init__(self, window: Sequence[Mapping[str, Any]], *, every: int = 4096) -> None:
+        """``window`` is the log the events come from (indexed by seq: a ``tool/result`` rewrite is
+        checked against the result it rewrites)."""
+        if every < 1:
+            raise ValueError("every must be at least 1")
+        self._window = window
+        self._every = every
+        self._ops = array("q")  # the seq of each surface transition, in seq order
+        self._replace_ops = array("q")  # which transitions (their index in _ops) are replacements
+        self._replace_starts = array("q")  # ... and the node positions each one spliced
+        self._replace_ends = array("q")
+        self._first_replace: int | None = None
+        self._checkpoint_ops = array("q")  # transitions applied before each checkpoint
+        self._checkpoints: list[array[int]] = []
+        self._nodes: list[int] = []  # the fold so far
+        self._positions: dict[int, int] | None = None
+        self._last = -1
+        self.replacements: list[SurfaceFoldReplacement] = []
+        """Every replacement folded so far, in seq order (as :func:`fold_surface` reports them)."""
+
+    def copy(self, window: Sequence[Mapping[str, Any]] | None = None) -> SurfaceTimeline:
+        """A timeline that answers as this one does and that :meth:`add` continues on its own (this one
+        unchanged): the log grew (a followed session continued by its stored suffix) and is folded on
+        from here, not from seq 0. ``window`` is the grown log (default: this one's). The transition
+        arrays and the node list are copied; the checkpoints, never changed once taken, are shared."""
+        other = SurfaceTimeline.__new__(SurfaceTimeline)
+        other._window = self._window if window is None else window
+        other._every = self._every
+        other._ops = array("q", self._ops)
+        other._replace_ops = array("q", self._replace_ops)
+        other._replace_starts = array("q", self._replace_starts)
+        other._replace_ends = array("q", self._replace_ends)
+        other._first_replace = self._first_replace
+        other._checkpoint_ops = array("q", self._checkpoint_ops)
+        other._checkpoints = list(self._checkpoints)
+        other._nodes = list(self._nodes)
+        other._positions = None if self._positions is None else dict(self._positions)
+        other._last = self._last
+        other.replacements = list(self.replacements)
+        return other
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last event added (``-1`` before any)."""
+        return self._last
+
+    @property
+    def nodes(self) -> list[int]:
+        """The surface after the last event added (the fold's own list: do not change it)."""
+        return self._nodes
+
+    def add(self, event: Mapping[str, Any]) -> None:
+        """Fold ``event`` (the next event of the log, or a later one when the ones between are log-only)."""
+        seq = event["seq"]
+        if seq <= self._last:
+            raise SurfaceError(f"surface timeline: seq {seq} is not after the last one added ({self._last})")
+        if event["type"] not in SURFACE_EVENT_TYPES:
+            self._last = seq
+            return
+        op = event.get("surfaceOp")
+        nodes = self._nodes
+        ops = self._ops
+        if op == APPEND and op.__class__ is str:
+            if self._positions is not None:
+                self._positions[seq] = len(nodes)
+            nodes.append(seq)
+            ops.append(seq)
+        else:
+            positions = self._positions
+            if positions is None:
+                positions = self._positions = {node: index for index, node in enumerate(nodes)}
+            plan = plan_surface_event(nodes, event, seq, self._window, 0, positions)
+            if plan is None or plan.kind != "replace":  # pragma: no cover - a surface type always plans
+                self._last = seq
+                return
+            if plan.start_idx == plan.end_idx:
+                del positions[plan.start]
+                positions[seq] = plan.start_idx
+            else:
+                self._positions = None  # later positions shift: rebuilt on the next replacement
+            if self._first_replace is None:
+                self._first_replace = len(ops)
+            self._replace_ops.append(len(ops))
+            self._replace_starts.append(plan.start_idx)
+            self._replace_ends.append(plan.end_idx)
+            self.replacements.append(SurfaceFoldReplacement(seq, plan.start, plan.end, list(plan.shadowed)))
+            apply_plan(nodes, plan)
+            ops.append(seq)
+        if self._first_replace is not None:
+            since = len(ops) - (self._checkpoint_ops[-1] if self._checkpoints else self._first_replace)
+            if since >= max(self._every, len(nodes) >> 2):
+                self._checkpoints.append(array("q", nodes))
+                self._checkpoint_ops.append(len(ops))  # (after its copy: a reader finds both)
+        self._last = seq  # last: a reader answering seqs up to last_seq sees this event's transition
+
+    def nodes_at(self, seq: int) -> list[int]:
+        """The surface right after ``seq`` (a new list; any seq up to the last added)."""
+        if type(seq) is not int or not 0 <= seq <= self._last:
+            raise SeqOutOfRangeError(f"surface timeline: seq {seq!r} is not in 0..{self._last}")
+        ops = self._ops
+        count = bisect.bisect_right(ops, seq)  # transitions at or before seq
+        first = self._first_replace
+        if first is None or count <= first:
+            return ops[:count].tolist()  # no replacement yet: the appends so far
+        at = bisect.bisect_right(self._checkpoint_ops, count) - 1
+        if at >= 0:
+            done = self._checkpoint_ops[at]
+            nodes = self._checkpoints[at].tolist()
+        else:
+            done = first
+            nodes = ops[:first].tolist()
+        replace_ops = self._replace_ops
+        r = bisect.bisect_left(replace_ops, done)
+        while done < count:
+            next_replace = replace_ops[r] if r < len(replace_ops) else count
+            if next_replace >= count:
+                nodes.extend(ops[done:count])
+                break
+            nodes.extend(ops[done:next_replace])
+            nodes[self._replace_starts[r] : self._replace_ends[r] + 1] = [ops[next_replace]]
+            done = next_replace + 1
+            r += 1
+        return nodes
+
+    def replacements_through(self, seq: int) -> list[SurfaceFoldReplacement]:
+        """The replacements at or before ``seq`` (what ``fold_surface(events[: seq + 1])`` reports)."""
+        replacements = self.replacements
+        return replacements[: bisect.bisect_right(replacements, seq, key=_replacement_seq)]
+
+    @classmethod
+    def fold(cls, events: Sequence[Mapping[str, Any]], *, every: int = 4096) -> SurfaceTimeline:
+        """The timeline of a whole validated log."""
+        timeline = cls(events, every=every)
+        for event in events:
+            timeline.add(event)
+        return timeline
