@@ -514,10 +514,13 @@ def _status(stored: StoredView, index: _Index) -> str:
     if stored.torn or stored.closers:
         return "repairable"
     end = index.last_turn_end
-    reason = end.get("reason") if end is not None else None
-    if isinstance(reason, Mapping) and reason.get("kind") == "interrupted":
-        return "interrupted"
-    return "ok"
+    return "interrupted" if end is not None and _ended_interrupted(end) else "ok"
+
+
+def _ended_interrupted(turn_end_data: Mapping[str, Any]) -> bool:
+    """Whether a ``turn/end``'s data says the turn was interrupted (the page's and the listing's status)."""
+    reason = turn_end_data.get("reason")
+    return isinstance(reason, Mapping) and reason.get("kind") == "interrupted"
 
 
 class Inspector:
@@ -683,8 +686,7 @@ class Inspector:
             if etype == TURN_START:
                 return "repairable"
             if etype == TURN_END:
-                reason = event["data"].get("reason")
-                return "interrupted" if isinstance(reason, Mapping) and reason.get("kind") == "interrupted" else "ok"
+                return "interrupted" if _ended_interrupted(event["data"]) else "ok"
         return "ok"
 
     def _rows_of(self, listings: Sequence[Any]) -> list[dict[str, Any]]:
