@@ -21,6 +21,7 @@ from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 
 CLAUDE = Path(__file__).resolve().parent.parent / "fixtures" / "transcripts" / "claude-code.jsonl"
+CODEX = CLAUDE.with_name("codex.jsonl")
 
 
 def _sidechain_file(tmp_path: Path) -> Path:
@@ -104,3 +105,93 @@ def test_import_parent_on_the_command_line(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--id", "orphan", "--parent", "ghost", "--json"])
     assert result.exit_code == 1
     assert orjson.loads(result.stderr)["error"]["code"] == "SESSION_NOT_FOUND"
+
+
+# ---------------------------------------------------------------- linked from the file's own parent session id
+
+PARENT_CLAUDE_ID = "5f0c1d2e-0000-4000-8000-000000000001"  # the fixture's sessionId, which its sub-agent records share
+
+
+def _sqlite_import(db: Path, path: Path, **options: Any) -> Any:
+    from agentlog.persistence.sqlite.backend import SqliteBackend
+
+    coordinator = PersistenceCoordinator(SessionStore(), SqliteBackend(str(db)))
+    try:
+        return import_transcript(coordinator, "claude-code", path, **options)
+    finally:
+        coordinator.close()
+
+
+def test_a_sub_agent_file_links_itself_to_the_session_imported_from_its_parent_transcript(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _import(root, CLAUDE, session_id="lead")
+    _import(root, CODEX, session_id="other")  # another tool's session in the same store is never taken
+    report = _import(root, _sidechain_file(tmp_path), session_id="helper")
+    assert report.parent_session == "lead"
+    assert report.to_json()["parentSession"] == "lead"
+    header = _view(root, "helper").header
+    assert (header["parentSession"], header["origin"], header["delegationDepth"]) == ("lead", "subagent", 1)
+
+
+def test_the_link_is_found_in_a_sqlite_store_too(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    _sqlite_import(db, CLAUDE, session_id="lead")
+    report = _sqlite_import(db, _sidechain_file(tmp_path), session_id="helper")
+    assert report.parent_session == "lead"
+
+
+def test_each_import_records_the_transcript_s_own_session_id(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _import(root, CLAUDE, session_id="lead")
+    _import(root, _sidechain_file(tmp_path), session_id="helper")
+    lead_done = _view(root, "lead").events[-1]
+    helper_done = _view(root, "helper").events[-1]
+    assert lead_done["data"]["sessionId"] == PARENT_CLAUDE_ID and "agentId" not in lead_done["data"]
+    assert helper_done["data"]["sessionId"] == PARENT_CLAUDE_ID and helper_done["data"]["agentId"] == "a1b2c3"
+
+
+def test_a_sub_agent_file_whose_parent_was_never_imported_is_imported_unlinked_and_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    report = _import(root, _sidechain_file(tmp_path), session_id="helper")
+    assert report.parent_session is None
+    assert "parentSession" not in _view(root, "helper").header
+    note = report.to_json()["parentNote"]
+    assert PARENT_CLAUDE_ID in note and "--parent" in note
+
+
+def test_a_parent_transcript_imported_twice_is_not_guessed(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _import(root, CLAUDE, session_id="lead-1")
+    _import(root, CLAUDE, session_id="lead-2")
+    report = _import(root, _sidechain_file(tmp_path), session_id="helper")
+    assert report.parent_session is None
+    note = report.to_json()["parentNote"]
+    assert "lead-1" in note and "lead-2" in note and "--parent" in note
+
+
+def test_a_sub_agent_is_not_linked_to_another_sub_agent_of_the_same_parent(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _import(root, CLAUDE, session_id="lead")
+    _import(root, _sidechain_file(tmp_path), session_id="helper-1")
+    report = _import(root, _sidechain_file(tmp_path), session_id="helper-2")
+    assert report.parent_session == "lead"
+
+
+def test_a_main_file_is_never_linked(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _import(root, CLAUDE, session_id="lead")
+    report = _import(root, CLAUDE, session_id="again")
+    assert report.parent_session is None and "parentNote" not in report.to_json()
+    assert "parentSession" not in _view(root, "again").header
+
+
+def test_the_command_line_prints_the_link_it_found(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _import(root, CLAUDE, session_id="lead")
+    runner = CliRunner()
+    args = ["import", str(_sidechain_file(tmp_path)), "--from", "claude-code", "--store", str(root), "--id", "helper"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"linked as a subagent of lead (the session imported from Claude Code session {PARENT_CLAUDE_ID})" in (
+        result.stdout
+    )

@@ -151,6 +151,7 @@ def test_claude_code__the_conversation_maps_exactly_and_the_rest_is_kept(tmp_pat
         "keptRecords": {"summary": 1, "system": 1, "user (sidechain)": 1},
         "dropped": {"user block image": 1},
         "synthesizedToolResults": 0,
+        "parentSession": None,
     }
 
 

@@ -54,7 +54,8 @@ def import_command(
     --parent ID links the new session as a subagent of ID (parentSession, origin "subagent", the parent's
     delegation depth + 1); a parent the store does not have is SESSION_NOT_FOUND and nothing is written.
     A Claude Code sub-agent's own file (every conversation record a sidechain's) is imported as its
-    conversation.
+    conversation and, without --parent, linked to the session imported from its parent transcript (the
+    records' own sessionId; found when exactly one such import is stored, else imported unlinked with a note).
 
     Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
     them, the fields that were dropped and the tool results the transcript lacked. A line that is not
@@ -88,6 +89,8 @@ def import_command(
     for title, table in (("kept as import/record", document["keptRecords"]), ("not mapped", document["dropped"])):
         if table:
             typer.echo(f"{title}: " + ", ".join(f"{kind} ×{count}" for kind, count in table.items()))
+    if report.parent_note is not None:
+        typer.echo(report.parent_note)
     if report.synthesized_results:
         typer.echo(
             f"tool calls without a result in the transcript (closed with an error): {report.synthesized_results}"

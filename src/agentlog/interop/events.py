@@ -7,7 +7,7 @@ registers them so; the importer (:mod:`.transcripts`) is their only writer.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 __all__ = ["IMPORT_DONE", "IMPORT_RECORD", "ImportDoneData", "ImportRecordData"]
 
@@ -28,9 +28,17 @@ class ImportRecordData(TypedDict):
 
 
 class ImportDoneData(TypedDict):
-    """The source file of a complete import and its size as read: ``lines`` and ``bytes``."""
+    """The source file of a complete import and its size as read: ``lines`` and ``bytes``.
+
+    ``sessionId`` is the transcript's own session id (Claude Code's ``sessionId``, Codex's ``session_meta``
+    id); a Claude Code sub-agent's file (``sidechain``) shares its parent's, which is how a later import of
+    it finds the session imported from the parent transcript; ``agentId`` names the sub-agent.
+    """
 
     source: Literal["claude-code", "codex"]
     path: str
     lines: int
     bytes: int
+    sessionId: NotRequired[str]
+    sidechain: NotRequired[Literal[True]]
+    agentId: NotRequired[str]

@@ -44,7 +44,8 @@ follow public descriptions of them (third-party notes and viewers), not a specif
   them, ``source.replayState.anthropic.signatures``); that sidechain records (``isSidechain: true``, a sub-agent's
   conversation) do not belong to the main conversation (kept as ``import/record``), and that a file of
   sidechain records only is a sub-agent's own (imported as its conversation; ``parent_session`` links
-  it); that records are in conversation order (``parentUuid`` branches after a rewind are imported in
+  it, else the session imported from the parent transcript named by the records' ``sessionId``); that
+  records are in conversation order (``parentUuid`` branches after a rewind are imported in
   file order, not as forks).
 * Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): ``{"timestamp", "type",
   "payload"}`` lines with ``type`` ``session_meta`` (``id``, ``cwd``, ``instructions``…),
@@ -149,6 +150,10 @@ class ImportReport:
     kept_records: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     synthesized_results: int = 0
+    parent_session: str | None = None
+    """The stored session this import was linked to as a subagent child (given, or found, see ``parent_note``)."""
+    parent_note: str | None = None
+    """For a sub-agent's own file: how its parent was (or was not) found from the file's own session id."""
 
     def _count(self, table: dict[str, int], key: str, n: int = 1) -> None:
         table[key] = table.get(key, 0) + n
@@ -166,6 +171,8 @@ class ImportReport:
             "keptRecords": dict(sorted(self.kept_records.items())),
             "dropped": dict(sorted(self.dropped.items())),
             "synthesizedToolResults": self.synthesized_results,
+            "parentSession": self.parent_session,
+            **({"parentNote": self.parent_note} if self.parent_note is not None else {}),
         }
 
 
@@ -818,6 +825,8 @@ class _Learned:
     system: str | None = None
     main_records: int = 0
     sidechain_records: int = 0
+    source_session: str | None = None  # the transcript's own session id (a sub-agent file's: its parent's)
+    agent_id: str | None = None  # a Claude Code sub-agent file's ``agentId``
 
     @property
     def sidechain(self) -> bool:
@@ -830,8 +839,12 @@ def _learn(source: str, record: Mapping[str, Any], learned: _Learned) -> None:
         if record.get("type") in _CLAUDE_CONVERSATION:
             if record.get("isSidechain") is True:
                 learned.sidechain_records += 1
+                if learned.agent_id is None and isinstance(record.get("agentId"), str) and record["agentId"]:
+                    learned.agent_id = record["agentId"]
             else:
                 learned.main_records += 1
+            if learned.source_session is None and isinstance(record.get("sessionId"), str) and record["sessionId"]:
+                learned.source_session = record["sessionId"]
         if learned.cwd is None and isinstance(record.get("cwd"), str):
             learned.cwd = record["cwd"]
         if learned.model is None and record.get("type") == "assistant":
@@ -848,6 +861,8 @@ def _learn(source: str, record: Mapping[str, Any], learned: _Learned) -> None:
                 learned.cwd = meta["cwd"]
             if learned.system is None and isinstance(meta.get("instructions"), str) and meta["instructions"]:
                 learned.system = meta["instructions"]
+            if learned.source_session is None and isinstance(meta.get("id"), str) and meta["id"]:
+                learned.source_session = meta["id"]
         if learned.model is None and record.get("type") == "turn_context" and isinstance(payload, dict):
             if isinstance(payload.get("model"), str):
                 learned.model = payload["model"]
@@ -883,7 +898,13 @@ def _run(
             importer.record(record)
         importer.finish()
         conversation.close_turn()
-        done = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
+        done: dict[str, Any] = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
+        if learned.source_session is not None:
+            done["sessionId"] = learned.source_session
+        if source == "claude-code" and learned.sidechain:
+            done["sidechain"] = True
+            if learned.agent_id is not None:
+                done["agentId"] = learned.agent_id
         sink.emit(IMPORT_DONE, done)
         sink.flush()
 
@@ -906,7 +927,10 @@ def import_transcript(
     ``parentSession``, ``origin: "subagent"`` and ``delegationDepth`` = the parent's + 1); a parent the
     store does not have is :class:`~agentlog.errors.SessionNotFoundError` before anything is read or
     written. A Claude Code sub-agent's own file (every conversation record a sidechain's) is imported as
-    that sub-agent's conversation; in a main file the sidechain records stay ``import/record``.
+    that sub-agent's conversation; in a main file the sidechain records stay ``import/record``. Without
+    ``parent_session`` such a file is linked to the one stored session imported from its parent transcript
+    (found by the records' ``sessionId``, see :func:`_find_parent_import`); ``report.parent_note`` says
+    whether it was found.
 
     ``source`` is ``"claude-code"`` or ``"codex"``; ``session_id`` defaults to a fresh minted id. The
     import is all or nothing: a bad line raises :class:`~agentlog.errors.TranscriptError` (``.path``,
@@ -954,9 +978,16 @@ def _import(
     meta: dict[str, Any] = {"version": 0, "id": target, "createdAt": created}
     if learned.cwd is not None:
         meta["cwd"] = learned.cwd
+    note = None
+    if not lineage and source == "claude-code" and learned.sidechain:
+        found, note = _find_parent_import(coordinator, learned)
+        if found is not None:
+            lineage = _child_lineage(coordinator, found)
     meta.update(lineage)
     staged = coordinator.stage(meta)
     report = ImportReport(source, snapshot.path, session_id=target)
+    report.parent_session = lineage.get("parentSession")
+    report.parent_note = note
     written = 0
 
     def write(batch: list[dict[str, Any]]) -> None:
@@ -978,6 +1009,57 @@ def _import(
         staged.discard()
         raise
     return report
+
+
+def _find_parent_import(coordinator: PersistenceCoordinator, learned: _Learned) -> tuple[str | None, str]:
+    """The stored session imported from a sub-agent file's parent transcript, and a note saying how.
+
+    A Claude Code sub-agent's records carry its parent session's ``sessionId``; the parent's own import
+    recorded that id in its ``import/done``. Only a main-file import of Claude Code with that id is taken,
+    and only when exactly one session has it (the same transcript imported twice is not guessed between).
+    The search reads the logs of the likely sessions only: headers with the file's ``cwd`` and created no
+    later than the sub-agent's first record, newest first, each until its ``import/done`` (its last event).
+    """
+    wanted = learned.source_session
+    if wanted is None:
+        return None, "no parent session id in the file: imported unlinked; pass --parent ID to link it"
+    candidates: list[tuple[int, str]] = []
+    for listing in coordinator.list():
+        header = listing.header
+        if listing.error_code is not None or header is None:
+            continue
+        if learned.cwd is not None and header.get("cwd") not in (None, learned.cwd):
+            continue
+        created = header.get("createdAt")
+        if learned.created_at is not None and isinstance(created, int) and created > learned.created_at:
+            continue
+        candidates.append((created if isinstance(created, int) else 0, listing.id))
+    found: list[str] = []
+    for _created, session_id in sorted(candidates, reverse=True):
+        try:
+            events = coordinator.read_from(session_id, 0).events
+        except AgentlogError:
+            continue  # a damaged or vanished session is no one's parent
+        last = events[len(events) - 1] if len(events) else None
+        data = last.get("data") if last is not None and last.get("type") == IMPORT_DONE else None
+        if (
+            isinstance(data, Mapping)
+            and data.get("source") == "claude-code"
+            and data.get("sessionId") == wanted
+            and data.get("sidechain") is not True
+        ):
+            found.append(session_id)
+    if len(found) == 1:
+        return found[0], f"linked as a subagent of {found[0]} (the session imported from Claude Code session {wanted})"
+    if not found:
+        return None, (
+            f"the parent Claude Code session {wanted} is not imported in this store: imported unlinked; "
+            "import the parent transcript first, or pass --parent ID"
+        )
+    return None, (
+        f"the parent Claude Code session {wanted} was imported more than once ({', '.join(sorted(found))}): "
+        "imported unlinked; pass --parent ID to choose"
+    )
 
 
 def _child_lineage(coordinator: PersistenceCoordinator, parent: str) -> dict[str, Any]:
