@@ -127,12 +127,8 @@ def test_claude_code__the_conversation_maps_exactly_and_the_rest_is_kept(tmp_pat
     # unmapped records, verbatim, ignorable, with their line
     kept = [e for e in events if e["type"] == IMPORT_RECORD]
     assert all(e["ignorable"] is True for e in kept)
-    assert [(e["data"]["line"], e["data"]["record"]["type"]) for e in kept] == [
-        (1, "summary"),
-        (8, "system"),
-        (10, "user"),
-    ]
-    assert kept[2]["data"]["record"]["isSidechain"] is True
+    assert [(e["data"]["line"], e["data"]["record"]["type"]) for e in kept] == [(8, "system"), (10, "user")]
+    assert kept[1]["data"]["record"]["isSidechain"] is True  # the summary became the title (test_claude_import_titles)
     assert events[-1]["type"] == IMPORT_DONE and events[-1]["data"]["lines"] == 14
     # times come from the records' timestamps and never go back
     times = [e["time"] for e in events]
@@ -148,7 +144,7 @@ def test_claude_code__the_conversation_maps_exactly_and_the_rest_is_kept(tmp_pat
         "events": len(events),
         "turns": 2,
         "messages": {"assistant": 4, "tool": 2, "user": 2},
-        "keptRecords": {"summary": 1, "system": 1, "user (sidechain)": 1},
+        "keptRecords": {"system": 1, "user (sidechain)": 1},
         "dropped": {"user block image": 1},
         "synthesizedToolResults": 0,
         "parentSession": None,
@@ -432,8 +428,8 @@ def _good_lines(n: int) -> list[str]:
             6,
             "has a content block at index 0 that is not an object",
         ),
-        ('{"type": "summary", "n": -0.0}', 6, "line 6 maps to an event agentlog refuses"),
-        ('{"type": "summary", "n": 18014398509481984}', 6, "maps to an event agentlog refuses"),
+        ('{"type": "system", "n": -0.0}', 6, "line 6 maps to an event agentlog refuses"),
+        ('{"type": "system", "n": 18014398509481984}', 6, "maps to an event agentlog refuses"),
     ],
 )
 def test_bad_line__names_file_and_line_and_nothing_is_written(tmp_path: Path, bad: str, line: int, match: str) -> None:
@@ -447,15 +443,37 @@ def test_bad_line__names_file_and_line_and_nothing_is_written(tmp_path: Path, ba
     _nothing_stored(store)
 
 
-def test_bad_line__a_truncated_last_line_is_reported_as_truncated(tmp_path: Path) -> None:
+def test_a_torn_last_line_of_a_live_transcript_is_dropped_with_a_note(tmp_path: Path) -> None:
     lines = _good_lines(14)
     path = tmp_path / "t.jsonl"
-    path.write_text("\n".join(lines) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    torn = lines[-1][: len(lines[-1]) // 2]
+    path.write_text("\n".join(lines) + "\n" + torn)
     store = tmp_path / "store"
-    with pytest.raises(TranscriptError, match="line 15 is truncated") as caught:
-        _import(store, "claude-code", path, session_id="bad", batch_bytes=1)
-    assert caught.value.line == 15
-    _nothing_stored(store)
+    report = _import(store, "claude-code", path, session_id="live", batch_bytes=1)
+    whole = _import(tmp_path / "other", "claude-code", CLAUDE, session_id="whole")
+    assert report.torn_last_line == 15
+    document = report.to_json()
+    assert document["tornLastLine"] == {"line": 15, "bytes": len(torn.encode())}
+    assert document["lines"] == 15 and document["bytes"] == path.stat().st_size
+    assert (report.events, report.messages) == (whole.events, whole.messages)  # the first 14 lines, all of them
+
+
+def test_a_last_line_without_its_newline_that_is_whole_is_imported(tmp_path: Path) -> None:
+    lines = _good_lines(14)
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines))
+    report = _import(tmp_path / "store", "claude-code", path, session_id="whole")
+    assert report.torn_last_line is None and "tornLastLine" not in report.to_json()
+    assert report.lines == 14
+
+
+def test_a_truncated_line_before_the_last_is_still_refused(tmp_path: Path) -> None:
+    lines = _good_lines(14)
+    path = _write(tmp_path / "t.jsonl", [*lines[:5], lines[5][: len(lines[5]) // 2], *lines[6:]])
+    with pytest.raises(TranscriptError, match="line 6 is not JSON") as caught:
+        _import(tmp_path / "store", "claude-code", path, session_id="bad", batch_bytes=1)
+    assert caught.value.line == 6
+    _nothing_stored(tmp_path / "store")
 
 
 def test_bad_line__codex_shapes(tmp_path: Path) -> None:

@@ -89,6 +89,11 @@ def import_command(
     for title, table in (("kept as import/record", document["keptRecords"]), ("not mapped", document["dropped"])):
         if table:
             typer.echo(f"{title}: " + ", ".join(f"{kind} ×{count}" for kind, count in table.items()))
+    if report.torn_last_line is not None:
+        typer.echo(
+            f"dropped the torn last line {report.torn_last_line} ({report.torn_bytes:,} bytes: the file ends inside a "
+            "record, as a transcript still being written does)"
+        )
     if report.parent_note is not None:
         typer.echo(report.parent_note)
     if report.synthesized_results:

@@ -93,6 +93,7 @@ from ..kernel.jsoncodec import is_out_of_memory
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
+from ..kernel.titletext import DEFAULT_MAX_TITLE_BYTES, normalize_session_title
 from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.paths import file_kind
 from .events import IMPORT_DONE, IMPORT_RECORD
@@ -122,6 +123,8 @@ DEFAULT_BATCH_EVENTS = 8192
 _FRAMING: Final = frozenset({TURN_START, TURN_END, STEP_START, STEP_END})
 """Events built here from counters alone (the check pass need not re-check them)."""
 _SPACE: Final = frozenset(b" \t\r\n\f\v")
+_SESSION_TITLE: Final = "session/title"
+"""The title event (named in :mod:`agentlog.projection.events`, a layer above; the kernel knows the type)."""
 _MISSING_RESULT = "no result for this tool call in the imported transcript"
 
 
@@ -154,6 +157,9 @@ class ImportReport:
     """The stored session this import was linked to as a subagent child (given, or found, see ``parent_note``)."""
     parent_note: str | None = None
     """For a sub-agent's own file: how its parent was (or was not) found from the file's own session id."""
+    torn_last_line: int | None = None
+    """The 1-based number of a last line cut inside its record (a transcript still being written): dropped."""
+    torn_bytes: int = 0
 
     def _count(self, table: dict[str, int], key: str, n: int = 1) -> None:
         table[key] = table.get(key, 0) + n
@@ -173,6 +179,11 @@ class ImportReport:
             "synthesizedToolResults": self.synthesized_results,
             "parentSession": self.parent_session,
             **({"parentNote": self.parent_note} if self.parent_note is not None else {}),
+            **(
+                {"tornLastLine": {"line": self.torn_last_line, "bytes": self.torn_bytes}}
+                if self.torn_last_line is not None
+                else {}
+            ),
         }
 
 
@@ -271,6 +282,7 @@ class _Conversation:
         self.answered = False
         self.open_calls: dict[str, None] = {}
         self.header_written = False
+        self.prompt_seqs: list[int] = []  # the human prompts a session title may cite (the title service's rule)
 
     def _write_header(self) -> None:
         self.header_written = True
@@ -315,6 +327,8 @@ class _Conversation:
         if not self.in_turn:
             self._open_turn()
         message = {"content": content, "source": {"kind": "user"}, "role": "user", "id": message_id}  # original order
+        if normalize_session_title("\n".join(b["text"] for b in content if b.get("type") == "text"), 1 << 30):
+            self.prompt_seqs.append(self.sink.seq)
         self.sink.emit(USER_MESSAGE, message, surface=True)
         self.report._count(self.report.messages, "user")
 
@@ -368,6 +382,15 @@ class _Conversation:
         self.open_calls.pop(call_id, None)
         self.sink.emit(TOOL_RESULT, {"turn": self.turn, "step": self.step, "message": message}, surface=True)
         self.report._count(self.report.messages, "tool")
+
+    def title(self, text: str, source: Mapping[str, Any]) -> None:
+        """A ``session/title`` outside any turn (as a late title completes): a user rename cites no prompt,
+        a tool's own title the prompts it titles (none: not written, counted)."""
+        cites = [] if source.get("kind") == "user" else list(self.prompt_seqs)
+        if source.get("kind") != "user" and not cites:
+            self.report._count(self.report.dropped, "title without a prompt")
+            return
+        self.sink.emit(_SESSION_TITLE, {"title": text, "messageSeqs": cites, "source": dict(source)})
 
     def keep(self, source: str, record: Any, kind: str) -> None:
         """An unmapped record, verbatim, as an ignorable event."""
@@ -495,9 +518,13 @@ def _lines(snapshot: _Snapshot, sink: _Sink) -> Iterator[Any]:
         except orjson.JSONDecodeError as err:
             if is_out_of_memory(err):
                 raise _out_of_memory(path, number, size) from None
-            truncated = not raw.endswith(b"\n")
-            what = "is truncated (the file ends inside a record)" if truncated else "is not JSON"
-            raise TranscriptError(f"{path}:{number}: line {number} {what}: {err}", path=path, line=number) from err
+            if not raw.endswith(b"\n"):
+                # Only the last line can lack its newline: the tool writing the transcript is inside this
+                # record. Dropped as agentlog's own JSONL reader drops a torn tail, and reported.
+                report.torn_last_line, report.torn_bytes = number, size
+                sink.account(size)
+                continue
+            raise TranscriptError(f"{path}:{number}: line {number} is not JSON: {err}", path=path, line=number) from err
         except MemoryError:
             raise _out_of_memory(path, number, size) from None
         if not isinstance(record, dict):
@@ -552,6 +579,8 @@ def _stamp(sink: _Sink, value: Any) -> None:
 
 
 _CLAUDE_CONVERSATION = frozenset({"user", "assistant"})
+_CLAUDE_TITLES: Final = {"custom-title": "customTitle", "ai-title": "aiTitle", "summary": "summary"}
+"""Claude Code's title records and their text field: the user's ``/rename``, its AI title, its summary."""
 
 
 class _ClaudeImporter:
@@ -569,6 +598,7 @@ class _ClaudeImporter:
         self.pending_model = ""
         self.pending_usage: Any = None
         self.signatures: list[str | None] = []
+        self.titles: dict[str, str] = {}  # record type -> the latest title of that kind
 
     def finish_pending(self) -> None:
         if self.pending is not None:
@@ -583,6 +613,14 @@ class _ClaudeImporter:
     def record(self, record: dict[str, Any]) -> None:
         rtype = record.get("type")
         _stamp(self.sink, record.get("timestamp"))
+        if rtype in _CLAUDE_TITLES:
+            text = record.get(_CLAUDE_TITLES[rtype])
+            title = normalize_session_title(text, DEFAULT_MAX_TITLE_BYTES) if isinstance(text, str) else ""
+            if title:
+                self.titles[rtype] = title
+            else:
+                self.report._count(self.report.dropped, f"{rtype} without text")
+            return
         if rtype not in _CLAUDE_CONVERSATION or (record.get("isSidechain") is True) != self.sidechain:
             side = "sidechain" if not self.sidechain else "main chain"
             kind = f"{rtype}" if rtype not in _CLAUDE_CONVERSATION else f"{rtype} ({side})"
@@ -671,6 +709,14 @@ class _ClaudeImporter:
 
     def finish(self) -> None:
         self.finish_pending()
+
+    def finish_titles(self) -> None:
+        """The title Claude Code shows: the user's rename, else its AI title, else the summary (latest each)."""
+        for rtype in ("custom-title", "ai-title", "summary"):
+            if rtype in self.titles:
+                kind = {"kind": "user"} if rtype == "custom-title" else {"kind": "provider", "provider": "claude-code"}
+                self.conv.title(self.titles[rtype], kind)
+                return
 
 
 def _is_error(block: Mapping[str, Any]) -> bool | None:
@@ -898,6 +944,8 @@ def _run(
             importer.record(record)
         importer.finish()
         conversation.close_turn()
+        if isinstance(importer, _ClaudeImporter):
+            importer.finish_titles()
         done: dict[str, Any] = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
         if learned.source_session is not None:
             done["sessionId"] = learned.source_session
