@@ -94,6 +94,8 @@ def import_command(
             f"dropped the torn last line {report.torn_last_line} ({report.torn_bytes:,} bytes: the file ends inside a "
             "record, as a transcript still being written does)"
         )
+    if report.forks:
+        typer.echo(f"abandoned branches imported as forks: {', '.join(report.forks)}")
     if report.parent_note is not None:
         typer.echo(report.parent_note)
     if report.synthesized_results:

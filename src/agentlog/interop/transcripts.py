@@ -45,8 +45,8 @@ follow public descriptions of them (third-party notes and viewers), not a specif
   conversation) do not belong to the main conversation (kept as ``import/record``), and that a file of
   sidechain records only is a sub-agent's own (imported as its conversation; ``parent_session`` links
   it, else the session imported from the parent transcript named by the records' ``sessionId``); that
-  records are in conversation order (``parentUuid`` branches after a rewind are imported in
-  file order, not as forks).
+  the conversation Claude Code resumes is the ``parentUuid`` chain up from the last record (after a
+  rewind the abandoned branch becomes a fork, see :mod:`._claude_tree`).
 * Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): ``{"timestamp", "type",
   "payload"}`` lines with ``type`` ``session_meta`` (``id``, ``cwd``, ``instructions``…),
   ``response_item`` (an OpenAI Responses item: ``message`` with ``input_text``/``output_text`` parts,
@@ -79,6 +79,7 @@ from ..kernel._gc import gc_paused
 from ..kernel.events import (
     ASSISTANT_MESSAGE,
     REQUEST_HEADER,
+    SESSION_END_SEED,
     STEP_END,
     STEP_START,
     TOOL_CALL,
@@ -94,8 +95,9 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
 from ..kernel.titletext import DEFAULT_MAX_TITLE_BYTES, normalize_session_title
-from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.coordinator import PersistenceCoordinator, StagedSession
 from ..persistence.paths import file_kind
+from ._claude_tree import BranchPlan, ClaudeTree, ForkSpec
 from .events import IMPORT_DONE, IMPORT_RECORD
 
 __all__ = [
@@ -157,6 +159,8 @@ class ImportReport:
     """The stored session this import was linked to as a subagent child (given, or found, see ``parent_note``)."""
     parent_note: str | None = None
     """For a sub-agent's own file: how its parent was (or was not) found from the file's own session id."""
+    forks: list[str] = field(default_factory=list)
+    """The forks made of the transcript's abandoned branches (Claude Code rewinds), in file order."""
     torn_last_line: int | None = None
     """The 1-based number of a last line cut inside its record (a transcript still being written): dropped."""
     torn_bytes: int = 0
@@ -179,6 +183,7 @@ class ImportReport:
             "synthesizedToolResults": self.synthesized_results,
             "parentSession": self.parent_session,
             **({"parentNote": self.parent_note} if self.parent_note is not None else {}),
+            **({"forks": list(self.forks)} if self.forks else {}),
             **(
                 {"tornLastLine": {"line": self.torn_last_line, "bytes": self.torn_bytes}}
                 if self.torn_last_line is not None
@@ -216,6 +221,7 @@ class _Sink:
         self.line = 0
         self.path = report.path
         self.stamp: Any = None
+        self.retained: list[dict[str, Any]] | None = None  # the events kept for fork seeds while not None
 
     def emit(self, etype: str, data: Any, *, surface: bool = False) -> None:
         try:
@@ -238,6 +244,8 @@ class _Sink:
             event["ignorable"] = True
         self.seq += 1
         self.report.events += 1
+        if self.retained is not None:
+            self.retained.append(dict(event))
         if self._write is not None:
             self._batch.append(event)
             if len(self._batch) >= self._batch_events:
@@ -319,11 +327,15 @@ class _Conversation:
         self.sink.emit(TURN_END, {"turn": self.turn, "reason": {"kind": "completed"}})
         self.in_turn = False
 
+    def close_answered_turn(self) -> None:
+        """Close the open turn when a new prompt would (it has an answer or an unanswered call)."""
+        if self.in_turn and (self.answered or self.open_calls):
+            self.close_turn()
+
     def user(self, content: list[Any], message_id: str) -> None:
         if not content:
             return
-        if self.in_turn and (self.answered or self.open_calls):
-            self.close_turn()
+        self.close_answered_turn()
         if not self.in_turn:
             self._open_turn()
         message = {"content": content, "source": {"kind": "user"}, "role": "user", "id": message_id}  # original order
@@ -587,11 +599,25 @@ class _ClaudeImporter:
     source = "claude-code"
     provider = "anthropic"
 
-    def __init__(self, sink: _Sink, conversation: _Conversation, sidechain: bool = False) -> None:
+    def __init__(
+        self,
+        sink: _Sink,
+        conversation: _Conversation,
+        sidechain: bool = False,
+        plan: BranchPlan | None = None,
+        only: frozenset[str] | None = None,
+    ) -> None:
         self.sink = sink
         self.report = sink.report
         self.conv = conversation
         self.sidechain = sidechain  # a sub-agent's own file: its sidechain records are its conversation
+        self.plan = plan  # the active branch's pass: abandoned records aside, fork seeds marked
+        self.only = only  # a fork's pass: only these conversation records, nothing else
+        self.marks: dict[str, int] = {}  # resume prompt uuid -> the seed length of its fork
+        self.seed_events: list[dict[str, Any]] = []  # the session's events up to the longest fork seed
+        self._unmarked = set(plan.resume_points) if plan is not None else set()
+        if self._unmarked:
+            sink.retained = []
         self.pending: list[Any] | None = None
         self.pending_id = ""
         self.pending_api_id: Any = None
@@ -613,6 +639,11 @@ class _ClaudeImporter:
     def record(self, record: dict[str, Any]) -> None:
         rtype = record.get("type")
         _stamp(self.sink, record.get("timestamp"))
+        ours = rtype in _CLAUDE_CONVERSATION and (record.get("isSidechain") is True) == self.sidechain
+        if self.only is not None and (not ours or record.get("uuid") not in self.only):
+            return  # a fork's pass maps its branch only; the session holds everything else
+        if ours and self.plan is not None and not self._branch_point(record, str(rtype)):
+            return
         if rtype in _CLAUDE_TITLES:
             text = record.get(_CLAUDE_TITLES[rtype])
             title = normalize_session_title(text, DEFAULT_MAX_TITLE_BYTES) if isinstance(text, str) else ""
@@ -709,6 +740,27 @@ class _ClaudeImporter:
 
     def finish(self) -> None:
         self.finish_pending()
+
+    def _branch_point(self, record: dict[str, Any], rtype: str) -> bool:
+        """Whether the active branch's pass maps ``record`` (else it is kept aside); marks fork seeds."""
+        assert self.plan is not None
+        uuid = record.get("uuid")
+        if uuid in self.plan.forked:
+            return False  # its fork maps it
+        if uuid in self.plan.aside:
+            self.conv.keep(self.source, record, f"{rtype} (abandoned branch)")
+            return False
+        if uuid in self._unmarked:
+            self._unmarked.discard(uuid)
+            self.finish_pending()
+            self.conv.close_answered_turn()
+            if not self.conv.in_turn:  # a fork seed must end at a closed turn
+                self.marks[uuid] = self.sink.seq
+            if not self._unmarked:
+                self.sink.retained = (self.sink.retained or [])[: max(self.marks.values(), default=0)]
+                self.seed_events = self.sink.retained
+                self.sink.retained = None
+        return True
 
     def finish_titles(self) -> None:
         """The title Claude Code shows: the user's rename, else its AI title, else the summary (latest each)."""
@@ -873,6 +925,7 @@ class _Learned:
     sidechain_records: int = 0
     source_session: str | None = None  # the transcript's own session id (a sub-agent file's: its parent's)
     agent_id: str | None = None  # a Claude Code sub-agent file's ``agentId``
+    tree: ClaudeTree = field(default_factory=ClaudeTree)
 
     @property
     def sidechain(self) -> bool:
@@ -882,6 +935,7 @@ class _Learned:
 
 def _learn(source: str, record: Mapping[str, Any], learned: _Learned) -> None:
     if source == "claude-code":
+        learned.tree.add(record, record.get("type") in _CLAUDE_CONVERSATION)
         if record.get("type") in _CLAUDE_CONVERSATION:
             if record.get("isSidechain") is True:
                 learned.sidechain_records += 1
@@ -924,35 +978,78 @@ def _run(
     write: Callable[[list[dict[str, Any]]], None] | None,
     batch_bytes: int,
     batch_events: int,
-) -> None:
+    *,
+    learn: bool = True,
+    plan: BranchPlan | None = None,
+) -> _ClaudeImporter | _CodexImporter:
+    """One pass over the snapshot: map, check (``write`` is ``None``) or write, and end with ``import/done``.
+
+    The first check pass maps the file as one chain (every record checked) and learns the header's facts
+    and the Claude Code tree; with a ``plan`` the pass maps the active branch only (abandoned records kept
+    aside) and notes where each fork's seed ends (the importer's ``marks``, with the events it retained).
+    """
     sink = _Sink(report, write, batch_bytes, batch_events)
     sink.time = learned.created_at or 0
     provider = "anthropic" if source == "claude-code" else "openai"
     conversation = _Conversation(sink, provider, learned.model, learned.system)
     importer: _ClaudeImporter | _CodexImporter
     if source == "claude-code":
-        importer = _ClaudeImporter(sink, conversation, sidechain=write is not None and learned.sidechain)
+        importer = _ClaudeImporter(sink, conversation, sidechain=not learn and learned.sidechain, plan=plan)
     else:
         importer = _CodexImporter(sink, conversation, learned.model)
-    check = write is None
     # Parsed JSON and the events built from it form no cycles: reference counting frees every batch,
     # and the cycle collector's allocation-triggered passes would only re-walk them (see kernel._gc).
     with gc_paused():
         for record in _lines(snapshot, sink):
-            if check:
+            if learn:
                 _learn(source, record, learned)
             importer.record(record)
         importer.finish()
         conversation.close_turn()
         if isinstance(importer, _ClaudeImporter):
             importer.finish_titles()
-        done: dict[str, Any] = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
-        if learned.source_session is not None:
-            done["sessionId"] = learned.source_session
-        if source == "claude-code" and learned.sidechain:
-            done["sidechain"] = True
-            if learned.agent_id is not None:
-                done["agentId"] = learned.agent_id
+        sink.emit(IMPORT_DONE, _done(source, snapshot, report, learned))
+        sink.flush()
+    return importer
+
+
+def _done(source: str, snapshot: _Snapshot, report: ImportReport, learned: _Learned) -> dict[str, Any]:
+    done: dict[str, Any] = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
+    if learned.source_session is not None:
+        done["sessionId"] = learned.source_session
+    if source == "claude-code" and learned.sidechain:
+        done["sidechain"] = True
+        if learned.agent_id is not None:
+            done["agentId"] = learned.agent_id
+    return done
+
+
+def _run_fork(
+    snapshot: _Snapshot,
+    report: ImportReport,
+    learned: _Learned,
+    spec: ForkSpec,
+    seed: list[dict[str, Any]],
+    write: Callable[[list[dict[str, Any]]], None] | None,
+    batch_bytes: int,
+    batch_events: int,
+) -> None:
+    """One pass mapping an abandoned branch's records as the live part of a fork seeded with ``seed``
+    (the session's events up to the turn boundary; ``session/end-seed`` follows them)."""
+    sink = _Sink(report, write, batch_bytes, batch_events)
+    sink.seq = len(seed) + 1
+    sink.time = seed[-1]["time"] if seed else (learned.created_at or 0)
+    conversation = _Conversation(sink, "anthropic", learned.model, learned.system)
+    conversation.header_written = True  # the seed holds the request header
+    conversation.turn = sum(1 for event in seed if event["type"] == TURN_START)
+    importer = _ClaudeImporter(sink, conversation, sidechain=learned.sidechain, only=spec.members)
+    with gc_paused():
+        for record in _lines(snapshot, sink):
+            importer.record(record)
+        importer.finish()
+        conversation.close_turn()
+        done = _done("claude-code", snapshot, report, learned)
+        done["branch"] = True
         sink.emit(IMPORT_DONE, done)
         sink.flush()
 
@@ -1016,9 +1113,27 @@ def _import(
     lineage: Mapping[str, Any],
 ) -> ImportReport:
     learned = _Learned()
-    checked = ImportReport(source, snapshot.path)
-    _run(source, snapshot, checked, learned, None, batch_bytes, batch_events)
+    _run(source, snapshot, ImportReport(source, snapshot.path), learned, None, batch_bytes, batch_events)
     snapshot.check_unchanged()
+    plan = learned.tree.plan(learned.sidechain) if source == "claude-code" else BranchPlan()
+    forks: list[tuple[ForkSpec, list[dict[str, Any]]]] = []
+    if learned.sidechain or plan.off_chain:
+        # The first pass checked every record as one chain of the main conversation; check the session
+        # as it will be written (its side, its branch, what is kept aside), and each fork's own records.
+        checked = _run(
+            source, snapshot, ImportReport(source, snapshot.path), learned, None, batch_bytes, batch_events,
+            learn=False, plan=plan,
+        )
+        assert isinstance(checked, _ClaudeImporter)
+        for spec in plan.forks:
+            mark = checked.marks.get(spec.resume)
+            if mark is None:
+                continue  # no closed turn to fork at: its records stay kept aside in the session
+            seed = checked.seed_events[:mark]
+            scratch = ImportReport(source, snapshot.path)
+            _run_fork(snapshot, scratch, learned, spec, seed, None, batch_bytes, batch_events)
+            forks.append((spec, seed))
+        snapshot.check_unchanged()
     from ..kernel.store import mint_session_id
 
     target = session_id if session_id is not None else mint_session_id()
@@ -1032,29 +1147,54 @@ def _import(
         if found is not None:
             lineage = _child_lineage(coordinator, found)
     meta.update(lineage)
-    staged = coordinator.stage(meta)
     report = ImportReport(source, snapshot.path, session_id=target)
     report.parent_session = lineage.get("parentSession")
     report.parent_note = note
+    staged = [coordinator.stage(meta)]
     written = 0
 
-    def write(batch: list[dict[str, Any]]) -> None:
-        nonlocal written
-        staged.append(batch)
-        written += len(batch)
-        if progress is not None:
-            progress(written)
+    def writer(log: StagedSession) -> Callable[[list[dict[str, Any]]], None]:
+        def write(batch: list[dict[str, Any]]) -> None:
+            nonlocal written
+            log.append(batch)
+            written += len(batch)
+            if progress is not None:
+                progress(written)
+
+        return write
 
     try:
         try:
-            _run(source, snapshot, report, learned, write, batch_bytes, batch_events)
+            _run(
+                source, snapshot, report, learned, writer(staged[0]), batch_bytes, batch_events,
+                learn=False, plan=plan if plan.off_chain else None,
+            )
+            for number, (spec, seed) in enumerate(forks, 1):
+                fork_id = f"{target}-branch-{number}"
+                fork_meta: dict[str, Any] = {"version": 0, "id": fork_id, "createdAt": created}
+                if learned.cwd is not None:
+                    fork_meta["cwd"] = learned.cwd
+                fork_meta.update(parentSession=target, seedLength=len(seed))
+                log = coordinator.stage(fork_meta)
+                staged.append(log)
+                end_time = seed[-1]["time"] if seed else created
+                end_seed: dict[str, Any] = {"type": SESSION_END_SEED, "seq": len(seed), "time": end_time, "data": {}}
+                log.append([*seed, end_seed])
+                fork_report = ImportReport(source, snapshot.path, session_id=fork_id)
+                _run_fork(snapshot, fork_report, learned, spec, seed, writer(log), batch_bytes, batch_events)
+                report.forks.append(fork_id)
         except TranscriptError as err:
-            # The check pass accepted these bytes: a line that now fails was changed in between.
+            # The check passes accepted these bytes: a line that now fails was changed in between.
             raise snapshot.changed(f" (line {err.line} no longer reads as it did)" if err.line else "") from err
         snapshot.check_unchanged()
-        staged.publish()
+        # The session first, then its forks: a crash in between leaves the session without (some of) its
+        # forks, never a fork without its parent.
+        while staged:
+            staged[0].publish()
+            staged.pop(0)
     except BaseException:
-        staged.discard()
+        for log in staged:
+            log.discard()
         raise
     return report
 
