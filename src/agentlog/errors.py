@@ -126,6 +126,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     └── InteropError [INTEROP_ERROR]
         ├── ConversionError (ValueError) [CONVERSION_UNSUPPORTED]
         ├── RecorderStateError (RuntimeError) [RECORDER_STATE]
+        ├── TranscriptAlreadyImportedError [TRANSCRIPT_ALREADY_IMPORTED]
         └── TranscriptError (ValueError) [TRANSCRIPT_INVALID]
 
 Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
@@ -1074,6 +1075,18 @@ class TranscriptError(InteropError, ValueError):
         super().__init__(message)
         self.path = path
         self.line = line
+
+
+class TranscriptAlreadyImportedError(InteropError):
+    """The transcript was imported before: its session id (the default id of an import, the transcript's
+    own) is already stored as ``session_id``. Nothing was written; pass ``--id`` (``session_id=``) to
+    import a copy under another id."""
+
+    code = "TRANSCRIPT_ALREADY_IMPORTED"
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
 
 
 # --- PostgreSQL backend ------------------------------------------------------------------------------------

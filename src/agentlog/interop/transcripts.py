@@ -74,7 +74,14 @@ from typing import IO, Any, Final, Literal
 
 import orjson
 
-from ..errors import AgentlogError, ConversionError, ResourceExhaustedError, StorageAccessError, TranscriptError
+from ..errors import (
+    AgentlogError,
+    ConversionError,
+    ResourceExhaustedError,
+    StorageAccessError,
+    TranscriptAlreadyImportedError,
+    TranscriptError,
+)
 from ..kernel._gc import gc_paused
 from ..kernel.events import (
     ASSISTANT_MESSAGE,
@@ -95,6 +102,7 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
 from ..kernel.titletext import DEFAULT_MAX_TITLE_BYTES, normalize_session_title
+from ..persistence.backend import validate_session_id
 from ..persistence.coordinator import PersistenceCoordinator, StagedSession
 from ..persistence.paths import file_kind
 from ._claude_tree import BranchPlan, ClaudeTree, ForkSpec
@@ -1136,7 +1144,7 @@ def _import(
         snapshot.check_unchanged()
     from ..kernel.store import mint_session_id
 
-    target = session_id if session_id is not None else mint_session_id()
+    target = session_id if session_id is not None else _default_id(coordinator, snapshot, learned) or mint_session_id()
     created = learned.created_at if learned.created_at is not None else (now() if now else _now_ms())
     meta: dict[str, Any] = {"version": 0, "id": target, "createdAt": created}
     if learned.cwd is not None:
@@ -1197,6 +1205,30 @@ def _import(
             log.discard()
         raise
     return report
+
+
+def _default_id(coordinator: PersistenceCoordinator, snapshot: _Snapshot, learned: _Learned) -> str | None:
+    """The transcript's own session id (a Claude Code sub-agent file's: its parent's and its agent's), so a
+    second import of the same transcript is refused instead of stored twice; ``None`` when the transcript
+    names no id, or one this store cannot hold (a fresh id is minted then)."""
+    own = learned.source_session
+    if own is None:
+        return None
+    if learned.sidechain:
+        if learned.agent_id is None:
+            return None
+        own = f"{own}-agent-{learned.agent_id}"
+    try:
+        validate_session_id(coordinator.backend, own)
+    except AgentlogError:
+        return None
+    if coordinator.backend.read_revision(own) is not None:
+        raise TranscriptAlreadyImportedError(
+            f'{snapshot.path}: this transcript was already imported as session "{own}" (its own session id); '
+            "nothing was imported. Pass --id NEW to import a copy under another id",
+            session_id=own,
+        )
+    return own
 
 
 def _find_parent_import(coordinator: PersistenceCoordinator, learned: _Learned) -> tuple[str | None, str]:
