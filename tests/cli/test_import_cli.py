@@ -66,10 +66,14 @@ def test_import__a_bad_line_is_transcript_invalid_and_nothing_is_stored(tmp_path
     assert not list(store.rglob("session.jsonl*"))  # no log at all (the store itself need not exist)
 
 
-def test_import__from_is_required(tmp_path: Path) -> None:
-    code, out, _err = _run("import", str(FIXTURES / "codex.jsonl"), "--store", str(tmp_path / "store"))
-    assert code == 2 and out == ""
-    assert not (tmp_path / "store").exists()
+def test_import__a_file_no_tool_wrote_needs_from(tmp_path: Path) -> None:
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"hello": "world"}\n')
+    code, out, err = _run("import", str(other), "--store", str(tmp_path / "store"), "--json")
+    assert code == 1 and out == ""
+    error = orjson.loads(err)["error"]
+    assert error["code"] == "CONVERSION_UNSUPPORTED" and "--from claude-code or --from codex" in error["message"]
+    assert not list((tmp_path / "store").rglob("*.jsonl*"))
 
 
 def test_import__an_existing_id_is_refused(tmp_path: Path) -> None:
@@ -136,16 +140,33 @@ def _refusal(*args: str) -> dict[str, object]:
     return error
 
 
-def test_import__a_directory_is_a_typed_refusal_naming_it(tmp_path: Path) -> None:
+def test_import__an_empty_directory_imports_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "projects"
     folder.mkdir()
     store = tmp_path / "store"
-    error = _refusal("import", str(folder), "--from", "claude-code", "--store", str(store))
-    assert error["code"] == "STORAGE_NOT_A_FILE"
-    message = str(error["message"])
-    assert message.startswith(f"{folder}: is a directory, not a transcript file")
-    assert "pass the path of one transcript file (JSONL)" in message and "Nothing was imported" in message
-    assert not list(store.rglob("session.jsonl*"))
+    code, out, _err = _run("import", str(folder), "--from", "claude-code", "--store", str(store))
+    assert code == 0 and out.splitlines()[-1] == "imported 0 transcripts, skipped 0, failed 0"
+    assert not list(store.rglob("*.jsonl*"))
+
+
+def test_import__the_python_call_refuses_a_directory_naming_it(tmp_path: Path) -> None:
+    from agentlog.errors import StorageAccessError
+    from agentlog.interop.transcripts import import_transcript
+    from agentlog.kernel.store import SessionStore
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    coordinator = PersistenceCoordinator(SessionStore(), JsonlBackend(str(tmp_path / "store")))
+    try:
+        with pytest.raises(StorageAccessError) as caught:
+            import_transcript(coordinator, "claude-code", folder)
+    finally:
+        coordinator.close()
+    assert caught.value.code == "STORAGE_NOT_A_FILE"
+    message = str(caught.value)
+    assert message.startswith(f"{folder}: is a directory, not a transcript file") and "import_tree" in message
 
 
 def test_import__a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..errors import AgentlogError
-from ..interop.transcripts import import_transcript
+from ..errors import AgentlogError, InvalidOptionError
+from ..interop.transcripts import ImportReport, import_transcript
+from ..interop.tree import detect_transcript_format, import_tree
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
 from ..projection.listing import cache_stored_session
@@ -23,6 +26,7 @@ from .render import _emit_json, render_error
 
 
 class ImportSource(StrEnum):
+    auto = "auto"
     claude_code = "claude-code"
     codex = "codex"
 
@@ -32,12 +36,22 @@ def import_command(
     # readable=False: an unreadable path is the import's typed refusal (STORAGE_PERMISSION_DENIED, also under
     # --json), not a usage error.
     file: Annotated[
-        Path, typer.Argument(help="The transcript file (JSONL) to import.", show_default=False, readable=False)
+        Path,
+        typer.Argument(
+            help="The transcript file (JSONL) to import, or a directory: every *.jsonl under it.",
+            show_default=False,
+            readable=False,
+        ),
     ],
-    source: Annotated[ImportSource, typer.Option("--from", help="The tool that wrote the transcript.")],
+    source: Annotated[
+        ImportSource, typer.Option("--from", help="The tool that wrote the transcript (auto: told from each file).")
+    ] = ImportSource.auto,
     opts: StoreOptions = DEFAULT_OPTIONS,
     session_id: Annotated[
-        str | None, typer.Option("--id", help="Id of the new session (default: a fresh one).", show_default=False)
+        str | None,
+        typer.Option(
+            "--id", help="Id of the new session (default: the transcript's own session id).", show_default=False
+        ),
     ] = None,
     parent: Annotated[
         str | None,
@@ -49,7 +63,17 @@ def import_command(
         ),
     ] = None,
 ) -> None:
-    """Import a Claude Code or Codex CLI transcript as a new session; print its id and what did not map.
+    """Import a Claude Code or Codex CLI transcript as a new session, or every transcript under a directory.
+
+    The new session's id is the transcript's own session id (--id names another); a transcript imported
+    before is refused (TRANSCRIPT_ALREADY_IMPORTED). --from auto (the default) tells the format from the
+    file's first records.
+
+    A directory (e.g. ~/.claude/projects/X or ~/.codex/sessions) is walked recursively in sorted order,
+    sub-agent files after the others so that each links to its parent; a transcript imported before is
+    skipped, a *.jsonl file that is no transcript is skipped, and a file that fails is reported while the
+    others are imported (exit status 1 when any failed). It prints one line per file and a count (--json:
+    one document with imported, skipped and failed).
 
     --parent ID links the new session as a subagent of ID (parentSession, origin "subagent", the parent's
     delegation depth + 1); a parent the store does not have is SESSION_NOT_FOUND and nothing is written.
@@ -59,17 +83,32 @@ def import_command(
 
     Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
     them, the fields that were dropped and the tool results the transcript lacked. A line that is not
-    JSON, is truncated or has the wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and
-    line), and so does a file that changes while it is imported; nothing is written. A directory, FIFO or
-    unreadable file is refused (STORAGE_NOT_A_FILE / STORAGE_PERMISSION_DENIED).
+    JSON or has the wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and line), and so
+    does a file that changes while it is imported; nothing is written. A torn last line (a transcript still
+    being written) is dropped with a note. A FIFO or unreadable file is refused (STORAGE_NOT_A_FILE /
+    STORAGE_PERMISSION_DENIED).
     """
+    if file.is_dir():
+        if session_id is not None or parent is not None:
+            render_error(
+                InvalidOptionError(
+                    "--id and --parent name one session: import a directory without them "
+                    "(each transcript takes its own session id; sub-agents link to their parents)"
+                ),
+                opts.as_json,
+            )
+        _import_directory(file, source, opts)
+        return
     try:
         storage = opts.open_backend()
     except AgentlogError as err:
         render_error(err, opts.as_json)
     coordinator = PersistenceCoordinator(SessionStore(), storage)
     try:
-        report = import_transcript(coordinator, source.value, file, session_id=session_id, parent_session=parent)
+        kind = detect_transcript_format(file) if source is ImportSource.auto and file.is_file() else source.value
+        if kind == "auto":  # not a regular file: the import's own refusal names what it is
+            kind = "claude-code"
+        report = import_transcript(coordinator, kind, file, session_id=session_id, parent_session=parent)
     except AgentlogError as err:
         coordinator.close()
         render_error(err, opts.as_json)
@@ -84,6 +123,11 @@ def import_command(
         _emit_json(document)
         return
     typer.echo(report.session_id)
+    _echo_report(report)
+
+
+def _echo_report(report: ImportReport) -> None:
+    document = report.to_json()
     messages = ", ".join(f"{count} {kind}" for kind, count in document["messages"].items()) or "no messages"
     typer.echo(f"imported {report.lines} lines ({report.bytes:,} bytes): {report.turns} turns, {messages}")
     for title, table in (("kept as import/record", document["keptRecords"]), ("not mapped", document["dropped"])):
@@ -102,3 +146,50 @@ def import_command(
         typer.echo(
             f"tool calls without a result in the transcript (closed with an error): {report.synthesized_results}"
         )
+
+
+def _import_directory(root: Path, source: ImportSource, opts: StoreOptions) -> None:
+    """Every transcript under ``root``, with a progress bar on stderr and a summary table (or one JSON document)."""
+    try:
+        storage = opts.open_backend()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    coordinator = PersistenceCoordinator(SessionStore(), storage)
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=opts.as_json or not console.is_terminal,
+    )
+    try:
+        with progress:
+            task = progress.add_task("import", total=None)
+
+            def advance(done: int, total: int, _path: str) -> None:
+                progress.update(task, completed=done, total=total)
+
+            result = import_tree(coordinator, root, source=source.value, progress=advance)
+        for report in result.imported:
+            if report.session_id is not None:
+                cache_stored_session(coordinator, report.session_id)
+        coordinator.close()
+    except AgentlogError as err:
+        coordinator.close()
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        _emit_json(result.to_json())
+    else:
+        # One line per file (status, session, path, detail): nothing cut to the terminal's width.
+        for report in result.imported:
+            detail = f"{report.turns} turns" + (f", child of {report.parent_session}" if report.parent_session else "")
+            if report.forks:
+                detail += f", forks {', '.join(report.forks)}"
+            typer.echo(f"imported  {report.session_id}  {report.path}  ({detail})")
+        for skipped in result.skipped:
+            typer.echo(f"skipped   {skipped.session_id or '-'}  {skipped.path}  ({skipped.reason})")
+        for failed in result.failed:
+            typer.echo(f"failed    -  {failed.path}  [{failed.error.code}] {failed.error}")
+        typer.echo(
+            f"imported {len(result.imported)} transcripts, skipped {len(result.skipped)}, failed {len(result.failed)}"
+        )
+    if result.failed:
+        raise typer.Exit(code=1)

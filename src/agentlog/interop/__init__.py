@@ -17,21 +17,27 @@ from .openai_responses import (
 )
 from .recorder import RecordedStream, RecordedTurn, Recorder, ToolRun
 from .transcripts import IMPORT_DONE, IMPORT_RECORD, ImportReport, export_session, import_transcript
+from .tree import FailedTranscript, SkippedTranscript, TreeImport, detect_transcript_format, import_tree
 
 __all__ = [
     "IMPORT_DONE",
     "IMPORT_RECORD",
+    "FailedTranscript",
     "ImportReport",
     "ImportedConversation",
     "RecordedStream",
     "RecordedTurn",
     "Recorder",
+    "SkippedTranscript",
     "ToolRun",
+    "TreeImport",
+    "detect_transcript_format",
     "export_session",
     "from_anthropic",
     "from_openai_chat",
     "from_openai_responses",
     "import_transcript",
+    "import_tree",
     "session_to_anthropic",
     "session_to_openai_chat",
     "session_to_openai_responses",

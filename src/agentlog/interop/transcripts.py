@@ -447,7 +447,7 @@ class _Snapshot:
                 raise StorageAccessError(
                     f"{path}: is {_kind(st.st_mode)}, not a transcript file; pass the path of one transcript "
                     "file (JSONL), e.g. ~/.claude/projects/<project>/<session>.jsonl or "
-                    "~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl (a directory is not imported as a whole). "
+                    "~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl (a directory: `agentlog import DIR` or import_tree). "
                     "Nothing was imported",
                     code="STORAGE_NOT_A_FILE",
                     path=path,
