@@ -24,6 +24,13 @@ Why it is built this way:
   killed mid-run leaves the turn open, and the next open repairs it: the turn is closed as
   interrupted and a call without its output gets a ``TOOL_OUTCOME_UNKNOWN`` result, which the SDK
   then reads as that call's ``function_call_output``: the model is never sent a dangling call.
+* **What the SDK never hands a session, the run hooks record.** The SDK saves a model response's items
+  only after its tools ran, so with the session alone a process killed inside a tool loses the call;
+  and the agent's instructions, tools and model never reach a session at all. :class:`AgentlogRunHooks`
+  (``hooks=`` of ``Runner.run``) writes the ``request/header`` and opens the step before each model call
+  and logs the response's items, each call with its ``tool/call``, durably before any tool runs; the
+  SDK's own save of those items later is matched (a call by its ``call_id``, anything else by its JSON)
+  and skipped, so each item is held once.
 * **Durable on return.** Every mutation appends its events synchronously (one batch, in order, under a
   per-session lock) and then awaits the coordinator's flush barrier, so when ``add_items``,
   ``pop_item`` or ``clear_session`` returns, the change is on disk (``wait_durable=False`` returns at once
@@ -404,7 +411,10 @@ class _Batch:
 
 
 def _item_key(item: Mapping[str, Any]) -> bytes:
-    """An item's identity for matching the SDK's save against what the run hooks logged: its JSON."""
+    """An item's identity for matching the SDK's save against what the run hooks logged: a call's type and
+    ``call_id`` (unique in a conversation, whatever fields the SDK adds or drops on save), else its JSON."""
+    if item.get("type") in ("function_call", "custom_tool_call") and isinstance(item.get("call_id"), str):
+        return orjson.dumps([item["type"], item["call_id"]])
     return orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
 
 
