@@ -235,3 +235,25 @@ def test_hooks__runner_run_and_run_streamed_give_the_sdk_what_sqlite_session_giv
     assert header_at < reply_at and ours.session.request_header()["system"] == "Be brief."
     ours.close()
     coordinator.close()
+
+
+def test_hooks__a_run_whose_model_call_failed_leaves_the_next_run_its_own_turn(tmp_path: Path) -> None:
+    async def main() -> AgentlogSession:
+        session = AgentlogSession("failing", tmp_path / "store")
+        hooks = AgentlogRunHooks(session)
+        model = ScriptedModel()
+        agent = Agent(name="w", instructions="Be brief.", model=model)
+        with pytest.raises(Exception):  # noqa: B017 - the script is empty: the SDK's own "unexpected call" error
+            await Runner.run(agent, "First?", session=session, hooks=hooks)
+        model.enqueue([assistant_message("Second answer.")])
+        await Runner.run(agent, "Second?", session=session, hooks=hooks)
+        return session
+
+    session = asyncio.run(main())
+    events = list(session.session.events)
+    second = next(e for e in events if e["type"] == "user/message" and e["data"]["content"][0]["text"] == "Second?")
+    starts = [e for e in events if e["type"] == "turn/start"]
+    assert [e["data"]["turn"] for e in starts] == [1, 2]
+    assert starts[1]["seq"] < second["seq"]  # the second run's input opened its own turn
+    assert [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"][-1] == "completed"
+    session.close()

@@ -496,7 +496,8 @@ class AgentlogSession:
         self.coordinator = coordinator if coordinator is not None else _open_coordinator(store, backend)
         self._closed = False
         self._prerecorded: collections.Counter[bytes] = collections.Counter()
-        self._awaiting_reply = False  # the run hooks opened a model call's step that has no reply yet
+        self._awaiting_reply: set[bytes] | None = None
+        """While a model call the run hooks opened a step for has no reply: the keys of its input items."""
         """Items :class:`AgentlogRunHooks` logged when the model returned them, which the SDK's own save
         of the same items (after the tools ran) then skips."""
         try:
@@ -547,8 +548,11 @@ class AgentlogSession:
             return
         prepared = [self._prepare(item, index) for index, item in enumerate(items)]  # refuse before writing
         with _lock_of(self.session):
-            # While the run hooks' model call awaits its reply, the run's late-saved input belongs to it.
-            starts_run = _starts_run(prepared[0][0]) and not self._awaiting_reply
+            # While the run hooks' model call awaits its reply, that call's late-saved input belongs to it;
+            # anything else (a new run's input after a call that failed) ends the wait.
+            if self._awaiting_reply is not None and _item_key(prepared[0][0]) not in self._awaiting_reply:
+                self._awaiting_reply = None
+            starts_run = _starts_run(prepared[0][0]) and self._awaiting_reply is None
             batch = _Batch(self.session, starts_run=starts_run)
             for item, event, message in prepared:
                 key = _item_key(item)
@@ -556,11 +560,13 @@ class AgentlogSession:
                     self._prerecorded[key] -= 1
                     continue
                 batch.surface(event, message, {"surfaceOp": "append"})
-            if not self._awaiting_reply:  # else the step stays open for the model's reply
+            if self._awaiting_reply is None:  # else the step stays open for the model's reply
                 batch.finish(end_turn=_ends_turn(prepared[-1][0]))
         await self._durable()
 
-    async def _record_request(self, header: EpochHeader, context: RequestContextData, *, first: bool) -> None:
+    async def _record_request(
+        self, header: EpochHeader, context: RequestContextData, *, first: bool, inputs: set[bytes]
+    ) -> None:
         """Open the step of a model call and write its ``request/header`` (when new or changed) and
         ``request/context``, as the agent loop does before it sends a request; then wait until durable."""
         self._check_open()
@@ -568,7 +574,7 @@ class AgentlogSession:
             session = self.session
             _Batch(session, starts_run=False).open()  # the model call's step (and turn), as the loop opens them
             # A streamed run saves its input only after this hook: that input joins this step (see add_items).
-            self._awaiting_reply = True
+            self._awaiting_reply = inputs
             persisted = session.request_header()
             if persisted is None or first or not header_equals(persisted, header):
                 reason: Literal["initial", "resume", "change"] = (
@@ -587,7 +593,7 @@ class AgentlogSession:
             return
         prepared = [self._prepare(item, index) for index, item in enumerate(items)]
         with _lock_of(self.session):
-            self._awaiting_reply = False
+            self._awaiting_reply = None
             batch = _Batch(self.session, starts_run=False)
             for item, event, message in prepared:
                 batch.surface(event, message, {"surfaceOp": "append"})
@@ -781,7 +787,8 @@ class AgentlogRunHooks(RunHooks[Any]):
             candidate["tools"] = tools
         first, self._first = self._first, False
         context_data: RequestContextData = {"provider": self.provider, "model": model}
-        await self.session._record_request(canonical_header(candidate), context_data, first=first)
+        inputs = {_item_key(item) for item in input_items if isinstance(item, Mapping)}
+        await self.session._record_request(canonical_header(candidate), context_data, first=first, inputs=inputs)
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         items = [item.model_dump(exclude_unset=True) for item in response.output]
