@@ -24,6 +24,13 @@ Why it is built this way:
   killed mid-run leaves the turn open, and the next open repairs it: the turn is closed as
   interrupted and a call without its output gets a ``TOOL_OUTCOME_UNKNOWN`` result, which the SDK
   then reads as that call's ``function_call_output``: the model is never sent a dangling call.
+* **What the SDK never hands a session, the run hooks record.** The SDK saves a model response's items
+  only after its tools ran, so with the session alone a process killed inside a tool loses the call;
+  and the agent's instructions, tools and model never reach a session at all. :class:`AgentlogRunHooks`
+  (``hooks=`` of ``Runner.run``) writes the ``request/header`` and opens the step before each model call
+  and logs the response's items, each call with its ``tool/call``, durably before any tool runs; the
+  SDK's own save of those items later is matched (a call by its ``call_id``, anything else by its JSON)
+  and skipped, so each item is held once.
 * **Durable on return.** Every mutation appends its events synchronously (one batch, in order, under a
   per-session lock) and then awaits the coordinator's flush barrier, so when ``add_items``,
   ``pop_item`` or ``clear_session`` returns, the change is on disk (``wait_durable=False`` returns at once
@@ -39,6 +46,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import os
 import threading
@@ -47,8 +55,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
+import orjson
+
 try:
     from agents.items import TResponseInputItem
+    from agents.lifecycle import RunHooks
     from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -59,6 +70,8 @@ from ..errors import AgentlogError, ConversionError, RecorderStateError, Session
 from ..kernel import messages as m
 from ..kernel.events import (
     ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
     STEP_END,
     STEP_START,
     TOOL_CALL,
@@ -67,14 +80,17 @@ from ..kernel.events import (
     TURN_START,
     USER_MESSAGE,
     AssistantMessageData,
+    EpochHeader,
     Message,
     MessageSource,
+    RequestContextData,
     SurfaceIntent,
     ToolCallData,
     ToolResultData,
     event_types,
 )
 from ..kernel.jsonvalue import snapshot_json, thaw
+from ..kernel.request_header import canonical_header, header_equals
 from ..kernel.session import Session, derive_event_message
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
@@ -87,6 +103,7 @@ __all__ = [
     "CLEAR_SESSION_EVENT",
     "ITEM_KEY",
     "POP_ITEM_EVENT",
+    "AgentlogRunHooks",
     "AgentlogSession",
     "items_of_message",
 ]
@@ -393,6 +410,14 @@ class _Batch:
             self.session.append(TURN_END, {"turn": self.turn, "reason": {"kind": "completed"}})
 
 
+def _item_key(item: Mapping[str, Any]) -> bytes:
+    """An item's identity for matching the SDK's save against what the run hooks logged: a call's type and
+    ``call_id`` (unique in a conversation, whatever fields the SDK adds or drops on save), else its JSON."""
+    if item.get("type") in ("function_call", "custom_tool_call") and isinstance(item.get("call_id"), str):
+        return orjson.dumps([item["type"], item["call_id"]])
+    return orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+
+
 def _visible(session: Session) -> Iterator[tuple[int, Any]]:
     """``(seq, derived message or None)`` for every surface node, oldest first (one consistent snapshot)."""
     nodes = list(session.surface.nodes)  # read before the events: the snapshot then covers every node
@@ -470,6 +495,11 @@ class AgentlogSession:
         self._owns_coordinator = coordinator is None
         self.coordinator = coordinator if coordinator is not None else _open_coordinator(store, backend)
         self._closed = False
+        self._prerecorded: collections.Counter[bytes] = collections.Counter()
+        self._awaiting_reply: set[bytes] | None = None
+        """While a model call the run hooks opened a step for has no reply: the keys of its input items."""
+        """Items :class:`AgentlogRunHooks` logged when the model returned them, which the SDK's own save
+        of the same items (after the tools ran) then skips."""
         try:
             while True:
                 try:
@@ -518,9 +548,56 @@ class AgentlogSession:
             return
         prepared = [self._prepare(item, index) for index, item in enumerate(items)]  # refuse before writing
         with _lock_of(self.session):
-            batch = _Batch(self.session, starts_run=_starts_run(prepared[0][0]))
-            for _, event, message in prepared:
+            # While the run hooks' model call awaits its reply, that call's late-saved input belongs to it;
+            # anything else (a new run's input after a call that failed) ends the wait.
+            if self._awaiting_reply is not None and _item_key(prepared[0][0]) not in self._awaiting_reply:
+                self._awaiting_reply = None
+            starts_run = _starts_run(prepared[0][0]) and self._awaiting_reply is None
+            batch = _Batch(self.session, starts_run=starts_run)
+            for item, event, message in prepared:
+                key = _item_key(item)
+                if self._prerecorded[key] > 0:  # logged already, when the model returned it (run hooks)
+                    self._prerecorded[key] -= 1
+                    continue
                 batch.surface(event, message, {"surfaceOp": "append"})
+            if self._awaiting_reply is None:  # else the step stays open for the model's reply
+                batch.finish(end_turn=_ends_turn(prepared[-1][0]))
+        await self._durable()
+
+    async def _record_request(
+        self, header: EpochHeader, context: RequestContextData, *, first: bool, inputs: set[bytes]
+    ) -> None:
+        """Open the step of a model call and write its ``request/header`` (when new or changed) and
+        ``request/context``, as the agent loop does before it sends a request; then wait until durable."""
+        self._check_open()
+        with _lock_of(self.session):
+            session = self.session
+            _Batch(session, starts_run=False).open()  # the model call's step (and turn), as the loop opens them
+            # A streamed run saves its input only after this hook: that input joins this step (see add_items).
+            self._awaiting_reply = inputs
+            persisted = session.request_header()
+            if persisted is None or first or not header_equals(persisted, header):
+                reason: Literal["initial", "resume", "change"] = (
+                    "initial" if persisted is None else ("resume" if first else "change")
+                )
+                session.append(REQUEST_HEADER, {"header": header, "reason": reason})
+            if session.request_context() != context:
+                session.append(REQUEST_CONTEXT, context)
+        await self._durable()
+
+    async def _record_outputs(self, items: Sequence[Any]) -> None:
+        """Log a model response's items as they arrive, before any tool of it runs (each call with its
+        ``tool/call``), and remember them so the SDK's later save of the same items writes nothing."""
+        self._check_open()
+        if not items:
+            return
+        prepared = [self._prepare(item, index) for index, item in enumerate(items)]
+        with _lock_of(self.session):
+            self._awaiting_reply = None
+            batch = _Batch(self.session, starts_run=False)
+            for item, event, message in prepared:
+                batch.surface(event, message, {"surfaceOp": "append"})
+                self._prerecorded[_item_key(item)] += 1
             batch.finish(end_turn=_ends_turn(prepared[-1][0]))
         await self._durable()
 
@@ -650,3 +727,69 @@ class AgentlogSession:
 
 if TYPE_CHECKING:
     _protocol_check: type[_SdkSession] = AgentlogSession
+
+
+# --- run hooks: what the SDK never hands a session --------------------------------------------------------
+
+
+def _model_name(agent: Any, context: Any) -> str:
+    model = getattr(agent, "model", None)
+    if model is None:
+        config = getattr(context, "run_config", None)
+        model = getattr(config, "model", None)
+    if isinstance(model, str) and model:
+        return model
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) and name else "unknown"
+
+
+def _tool_schema(tool: Any) -> dict[str, Any] | None:
+    """A function tool's ``{name, description, parameters}``; hosted tools have no function schema."""
+    schema = getattr(tool, "params_json_schema", None)
+    name = getattr(tool, "name", None)
+    if not isinstance(schema, Mapping) or not isinstance(name, str):
+        return None
+    description = getattr(tool, "description", None)
+    return {"name": name, "description": description or "", "parameters": thaw(snapshot_json(dict(schema)))}
+
+
+class AgentlogRunHooks(RunHooks[Any]):
+    """Run hooks that record what an :class:`AgentlogSession` alone cannot see; pass them with the session:
+    ``Runner.run(agent, prompt, session=session, hooks=AgentlogRunHooks(session))``.
+
+    The SDK hands a session a model response's items only after the response's tools have run, and never
+    hands it the agent's instructions, tools or model. So, before each model call, the hooks open the
+    call's step and write the ``request/header`` (the instructions as the system prompt, the function
+    tools' schemas, the model's name; when new or changed) and ``request/context``; when the model
+    returns, they log its items at once — each ``function_call`` with its ``tool/call`` — and wait until
+    that is durable, before the SDK runs any tool. The SDK's own save of the same items afterwards is
+    skipped (the same item JSON), so the session holds each item once. A process killed while a tool
+    runs then leaves the call in the log, answered ``TOOL_OUTCOME_UNKNOWN`` on the next open, and
+    ``agentlog export --to openai-chat`` has the system message and the model.
+    """
+
+    def __init__(self, session: AgentlogSession, *, provider: str = PROVIDER) -> None:
+        if not isinstance(session, AgentlogSession):
+            raise RecorderStateError(f"AgentlogRunHooks needs an AgentlogSession, got {type(session).__name__}")
+        self.session = session
+        self.provider = provider
+        self._first = True
+
+    async def on_llm_start(
+        self, context: Any, agent: Any, system_prompt: str | None, input_items: list[TResponseInputItem]
+    ) -> None:
+        tools = [schema for tool in await agent.get_all_tools(context) if (schema := _tool_schema(tool)) is not None]
+        model = _model_name(agent, context)
+        candidate: dict[str, Any] = {"config": {"provider": self.provider, "model": model}}
+        if system_prompt:
+            candidate["system"] = system_prompt
+        if tools:
+            candidate["tools"] = tools
+        first, self._first = self._first, False
+        context_data: RequestContextData = {"provider": self.provider, "model": model}
+        inputs = {_item_key(item) for item in input_items if isinstance(item, Mapping)}
+        await self.session._record_request(canonical_header(candidate), context_data, first=first, inputs=inputs)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        items = [item.model_dump(exclude_unset=True) for item in response.output]
+        await self.session._record_outputs(items)

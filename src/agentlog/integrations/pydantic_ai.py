@@ -32,6 +32,13 @@ Why it is built this way:
   ``form: "retry-feedback/<cause>"``, ``/json`` added when its content is validation error details kept
   as their JSON text), and comes back as the same ``RetryFeedbackPart``, so pydantic-ai frames it for
   the model exactly as it framed the original (as a bare user prompt it would be flagged as user text).
+* **Recording happens while the run does.** :func:`run_recorded` (the recommended path) runs the agent
+  with its model wrapped and an event stream handler: the wrapper sees each request as pydantic-ai sends
+  it (prompt, instructions, tool definitions, model) and writes the step, the prompt and the
+  ``request/header`` before it goes out; the handler gets a tool call's event before the body runs (the
+  events are an async generator pydantic-ai advances only as the handler pulls) and makes ``tool/call``
+  durable then. So a ``kill -9`` anywhere leaves the open turn crash repair closes as it closes the
+  agent loop's, ``TOOL_OUTCOME_UNKNOWN`` for a call whose body was running.
 * **Recording writes the loop's protocol.** :func:`record_run` turns a run's ``new_messages()`` into one
   turn through :class:`agentlog.interop.recorder.Recorder`, which writes what the agent loop writes: one
   step per model response (the request's user messages, the ``request/header`` and ``request/context``,
@@ -46,7 +53,9 @@ Why it is built this way:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -71,6 +80,9 @@ try:
         UserPromptPart,
         error_details_ta,
     )
+    from pydantic_ai.models import Model, ModelRequestParameters
+    from pydantic_ai.models.wrapper import WrapperModel
+    from pydantic_ai.settings import ModelSettings
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "agentlog.integrations.pydantic_ai needs pydantic-ai; install the extra: pip install 'agentlog[pydantic-ai]'"
@@ -78,7 +90,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from ..errors import ConversionError
 from ..interop._common import ImportedConversation  # the converters' result type, shared with them
-from ..interop.recorder import Recorder
+from ..interop.recorder import RecordedTurn, Recorder
 from ..kernel.messages import new_message_id, token_usage
 from ..kernel.session import Session
 from ..kernel.store import store_of
@@ -87,9 +99,11 @@ __all__ = [
     "METADATA_KEY",
     "REPLAY_KEY",
     "ImportedConversation",
+    "RecordedAgentRun",
     "RecordedRun",
     "from_model_messages",
     "record_run",
+    "run_recorded",
     "session_to_model_messages",
     "to_model_messages",
 ]
@@ -778,3 +792,237 @@ def record_run(session: Session, result: Any) -> RecordedRun:
     if live is not None:
         live.flush(session)
     return RecordedRun(turn=turn.number, first_seq=first_seq, last_seq=session.seq - 1)
+
+
+# --- recording a run as it happens ----------------------------------------------------------------------
+
+
+@dataclass
+class RecordedAgentRun:
+    """What :func:`run_recorded` returns: pydantic-ai's own result and where the turn sits in the log."""
+
+    result: Any
+    """The ``AgentRunResult`` ``agent.run`` returned."""
+    turn: int
+    first_seq: int
+    last_seq: int
+
+
+EventStreamHandler = Callable[[Any, AsyncIterable[Any]], Awaitable[None]]
+
+
+class _LiveRecording:
+    """The state shared by the model wrapper and the event stream handler of one recorded run.
+
+    pydantic-ai gives two places to stand: the model (it sees every request exactly as it is sent,
+    instructions and tool definitions included, and every reply) and the event stream (a tool call's
+    event reaches the handler before the tool's body runs, because the stream is an async generator the
+    handler pulls). Both feed one :class:`RecordedTurn`, so the turn is the loop's: the step and the
+    prompt before the request, the reply when it arrives, ``tool/call`` (flushed) before each body,
+    ``tool/result`` as it comes back.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.recorder: Recorder | None = None
+        self.turn: RecordedTurn | None = None
+        self.first_seq = session.seq
+        self.answered: set[str] = set()
+        self.responses = 0
+
+    # -- the model's side ----------------------------------------------------------------------------
+    def before_request(self, model: Model, messages: Sequence[ModelMessage], params: ModelRequestParameters) -> None:
+        last = messages[-1] if messages else None
+        if not isinstance(last, ModelRequest):
+            raise ConversionError("the model was called without a request to answer", index=None, path="$")
+        index = len(messages) - 1
+        base, skip = _split_system(messages)
+        if base is None:
+            current = self.session.request_header()
+            base = current.get("system") if isinstance(current, Mapping) else None
+        system = last.instructions if last.instructions is not None else base
+        tools = [
+            {"name": t.name, "description": t.description or "", "parameters": _plain(t.parameters_json_schema)}
+            for t in (*params.function_tools, *params.output_tools)
+        ]
+        provider, model_name = model.system or _DEFAULT_PROVIDER, model.model_name or _DEFAULT_MODEL
+        users: list[dict[str, Any]] = []
+        returns: list[dict[str, Any]] = []
+        for j, part in enumerate(last.parts):
+            if index == 0 and j < skip:
+                continue  # the conversation's system prompt: it goes into the header
+            if isinstance(part, ToolReturnPart) and part.tool_call_id in self.answered:
+                continue  # recorded when the tool's result event came
+            converted = _request_part(part, None, index, j)
+            (returns if converted["source"].get("kind") == "tool" else users).append(converted)
+        if self.turn is None:
+            if returns:
+                raise ConversionError(
+                    f"tool return for call {returns[0]['source']['callId']!r} answers no tool call of this run",
+                    index=index,
+                    path=f"$[{index}]",
+                )
+            self.recorder = Recorder(
+                self.session, provider=provider, model=model_name, system=system, tools=tools or None
+            )
+            self.first_seq = self.session.seq
+            turn = self.recorder.turn(users)
+            turn.__enter__()  # turn/start, step/start, the prompt, the header; flushed before the request
+            self.turn = turn
+            return
+        assert self.recorder is not None
+        for message in returns:  # a return no result event announced (a call pydantic-ai settled itself)
+            self._result(message)
+        self.recorder.configure(provider=provider, model=model_name, system=system, tools=tools or None)
+        if users:
+            for message in users:
+                self.turn.user(message)
+        else:
+            self.turn.step_boundary()
+
+    def after_response(self, response: ModelResponse) -> None:
+        if self.turn is None:
+            return
+        self.responses += 1
+        message = _response_message(response, self.responses)
+        if not message["content"]:
+            return  # pydantic-ai asks again; the next request is recorded in the same step
+        self.turn.assistant(
+            content=message["content"],
+            usage=_usage(response),
+            replay_state=message["source"].get("replayState"),
+            id=message["id"],
+        )
+
+    # -- the tools' side ---------------------------------------------------------------------------------
+    def on_event(self, event: Any) -> None:
+        turn = self.turn
+        if turn is None or turn.closed:
+            return
+        kind = getattr(event, "event_kind", None)
+        if kind in ("function_tool_call", "output_tool_call"):
+            call_id = event.part.tool_call_id
+            if call_id in turn.open_calls and call_id not in self.answered:
+                turn.tool_call(call_id)  # durable before pydantic-ai pulls the stream on into the body
+        elif kind in ("function_tool_result", "output_tool_result") and isinstance(event.part, ToolReturnPart):
+            if event.part.tool_call_id in turn.open_calls:
+                self._result(_request_part(event.part, None, self.responses, 0))
+
+    def _result(self, message: Mapping[str, Any]) -> None:
+        assert self.turn is not None
+        block = message["content"][0]
+        call_id = block["toolCallId"]
+        if call_id not in self.turn.open_calls:
+            raise ConversionError(
+                f"tool return for call {call_id!r} answers no open tool call of this run", index=None, path="$"
+            )
+        self.turn.tool_result(call_id, list(block["content"]), is_error=block.get("isError"))
+        self.answered.add(call_id)
+
+    def settle(self, result: Any) -> None:
+        """Results only the finished run shows (an output tool's return, a call skipped after the final
+        result): recorded from ``new_messages()`` so the turn closes with every call answered."""
+        turn = self.turn
+        if turn is None or not turn.open_calls:
+            return
+        for index, message in enumerate(result.new_messages()):
+            if not isinstance(message, ModelRequest):
+                continue
+            for j, part in enumerate(message.parts):
+                if isinstance(part, ToolReturnPart) and part.tool_call_id in turn.open_calls:
+                    self._result(_request_part(part, None, index, j))
+
+
+class _RecordingModel(WrapperModel):
+    """The agent's model, seen through the recording: each request is recorded before it is sent."""
+
+    def __init__(self, wrapped: Model | str, recording: _LiveRecording) -> None:
+        super().__init__(wrapped)
+        self._recording = recording
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        self._recording.before_request(self.wrapped, messages, model_request_parameters)
+        response = await super().request(messages, model_settings, model_request_parameters)
+        self._recording.after_response(response)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: Any = None,
+    ) -> AsyncIterator[Any]:
+        self._recording.before_request(self.wrapped, messages, model_request_parameters)
+        async with super().request_stream(messages, model_settings, model_request_parameters, run_context) as stream:
+            yield stream
+            response = stream.get()  # the consumer drained it: the whole reply
+        self._recording.after_response(response)
+
+
+async def run_recorded(
+    session: Session,
+    agent: Any,
+    user_prompt: Any = None,
+    *,
+    event_stream_handler: EventStreamHandler | None = None,
+    **run_kwargs: Any,
+) -> RecordedAgentRun:
+    """Run ``agent.run(user_prompt, **run_kwargs)`` and record it as one turn while it happens.
+
+    The recommended way to record a pydantic-ai agent: unlike :func:`record_run`, which writes a run
+    after it finished, this writes the loop's protocol as the run goes — the step, the prompt and the
+    ``request/header`` (the system prompt or instructions, the tool definitions and the model that
+    pydantic-ai sends) before each model request, the reply as it arrives, each ``tool/call`` before the
+    tool's body runs and each ``tool/result`` when it comes back, flushed at the loop's barriers when
+    the session is live in a store. A process killed mid-tool leaves an open turn that crash repair
+    (``coordinator.resume``) closes with a ``TOOL_OUTCOME_UNKNOWN`` result, as it closes the loop's.
+
+    The run is driven with an event stream handler (pydantic-ai then streams the model's replies); an
+    ``event_stream_handler`` of your own still sees every event. ``model=`` in ``run_kwargs`` picks the
+    model as ``agent.run`` does. A run that raises ends the turn as the loop would (``error``, or
+    ``aborted`` on a cancellation) and the exception goes on; a part with no agentlog form raises
+    :class:`ConversionError` inside the run, which ends it.
+    """
+    recording = _LiveRecording(session)
+    chosen = run_kwargs.pop("model", None) or getattr(agent, "model", None)
+    if chosen is None:
+        raise ConversionError(
+            "run_recorded needs the agent's model: give the agent one or pass model=", index=None, path="$"
+        )
+
+    async def handler(ctx: Any, events: AsyncIterable[Any]) -> None:
+        async def recorded() -> AsyncIterator[Any]:
+            async for event in events:
+                recording.on_event(event)
+                yield event
+
+        stream = recorded()
+        if event_stream_handler is not None:
+            await event_stream_handler(ctx, stream)
+        async for _ in stream:  # what the caller's handler left: still recorded, in order
+            pass
+
+    try:
+        result = await agent.run(
+            user_prompt,
+            model=_RecordingModel(chosen, recording),
+            event_stream_handler=handler,
+            **run_kwargs,
+        )
+        recording.settle(result)
+    except BaseException:
+        if recording.turn is not None:
+            recording.turn.__exit__(*sys.exc_info())
+        raise
+    turn = recording.turn
+    if turn is None:
+        raise ConversionError("the run made no model request: there is no turn to record", index=None, path="$")
+    turn.__exit__(None, None, None)
+    return RecordedAgentRun(result=result, turn=turn.number, first_seq=recording.first_seq, last_seq=session.seq - 1)
