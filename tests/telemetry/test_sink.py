@@ -838,3 +838,51 @@ def test_bad_options_are_refused_with_a_typed_error(
     with pytest.raises(InvalidOptionError, match=message) as refused:
         SessionTelemetry(store, sink, **options)
     assert refused.value.code == "INVALID_OPTION"
+
+
+# --- several telemetries on one store ----------------------------------------------------------------------------
+
+
+def test_two_open_telemetries_of_one_store_each_see_every_event_under_their_own_cursor(
+    store: al.SessionStore, open_telemetry: Callable[..., SessionTelemetry]
+) -> None:
+    first, second = RecordingSink(), RecordingSink()
+    telemetry = open_telemetry(first)
+    other = open_telemetry(second, name="audit")
+    session = store.create("both")
+    append_turn(session)
+    settled(telemetry)
+    settled(other)
+    assert seqs_of(first, "both") == seqs_of(second, "both") == [0, 1]
+
+
+def test_a_second_open_telemetry_of_the_same_name_is_refused_until_the_first_closes(
+    store: al.SessionStore, sink: RecordingSink, open_telemetry: Callable[..., SessionTelemetry]
+) -> None:
+    telemetry = open_telemetry(sink)
+    with pytest.raises(InvalidOptionError, match='named "default" is already open'):
+        SessionTelemetry(store, RecordingSink())
+    SessionTelemetry(al.SessionStore(), RecordingSink()).close()  # another store: its own names
+    telemetry.close()
+    open_telemetry(RecordingSink())  # the name is free again
+
+
+def test_a_sink_may_close_its_telemetry_from_inside_emit(store: al.SessionStore) -> None:
+    class ClosingSink(RecordingSink):
+        telemetry: SessionTelemetry
+        shut = threading.Event()
+
+        def emit(self, record: TelemetryRecord) -> None:
+            super().emit(record)
+            self.telemetry.close()
+
+        def shutdown(self) -> None:
+            super().shutdown()
+            self.shut.set()
+
+    sink = ClosingSink()
+    sink.telemetry = SessionTelemetry(store, sink)
+    store.create("closing").append("turn/start", {"turn": 1})
+    assert sink.shut.wait(WAIT_S)  # the worker ran on to the sink's shutdown instead of joining itself
+    assert sink.telemetry.closed
+    assert sink.calls == ["emit:0", "emit:shutdown", "shutdown"]

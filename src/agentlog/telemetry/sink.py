@@ -122,11 +122,30 @@ class _ErrorReporting(Protocol):
     error_hooks: list[Callable[[Any, int, int, BaseException], None]]
 
 
-# The handoff cursor: per session object, the highest seq handed to any telemetry in this process.
+# The handoff cursor: per session object and telemetry name, the highest seq handed over in this process.
 # Module scope on purpose (the original's too): it must outlive one SessionTelemetry so a replacement
-# resumes instead of re-sending, and it dies with its session.
-_handoff: weakref.WeakKeyDictionary[Session, int] = weakref.WeakKeyDictionary()
+# resumes instead of re-sending, and it dies with its session. The original has one telemetry backend per
+# context; here a store may feed several sinks at once, so each live telemetry of a store has its own name
+# (and cursor), and a second live one of the same name is refused.
+_handoff: weakref.WeakKeyDictionary[Session, dict[str, int]] = weakref.WeakKeyDictionary()
+_live_names: weakref.WeakKeyDictionary[SessionStore, set[str]] = weakref.WeakKeyDictionary()
 _handoff_lock = threading.Lock()
+
+
+def _cursor(session: Session, name: str) -> int | None:
+    with _handoff_lock:
+        cursors = _handoff.get(session)
+        return cursors.get(name) if cursors is not None else None
+
+
+def _advance(session: Session, name: str, seq: int) -> None:
+    with _handoff_lock:
+        cursors = _handoff.get(session)
+        if cursors is None:
+            cursors = _handoff[session] = {}
+        if cursors.get(name, -1) < seq:
+            cursors[name] = seq
+
 
 _FLUSH: Final = ("flush",)
 
@@ -185,6 +204,9 @@ class SessionTelemetry:
     before the rules see the record. ``max_queue`` bounds the records waiting for the sink.
     ``on_error`` is called once, from the worker thread, with the first
     :class:`~agentlog.errors.TelemetrySinkError`. ``now`` (epoch ms) stamps the operational records.
+    ``name`` keys the handoff cursor: a telemetry opened after a closed one of the same name resumes where
+    that one stopped; two telemetries open on one store at once need different names (each then sees
+    every event).
     Close with :meth:`close` (or ``with``, or ``await aclose()``).
     """
 
@@ -199,6 +221,7 @@ class SessionTelemetry:
         max_queue: int = DEFAULT_MAX_QUEUE,
         on_error: Callable[[TelemetrySinkError], None] | None = None,
         now: Callable[[], int] | None = None,
+        name: str = "default",
     ) -> None:
         if not callable(getattr(sink, "emit", None)) or not callable(getattr(sink, "shutdown", None)):
             raise InvalidOptionError(
@@ -213,6 +236,17 @@ class SessionTelemetry:
                 raise InvalidOptionError("every telemetry rule must be callable: rule(record, next) -> record")
         if redact is not None and not callable(redact):
             raise InvalidOptionError("telemetry redact must be a callable str -> str")
+        if not isinstance(name, str) or not name:
+            raise InvalidOptionError("telemetry name must be a non-empty string")
+        with _handoff_lock:
+            names = _live_names.setdefault(store, set())
+            if name in names:
+                raise InvalidOptionError(
+                    f'a telemetry named "{name}" is already open on this store; close it first, or give this '
+                    "one another name= (each name keeps its own handoff cursor)"
+                )
+            names.add(name)
+        self.name = name
         self.store = store
         self.sink = sink
         self.capture: TelemetryCapture = capture
@@ -296,8 +330,9 @@ class SessionTelemetry:
         with self._lock:
             if self._closed:
                 return
-            with _handoff_lock:
-                cursor = _handoff.get(session, session.first_live_seq - 1)
+            cursor = _cursor(session, self.name)
+            if cursor is None:
+                cursor = session.first_live_seq - 1  # never handed over: the seed stays where it came from
             for event in session.events:
                 seq = event["seq"]
                 if through_seq is not None and seq > through_seq:
@@ -324,8 +359,7 @@ class SessionTelemetry:
         with self._lock:
             if self._closed:
                 return
-            with _handoff_lock:
-                cursor = _handoff.get(session)
+            cursor = _cursor(session, self.name)
             if cursor is not None and event["seq"] <= cursor:
                 return  # an adoption sweep on another thread already handed it over
             self._capture(session, event)
@@ -338,10 +372,7 @@ class SessionTelemetry:
                 return  # dropped by the projection: it never advances the cursor
             seen.add(key)
         if self._offer(("ledger", session.id, session.header, event)):
-            seq = event["seq"]
-            with _handoff_lock:
-                if _handoff.get(session, -1) < seq:
-                    _handoff[session] = seq
+            _advance(session, self.name, event["seq"])
 
     def _seen_of(self, session: Session) -> set[tuple[Any, Any]]:
         seen = self._seen.get(session)
@@ -458,7 +489,11 @@ class SessionTelemetry:
             for session in sessions:
                 self._offer(("ops", shutdown_record(session.id, now)))
             self._closed = True
+        with _handoff_lock:
+            _live_names.get(self.store, set()).discard(self.name)
         self._channel.stop()
+        if threading.current_thread() is self._worker:
+            return  # closed from inside the sink: the worker finishes on its own after this call
         self._worker.join(timeout)
         if self._worker.is_alive():
             self._report(
