@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 import agentlog as al
 from _json_strategies import json_mismatch, json_values
+from agentlog.kernel.events import event_types
 from agentlog.kernel.messages import text_block, tool_result_message
 from agentlog.telemetry.records import (
     TelemetryRecord,
     agent_error_record,
     chunk_key,
+    copy_data,
     error_detail,
     event_severity,
     ledger_record,
@@ -23,6 +25,9 @@ from agentlog.telemetry.records import (
     run_rules,
     shutdown_record,
 )
+
+PLUGIN = "telemetry-test/records"
+event_types.register(PLUGIN)
 
 
 def _event(etype: str, data: Any, seq: int = 0, time: int = 5) -> dict[str, Any]:
@@ -38,6 +43,19 @@ def test_a_ledger_body_is_an_equal_plain_copy_sharing_no_container_with_the_log(
     assert not frozen_ids & {id(c) for c in _containers(record["body"])}
     for container in _containers(record["body"]):
         assert type(container) in (dict, list)  # plain, mutable: a rule may edit its own copy
+
+
+@given(json_values(max_leaves=40))
+def test_the_body_of_a_committed_event_is_its_data_whether_or_not_its_json_text_is_cached(data: Any) -> None:
+    session = al.Session.create("s")
+    event = session.append_custom(PLUGIN, {"v": data})
+    assert event.cached_json_bytes() is None
+    uncached = copy_data(event)
+    assert event.json_bytes  # what persistence does on write: the text is cached from now on
+    cached = copy_data(event)
+    for body in (uncached, cached):
+        assert json_mismatch(body, event["data"]) is None
+    assert uncached is not cached
 
 
 @given(json_values(max_leaves=40))

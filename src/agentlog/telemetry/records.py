@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeAlias, TypedDict
 
-from ..kernel.events import ASSISTANT_CHUNK, TOOL_RESULT, TURN_END
-from ..kernel.jsonvalue import thaw
+from ..kernel.events import ASSISTANT_CHUNK, TOOL_RESULT, TURN_END, Event
+from ..kernel.jsoncodec import dumps, loads
 
 __all__ = [
     "AGENT_ERROR_OP",
@@ -47,6 +47,7 @@ __all__ = [
     "TelemetrySeverity",
     "agent_error_record",
     "chunk_key",
+    "copy_data",
     "error_detail",
     "event_severity",
     "identity_attributes",
@@ -121,8 +122,21 @@ def ledger_record(session_id: str, header: Mapping[str, Any], event: Mapping[str
         "time": event["time"],
         "severity": event_severity(event),
         "attributes": identity_attributes(session_id, header, event),
-        "body": thaw(event["data"]),
+        "body": copy_data(event),
     }
+
+
+def copy_data(event: Mapping[str, Any]) -> Any:
+    """A plain, mutable deep copy of ``event["data"]``.
+
+    Through the storage codec (C, about twice as fast as a Python walk), from the event's cached JSON text
+    when persistence already serialized it: committed data is gate-checked JSON, which the codec round
+    trips exactly (the same bytes a stored session is read back from).
+    """
+    cached = event.cached_json_bytes() if isinstance(event, Event) else None
+    if cached is not None:
+        return loads(cached)["data"]
+    return loads(dumps(event["data"]))
 
 
 def shutdown_record(session_id: str, time: int) -> TelemetryRecord:
