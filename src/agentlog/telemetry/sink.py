@@ -132,19 +132,27 @@ _live_names: weakref.WeakKeyDictionary[SessionStore, set[str]] = weakref.WeakKey
 _handoff_lock = threading.Lock()
 
 
-def _cursor(session: Session, name: str) -> int | None:
-    with _handoff_lock:
-        cursors = _handoff.get(session)
-        return cursors.get(name) if cursors is not None else None
-
-
-def _advance(session: Session, name: str, seq: int) -> None:
+def _cursors_of(session: Session) -> dict[str, int]:
+    """The session's cursors by telemetry name (one telemetry of a name is open at a time, so each entry
+    has one writer; a plain item read or write needs no lock)."""
     with _handoff_lock:
         cursors = _handoff.get(session)
         if cursors is None:
             cursors = _handoff[session] = {}
-        if cursors.get(name, -1) < seq:
-            cursors[name] = seq
+        return cursors
+
+
+class _Track:
+    """What one telemetry keeps per session: its cursors entry and the chunk projection's ``(turn, step)``
+    keys already shipped (rebuilt from the log when a session is adopted again)."""
+
+    __slots__ = ("cursors", "header", "id", "seen")
+
+    def __init__(self, session: Session) -> None:
+        self.cursors = _cursors_of(session)
+        self.seen: set[tuple[Any, Any]] = set()
+        self.id = session.id
+        self.header = session.header
 
 
 _FLUSH: Final = ("flush",)
@@ -163,11 +171,13 @@ class _Channel:
 
     def offer(self, item: tuple[Any, ...]) -> bool:
         with self._cond:
-            if self._stopped or len(self._items) >= self._maxsize:
+            items = self._items
+            if self._stopped or len(items) >= self._maxsize:
                 return False
-            self._items.append(item)
+            items.append(item)
             self._pending += 1
-            self._cond.notify_all()
+            if len(items) == 1:  # the worker waits only on an empty queue: wake it only then
+                self._cond.notify_all()
             return True
 
     def take(self) -> tuple[Any, ...] | None:
@@ -256,7 +266,7 @@ class SessionTelemetry:
         self._now = now or wall_clock_ms
         self._lock = threading.RLock()  # adoption, the chunk projection, closing
         self._adopted: set[Session] = set()
-        self._seen: weakref.WeakKeyDictionary[Session, set[tuple[Any, Any]]] = weakref.WeakKeyDictionary()
+        self._tracks: weakref.WeakKeyDictionary[Session, _Track] = weakref.WeakKeyDictionary()
         self._closed = False
         self._channel = _Channel(max_queue)
         self._counts_lock = threading.Lock()
@@ -330,7 +340,8 @@ class SessionTelemetry:
         with self._lock:
             if self._closed:
                 return
-            cursor = _cursor(session, self.name)
+            track = self._track(session)
+            cursor = track.cursors.get(self.name)
             if cursor is None:
                 cursor = session.first_live_seq - 1  # never handed over: the seed stays where it came from
             for event in session.events:
@@ -340,9 +351,9 @@ class SessionTelemetry:
                 if seq <= cursor:
                     key = chunk_key(event)
                     if key is not None:
-                        self._seen_of(session).add(key)
+                        track.seen.add(key)
                 else:
-                    self._capture(session, event)
+                    self._capture(track, event)
 
     def _adopt(self, session: Session) -> None:
         # An on_created listener that raises vetoes the session: telemetry must never do that.
@@ -356,29 +367,30 @@ class SessionTelemetry:
             logger.warning('telemetry: adopting session "%s" failed: %s', session.id, describe_error(err))
 
     def _on_event(self, session: Session, event: Mapping[str, Any]) -> None:
+        # The append path: a few lookups and a queue offer, nothing that can wait on the sink.
         with self._lock:
             if self._closed:
                 return
-            cursor = _cursor(session, self.name)
+            track = self._tracks.get(session) or self._track(session)
+            cursor = track.cursors.get(self.name)
             if cursor is not None and event["seq"] <= cursor:
                 return  # an adoption sweep on another thread already handed it over
-            self._capture(session, event)
+            self._capture(track, event)
 
-    def _capture(self, session: Session, event: Mapping[str, Any]) -> None:
+    def _capture(self, track: _Track, event: Mapping[str, Any]) -> None:
         key = chunk_key(event)
         if key is not None:
-            seen = self._seen_of(session)
-            if key in seen:
+            if key in track.seen:
                 return  # dropped by the projection: it never advances the cursor
-            seen.add(key)
-        if self._offer(("ledger", session.id, session.header, event)):
-            _advance(session, self.name, event["seq"])
+            track.seen.add(key)
+        if self._offer(("ledger", track.id, track.header, event)):
+            track.cursors[self.name] = event["seq"]
 
-    def _seen_of(self, session: Session) -> set[tuple[Any, Any]]:
-        seen = self._seen.get(session)
-        if seen is None:
-            seen = self._seen[session] = set()
-        return seen
+    def _track(self, session: Session) -> _Track:
+        track = self._tracks.get(session)
+        if track is None:
+            track = self._tracks[session] = _Track(session)
+        return track
 
     def _on_flush(self, session: Session) -> None:
         # Returns at once: the durability barrier this rides on must never wait for telemetry.
