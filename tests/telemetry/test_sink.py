@@ -335,6 +335,23 @@ def test_on_demand_registers_no_continuous_capture_flush_or_ops_listeners(
     assert [r["channel"] for r in sink.records] == ["ledger"]
 
 
+def test_a_replay_longer_than_the_queue_is_handed_over_whole(
+    store: al.SessionStore, sink: RecordingSink, open_telemetry: Callable[..., SessionTelemetry]
+) -> None:
+    session = store.create("long")
+    for turn in range(1, 26):
+        session.append("turn/start", {"turn": turn})
+        session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+    swept = RecordingSink()
+    telemetry = open_telemetry(swept, max_queue=2, name="swept")  # adoption replays the 50 events
+    on_demand = open_telemetry(sink, max_queue=2, capture="on-demand")
+    on_demand.capture_session(session)
+    settled(telemetry)
+    settled(on_demand)
+    assert seqs_of(swept, "long") == seqs_of(sink, "long") == list(range(50))
+    assert telemetry.stats().dropped == on_demand.stats().dropped == 0
+
+
 # --- adoption and the handoff cursor ---------------------------------------------------------------------
 
 

@@ -12,7 +12,9 @@ requires ``emit`` to be a non-blocking enqueue for that reason; it leaves queuei
 SDK. Here a sink is any Python object, so the capture side never trusts it with the append path: the
 listener only decides *whether* an event ships (the chunk projection and the handoff cursor) and offers
 it to a bounded queue, which never waits — when the queue is full the record is dropped and counted.
-One daemon worker thread builds each record (the deep copy, the redact rules) and calls the sink. So a
+A replay (an adoption, :meth:`~SessionTelemetry.capture_session`) is one queue item however long
+the log, so it is never cut short by the bound. One daemon worker thread builds each record (the deep
+copy, the redact rules) and calls the sink. So a
 slow sink costs records, never appends; a sink that raises is reported once (a warning, ``on_error``,
 :attr:`SessionTelemetry.error`, a :class:`~agentlog.errors.TelemetrySinkError`) and counted after that;
 a sink that never returns stalls only its own thread, and :meth:`SessionTelemetry.close` gives up on it
@@ -344,16 +346,25 @@ class SessionTelemetry:
             cursor = track.cursors.get(self.name)
             if cursor is None:
                 cursor = session.first_live_seq - 1  # never handed over: the seed stays where it came from
+            # One queue item for the whole replay (the events are the log's own frozen ones): a long log
+            # neither overflows the bound meant for a slow sink nor makes this call wait for room.
+            batch: list[Mapping[str, Any]] = []
             for event in session.events:
                 seq = event["seq"]
                 if through_seq is not None and seq > through_seq:
                     break
+                key = chunk_key(event)
                 if seq <= cursor:
-                    key = chunk_key(event)
                     if key is not None:
-                        track.seen.add(key)
-                else:
-                    self._capture(track, event)
+                        track.seen.add(key)  # feeds the projection, ships nothing
+                    continue
+                if key is not None:
+                    if key in track.seen:
+                        continue
+                    track.seen.add(key)
+                batch.append(event)
+            if batch and self._offer(("batch", track.id, track.header, batch), len(batch)):
+                track.cursors[self.name] = batch[-1]["seq"]
 
     def _adopt(self, session: Session) -> None:
         # An on_created listener that raises vetoes the session: telemetry must never do that.
@@ -404,11 +415,11 @@ class SessionTelemetry:
             self._adopted.discard(session)
             self._offer(("ops", shutdown_record(session.id, self._now())))
 
-    def _offer(self, item: tuple[Any, ...]) -> bool:
+    def _offer(self, item: tuple[Any, ...], records: int = 1) -> bool:
         if self._channel.offer(item):
             return True
         with self._counts_lock:
-            self._dropped += 1
+            self._dropped += records
         return False
 
     # -- the worker --------------------------------------------------------------------------------
@@ -433,11 +444,20 @@ class SessionTelemetry:
             except Exception as err:
                 self._report(f"telemetry sink {type(self.sink).__name__}.flush raised {describe_error(err)}", err)
             return
+        kind = item[0]
+        if kind == "batch":
+            _, session_id, header, events = item
+            for event in events:
+                self._deliver(ledger_record, session_id, header, event)
+        elif kind == "ledger":
+            self._deliver(ledger_record, item[1], item[2], item[3])
+        else:
+            self._deliver(_given, item[1])
+
+    def _deliver(self, build: Callable[..., TelemetryRecord], *args: Any) -> None:
+        """Build one record, pass it through the rules and hand it to the sink, each failure contained."""
         try:
-            if item[0] == "ledger":
-                record = ledger_record(item[1], item[2], item[3])
-            else:
-                record = item[1]
+            record = build(*args)
             rules = self._rules if self._redact_rule is None else [*self._rules, self._redact_rule]
             if rules:
                 record = run_rules(rules, record)
@@ -528,6 +548,10 @@ class SessionTelemetry:
     def __repr__(self) -> str:
         state = "closed" if self._closed else self.capture
         return f"<agentlog.SessionTelemetry {state} sessions={len(self._adopted)} sink={type(self.sink).__name__}>"
+
+
+def _given(record: TelemetryRecord) -> TelemetryRecord:
+    return record
 
 
 def _settle(result: object) -> None:
