@@ -14,8 +14,7 @@ listener only decides *whether* an event ships (the chunk projection and the han
 it to a bounded queue, which never waits — when the queue is full the record is dropped and counted.
 A replay (an adoption, :meth:`~SessionTelemetry.capture_session`) is one queue item however long
 the log, so it is never cut short by the bound. One daemon worker thread builds each record (the deep
-copy, the redact rules) and calls the sink. So a
-slow sink costs records, never appends; a sink that raises is reported once (a warning, ``on_error``,
+copy, the redact rules) and calls the sink. So a slow sink costs records, never appends; a sink that raises is reported once (a warning, ``on_error``,
 :attr:`SessionTelemetry.error`, a :class:`~agentlog.errors.TelemetrySinkError`) and counted after that;
 a sink that never returns stalls only its own thread, and :meth:`SessionTelemetry.close` gives up on it
 after ``timeout`` seconds with ``TELEMETRY_SINK_STALLED``. Asyncio users need nothing else: the store
@@ -29,8 +28,9 @@ waits off the loop.
   complete in the step's ``assistant/message``), so ``seq`` gaps are routine on the wire;
 * a session is *adopted* when announced (``on_created``) or, for sessions already live when the
   telemetry attaches, by a sweep of ``store.list()``; adoption replays the log after the session's
-  **handoff cursor** — the highest seq handed off, kept per session object for the process (a
-  weak map, so a second :class:`SessionTelemetry` over the same session resumes instead of re-sending) —
+  **handoff cursor** — the highest seq handed off, kept per session object and telemetry ``name`` for
+  the process (a weak map, so a later :class:`SessionTelemetry` of the same name resumes instead of
+  re-sending) —
   and the cursor of a session never handed off starts at ``first_live_seq - 1``: a constructor seed
   (a resumed session's stored history, a fork's inherited prefix) is never exported again. Events at or
   below the cursor still feed the chunk projection, so a resumed step's later chunks stay dropped;
