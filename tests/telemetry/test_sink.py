@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentlog as al
 from agentlog.agent.loop import Agent, AgentOptions, RetryPolicy
@@ -903,3 +905,52 @@ def test_a_sink_may_close_its_telemetry_from_inside_emit(store: al.SessionStore)
     assert sink.shut.wait(WAIT_S)  # the worker ran on to the sink's shutdown instead of joining itself
     assert sink.telemetry.closed
     assert sink.calls == ["emit:0", "emit:shutdown", "shutdown"]
+
+
+# --- the projection and the cursor as an invariant ---------------------------------------------------------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("chunk"), st.integers(1, 2), st.integers(1, 3)),
+        st.tuples(st.just("todo"), st.just(0), st.just(0)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops, data=st.data())
+def test_a_reload_anywhere_ships_exactly_what_one_telemetry_would_once_each(ops: list[Any], data: Any) -> None:
+    """Close a telemetry and open a replacement anywhere (appends in between go unobserved): together they
+    ship the first chunk of each (turn, step) and every other event, each exactly once, in order."""
+    closed_at = data.draw(st.integers(0, len(ops)))
+    reopened_at = data.draw(st.integers(closed_at, len(ops)))
+    store = al.SessionStore()
+    first, second = RecordingSink(), RecordingSink()
+    telemetry = SessionTelemetry(store, first)
+    session = store.create("prop")
+    replacement = None
+    for index in range(len(ops) + 1):
+        if index == closed_at:
+            telemetry.close()
+        if index == reopened_at:
+            replacement = SessionTelemetry(store, second)
+        if index == len(ops):
+            break
+        kind, turn, step = ops[index]
+        if kind == "chunk":
+            chunk(session, turn, step, f"{index}")
+        else:
+            session.append("todo/write", {"todos": []})
+    assert replacement is not None
+    replacement.close()
+    shipped = seqs_of(first, "prop") + seqs_of(second, "prop")
+    expected, seen = [], set()
+    for event in session.events:
+        if event["type"] == "assistant/chunk":
+            key = (event["data"]["turn"], event["data"]["step"])
+            if key in seen:
+                continue
+            seen.add(key)
+        expected.append(event["seq"])
+    assert shipped == expected
