@@ -14,10 +14,11 @@ listener only decides *whether* an event ships (the chunk projection and the han
 it to a bounded queue, which never waits — when the queue is full the record is dropped and counted.
 A replay (an adoption, :meth:`~SessionTelemetry.capture_session`) is one queue item however long
 the log, so it is never cut short by the bound. One daemon worker thread builds each record (the deep
-copy, the redact rules) and calls the sink. So a slow sink costs records, never appends; a sink that raises is reported once (a warning, ``on_error``,
-:attr:`SessionTelemetry.error`, a :class:`~agentlog.errors.TelemetrySinkError`) and counted after that;
-a sink that never returns stalls only its own thread, and :meth:`SessionTelemetry.close` gives up on it
-after ``timeout`` seconds with ``TELEMETRY_SINK_STALLED``. Asyncio users need nothing else: the store
+copy, the redact rules) and calls the sink. So a slow sink costs records, never appends; a sink that
+raises is reported once (a warning, ``on_error``, :attr:`SessionTelemetry.error`, a
+:class:`~agentlog.errors.TelemetrySinkError`) and counted after that; a sink that never returns stalls
+only its own thread, and :meth:`SessionTelemetry.close` gives up on it after ``timeout`` seconds with
+``TELEMETRY_SINK_STALLED``. Asyncio users need nothing else: the store
 calls listeners synchronously in the appending thread, loop or not, and ``await telemetry.aclose()``
 waits off the loop.
 
