@@ -209,6 +209,7 @@ def _type_checking_imports(path: Path) -> dict[str, str]:
         ("agentlog.compaction", SRC / "agentlog" / "compaction" / "__init__.py"),
         ("agentlog.llm", SRC / "agentlog" / "llm" / "__init__.py"),
         ("agentlog.testing", SRC / "agentlog" / "testing" / "__init__.py"),
+        ("agentlog.telemetry", SRC / "agentlog" / "telemetry" / "__init__.py"),
     ],
 )
 def test_every_public_name_is_importable_listed_and_typed(package: str, init: Path) -> None:

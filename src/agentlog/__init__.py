@@ -46,6 +46,7 @@ from .errors import (
     SessionPersistenceCorruptionError,
     SessionQueryError,
     SurfaceError,
+    TelemetrySinkError,
 )
 
 if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
@@ -151,6 +152,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         normalize_session_title,
     )
     from .query import SessionQuery, SqliteSearch
+    from .telemetry import SessionTelemetry, TelemetryRecord, TelemetrySink, TelemetryStats, redact_strings
 
 # Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above).
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -295,10 +297,19 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SessionQuery",
         "SqliteSearch",
     ),
+    ".telemetry": (
+        "SessionTelemetry",
+        "TelemetryRecord",
+        "TelemetrySink",
+        "TelemetryStats",
+        "redact_strings",
+    ),
 }
 
 __getattr__, __dir__ = lazy_exports(
-    globals(), _EXPORTS, submodules=("agent", "compaction", "kernel", "llm", "persistence", "projection", "query")
+    globals(),
+    _EXPORTS,
+    submodules=("agent", "compaction", "kernel", "llm", "persistence", "projection", "query", "telemetry"),
 )
 del TYPE_CHECKING, lazy_exports  # the namespace holds the public names, the subpackages and the private table
 
@@ -391,6 +402,7 @@ __all__ = [
     "SessionQueryError",
     "SessionSnapshot",
     "SessionStore",
+    "SessionTelemetry",
     "SessionTitleService",
     "SessionView",
     "SqliteBackend",
@@ -404,6 +416,10 @@ __all__ = [
     "SurfaceFoldResult",
     "SurfaceIntent",
     "SurfaceManager",
+    "TelemetryRecord",
+    "TelemetrySink",
+    "TelemetrySinkError",
+    "TelemetryStats",
     "TodoWriteData",
     "TokenMeter",
     "ToolCallData",
@@ -433,6 +449,7 @@ __all__ = [
     "plugin_message",
     "reasoning_block",
     "reasoning_delta",
+    "redact_strings",
     "replace_op",
     "select_compactable_range",
     "snapshot_json",

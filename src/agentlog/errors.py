@@ -123,11 +123,12 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── SessionQueryError [SESSION_QUERY_PERSISTENCE_FAILED; codes: the closed SESSION_QUERY_* set]
     ├── InspectorRequestError [INSPECTOR_BAD_REQUEST; codes: INSPECTOR_UNAUTHORIZED,
     │                          INSPECTOR_METHOD_NOT_ALLOWED, INSPECTOR_NOT_FOUND]
-    └── InteropError [INTEROP_ERROR]
-        ├── ConversionError (ValueError) [CONVERSION_UNSUPPORTED]
-        ├── RecorderStateError (RuntimeError) [RECORDER_STATE]
-        ├── TranscriptAlreadyImportedError [TRANSCRIPT_ALREADY_IMPORTED]
-        └── TranscriptError (ValueError) [TRANSCRIPT_INVALID]
+    ├── InteropError [INTEROP_ERROR]
+    │   ├── ConversionError (ValueError) [CONVERSION_UNSUPPORTED]
+    │   ├── RecorderStateError (RuntimeError) [RECORDER_STATE]
+    │   ├── TranscriptAlreadyImportedError [TRANSCRIPT_ALREADY_IMPORTED]
+    │   └── TranscriptError (ValueError) [TRANSCRIPT_INVALID]
+    └── TelemetrySinkError [TELEMETRY_SINK_FAILED; codes: TELEMETRY_SINK_STALLED]
 
 Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
 — ``StorageRowError`` (a ``ValueError`` of :mod:`agentlog.persistence.sqlite._codec` that the row
@@ -1087,6 +1088,27 @@ class TranscriptAlreadyImportedError(InteropError):
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
+# --- telemetry ------------------------------------------------------------------------------------------
+
+
+TELEMETRY_SINK_CODES: Final = frozenset({"TELEMETRY_SINK_FAILED", "TELEMETRY_SINK_STALLED"})
+"""The codes of :class:`TelemetrySinkError`."""
+
+
+class TelemetrySinkError(AgentlogError):
+    """A telemetry sink failed: its ``emit``, ``flush`` or ``shutdown`` raised (``TELEMETRY_SINK_FAILED``,
+    the sink's exception is ``__cause__``), or it was still busy when the telemetry closed
+    (``TELEMETRY_SINK_STALLED``). Never raised into an append: the session log is untouched and the
+    telemetry reports the first failure once (a warning and its ``on_error``), counting later ones in
+    its ``stats()``. Fix or replace the sink; records lost meanwhile are not re-sent."""
+
+    code = "TELEMETRY_SINK_FAILED"
+    codes = TELEMETRY_SINK_CODES
+
+    def __init__(self, message: str, code: str = "TELEMETRY_SINK_FAILED") -> None:
+        if code not in TELEMETRY_SINK_CODES:
+            raise ValueError(f"unknown telemetry sink code {code!r}")
+        super().__init__(message, code=code)
 
 
 # --- PostgreSQL backend ------------------------------------------------------------------------------------

@@ -150,3 +150,60 @@ def test_loop__retry_events_are_durable_and_counts_continue_from_the_log(tmp_pat
     policy = FAST  # a different policy is a different count (the spec's policyKey): it starts at 1
     assert asyncio.run(continue_count()) == [1, 2, 3, 1]
     reader.close()
+
+
+def test_loop__error_hooks_hear_a_failed_turn_before_its_turn_end_and_a_raising_hook_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agentlog.testing.provider import ScriptedProvider, failure_reply
+
+    store = al.SessionStore()
+    session = store.create("hooked")
+    agent = Agent(
+        session,
+        ScriptedProvider([failure_reply("AUTH", "bad key")]),
+        AgentOptions(provider="p", model="m", retry=RetryPolicy(max_retries=0)),
+        store=store,
+    )
+    heard: list[tuple[int, int, str, int]] = []
+
+    def listen(subject: Any, turn: int, step: int, error: BaseException) -> None:
+        assert subject is agent
+        heard.append((turn, step, type(error).__name__, len(session.events)))
+
+    def explode(subject: Any, turn: int, step: int, error: BaseException) -> None:
+        raise RuntimeError("hook exploded")
+
+    agent.error_hooks.extend([explode, listen])
+
+    async def main() -> Any:
+        agent.followup("go")
+        return await agent.run()
+
+    (outcome,) = asyncio.run(main())
+    assert outcome.reason["kind"] == "error"
+    assert session.events[-1]["type"] == "turn/end"
+    # Heard once, at turn 1 step 1, while the turn/end was not yet appended.
+    assert heard == [(1, 1, "LlmError", len(session.events) - 1)]
+    assert any("agent error hook threw: RuntimeError: hook exploded" in r.getMessage() for r in caplog.records)
+
+
+def test_loop__a_cancelled_turn_is_no_error_for_the_error_hooks() -> None:
+    from agentlog.testing.provider import ScriptedProvider, text_reply
+
+    store = al.SessionStore()
+    session = store.create("cancelled")
+    agent = Agent(session, ScriptedProvider([text_reply("hi")]), AgentOptions(provider="p", model="m"), store=store)
+    heard: list[BaseException] = []
+    agent.error_hooks.append(lambda subject, turn, step, error: heard.append(error))
+
+    # Cancel inside the turn, as its first step opens: the model request then ends aborted.
+    store.on_event(lambda s, event: agent.cancel() if event["type"] == "step/start" else None)
+
+    async def main() -> Any:
+        agent.followup("go")
+        return await agent.run()
+
+    (outcome,) = asyncio.run(main())
+    assert outcome.reason["kind"] == "aborted"
+    assert heard == []

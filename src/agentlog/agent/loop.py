@@ -88,6 +88,10 @@ RequestErrorHook = Callable[["Agent", int, int, Mapping[str, Any]], Awaitable[st
 step's request (rebuilt from the log) instead of the retry policy deciding."""
 IdleHook = Callable[["Agent"], None]
 """Runs when ``run()`` returns (the agent is idle again)."""
+ErrorHook = Callable[["Agent", int, int, BaseException], None]
+"""Runs when a turn fails (the original's ``agent/error``): ``(agent, turn, step, error)``, before the
+failed turn's ``turn/end`` is appended; also when ``turn/start`` or ``turn/end`` cannot be appended.
+Cancellation is no error. A hook that raises is logged and never changes the turn."""
 
 DEFAULT_RETRY_CODES = ("EMPTY_RESPONSE", "RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT")
 DEFAULT_MAX_STEPS = 50
@@ -395,6 +399,7 @@ class Agent:
         self.pre_step_hooks: list[PreStepHook] = []
         self.request_error_hooks: list[RequestErrorHook] = []
         self.idle_hooks: list[IdleHook] = []
+        self.error_hooks: list[ErrorHook] = []
         self._running = False
         self._maintenance: asyncio.Event | None = None  # set while a maintenance job runs; cleared after
         self.compaction = compaction
@@ -644,7 +649,11 @@ class Agent:
         session = self.session
         turn = self._last_turn + 1
         self._last_turn = turn
-        session.append(TURN_START, {"turn": turn})
+        try:
+            session.append(TURN_START, {"turn": turn})
+        except Exception as err:
+            self._report_error(turn, 0, err)
+            raise
         target: Target = "next-turn"
         ending: TurnEndReason | None = None
         error: BaseException | None = None
@@ -695,10 +704,13 @@ class Agent:
             raise
         except LlmError as err:
             ending, error = {"kind": "error", "error": thaw(err.failure)}, err
+            self._report_error(turn, step, err)
         except AgentlogError as err:  # our own typed refusals keep their stable code in the log
             ending, error = {"kind": "error", "error": {"message": str(err), "code": err.code}}, err
+            self._report_error(turn, step, err)
         except Exception as err:
             ending, error = {"kind": "error", "error": {"message": describe_error(err), "code": "UNKNOWN"}}, err
+            self._report_error(turn, step, err)
         except BaseException as err:  # KeyboardInterrupt / SystemExit raised inside the loop
             ending, error, propagating = {"kind": "aborted", "reason": self._cause}, err, True
             raise
@@ -709,6 +721,7 @@ class Agent:
                     session.append(TURN_END, {"turn": turn, "reason": ending or {"kind": "completed"}})
                 except Exception as err:  # the turn stays open: crash repair closes it on the next load
                     closing = err
+                    self._report_error(turn, step, err)
             if error is not None or closing is not None:
                 self._flush_after(error or closing)
             if closing is not None:
@@ -721,6 +734,14 @@ class Agent:
                     describe_error(closing),
                 )
         return TurnOutcome(turn, dict(ending or {"kind": "completed"}), error)
+
+    def _report_error(self, turn: int, step: int, error: BaseException) -> None:
+        """Tell the error hooks (telemetry's agent-error record); a failing hook must not change the turn."""
+        for hook in self.error_hooks:
+            try:
+                hook(self, turn, step, error)
+            except Exception as err:
+                logger.warning('session "%s": agent error hook threw: %s', self.session.id, describe_error(err))
 
     async def _pre_step(self, target: Target, claimed: list[Any], turn: int, step: int) -> None:
         """Run the pre-step hooks (compaction); claimed input goes back to the inbox if one raises."""
