@@ -89,6 +89,8 @@ def import_command(
     for title, table in (("kept as import/record", document["keptRecords"]), ("not mapped", document["dropped"])):
         if table:
             typer.echo(f"{title}: " + ", ".join(f"{kind} ×{count}" for kind, count in table.items()))
+    if report.lossy:  # imported, but not exactly (docs/interop.md lists each mapping)
+        typer.echo("approximate: " + ", ".join(f"{kind} ×{count}" for kind, count in sorted(report.lossy.items())))
     if report.parent_note is not None:
         typer.echo(report.parent_note)
     if report.synthesized_results:
