@@ -105,6 +105,7 @@ __all__ = [
     "IMPORT_FORMATS",
     "IMPORT_RECORD",
     "ExportFormat",
+    "ExportReport",
     "ImportFormat",
     "ImportReport",
     "export_session",
@@ -1439,8 +1440,36 @@ def _arguments(text: str) -> Any:
         return text
 
 
-def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
+@dataclass
+class ExportReport:
+    """What an export changed to fit its format (``to_json`` is what ``export --to`` prints on stderr).
+
+    ``wrapped_arguments``: the tool calls whose argument text was not a JSON object and was written as
+    ``{"input": <text>}`` (``--wrap-arguments``), each ``{"message", "callId", "name"}``, ``message``
+    being the index in the derived messages.
+    """
+
+    format: str
+    items: int = 0
+    wrapped_arguments: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "items": self.items, "wrappedArguments": list(self.wrapped_arguments)}
+
+
+def export_session(
+    view: Any,
+    fmt: ExportFormat | str,
+    out: IO[str],
+    *,
+    wrap_arguments: bool = False,
+    report: ExportReport | None = None,
+) -> int:
     """Write a session (a ``SessionView`` or live ``Session``) in ``fmt`` to ``out``; return the item count.
+
+    ``wrap_arguments`` (``anthropic`` only, whose ``tool_use.input`` must be a JSON object): argument text
+    that is not an object (Codex's ``apply_patch`` patch) is written as ``{"input": <text>}`` instead of
+    being refused; ``report``, when given, lists each such call and the item count.
 
     ``openai-chat``, ``openai-responses`` and ``anthropic`` are the conversational part of that API's
     request body (``model``, the system prompt, ``tools`` from the request header, and the
@@ -1459,7 +1488,10 @@ def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
         if tools:
             head["tools"] = orjson.dumps(tools).decode()
         items = list(_sharegpt(thaw(messages)))
-        return _stream_document(out, head, "conversations", iter(items))
+        count = _stream_document(out, head, "conversations", iter(items))
+        if report is not None:
+            report.items = count
+        return count
     body: dict[str, Any]
     if fmt == "openai-chat":
         from .openai_chat import session_to_openai_chat
@@ -1472,8 +1504,13 @@ def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
     elif fmt == "anthropic":
         from .anthropic import session_to_anthropic
 
-        body, key = session_to_anthropic(view, reasoning="thinking"), "messages"
+        wrapped = report.wrapped_arguments if report is not None else None
+        body = session_to_anthropic(view, reasoning="thinking", wrap_arguments=wrap_arguments, wrapped=wrapped)
+        key = "messages"
     else:
         raise ConversionError(f'unknown export format "{fmt}" (expected one of: {", ".join(EXPORT_FORMATS)})')
     items = body.pop(key)
-    return _stream_document(out, body, key, iter(items))
+    count = _stream_document(out, body, key, iter(items))
+    if report is not None:
+        report.items = count
+    return count
