@@ -19,7 +19,7 @@ from agentlog.cli import app
 from agentlog.compaction.invariants import replay
 from agentlog.errors import ConversionError, TranscriptError
 from agentlog.interop.transcripts import IMPORT_RECORD, ExportReport, export_session, import_transcript
-from agentlog.kernel.events import ASSISTANT_MESSAGE, TOOL_CALL, USER_MESSAGE
+from agentlog.kernel.events import ASSISTANT_MESSAGE, USER_MESSAGE
 from agentlog.kernel.invariants import check_tool_pairing
 from agentlog.kernel.jsonvalue import thaw
 from agentlog.kernel.store import SessionStore
@@ -99,11 +99,16 @@ def test_local_shell_call__every_shell_command_of_an_older_rollout_is_a_shell_ca
     # the arguments are the action itself, every field kept
     assert [json.loads(arguments) for _, _, arguments in calls] == [p["action"] for p in shells]
     results = _result_texts(messages)
-    assert results["call_ls"] == ('{"output":"cli.py\\nmain.py\\n","metadata":{"exit_code":0,"duration_seconds":0.0}}', None)
+    assert results["call_ls"] == (
+        '{"output":"cli.py\\nmain.py\\n","metadata":{"exit_code":0,"duration_seconds":0.0}}',
+        None,
+    )
     assert results["call_wc"][0].startswith("wc: missing.py: No such file") and results["call_wc"][1] is True
     # the item kind and status stay on the message, by call id
     first = next(m for m in messages if m["role"] == "assistant" and _calls([m]))
-    assert first["source"]["replayState"] == {"codex": {"items": {"call_ls": {"type": "local_shell_call", "status": "completed"}}}}
+    assert first["source"]["replayState"] == {
+        "codex": {"items": {"call_ls": {"type": "local_shell_call", "status": "completed"}}}
+    }
     check_tool_pairing(view.derive_messages(), "old", view.events)
 
 
@@ -132,8 +137,13 @@ def test_web_search_call__a_search_call_with_a_placeholder_result_the_report_lis
 
 def test_tool_outputs__a_result_without_its_call_is_kept_and_a_bad_output_is_a_bad_line(tmp_path: Path) -> None:
     lines = CURRENT.read_text().splitlines()
-    orphan = json.dumps({"timestamp": "2025-11-20T09:02:00.000Z", "type": "response_item", "payload": {
-        "type": "function_call_output", "call_id": "call_nowhere", "output": "x"}})
+    orphan = json.dumps(
+        {
+            "timestamp": "2025-11-20T09:02:00.000Z",
+            "type": "response_item",
+            "payload": {"type": "function_call_output", "call_id": "call_nowhere", "output": "x"},
+        }
+    )
     path = tmp_path / "orphan.jsonl"
     path.write_text("\n".join([*lines, orphan]) + "\n")
     report = _import(tmp_path / "a", path, "o")
@@ -188,16 +198,27 @@ def test_token_count__only_totals_are_differenced_and_the_older_bare_usage_is_re
 
     prompt = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
     path = tmp_path / "totals.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"timestamp": "2025-08-01T10:00:00Z", "type": "response_item", "payload": prompt}),
-        answer("one"),
-        line({"type": "token_count", "info": {"total_token_usage": {"input_tokens": 100, "output_tokens": 10}}}),
-        line({"type": "token_count", "info": {"total_token_usage": {"input_tokens": 100, "output_tokens": 10}}}),
-        answer("two"),
-        line({"type": "token_count", "info": {"total_token_usage": {"input_tokens": 250, "output_tokens": 30}}}),
-        answer("three"),
-        line({"type": "token_count", "input_tokens": 40, "cached_input_tokens": 30, "output_tokens": 5}),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"timestamp": "2025-08-01T10:00:00Z", "type": "response_item", "payload": prompt}),
+                answer("one"),
+                line(
+                    {"type": "token_count", "info": {"total_token_usage": {"input_tokens": 100, "output_tokens": 10}}}
+                ),
+                line(
+                    {"type": "token_count", "info": {"total_token_usage": {"input_tokens": 100, "output_tokens": 10}}}
+                ),
+                answer("two"),
+                line(
+                    {"type": "token_count", "info": {"total_token_usage": {"input_tokens": 250, "output_tokens": 30}}}
+                ),
+                answer("three"),
+                line({"type": "token_count", "input_tokens": 40, "cached_input_tokens": 30, "output_tokens": 5}),
+            ]
+        )
+        + "\n"
+    )
     report = _import(tmp_path / "s", path, "t")
     view = _view(tmp_path / "s", "t")
     usage = [thaw(e["data"].get("usage")) for e in view.events if e["type"] == ASSISTANT_MESSAGE]
@@ -317,7 +338,9 @@ def test_export_anthropic__wrapped_arguments_are_reported_and_the_rest_is_untouc
     report = ExportReport("anthropic")
     count = export_session(_view(tmp_path, "cx"), "anthropic", out, wrap_arguments=True, report=report)
     document = json.loads(out.getvalue())
-    uses = [b for m in document["messages"] if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"]
+    uses = [
+        b for m in document["messages"] if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"
+    ]
     patch = next(p for p in _payloads(FIXTURES / "codex.jsonl") if p.get("type") == "custom_tool_call")
     assert uses == [
         {"type": "tool_use", "id": "call_1", "name": "shell", "input": {"command": ["wc", "-l", "main.py"]}},

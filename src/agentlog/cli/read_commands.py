@@ -267,7 +267,7 @@ def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget, wrap_argum
     elif wrapped:
         calls = ", ".join(f"{w['callId']} ({w['name']}, message {w['message']})" for w in wrapped)
         sys.stderr.write(
-            f'export: arguments of {len(wrapped)} tool call(s) were not a JSON object and were wrapped as '
+            f"export: arguments of {len(wrapped)} tool call(s) were not a JSON object and were wrapped as "
             f'{{"input": <text>}}: {calls}\n'
         )
 

@@ -214,9 +214,7 @@ class _Sink:
         self.held: list[tuple[dict[str, Any], int]] | None = None
         self.surface: _SurfaceTrack | None = None
 
-    def emit(
-        self, etype: str, data: Any, *, surface: bool = False, envelope: Mapping[str, Any] | None = None
-    ) -> None:
+    def emit(self, etype: str, data: Any, *, surface: bool = False, envelope: Mapping[str, Any] | None = None) -> None:
         """Number and time one event, then check/write it (or hold it, see :meth:`hold`).
 
         ``envelope`` carries a surface replace (``surfaceOp``, ``sourceEventSeqs``) for a checkpoint.
@@ -829,7 +827,9 @@ class _CodexImporter:
         for call_id, status in searches:
             text = _WEB_SEARCH_RESULT.format(status=status if isinstance(status, str) else "call")
             failed = status in ("failed", "incomplete")
-            self.conv.tool_result(call_id, [{"type": "text", "text": text}], True if failed else None, f"{call_id}-result")
+            self.conv.tool_result(
+                call_id, [{"type": "text", "text": text}], True if failed else None, f"{call_id}-result"
+            )
             self.report._count(self.report.lossy, LOSSY_WEB_SEARCH)
 
     def settle(self, usage: Any = None) -> None:
