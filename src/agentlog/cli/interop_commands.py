@@ -58,7 +58,8 @@ def import_command(
     records' own sessionId; found when exactly one such import is stored, else imported unlinked with a note).
 
     Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
-    them, the fields that were dropped and the tool results the transcript lacked. A line that is not
+    them, the fields that were dropped, the tool results the transcript lacked and the approximate mappings
+    made ("approximate:", JSON "lossy"; docs/interop.md lists them). A line that is not
     JSON, is truncated or has the wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and
     line), and so does a file that changes while it is imported; nothing is written. A directory, FIFO or
     unreadable file is refused (STORAGE_NOT_A_FILE / STORAGE_PERMISSION_DENIED).

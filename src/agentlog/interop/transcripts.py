@@ -51,11 +51,18 @@ follow public descriptions of them (third-party notes and viewers), not a specif
   "payload"}`` lines with ``type`` ``session_meta`` (``id``, ``cwd``, ``instructions``…),
   ``response_item`` (an OpenAI Responses item: ``message`` with ``input_text``/``output_text`` parts,
   ``reasoning`` with ``summary`` texts, ``function_call``/``function_call_output``,
-  ``custom_tool_call``/``custom_tool_call_output``), ``turn_context`` (``model``…), ``event_msg`` and
-  ``compacted``. Guessed: ``function_call_output.output`` is a string or ``{"content", "success"}``; the
-  older layout (a bare meta object on line 1, bare response items after it, ``record_type`` state
-  lines) is read too; ``developer``/``system`` messages and ``event_msg`` lines (which repeat the
-  response items for the UI) are kept as ``import/record``, not mapped.
+  ``custom_tool_call``/``custom_tool_call_output``, ``local_shell_call`` (answered by a
+  ``function_call_output``), ``web_search_call``), ``turn_context`` (``model``…), ``event_msg`` and
+  ``compacted`` (``message``, ``replacement_history``). The item, ``TokenUsage``/``TokenCount`` and
+  ``CompactedItem`` shapes are formats from public descriptions (the openai/codex repository's
+  ``codex-rs/protocol``). Guessed: a tool output is a string, ``{"content", "success"}`` or a list of
+  ``input_text`` parts; a ``token_count`` follows the items of the response it counts (before or after
+  its tool outputs) and belongs to the newest assistant message; the older layout (a bare meta object
+  on line 1, bare response items after it, ``record_type`` state lines) is read too; ``developer``/
+  ``system`` messages and ``event_msg`` lines (which repeat the response items for the UI) are kept as
+  ``import/record``, not mapped. What maps only approximately (a web search's result, usage derived from
+  totals, a compaction's checkpoint without the replacement history) is counted in
+  :attr:`ImportReport.lossy` and listed in docs/interop.md.
 
 **Exporters** (:func:`export_session`, ``--to openai-chat|openai-responses|anthropic|sharegpt``) render
 a stored session's derived messages (with the system prompt and tools of its request header) through
