@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from agentlog.cli import app
@@ -367,3 +369,97 @@ def test_export_cli__wrap_arguments_writes_the_document_and_reports_on_stderr(tm
     assert 'wrapped as {"input": <text>}' in result.stderr and "call_2" in result.stderr
     result = runner.invoke(app, ["export", "cx", "--to", "anthropic", "--wrap-arguments", "--store", store, "--json"])
     assert json.loads(result.stderr.splitlines()[-1])["exportReport"]["wrappedArguments"][0]["callId"] == "call_2"
+
+
+def test_compacted__show_at_gives_the_history_before_the_checkpoint_and_the_checkpoint_after(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    result = runner.invoke(app, ["import", str(CURRENT), "--from", "codex", "--store", store, "--id", "cur"])
+    assert result.exit_code == 0, result.stderr
+    assert any(line.startswith("approximate: ") and "web_search_call" in line for line in result.stdout.splitlines())
+    view = _view(tmp_path / "store", "cur")
+    checkpoint = next(e for e in view.events if e["type"] == USER_MESSAGE and isinstance(e.get("surfaceOp"), dict))
+    before = runner.invoke(app, ["show", "cur", "--store", store, "--at", str(checkpoint["seq"] - 1)])
+    after = runner.invoke(app, ["show", "cur", "--store", store, "--at", str(checkpoint["seq"])])
+    assert "8 messages" in before.stdout.splitlines()[0] and "Why does tests/test_parse.py fail?" in before.stdout
+    assert "1 messages" in after.stdout.splitlines()[0]
+    assert "Another language model started to solve this problem" in after.stdout
+    assert "→ shell_command" not in after.stdout
+
+
+_placement = st.sampled_from(["before-outputs", "after-outputs", "missing", "repeated"])
+_response = st.tuples(st.integers(1, 2), _placement, st.integers(1, 5000), st.integers(0, 900), st.integers(1, 300))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(responses=st.lists(_response, min_size=1, max_size=4), last=_placement)
+def test_token_count__wherever_it_comes_each_usage_lands_on_its_own_response(
+    tmp_path_factory: pytest.TempPathFactory, responses: list[tuple[int, str, int, int, int]], last: str
+) -> None:
+    """Codex writes a response's token_count before or after its tool outputs, repeats it, or (a
+    cancelled response) writes none: each assistant message gets its own response's usage or none, the
+    calls stay paired, and the held steps come out in file order."""
+    tmp = tmp_path_factory.mktemp("prop")
+    lines: list[Any] = [
+        {
+            "type": "response_item",
+            "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        }
+    ]
+    expected: list[Any] = []
+    total = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
+    calls = 0
+
+    def count(fresh: int, cached: int, taken: int) -> dict[str, Any]:
+        last_usage = {"input_tokens": fresh + cached, "cached_input_tokens": cached, "output_tokens": taken}
+        for key, value in last_usage.items():
+            total[key] += value
+        info = {"total_token_usage": dict(total), "last_token_usage": last_usage}
+        return {"type": "event_msg", "payload": {"type": "token_count", "info": info}}
+
+    shape = [*responses, (0, last, 7, 3, 2)]  # the final answer: text, no calls
+    for n_calls, placement, fresh, cached, taken in shape:
+        outputs = []
+        for _ in range(n_calls):
+            calls += 1
+            lines.append(
+                {
+                    "type": "response_item",
+                    "payload": {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": f"c{calls}"},
+                }
+            )
+            outputs.append(
+                {
+                    "type": "response_item",
+                    "payload": {"type": "function_call_output", "call_id": f"c{calls}", "output": "ok"},
+                }
+            )
+        if n_calls == 0:
+            lines.append(
+                {
+                    "type": "response_item",
+                    "payload": {
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": "done"}],
+                    },
+                }
+            )
+        token = count(fresh, cached, taken) if placement != "missing" else None
+        lines += [token] if token and placement == "before-outputs" else []
+        lines += outputs
+        lines += [token] if token and placement in ("after-outputs", "repeated") else []
+        lines += [token] if token and placement == "repeated" else []
+        expected.append(
+            None if token is None else {"inputTokens": fresh, "outputTokens": taken, "cacheReadTokens": cached}
+        )
+    path = tmp / "rollout.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": "2025-11-20T09:00:00Z", **line}) + "\n" for line in lines))
+    _import(tmp / "store", path, "p")
+    view = _view(tmp / "store", "p")
+    got = [thaw(e["data"].get("usage")) for e in view.events if e["type"] == ASSISTANT_MESSAGE]
+    assert got == expected
+    check_tool_pairing(view.derive_messages(), "p", view.events)
+    seqs = [e["seq"] for e in view.events]
+    assert seqs == list(range(len(seqs)))
+    kept_lines = [e["data"]["line"] for e in view.events if e["type"] == IMPORT_RECORD]
+    assert kept_lines == sorted(kept_lines)  # the held records keep the file's order
