@@ -463,3 +463,24 @@ def test_token_count__wherever_it_comes_each_usage_lands_on_its_own_response(
     assert seqs == list(range(len(seqs)))
     kept_lines = [e["data"]["line"] for e in view.events if e["type"] == IMPORT_RECORD]
     assert kept_lines == sorted(kept_lines)  # the held records keep the file's order
+
+
+def test_compacted__the_inspector_shows_the_history_then_the_checkpoint_over_it(tmp_path: Path) -> None:
+    from agentlog.inspector.views import Inspector
+
+    _import(tmp_path, CURRENT, "cur")
+    view = _view(tmp_path, "cur")
+    checkpoint = next(e for e in view.events if e["type"] == USER_MESSAGE and isinstance(e.get("surfaceOp"), dict))
+    inspector = Inspector(JsonlBackend(str(tmp_path)), search=False)
+    try:
+        before = inspector.state_at("cur", checkpoint["seq"] - 1)
+        after = inspector.state_at("cur", checkpoint["seq"])
+    finally:
+        inspector.close()
+    assert before["messageCount"] == 8 and before["replacements"] == []
+    shadowed = thaw(checkpoint["sourceEventSeqs"])[2:]
+    assert after["messageCount"] == 1 and after["messageSeqs"] == [checkpoint["seq"]]
+    assert after["replacements"] == [
+        {"seq": checkpoint["seq"], "start": shadowed[0], "end": shadowed[-1], "shadowedCount": len(shadowed)}
+    ]
+    assert after["shadowed"] == shadowed
