@@ -162,7 +162,7 @@ EXPECTED = {
     "openai-agents": (None, 2, None),  # the SDK's Session protocol hands over items, never usage
     "pydantic-ai": (None, 1, 30 + 6 + 45 + 3),
     "recorder": ("Recorded by hand", 2, 10 + 3 + 20 + 4),
-    "import": (None, 2, None),  # the codex fixture's token count is an event_msg, kept as import/record
+    "import": (None, 2, 2000 + 40),  # the codex fixture's token_count, on the assistant message it follows
 }
 
 

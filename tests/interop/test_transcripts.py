@@ -231,7 +231,6 @@ def test_codex__the_rollout_maps_and_its_meta_becomes_the_header(tmp_path: Path)
     # the environment context and the prompt are one turn: two turns in all
     assert [e["type"] for e in view.events].count(TURN_START) == 2
     assert report.kept_records == {
-        "compacted": 1,
         "event_msg token_count": 1,
         "event_msg user_message": 1,
         "session_meta": 1,

@@ -82,10 +82,11 @@ def import_command(
     records' own sessionId; found when exactly one such import is stored, else imported unlinked with a note).
 
     Records with no agentlog counterpart are kept as ignorable "import/record" events; the report counts
-    them, the fields that were dropped and the tool results the transcript lacked. A line that is not
-    JSON or has the wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and line), and so
-    does a file that changes while it is imported; nothing is written. A torn last line (a transcript still
-    being written) is dropped with a note. A FIFO or unreadable file is refused (STORAGE_NOT_A_FILE /
+    them, the fields that were dropped, the tool results the transcript lacked and the approximate mappings
+    made ("approximate:", JSON "lossy"; docs/interop.md lists them). A line that is not JSON or has the
+    wrong shape fails the import (TRANSCRIPT_INVALID, naming the file and line), and so does a file that
+    changes while it is imported; nothing is written. A torn last line (a transcript still being written)
+    is dropped with a note. A FIFO or unreadable file is refused (STORAGE_NOT_A_FILE /
     STORAGE_PERMISSION_DENIED).
     """
     if file.is_dir():
@@ -140,6 +141,8 @@ def _echo_report(report: ImportReport) -> None:
         )
     if report.forks:
         typer.echo(f"abandoned branches imported as forks: {', '.join(report.forks)}")
+    if report.lossy:  # imported, but not exactly (docs/interop.md lists each mapping)
+        typer.echo("approximate: " + ", ".join(f"{kind} ×{count}" for kind, count in sorted(report.lossy.items())))
     if report.parent_note is not None:
         typer.echo(report.parent_note)
     if report.synthesized_results:

@@ -249,16 +249,27 @@ class ExportTarget(StrEnum):
     sharegpt = "sharegpt"
 
 
-def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget) -> None:
-    """``export --to``: the conversation rendered by :func:`agentlog.interop.transcripts.export_session`."""
-    from ..interop.transcripts import export_session
+def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget, wrap_arguments: bool = False) -> None:
+    """``export --to``: the conversation rendered by :func:`agentlog.interop.transcripts.export_session`;
+    what ``--wrap-arguments`` changed is reported on stderr (the document alone goes to stdout)."""
+    from ..interop.transcripts import ExportReport, export_session
 
+    report = ExportReport(to.value)
     try:
         _header, view = _read_view(session_id, opts)
-        export_session(view, to.value, sys.stdout)
+        export_session(view, to.value, sys.stdout, wrap_arguments=wrap_arguments, report=report)
     except AgentlogError as err:
         render_error(err, opts.as_json)
     sys.stdout.flush()
+    wrapped = report.wrapped_arguments
+    if opts.as_json:
+        _emit_json_line({"exportReport": report.to_json()}, stderr=True)
+    elif wrapped:
+        calls = ", ".join(f"{w['callId']} ({w['name']}, message {w['message']})" for w in wrapped)
+        sys.stderr.write(
+            f"export: arguments of {len(wrapped)} tool call(s) were not a JSON object and were wrapped as "
+            f'{{"input": <text>}}: {calls}\n'
+        )
 
 
 def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str]) -> None:
@@ -372,6 +383,14 @@ def export_command(
             show_default=False,
         ),
     ] = None,
+    wrap_arguments: Annotated[
+        bool,
+        typer.Option(
+            "--wrap-arguments",
+            help='With --to anthropic: write tool-call arguments that are not a JSON object as {"input": <text>} '
+            "(listed on stderr) instead of refusing them.",
+        ),
+    ] = False,
 ) -> None:
     """Print one JSON document: header, events, surface, derived messages, request header and context.
 
@@ -380,7 +399,10 @@ def export_command(
 
     With --to openai-chat|openai-responses|anthropic|sharegpt, the document is the session's
     conversation in that format instead (the system prompt and tools from its request header; the
-    message list is written item by item); --partial does not combine with --to.
+    message list is written item by item); --partial does not combine with --to. Anthropic's tool_use
+    input must be a JSON object: a call whose arguments are not one (Codex's apply_patch) is refused,
+    or with --wrap-arguments written as {"input": <text>} and listed on stderr (with --json, stderr's
+    last line is {"exportReport": {format, items, wrappedArguments: [{message, callId, name}]}}).
 
     With --partial, a damaged log (SESSION_CORRUPT) is salvaged instead of refused: the document holds the
     header, the stored events before the damage and a "damage" object (code, message, location, offset,
@@ -390,7 +412,7 @@ def export_command(
         _export_html(session_id, opts, output, redact or [])
         return
     if to is not None:
-        _export_to(session_id, opts, to)
+        _export_to(session_id, opts, to, wrap_arguments)
         return
     try:
         reader = _reader(opts.open_backend(read_only=True))

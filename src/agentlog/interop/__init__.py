@@ -16,12 +16,13 @@ from .openai_responses import (
     tools_to_openai_responses,
 )
 from .recorder import RecordedStream, RecordedTurn, Recorder, ToolRun
-from .transcripts import IMPORT_DONE, IMPORT_RECORD, ImportReport, export_session, import_transcript
+from .transcripts import IMPORT_DONE, IMPORT_RECORD, ExportReport, ImportReport, export_session, import_transcript
 from .tree import FailedTranscript, SkippedTranscript, TreeImport, detect_transcript_format, import_tree
 
 __all__ = [
     "IMPORT_DONE",
     "IMPORT_RECORD",
+    "ExportReport",
     "FailedTranscript",
     "ImportReport",
     "ImportedConversation",

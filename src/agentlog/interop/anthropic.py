@@ -13,7 +13,9 @@ rule, and each is decided once here:
   object. ``to_anthropic`` parses the text (and refuses text that is not a JSON object); ``from_anthropic``
   writes ``json.dumps(input, ensure_ascii=False, separators=(",", ":"))``, the canonical text the round
   trip keeps. Empty argument text (some models send ``""`` for a call without arguments) is written
-  as ``{}``.
+  as ``{}``. Text that is not an object (Codex's ``apply_patch`` input, a free-form tool's) is refused,
+  or, with ``wrap_arguments=True``, written as ``{"input": <text>}``, each such call listed in
+  ``wrapped`` (the export report): a documented, reversible rule, never a silent change.
 * Thinking signatures. Anthropic returns a ``signature`` with each thinking block and requires it back;
   agentlog's reasoning block holds only text, so the signatures ride in the assistant message's
   ``source.replayState`` as ``{"anthropic": {"signatures": [...]}}`` (one entry per reasoning block,
@@ -76,8 +78,14 @@ def to_anthropic(
     system: str | None = None,
     reasoning: Reasoning = "signed",
     unsupported: Unsupported = "refuse",
+    wrap_arguments: bool = False,
+    wrapped: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Render derived messages as ``{"system"?: str, "messages": [...]}`` (``system`` only when given).
+
+    ``wrap_arguments`` writes tool-call arguments that are not a JSON object as ``{"input": <text>}``
+    instead of refusing them; ``wrapped``, when given, receives ``{"message", "callId", "name"}`` for
+    each call so written.
 
     Reasoning becomes ``thinking`` blocks carrying the signature kept in ``replayState``. The API
     refuses a thinking block without a valid signature, so by default (``"signed"``) reasoning without
@@ -92,7 +100,8 @@ def to_anthropic(
             refuse("the Anthropic format has no system message inside the conversation", index, f"$[{index}].role")
         if kind == "assistant":
             pending_results = None
-            wire.append({"role": "assistant", "content": _assistant(message, content, index, reasoning, unsupported)})
+            blocks = _assistant(message, content, index, reasoning, unsupported, wrap_arguments, wrapped)
+            wire.append({"role": "assistant", "content": blocks})
             continue
         results, others = _user(content, index, unsupported)
         if results:
@@ -111,7 +120,13 @@ def to_anthropic(
 
 
 def _assistant(
-    message: Mapping[str, Any], content: Sequence[Any], index: int, reasoning: Reasoning, unsupported: Unsupported
+    message: Mapping[str, Any],
+    content: Sequence[Any],
+    index: int,
+    reasoning: Reasoning,
+    unsupported: Unsupported,
+    wrap_arguments: bool = False,
+    wrapped: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     signatures = _signatures(message)
     blocks: list[dict[str, Any]] = []
@@ -136,11 +151,17 @@ def _assistant(
             except ValueError:
                 value = None
             if not isinstance(value, dict):
-                refuse(
-                    "tool-call arguments are not a JSON object (Anthropic's input must be one)",
-                    index,
-                    f"{path}.arguments",
-                )
+                if not wrap_arguments:
+                    refuse(
+                        "tool-call arguments are not a JSON object (Anthropic's input must be one); to write "
+                        'them as {"input": <text>}, reported, export with --wrap-arguments '
+                        "(wrap_arguments=True)",
+                        index,
+                        f"{path}.arguments",
+                    )
+                value = {"input": arguments}
+                if wrapped is not None:
+                    wrapped.append({"message": index, "callId": call_id, "name": name})
             blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": value})
         else:
             unsupported_block(kind, index, path, unsupported, "an assistant message")
@@ -185,15 +206,30 @@ def tools_to_anthropic(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def session_to_anthropic(
-    session: SessionLike, *, reasoning: Reasoning = "signed", unsupported: Unsupported = "refuse"
+    session: SessionLike,
+    *,
+    reasoning: Reasoning = "signed",
+    unsupported: Unsupported = "refuse",
+    wrap_arguments: bool = False,
+    wrapped: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The conversational part of a Messages request body for a session (or an ``at(seq)`` view):
-    ``model``, ``system`` and ``tools`` from its request header, plus its messages."""
+    ``model``, ``system`` and ``tools`` from its request header, plus its messages (``wrap_arguments``
+    and ``wrapped`` as in :func:`to_anthropic`)."""
     messages, system, tools, model = header_parts(session)
     body: dict[str, Any] = {}
     if model is not None:
         body["model"] = model
-    body.update(to_anthropic(messages, system=system, reasoning=reasoning, unsupported=unsupported))
+    body.update(
+        to_anthropic(
+            messages,
+            system=system,
+            reasoning=reasoning,
+            unsupported=unsupported,
+            wrap_arguments=wrap_arguments,
+            wrapped=wrapped,
+        )
+    )
     if tools:
         body["tools"] = tools_to_anthropic(tools)
     return body

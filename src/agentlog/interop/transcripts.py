@@ -51,11 +51,18 @@ follow public descriptions of them (third-party notes and viewers), not a specif
   "payload"}`` lines with ``type`` ``session_meta`` (``id``, ``cwd``, ``instructions``…),
   ``response_item`` (an OpenAI Responses item: ``message`` with ``input_text``/``output_text`` parts,
   ``reasoning`` with ``summary`` texts, ``function_call``/``function_call_output``,
-  ``custom_tool_call``/``custom_tool_call_output``), ``turn_context`` (``model``…), ``event_msg`` and
-  ``compacted``. Guessed: ``function_call_output.output`` is a string or ``{"content", "success"}``; the
-  older layout (a bare meta object on line 1, bare response items after it, ``record_type`` state
-  lines) is read too; ``developer``/``system`` messages and ``event_msg`` lines (which repeat the
-  response items for the UI) are kept as ``import/record``, not mapped.
+  ``custom_tool_call``/``custom_tool_call_output``, ``local_shell_call`` (answered by a
+  ``function_call_output``), ``web_search_call``), ``turn_context`` (``model``…), ``event_msg`` and
+  ``compacted`` (``message``, ``replacement_history``). The item, ``TokenUsage``/``TokenCount`` and
+  ``CompactedItem`` shapes are formats from public descriptions (the openai/codex repository's
+  ``codex-rs/protocol``). Guessed: a tool output is a string, ``{"content", "success"}`` or a list of
+  ``input_text`` parts; a ``token_count`` follows the items of the response it counts (before or after
+  its tool outputs) and belongs to the newest assistant message; the older layout (a bare meta object
+  on line 1, bare response items after it, ``record_type`` state lines) is read too; ``developer``/
+  ``system`` messages and ``event_msg`` lines (which repeat the response items for the UI) are kept as
+  ``import/record``, not mapped. What maps only approximately (a web search's result, usage derived from
+  totals, a compaction's checkpoint without the replacement history) is counted in
+  :attr:`ImportReport.lossy` and listed in docs/interop.md.
 
 **Exporters** (:func:`export_session`, ``--to openai-chat|openai-responses|anthropic|sharegpt``) render
 a stored session's derived messages (with the system prompt and tools of its request header) through
@@ -68,6 +75,7 @@ import datetime
 import hashlib
 import os
 import stat
+from array import array
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, Literal
@@ -102,6 +110,7 @@ from ..kernel.jsonvalue import MAX_SAFE_INTEGER, snapshot_json, thaw
 from ..kernel.messages import token_usage
 from ..kernel.seeds import check_append_data
 from ..kernel.titletext import DEFAULT_MAX_TITLE_BYTES, normalize_session_title
+from ..llm.tokens import estimate_message
 from ..persistence.backend import validate_session_id
 from ..persistence.coordinator import PersistenceCoordinator, StagedSession
 from ..persistence.paths import file_kind
@@ -114,6 +123,7 @@ __all__ = [
     "IMPORT_FORMATS",
     "IMPORT_RECORD",
     "ExportFormat",
+    "ExportReport",
     "ImportFormat",
     "ImportReport",
     "export_session",
@@ -172,6 +182,8 @@ class ImportReport:
     torn_last_line: int | None = None
     """The 1-based number of a last line cut inside its record (a transcript still being written): dropped."""
     torn_bytes: int = 0
+    lossy: dict[str, int] = field(default_factory=dict)
+    """Approximate mappings made, by kind (docs/interop.md lists each): imported, but not exactly."""
 
     def _count(self, table: dict[str, int], key: str, n: int = 1) -> None:
         table[key] = table.get(key, 0) + n
@@ -197,6 +209,7 @@ class ImportReport:
                 if self.torn_last_line is not None
                 else {}
             ),
+            **({"lossy": dict(sorted(self.lossy.items()))} if self.lossy else {}),
         }
 
 
@@ -230,8 +243,32 @@ class _Sink:
         self.path = report.path
         self.stamp: Any = None
         self.retained: list[dict[str, Any]] | None = None  # the events kept for fork seeds while not None
+        self.held: list[tuple[dict[str, Any], int]] | None = None
+        self.surface: _SurfaceTrack | None = None
 
-    def emit(self, etype: str, data: Any, *, surface: bool = False) -> None:
+    def emit(self, etype: str, data: Any, *, surface: bool = False, envelope: Mapping[str, Any] | None = None) -> None:
+        """Number and time one event, then check/write it (or hold it, see :meth:`hold`).
+
+        ``envelope`` carries a surface replace (``surfaceOp``, ``sourceEventSeqs``) for a checkpoint.
+        """
+        event: dict[str, Any] = {"type": etype, "seq": self.seq, "time": self.time, "data": data}
+        if envelope is not None:
+            event.update(envelope)
+        elif surface:
+            event["surfaceOp"] = "append"
+            if self.surface is not None:
+                self.surface.add(self.seq, data.get("message", data))
+        elif etype in (IMPORT_RECORD, IMPORT_DONE):
+            event["ignorable"] = True
+        self.seq += 1
+        self.report.events += 1
+        if self.held is not None:
+            self.held.append((event, self.line))
+            return
+        self._deliver(event, self.line)
+
+    def _deliver(self, event: dict[str, Any], line: int) -> None:
+        etype, data = event["type"], event["data"]
         try:
             if self._write is None:  # the check pass: the append rules (the coordinator repeats the gate)
                 # orjson never yields a lone surrogate or a non-finite float, and the mapped events hold
@@ -241,23 +278,39 @@ class _Sink:
                     check_append_data(etype, snapshot_json(data) if etype == IMPORT_RECORD else data)
         except AgentlogError as err:
             raise TranscriptError(
-                f"{self.path}:{self.line}: line {self.line} maps to an event agentlog refuses ({err})",
+                f"{self.path}:{line}: line {line} maps to an event agentlog refuses ({err})",
                 path=self.path,
-                line=self.line,
+                line=line,
             ) from err
-        event: dict[str, Any] = {"type": etype, "seq": self.seq, "time": self.time, "data": data}
-        if surface:
-            event["surfaceOp"] = "append"
-        elif etype in (IMPORT_RECORD, IMPORT_DONE):
-            event["ignorable"] = True
-        self.seq += 1
-        self.report.events += 1
         if self.retained is not None:
             self.retained.append(dict(event))
         if self._write is not None:
             self._batch.append(event)
             if len(self._batch) >= self._batch_events:
                 self.flush()
+
+    def hold(self) -> None:
+        """Keep the next events back (numbered and timed as usual) until :meth:`release`.
+
+        A Codex rollout reports a response's token usage (``token_count``) after the response's items
+        and often after its tool outputs; the held step's assistant message gets the usage before any
+        of it is checked or written. A step is short (its tool results and a few records), so is the hold.
+        """
+        if self.held is None:
+            self.held = []
+
+    def release(self, usage: Any = None) -> None:
+        """Write what was held, the usage (when known) on the held assistant message."""
+        held, self.held = self.held, None
+        if not held:
+            return
+        if usage is not None:
+            for event, _line in held:
+                if event["type"] == ASSISTANT_MESSAGE:
+                    event["data"]["usage"] = usage
+                    break
+        for event, line in held:
+            self._deliver(event, line)
 
     def account(self, nbytes: int) -> None:
         """The transcript bytes of a consumed line: writes the batch once enough input stands behind it."""
@@ -803,12 +856,55 @@ def _anthropic_usage(usage: Mapping[str, Any]) -> Any:
 # --------------------------------------------------------------------------- Codex
 
 
-_CODEX_ASSISTANT_ITEMS = frozenset({"reasoning", "function_call", "custom_tool_call"})
+_CODEX_CALL_ITEMS = frozenset({"function_call", "custom_tool_call", "local_shell_call", "web_search_call"})
 _CODEX_RESULT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
-_CODEX_ITEMS = _CODEX_ASSISTANT_ITEMS | _CODEX_RESULT_ITEMS | {"message", "local_shell_call", "web_search_call"}
+_CODEX_ITEMS = _CODEX_CALL_ITEMS | _CODEX_RESULT_ITEMS | {"message", "reasoning"}
+_CODEX_OUTPUT_PARTS = frozenset({"input_text", "output_text", "text"})
+_WEB_SEARCH_RESULT = (
+    "web search {status}: the search ran on the model provider's side; its results are not in the Codex "
+    "transcript (the model's next message is what it made of them)"
+)
+
+LOSSY_WEB_SEARCH = "web_search_call: placeholder result (the transcript holds none)"
+LOSSY_DERIVED_USAGE = "token_count: usage derived from total_token_usage (no last_token_usage)"
+LOSSY_UNKNOWN_USAGE = "assistant message: usage unknown (no token_count for it)"
+LOSSY_SUMMARY_ONLY = "compacted without replacement_history: the checkpoint holds the summary only"
+LOSSY_OPEN_CALLS = "compacted while tool calls were unanswered: kept as import/record, surface not replaced"
+
+
+class _SurfaceTrack:
+    """The surface since the last checkpoint: its node seqs and their token price (the meter's heuristic).
+
+    A Codex ``compacted`` record replaces the whole surface before it, so the import needs the seqs the
+    replace shadows (``sourceEventSeqs`` must name each) and the price ``compaction/summary`` records.
+    Eight bytes a node; cleared at each checkpoint.
+    """
+
+    def __init__(self) -> None:
+        self.seqs = array("q")
+        self.tokens = 0
+
+    def add(self, seq: int, message: Mapping[str, Any]) -> None:
+        self.seqs.append(seq)
+        self.tokens += estimate_message(message)
+
+    def reset(self, seq: int, message: Mapping[str, Any]) -> None:
+        self.seqs = array("q")
+        self.tokens = 0
+        self.add(seq, message)
 
 
 class _CodexImporter:
+    """Codex rollout records → the conversation (formats from public descriptions; see the module docstring).
+
+    The item shapes follow the public ``codex-rs/protocol`` descriptions of ``ResponseItem`` (``message``,
+    ``reasoning``, ``function_call``/``function_call_output``, ``custom_tool_call``/``custom_tool_call_output``,
+    ``local_shell_call {call_id, status, action: {type: "exec", command, timeout_ms, working_directory, env,
+    user}}``, ``web_search_call {status, action: {type: "search", query} | open_page | find_in_page}``),
+    ``RolloutItem::Compacted {message, replacement_history?}`` and ``EventMsg::TokenCount`` (``{info: {
+    total_token_usage, last_token_usage, model_context_window} | null}``, older: a bare ``TokenUsage``).
+    """
+
     source = "codex"
     provider = "openai"
 
@@ -817,19 +913,55 @@ class _CodexImporter:
         self.report = sink.report
         self.conv = conversation
         self.model = model or "unknown"
+        self.session = ""  # the rollout's own id (its meta), for stable compaction ids
         self.pending: list[Any] | None = None
         self.pending_id = ""
+        self.pending_items: dict[str, Any] = {}  # call id -> the Codex item kind of a non-function call
+        self.searches: list[tuple[str, Any]] = []  # web searches of the pending message: (call id, status)
+        self.awaiting_usage = False  # the newest assistant message is held until its token_count
+        self.usage_seen = False  # a token_count came (a rollout without any says nothing of usage)
+        self.unknown_usage = 0
+        self.previous_total: Mapping[str, Any] | None = None
+        sink.surface = _SurfaceTrack()
 
-    def finish_pending(self) -> None:
-        if self.pending is not None:
-            blocks, self.pending = self.pending, None
-            self.conv.assistant(blocks, self.pending_id, self.model, None)
+    # -- the pending assistant message and its usage
+
+    def finish_pending(self, usage: Any = None) -> None:
+        if self.pending is None:
+            return
+        blocks, self.pending = self.pending, None
+        items, self.pending_items = self.pending_items, {}
+        state = {"codex": {"items": items}} if items else None
+        if usage is None:
+            self.sink.hold()  # its token_count usually follows the step's tool outputs
+            self.awaiting_usage = True
+        self.conv.assistant(blocks, self.pending_id, self.model, usage, state)
+        searches, self.searches = self.searches, []
+        for call_id, status in searches:
+            text = _WEB_SEARCH_RESULT.format(status=status if isinstance(status, str) else "call")
+            failed = status in ("failed", "incomplete")
+            self.conv.tool_result(
+                call_id, [{"type": "text", "text": text}], True if failed else None, f"{call_id}-result"
+            )
+            self.report._count(self.report.lossy, LOSSY_WEB_SEARCH)
+
+    def settle(self, usage: Any = None) -> None:
+        """The step is over: its message (and what was held after it) is written, with ``usage`` if known."""
+        self.finish_pending(usage)
+        if self.awaiting_usage:
+            self.awaiting_usage = False
+            if usage is None:
+                self.unknown_usage += 1
+            self.sink.release(usage)
 
     def _assistant_blocks(self, item: Mapping[str, Any]) -> list[Any]:
         if self.pending is None:
+            self.settle()  # a new response began without a token_count for the previous one
             self.pending = []
             self.pending_id = str(item.get("id") or f"codex-line-{self.sink.line}")
         return self.pending
+
+    # -- records
 
     def record(self, record: dict[str, Any]) -> None:
         _stamp(self.sink, record.get("timestamp"))
@@ -841,12 +973,51 @@ class _CodexImporter:
                 raise _shape_error(self.sink, "is a response_item whose payload is not an item object")
             self.item(record, item)
             return
+        if rtype == "compacted":
+            if not isinstance(payload, dict):
+                raise _shape_error(self.sink, "is a compacted record whose payload is not an object")
+            self.compacted(record, payload)
+            return
         if rtype == "turn_context" and isinstance(payload, dict) and isinstance(payload.get("model"), str):
             self.model = payload["model"]
+        meta = payload if rtype == "session_meta" else record if "payload" not in record and rtype is None else None
+        if not self.session and isinstance(meta, dict) and isinstance(meta.get("id"), str):
+            self.session = meta["id"]
         kind = str(rtype) if rtype is not None else ("record_type" if "record_type" in record else "session meta")
         if rtype == "event_msg" and isinstance(payload, dict):
             kind = f"event_msg {payload.get('type')}"
+            if payload.get("type") == "token_count":
+                self.token_count(payload)
         self.conv.keep(self.source, record, kind)
+
+    def token_count(self, payload: Mapping[str, Any]) -> None:
+        """Usage of the response just finished, onto its assistant message (the record is kept as well)."""
+        self.usage_seen = True
+        usage = self._usage(payload)
+        if usage is None:
+            return  # ``info: null`` (no response yet), a repeat, or counts agentlog cannot hold
+        if self.pending is not None or self.awaiting_usage:
+            self.settle(usage)
+
+    def _usage(self, payload: Mapping[str, Any]) -> Any:
+        if "info" not in payload:  # the older event: the response's TokenUsage itself
+            return _openai_usage(payload)
+        info = payload.get("info")
+        if not isinstance(info, dict):
+            return None
+        total, last = info.get("total_token_usage"), info.get("last_token_usage")
+        previous, self.previous_total = self.previous_total, total if isinstance(total, dict) else None
+        if isinstance(total, dict) and isinstance(previous, dict) and total == previous:
+            return None  # the same totals again: a repeat for the same response
+        if isinstance(last, dict) and last:
+            return _openai_usage(last)
+        if not isinstance(total, dict):
+            return None
+        delta = {key: value - (previous or {}).get(key, 0) for key, value in total.items() if type(value) is int}
+        usage = _openai_usage(delta)
+        if usage is not None:
+            self.report._count(self.report.lossy, LOSSY_DERIVED_USAGE)
+        return usage
 
     def item(self, record: dict[str, Any], item: dict[str, Any]) -> None:
         itype = item["type"]
@@ -861,14 +1032,8 @@ class _CodexImporter:
                 blocks.append({"type": "reasoning", "text": text})
             if item.get("encrypted_content"):
                 self.report._count(self.report.dropped, "reasoning.encrypted_content")
-        elif itype in ("function_call", "custom_tool_call"):
-            call_id, name = item.get("call_id"), item.get("name")
-            arguments = item.get("arguments") if itype == "function_call" else item.get("input")
-            if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
-                raise _shape_error(self.sink, f"is a {itype} without a string call_id, name and arguments")
-            self._assistant_blocks(item).append(
-                {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
-            )
+        elif itype in _CODEX_CALL_ITEMS:
+            self.call(itype, item)
         elif itype in _CODEX_RESULT_ITEMS:
             self.finish_pending()
             call_id = item.get("call_id")
@@ -876,22 +1041,80 @@ class _CodexImporter:
                 self.report._count(self.report.dropped, f"{itype} without its call")
                 self.conv.keep(self.source, record, itype)
                 return
-            output, is_error = _codex_output(item.get("output"))
-            if output is None:
-                raise _shape_error(self.sink, f"is a {itype} whose output is neither a string nor {{content}}")
-            self.conv.tool_result(call_id, [{"type": "text", "text": output}], is_error, f"codex-line-{self.sink.line}")
+            parts, is_error = self._output(item.get("output"))
+            if parts is None:
+                raise _shape_error(
+                    self.sink, f"is a {itype} whose output is neither a string, {{content}} nor a list of parts"
+                )
+            self.conv.tool_result(call_id, parts, is_error, f"codex-line-{self.sink.line}")
         else:
-            self.finish_pending()
+            self.settle()
             self.conv.keep(self.source, record, f"response_item {itype}")
+
+    def call(self, itype: str, item: Mapping[str, Any]) -> None:
+        """A tool call of any of the four kinds; the three that are not ``function_call`` keep their kind
+        (and ``status``) in the message's ``source.replayState.codex.items``, by call id."""
+        call_id: Any = item.get("call_id")
+        if itype == "function_call":
+            name, arguments = item.get("name"), item.get("arguments")
+        elif itype == "custom_tool_call":
+            name, arguments = item.get("name"), item.get("input")
+        else:
+            action = item.get("action")
+            if not isinstance(action, dict):
+                raise _shape_error(self.sink, f"is a {itype} without an action object")
+            name = "shell" if itype == "local_shell_call" else "web_search"
+            arguments = orjson.dumps(action).decode()
+            if call_id is None:  # a local_shell_call from the Chat Completions path, a web search: no call_id
+                call_id = item.get("id") or f"codex-line-{self.sink.line}"
+        if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
+            what = "input" if itype == "custom_tool_call" else "arguments"
+            raise _shape_error(self.sink, f"is a {itype} without a string call_id, name and {what}")
+        blocks = self._assistant_blocks(item)
+        blocks.append({"type": "tool-call", "id": call_id, "name": name, "arguments": arguments})
+        if itype != "function_call":
+            kept: dict[str, Any] = {"type": itype}
+            if "status" in item:
+                kept["status"] = item["status"]
+            self.pending_items[call_id] = kept
+        if itype == "web_search_call":
+            self.searches.append((call_id, item.get("status")))
+
+    def _output(self, value: Any) -> tuple[list[Any] | None, bool | None]:
+        """A tool output: a string, ``{content, success}`` (older), or a list of ``input_text`` /
+        ``input_image`` parts (newer; images are dropped and counted)."""
+        if isinstance(value, str):
+            return [{"type": "text", "text": value}], None
+        if isinstance(value, dict) and isinstance(value.get("content"), str):
+            success = value.get("success")
+            return [{"type": "text", "text": value["content"]}], (not success) if isinstance(success, bool) else None
+        if isinstance(value, list):
+            parts: list[Any] = []
+            for part in value:
+                ptype = part.get("type") if isinstance(part, dict) else None
+                if ptype in _CODEX_OUTPUT_PARTS and isinstance(part.get("text"), str):
+                    parts.append({"type": "text", "text": part["text"]})
+                else:
+                    self.report._count(self.report.dropped, f"tool output part {ptype}")
+            return parts, None
+        return None, None
 
     def message(self, record: dict[str, Any], item: dict[str, Any]) -> None:
         role, content = item.get("role"), item.get("content")
         if not isinstance(content, list):
             raise _shape_error(self.sink, "is a message item whose content is not a list")
         if role not in ("user", "assistant"):
-            self.finish_pending()
+            self.settle()
             self.conv.keep(self.source, record, f"message {role}")
             return
+        texts = self._texts(role, content)
+        if role == "assistant":
+            self._assistant_blocks(item).extend(texts)
+            return
+        self.settle()
+        self.conv.user(texts, str(item.get("id") or f"codex-line-{self.sink.line}"))
+
+    def _texts(self, role: Any, content: list[Any]) -> list[Any]:
         texts: list[Any] = []
         for part in content:
             ptype = part.get("type") if isinstance(part, dict) else None
@@ -899,23 +1122,114 @@ class _CodexImporter:
                 texts.append({"type": "text", "text": part["text"]})
             else:
                 self.report._count(self.report.dropped, f"{role} part {ptype}")
-        if role == "assistant":
-            self._assistant_blocks(item).extend(texts)
+        return texts
+
+    # -- compaction
+
+    def compacted(self, record: dict[str, Any], payload: Mapping[str, Any]) -> None:
+        """A Codex compaction as agentlog's own: the surface so far is shadowed by one checkpoint.
+
+        Written as :mod:`agentlog.compaction` writes a region compaction (runtime spec §5.2):
+        ``compaction/start``, ``compaction/summary`` (the summary, the shadowed seqs and their price),
+        the checkpoint ``user/message`` replacing the whole surface (``sourceEventSeqs``: start, summary,
+        every shadowed node) and ``compaction/end``. The checkpoint holds the history Codex continued
+        from: the texts of ``replacement_history`` in order (the kept user messages, then the summary
+        message), or the summary (``message``) alone when the record has no ``replacement_history``.
+        The pre-compaction events stay in the log, so ``at(seq)`` before the checkpoint shows them.
+        """
+        self.settle()
+        self.conv.keep(self.source, record, "compacted")
+        message = payload.get("message")
+        summary = message if isinstance(message, str) else ""
+        content = self._replacement(payload.get("replacement_history"))
+        if content is None:
+            content = [{"type": "text", "text": summary}] if summary else []
+            if content:
+                self.report._count(self.report.lossy, LOSSY_SUMMARY_ONLY)
+        track = self.sink.surface
+        if not content or track is None or not track.seqs:
+            return  # nothing to condense into, or nothing to shadow: the record alone tells it
+        if self.conv.open_calls:
+            self.report._count(self.report.lossy, LOSSY_OPEN_CALLS)
             return
-        self.finish_pending()
-        self.conv.user(texts, str(item.get("id") or f"codex-line-{self.sink.line}"))
+        import uuid
+
+        compaction_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"codex-rollout:{self.session}:line:{self.sink.line}"))
+        turn = self.conv.turn if self.conv.in_turn else None
+        shadowed = list(track.seqs)
+        start_seq = self.sink.seq
+        self.sink.emit("compaction/start", {"compactionId": compaction_id, "turn": turn})
+        summary_seq = self.sink.seq
+        self.sink.emit(
+            "compaction/summary",
+            {
+                "compactionId": compaction_id,
+                "summary": [{"type": "text", "text": summary}] if summary else content,
+                "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
+                "shadowedSeqs": shadowed,
+                "shadowedTokenCount": track.tokens,
+                "provider": self.provider,
+                "model": self.model,
+            },
+        )
+        checkpoint = {
+            "content": content,
+            "source": {"kind": "plugin", "plugin": "compact", "compactionId": compaction_id},
+            "role": "user",
+            "id": f"codex-line-{self.sink.line}-checkpoint",
+        }
+        checkpoint_seq = self.sink.seq
+        self.sink.emit(
+            USER_MESSAGE,
+            checkpoint,
+            envelope={
+                "surfaceOp": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]},
+                "sourceEventSeqs": [start_seq, summary_seq, *shadowed],
+            },
+        )
+        track.reset(checkpoint_seq, checkpoint)
+        self.sink.emit("compaction/end", {"compactionId": compaction_id, "turn": turn})
+        self.report._count(self.report.messages, "checkpoint")
+
+    def _replacement(self, history: Any) -> list[Any] | None:
+        """The texts of a ``replacement_history`` (``None`` without one); what has no text is counted."""
+        if not isinstance(history, list):
+            return None
+        content: list[Any] = []
+        for entry in history:
+            etype = entry.get("type") if isinstance(entry, dict) else None
+            role = entry.get("role") if isinstance(entry, dict) else None
+            if etype == "message" and role in ("user", "assistant") and isinstance(entry.get("content"), list):
+                content.extend(self._texts(role, entry["content"]))
+            else:
+                what = f"message {role}" if etype == "message" else str(etype)
+                self.report._count(self.report.lossy, f"compacted.replacement_history {what}: not in the checkpoint")
+        return content
 
     def finish(self) -> None:
-        self.finish_pending()
+        self.settle()
+        if self.unknown_usage and self.usage_seen:
+            self.report._count(self.report.lossy, LOSSY_UNKNOWN_USAGE, self.unknown_usage)
 
 
-def _codex_output(value: Any) -> tuple[str | None, bool | None]:
-    if isinstance(value, str):
-        return value, None
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        success = value.get("success")
-        return value["content"], (not success) if isinstance(success, bool) else None
-    return None, None
+def _openai_usage(usage: Mapping[str, Any]) -> Any:
+    """A Codex ``TokenUsage`` (OpenAI counts: input includes the cached input, output the reasoning) as
+    agentlog's disjoint ``TokenUsage`` (as :func:`agentlog.llm.openai_compat.map_usage` maps the wire)."""
+
+    def count(key: str) -> int | None:
+        value = usage.get(key)
+        return value if type(value) is int and 0 <= value <= MAX_SAFE_INTEGER else None
+
+    given, taken = count("input_tokens"), count("output_tokens")
+    if given is None or taken is None:
+        return None
+    cached = count("cached_input_tokens")
+    return token_usage(
+        max(given - (cached or 0), 0),
+        taken,
+        cache_read_tokens=cached,
+        reasoning_tokens=count("reasoning_output_tokens"),
+    )
 
 
 # --------------------------------------------------------------------------- the import
@@ -1353,8 +1667,36 @@ def _arguments(text: str) -> Any:
         return text
 
 
-def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
+@dataclass
+class ExportReport:
+    """What an export changed to fit its format (``to_json`` is what ``export --to`` prints on stderr).
+
+    ``wrapped_arguments``: the tool calls whose argument text was not a JSON object and was written as
+    ``{"input": <text>}`` (``--wrap-arguments``), each ``{"message", "callId", "name"}``, ``message``
+    being the index in the derived messages.
+    """
+
+    format: str
+    items: int = 0
+    wrapped_arguments: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "items": self.items, "wrappedArguments": list(self.wrapped_arguments)}
+
+
+def export_session(
+    view: Any,
+    fmt: ExportFormat | str,
+    out: IO[str],
+    *,
+    wrap_arguments: bool = False,
+    report: ExportReport | None = None,
+) -> int:
     """Write a session (a ``SessionView`` or live ``Session``) in ``fmt`` to ``out``; return the item count.
+
+    ``wrap_arguments`` (``anthropic`` only, whose ``tool_use.input`` must be a JSON object): argument text
+    that is not an object (Codex's ``apply_patch`` patch) is written as ``{"input": <text>}`` instead of
+    being refused; ``report``, when given, lists each such call and the item count.
 
     ``openai-chat``, ``openai-responses`` and ``anthropic`` are the conversational part of that API's
     request body (``model``, the system prompt, ``tools`` from the request header, and the
@@ -1373,7 +1715,10 @@ def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
         if tools:
             head["tools"] = orjson.dumps(tools).decode()
         items = list(_sharegpt(thaw(messages)))
-        return _stream_document(out, head, "conversations", iter(items))
+        count = _stream_document(out, head, "conversations", iter(items))
+        if report is not None:
+            report.items = count
+        return count
     body: dict[str, Any]
     if fmt == "openai-chat":
         from .openai_chat import session_to_openai_chat
@@ -1386,8 +1731,13 @@ def export_session(view: Any, fmt: ExportFormat | str, out: IO[str]) -> int:
     elif fmt == "anthropic":
         from .anthropic import session_to_anthropic
 
-        body, key = session_to_anthropic(view, reasoning="thinking"), "messages"
+        wrapped = report.wrapped_arguments if report is not None else None
+        body = session_to_anthropic(view, reasoning="thinking", wrap_arguments=wrap_arguments, wrapped=wrapped)
+        key = "messages"
     else:
         raise ConversionError(f'unknown export format "{fmt}" (expected one of: {", ".join(EXPORT_FORMATS)})')
     items = body.pop(key)
-    return _stream_document(out, body, key, iter(items))
+    count = _stream_document(out, body, key, iter(items))
+    if report is not None:
+        report.items = count
+    return count
