@@ -465,6 +465,53 @@ class _Conversation:
             return
         self.sink.emit(_SESSION_TITLE, {"title": text, "messageSeqs": cites, "source": dict(source)})
 
+    def compact(
+        self, compaction_id: str, summary: list[Any], content: list[Any], checkpoint_id: str, model: str
+    ) -> None:
+        """An imported compaction written as :mod:`agentlog.compaction` writes a region compaction (runtime
+        spec §5.2): ``compaction/start``, ``compaction/summary`` (the summary, the shadowed seqs and their
+        price), the checkpoint ``user/message`` replacing the whole surface so far (``sourceEventSeqs``:
+        start, summary, every shadowed node) and ``compaction/end``. The shadowed events stay in the log,
+        so ``at(seq)`` before the checkpoint shows them. The caller has checked that the surface is not
+        empty and no tool call is open."""
+        track = self.sink.surface
+        assert track is not None and track.seqs
+        turn = self.turn if self.in_turn else None
+        shadowed = list(track.seqs)
+        start_seq = self.sink.seq
+        self.sink.emit("compaction/start", {"compactionId": compaction_id, "turn": turn})
+        summary_seq = self.sink.seq
+        self.sink.emit(
+            "compaction/summary",
+            {
+                "compactionId": compaction_id,
+                "summary": summary,
+                "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
+                "shadowedSeqs": shadowed,
+                "shadowedTokenCount": track.tokens,
+                "provider": self.provider,
+                "model": model,
+            },
+        )
+        checkpoint = {
+            "content": content,
+            "source": {"kind": "plugin", "plugin": "compact", "compactionId": compaction_id},
+            "role": "user",
+            "id": checkpoint_id,
+        }
+        checkpoint_seq = self.sink.seq
+        self.sink.emit(
+            USER_MESSAGE,
+            checkpoint,
+            envelope={
+                "surfaceOp": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]},
+                "sourceEventSeqs": [start_seq, summary_seq, *shadowed],
+            },
+        )
+        track.reset(checkpoint_seq, checkpoint)
+        self.sink.emit("compaction/end", {"compactionId": compaction_id, "turn": turn})
+        self.report._count(self.report.messages, "checkpoint")
+
     def keep(self, source: str, record: Any, kind: str) -> None:
         """An unmapped record, verbatim, as an ignorable event."""
         self.sink.emit(IMPORT_RECORD, {"source": source, "line": self.sink.line, "record": record})
@@ -675,10 +722,12 @@ class _ClaudeImporter:
         self.plan = plan  # the active branch's pass: abandoned records aside, fork seeds marked
         self.only = only  # a fork's pass: only these conversation records, nothing else
         self.marks: dict[str, int] = {}  # resume prompt uuid -> the seed length of its fork
+        self.last_model: str | None = None  # the latest assistant record's model (a compaction's summarizer)
         self.seed_events: list[dict[str, Any]] = []  # the session's events up to the longest fork seed
         self._unmarked = set(plan.resume_points) if plan is not None else set()
         if self._unmarked:
             sink.retained = []
+        sink.surface = _SurfaceTrack()  # what a compaction's checkpoint shadows
         self.pending: list[Any] | None = None
         self.pending_id = ""
         self.pending_api_id: Any = None
@@ -727,9 +776,35 @@ class _ClaudeImporter:
         record_id = record.get("uuid")
         if rtype == "assistant":
             self.assistant(message, content, record_id)
+        elif record.get("isCompactSummary") is True:
+            self.compaction(record, content)
         else:
             self.finish_pending()
             self.user(content, record_id)
+
+    def compaction(self, record: dict[str, Any], content: str | list[Any]) -> None:
+        """Claude Code's compaction summary (after its ``compact_boundary``) as agentlog's own compaction:
+        the surface so far is shadowed by a checkpoint holding the summary (:meth:`_Conversation.compact`).
+        The turn before it is closed first, as a new prompt closes it (a call it left unanswered gets the
+        synthesized error result)."""
+        self.finish_pending()
+        self.conv.close_answered_turn()
+        texts = [content] if isinstance(content, str) else [
+            block["text"] for block in content if isinstance(block, dict) and isinstance(block.get("text"), str)
+        ]
+        summary = "\n\n".join(text for text in texts if text)
+        track = self.sink.surface
+        if not summary or track is None or not track.seqs:
+            self.conv.keep(self.source, record, "user (compact summary)")
+            return
+        import uuid
+
+        key = f"claude-code:{record.get('sessionId')}:{record.get('uuid') or self.sink.line}"
+        compaction_id = str(uuid.uuid5(uuid.NAMESPACE_URL, key))
+        blocks = [{"type": "text", "text": summary}]
+        checkpoint_id = str(record.get("uuid") or f"claude-line-{self.sink.line}")
+        model = self.last_model or self.conv.header_model or "unknown"
+        self.conv.compact(compaction_id, blocks, blocks, checkpoint_id, model)
 
     def assistant(self, message: dict[str, Any], content: str | list[Any], record_id: Any) -> None:
         api_id = message.get("id")
@@ -739,6 +814,7 @@ class _ClaudeImporter:
             self.pending_api_id = api_id
             self.pending_id = str(api_id or record_id or f"claude-line-{self.sink.line}")
         self.pending_model = str(message.get("model") or "unknown")
+        self.last_model = self.pending_model
         usage = message.get("usage")
         if isinstance(usage, dict):
             self.pending_usage = usage  # converted once, when the message is complete
@@ -1155,41 +1231,8 @@ class _CodexImporter:
         import uuid
 
         compaction_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"codex-rollout:{self.session}:line:{self.sink.line}"))
-        turn = self.conv.turn if self.conv.in_turn else None
-        shadowed = list(track.seqs)
-        start_seq = self.sink.seq
-        self.sink.emit("compaction/start", {"compactionId": compaction_id, "turn": turn})
-        summary_seq = self.sink.seq
-        self.sink.emit(
-            "compaction/summary",
-            {
-                "compactionId": compaction_id,
-                "summary": [{"type": "text", "text": summary}] if summary else content,
-                "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
-                "shadowedSeqs": shadowed,
-                "shadowedTokenCount": track.tokens,
-                "provider": self.provider,
-                "model": self.model,
-            },
-        )
-        checkpoint = {
-            "content": content,
-            "source": {"kind": "plugin", "plugin": "compact", "compactionId": compaction_id},
-            "role": "user",
-            "id": f"codex-line-{self.sink.line}-checkpoint",
-        }
-        checkpoint_seq = self.sink.seq
-        self.sink.emit(
-            USER_MESSAGE,
-            checkpoint,
-            envelope={
-                "surfaceOp": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]},
-                "sourceEventSeqs": [start_seq, summary_seq, *shadowed],
-            },
-        )
-        track.reset(checkpoint_seq, checkpoint)
-        self.sink.emit("compaction/end", {"compactionId": compaction_id, "turn": turn})
-        self.report._count(self.report.messages, "checkpoint")
+        summary_blocks = [{"type": "text", "text": summary}] if summary else content
+        self.conv.compact(compaction_id, summary_blocks, content, f"codex-line-{self.sink.line}-checkpoint", self.model)
 
     def _replacement(self, history: Any) -> list[Any] | None:
         """The texts of a ``replacement_history`` (``None`` without one); what has no text is counted."""
