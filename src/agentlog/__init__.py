@@ -150,6 +150,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         fallback_session_title,
         normalize_session_title,
     )
+    from .projection.redaction import Redactor
     from .query import SessionQuery, SqliteSearch
 
 # Where each lazily exported name lives (keep in step with the TYPE_CHECKING imports above).
@@ -291,6 +292,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SESSION_STATS_UNIT",
         "TITLE_UNIT",
     ),
+    ".projection.redaction": ("Redactor",),
     ".query": (
         "SessionQuery",
         "SqliteSearch",
@@ -368,6 +370,7 @@ __all__ = [
     "Provider",
     "ProviderSummarizer",
     "Recorder",
+    "Redactor",
     "ReentrantAppendError",
     "RequestContextData",
     "RequestHeaderData",
