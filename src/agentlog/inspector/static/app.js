@@ -485,6 +485,7 @@
       cursor = page.nextCursor || null;
       if (more) more.hidden = !cursor;
       status.textContent = list.children.length ? "" : "no matches";
+      section.dataset.searched = query;  // the hits of this query are shown
     }
 
     function run(append) {
@@ -492,6 +493,7 @@
       if (sessionId) params.set("session", sessionId);
       if (append && cursor) params.set("cursor", cursor);
       section.hidden = false;
+      section.dataset.searched = "";
       status.textContent = "searching…";
       api("/api/search?" + params.toString()).then(function (page) { render(page, append); }, function (err) {
         status.textContent = clean("[" + err.code + "] " + err.message);
