@@ -478,6 +478,7 @@ def test_an_exported_files_search_finds_an_event_and_jumps_to_it(
 ) -> None:
     page.goto((exported / "main.html").as_uri() + "?at=0")
     _at(page, 0)
+    assert page.locator("#live").is_hidden()  # a file follows nothing
     item = page.locator("#hits li")
     hits = _search(page, SEARCH_WORD)
     assert len(hits) == 1 and hits[0]["type"] == "user/message"
