@@ -42,7 +42,6 @@ from ..kernel.events import ASSISTANT_CHUNK
 from ..kernel.jsonvalue import thaw
 from ..kernel.request_header import fold_request_header
 from ..kernel.session import derive_event_message
-from ..kernel.surface import fold_surface
 from ..projection.redaction import Redactor, as_redactor
 from ..query.cjk import _CJK_CLASS
 from ..query.documents import extract_event_text
@@ -109,25 +108,25 @@ def build_document(
     if redactor is not None:
         items = [_redacted_item(item, events, shown, redactor) for item in items]
 
-    fold = fold_surface(events)
-    replaced = {r.seq: r for r in fold.replacements}
+    timeline = loaded.timeline()  # the surface fold the server already made: its replacements, final nodes
+    replaced = {r.seq: r for r in timeline.replacements}
     ops: list[int] = []
     silent: list[int] = []
     keys: list[int] = []
     identities: dict[bytes, int] = {}
     messages: list[Any] = []
     nodes: list[dict[str, Any]] = []
-    surface_class: dict[int, int] = dict.fromkeys(fold.nodes, 0)
-    for replacement in fold.replacements:
+    surface_class: dict[int, int] = dict.fromkeys(timeline.nodes_at(last), 0)
+    for replacement in timeline.replacements:
         for seq in replacement.shadowed_seqs:
             surface_class[seq] = 1
     documents: list[list[Any]] = []
     index = loaded.index()
-    for seq in range(last + 1):
-        event = events[seq]
+    for event in events.outside_runs(0):  # packed chunk runs stepped over unbuilt: chunks are not searched
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
             continue
+        seq = event["seq"]
         searchable = extract_event_text(shown[seq])
         if searchable:
             documents.append([seq, etype, surface_class.get(seq, 2), event.get("time"), sanitize_fts_text(searchable)])
