@@ -302,16 +302,29 @@
     return out;
   }
 
-  function phraseMatches(tokens, phrase) {
+  // A document's words folded and joined by single spaces (" w1 w2 … "), with where each word starts
+  // in the text: made on the first search, so a phrase is found with indexOf.
+  var FOLDED = new Map();
+  function foldedOf(doc) {
+    var entry = FOLDED.get(doc);
+    if (!entry) {
+      var tokens = words(doc[4]);
+      entry = { text: " " + tokens.map(function (t) { return t.word; }).join(" ") + " ", offsets: tokens.map(function (t) { return t.offset; }) };
+      FOLDED.set(doc, entry);
+    }
+    return entry;
+  }
+
+  function phraseMatches(doc, phrase) {
     // Instances of the phrase, overlapping ones counted as one marked run (as highlight() marks them).
-    var count = 0, first = -1, runEnd = -1;
-    for (var i = 0; i + phrase.length <= tokens.length; i++) {
-      var k = 0;
-      while (k < phrase.length && tokens[i + k].word === phrase[k]) k++;
-      if (k < phrase.length) continue;
-      if (first < 0) first = tokens[i].offset;
-      if (i > runEnd) count++;
-      runEnd = i + phrase.length - 1;
+    var folded = foldedOf(doc), needle = " " + phrase.join(" ") + " ";
+    var count = 0, first = -1, runEnd = -1, at = folded.text.indexOf(needle), index = 0, scanned = 0;
+    while (at >= 0) {
+      for (; scanned < at; scanned++) if (folded.text.charCodeAt(scanned) === 32) index++;  // the instance's word
+      if (first < 0) first = folded.offsets[index];
+      if (index > runEnd) count++;
+      runEnd = index + phrase.length - 1;
+      at = folded.text.indexOf(needle, at + 1);
     }
     return { count: count, first: first };
   }
@@ -356,7 +369,7 @@
     var hits = [];
     SEARCH.forEach(function (doc) {
       var text = doc[4];
-      var found = substring ? substringMatches(text, needle) : phrase.length ? phraseMatches(words(text), phrase) : { count: 0 };
+      var found = substring ? substringMatches(text, needle) : phrase.length ? phraseMatches(doc, phrase) : { count: 0 };
       if (found.count) hits.push({ doc: doc, count: found.count, first: found.first, length: codePoints(text) });
     });
     hits.sort(function (x, y) {
