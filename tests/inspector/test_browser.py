@@ -544,3 +544,46 @@ def test_diff_in_an_exported_file_shows_what_the_served_page_shows(
             assert [int(s) for s in served[0]] == facts["turnOne"]
             assert served[1] == [str(facts["checkpoint"])]
             assert served[2][0] == "3 unchanged messages"
+
+
+def test_an_exported_long_session_replays_from_its_checkpoints(browser: Any, tmp_path: Path) -> None:
+    """5,000 surface events with two compactions: the file keeps a copy of the node list every 2,048
+    operations; moving the slider forward and back shows ``session.at(seq)``'s newest 200 messages."""
+    import agentlog as al
+    from agentlog.inspector.export import export_html
+
+    from .stores import _compact, open_backend
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("long", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    for n in range(2500):
+        session.append("user/message", al.user_message(f"note {n}"), {"surfaceOp": "append"})
+    _compact(session, 1, list(range(100, 400)))
+    for n in range(2500):
+        session.append("user/message", al.user_message(f"later note {n}"), {"surfaceOp": "append"})
+    _compact(session, 1, list(range(3000, 4000)))
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"), search=False)
+    try:
+        (tmp_path / "long.html").write_text(export_html(inspector.export_document("long")), "utf-8")
+    finally:
+        inspector.close()
+    reference = PersistenceCoordinator(SessionStore(), open_read_only(tmp_path, "jsonl")).view("long")
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto((tmp_path / "long.html").as_uri())
+        _at(page, reference.seq)
+        for seq in (reference.seq, 2050, 4700, 2503, 2502, 120, reference.seq - 2):
+            page.locator("#slider").fill(str(seq))
+            _at(page, seq)
+            point = reference.at(seq)
+            assert _messages(page) == thaw(point.derive_messages().to_list())[-200:], seq
+            assert _surface(page) == list(point.surface.nodes)[-200:], seq
+    finally:
+        context.close()
