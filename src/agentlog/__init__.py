@@ -151,6 +151,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
         fallback_session_title,
         normalize_session_title,
     )
+    from .projection.redaction import Redactor
     from .query import SessionQuery, SqliteSearch
     from .telemetry import SessionTelemetry, TelemetryRecord, TelemetrySink, TelemetryStats, redact_strings
 
@@ -293,6 +294,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SESSION_STATS_UNIT",
         "TITLE_UNIT",
     ),
+    ".projection.redaction": ("Redactor",),
     ".query": (
         "SessionQuery",
         "SqliteSearch",
@@ -379,6 +381,7 @@ __all__ = [
     "Provider",
     "ProviderSummarizer",
     "Recorder",
+    "Redactor",
     "ReentrantAppendError",
     "RequestContextData",
     "RequestHeaderData",

@@ -443,3 +443,147 @@ def test_an_exported_file_works_offline_and_runs_no_hostile_script(
         assert all(url.startswith("file://") for url in requests), requests  # nothing fetched from a network
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def exported(store: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``main`` session exported to a file (``main.html`` in the returned directory)."""
+    from agentlog.inspector.export import export_html
+
+    out = tmp_path_factory.mktemp("exported")
+    inspector = Inspector(open_read_only(store[0], "jsonl"), search=False)
+    try:
+        (out / "main.html").write_text(export_html(inspector.export_document("main")), "utf-8")
+    finally:
+        inspector.close()
+    return out
+
+
+def _search(page: Any, query: str) -> list[dict[str, Any]]:
+    """Run the session page's search box; the hits shown, each ``{seq, type, surface}``."""
+    page.locator("#search").fill(query)
+    page.locator("#search-form button").click()
+    page.locator(f"#search-results[data-searched='{query}']").wait_for(state="attached")
+    hits = []
+    for item in page.locator("#hits li").all():
+        kind = item.locator("span.muted").inner_text().split(" · ")
+        hits.append(
+            {"seq": int(item.locator("a.hit").get_attribute("data-seq") or -1), "type": kind[0], "surface": kind[1]}
+        )
+    return hits
+
+
+def test_an_exported_files_search_finds_an_event_and_jumps_to_it(
+    page: Any, exported: Path, reference: PersistenceCoordinator
+) -> None:
+    page.goto((exported / "main.html").as_uri() + "?at=0")
+    _at(page, 0)
+    assert page.locator("#live").is_hidden()  # a file follows nothing
+    item = page.locator("#hits li")
+    hits = _search(page, SEARCH_WORD)
+    assert len(hits) == 1 and hits[0]["type"] == "user/message"
+    assert item.first.locator("mark").first.inner_text().lower() == SEARCH_WORD
+    seq = hits[0]["seq"]
+    item.first.locator("a.hit").click()
+    _at(page, seq)
+    assert _messages(page) == thaw(reference.view("main").at(seq).derive_messages().to_list())
+    assert page.locator("#log .item.now").first.get_attribute("data-seq") == str(seq)
+    assert page.url.endswith(f"main.html?at={seq}")
+
+
+def test_an_exported_files_search_answers_as_the_server_does(
+    page: Any, exported: Path, store: tuple[Path, dict[str, Any]]
+) -> None:
+    """The file's search (over the documents it carries) finds the hits of the store's search index, in
+    the same order: whole words, case folded, a phrase of several words, nothing for a word's part."""
+    inspector = Inspector(open_read_only(store[0], "jsonl"))
+    page.goto((exported / "main.html").as_uri())
+    page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached")
+    try:
+        for query in (SEARCH_WORD, "DIGITS", "big.txt", "read_file", "It is digits", "Read it", "digit", "path"):
+            served = inspector.search(query, session_id="main", limit=20)["items"]
+            expected = [{"seq": hit["seq"], "type": hit["type"], "surface": hit["surface"]} for hit in served]
+            assert _search(page, query) == expected, query
+    finally:
+        inspector.close()
+
+
+def _diff_pane(page: Any) -> tuple[list[str], list[str], list[str], str]:
+    """What diff mode shows: the removed and added cards' seqs, the unchanged runs, the pane's text."""
+    removed = page.locator("#messages .card.diff-removed").evaluate_all("cs => cs.map(c => c.dataset.seq)")
+    added = page.locator("#messages .card.diff-added").evaluate_all("cs => cs.map(c => c.dataset.seq)")
+    return (
+        removed,
+        added,
+        page.locator("#messages .diff-equal").all_inner_texts(),
+        page.locator("#messages").inner_text(),
+    )
+
+
+def test_diff_in_an_exported_file_shows_what_the_served_page_shows(
+    page: Any, server: RunningServer, exported: Path, store: tuple[Path, dict[str, Any]]
+) -> None:
+    """Across the compaction the file shows the shadowed messages removed and the checkpoint added, as
+    the served page does; and for other pairs of seqs the two Messages panes are the same."""
+    _root, facts = store
+    pairs = [
+        (facts["checkpoint"], facts["beforeCompaction"]),
+        (facts["lastSeq"], 0),
+        (facts["replacement"], facts["beforePrune"]),
+        (facts["beforeCompaction"], facts["lastSeq"]),
+        (facts["checkpoint"], facts["turnOne"][1]),
+    ]
+    for at, since in pairs:
+        page.goto(server.url + f"/s/main?at={at}&diff={since}")
+        _at(page, at)
+        served = _diff_pane(page)
+        page.goto((exported / "main.html").as_uri() + f"?at={at}&diff={since}")
+        _at(page, at)
+        assert _diff_pane(page) == served, (at, since)
+        if (at, since) == pairs[0]:
+            assert [int(s) for s in served[0]] == facts["turnOne"]
+            assert served[1] == [str(facts["checkpoint"])]
+            assert served[2][0] == "3 unchanged messages"
+
+
+def test_an_exported_long_session_replays_from_its_checkpoints(browser: Any, tmp_path: Path) -> None:
+    """5,000 surface events with two compactions: the file keeps a copy of the node list every 2,048
+    operations; moving the slider forward and back shows ``session.at(seq)``'s newest 200 messages."""
+    import agentlog as al
+    from agentlog.inspector.export import export_html
+
+    from .stores import _compact, open_backend
+
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    session = store.create("long", meta={"cwd": "/work"})
+    session.append("turn/start", {"turn": 1})
+    for n in range(2500):
+        session.append("user/message", al.user_message(f"note {n}"), {"surfaceOp": "append"})
+    _compact(session, 1, list(range(100, 400)))
+    for n in range(2500):
+        session.append("user/message", al.user_message(f"later note {n}"), {"surfaceOp": "append"})
+    _compact(session, 1, list(range(3000, 4000)))
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    store.flush(session)
+    store.dispose(session)
+    writer.close()
+    inspector = Inspector(open_read_only(tmp_path, "jsonl"), search=False)
+    try:
+        (tmp_path / "long.html").write_text(export_html(inspector.export_document("long")), "utf-8")
+    finally:
+        inspector.close()
+    reference = PersistenceCoordinator(SessionStore(), open_read_only(tmp_path, "jsonl")).view("long")
+    context = browser.new_context(viewport={"width": 1500, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto((tmp_path / "long.html").as_uri())
+        _at(page, reference.seq)
+        for seq in (reference.seq, 2050, 4700, 2503, 2502, 120, reference.seq - 2):
+            page.locator("#slider").fill(str(seq))
+            _at(page, seq)
+            point = reference.at(seq)
+            assert _messages(page) == thaw(point.derive_messages().to_list())[-200:], seq
+            assert _surface(page) == list(point.surface.nodes)[-200:], seq
+    finally:
+        context.close()

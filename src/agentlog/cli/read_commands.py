@@ -18,7 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..errors import (
     AgentlogError,
-    InvalidOptionError,
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
@@ -272,27 +271,19 @@ def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget, wrap_argum
         )
 
 
-def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str]) -> None:
+def _export_html(
+    session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str], drop_tool_output: bool
+) -> None:
     """``export --html``: the inspector's self-contained session page (:mod:`agentlog.inspector.export`)."""
-    import re
-
     from ..inspector.export import export_html
     from ..inspector.views import Inspector
+    from ..projection.redaction import Redactor
 
     try:
-        try:
-            compiled = [re.compile(pattern) for pattern in patterns]
-        except re.error as err:
-            raise InvalidOptionError(f"--redact: not a regular expression ({err})") from None
-
-        def redact(text: str) -> str:
-            for pattern in compiled:
-                text = pattern.sub("[redacted]", text)
-            return text
-
+        redactor = Redactor(patterns=patterns, drop_tool_output=drop_tool_output)
         inspector = Inspector(opts.open_backend(read_only=True), search=False)
         try:
-            document = inspector.export_document(session_id, redact=redact if compiled else None)
+            document = inspector.export_document(session_id, redact=redactor)
         finally:
             inspector.close()
         target = output if output is not None else Path(f"{encode_segment(session_id)}.html")
@@ -302,10 +293,11 @@ def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patte
             raise storage_error(err, str(target)) from None
     except AgentlogError as err:
         render_error(err, opts.as_json)
+    events = document["head"]["lastSeq"] + 1
     if opts.as_json:
-        _emit_json({"sessionId": session_id, "file": str(target), "events": document["lastSeq"] + 1})
+        _emit_json({"sessionId": session_id, "file": str(target), "events": events})
     else:
-        typer.echo(f"wrote {target} (session {session_id}, {document['lastSeq'] + 1:,} events)")
+        typer.echo(f"wrote {target} (session {session_id}, {events:,} events)")
 
 
 PARTIAL_EXIT = 3
@@ -391,11 +383,19 @@ def export_command(
             "(listed on stderr) instead of refusing them.",
         ),
     ] = False,
+    redact_tool_output: Annotated[
+        bool,
+        typer.Option(
+            "--redact-tool-output",
+            help="With --html: drop every tool output (tool results' content and meta) from the file.",
+        ),
+    ] = False,
 ) -> None:
     """Print one JSON document: header, events, surface, derived messages, request header and context.
 
     With --html, write the inspector's session page instead (docs/inspector.md): one HTML file that opens
-    offline with the log, the surface and the messages at any seq; --redact REGEX removes text first.
+    offline with the log, the surface and the messages at any seq; --redact REGEX removes text first,
+    --redact-tool-output drops every tool output.
 
     With --to openai-chat|openai-responses|anthropic|sharegpt, the document is the session's
     conversation in that format instead (the system prompt and tools from its request header; the
@@ -409,7 +409,7 @@ def export_command(
     afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
     """
     if html:
-        _export_html(session_id, opts, output, redact or [])
+        _export_html(session_id, opts, output, redact or [], redact_tool_output)
         return
     if to is not None:
         _export_to(session_id, opts, to, wrap_arguments)

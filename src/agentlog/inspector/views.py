@@ -67,13 +67,14 @@ from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_
 from ..kernel.request_header import fold_request_header
 from ..kernel.session import EventsView, Session, SessionView, derive_event_message
 from ..kernel.store import SessionStore
-from ..kernel.surface import SurfaceTimeline, fold_surface
+from ..kernel.surface import SurfaceTimeline
 from ..persistence.backend import Backend, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
+from ..projection.redaction import Redactor
 from ..projection.stats import SESSION_STATS_UNIT
 from ..projection.units import CONTEXT_PRESSURE_UNIT, TOKEN_USAGE_UNIT
 from ..projection.usage_steps import usage_known
@@ -942,60 +943,21 @@ class Inspector:
 
     # -- export -----------------------------------------------------------------------------------------
 
-    def export_document(self, session_id: str, *, redact: Callable[[str], str] | None = None) -> dict[str, Any]:
-        """Everything the session page shows, for ``agentlog export ID --html``: the summary, the whole
-        log as page items, charts and fork tree, and what a viewer needs to show ``session.at(seq)`` at
-        any seq without a server: the message each surface event derives (``messages``, by seq), each
-        node's provenance (``nodes``), the surface operations in seq order as the kernel's fold applied
-        them (``surfaceOps``: ``[seq]`` for an append, ``[seq, shadowedSeqs]`` for a replacement), the
-        request headers and contexts by seq, and each event's type.
+    def export_document(
+        self, session_id: str, *, redact: Redactor | Callable[[str], str] | None = None
+    ) -> dict[str, Any]:
+        """Everything the session page shows, for ``agentlog export ID --html``: see
+        :func:`agentlog.inspector.export.build_document` (``head`` parsed when the file opens, ``blocks``
+        parsed on first use).
 
-        ``redact`` is applied to every string of the document (message text, tool output, headers, ids
-        in text): a hook to remove secrets before the file leaves the machine.
+        ``redact`` (a :class:`~agentlog.projection.redaction.Redactor`, or any ``str -> str`` function)
+        rewrites the content taken from the log and the header — every string of event data, and tool
+        output dropped first when the redactor says so — before anything is derived from it: a hook to
+        remove secrets before the file leaves the machine.
         """
-        loaded = self.load(session_id)
-        events = loaded.view.events
-        last = loaded.last_seq
-        items: list[dict[str, Any]] = []
-        next_seq: int | None = 0
-        while next_seq is not None:
-            page = self.log_page(session_id, next_seq, MAX_PAGE_LIMIT)
-            items.extend(page["items"])
-            next_seq = page["nextSeq"]
-        fold = fold_surface(events)
-        replaced = {r.seq: r for r in fold.replacements}
-        ops: list[list[Any]] = []
-        messages: dict[str, Any] = {}
-        nodes: dict[str, Any] = {}
-        types: list[str] = []
-        for seq, event in enumerate(events):
-            types.append(event["type"])
-            op = event.get("surfaceOp")
-            if op is None:
-                continue
-            replacement = replaced.get(seq)
-            ops.append([seq] if replacement is None else [seq, list(replacement.shadowed_seqs)])
-            message = derive_event_message(event)
-            if message is not None:
-                messages[str(seq)] = thaw(message)
-            nodes[str(seq)] = _node(events, seq, replacement)
-        index = loaded.index()
-        document: dict[str, Any] = {
-            "version": 1,
-            "sessionId": session_id,
-            "lastSeq": last,
-            "summary": self.summary(session_id),
-            "items": items,
-            "types": types,
-            "surfaceOps": ops,
-            "messages": messages,
-            "nodes": nodes,
-            "headers": [[seq, thaw(fold_request_header([events[seq]]))] for seq in index.header_seqs],
-            "contexts": [[seq, thaw(loaded.view.at(seq).request_context())] for seq in index.context_seqs],
-            "charts": self.charts(session_id),
-            "forks": self.fork_tree(session_id),
-        }
-        return _redacted(document, redact) if redact is not None else document
+        from .export import build_document
+
+        return build_document(self, session_id, redact)
 
     # -- lineage ----------------------------------------------------------------------------------------
 
@@ -1073,17 +1035,6 @@ class Inspector:
         if self._memory_storage is not None:
             self._memory_storage.close()
         self.reader.close()
-
-
-def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
-    """``value`` with ``redact`` applied to every string in it (keys of message maps stay seqs)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {key: _redacted(inner, redact) for key, inner in value.items()}
-    if isinstance(value, list):
-        return [_redacted(inner, redact) for inner in value]
-    return value
 
 
 def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:

@@ -40,20 +40,34 @@
   }
 
   function sessionHref(id, seq) {
+    var own = exported();
+    if (own && id === own.sessionId) return "?at=" + (typeof seq === "number" && Number.isInteger(seq) && seq >= 0 ? seq : own.lastSeq);
     var href = "/s/" + encodeURIComponent(id);
     if (typeof seq === "number" && Number.isInteger(seq) && seq >= 0) href += "?at=" + seq;
     return href;
   }
 
-  // --- an exported file: the page's requests answered from its own data block, no server -------------
+  // --- an exported file: the page's requests answered from its own data blocks, no server ------------
+  // The head block is parsed when the page opens; the log items, the messages and surface nodes and the
+  // search documents sit in blocks of their own, each parsed the first time a view needs it.
 
   var DATA = null;
+  var BLOCKS = {};
   function exported() {
     if (DATA === null) {
-      var block = document.getElementById("agentlog-data");
-      DATA = block ? JSON.parse(block.textContent) : false;
+      var head = document.getElementById("agentlog-data");
+      DATA = head ? JSON.parse(head.textContent) : false;
     }
     return DATA;
+  }
+
+  function block(kind, n) {
+    var key = kind + "-" + n;
+    if (!Object.prototype.hasOwnProperty.call(BLOCKS, key)) {
+      var node = document.getElementById("agentlog-" + key);
+      BLOCKS[key] = node ? JSON.parse(node.textContent) : [];
+    }
+    return BLOCKS[key];
   }
 
   function refusal(code, message) {
@@ -62,87 +76,334 @@
     return err;
   }
 
-  // The surface right after seq, replayed from the kernel's recorded operations: an append adds its
-  // node; a replacement takes the place of the (contiguous) nodes it shadowed.
-  function exportedState(seq) {
-    var data = exported();
-    if (seq > data.lastSeq) throw refusal("SEQ_OUT_OF_RANGE", "seq " + seq + " is past the last seq " + data.lastSeq);
-    var nodes = [], shadowed = [];
-    for (var i = 0; i < data.surfaceOps.length; i++) {
-      var op = data.surfaceOps[i];
-      if (op[0] > seq) break;
-      if (op.length === 1) { nodes.push(op[0]); continue; }
-      var gone = new Set(op[1]);
-      var at = op[1].length ? nodes.indexOf(op[1][0]) : -1;
-      nodes = nodes.filter(function (n) { return !gone.has(n); });
-      if (at < 0) nodes.push(op[0]); else nodes.splice(at, 0, op[0]);
-      shadowed = shadowed.concat(op[1]);
-    }
-    var messageSeqs = nodes.filter(function (n) { return data.messages[n] !== undefined; });
-    function lastAtOrBefore(list) {
-      var found = null;
-      list.forEach(function (entry) { if (entry[0] <= seq) found = entry[1]; });
-      return found;
-    }
-    return {
-      sessionId: data.sessionId, seq: seq, lastSeq: data.lastSeq, event: { type: data.types[seq] },
-      surface: nodes.map(function (n) { return data.nodes[n]; }), surfaceCount: nodes.length, surfaceFrom: 0,
-      replacements: [], shadowed: shadowed.sort(function (a, b) { return a - b; }),
-      messages: messageSeqs.map(function (n) { return data.messages[n]; }), messageSeqs: messageSeqs,
-      messageCount: messageSeqs.length, messagesFrom: 0,
-      requestHeader: lastAtOrBefore(data.headers), requestContext: lastAtOrBefore(data.contexts),
-    };
+  // The number of entries of a sorted list that are <= x (bisect_right).
+  function bisectRight(list, x) {
+    var lo = 0, hi = list.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (x < list[mid]) hi = mid; else lo = mid + 1; }
+    return lo;
+  }
+
+  // The log item covering seq: its block and its index there.
+  function itemAt(seq) {
+    var page = Math.max(0, bisectRight(exported().itemPages, seq) - 1);
+    var items = block("items", page);
+    var lo = 0, hi = items.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (items[mid].seq <= seq) lo = mid + 1; else hi = mid; }
+    return { page: page, index: Math.max(0, lo - 1) };
+  }
+
+  function outOfRange(seq) {
+    var last = exported().lastSeq;
+    if (!(seq >= 0 && seq <= last)) throw refusal("SEQ_OUT_OF_RANGE", "seq " + seq + " is past the last seq " + last);
   }
 
   function exportedLog(from, limit) {
-    var items = exported().items, start = 0;
-    while (start < items.length && (items[start].lastSeq !== undefined ? items[start].lastSeq : items[start].seq) < from) start++;
-    var page = items.slice(start, start + limit);
-    var next = start + limit < items.length ? items[start + limit].seq : null;
-    return { sessionId: exported().sessionId, fromSeq: page.length ? page[0].seq : from, nextSeq: next, lastSeq: exported().lastSeq, items: page };
+    var data = exported();
+    outOfRange(from);
+    var at = itemAt(from), page = at.page, i = at.index, items = block("items", page), out = [];
+    while (out.length < limit && page < data.itemPages.length) {
+      if (i >= items.length) { page++; i = 0; if (page < data.itemPages.length) items = block("items", page); continue; }
+      out.push(items[i++]);
+    }
+    var next = null;
+    if (page < data.itemPages.length) {
+      if (i < items.length) next = items[i].seq;
+      else if (page + 1 < data.itemPages.length) next = data.itemPages[page + 1];
+    }
+    return { sessionId: data.sessionId, fromSeq: out.length ? out[0].seq : from, nextSeq: next, lastSeq: data.lastSeq, items: out };
   }
 
-  // The diff of an export: the common head and tail of the two lists, the middle as one change.
-  function exportedDiff(from, to) {
-    var a = exportedState(from), b = exportedState(to);
-    var key = function (m) { return JSON.stringify(m); };
-    var head = 0;
-    while (head < a.messages.length && head < b.messages.length && key(a.messages[head]) === key(b.messages[head])) head++;
-    var tail = 0;
-    while (tail < a.messages.length - head && tail < b.messages.length - head &&
-      key(a.messages[a.messages.length - 1 - tail]) === key(b.messages[b.messages.length - 1 - tail])) tail++;
-    var ops = [];
-    if (head) ops.push({ op: "equal", from: [0, head], to: [0, head] });
-    var entries = function (state, lo, hi) {
-      var out = [];
-      for (var i = lo; i < hi; i++) out.push({ index: i, seq: state.messageSeqs[i], message: state.messages[i] });
-      return out;
-    };
-    var aEnd = a.messages.length - tail, bEnd = b.messages.length - tail;
-    if (aEnd > head || bEnd > head) {
-      ops.push({ op: "replace", from: [head, aEnd], to: [head, bEnd], removed: entries(a, head, aEnd), added: entries(b, head, bEnd), truncated: false });
+  // The surface right after seq, replayed from the kernel's recorded operations: an append adds its
+  // node; a replacement takes the place of the (contiguous) nodes it shadowed. One forward pass keeps a
+  // copy of the node list every CHECKPOINT operations, so a move replays at most that many.
+  var CHECKPOINT = 2048;
+  var TIMELINE = null;
+  function applyOp(nodes, seq, replaced) {
+    var shadowed = replaced[seq];
+    if (shadowed === undefined) { nodes.push(seq); return nodes; }
+    var gone = new Set(shadowed);
+    var at = shadowed.length ? nodes.indexOf(shadowed[0]) : -1;
+    nodes = nodes.filter(function (n) { return !gone.has(n); });
+    if (at < 0) nodes.push(seq); else nodes.splice(at, 0, seq);
+    return nodes;
+  }
+
+  function surfaceAt(seq) {
+    var data = exported(), ops = data.ops;
+    var count = bisectRight(ops, seq);
+    if (TIMELINE === null) {
+      TIMELINE = { replaces: Object.keys(data.replaced).length > 0, copies: [[]] };
+      if (TIMELINE.replaces) {
+        var nodes = [];
+        for (var i = 0; i < ops.length; i++) {
+          if (i > 0 && i % CHECKPOINT === 0) TIMELINE.copies.push(nodes.slice());
+          nodes = applyOp(nodes, ops[i], data.replaced);
+        }
+      }
     }
-    if (tail) ops.push({ op: "equal", from: [aEnd, a.messages.length], to: [bEnd, b.messages.length] });
-    return { sessionId: exported().sessionId, fromSeq: from, toSeq: to, fromCount: a.messages.length, toCount: b.messages.length, ops: ops };
+    if (!TIMELINE.replaces) return ops.slice(0, count);  // appends only: the surface is a prefix
+    var base = Math.floor(count / CHECKPOINT);
+    var out = TIMELINE.copies[base].slice();
+    for (var j = base * CHECKPOINT; j < count; j++) out = applyOp(out, ops[j], data.replaced);
+    return out;
+  }
+
+  var SILENT = null;
+  function messageSeqsOf(nodes) {
+    var data = exported();
+    if (!data.silent.length) return nodes;
+    if (SILENT === null) SILENT = new Set(data.silent);
+    return nodes.filter(function (n) { return !SILENT.has(n); });
+  }
+
+  // The position of a surface event among the operations (ops is sorted), and its message and node.
+  function opIndex(seq) { return bisectRight(exported().ops, seq) - 1; }
+  function opEntry(seq) {
+    var data = exported(), i = opIndex(seq), per = data.opsPerBlock;
+    var b = block("ops", Math.floor(i / per));
+    return { message: b.messages[i % per], node: b.nodes[i % per] };
+  }
+
+  function typeAt(seq) {
+    var at = itemAt(seq);
+    return block("items", at.page)[at.index].type;
+  }
+
+  // As the server's state_at: a window of `mlimit` messages from `mfrom` (default the newest) and the
+  // surface nodes they come from; shadowed seqs within logFrom..logTo.
+  function exportedState(seq, q) {
+    var data = exported();
+    outOfRange(seq);
+    var nodes = surfaceAt(seq), messageSeqs = messageSeqsOf(nodes), count = messageSeqs.length;
+    var limit = Number(q.get("mlimit") || 200);
+    var start = q.get("mfrom") === null ? Math.max(0, count - limit) : Math.min(Number(q.get("mfrom")), count);
+    var end = Math.min(count, start + limit);
+    var surfaceFrom = start, surfaceTo = end;
+    if (messageSeqs !== nodes) {
+      surfaceFrom = start === 0 ? 0 : nodes.indexOf(messageSeqs[start - 1]) + 1;
+      surfaceTo = end >= count ? nodes.length : nodes.indexOf(messageSeqs[end - 1]) + 1;
+    }
+    var low = q.get("logFrom") === null ? -1 : Number(q.get("logFrom"));
+    var high = q.get("logTo") === null ? Infinity : Number(q.get("logTo"));
+    var shadowed = new Set();
+    Object.keys(data.replaced).forEach(function (key) {
+      if (Number(key) > seq) return;
+      data.replaced[key].forEach(function (s) { if (s >= low && s <= high) shadowed.add(s); });
+    });
+    var windowSeqs = messageSeqs.slice(start, end);
+    return {
+      sessionId: data.sessionId, seq: seq, lastSeq: data.lastSeq, event: { type: typeAt(seq) },
+      surface: nodes.slice(surfaceFrom, surfaceTo).map(function (n) { return opEntry(n).node; }),
+      surfaceCount: nodes.length, surfaceFrom: surfaceFrom, replacements: [],
+      shadowed: Array.from(shadowed).sort(function (a, b) { return a - b; }),
+      messages: windowSeqs.map(function (n) { return opEntry(n).message; }), messageSeqs: windowSeqs,
+      messageCount: count, messagesFrom: start,
+      requestHeader: lastAtOrBefore(data.headers, seq), requestContext: lastAtOrBefore(data.contexts, seq),
+    };
+  }
+
+  function lastAtOrBefore(list, seq) {
+    var found = null;
+    for (var i = 0; i < list.length && list[i][0] <= seq; i++) found = list[i][1];
+    return found;
+  }
+
+  // difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes(), over the messages' identities
+  // (equal JSON text, equal number: the head's `keys`), as the server's diff computes it.
+  function opcodes(a, b) {
+    var b2j = new Map();
+    b.forEach(function (value, j) { var list = b2j.get(value); if (list) list.push(j); else b2j.set(value, [j]); });
+    function longest(alo, ahi, blo, bhi) {
+      var besti = alo, bestj = blo, bestsize = 0, j2len = new Map();
+      for (var i = alo; i < ahi; i++) {
+        var next = new Map(), js = b2j.get(a[i]) || [];
+        for (var t = 0; t < js.length; t++) {
+          var j = js[t];
+          if (j < blo) continue;
+          if (j >= bhi) break;
+          var k = (j2len.get(j - 1) || 0) + 1;
+          next.set(j, k);
+          if (k > bestsize) { besti = i - k + 1; bestj = j - k + 1; bestsize = k; }
+        }
+        j2len = next;
+      }
+      while (besti > alo && bestj > blo && a[besti - 1] === b[bestj - 1]) { besti--; bestj--; bestsize++; }
+      while (besti + bestsize < ahi && bestj + bestsize < bhi && a[besti + bestsize] === b[bestj + bestsize]) bestsize++;
+      return [besti, bestj, bestsize];
+    }
+    var queue = [[0, a.length, 0, b.length]], blocks = [];
+    while (queue.length) {
+      var q = queue.pop(), m = longest(q[0], q[1], q[2], q[3]);
+      if (!m[2]) continue;
+      blocks.push(m);
+      if (q[0] < m[0] && q[2] < m[1]) queue.push([q[0], m[0], q[2], m[1]]);
+      if (m[0] + m[2] < q[1] && m[1] + m[2] < q[3]) queue.push([m[0] + m[2], q[1], m[1] + m[2], q[3]]);
+    }
+    blocks.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1] || x[2] - y[2]; });
+    var merged = [], i1 = 0, j1 = 0, k1 = 0;
+    blocks.forEach(function (m) {
+      if (i1 + k1 === m[0] && j1 + k1 === m[1]) { k1 += m[2]; return; }
+      if (k1) merged.push([i1, j1, k1]);
+      i1 = m[0]; j1 = m[1]; k1 = m[2];
+    });
+    if (k1) merged.push([i1, j1, k1]);
+    merged.push([a.length, b.length, 0]);
+    var out = [], i = 0, j = 0;
+    merged.forEach(function (m) {
+      var tag = i < m[0] && j < m[1] ? "replace" : i < m[0] ? "delete" : j < m[1] ? "insert" : "";
+      if (tag) out.push([tag, i, m[0], j, m[1]]);
+      i = m[0] + m[2]; j = m[1] + m[2];
+      if (m[2]) out.push(["equal", m[0], i, m[1], j]);
+    });
+    return out;
+  }
+
+  function exportedDiff(from, to) {
+    var data = exported();
+    outOfRange(from);
+    outOfRange(to);
+    var sides = [from, to].map(function (seq) {
+      var seqs = messageSeqsOf(surfaceAt(seq));
+      return { seqs: seqs, keys: seqs.map(function (n) { return data.keys[opIndex(n)]; }) };
+    });
+    var before = sides[0], after = sides[1], most = data.maxDiffMessages;
+    function entries(side, lo, hi) {
+      var out = [];
+      for (var i = lo; i < Math.min(hi, lo + most); i++) out.push({ index: i, seq: side.seqs[i], message: opEntry(side.seqs[i]).message });
+      return out;
+    }
+    var ops = opcodes(before.keys, after.keys).map(function (o) {
+      var op = { op: o[0], from: [o[1], o[2]], to: [o[3], o[4]] };
+      if (o[0] !== "equal") {
+        op.removed = entries(before, o[1], o[2]);
+        op.added = entries(after, o[3], o[4]);
+        op.truncated = o[2] - o[1] > most || o[4] - o[3] > most;
+      }
+      return op;
+    });
+    return { sessionId: data.sessionId, fromSeq: from, toSeq: to, fromCount: before.seqs.length, toCount: after.seqs.length, ops: ops };
+  }
+
+  // Search within the session, over the search documents the file carries (the text the store's
+  // search index holds for each event). A query is one phrase of whole words, case and diacritics
+  // folded, as the index's unicode61 tokenizer matches it; a query holding a CJK character matches as a
+  // substring. Hits are ordered as the server orders them: most matches, shorter text, newer, higher seq.
+  var SURFACES = ["current", "shadowed", "log-only"];
+  var SEARCH = null;
+  var WORD = /[\p{L}\p{N}\p{Co}\p{M}]+/gu;
+  var MARKS = /\p{M}/gu;
+
+  function words(text) {
+    var out = [];
+    text.replace(WORD, function (word, offset) {
+      out.push({ word: word.toLowerCase().normalize("NFD").replace(MARKS, ""), offset: offset });
+      return word;
+    });
+    return out;
+  }
+
+  // A document's words folded and joined by single spaces (" w1 w2 … "), with where each word starts
+  // in the text: made on the first search, so a phrase is found with indexOf.
+  var FOLDED = new Map();
+  function foldedOf(doc) {
+    var entry = FOLDED.get(doc);
+    if (!entry) {
+      var tokens = words(doc[4]);
+      entry = { text: " " + tokens.map(function (t) { return t.word; }).join(" ") + " ", offsets: tokens.map(function (t) { return t.offset; }) };
+      FOLDED.set(doc, entry);
+    }
+    return entry;
+  }
+
+  function phraseMatches(doc, phrase) {
+    // Instances of the phrase, overlapping ones counted as one marked run (as highlight() marks them).
+    var folded = foldedOf(doc), needle = " " + phrase.join(" ") + " ";
+    var count = 0, first = -1, runEnd = -1, at = folded.text.indexOf(needle), index = 0, scanned = 0;
+    while (at >= 0) {
+      for (; scanned < at; scanned++) if (folded.text.charCodeAt(scanned) === 32) index++;  // the instance's word
+      if (first < 0) first = folded.offsets[index];
+      if (index > runEnd) count++;
+      runEnd = index + phrase.length - 1;
+      at = folded.text.indexOf(needle, at + 1);
+    }
+    return { count: count, first: first };
+  }
+
+  function substringMatches(text, needle) {
+    var hay = text.toLowerCase(), count = 0, first = -1, at = hay.indexOf(needle);
+    while (at >= 0) {
+      if (first < 0) first = at;
+      count++;
+      at = hay.indexOf(needle, at + needle.length);
+    }
+    return { count: count, first: first };
+  }
+
+  function codePoints(text) { var n = 0; for (var i = 0; i < text.length; i++) { var c = text.charCodeAt(i); if (c < 0xdc00 || c > 0xdfff) n++; } return n; }
+
+  function snippet(text, first, max) {
+    var prefix = Array.from(text.slice(0, Math.max(0, first)).replace(/\s+/g, " ").replace(/^ /, ""));
+    var clean = Array.from(text.replace(/\s+/g, " ").replace(/^ /, "").replace(/ $/, ""));
+    var length = clean.length, matched = Math.min(first < 0 ? 0 : prefix.length, length - 1);
+    if (length <= max) return clean.join("");
+    var start = Math.max(0, matched - Math.floor(max / 3)), pre = start > 0 ? "…" : "", post = "…";
+    var content = max - pre.length - post.length;
+    if (matched >= start + content) start = matched - content + 1;
+    var end = Math.min(length, start + content);
+    if (end === length) { post = ""; content = max - pre.length; start = Math.max(0, end - content); }
+    end = Math.min(length, start + content);
+    return pre + clean.slice(start, end).join("") + post;
+  }
+
+  function exportedSearch(q) {
+    var data = exported();
+    var query = (q.get("q") || "").replace(/\s+/g, " ").trim();
+    if (!query) throw refusal("SESSION_QUERY_INVALID_QUERY", "session-search query must contain non-whitespace text");
+    if (SEARCH === null) {
+      SEARCH = [];
+      for (var n = 0; n < data.searchBlocks; n++) block("search", n).forEach(function (doc) { SEARCH.push(doc); });
+    }
+    var substring = new RegExp("[" + data.cjkClass + "]", "u").test(query);
+    var phrase = substring ? null : words(query).map(function (w) { return w.word; });
+    var needle = query.toLowerCase();
+    var hits = [];
+    SEARCH.forEach(function (doc) {
+      var text = doc[4];
+      var found = substring ? substringMatches(text, needle) : phrase.length ? phraseMatches(doc, phrase) : { count: 0 };
+      if (found.count) hits.push({ doc: doc, count: found.count, first: found.first, length: codePoints(text) });
+    });
+    hits.sort(function (x, y) {
+      return y.count - x.count || x.length - y.length || (y.doc[3] || 0) - (x.doc[3] || 0) || y.doc[0] - x.doc[0];
+    });
+    var limit = Number(q.get("limit") || 20), offset = Number(q.get("cursor") || 0);
+    return {
+      items: hits.slice(offset, offset + limit).map(function (hit) {
+        var doc = hit.doc;
+        return { sessionId: data.sessionId, seq: doc[0], type: doc[1], surface: SURFACES[doc[2]], time: doc[3], snippet: snippet(doc[4], hit.first, data.snippetChars) };
+      }),
+      nextCursor: offset + limit < hits.length ? String(offset + limit) : null,
+    };
   }
 
   function exportedAnswer(path) {
     var data = exported();
     var url = new URL(path, "http://export.invalid");
-    var parts = url.pathname.split("/").slice(4);  // after /api/sessions/<id>
     var q = url.searchParams;
+    if (url.pathname === "/api/search" && q.get("session") === data.sessionId) return exportedSearch(q);
     if (url.pathname.indexOf("/api/sessions/") !== 0) throw refusal("INSPECTOR_NOT_FOUND", "not available in an exported file");
+    var parts = url.pathname.split("/").slice(4);  // after /api/sessions/<id>
     if (parts.length === 0) return data.summary;
     switch (parts[0]) {
       case "log": return exportedLog(Number(q.get("from") || 0), Number(q.get("limit") || 200));
-      case "at": return exportedState(Number(parts[1]));
+      case "at": return exportedState(Number(parts[1]), q);
       case "diff": return exportedDiff(Number(q.get("from")), Number(q.get("to")));
       case "charts": return data.charts;
       case "forks": return data.forks;
       case "events": {
         var seq = Number(parts[1]);
-        var item = data.items.filter(function (it) { return it.seq <= seq && seq <= (it.lastSeq !== undefined ? it.lastSeq : it.seq); })[0];
-        return { seq: seq, event: item ? { seq: seq, type: item.type, data: item.data } : null, clipped: true };
+        outOfRange(seq);
+        var at = itemAt(seq), item = block("items", at.page)[at.index];
+        return { seq: seq, event: { seq: seq, type: item.type, data: item.data }, clipped: true };
       }
       default: throw refusal("INSPECTOR_NOT_FOUND", "not available in an exported file");
     }
@@ -212,7 +473,8 @@
 
   // --- search (both pages) ----------------------------------------------------------------------------
 
-  function setupSearch(sessionId) {
+  // `jump` (an exported file): a hit moves the page's slider instead of loading a page.
+  function setupSearch(sessionId, jump) {
     var form = document.getElementById("search-form");
     var input = document.getElementById("search");
     var section = document.getElementById("search-results");
@@ -227,14 +489,16 @@
       page.items.forEach(function (item) {
         var hit = item.bestMatch || item;
         var header = item.header || {};
-        var link = el("a", { href: sessionHref(hit.sessionId, hit.seq), className: "hit" },
+        var link = el("a", { href: sessionHref(hit.sessionId, hit.seq), className: "hit", dataset: { seq: hit.seq } },
           sessionId ? "seq " + hit.seq : (header.id || hit.sessionId) + " · seq " + hit.seq);
+        if (jump) link.addEventListener("click", function (event) { event.preventDefault(); jump(hit.seq); });
         list.appendChild(el("li", null, link, " ", el("span", { className: "muted", text: hit.type + " · " + hit.surface }),
           highlighted(hit.snippet || "", query)));
       });
       cursor = page.nextCursor || null;
       if (more) more.hidden = !cursor;
       status.textContent = list.children.length ? "" : "no matches";
+      section.dataset.searched = query;  // the hits of this query are shown
     }
 
     function run(append) {
@@ -242,6 +506,7 @@
       if (sessionId) params.set("session", sessionId);
       if (append && cursor) params.set("cursor", cursor);
       section.hidden = false;
+      section.dataset.searched = "";
       status.textContent = "searching…";
       api("/api/search?" + params.toString()).then(function (page) { render(page, append); }, function (err) {
         status.textContent = clean("[" + err.code + "] " + err.message);
@@ -892,7 +1157,7 @@
       document.getElementById("live").hidden = false;
     }
 
-    if (exported()) document.getElementById("search-form").hidden = true; else setupSearch(id);
+    setupSearch(id, exported() ? function (seq) { moveTo(seq, true); } : null);
     api("/api/sessions/" + encodeURIComponent(id) + "/forks").then(renderForks, function () {});
     api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
       s.summary = summary;
