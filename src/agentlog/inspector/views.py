@@ -68,7 +68,7 @@ from ..kernel.request_header import fold_request_header
 from ..kernel.session import EventsView, Session, SessionView, derive_event_message
 from ..kernel.store import SessionStore
 from ..kernel.surface import SurfaceTimeline, fold_surface
-from ..persistence.backend import Backend, SeeksStored
+from ..persistence.backend import Backend, ProbesTornTail, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
@@ -655,10 +655,12 @@ class Inspector:
 
     def refine_status(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """``rows`` (a page of :meth:`sessions`) with ``status`` told apart where the log's tail says so:
-        ``repairable`` when its last turn is still open (a resume would close it), ``interrupted`` when the
-        last turn ended interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events
-        (``read_from``: the suffix, not the log) and is kept with the row's revision. A tail without a turn
-        boundary, and a torn tail (only a whole read sees it), stay ``ok``."""
+        ``repairable`` when the log ends in a torn tail (a backend whose logs can tear probes the file's
+        end: :class:`~agentlog.persistence.backend.ProbesTornTail`) or its last turn is still open (a
+        resume would cut the one and close the other), ``interrupted`` when the last turn ended
+        interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events (``read_from``:
+        the suffix, not the log) and is kept with the row's revision. A tail without a turn boundary
+        stays ``ok``."""
         out = []
         for row in rows:
             if row["status"] != "ok" or row["events"] is None:
@@ -678,6 +680,8 @@ class Inspector:
 
     def _tail_status(self, session_id: str, events: int) -> str:
         try:
+            if isinstance(self.backend, ProbesTornTail) and self.backend.probe_torn_tail(session_id):
+                return "repairable"  # a crash cut the last write short: a resume cuts the torn tail
             tail = self.reader.read_from(session_id, max(0, events - STATUS_TAIL_EVENTS)).events
         except AgentlogError:
             return "damaged"
