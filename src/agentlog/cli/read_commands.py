@@ -279,7 +279,7 @@ def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patte
                 text = pattern.sub("[redacted]", text)
             return text
 
-        inspector = Inspector(opts.open_backend(read_only=True), search=False)
+        inspector = Inspector(opts.open_backend(read_only=True), search=False, page_after=None)  # one pass: kept
         try:
             document = inspector.export_document(session_id, redact=redact if compiled else None)
         finally:

@@ -16,7 +16,9 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use. Indexing a loaded session folds its surface once into a
+use. It is read whole and validated once, as the read commands read it; a background pager then keeps
+its log as compressed pages (:class:`~agentlog.inspector.paged.PagedLog`: a page decoded when a request
+shows a seq in it) and lets the restored session go. Indexing a loaded session folds its surface once into a
 :class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
 from it (node-list checkpoints, no fold of the prefix) and derives only the messages of the window it
 serves. A log that was appended to is continued by its stored suffix (a seek read from the last loaded
@@ -321,12 +323,14 @@ class LoadedSession:
         would sit in the allocator's arenas among the freed events and keep them from the system.
         """
         self.index()
+        stored = self.stored
+        if stored is None:
+            return
+        events = stored.view.events
+        paged = PagedLog(events.restore_seed(), len(events), page_events=page_events)  # (requests go on)
         with self._lock:
-            stored = self.stored
-            if stored is None:
-                return
-            events = stored.view.events
-            paged = PagedLog(events.restore_seed(), len(events), page_events=page_events)
+            if self.stored is not stored:
+                return  # paged out meanwhile
             same = self._stored_index is self._index
             kept = pickle.dumps(
                 (_unbound(self._index), None if same else _unbound(self._stored_index), self._charts, self.header),
