@@ -607,9 +607,10 @@ def _continue_index(old: LoadedSession, new: LoadedSession) -> None:
     stored events continued by the new stored events, then by the new closers. Without an index of
     ``old``'s stored events (the first continuation of a session loaded with closers), the stored
     events are indexed once."""
-    base = old._stored_index
-    if base is None and old.closers == 0:
-        base = old._index
+    with old._lock:  # (not while a page-out swaps them)
+        base = old._stored_index
+        if base is None and old.closers == 0:
+            base = old._index
     assert new.stored is not None
     events = new.stored.view.events
     stored = new.stored_events
