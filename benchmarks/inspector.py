@@ -20,6 +20,7 @@ object with the figures.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -60,7 +61,7 @@ def _session_child(kind: str, root: str) -> None:
     from agentlog.inspector.views import Inspector
 
     start = time.perf_counter()
-    inspector = Inspector(_read_only(kind, root), search=False)
+    inspector = Inspector(_read_only(kind, root), search=False, page_after=None)
     summary = inspector.summary("bench")
     last = summary["lastSeq"]
     orjson.dumps(summary)
@@ -76,6 +77,24 @@ def _session_child(kind: str, root: str) -> None:
         moves.append(time.perf_counter() - begin)
     moves.sort()
     rss = own_peak_rss_mb()  # VmHWM: this process's own peak (ru_maxrss keeps the forking parent's)
+    # Paged out (what the server's pager does a few seconds after a load): what it then holds, and the
+    # same figures answered from the pages.
+    begin = time.perf_counter()
+    loaded = inspector.page_out("bench")
+    page_out_seconds = time.perf_counter() - begin
+    gc.collect()
+    held = own_rss_mb()
+    paged_moves = []
+    for _ in range(MOVES):
+        seq = rng.randrange(last + 1)
+        begin = time.perf_counter()
+        orjson.dumps(inspector.state_at("bench", seq, shadowed_between=(max(0, seq - 20), seq + 2000)))
+        paged_moves.append(time.perf_counter() - begin)
+    paged_moves.sort()
+    begin = time.perf_counter()
+    orjson.dumps(inspector.log_page("bench", rng.randrange(last + 1), 200))
+    paged_page = time.perf_counter() - begin
+    paged = loaded.paged
     print(
         json.dumps(
             {
@@ -84,9 +103,27 @@ def _session_child(kind: str, root: str) -> None:
                 "M19_p50_seconds": statistics.median(moves),
                 "M19_p95_seconds": moves[int(len(moves) * 0.95) - 1],
                 "peak_rss_mb": rss,
+                "page_out_seconds": page_out_seconds,
+                "paged_rss_mb": held,
+                "paged_bytes": paged.stored_bytes if paged is not None else None,
+                "paged_M19_p50_seconds": statistics.median(paged_moves),
+                "paged_M19_p95_seconds": paged_moves[int(len(paged_moves) * 0.95) - 1],
+                "paged_log_page_seconds": paged_page,
             }
         )
     )
+
+
+def own_rss_mb() -> float | None:
+    """This process's resident set now (``VmRSS``), ``None`` without ``/proc``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def _listing_child(kind: str, root: str) -> None:
@@ -179,6 +216,11 @@ def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
     print(f"  M19 slider move p50                              {page['M19_p50_seconds']:8.3f} s")
     print(f"  M19 slider move p95                              {page['M19_p95_seconds']:8.3f} s    (target 0.15 s)")
     print(f"  peak RSS of the serving process                  {page['peak_rss_mb']:8.0f} MB   (target 300 MB)")
+    print(f"  paged out: RSS held after (pages {page['paged_bytes'] / 1e6:.1f} MB)     {page['paged_rss_mb']:8.0f} MB")
+    p50, p95 = page["paged_M19_p50_seconds"], page["paged_M19_p95_seconds"]
+    print(f"  paged out: slider move p50 / p95            {p50:6.3f} / {p95:.3f} s")
+    print(f"  paged out: a log page at a random seq            {page['paged_log_page_seconds']:8.3f} s")
+    print(f"  page-out (serialize and compress the log)        {page['page_out_seconds']:8.3f} s")
     print(f"  M20 sessions page, first request                 {listing['M20_first_seconds']:8.3f} s")
     print(f"  M20 sessions page, median of 20 more             {listing['M20_seconds']:8.3f} s    (target 0.2 s)")
     print(

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import agentlog as al
 from agentlog.inspector.views import Inspector
 from agentlog.kernel.jsonvalue import thaw
@@ -106,10 +108,13 @@ def _assert_equals_a_fresh_load(root: Path, inspector: Inspector, session_id: st
         fresh.close()
 
 
-def test_following_ten_thousand_appends_reads_the_log_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("page_after", [None, 0.0])
+def test_following_ten_thousand_appends_reads_the_log_once(tmp_path: Path, page_after: float | None) -> None:
     """A writer appends 10,000 events in flushes of 37 while a follower refreshes the inspector after
     each batch of tail notifications (as the page does after its server-sent events): the log is read
-    whole once, every later state comes from the stored suffix, and the last state is a fresh load's."""
+    whole once, every later state comes from the stored suffix, and the last state is a fresh load's.
+    With ``page_after=0`` the pager pages each loaded or continued session out at once, while requests
+    and continuations go on: a session is continued from its pages as well."""
     store = SessionStore()
     writer = PersistenceCoordinator(store, JsonlBackend(str(tmp_path)))
     session = _write(tmp_path, "run", range(1, 2), store, None)
@@ -117,7 +122,7 @@ def test_following_ten_thousand_appends_reads_the_log_once(tmp_path: Path) -> No
     turns = range(2, 2 + APPENDS // len(_turn(session, 0)))
     final_last = first_stored + len(turns) * len(_turn(session, 0)) - 1
     backend = CountingJsonlBackend(tmp_path)
-    inspector = Inspector(backend)
+    inspector = Inspector(backend, page_after=page_after)
     refreshes = 0
     try:
         assert inspector.summary("run")["lastSeq"] == first_stored - 1
@@ -168,6 +173,8 @@ def test_following_ten_thousand_appends_reads_the_log_once(tmp_path: Path) -> No
         assert refreshes > 1
         assert backend.whole_reads == 1 and inspector.loads == 1
         assert inspector.extensions >= 1
+        if page_after is not None:
+            assert inspector.load("run").wait_paged(120)  # the last state is served from the pages
         _assert_equals_a_fresh_load(tmp_path, inspector, "run")
     finally:
         inspector.close()

@@ -373,6 +373,57 @@ def test_the_listing_tells_open_and_interrupted_turns_from_the_tail(tmp_path: Pa
         inspector.close()
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl-zstd"])
+@pytest.mark.parametrize("tear", ["fragment", "defective-last-line"])
+def test_the_listing_tells_a_torn_tail_repairable_without_a_whole_read(
+    tmp_path: Path, kind: str, tear: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash that cut the last write short leaves a torn tail: the sessions page says ``repairable`` (a
+    resume cuts it) as the session page does, from a probe of the log's end: the torn log is not read whole."""
+    from agentlog.kernel.jsoncodec import dumps
+    from agentlog.persistence.jsonl._zstdframes import compress_frame
+    from agentlog.persistence.jsonl.backend import JsonlBackend
+
+    from .stores import write_store
+
+    write_store(tmp_path, kind)
+    writer = open_backend(tmp_path, kind)
+    stored = writer.load_stored("main")
+    assert stored is not None and stored.torn_marker is None
+    path = writer.locate(stored.meta)
+    assert path is not None
+    writer.close()
+    line = dumps({"type": "assistant/chunk", "seq": len(stored.events) + 1, "time": 1, "data": {"turn": 9}}) + b"\n"
+    if tear == "fragment":
+        tail = compress_frame(line)[:30] if kind == "jsonl-zstd" else line[:25]
+    else:  # a last line that does not continue the seq: in zstd, inside a frame the crash cut short
+        tail = compress_frame(line)[:-1] if kind == "jsonl-zstd" else line
+    with open(path, "ab") as fh:
+        fh.write(tail)
+    reader = open_read_only(tmp_path, kind)
+    assert reader.load_stored("main").torn_marker is not None  # what the backend reports as torn
+    inspector = Inspector(reader)
+    try:
+        rows = inspector.sessions()
+        whole_reads: list[str] = []
+        real = JsonlBackend.load_stored
+
+        def counting(self: JsonlBackend, session_id: str) -> Any:
+            whole_reads.append(session_id)
+            return real(self, session_id)
+
+        monkeypatch.setattr(JsonlBackend, "load_stored", counting)
+        refined = {row["id"]: row for row in inspector.refine_status(rows)}
+        assert refined["main"]["status"] == "repairable"
+        assert refined["hostile"]["status"] == "ok"
+        assert "main" not in whole_reads  # (a log shorter than the status tail is read from seq 0: whole)
+        monkeypatch.undo()
+        summary = inspector.summary("main")
+        assert summary["tornTail"] is True and summary["status"] == "repairable"
+    finally:
+        inspector.close()
+
+
 @pytest.mark.parametrize("kind", ["jsonl-zstd", "sqlite"])
 def test_states_from_the_surface_timeline_equal_session_at_with_replacements_and_silent_nodes(
     tmp_path: Path, kind: str

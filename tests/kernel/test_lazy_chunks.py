@@ -556,6 +556,27 @@ def test_decode_storage_run_agrees_with_decode_storage_record(value: Any) -> Non
     assert lazy() == eager()
 
 
+@settings(max_examples=200, deadline=None)
+@given(value=row_values())
+def test_a_run_state_makes_an_equal_run(value: Any) -> None:
+    """``to_state`` is plain JSON and ``from_state`` of it stands for the same members (text and tool-call
+    runs, a tool-call name present or absent): what a reader that keeps a log serialized relies on."""
+    from agentlog.errors import ChunkRowError
+    from agentlog.kernel.chunkrows import decode_storage_run
+    from agentlog.kernel.packedrun import ChunkRun
+
+    try:
+        run = decode_storage_run(orjson.loads(orjson.dumps(value)))
+    except ChunkRowError:
+        return
+    if run is None:
+        return
+    again = ChunkRun.from_state(orjson.loads(orjson.dumps(run.to_state())))
+    assert (again.seq0, again.n, again.last_time) == (run.seq0, run.n, run.last_time)
+    assert orjson.dumps(again.events()) == orjson.dumps(run.events())
+    assert [event.json_bytes for event in again.events()] == [event.json_bytes for event in run.events()]
+
+
 def test_a_full_pass_leaves_runs_packed_and_equals_the_eager_events() -> None:
     """Iterating a restored log builds each run's members for the pass only (an export of a big session
     holds one run at a time); the events are the eager ones, random access still caches them, and a

@@ -23,6 +23,7 @@ from agentlog.persistence.backend import (
     ListsRevisions,
     PartialRead,
     PlacesDerivedFiles,
+    ProbesTornTail,
     ReadsRawArtifacts,
     SalvagesPrefix,
     SeeksStored,
@@ -55,6 +56,7 @@ OPTIONAL = [
     ReadsRawArtifacts,
     PlacesDerivedFiles,
     IdentifiesStore,
+    ProbesTornTail,
 ]
 
 
@@ -180,8 +182,8 @@ def test_the_built_in_backends_declare_their_capabilities(tmp_path: Path) -> Non
     file_backends = {capability.__name__ for capability in OPTIONAL} - {"WaitsForChange"}
     jsonl, sqlite = JsonlBackend(str(tmp_path / "j")), SqliteBackend(str(tmp_path / "s.db"))
     assert declared(jsonl) == file_backends
-    assert declared(sqlite) == file_backends
-    memory = file_backends - {"PlacesDerivedFiles", "IdentifiesStore"}
+    assert declared(sqlite) == file_backends - {"ProbesTornTail"}  # a transaction never tears
+    memory = file_backends - {"PlacesDerivedFiles", "IdentifiesStore", "ProbesTornTail"}
     assert declared(MemoryBackend()) == memory
     jsonl.close()
     sqlite.close()

@@ -542,3 +542,32 @@ def test_a_file_that_changes_under_the_seek_is_read_again(
         backend.close()
     assert len(calls) > 3 and calls[2] == 0  # the seek started over from the header
     assert [dumps(e) for e in tail.events] == [dumps(e) for e in log[-30:]]
+
+
+@pytest.mark.parametrize("kind", FILE_KINDS)
+@SETTINGS
+@given(log=logs(), batches=cuts(), torn=st.sampled_from((None, *TORN)))
+def test_the_torn_tail_probe_answers_what_the_whole_read_reports(
+    kind: str, log: list[dict[str, Any]], batches: list[int], torn: str | None
+) -> None:
+    """``probe_torn_tail`` reads only the log's end, yet says exactly whether ``load_stored`` reports a torn
+    tail (a marker) for every log that loads: a fragment, a defective last line, a torn zstd frame, an
+    intact log. For a log the whole read refuses it answers ``False`` (damage is the whole read's to tell)."""
+    for storage in storage_of(kind):
+        write(storage, log, batches)
+        if torn is not None:
+            tear(storage, torn, len(log))
+        backend = storage.backend()
+        prober = storage.backend()
+        prober.__class__ = type("Guarded", (_NoWholeRead, type(prober)), {})
+        try:
+            try:
+                marker = backend.load_stored(SID).torn_marker
+            except AgentlogError:
+                assert prober.probe_torn_tail(SID) is False
+                continue
+            assert prober.probe_torn_tail(SID) is (marker is not None)
+            assert prober.probe_torn_tail("absent") is False
+        finally:
+            backend.close()
+            prober.close()

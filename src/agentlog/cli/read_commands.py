@@ -281,7 +281,7 @@ def _export_html(
 
     try:
         redactor = Redactor(patterns=patterns, drop_tool_output=drop_tool_output)
-        inspector = Inspector(opts.open_backend(read_only=True), search=False)
+        inspector = Inspector(opts.open_backend(read_only=True), search=False, page_after=None)  # one pass: kept
         try:
             document = inspector.export_document(session_id, redact=redactor)
         finally:

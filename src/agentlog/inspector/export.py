@@ -41,7 +41,7 @@ from ..compaction.events import COMPACTION_SUMMARY
 from ..kernel.events import ASSISTANT_CHUNK
 from ..kernel.jsonvalue import thaw
 from ..kernel.request_header import fold_request_header
-from ..kernel.session import derive_event_message
+from ..kernel.session import EventsView, derive_event_message
 from ..projection.redaction import Redactor, as_redactor
 from ..query.cjk import _CJK_CLASS
 from ..query.documents import extract_event_text
@@ -94,7 +94,7 @@ def build_document(
     block of log items."""
     redactor = as_redactor(redact)
     loaded = inspector.load(session_id)
-    events = loaded.view.events
+    events = loaded.events
     last = loaded.last_seq
     shown = _Events(events, redactor)
     text: Callable[[str], str] = redactor if redactor is not None else (lambda value: value)
@@ -122,7 +122,9 @@ def build_document(
             surface_class[seq] = 1
     documents: list[list[Any]] = []
     index = loaded.index()
-    for event in events.outside_runs(0):  # packed chunk runs stepped over unbuilt: chunks are not searched
+    # packed chunk runs stepped over unbuilt (chunks are not searched); a paged-out log is read page by page
+    walk = events.outside_runs(0) if isinstance(events, EventsView) else iter(events)
+    for event in walk:
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
             continue
@@ -151,7 +153,7 @@ def build_document(
         "lastSeq": last,
         "summary": value(inspector.summary(session_id)),
         "headers": [[seq, value(thaw(fold_request_header([events[seq]])))] for seq in index.header_seqs],
-        "contexts": [[seq, value(thaw(loaded.view.at(seq).request_context()))] for seq in index.context_seqs],
+        "contexts": [[seq, value(thaw(loaded.events[seq]["data"]))] for seq in index.context_seqs],
         "charts": inspector.charts(session_id),
         "forks": value(inspector.fork_tree(session_id)),
         "ops": ops,

@@ -16,7 +16,9 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use. Indexing a loaded session folds its surface once into a
+use. It is read whole and validated once, as the read commands read it; a background pager then keeps
+its log as compressed pages (:class:`~agentlog.inspector.paged.PagedLog`: a page decoded when a request
+shows a seq in it) and lets the restored session go. Indexing a loaded session folds its surface once into a
 :class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
 from it (node-list checkpoints, no fold of the prefix) and derives only the messages of the window it
 serves. A log that was appended to is continued by its stored suffix (a seek read from the last loaded
@@ -30,8 +32,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
+import gc
 import os
+import pickle
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,10 +70,10 @@ from ..kernel.events import (
 from ..kernel.jsonvalue import thaw
 from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..kernel.request_header import fold_request_header
-from ..kernel.session import EventsView, Session, SessionView, derive_event_message
+from ..kernel.session import EventsView, Session, derive_event_message
 from ..kernel.store import SessionStore
 from ..kernel.surface import SurfaceTimeline
-from ..persistence.backend import Backend, SeeksStored
+from ..persistence.backend import Backend, ProbesTornTail, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
@@ -78,6 +83,7 @@ from ..projection.redaction import Redactor
 from ..projection.stats import SESSION_STATS_UNIT
 from ..projection.units import CONTEXT_PRESSURE_UNIT, TOKEN_USAGE_UNIT
 from ..projection.usage_steps import usage_known
+from .paged import PAGE_EVENTS, PagedLog
 
 __all__ = [
     "CLOSER_CODES",
@@ -240,38 +246,111 @@ class _Index:
 
 @dataclass
 class LoadedSession:
-    """One session read from the store, with what the inspector derived from it (lazily, once)."""
+    """One session read from the store, with what the inspector derived from it (lazily, once).
+
+    Right after the read it holds the restored session (``stored``); :meth:`page_out` then keeps only
+    what the pages need beyond the events (the index with its surface timeline, the stored facts) and
+    the log as a :class:`~agentlog.inspector.paged.PagedLog`, read a page at a time.
+    """
 
     session_id: str
     revision: str | None
-    stored: StoredView
+    stored: StoredView | None
+    """The validated read (the restored session and its stored facts); ``None`` once paged out."""
+    header: Any = None
+    stored_events: int = 0
+    torn: bool = False
+    closers: int = 0
+    last_seq: int = -1
+    _paged: PagedLog | None = None
     _index: _Index | None = None
     _charts: dict[str, Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _paged_out: threading.Event = field(default_factory=threading.Event)
     _stored_index: _Index | None = None
     """The index of the stored events alone (the closers left out), kept when the session was continued
     by a stored suffix: the next continuation extends it instead of indexing the whole log again."""
 
-    @property
-    def view(self) -> SessionView:
-        return self.stored.view
+    def __post_init__(self) -> None:
+        stored = self.stored
+        if stored is not None:
+            self.header = stored.view.header
+            self.stored_events = stored.stored_events
+            self.torn = stored.torn
+            self.closers = stored.closers
+            self.last_seq = stored.view.seq
 
     @property
-    def last_seq(self) -> int:
-        return self.stored.view.seq
+    def events(self) -> Sequence[Any]:
+        """The log by seq: the restored session's events, or the pages once paged out."""
+        stored = self.stored
+        if stored is not None:
+            return stored.view.events
+        assert self._paged is not None
+        return self._paged
+
+    @property
+    def paged(self) -> PagedLog | None:
+        """The paged log (``None`` while the restored session is held)."""
+        return self._paged if self.stored is None else None
+
+    @property
+    def last_stored_seq(self) -> int:
+        return self.stored_events - 1
 
     def index(self) -> _Index:
         with self._lock:
             if self._index is None:
-                self._index = _build_index(self.stored.view.events)
+                stored = self.stored
+                assert stored is not None  # (a session is paged out only once indexed)
+                self._index = _build_index(stored.view.events)
             return self._index
 
     def charts(self) -> dict[str, Any]:
         """The chart series of the whole log, folded once with the projection units (see :func:`_charts`)."""
         with self._lock:
             if self._charts is None:
-                self._charts = _charts(self.stored.view.events)
+                self._charts = _charts(self.events)
             return self._charts
+
+    def page_out(self, page_events: int = PAGE_EVENTS) -> None:
+        """Keep the log as compressed pages and let the restored session go: indexed first (the index,
+        the surface timeline and the pairs are all later requests need beyond the events they show),
+        then every event serialized once into pages; the surface timeline folds on over the pages when
+        the session is continued. Idempotent.
+
+        What is kept is made anew once the restored session is gone (pickled before, unpickled after):
+        a seq or a call id shared with a freed event, or a copy made while the log was still there,
+        would sit in the allocator's arenas among the freed events and keep them from the system.
+        """
+        self.index()
+        stored = self.stored
+        if stored is None:
+            return
+        events = stored.view.events
+        paged = PagedLog(events.restore_seed(), len(events), page_events=page_events)  # (requests go on)
+        with self._lock:
+            if self.stored is not stored:
+                return  # paged out meanwhile
+            same = self._stored_index is self._index
+            kept = pickle.dumps(
+                (_unbound(self._index), None if same else _unbound(self._stored_index), self._charts, self.header),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            self._paged = paged
+            self.stored = None
+            self._index = self._stored_index = self._charts = None
+            del stored, events
+            index, stored_index, charts, header = pickle.loads(kept)
+            self._index = _bound(index, paged)
+            self._stored_index = self._index if same else _bound(stored_index, paged)
+            self._charts = charts
+            self.header = header
+        self._paged_out.set()
+
+    def wait_paged(self, timeout: float | None = None) -> bool:
+        """Wait until this session is paged out (by the background pager); whether it is."""
+        return self._paged_out.wait(timeout)
 
     def replacements(self) -> list[Any]:
         """fold_surface's replacements over the whole log (those at or before a seq are that moment's)."""
@@ -294,6 +373,32 @@ class LoadedSession:
             return nodes, nodes
         quiet = set(silent[: bisect.bisect_right(silent, seq)])
         return nodes, [node for node in nodes if node not in quiet]
+
+
+def _unbound(index: _Index | None) -> _Index | None:
+    """``index`` with a copy of its surface timeline that reads no log (so that it pickles)."""
+    if index is None or index.timeline is None:
+        return index
+    return dataclasses.replace(index, timeline=index.timeline.copy(()))
+
+
+def _bound(index: _Index | None, window: Sequence[Any]) -> _Index | None:
+    """``index`` (unpickled) with its surface timeline reading ``window``, the paged log, from now on."""
+    if index is not None and index.timeline is not None:
+        index.timeline = index.timeline.copy(window)
+    return index
+
+
+def _give_back_memory() -> None:
+    """After a page-out: collect the restored session's cycles, and ask the C allocator to return the
+    freed heap to the system (glibc's ``malloc_trim``; elsewhere nothing)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
 
 
 def _build_index(events: EventsView, index: _Index | None = None, start: int = 0) -> _Index:
@@ -426,35 +531,45 @@ def _downsample(points: list[list[Any]], limit: int) -> list[list[Any]]:
     return out
 
 
-def _extend_stored(reader: PersistenceCoordinator, stored: StoredView) -> StoredView | None:
-    """``stored`` continued by the events committed after its stored prefix, without reading the log
+def _extend_stored(reader: PersistenceCoordinator, loaded: LoadedSession) -> StoredView | None:
+    """``loaded`` continued by the events committed after its stored prefix, without reading the log
     again: the suffix from its last stored seq on is read (``read_from``, a seek read), the event at
     that seq must be the one already loaded (its anchor, as the projection cache checks a cut), and the
     loaded stored events plus the new ones are restored into a session as a whole read would (the
-    closers of a turn left open recomputed; the loaded events are already frozen, so restoring them
-    again costs little and reads nothing). ``None`` when the log must be read whole instead: a torn
-    tail was loaded (the next load repairs it: the history changes), nothing was stored, the header or
-    the anchor event differs (a rewritten log, another history), the suffix does not continue at the
-    next seq, or it does not restore (a whole read reports the damage)."""
-    view = stored.view
-    last = stored.last_stored_seq
-    if stored.torn or last < 1:
+    closers of a turn left open recomputed; the loaded events are already frozen, or decoded from the
+    pages of a paged-out session, so restoring them again reads nothing). ``None`` when the log must be
+    read whole instead: a torn tail was loaded (the next load repairs it: the history changes), nothing
+    was stored, the header or the anchor event differs (a rewritten log, another history), the suffix
+    does not continue at the next seq, or it does not restore (a whole read reports the damage)."""
+    last = loaded.last_stored_seq
+    if loaded.torn or last < 1:
         return None
-    session_id = view.id
+    session_id = loaded.session_id
     try:
         suffix = reader.read_from(session_id, last)
     except AgentlogError:
         return None
     events = suffix.events
-    header = view.header
+    header = loaded.header
     if not len(events) or any(suffix.meta.get(key) != header.get(key) for key in ("id", "createdAt", "cwd")):
         return None
-    if anchor_of(last, events[0]) != anchor_of(last, view.events[last]):
+    stored = loaded.stored  # (read once: a page-out may let it go meanwhile, the pages are set before)
+    if stored is not None:
+        loaded_events: Sequence[Any] = stored.view.events
+    else:
+        assert loaded._paged is not None
+        loaded_events = loaded._paged
+    if anchor_of(last, events[0]) != anchor_of(last, loaded_events[last]):
         return None
     added = events[1:]
     if any(event.get("seq") != last + 1 + offset for offset, event in enumerate(added)):
         return None
-    logged = [*view.events.prefix(last + 1).restore_seed(), *added]
+    if stored is not None:
+        seed = stored.view.events.prefix(last + 1).restore_seed()
+    else:
+        assert loaded._paged is not None
+        seed = loaded._paged.restore_seed(last + 1)
+    logged = [*seed, *added]
     try:
         closers = interrupted_turn_closers(logged)
         balanced = [*logged, *closers]
@@ -493,26 +608,28 @@ def _continue_index(old: LoadedSession, new: LoadedSession) -> None:
     stored events continued by the new stored events, then by the new closers. Without an index of
     ``old``'s stored events (the first continuation of a session loaded with closers), the stored
     events are indexed once."""
-    base = old._stored_index
-    if base is None and old.stored.closers == 0:
-        base = old._index
+    with old._lock:  # (not while a page-out swaps them)
+        base = old._stored_index
+        if base is None and old.closers == 0:
+            base = old._index
+    assert new.stored is not None
     events = new.stored.view.events
-    stored = new.stored.stored_events
+    stored = new.stored_events
     if base is None:
         stored_index = _build_index(events.prefix(stored))
     else:
-        stored_index = _build_index(events.prefix(stored), _copy_index(base, events), old.stored.stored_events)
+        stored_index = _build_index(events.prefix(stored), _copy_index(base, events), old.stored_events)
     new._stored_index = stored_index
-    if new.stored.closers:
+    if new.closers:
         new._index = _build_index(events, _copy_index(stored_index, events), stored)
     else:
         new._index = stored_index
 
 
-def _status(stored: StoredView, index: _Index) -> str:
+def _status(loaded: LoadedSession, index: _Index) -> str:
     """``repairable`` (a torn tail, or an open turn a resume closes), ``interrupted`` (the last turn
     ended interrupted), else ``ok``."""
-    if stored.torn or stored.closers:
+    if loaded.torn or loaded.closers:
         return "repairable"
     end = index.last_turn_end
     return "interrupted" if end is not None and _ended_interrupted(end) else "ok"
@@ -527,14 +644,34 @@ def _ended_interrupted(turn_end_data: Mapping[str, Any]) -> bool:
 class Inspector:
     """Read-only answers over one store for the web app (thread-safe: the app calls it from workers).
 
-    ``cache_size`` is how many loaded sessions are kept (each holds its log in memory). ``search``
+    ``cache_size`` is how many loaded sessions are kept. ``page_after`` is how many seconds a loaded
+    session stays as read (the restored session, every payload in memory: a followed session is
+    continued from it cheaply) before a background thread pages it out (:meth:`page_out`: its log kept
+    as compressed pages of ``page_events`` seqs, a page decoded when read); ``None`` never pages on its
+    own. ``search``
     (default on) opens the store's search index on the first search, creating it as ``agentlog search``
     does; the store's logs are never written.
     """
 
-    def __init__(self, backend: Backend, *, cache_size: int = 4, search: bool = True) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        cache_size: int = 4,
+        search: bool = True,
+        page_after: float | None = 2.0,
+        page_events: int = PAGE_EVENTS,
+    ) -> None:
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
+        if page_after is not None and page_after < 0:
+            raise ValueError("page_after must be None or at least 0")
+        self._page_after = page_after
+        self._page_events = page_events
+        self._pager_cond = threading.Condition()
+        self._pager_due: dict[str, tuple[float, LoadedSession]] = {}
+        self._pager: threading.Thread | None = None
+        self._closing = False
         self.backend = backend
         self.reader = PersistenceCoordinator(SessionStore(), backend, prepared_cache_size=1)
         self._cache_size = cache_size
@@ -588,6 +725,7 @@ class Inspector:
                 self._loaded.move_to_end(session_id)
                 while len(self._loaded) > self._cache_size:
                     self._loaded.popitem(last=False)
+            self._schedule_page_out(loaded)
             return loaded
 
     def _extended(self, loaded: LoadedSession) -> LoadedSession | None:
@@ -597,7 +735,7 @@ class Inspector:
             return None
         session_id = loaded.session_id
         revision = self.backend.read_revision(session_id)  # before the read: a racing append changes it again
-        stored = _extend_stored(self.reader, loaded.stored)
+        stored = _extend_stored(self.reader, loaded)
         if stored is None:
             return None
         if self.backend.read_revision(session_id) != revision:
@@ -608,7 +746,55 @@ class Inspector:
         with self._lock:
             self._loaded[session_id] = extended
             self._loaded.move_to_end(session_id)
+        self._schedule_page_out(extended)
         return extended
+
+    # -- paging -----------------------------------------------------------------------------------------
+
+    def page_out(self, session_id: str) -> LoadedSession:
+        """Page the loaded session out now (loading it first if needed): see :meth:`LoadedSession.page_out`.
+        The background pager does this ``page_after`` seconds after a load or a continuation."""
+        loaded = self.load(session_id)
+        loaded.page_out(self._page_events)
+        _give_back_memory()
+        return loaded
+
+    def _schedule_page_out(self, loaded: LoadedSession) -> None:
+        if self._page_after is None:
+            return
+        with self._pager_cond:
+            if self._closing:
+                return
+            self._pager_due[loaded.session_id] = (time.monotonic() + self._page_after, loaded)
+            if self._pager is None:
+                self._pager = threading.Thread(target=self._page_loop, name="agentlog-inspector-pager", daemon=True)
+                self._pager.start()
+            self._pager_cond.notify()
+
+    def _page_loop(self) -> None:
+        """Pages out each loaded session once it has been left alone for ``page_after`` seconds (a session
+        continued meanwhile is the newer one, scheduled again; one evicted from the cache is dropped)."""
+        while True:
+            with self._pager_cond:
+                while not self._closing:
+                    now = time.monotonic()
+                    due = [sid for sid, (when, _) in self._pager_due.items() if when <= now]
+                    if due:
+                        break
+                    wait = min((when for when, _ in self._pager_due.values()), default=None)
+                    self._pager_cond.wait(None if wait is None else wait - now)
+                if self._closing:
+                    return
+                ready = [self._pager_due.pop(sid)[1] for sid in due]
+            for loaded in ready:
+                with self._lock:
+                    current = self._loaded.get(loaded.session_id) is loaded
+                if current:
+                    try:
+                        loaded.page_out(self._page_events)
+                    except Exception:  # pragma: no cover - kept as read; paging is only a memory saving
+                        continue
+                    _give_back_memory()
 
     # -- the sessions page ------------------------------------------------------------------------------
 
@@ -656,10 +842,12 @@ class Inspector:
 
     def refine_status(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """``rows`` (a page of :meth:`sessions`) with ``status`` told apart where the log's tail says so:
-        ``repairable`` when its last turn is still open (a resume would close it), ``interrupted`` when the
-        last turn ended interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events
-        (``read_from``: the suffix, not the log) and is kept with the row's revision. A tail without a turn
-        boundary, and a torn tail (only a whole read sees it), stay ``ok``."""
+        ``repairable`` when the log ends in a torn tail (a backend whose logs can tear probes the file's
+        end: :class:`~agentlog.persistence.backend.ProbesTornTail`) or its last turn is still open (a
+        resume would cut the one and close the other), ``interrupted`` when the last turn ended
+        interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events (``read_from``:
+        the suffix, not the log) and is kept with the row's revision. A tail without a turn boundary
+        stays ``ok``."""
         out = []
         for row in rows:
             if row["status"] != "ok" or row["events"] is None:
@@ -679,6 +867,8 @@ class Inspector:
 
     def _tail_status(self, session_id: str, events: int) -> str:
         try:
+            if isinstance(self.backend, ProbesTornTail) and self.backend.probe_torn_tail(session_id):
+                return "repairable"  # a crash cut the last write short: a resume cuts the torn tail
             tail = self.reader.read_from(session_id, max(0, events - STATUS_TAIL_EVENTS)).events
         except AgentlogError:
             return "damaged"
@@ -743,16 +933,15 @@ class Inspector:
         """The session page's heading: header, counts, status and compactions (their seqs)."""
         loaded = self.load(session_id)
         index = loaded.index()
-        stored = loaded.stored
         return {
             "id": session_id,
-            "header": thaw(loaded.view.header),
+            "header": thaw(loaded.header),
             "title": index.title,
             "lastSeq": loaded.last_seq,
-            "storedEvents": stored.stored_events,
-            "tornTail": stored.torn,
-            "closers": stored.closers,
-            "status": _status(stored, index),
+            "storedEvents": loaded.stored_events,
+            "tornTail": loaded.torn,
+            "closers": loaded.closers,
+            "status": _status(loaded, index),
             "turns": len(index.turn_starts),
             "compactions": list(index.compactions),
             "lastTurnEnd": index.last_turn_end,
@@ -765,12 +954,12 @@ class Inspector:
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE_LIMIT:
             raise InspectorRequestError(f"limit must be an integer in [1, {MAX_PAGE_LIMIT}], got {limit!r}")
         loaded = self.load(session_id)
-        events = loaded.view.events
+        events = loaded.events
         last = len(events) - 1
         if from_seq > last:
             raise SeqOutOfRangeError(f"seq {from_seq} is past the log's last seq {last}")
         index = loaded.index()
-        last_stored = loaded.stored.last_stored_seq
+        last_stored = loaded.last_stored_seq
         items: list[dict[str, Any]] = []
         seq = from_seq
         stop = min(last, from_seq + MAX_EVENTS_PER_PAGE - 1)
@@ -796,7 +985,7 @@ class Inspector:
     def event(self, session_id: str, seq: int) -> dict[str, Any]:
         """One event whole (strings cut only past :data:`EVENT_CLIP_CHARS` characters)."""
         loaded = self.load(session_id)
-        events = loaded.view.events
+        events = loaded.events
         if seq > len(events) - 1:
             raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
         value, clipped = _clip(events[seq], EVENT_CLIP_CHARS)
@@ -824,7 +1013,7 @@ class Inspector:
         if type(limit) is not int or not 1 <= limit <= MAX_STATE_WINDOW:
             raise InspectorRequestError(f"limit must be an integer in [1, {MAX_STATE_WINDOW}], got {limit!r}")
         loaded = self.load(session_id)
-        events = loaded.view.events
+        events = loaded.events
         if seq > len(events) - 1:
             raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
         nodes, message_seqs = loaded.surface_at(seq)
@@ -876,7 +1065,7 @@ class Inspector:
         at = bisect.bisect_right(index.header_seqs, seq) - 1
         if at < 0:
             return None
-        return thaw(fold_request_header([loaded.view.events[index.header_seqs[at]]]))
+        return thaw(fold_request_header([loaded.events[index.header_seqs[at]]]))
 
     @staticmethod
     def _request_context(loaded: LoadedSession, seq: int) -> Any:
@@ -887,7 +1076,7 @@ class Inspector:
         at = bisect.bisect_right(index.context_seqs, seq) - 1
         if at < 0:
             return None
-        return thaw(loaded.view.events[index.context_seqs[at]]["data"])
+        return thaw(loaded.events[index.context_seqs[at]]["data"])
 
     # -- charts -----------------------------------------------------------------------------------------
 
@@ -908,7 +1097,7 @@ class Inspector:
         """
         loaded = self.load(session_id)
         sides = []
-        events = loaded.view.events
+        events = loaded.events
         for seq in (from_seq, to_seq):
             if seq > len(events) - 1:
                 raise SeqOutOfRangeError(f"seq {seq} is past the log's last seq {len(events) - 1}")
@@ -1026,6 +1215,13 @@ class Inspector:
             return self._search
 
     def close(self) -> None:
+        with self._pager_cond:
+            self._closing = True
+            self._pager_due.clear()
+            self._pager_cond.notify()
+            pager = self._pager
+        if pager is not None:
+            pager.join()
         with self._search_lock:
             if self._search is not None:
                 self._search.close()

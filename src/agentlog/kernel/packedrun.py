@@ -203,6 +203,24 @@ class ChunkRun:
             built = [event_from_restored(member) for member in _member_dicts(self._facts)]
         return built
 
+    def to_state(self) -> list[Any]:
+        """The run as plain JSON values, which :meth:`from_state` turns back into an equal run: a reader
+        that keeps a restored log serialized (the inspector's paged log) stores a run in a few bytes per
+        member, never its member events."""
+        tool, chunk_type, seq0, time0, turn, step, index, dt, payload, call_id, name = self._facts
+        absent = name is _ABSENT
+        shown = None if absent else name
+        return [tool, chunk_type, seq0, time0, turn, step, index, dt, payload, call_id, absent, shown, self.last_time]
+
+    @classmethod
+    def from_state(cls, state: list[Any]) -> ChunkRun:
+        """The run :meth:`to_state` described (its members equal, same key order, same JSON bytes)."""
+        tool, chunk_type, seq0, time0, turn, step, index, dt, payload, call_id, absent, name, last_time = state
+        facts: _MembersFacts = (
+            tool, chunk_type, seq0, time0, turn, step, index, dt, payload, call_id, _ABSENT if absent else name,
+        )  # fmt: skip
+        return cls(facts, last_time)
+
     def plain_events(self) -> list[dict[str, Any]]:
         """The member events as fresh plain dicts (what a non-compact read returns without the accelerator)."""
         return _member_dicts(self._facts)

@@ -217,6 +217,20 @@ class SeeksStored(Protocol[TornT]):
 
 
 @runtime_checkable
+class ProbesTornTail(Protocol):
+    """A backend whose logs can tear (a crash cuts a file's last write short) and that can tell a torn
+    tail from the log's end alone, without the whole read (the JSONL backend)."""
+
+    def probe_torn_tail(self, session_id: str) -> bool:
+        """Whether ``load_stored`` would report a torn tail (a marker) for this log, reading only its end.
+
+        ``False`` for a log that ends cleanly, an absent one, and one with damage near its end (the whole
+        read tells damage). Never writes.
+        """
+        ...
+
+
+@runtime_checkable
 class ListsRevisions(Protocol):
     """A backend that can list every session's revision without reading a header or a log byte."""
 

@@ -20,12 +20,23 @@ from ..backend import StoredPrefix
 from ._decoding import TornMarker, _Decoding
 from ._files import _FileChanged, _revision
 from ._scanner import SessionLogScanner
-from ._zstdframes import ZSTD_MAGIC_BYTES, decompress_frame, frame_ends_at, scan_zstd_frames
+from ._zstdframes import (
+    ZSTD_MAGIC_BYTES,
+    _frame_end,
+    decompress_frame,
+    decompress_torn_frame,
+    frame_ends_at,
+    scan_zstd_frames,
+)
 
 _SEEK_BLOCK: Final = 64 * 1024
 """First backward read of a seek (doubling after): a few steps of a typical session's tail."""
 _RECORD_HEAD: Final = re.compile(rb'\{"type":"[^"\\]*","seq0?":(0|[1-9][0-9]{0,15})[,}]')
 """How a record this writer wrote opens (events ``{"type":..,"seq":..``, packed rows ``"seq0"``)."""
+_PROBE_REACH: Final = 64 * 1024 * 1024
+"""How far back from the end the torn-tail probe looks for the last complete zstd frame (beyond: no answer)."""
+_NO_SEQ: Final = 1 << 62
+"""A ``from_seq`` above every seq: :meth:`_Seeking._record_seq` then parses the record for its seq."""
 _WHOLE: Final = object()
 """Internal answer of a seek: read the whole log instead."""
 
@@ -86,6 +97,12 @@ class _TailWindow:
     def frame_ends_at(self, start: int, end: int) -> bool:
         self._reach(start)
         return frame_ends_at(self._data, start - self._start, end - self._start)
+
+    def frame_end(self, start: int) -> int | None:
+        """Where the frame at ``start`` ends (``None``: the file ends inside it); bad structure raises."""
+        self._reach(start)
+        end = _frame_end(self._data, start - self._start, self.size - self._start)
+        return None if end is None else end + self._start
 
 
 class _Seeking(_Decoding):
@@ -209,3 +226,107 @@ class _Seeking(_Decoding):
                 result = scanner.finish()
                 return result.meta, result.events[from_seq - seq :]
         return None
+
+    def probe_torn_tail(self, session_id: str) -> bool:
+        """Whether the log ends in a torn tail (what ``load_stored`` reports as its marker), from its end.
+
+        Only the header and the last records are read: raw, the last two complete lines and what
+        follows them, judged by the scanner as the whole read judges them (an unterminated fragment, a
+        defective last line); zstd, the last complete frame and the incomplete frame after it, whose
+        available text must scan after that frame's last record. ``False`` when the log ends cleanly, is
+        absent, or holds damage near its end (damage, and anything before those records, is for the whole
+        read to tell), or when no complete zstd frame lies within the last 64 MiB. Never writes.
+        """
+        self._preflight()
+        path = self._find_log(session_id)
+        if path is None:
+            return False
+        probe = self._probe_zstd if self._zstd else self._probe_raw
+
+        def read(fd: int, opened: os.stat_result) -> bool:
+            with gc_paused():
+                try:
+                    return probe(_TailWindow(fd, opened.st_size), path)
+                except (SessionPersistenceCorruptionError, SessionFormatUnsupportedError, ChunkRowError):
+                    return False
+
+        stable = self._stable(path, read)
+        return stable is not None and stable[0]
+
+    def _probe_raw(self, tail: _TailWindow, path: str) -> bool:
+        head = tail.head(_SEEK_BLOCK)
+        newline = head.find(b"\n")
+        if newline < 0:
+            return False  # no header line: damage
+        scanner = SessionLogScanner(head[: newline + 1], **self._limits())
+        body = newline + 1
+        start = body  # the first line the scanner judges: the one before the last complete line
+        last = tail.rfind(b"\n", body, tail.size)
+        if last >= 0:
+            before = tail.rfind(b"\n", body, last)
+            if before >= 0:
+                anchor = tail.rfind(b"\n", body, before)
+                start = body if anchor < 0 else anchor + 1
+                seq = self._record_seq(tail.slice(start, before), _NO_SEQ)
+                if seq is None:
+                    return False  # a defective line with a complete one after it: damage
+                scanner.resume_at(seq)
+        scanner.write(tail.slice(start, tail.size))
+        checkpoint = scanner.checkpoint()
+        return checkpoint.committed_bytes < checkpoint.input_bytes
+
+    def _probe_zstd(self, tail: _TailWindow, path: str) -> bool:
+        head = tail.head(_SEEK_BLOCK)
+        header = scan_zstd_frames(head, 1)
+        if not header.frames:
+            return False
+        body = header.frames[0][1]
+        candidate = tail.size
+        while candidate > body:
+            candidate = tail.rfind(ZSTD_MAGIC_BYTES, body, candidate)
+            if candidate < 0:
+                break
+            if tail.size - candidate > _PROBE_REACH:
+                return False
+            try:
+                end = tail.frame_end(candidate)
+            except SessionPersistenceCorruptionError:
+                continue  # the magic bytes inside compressed data
+            if end == tail.size:
+                return False  # the log ends on a complete frame: any defect in it is damage, not a tear
+            if end is None or not self._torn_region(tail, end):
+                continue
+            text = decompress_frame(tail.slice(candidate, end), candidate, self.max_frame_bytes)
+            newline = text.find(b"\n")
+            first = self._record_seq(text[:newline] if newline >= 0 else text, _NO_SEQ)
+            if first is None:
+                return False
+            start, seq = self._last_line_below(text, _NO_SEQ, first)
+            scanner = self._header_scanner(memoryview(head), header.frames[0], path)
+            scanner.resume_at(seq)
+            scanner.write(text[start:])
+            return self._tears_after(scanner, tail, end)
+        if self._torn_region(tail, body):  # the only write after the header was torn
+            return self._tears_after(self._header_scanner(memoryview(head), header.frames[0], path), tail, body)
+        return False
+
+    def _torn_region(self, tail: _TailWindow, start: int) -> bool:
+        """Whether ``[start, end of file)`` is the beginning of one frame that the file ends inside."""
+        region = tail.slice(start, tail.size)
+        try:
+            scan = scan_zstd_frames(region, 1)
+        except SessionPersistenceCorruptionError:
+            return False
+        return not scan.frames and scan.torn_start == 0
+
+    def _tears_after(self, scanner: SessionLogScanner, tail: _TailWindow, torn: int) -> bool:
+        """The torn frame at ``torn`` judged as the whole read judges it, after the complete frames
+        (``scanner`` has read the last one's records): a torn tail unless it is damage."""
+        checkpoint = scanner.checkpoint()
+        if checkpoint.committed_bytes != checkpoint.input_bytes:
+            return False  # a complete frame that ends inside a record: damage
+        region = memoryview(tail.slice(torn, tail.size))
+        if self._frame_after(region, 0) is not None:
+            return False  # a complete frame follows: a damaged earlier frame, not a tear
+        scanner.write(decompress_torn_frame(region, torn, self.max_frame_bytes))
+        return True
