@@ -246,6 +246,8 @@ class ExportTarget(StrEnum):
     openai_responses = "openai-responses"
     anthropic = "anthropic"
     sharegpt = "sharegpt"
+    claude_code = "claude-code"
+    codex = "codex"
 
 
 def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget, wrap_arguments: bool = False) -> None:

@@ -132,9 +132,16 @@ __all__ = [
 ]
 
 ImportFormat = Literal["claude-code", "codex"]
-ExportFormat = Literal["openai-chat", "openai-responses", "anthropic", "sharegpt"]
+ExportFormat = Literal["openai-chat", "openai-responses", "anthropic", "sharegpt", "claude-code", "codex"]
 IMPORT_FORMATS: Final[tuple[str, ...]] = ("claude-code", "codex")
-EXPORT_FORMATS: Final[tuple[str, ...]] = ("openai-chat", "openai-responses", "anthropic", "sharegpt")
+EXPORT_FORMATS: Final[tuple[str, ...]] = (
+    "openai-chat",
+    "openai-responses",
+    "anthropic",
+    "sharegpt",
+    "claude-code",
+    "codex",
+)
 
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 """Write a batch once the transcript bytes behind it reach this (memory stays a few batches' worth)."""
@@ -1741,6 +1748,8 @@ def export_session(
     that is not an object (Codex's ``apply_patch`` patch) is written as ``{"input": <text>}`` instead of
     being refused; ``report``, when given, lists each such call and the item count.
 
+    ``claude-code`` and ``codex`` write the tool's own session file (one JSON record per line), which the
+    tool can resume and :func:`import_transcript` reads back (:mod:`agentlog.interop.transcript_export`).
     ``openai-chat``, ``openai-responses`` and ``anthropic`` are the conversational part of that API's
     request body (``model``, the system prompt, ``tools`` from the request header, and the
     ``messages``/``input`` list), rendered by :func:`~agentlog.interop.openai_chat.session_to_openai_chat`
@@ -1748,6 +1757,15 @@ def export_session(
     The list is written item by item. A conversion refusal is a
     :class:`~agentlog.errors.ConversionError` naming the message, raised before anything is written.
     """
+    if fmt in ("claude-code", "codex"):
+        from .transcript_export import write_claude_code, write_codex
+
+        writer = write_claude_code if fmt == "claude-code" else write_codex
+        wrapped = report.wrapped_arguments if report is not None else None
+        count = writer(view, out, wrapped=wrapped)
+        if report is not None:
+            report.items = count
+        return count
     if fmt == "sharegpt":
         from ._common import header_parts
 
