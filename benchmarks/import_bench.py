@@ -42,7 +42,8 @@ print(json.dumps({"seconds": elapsed, "peak_rss_mb": rss, "bytes": report.bytes,
 
 
 def _records(turn: int) -> list[dict[str, Any]]:
-    """One turn: a prompt, thinking + text + tool_use records of one API message, the result, an answer."""
+    """One turn: a prompt, thinking + text + tool_use records of one API message, the result, an answer,
+    each record linked to the one before it (``parentUuid``) as Claude Code links them."""
     base = {
         "isSidechain": False,
         "userType": "external",
@@ -61,7 +62,7 @@ def _records(turn: int) -> list[dict[str, Any]]:
     code = "".join(f"    {i:4d}\tdef function_{turn}_{i}(value):  # computes a thing\n" for i in range(60))
     prose = ("The file defines helpers that compute values; the tests cover the edge cases. " * 12).strip()
 
-    def assistant(uid: str, mid: str, block: dict[str, Any]) -> dict[str, Any]:
+    def assistant(uid: str, parent: str, mid: str, block: dict[str, Any]) -> dict[str, Any]:
         message = {
             "id": mid,
             "type": "message",
@@ -74,7 +75,7 @@ def _records(turn: int) -> list[dict[str, Any]]:
         }
         return {
             **base,
-            "parentUuid": f"p{uid}",
+            "parentUuid": parent,
             "type": "assistant",
             "message": message,
             "requestId": f"req_{mid}",
@@ -86,16 +87,17 @@ def _records(turn: int) -> list[dict[str, Any]]:
     return [
         {
             **base,
-            "parentUuid": None,
+            "parentUuid": f"s{turn - 1}" if turn else None,
             "type": "user",
             "message": {"role": "user", "content": f"Turn {turn}: read src/m{turn}.py"},
             "uuid": f"u{turn}",
             "timestamp": stamp,
         },
-        assistant(f"a{turn}", f"msg_{turn}a", {"type": "thinking", "thinking": prose, "signature": "c2ln" * 40}),
-        assistant(f"b{turn}", f"msg_{turn}a", {"type": "text", "text": "Let me read the file."}),
+        assistant(f"a{turn}", f"u{turn}", f"msg_{turn}a", {"type": "thinking", "thinking": prose, "signature": "c2ln" * 40}),
+        assistant(f"b{turn}", f"a{turn}", f"msg_{turn}a", {"type": "text", "text": "Let me read the file."}),
         assistant(
             f"c{turn}",
+            f"b{turn}",
             f"msg_{turn}a",
             {
                 "type": "tool_use",
@@ -113,8 +115,9 @@ def _records(turn: int) -> list[dict[str, Any]]:
             "timestamp": stamp,
             "toolUseResult": {"type": "text", "file": {"filePath": f"src/m{turn}.py", "numLines": 60}},
         },
-        assistant(f"d{turn}", f"msg_{turn}b", {"type": "text", "text": prose}),
+        assistant(f"d{turn}", f"r{turn}", f"msg_{turn}b", {"type": "text", "text": prose}),
         {
+            "parentUuid": f"d{turn}",
             "type": "system",
             "subtype": "informational",
             "content": "turn finished",

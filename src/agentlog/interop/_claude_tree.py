@@ -13,9 +13,13 @@ wrote, and that chain is what the model saw. So:
   also continues with a prompt, was a whole alternative turn sequence: it becomes a **fork** of the session
   at that turn boundary (agentlog's forks are closed-turn prefixes). Of several leaves under one root, the
   fork follows the one written last;
-* any other off-chain record (an answer generated again, a sub-branch the fork does not follow, a record
-  whose parent is not in the file) is **kept aside**: stored verbatim as ``import/record``, never on the
-  surface, so nothing of the file is lost and nothing abandoned reaches the model.
+* any other off-chain record (an answer generated again, a sub-branch the fork does not follow) is **kept
+  aside**: stored verbatim as ``import/record``, never on the surface, so nothing of the file is lost and
+  nothing abandoned reaches the model.
+
+When an off-chain record does not hang off the active chain at all (a second root, a link to a record the
+file does not hold), the links do not describe the conversation: the file is imported in file order, as
+one chain, as before.
 
 A file with a conversation record that has no ``uuid`` or no ``parentUuid`` field (older layouts, files
 written by other tools) cannot be placed: it is imported as one chain in file order, as before.
@@ -114,9 +118,10 @@ class ClaudeTree:
         for uuid in off:
             root = self._branch_root(uuid, active)
             if root is None:
-                aside.add(uuid)
-            else:
-                by_root.setdefault(root, []).append(uuid)
+                # Not a tree hanging off the active chain (several roots, links to records the file does
+                # not hold): the links do not describe the conversation, so the file order does.
+                return BranchPlan()
+            by_root.setdefault(root, []).append(uuid)
         forks: list[ForkSpec] = []
         forked: set[str] = set()
         for root, members in by_root.items():

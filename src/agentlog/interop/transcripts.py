@@ -11,23 +11,24 @@ that do not know the type skip them; nothing is lost), and the :class:`ImportRep
 map (dropped parts such as images and encrypted reasoning, records kept as ``import/record``, tool
 calls whose result the transcript lacks).
 
-**Why two passes, and all or nothing.** A bad line (not JSON, a truncated last line, a record of the
-wrong shape) must fail the import with nothing committed, yet the events are written in bounded batches
-(memory stays a batch, not the file). The first pass therefore parses, maps and checks every event with
-the rules ``Session.append`` applies (the core data and message-shape rules, and the JSON gate for
-verbatim records: orjson itself refuses lone surrogates and non-finite numbers, so only those can still
-hold ``-0.0`` or integers beyond 2**53) and writes nothing; it also learns the header (cwd, creation
-time, model) the session is created with. Only then does the second pass, deterministic over the same
-bytes, write. Both passes read one open descriptor, only the bytes the file had when the import began,
-and hash them: a transcript that changed in between (a line appended, rewritten or cut by the tool still
-writing it) is refused with :class:`~agentlog.errors.TranscriptError` ("changed while it was being
-imported"), never half-imported. The second pass writes through
-:meth:`~agentlog.persistence.coordinator.PersistenceCoordinator.stage`: the session stays unpublished (a
-temporary JSONL file, a private SQLite staging database, an open PostgreSQL transaction) until its last
-batch, ``import/done`` (:data:`IMPORT_DONE`), is written and the file is proven unchanged; any failure
-before that discards it. A crash (kill -9) leaves no listed session either: at most an unlisted ``*.tmp``
-file of the staging, which the next import removes (PostgreSQL rolls the transaction back); the same
-id can be imported again.
+**Why two passes, and all or nothing.** A bad line (not JSON, a record of the wrong shape) must fail the
+import with nothing committed, yet the events are written in bounded batches (memory stays a batch, not
+the file), and the session's header (cwd, creation time), its request header (model, system prompt), which
+side of a Claude Code file is its conversation and which branch is active (:mod:`._claude_tree`) are known
+only once the whole file was read. The first pass therefore parses every line and learns them; the second,
+deterministic over the same bytes, maps each record, checks every event with the rules ``Session.append``
+applies (the core data and message-shape rules, and the JSON gate for verbatim records: orjson itself
+refuses lone surrogates and non-finite numbers, so only those can still hold ``-0.0`` or integers beyond
+2**53) and writes it through :meth:`~agentlog.persistence.coordinator.PersistenceCoordinator.stage`: the
+session stays unpublished (a temporary JSONL file, a private SQLite staging database, an open PostgreSQL
+transaction) until its last batch, ``import/done`` (:data:`IMPORT_DONE`), is written and the file is proven
+unchanged; a refused line, or any failure before that, discards it. (A backend that cannot stage gets a
+first pass that also maps and checks, so a bad line writes nothing there either.) Every pass reads one open
+descriptor, only the bytes the file had when the import began, and hashes them: a transcript that changed
+in between (a line appended, rewritten or cut by the tool still writing it) is refused with
+:class:`~agentlog.errors.TranscriptError` ("changed while it was being imported"), never half-imported. A
+crash (kill -9) leaves no listed session either: at most an unlisted ``*.tmp`` file of the staging, which
+the next import removes (PostgreSQL rolls the transaction back); the same id can be imported again.
 A path that is not a readable regular file (a directory, a FIFO) is refused before anything is read, and
 running out of memory on a huge line is :class:`~agentlog.errors.ResourceExhaustedError`, not a bad line.
 
@@ -277,12 +278,12 @@ class _Sink:
     def _deliver(self, event: dict[str, Any], line: int) -> None:
         etype, data = event["type"], event["data"]
         try:
-            if self._write is None:  # the check pass: the append rules (the coordinator repeats the gate)
-                # orjson never yields a lone surrogate or a non-finite float, and the mapped events hold
-                # only strings, bounded counts and booleans: a verbatim record is what the gate must see
-                # (-0.0, integers beyond 2**53).
-                if etype not in _FRAMING:
-                    check_append_data(etype, snapshot_json(data) if etype == IMPORT_RECORD else data)
+            # The append rules, in every pass that maps (the coordinator repeats the gate on write).
+            # orjson never yields a lone surrogate or a non-finite float, and the mapped events hold only
+            # strings, bounded counts and booleans: a verbatim record is what the gate must see (-0.0,
+            # integers beyond 2**53).
+            if etype not in _FRAMING:
+                check_append_data(etype, snapshot_json(data) if etype == IMPORT_RECORD else data)
         except AgentlogError as err:
             raise TranscriptError(
                 f"{self.path}:{line}: line {line} maps to an event agentlog refuses ({err})",
@@ -586,6 +587,16 @@ class _Snapshot:
         finally:
             self.digests.append(digest.digest() + left.to_bytes(8, "little"))
 
+    def changed_since_first_pass(self) -> bool:
+        """Whether the file no longer holds what the first pass read: another size, or other bytes (read
+        again and hashed; only asked when a later pass refuses a line the first pass parsed)."""
+        if os.fstat(self.handle.fileno()).st_size != self.size or not self.digests:
+            return True
+        first = self.digests[0]
+        for _line in self.lines():
+            pass
+        return self.digests.pop() != first
+
     def check_unchanged(self) -> None:
         """Refuse when the two passes read different bytes, or the file no longer has the snapshot's size."""
         size = os.fstat(self.handle.fileno()).st_size
@@ -796,9 +807,11 @@ class _ClaudeImporter:
         synthesized error result)."""
         self.finish_pending()
         self.conv.close_answered_turn()
-        texts = [content] if isinstance(content, str) else [
-            block["text"] for block in content if isinstance(block, dict) and isinstance(block.get("text"), str)
-        ]
+        texts = (
+            [content]
+            if isinstance(content, str)
+            else [block["text"] for block in content if isinstance(block, dict) and isinstance(block.get("text"), str)]
+        )
         summary = "\n\n".join(text for text in texts if text)
         track = self.sink.surface
         if not summary or track is None or not track.seqs:
@@ -1473,6 +1486,16 @@ def import_transcript(
         snapshot.close()
 
 
+def _learn_pass(source: str, snapshot: _Snapshot, learned: _Learned, batch_bytes: int, batch_events: int) -> None:
+    """The first pass over a file a staging store writes: parse every line, learn the header's facts and
+    the Claude Code tree, map nothing (the write pass maps and checks each line as it writes, and a
+    refusal discards the unpublished session)."""
+    sink = _Sink(ImportReport(source, snapshot.path), None, batch_bytes, batch_events)
+    with gc_paused():
+        for record in _lines(snapshot, sink):
+            _learn(source, record, learned)
+
+
 def _import(
     coordinator: PersistenceCoordinator,
     source: str,
@@ -1485,27 +1508,35 @@ def _import(
     lineage: Mapping[str, Any],
 ) -> ImportReport:
     learned = _Learned()
-    _run(source, snapshot, ImportReport(source, snapshot.path), learned, None, batch_bytes, batch_events)
-    snapshot.check_unchanged()
+    # A store that stages (JSONL, SQLite, PostgreSQL: nothing is visible before publish) checks each line
+    # in the write pass; one that cannot stage gets a check pass first, so a bad line writes nothing.
+    staging = coordinator.stages_sessions
+    if staging:
+        _learn_pass(source, snapshot, learned, batch_bytes, batch_events)
+    else:
+        _run(source, snapshot, ImportReport(source, snapshot.path), learned, None, batch_bytes, batch_events)
     plan = learned.tree.plan(learned.sidechain) if source == "claude-code" else BranchPlan()
-    forks: list[tuple[ForkSpec, list[dict[str, Any]]]] = []
-    if learned.sidechain or plan.off_chain:
-        # The first pass checked every record as one chain of the main conversation; check the session
-        # as it will be written (its side, its branch, what is kept aside), and each fork's own records.
+    if not staging and (learned.sidechain or plan.off_chain):
+        # The check pass mapped every record as one chain of the main conversation: check the session as it
+        # will be written (its side, its branch, what is kept aside) and each fork's own records.
         checked = _run(
-            source, snapshot, ImportReport(source, snapshot.path), learned, None, batch_bytes, batch_events,
-            learn=False, plan=plan,
+            source,
+            snapshot,
+            ImportReport(source, snapshot.path),
+            learned,
+            None,
+            batch_bytes,
+            batch_events,
+            learn=False,
+            plan=plan,
         )
         assert isinstance(checked, _ClaudeImporter)
         for spec in plan.forks:
             mark = checked.marks.get(spec.resume)
-            if mark is None:
-                continue  # no closed turn to fork at: its records stay kept aside in the session
-            seed = checked.seed_events[:mark]
-            scratch = ImportReport(source, snapshot.path)
-            _run_fork(snapshot, scratch, learned, spec, seed, None, batch_bytes, batch_events)
-            forks.append((spec, seed))
-        snapshot.check_unchanged()
+            if mark is not None:
+                scratch = ImportReport(source, snapshot.path)
+                _run_fork(snapshot, scratch, learned, spec, checked.seed_events[:mark], None, batch_bytes, batch_events)
+    snapshot.check_unchanged()
     from ..kernel.store import mint_session_id
 
     target = session_id if session_id is not None else _default_id(coordinator, snapshot, learned) or mint_session_id()
@@ -1537,11 +1568,25 @@ def _import(
 
     try:
         try:
-            _run(
-                source, snapshot, report, learned, writer(staged[0]), batch_bytes, batch_events,
-                learn=False, plan=plan if plan.off_chain else None,
+            main = _run(
+                source,
+                snapshot,
+                report,
+                learned,
+                writer(staged[0]),
+                batch_bytes,
+                batch_events,
+                learn=False,
+                plan=plan if plan.off_chain else None,
             )
-            for number, (spec, seed) in enumerate(forks, 1):
+            number = 0
+            for spec in plan.forks:
+                mark = main.marks.get(spec.resume) if isinstance(main, _ClaudeImporter) else None
+                if mark is None:
+                    continue  # no closed turn to fork at: its records stay kept aside in the session
+                assert isinstance(main, _ClaudeImporter)
+                seed = main.seed_events[:mark]
+                number += 1
                 fork_id = f"{target}-branch-{number}"
                 fork_meta: dict[str, Any] = {"version": 0, "id": fork_id, "createdAt": created}
                 if learned.cwd is not None:
@@ -1556,8 +1601,10 @@ def _import(
                 _run_fork(snapshot, fork_report, learned, spec, seed, writer(log), batch_bytes, batch_events)
                 report.forks.append(fork_id)
         except TranscriptError as err:
-            # The check passes accepted these bytes: a line that now fails was changed in between.
-            raise snapshot.changed(f" (line {err.line} no longer reads as it did)" if err.line else "") from err
+            if not staging or snapshot.changed_since_first_pass():
+                # What an earlier pass read no longer reads the same: the file changed in between.
+                raise snapshot.changed(f" (line {err.line} no longer reads as it did)" if err.line else "") from err
+            raise  # a bad line, found as it was about to be written: nothing is published
         snapshot.check_unchanged()
         # The session first, then its forks: a crash in between leaves the session without (some of) its
         # forks, never a fork without its parent.

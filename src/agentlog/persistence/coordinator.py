@@ -818,6 +818,12 @@ class PersistenceCoordinator:
             finally:
                 lock.release()
 
+    @property
+    def stages_sessions(self) -> bool:
+        """Whether :meth:`stage` keeps a session invisible until it is published (the backend stages), so a
+        writer may check its input as it writes and discard on a refusal."""
+        return self._stager is not None
+
     def stage(self, meta: Mapping[str, Any]) -> StagedSession:
         """A new session written batch by batch and published whole, or not at all (``agentlog import``).
 
