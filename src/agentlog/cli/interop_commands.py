@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import AgentlogError, InvalidOptionError
-from ..interop.transcripts import ImportReport, import_transcript
+from ..interop.transcripts import ImportReport, import_transcript, update_transcript
 from ..interop.tree import detect_transcript_format, import_tree
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
@@ -53,6 +53,14 @@ def import_command(
             "--id", help="Id of the new session (default: the transcript's own session id).", show_default=False
         ),
     ] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Append to the session imported from this transcript what the file gained since (a live "
+            "transcript); the session is the transcript's own id, or --id.",
+        ),
+    ] = False,
     parent: Annotated[
         str | None,
         typer.Option(
@@ -89,6 +97,14 @@ def import_command(
     is dropped with a note. A FIFO or unreadable file is refused (STORAGE_NOT_A_FILE /
     STORAGE_PERMISSION_DENIED).
     """
+    if update:
+        if file.is_dir() or parent is not None:
+            render_error(
+                InvalidOptionError("--update names one transcript and its session: give a file, without --parent"),
+                opts.as_json,
+            )
+        _update(file, source, session_id, opts)
+        return
     if file.is_dir():
         if session_id is not None or parent is not None:
             render_error(
@@ -124,6 +140,35 @@ def import_command(
         _emit_json(document)
         return
     typer.echo(report.session_id)
+    _echo_report(report)
+
+
+def _update(file: Path, source: ImportSource, session_id: str | None, opts: StoreOptions) -> None:
+    """``import FILE --update``: what the transcript gained since its import, appended to its session."""
+    try:
+        storage = opts.open_backend()
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    coordinator = PersistenceCoordinator(SessionStore(), storage)
+    try:
+        kind = detect_transcript_format(file) if source is ImportSource.auto and file.is_file() else source.value
+        if kind == "auto":
+            kind = "claude-code"
+        report = update_transcript(coordinator, kind, file, session_id=session_id)
+        if report.appended and report.session_id is not None:
+            cache_stored_session(coordinator, report.session_id)
+        coordinator.close()
+    except AgentlogError as err:
+        coordinator.close()
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        _emit_json(report.to_json())
+        return
+    typer.echo(report.session_id)
+    if not report.appended:
+        typer.echo("up to date: the transcript has no new records since its import")
+        return
+    typer.echo(f"appended {report.appended} events")
     _echo_report(report)
 
 

@@ -16,7 +16,15 @@ from .openai_responses import (
     tools_to_openai_responses,
 )
 from .recorder import RecordedStream, RecordedTurn, Recorder, ToolRun
-from .transcripts import IMPORT_DONE, IMPORT_RECORD, ExportReport, ImportReport, export_session, import_transcript
+from .transcripts import (
+    IMPORT_DONE,
+    IMPORT_RECORD,
+    ExportReport,
+    ImportReport,
+    export_session,
+    import_transcript,
+    update_transcript,
+)
 from .tree import FailedTranscript, SkippedTranscript, TreeImport, detect_transcript_format, import_tree
 
 __all__ = [
@@ -48,4 +56,5 @@ __all__ = [
     "tools_to_anthropic",
     "tools_to_openai_chat",
     "tools_to_openai_responses",
+    "update_transcript",
 ]

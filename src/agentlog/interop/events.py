@@ -39,6 +39,10 @@ class ImportDoneData(TypedDict):
     path: str
     lines: int
     bytes: int
+    consumed: NotRequired[int]
+    """The bytes of whole lines imported (a torn last line left out): where ``--update`` resumes."""
+    sha256: NotRequired[str]
+    """The sha256 (hex) of those ``consumed`` bytes: ``--update`` proves the file was only appended to."""
     sessionId: NotRequired[str]
     sidechain: NotRequired[Literal[True]]
     agentId: NotRequired[str]

@@ -130,6 +130,7 @@ __all__ = [
     "export_session",
     "import_transcript",
     "register_import_types",
+    "update_transcript",
 ]
 
 ImportFormat = Literal["claude-code", "codex"]
@@ -185,6 +186,8 @@ class ImportReport:
     """The stored session this import was linked to as a subagent child (given, or found, see ``parent_note``)."""
     parent_note: str | None = None
     """For a sub-agent's own file: how its parent was (or was not) found from the file's own session id."""
+    appended: int | None = None
+    """For :func:`update_transcript`: the events appended (``None`` for an import)."""
     forks: list[str] = field(default_factory=list)
     """The forks made of the transcript's abandoned branches (Claude Code rewinds), in file order."""
     torn_last_line: int | None = None
@@ -212,6 +215,7 @@ class ImportReport:
             "parentSession": self.parent_session,
             **({"parentNote": self.parent_note} if self.parent_note is not None else {}),
             **({"forks": list(self.forks)} if self.forks else {}),
+            **({"appended": self.appended} if self.appended is not None else {}),
             **(
                 {"tornLastLine": {"line": self.torn_last_line, "bytes": self.torn_bytes}}
                 if self.torn_last_line is not None
@@ -251,6 +255,7 @@ class _Sink:
         self.path = report.path
         self.stamp: Any = None
         self.retained: list[dict[str, Any]] | None = None  # the events kept for fork seeds while not None
+        self.silent = False  # events are numbered and timed, not checked, counted or written
         self.held: list[tuple[dict[str, Any], int]] | None = None
         self.surface: _SurfaceTrack | None = None
 
@@ -269,6 +274,8 @@ class _Sink:
         elif etype in (IMPORT_RECORD, IMPORT_DONE):
             event["ignorable"] = True
         self.seq += 1
+        if self.silent:
+            return  # numbered only: an update replaying what is already stored
         self.report.events += 1
         if self.held is not None:
             self.held.append((event, self.line))
@@ -572,6 +579,7 @@ class _Snapshot:
         """The snapshot's lines from its start (the last one cut where the snapshot ends)."""
         handle = self.handle
         digest = hashlib.sha256()  # hardware-accelerated here: twice blake2b's speed over a big transcript
+        whole: Any = None  # the digest before a last line without its newline (what --update resumes after)
         left = self.size
         try:
             handle.seek(0)
@@ -580,12 +588,21 @@ class _Snapshot:
                 if not raw:
                     break  # the file shrank: check_unchanged reports it
                 left -= len(raw)
+                if not raw.endswith(b"\n"):
+                    whole = (digest.copy(), self.size - left - len(raw))
                 digest.update(raw)
                 yield raw
         except OSError as err:
             raise _unreadable(self.path, err) from err
         finally:
             self.digests.append(digest.digest() + left.to_bytes(8, "little"))
+            if whole is None:
+                whole = (digest, self.size - left)
+            self.whole_lines = (whole[0].hexdigest(), whole[1])
+
+    whole_lines: tuple[str, int] = ("", 0)
+    """The sha256 (hex) and size of the last pass's whole lines: every line but a last one without its
+    newline (recorded in ``import/done`` so that ``--update`` can prove the file was only appended to)."""
 
     def changed_since_first_pass(self) -> bool:
         """Whether the file no longer holds what the first pass read: another size, or other bytes (read
@@ -1400,6 +1417,9 @@ def _run(
 
 def _done(source: str, snapshot: _Snapshot, report: ImportReport, learned: _Learned) -> dict[str, Any]:
     done: dict[str, Any] = {"source": source, "path": snapshot.path, "lines": report.lines, "bytes": report.bytes}
+    digest, consumed = snapshot.whole_lines
+    done["consumed"] = consumed
+    done["sha256"] = digest
     if learned.source_session is not None:
         done["sessionId"] = learned.source_session
     if source == "claude-code" and learned.sidechain:
@@ -1616,6 +1636,179 @@ def _import(
             log.discard()
         raise
     return report
+
+
+def update_transcript(
+    coordinator: PersistenceCoordinator,
+    source: ImportFormat | str,
+    path: str | os.PathLike[str],
+    *,
+    session_id: str | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_events: int = DEFAULT_BATCH_EVENTS,
+) -> ImportReport:
+    """Append to an imported session what its transcript gained since (``agentlog import FILE --update``).
+
+    ``session_id`` defaults to the transcript's own session id (the default id of its import). The session
+    must be an import of this format whose ``import/done`` recorded the bytes it consumed and their sha256;
+    the file must start with exactly those bytes (a transcript is appended to; one that was rewritten is
+    :class:`~agentlog.errors.TranscriptError` and nothing is appended). The stored events stay as they are:
+    the importer replays the stored part without writing (and checks it numbers the same events, else the
+    mapping changed and the update is refused), ends it as the import ended it (its turn closed, a call it
+    left unanswered closed with an error, ``import/done``), then maps the new records after it and appends
+    them with a new ``import/done``, in one append. So a turn the import closed stays closed: a result that
+    arrives later for a call the import closed is counted as dropped. A transcript whose new records are a
+    rewind (a branch) is refused: import the file again under a new id. Returns the report of the new part
+    (``appended``: the events appended; 0 when nothing was added).
+    """
+    if source not in IMPORT_FORMATS:
+        raise ConversionError(f'unknown transcript format "{source}" (expected one of: {", ".join(IMPORT_FORMATS)})')
+    snapshot = _Snapshot(os.fspath(path))
+    try:
+        learned = _Learned()
+        _learn_pass(source, snapshot, learned, batch_bytes, batch_events)
+        target = session_id
+        if target is None:
+            own = learned.source_session
+            if own is not None and learned.sidechain and learned.agent_id is not None:
+                own = f"{own}-agent-{learned.agent_id}"
+            if own is None or (learned.sidechain and learned.agent_id is None):
+                raise TranscriptError(
+                    f"{snapshot.path}: the transcript names no session id: pass the id of its import (--id)",
+                    path=snapshot.path,
+                )
+            target = own
+        view = coordinator.view(target)
+        events = view.events
+        last = events[len(events) - 1] if len(events) else None
+        done = last["data"] if last is not None and last["type"] == IMPORT_DONE else None
+        if done is None or done.get("source") != source or not isinstance(done.get("consumed"), int):
+            raise TranscriptError(
+                f'{snapshot.path}: session "{target}" is not an import of a {source} transcript that can be updated '
+                "(its last event is no import/done recording what it consumed); import the file under a new id",
+                path=snapshot.path,
+            )
+        consumed = done["consumed"]
+        if snapshot.size < consumed or _prefix_sha256(snapshot, consumed) != done.get("sha256"):
+            raise TranscriptError(
+                f'{snapshot.path}: the transcript was rewritten, not appended to, since session "{target}" was '
+                f"imported (its first {consumed:,} bytes differ); nothing was appended. Import it again under a "
+                "new id (--id)",
+                path=snapshot.path,
+            )
+        report = ImportReport(source, snapshot.path, session_id=target)
+        report.appended = 0
+        if snapshot.whole_lines[1] == consumed:
+            return report  # nothing new (at most a torn last line, still being written)
+        plan = learned.tree.plan(learned.sidechain) if source == "claude-code" else BranchPlan()
+        if plan.off_chain:
+            raise TranscriptError(
+                f"{snapshot.path}: the transcript's conversation has branches (a rewind or an edited prompt): "
+                "--update appends a linear continuation only; import the file again under a new id",
+                path=snapshot.path,
+            )
+        assert last is not None
+        appended: list[dict[str, Any]] = []
+        _run_update(
+            source,
+            snapshot,
+            report,
+            learned,
+            consumed,
+            len(events),
+            last["time"],
+            appended.extend,
+            batch_bytes,
+            batch_events,
+        )
+        if snapshot.changed_since_first_pass():
+            raise snapshot.changed()
+        coordinator.append(target, appended)
+        report.appended = len(appended)
+        return report
+    finally:
+        snapshot.close()
+
+
+def _prefix_sha256(snapshot: _Snapshot, size: int) -> str:
+    digest = hashlib.sha256()
+    handle = snapshot.handle
+    handle.seek(0)
+    left = size
+    while left > 0:
+        chunk = handle.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.hexdigest()
+
+
+def _run_update(
+    source: str,
+    snapshot: _Snapshot,
+    report: ImportReport,
+    learned: _Learned,
+    consumed: int,
+    stored: int,
+    stored_time: int,
+    write: Callable[[list[dict[str, Any]]], None],
+    batch_bytes: int,
+    batch_events: int,
+) -> None:
+    """Replay the first ``consumed`` bytes without writing, end them as their import ended, then map and
+    write the rest (see :func:`update_transcript`)."""
+    sink = _Sink(report, write, batch_bytes, batch_events)
+    sink.time = learned.created_at or 0
+    sink.silent = True
+    provider = "anthropic" if source == "claude-code" else "openai"
+    conversation = _Conversation(sink, provider, learned.model, learned.system)
+    importer: _ClaudeImporter | _CodexImporter
+    if source == "claude-code":
+        importer = _ClaudeImporter(sink, conversation, sidechain=learned.sidechain)
+    else:
+        importer = _CodexImporter(sink, conversation, learned.model)
+    title_then: tuple[str, str] | None = None
+
+    def title_choice() -> tuple[str, str] | None:
+        if not isinstance(importer, _ClaudeImporter):
+            return None
+        for rtype in ("custom-title", "ai-title", "summary"):
+            if rtype in importer.titles:
+                return rtype, importer.titles[rtype]
+        return None
+
+    with gc_paused():
+        for record in _lines(snapshot, sink):
+            if sink.silent and report.bytes > consumed:
+                # The first new line: end the stored part as its import ended it, then write from here.
+                importer.finish()
+                conversation.close_turn()
+                if isinstance(importer, _ClaudeImporter):
+                    importer.finish_titles()
+                sink.emit(IMPORT_DONE, {})
+                if sink.seq != stored:
+                    raise TranscriptError(
+                        f"{snapshot.path}: replaying the imported part numbers {sink.seq} events where the session "
+                        f"stores {stored} (imported by another version of the mapping); import the file again under "
+                        "a new id",
+                        path=snapshot.path,
+                    )
+                title_then = title_choice()
+                sink.silent = False
+                sink.time = max(sink.time, stored_time)
+                lines, size = report.lines, report.bytes
+                kept = ImportReport(report.source, report.path, session_id=report.session_id)
+                kept.appended = 0
+                vars(report).update(vars(kept))
+                report.lines, report.bytes = lines, size
+            importer.record(record)
+        importer.finish()
+        conversation.close_turn()
+        if isinstance(importer, _ClaudeImporter) and title_choice() != title_then:
+            importer.finish_titles()
+        sink.emit(IMPORT_DONE, _done(source, snapshot, report, learned))
+        sink.flush()
 
 
 def _default_id(coordinator: PersistenceCoordinator, snapshot: _Snapshot, learned: _Learned) -> str | None:
