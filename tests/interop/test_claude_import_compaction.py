@@ -59,6 +59,7 @@ def test_the_summary_becomes_a_checkpoint_over_the_history(tmp_path: Path) -> No
         kept = [e["data"]["record"] for e in view.events if e["type"] == IMPORT_RECORD]
         assert [r.get("subtype") for r in kept] == ["compact_boundary"]
         assert report.messages["checkpoint"] == 1
+        assert report.lossy == {"compact summary: shadowed price estimated": 1}
     finally:
         coordinator.close()
 

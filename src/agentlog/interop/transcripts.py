@@ -842,6 +842,7 @@ class _ClaudeImporter:
         checkpoint_id = str(record.get("uuid") or f"claude-line-{self.sink.line}")
         model = self.last_model or self.conv.header_model or "unknown"
         self.conv.compact(compaction_id, blocks, blocks, checkpoint_id, model)
+        self.report._count(self.report.lossy, LOSSY_CLAUDE_PRICE)
 
     def assistant(self, message: dict[str, Any], content: str | list[Any], record_id: Any) -> None:
         api_id = message.get("id")
@@ -865,7 +866,10 @@ class _ClaudeImporter:
             elif btype == "thinking" and isinstance(block.get("thinking"), str):
                 self.pending.append({"type": "reasoning", "text": block["thinking"]})
                 signature = block.get("signature")
-                self.signatures.append(signature if isinstance(signature, str) and signature else None)
+                signed = isinstance(signature, str) and bool(signature)
+                self.signatures.append(signature if signed else None)
+                if not signed:
+                    self.report._count(self.report.lossy, LOSSY_CLAUDE_UNSIGNED)
             elif btype == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
                 arguments = orjson.dumps(block.get("input", {})).decode()
                 self.pending.append(
@@ -982,6 +986,8 @@ LOSSY_WEB_SEARCH = "web_search_call: placeholder result (the transcript holds no
 LOSSY_DERIVED_USAGE = "token_count: usage derived from total_token_usage (no last_token_usage)"
 LOSSY_UNKNOWN_USAGE = "assistant message: usage unknown (no token_count for it)"
 LOSSY_SUMMARY_ONLY = "compacted without replacement_history: the checkpoint holds the summary only"
+LOSSY_CLAUDE_PRICE = "compact summary: shadowed price estimated"
+LOSSY_CLAUDE_UNSIGNED = "thinking without a signature"
 LOSSY_OPEN_CALLS = "compacted while tool calls were unanswered: kept as import/record, surface not replaced"
 
 
