@@ -21,10 +21,14 @@ from .options import BackendKind, Compression, JsonOption, open_backend, parse_b
 from .render import _emit_json, render_error
 
 
+def _role(side: str) -> str:
+    return "source" if side == "from" else "target"
+
+
 def _store_option(side: str) -> object:
     return typer.Option(
         f"--{side}-store",
-        help=f"Store root of the {'source' if side == 'from' else 'target'} (default: $AGENTLOG_STORE or ./.agentlog).",
+        help=f"Store root of the {_role(side)} (default: $AGENTLOG_STORE or ./.agentlog).",
         show_default=False,
         readable=False,
     )
@@ -33,7 +37,7 @@ def _store_option(side: str) -> object:
 def _backend_option(side: str) -> object:
     return typer.Option(
         f"--{side}-backend",
-        help=f"Backend of the {'source' if side == 'from' else 'target'} (default: --backend).",
+        help=f"Backend of the {_role(side)} (default: --backend).",
         parser=parse_backend,
         metavar="<jsonl|sqlite|postgres>",
         show_default=False,
@@ -43,7 +47,7 @@ def _backend_option(side: str) -> object:
 def _dsn_option(side: str) -> object:
     return typer.Option(
         f"--{side}-dsn",
-        help=f"PostgreSQL connection string of the {'source' if side == 'from' else 'target'} (default: $AGENTLOG_DSN).",
+        help=f"PostgreSQL connection string of the {_role(side)} (default: $AGENTLOG_DSN).",
         show_default=False,
     )
 
@@ -51,7 +55,7 @@ def _dsn_option(side: str) -> object:
 def _schema_option(side: str) -> object:
     return typer.Option(
         f"--{side}-pg-schema",
-        help=f"PostgreSQL schema of the {'source' if side == 'from' else 'target'} (default: $AGENTLOG_PG_SCHEMA or agentlog).",
+        help=f"PostgreSQL schema of the {_role(side)} (default: $AGENTLOG_PG_SCHEMA or agentlog).",
         show_default=False,
     )
 
@@ -59,7 +63,9 @@ def _schema_option(side: str) -> object:
 def copy_command(
     ids: Annotated[
         list[str] | None,
-        typer.Argument(help="Sessions to copy (default: every session of the source).", metavar="[ID]...", show_default=False),
+        typer.Argument(
+            help="Sessions to copy (default: every session of the source).", metavar="[ID]...", show_default=False
+        ),
     ] = None,
     from_store: Annotated[Path | None, _store_option("from")] = None,
     from_backend: Annotated[str | None, _backend_option("from")] = None,
