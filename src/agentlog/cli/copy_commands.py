@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..errors import AgentlogError
 from ..persistence.backend import Backend
 from ..persistence.copy import CopiedSession, copy_sessions
-from .options import BackendKind, Compression, JsonOption, open_backend, parse_backend
+from .options import BackendKind, Compression, JsonOption, StoreOptions, open_backend, parse_backend
 from .render import _emit_json, render_error
 
 
@@ -85,8 +85,13 @@ def copy_command(
         ),
     ] = BackendKind.jsonl,
     compression: Annotated[
-        Compression, typer.Option("--compression", help="JSONL encoding of the sessions written to the target.")
-    ] = Compression.zstd,
+        Compression | None,
+        typer.Option(
+            "--compression",
+            help="JSONL encoding of the sessions written to the target (default: the one the target holds, else zstd).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Copy sessions between two stores, of any backends (JSONL raw or zstd, SQLite, PostgreSQL).
@@ -103,7 +108,7 @@ def copy_command(
     skipped, failed and every session's status, event count and digest).
     """
     try:
-        source = _open(from_store, from_backend or backend, compression, from_dsn, from_pg_schema, read_only=True)
+        source = _open(from_store, from_backend or backend, None, from_dsn, from_pg_schema, read_only=True)
     except AgentlogError as err:
         render_error(err, as_json)
     try:
@@ -141,9 +146,23 @@ def copy_command(
 
 
 def _open(
-    store: Path | None, backend: str, compression: Compression, dsn: str | None, schema: str | None, *, read_only: bool
+    store: Path | None,
+    backend: str,
+    compression: Compression | None,
+    dsn: str | None,
+    schema: str | None,
+    *,
+    read_only: bool,
 ) -> Backend:
-    return open_backend(store, parse_backend(backend), compression, read_only=read_only, dsn=dsn, pg_schema=schema)
+    """One side's backend. A JSONL target without ``--compression`` keeps the encoding its store holds: a
+    resumed copy (or a copy into a raw store) must not be refused for the encoding it was not told."""
+    kind = parse_backend(backend)
+    if kind is BackendKind.jsonl and compression is None and not read_only:
+        from ..persistence.jsonl.backend import JsonlBackend
+
+        return JsonlBackend(str(StoreOptions(store=store).root.absolute()), compression="auto")
+    chosen = compression or Compression.zstd
+    return open_backend(store, kind, chosen, read_only=read_only, dsn=dsn, pg_schema=schema)
 
 
 def _line(session: CopiedSession) -> str:
