@@ -113,3 +113,16 @@ def test_copy__a_jsonl_store_moves_to_postgres_and_back(tmp_path: Path, pg_dsn: 
     assert {s["id"]: (s["status"], s["digest"]) for s in first["sessions"]} == {
         session_id: ("skipped", digest) for session_id, digest in digests.items()
     }
+
+
+def test_copy__store_backend_and_dsn_default_both_sides(tmp_path: Path) -> None:
+    _store(tmp_path / "a")
+
+    code, out, err = _run("copy", "--store", str(tmp_path / "a"), "--to-backend", "sqlite", "--json")
+
+    assert code == 0, err
+    assert orjson.loads(out)["copied"] == 2
+    assert (tmp_path / "a" / "sessions.sqlite3").is_file()  # the SQLite store beside the JSONL one
+    for backend in ("jsonl", "sqlite"):
+        listing = orjson.loads(_run("ls", "--store", str(tmp_path / "a"), "--backend", backend, "--json")[1])
+        assert sorted(row["id"] for row in listing["sessions"]) == ["child", "parent"]

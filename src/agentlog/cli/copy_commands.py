@@ -28,7 +28,7 @@ def _role(side: str) -> str:
 def _store_option(side: str) -> object:
     return typer.Option(
         f"--{side}-store",
-        help=f"Store root of the {_role(side)} (default: $AGENTLOG_STORE or ./.agentlog).",
+        help=f"Store root of the {_role(side)} (default: --store).",
         show_default=False,
         readable=False,
     )
@@ -47,7 +47,7 @@ def _backend_option(side: str) -> object:
 def _dsn_option(side: str) -> object:
     return typer.Option(
         f"--{side}-dsn",
-        help=f"PostgreSQL connection string of the {_role(side)} (default: $AGENTLOG_DSN).",
+        help=f"PostgreSQL connection string of the {_role(side)} (default: --dsn).",
         show_default=False,
     )
 
@@ -75,6 +75,16 @@ def copy_command(
     to_backend: Annotated[str | None, _backend_option("to")] = None,
     to_dsn: Annotated[str | None, _dsn_option("to")] = None,
     to_pg_schema: Annotated[str | None, _schema_option("to")] = None,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            "--store",
+            help="Store root of both sides, unless --from-store / --to-store says otherwise (default: "
+            "$AGENTLOG_STORE or ./.agentlog).",
+            show_default=False,
+            readable=False,
+        ),
+    ] = None,
     backend: Annotated[
         str,
         typer.Option(
@@ -84,6 +94,15 @@ def copy_command(
             metavar="<jsonl|sqlite|postgres>",
         ),
     ] = BackendKind.jsonl,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--dsn",
+            help="PostgreSQL connection string of both sides, unless --from-dsn / --to-dsn says otherwise "
+            "(default: $AGENTLOG_DSN).",
+            show_default=False,
+        ),
+    ] = None,
     compression: Annotated[
         Compression | None,
         typer.Option(
@@ -102,17 +121,25 @@ def copy_command(
     with the same digest is skipped. A session the target holds with other content is refused
     (COPY_CONFLICT) and the others are copied; exit status 1 when any session failed.
 
+    Each side is named by its own options (--from-store, --from-backend, --from-dsn, --from-pg-schema and
+    the same with --to-); --store, --backend and --dsn give both sides' default, so "--store DIR
+    --to-backend sqlite" copies a JSONL store into a SQLite file in the same directory.
+
     The source is only read (never repaired). A torn tail (a JSONL write cut short) is left out, and a
     session a writer appends to during the copy has the durable prefix that was read copied; both are
     reported. Progress is shown on stderr (not with --json, which prints one document with copied,
     skipped, failed and every session's status, event count and digest).
     """
     try:
-        source = _open(from_store, from_backend or backend, None, from_dsn, from_pg_schema, read_only=True)
+        source = _open(
+            from_store or store, from_backend or backend, None, from_dsn or dsn, from_pg_schema, read_only=True
+        )
     except AgentlogError as err:
         render_error(err, as_json)
     try:
-        target = _open(to_store, to_backend or backend, compression, to_dsn, to_pg_schema, read_only=False)
+        target = _open(
+            to_store or store, to_backend or backend, compression, to_dsn or dsn, to_pg_schema, read_only=False
+        )
     except AgentlogError as err:
         source.close()
         render_error(err, as_json)
