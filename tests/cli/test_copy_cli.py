@@ -126,3 +126,18 @@ def test_copy__store_backend_and_dsn_default_both_sides(tmp_path: Path) -> None:
     for backend in ("jsonl", "sqlite"):
         listing = orjson.loads(_run("ls", "--store", str(tmp_path / "a"), "--backend", backend, "--json")[1])
         assert sorted(row["id"] for row in listing["sessions"]) == ["child", "parent"]
+
+
+def test_copy__compression_chooses_a_jsonl_targets_encoding_and_its_absence_keeps_the_stores(tmp_path: Path) -> None:
+    _store(tmp_path / "a")
+    source = ["--from-store", str(tmp_path / "a")]
+
+    assert _run("copy", "parent", *source, "--to-store", str(tmp_path / "raw"), "--compression", "none")[0] == 0
+    assert _run("copy", "parent", *source, "--to-store", str(tmp_path / "new"))[0] == 0
+    assert _run("copy", "child", *source, "--to-store", str(tmp_path / "raw"))[0] == 0  # a raw store stays raw
+
+    def names(root: str) -> list[str]:
+        return sorted(path.name for path in (tmp_path / root).rglob("session.*"))
+
+    assert names("raw") == ["session.jsonl", "session.jsonl"]
+    assert names("new") == ["session.jsonl.zstd"]

@@ -17,7 +17,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..errors import AgentlogError
 from ..persistence.backend import Backend
 from ..persistence.copy import CopiedSession, copy_sessions
-from .options import BackendKind, Compression, JsonOption, StoreOptions, open_backend, parse_backend
+from .options import (
+    DEFAULT_OPTIONS,
+    BackendKind,
+    Compression,
+    StoreOptions,
+    open_backend,
+    parse_backend,
+    shared_options,
+)
 from .render import _emit_json, render_error
 
 
@@ -60,13 +68,16 @@ def _schema_option(side: str) -> object:
     )
 
 
+@shared_options("store", "backend", "compression", "dsn", "as_json")
 def copy_command(
+    ctx: typer.Context,
     ids: Annotated[
         list[str] | None,
         typer.Argument(
             help="Sessions to copy (default: every session of the source).", metavar="[ID]...", show_default=False
         ),
     ] = None,
+    opts: StoreOptions = DEFAULT_OPTIONS,
     from_store: Annotated[Path | None, _store_option("from")] = None,
     from_backend: Annotated[str | None, _backend_option("from")] = None,
     from_dsn: Annotated[str | None, _dsn_option("from")] = None,
@@ -75,43 +86,6 @@ def copy_command(
     to_backend: Annotated[str | None, _backend_option("to")] = None,
     to_dsn: Annotated[str | None, _dsn_option("to")] = None,
     to_pg_schema: Annotated[str | None, _schema_option("to")] = None,
-    store: Annotated[
-        Path | None,
-        typer.Option(
-            "--store",
-            help="Store root of both sides, unless --from-store / --to-store says otherwise (default: "
-            "$AGENTLOG_STORE or ./.agentlog).",
-            show_default=False,
-            readable=False,
-        ),
-    ] = None,
-    backend: Annotated[
-        str,
-        typer.Option(
-            "--backend",
-            help="Backend of both sides, unless --from-backend / --to-backend says otherwise.",
-            parser=parse_backend,
-            metavar="<jsonl|sqlite|postgres>",
-        ),
-    ] = BackendKind.jsonl,
-    dsn: Annotated[
-        str | None,
-        typer.Option(
-            "--dsn",
-            help="PostgreSQL connection string of both sides, unless --from-dsn / --to-dsn says otherwise "
-            "(default: $AGENTLOG_DSN).",
-            show_default=False,
-        ),
-    ] = None,
-    compression: Annotated[
-        Compression | None,
-        typer.Option(
-            "--compression",
-            help="JSONL encoding of the sessions written to the target (default: the one the target holds, else zstd).",
-            show_default=False,
-        ),
-    ] = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Copy sessions between two stores, of any backends (JSONL raw or zstd, SQLite, PostgreSQL).
 
@@ -123,22 +97,37 @@ def copy_command(
 
     Each side is named by its own options (--from-store, --from-backend, --from-dsn, --from-pg-schema and
     the same with --to-); --store, --backend and --dsn give both sides' default, so "--store DIR
-    --to-backend sqlite" copies a JSONL store into a SQLite file in the same directory.
+    --to-backend sqlite" copies a JSONL store into a SQLite file in the same directory. --compression is
+    the encoding of the sessions a JSONL target receives; without it, the one its store already holds.
 
     The source is only read (never repaired). A torn tail (a JSONL write cut short) is left out, and a
     session a writer appends to during the copy has the durable prefix that was read copied; both are
     reported. Progress is shown on stderr (not with --json, which prints one document with copied,
     skipped, failed and every session's status, event count and digest).
     """
+    as_json = opts.as_json
+    # Without --compression, a JSONL target keeps its store's encoding (the shared option's default is zstd).
+    given = getattr(ctx.get_parameter_source("compression"), "name", "DEFAULT") != "DEFAULT"
+    compression = opts.compression if given else None
     try:
         source = _open(
-            from_store or store, from_backend or backend, None, from_dsn or dsn, from_pg_schema, read_only=True
+            from_store or opts.store,
+            from_backend or opts.backend,
+            None,
+            from_dsn or opts.dsn,
+            from_pg_schema,
+            read_only=True,
         )
     except AgentlogError as err:
         render_error(err, as_json)
     try:
         target = _open(
-            to_store or store, to_backend or backend, compression, to_dsn or dsn, to_pg_schema, read_only=False
+            to_store or opts.store,
+            to_backend or opts.backend,
+            compression,
+            to_dsn or opts.dsn,
+            to_pg_schema,
+            read_only=False,
         )
     except AgentlogError as err:
         source.close()
