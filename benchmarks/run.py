@@ -11,6 +11,7 @@ Subcommands:
     projections: M10 ls from the projection cache, M11 cold snapshot, M12 append with the five units
     search   --sessions 1000: M13 index build, M14 reconciliation after one turn, M15/M16 query p50/p95
     import   --mb 200: M17 import throughput of a Claude Code style transcript (MB/s) and its peak RSS
+    copy     --sessions 1000 --turns 20: copy throughput JSONL (zstd) → SQLite and SQLite → PostgreSQL
     inspector --turns 20000 --sessions 1000: M18 first paint, M19 slider, serving RSS, M20 sessions page, export --html
     cli-start --sessions 50: CPU (user + sys) of ``agentlog --version`` and ``agentlog ls`` in fresh processes
     pg-writers --processes 1,4,8: PostgreSQL, aggregate events/s of N concurrent writer processes
@@ -258,6 +259,7 @@ def positive_int(text: str) -> int:
 
 try:
     from cli_start import add_cli_start_parser
+    from copy_bench import add_copy_parser
     from import_bench import add_import_parser
     from inspector import add_inspector_parser
     from persist import add_list_parser, add_persist_parser
@@ -266,6 +268,7 @@ try:
     from search import add_search_parser
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.cli_start import add_cli_start_parser
+    from benchmarks.copy_bench import add_copy_parser
     from benchmarks.import_bench import add_import_parser
     from benchmarks.inspector import add_inspector_parser
     from benchmarks.persist import add_list_parser, add_persist_parser
@@ -379,6 +382,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_projections_parser,
     add_search_parser,
     add_import_parser,
+    add_copy_parser,
     add_pg_writers_parser,
     add_cli_start_parser,
     add_inspector_parser,

@@ -139,6 +139,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
     from .llm.types import Provider
     from .persistence.backend import Backend
     from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot, StoredView
+    from .persistence.copy import CopiedSession, CopyReport, copy_sessions, events_digest
     from .persistence.jsonl import JsonlBackend
     from .persistence.memory import MemoryBackend
     from .persistence.sqlite import SqliteBackend
@@ -282,6 +283,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SessionSnapshot",
         "StoredView",
     ),
+    ".persistence.copy": ("CopiedSession", "CopyReport", "copy_sessions", "events_digest"),
     ".persistence.jsonl": ("JsonlBackend",),
     ".persistence.memory": ("MemoryBackend",),
     ".persistence.sqlite": ("SqliteBackend",),
@@ -354,6 +356,8 @@ __all__ = [
     "CompactionInvariants",
     "CompactionResult",
     "ContentBlock",
+    "CopiedSession",
+    "CopyReport",
     "CoreEventType",
     "Event",
     "EventDataError",
@@ -434,8 +438,10 @@ __all__ = [
     "assistant_message",
     "call_config_equals",
     "canonical_header",
+    "copy_sessions",
     "derive_event_message",
     "event_types",
+    "events_digest",
     "fallback_session_title",
     "fold_request_header",
     "fold_surface",

@@ -66,6 +66,8 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── SessionConflictError [SESSION_CONFLICT]
     │   ├── DatabaseUnavailableError [DATABASE_UNAVAILABLE]
     │   ├── DatabaseSchemaError [DATABASE_SCHEMA]
+    │   ├── CopyConflictError [COPY_CONFLICT]
+    │   ├── CopyVerificationError [COPY_VERIFY_FAILED]
     │   ├── StorageAccessError [STORAGE_IO; codes: STORAGE_PERMISSION_DENIED, STORAGE_FULL,
     │   │                       STORAGE_READ_ONLY, STORAGE_NOT_A_FILE, STORAGE_NOT_A_DIRECTORY, STORAGE_IO]
     │   ├── ResourceExhaustedError (MemoryError) [RESOURCE_EXHAUSTED]
@@ -1137,3 +1139,19 @@ class DatabaseSchemaError(PersistenceError):
     """The database holds tables agentlog did not create, or a newer agentlog schema: it is refused untouched."""
 
     code = "DATABASE_SCHEMA"
+
+
+class CopyConflictError(PersistenceError):
+    """``agentlog copy``: the target already holds the session id with other content (other events or
+    another header). The target's session is left untouched; copy it under another store, or remove the
+    target's session first if the source's is the one to keep."""
+
+    code = "COPY_CONFLICT"
+
+
+class CopyVerificationError(PersistenceError):
+    """``agentlog copy``: the session published on the target does not read back with the source's digest
+    (a backend lost or changed an event). The copy is reported failed; the target's session must not be
+    trusted."""
+
+    code = "COPY_VERIFY_FAILED"

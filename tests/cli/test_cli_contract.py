@@ -49,6 +49,7 @@ OTHER_COMMANDS = {
     "reindex": "tests/cli/test_projection_cli.py (reindex --projections --json)",
     "search": "tests/cli/test_query_cli.py (search --json; it creates the store's search index)",
     "import": "tests/cli/test_import_cli.py (import --json)",
+    "copy": "tests/cli/test_copy_cli.py (copy --json)",
     "serve": "tests/inspector/test_cli_serve.py (serve --json prints its address; it serves until stopped)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""

@@ -11,7 +11,7 @@ This module is the command table: it registers each command on the Typer app (:m
 order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
 ``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``),
 :mod:`.projection_commands` (``stats``, ``title``, ``reindex``), :mod:`.query_commands` (``search``,
-``trace``), :mod:`.interop_commands` (``import``), :mod:`.tail_commands` (``tail``),
+``trace``), :mod:`.interop_commands` (``import``), :mod:`.copy_commands` (``copy``), :mod:`.tail_commands` (``tail``),
 :mod:`.serve_commands` (``serve``, the inspector) and :mod:`.demo_commands`;
 they take the shared options from :mod:`.options` and print through :mod:`.render`. A command's module
 is imported only when that command runs (:func:`._app.lazy_command`): every command pays for what it
@@ -51,6 +51,7 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("ls", ".read_commands", "ls_command"),
     ("export", ".read_commands", "export_command"),
     ("import", ".interop_commands", "import_command"),
+    ("copy", ".copy_commands", "copy_command"),
     ("verify", ".read_commands", "verify_command"),
     ("run", ".agent_commands", "run_command"),
     ("resume", ".agent_commands", "resume_command"),

@@ -109,6 +109,20 @@ class StoredView:
         return self.stored_events - 1
 
 
+@dataclass(frozen=True)
+class DurableRead:
+    """A stored session exactly as its durable log holds it (:meth:`PersistenceCoordinator.read_stored`).
+
+    ``events`` are the durable events (a torn tail excluded, an interrupted turn left open), ``revision``
+    the stored revision they were read at, ``torn`` whether a torn tail followed them.
+    """
+
+    meta: FrozenDict
+    events: builtins.list[FrozenDict]
+    revision: str
+    torn: bool
+
+
 # --- state ------------------------------------------------------------------------------------------
 
 
@@ -617,6 +631,25 @@ class PersistenceCoordinator:
                 meta, events = sought
             suffix = [snapshot_json(event) for event in events]
             return SessionSnapshot(snapshot_json(meta), EventsView(suffix, len(suffix)))
+
+    def read_stored(self, session_id: str) -> DurableRead:
+        """The whole durable log as stored, with the facts a copy reports: no repair, no closers, no write.
+
+        What :meth:`read_from` gives from seq 0, plus the revision it was read at (so a caller can tell
+        that a writer moved it since) and whether a torn tail follows the durable events (left out).
+        """
+        self._check_id(session_id)
+        with self._serialized(session_id), gc_paused():
+            stored = self.backend.load_stored(session_id)
+            if stored is None:
+                raise SessionNotFoundError(f'session "{session_id}" not found')
+            events = self._interpret(session_id, stored, adopt=_adopt_stored)
+            return DurableRead(
+                meta=snapshot_json(stored.meta),
+                events=[snapshot_json(event) for event in events],
+                revision=stored.revision,
+                torn=stored.torn_marker is not None,
+            )
 
     def tail(
         self,
