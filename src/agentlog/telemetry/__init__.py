@@ -1,0 +1,1 @@
+"""Telemetry: the spec's sink contract and OpenTelemetry GenAI spans (:mod:`.otel`, extra ``otel``)."""

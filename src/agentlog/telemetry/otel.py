@@ -1,0 +1,416 @@
+"""OpenTelemetry GenAI spans of agentlog sessions, live from a store and offline from stored logs (extra ``otel``).
+
+Both paths feed the same pure mapping (:class:`~agentlog.telemetry.spans.SpanMapper`) and hand its span
+descriptions to one tracer, so a session's spans have the same ids however they were produced:
+
+- live, :func:`attach_otel` subscribes to a :class:`~agentlog.SessionStore` (``on_event``): a span ends
+  when its closing event is committed, with the log's timestamps as start and end. The spans go to the
+  tracer provider's processors (typically a ``BatchSpanProcessor`` with an OTLP exporter), whose worker
+  exports them off the append path; a receiver that is down costs the agent nothing but dropped spans;
+- offline, :func:`export_otlp` replays a stored session (and the subagent sessions it delegated to) and
+  sends the spans to an OTLP/HTTP endpoint, failing with :class:`~agentlog.errors.OtelError` when the
+  receiver refuses them (``agentlog export ID --to otlp [--endpoint URL]``).
+
+With no SDK tracer provider (neither given nor set globally) the listener returns at once: the API's
+default provider records nothing, so nothing is mapped.
+
+The ids are the log's, not random: the tracer's id generator is replaced by one that hands out the ids
+the mapping derived from ``(session id, seq)`` for the span being started, and falls back to the
+generator it replaced for any other span started through the same tracer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._version import __version__
+from ..errors import AgentlogError, OtelError, SessionNotFoundError
+from .spans import SPAN_EVENT_TYPES, CaptureMode, SpanDescription, SpanMapper, capture_mode_from_env
+
+try:
+    from opentelemetry import context as context_api
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+except ImportError as err:  # pragma: no cover - the extra is part of the test environment
+    raise OtelError(
+        f"OpenTelemetry spans need the otel extra ({err}): pip install 'agentlog[otel]'", code="OTEL_NOT_INSTALLED"
+    ) from None
+
+if TYPE_CHECKING:
+    from ..kernel.session import Session
+    from ..kernel.store import SessionStore
+    from ..persistence.backend import Backend
+
+__all__ = ["OtelExporter", "OtlpExportSummary", "attach_otel", "export_otlp", "export_spans"]
+
+logger = logging.getLogger("agentlog.telemetry")
+
+INSTRUMENTATION_SCOPE = "agentlog"
+EXPORT_BATCH = 512
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class _LogIds(IdGenerator):
+    """Hands out the ids of the span being started from the log (per thread), else the fallback's."""
+
+    def __init__(self, fallback: IdGenerator) -> None:
+        self.fallback = fallback
+        self.local = threading.local()
+
+    def generate_span_id(self) -> int:
+        span_id: int | None = getattr(self.local, "span_id", None)
+        if span_id is None:
+            return self.fallback.generate_span_id()
+        self.local.span_id = None
+        return span_id
+
+    def generate_trace_id(self) -> int:
+        trace_id: int | None = getattr(self.local, "trace_id", None)
+        if trace_id is None:
+            return self.fallback.generate_trace_id()
+        self.local.trace_id = None
+        return trace_id
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+def _tracer_of(provider: TracerProvider) -> tuple[Any, _LogIds]:
+    tracer: Any = provider.get_tracer(INSTRUMENTATION_SCOPE, __version__)
+    ids = tracer.id_generator
+    if not isinstance(ids, _LogIds):
+        ids = _LogIds(ids)
+        tracer.id_generator = ids
+    return tracer, ids
+
+
+class OtelExporter:
+    """Maps sessions' events to spans and starts and ends them on a tracer provider.
+
+    ``tracer_provider``: an SDK ``TracerProvider`` (default: the global one; without an SDK provider the
+    exporter is disabled and costs one check per event). ``capture``: the content mode (default: the
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` variable; off unless it names a mode).
+    ``redact``: applied to every content string before it leaves (the HTML export's hook fits).
+    """
+
+    def __init__(
+        self,
+        tracer_provider: Any = None,
+        *,
+        capture: CaptureMode | None = None,
+        redact: Callable[[str], str] | None = None,
+        agent_name: str = "agentlog",
+    ) -> None:
+        provider = tracer_provider if tracer_provider is not None else trace_api.get_tracer_provider()
+        self.enabled = isinstance(provider, TracerProvider)
+        self.tracer_provider = provider
+        self.capture: CaptureMode = capture if capture is not None else capture_mode_from_env(os.environ)
+        self._views: dict[str, Callable[[int], Iterable[Any]]] = {}
+        self.mapper = SpanMapper(
+            capture=self.capture, redact=redact, agent_name=agent_name, messages_at=self._messages_at
+        )
+        self._lock = threading.Lock()
+        self._unsubscribe: list[Callable[[], None]] = []
+        if self.enabled:
+            self._tracer, self._ids = _tracer_of(provider)
+        self.spans_started = 0
+
+    # -- feeding ------------------------------------------------------------------------------------------
+    def add_session(
+        self,
+        session_id: str,
+        header: Mapping[str, Any],
+        first_live_seq: int = 0,
+        messages_at: Callable[[int], Iterable[Any]] | None = None,
+    ) -> None:
+        """Announce a session before its events; ``messages_at(seq)`` gives the messages sent at ``seq``."""
+        with self._lock:
+            self.mapper.add_session(session_id, header, first_live_seq)
+            if messages_at is not None:
+                self._views[session_id] = messages_at
+
+    def feed(self, session_id: str, event: Mapping[str, Any]) -> None:
+        """One committed event of an announced session: ends (and exports) the spans it closes."""
+        with self._lock:
+            self._start_and_end(self.mapper.feed(session_id, event))
+
+    def drain(self) -> None:
+        """End the subagent turns still waiting for their parent's result, each as a trace of its own."""
+        with self._lock:
+            self._start_and_end(self.mapper.drain())
+
+    def _messages_at(self, session_id: str, seq: int) -> Iterable[Any]:
+        view = self._views.get(session_id)
+        return view(seq) if view is not None else ()
+
+    def _start_and_end(self, spans: Sequence[SpanDescription]) -> None:
+        if not spans or not self.enabled:
+            return
+        tracer = self._tracer
+        local = self._ids.local
+        empty = context_api.Context()
+        for description in spans:
+            local.span_id = description.span_id
+            if description.parent_span_id is None:
+                local.trace_id = description.trace_id
+                context = empty
+            else:
+                parent = SpanContext(description.trace_id, description.parent_span_id, False, _SAMPLED)
+                context = trace_api.set_span_in_context(NonRecordingSpan(parent), empty)
+            span = tracer.start_span(
+                description.name,
+                context=context,
+                kind=SpanKind.CLIENT if description.kind == "client" else SpanKind.INTERNAL,
+                attributes=description.start_attributes,
+                start_time=description.start_ns,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+            local.span_id = None
+            local.trace_id = None
+            if description.attributes:
+                span.set_attributes(description.attributes)
+            for event in description.events:
+                span.add_event(event.name, event.attributes, event.time_ns)
+            if description.error_type is not None:
+                span.set_status(Status(StatusCode.ERROR))  # no description: it could carry content
+            span.end(end_time=description.end_ns)
+            self.spans_started += 1
+
+    # -- live ---------------------------------------------------------------------------------------------
+    def attach(self, store: SessionStore) -> OtelExporter:
+        """Follow ``store``: every committed event of its sessions from now on (and subagent children)."""
+        if self.enabled:
+            self._unsubscribe.append(store.on_event(self._on_event))
+            self._unsubscribe.append(store.on_disposed(self._on_disposed))
+        else:
+            self._unsubscribe.append(store.on_event(_disabled))
+        return self
+
+    def _on_event(self, session: Session, event: Any) -> None:
+        if event["type"] not in SPAN_EVENT_TYPES:
+            return
+        session_id = session.id
+        with self._lock:
+            if not self.mapper.has_session(session_id):
+                self._announce(session)
+            self._start_and_end(self.mapper.feed(session_id, event))
+
+    def _announce(self, session: Session) -> None:
+        """First sight of a live session: its header, and its route so far (a resumed or seeded log)."""
+        mapper = self.mapper
+        first_live = session.first_live_seq
+        mapper.add_session(session.id, session.header, first_live)
+        if self.capture != "off":
+            self._views[session.id] = lambda seq: session.at(seq).derive_messages()
+        latest = session.seq
+        for event in session.events:
+            if event["seq"] >= latest:
+                break
+            if event["type"] in ("request/header", "request/context"):
+                mapper.feed(session.id, event)
+
+    def _on_disposed(self, session: Session) -> None:
+        with self._lock:
+            self.mapper.forget(session.id)
+            self._views.pop(session.id, None)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Ask the provider's processors to export what they hold (the receiver being down is no error)."""
+        if not self.enabled:
+            return True
+        return bool(self.tracer_provider.force_flush(timeout_millis))
+
+    def close(self, *, flush: bool = True, timeout_millis: int = 5_000) -> None:
+        """Unsubscribe, end the held subagent turns, flush. The provider itself stays the caller's."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe.clear()
+        self.drain()
+        if flush:
+            self.force_flush(timeout_millis)
+
+
+def _disabled(session: Any, event: Any) -> None:
+    return None
+
+
+def attach_otel(
+    store: SessionStore,
+    tracer_provider: Any = None,
+    *,
+    capture: CaptureMode | None = None,
+    redact: Callable[[str], str] | None = None,
+    agent_name: str = "agentlog",
+) -> OtelExporter:
+    """Export ``store``'s sessions as GenAI spans while they are written; ``close()`` the result to stop."""
+    return OtelExporter(tracer_provider, capture=capture, redact=redact, agent_name=agent_name).attach(store)
+
+
+# --- offline -----------------------------------------------------------------------------------------------
+
+
+def _first_live(events: Sequence[Mapping[str, Any]]) -> int:
+    """The seq after a fork seed (its ``session/end-seed``), or 0: the seed is its parent's to export."""
+    for event in events:
+        if event["type"] == "session/end-seed":
+            return int(event["seq"]) + 1
+        if event["type"] in ("turn/start", "user/message"):
+            break
+    return 0
+
+
+def _children(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    found: list[str] = []
+    for event in events:
+        if event["type"] != "tool/result":
+            continue
+        meta = event["data"].get("meta")
+        record = meta.get("subagent") if isinstance(meta, Mapping) else None
+        child = record.get("sessionId") if isinstance(record, Mapping) else None
+        if isinstance(child, str) and child not in found:
+            found.append(child)
+    return found
+
+
+def export_spans(open_view: Callable[[str], Any], session_id: str, exporter: OtelExporter) -> list[str]:
+    """Replay ``session_id`` and its subagent sessions (at any depth) through ``exporter``.
+
+    ``open_view(id)`` returns a stored session's view (``header``, ``events``, ``at(seq)``) or raises
+    :class:`~agentlog.errors.SessionNotFoundError`. The ancestors of a subagent session are replayed too,
+    so its spans join the delegating turn's trace, but only ``session_id`` and its descendants produce
+    spans. Returns the exported session ids, parents before children.
+    """
+    views: dict[str, Any] = {}
+
+    def view_of(sid: str) -> Any | None:
+        if sid not in views:
+            try:
+                views[sid] = open_view(sid)
+            except SessionNotFoundError:
+                views[sid] = None
+        return views[sid]
+
+    target = view_of(session_id)
+    if target is None:
+        raise SessionNotFoundError(f'session "{session_id}" not found')
+    # The chain of ancestors still stored, root first: replayed (mute) so the target joins their trace.
+    chain: list[Any] = []
+    seen = {session_id}
+    header = target.header
+    while header.get("origin") == "subagent" and isinstance(header.get("parentSession"), str):
+        parent_id = header["parentSession"]
+        parent = view_of(parent_id) if parent_id not in seen else None
+        if parent is None:
+            break
+        seen.add(parent_id)
+        chain.insert(0, parent)
+        header = parent.header
+    exported: list[str] = []
+    replayed: set[str] = set()
+    path = {view.id for view in chain} | {session_id}
+
+    def replay(view: Any, emit: bool) -> None:
+        events = list(view.events)
+        sid = view.id
+        replayed.add(sid)
+        if emit:
+            exported.append(sid)
+        at = (lambda seq, v=view: v.at(seq).derive_messages()) if exporter.capture != "off" else None
+        exporter.add_session(sid, view.header, _first_live(events), at)
+        enabled = exporter.enabled
+        exporter.enabled = enabled and emit  # an ancestor is replayed for its delegations, not its spans
+        try:
+            for event in events:
+                if event["type"] in SPAN_EVENT_TYPES:
+                    exporter.feed(sid, event)
+        finally:
+            exporter.enabled = enabled
+        for child in _children(events):
+            if child in replayed or not (emit or child in path):
+                continue
+            child_view = view_of(child)
+            if child_view is not None:
+                replay(child_view, emit or child == session_id)
+
+    replay(chain[0] if chain else target, not chain)
+    if session_id not in replayed:  # no ancestor names it any more: a trace of its own
+        replay(target, True)
+    exporter.drain()
+    return exported
+
+
+@dataclass(frozen=True)
+class OtlpExportSummary:
+    endpoint: str | None
+    sessions: list[str]
+    spans: int
+
+
+class _Collect(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+def export_otlp(
+    backend: Backend,
+    session_id: str,
+    *,
+    endpoint: str | None = None,
+    span_exporter: SpanExporter | None = None,
+    capture: CaptureMode | None = None,
+    redact: Callable[[str], str] | None = None,
+    service_name: str = "agentlog",
+    timeout: float = 10.0,
+) -> OtlpExportSummary:
+    """Send a stored session's spans (and its subagents') to an OTLP/HTTP receiver; raises on refusal.
+
+    ``endpoint``: the traces URL (default: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``, else ``http://localhost:4318/v1/traces``).
+    ``span_exporter`` replaces the OTLP exporter (the SDK's in-memory one in tests).
+    """
+    from ..kernel.store import SessionStore
+    from ..persistence.coordinator import PersistenceCoordinator
+
+    if span_exporter is None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        span_exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+        endpoint = getattr(span_exporter, "_endpoint", endpoint)
+    collect = _Collect()
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(collect)
+    exporter = OtelExporter(provider, capture=capture, redact=redact)
+    reader = PersistenceCoordinator(SessionStore(), backend)
+    try:
+        sessions = export_spans(reader.view, session_id, exporter)
+    finally:
+        reader.close()
+    try:
+        for start in range(0, len(collect.spans), EXPORT_BATCH):
+            result = span_exporter.export(collect.spans[start : start + EXPORT_BATCH])
+            if result is not SpanExportResult.SUCCESS:
+                raise OtelError(
+                    f'the OTLP receiver did not accept the spans of session "{session_id}" '
+                    f"(endpoint {endpoint}): is it running and reachable there?"
+                )
+    except AgentlogError:
+        raise
+    except Exception as err:
+        raise OtelError(f"sending spans to {endpoint} failed: {type(err).__name__}") from None
+    finally:
+        span_exporter.shutdown()
+        provider.shutdown()
+    return OtlpExportSummary(endpoint, sessions, len(collect.spans))
