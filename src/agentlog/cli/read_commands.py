@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from ..errors import (
     AgentlogError,
     InvalidOptionError,
+    OtelError,
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
@@ -247,6 +248,7 @@ class ExportTarget(StrEnum):
     openai_responses = "openai-responses"
     anthropic = "anthropic"
     sharegpt = "sharegpt"
+    otlp = "otlp"
 
 
 def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget) -> None:
@@ -261,27 +263,57 @@ def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget) -> None:
     sys.stdout.flush()
 
 
-def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str]) -> None:
-    """``export --html``: the inspector's self-contained session page (:mod:`agentlog.inspector.export`)."""
+def _redactor(patterns: Sequence[str]) -> Callable[[str], str] | None:
+    """``--redact REGEX...`` as one text hook (``None`` without patterns), shared by --html and --to otlp."""
     import re
 
+    try:
+        compiled = [re.compile(pattern) for pattern in patterns]
+    except re.error as err:
+        raise InvalidOptionError(f"--redact: not a regular expression ({err})") from None
+    if not compiled:
+        return None
+
+    def redact(text: str) -> str:
+        for pattern in compiled:
+            text = pattern.sub("[redacted]", text)
+        return text
+
+    return redact
+
+
+def _export_otlp(session_id: str, opts: StoreOptions, endpoint: str | None, patterns: Sequence[str]) -> None:
+    """``export --to otlp``: the session's GenAI spans (and its subagents') sent to an OTLP/HTTP receiver."""
+    try:
+        redact = _redactor(patterns)
+        try:
+            from ..telemetry.otel import export_otlp
+        except ImportError as err:  # the extra's packages are missing
+            raise OtelError(
+                f"--to otlp needs the otel extra ({err}): pip install 'agentlog[otel]'", code="OTEL_NOT_INSTALLED"
+            ) from None
+        summary = export_otlp(opts.open_backend(read_only=True), session_id, endpoint=endpoint, redact=redact)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        _emit_json({"sessionId": session_id, "endpoint": summary.endpoint, "sessions": summary.sessions, "spans": summary.spans})
+    else:
+        typer.echo(
+            f"sent {summary.spans:,} spans of {len(summary.sessions)} session(s) to {summary.endpoint} "
+            f"(session {session_id})"
+        )
+
+
+def _export_html(session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str]) -> None:
+    """``export --html``: the inspector's self-contained session page (:mod:`agentlog.inspector.export`)."""
     from ..inspector.export import export_html
     from ..inspector.views import Inspector
 
     try:
-        try:
-            compiled = [re.compile(pattern) for pattern in patterns]
-        except re.error as err:
-            raise InvalidOptionError(f"--redact: not a regular expression ({err})") from None
-
-        def redact(text: str) -> str:
-            for pattern in compiled:
-                text = pattern.sub("[redacted]", text)
-            return text
-
+        redact = _redactor(patterns)
         inspector = Inspector(opts.open_backend(read_only=True), search=False)
         try:
-            document = inspector.export_document(session_id, redact=redact if compiled else None)
+            document = inspector.export_document(session_id, redact=redact)
         finally:
             inspector.close()
         target = output if output is not None else Path(f"{encode_segment(session_id)}.html")
@@ -368,7 +400,16 @@ def export_command(
         list[str] | None,
         typer.Option(
             "--redact",
-            help="With --html: replace every match of this regular expression by [redacted] (repeatable).",
+            help="With --html or --to otlp: replace every match of this regular expression by [redacted] (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint",
+            help="With --to otlp: the OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+            "OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318/v1/traces).",
             show_default=False,
         ),
     ] = None,
@@ -382,12 +423,18 @@ def export_command(
     conversation in that format instead (the system prompt and tools from its request header; the
     message list is written item by item); --partial does not combine with --to.
 
+    With --to otlp, the session's OpenTelemetry GenAI spans (and its subagent sessions') are sent to an
+    OTLP/HTTP receiver instead (--endpoint URL; docs/telemetry.md); the same ids every time.
+
     With --partial, a damaged log (SESSION_CORRUPT) is salvaged instead of refused: the document holds the
     header, the stored events before the damage and a "damage" object (code, message, location, offset,
     afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
     """
     if html:
         _export_html(session_id, opts, output, redact or [])
+        return
+    if to is ExportTarget.otlp:
+        _export_otlp(session_id, opts, endpoint, redact or [])
         return
     if to is not None:
         _export_to(session_id, opts, to)
