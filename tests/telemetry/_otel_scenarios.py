@@ -35,7 +35,9 @@ class RoutedProvider:
     def __init__(self, route: Callable[[GenerateRequest], list[StreamChunk]]) -> None:
         self.route = route
 
-    async def stream(self, request: GenerateRequest, *, signal: asyncio.Event | None = None) -> AsyncIterator[StreamChunk]:
+    async def stream(
+        self, request: GenerateRequest, *, signal: asyncio.Event | None = None
+    ) -> AsyncIterator[StreamChunk]:
         for chunk in self.route(request):
             yield copy.deepcopy(chunk)
             await asyncio.sleep(0)

@@ -23,16 +23,16 @@ import pytest
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
-from _otel_scenarios import CANARIES, run_parent_with_child  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
+from _otel_scenarios import CANARIES, run_parent_with_child
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-import agentlog as al  # noqa: E402
-from agentlog.persistence.coordinator import PersistenceCoordinator  # noqa: E402
-from agentlog.persistence.jsonl.backend import JsonlBackend  # noqa: E402
-from agentlog.telemetry.otel import attach_otel, export_otlp  # noqa: E402
-from agentlog.telemetry.spans import span_id_of  # noqa: E402
+import agentlog as al
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.telemetry.otel import attach_otel, export_otlp
+from agentlog.telemetry.spans import span_id_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
@@ -50,7 +50,7 @@ def _free_port() -> int:
 
 
 def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=30) as response:
         return json.loads(response.read())
 
 
@@ -80,7 +80,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if child.poll() is not None:
                 pytest.fail(f"phoenix serve exited ({child.returncode}):\n{(work / 'phoenix.log').read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"{base}/healthz", timeout=5):  # noqa: S310
+                with urllib.request.urlopen(f"{base}/healthz", timeout=5):
                     break
             except OSError:
                 if time.monotonic() > deadline:
@@ -142,7 +142,9 @@ def test_live_spans_arrive_in_phoenix_with_their_attributes_and_parent_links(pho
     parent, child = run_parent_with_child(store, parent_id="live-parent")
     exporter.close()
     provider.shutdown()
-    spans = [s for s in _spans(phoenix, "default", 8) if s["attributes"].get("agentlog.session.id") in (parent.id, child.id)]
+    spans = [
+        s for s in _spans(phoenix, "default", 8) if s["attributes"].get("agentlog.session.id") in (parent.id, child.id)
+    ]
     _check_family(spans, parent, child)
 
 
@@ -154,7 +156,9 @@ def test_a_stored_session_exported_twice_arrives_once_per_span_id(phoenix: str, 
     for _ in range(2):
         summary = export_otlp(JsonlBackend(str(tmp_path / "store")), parent.id, endpoint=f"{phoenix}/v1/traces")
         assert summary.spans == 8
-    mine = [s for s in _spans(phoenix, "default", 16) if s["attributes"].get("agentlog.session.id") in (parent.id, child.id)]
+    mine = [
+        s for s in _spans(phoenix, "default", 16) if s["attributes"].get("agentlog.session.id") in (parent.id, child.id)
+    ]
     assert len({s["context"]["span_id"] for s in mine}) == 8  # the same ids both times
     latest = {s["context"]["span_id"]: s for s in mine}
     _check_family(list(latest.values()), parent, child)

@@ -11,20 +11,20 @@ import pytest
 
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
-import orjson  # noqa: E402
-from _otel_scenarios import CANARIES, run_parent_with_child  # noqa: E402
-from _otlp_receiver import OtlpReceiver  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+import orjson
+from _otel_scenarios import CANARIES, run_parent_with_child
+from _otlp_receiver import OtlpReceiver
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from typer.testing import CliRunner
 
-import agentlog as al  # noqa: E402
-from agentlog.cli.commands import app  # noqa: E402
-from agentlog.persistence.coordinator import PersistenceCoordinator  # noqa: E402
-from agentlog.persistence.jsonl.backend import JsonlBackend  # noqa: E402
-from agentlog.telemetry.otel import attach_otel  # noqa: E402
-from agentlog.telemetry.spans import span_id_of  # noqa: E402
+import agentlog as al
+from agentlog.cli.commands import app
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.telemetry.otel import attach_otel
+from agentlog.telemetry.spans import span_id_of
 
 runner = CliRunner()
 
@@ -49,7 +49,16 @@ def _closed_port() -> int:
 def test_export_to_otlp_sends_the_family_over_http_and_twice_gives_the_same_ids(tmp_path: Path) -> None:
     parent, child = _stored(tmp_path)
     with OtlpReceiver() as receiver:
-        args = ["export", parent.id, "--to", "otlp", "--endpoint", receiver.endpoint, "--store", str(tmp_path / "store")]
+        args = [
+            "export",
+            parent.id,
+            "--to",
+            "otlp",
+            "--endpoint",
+            receiver.endpoint,
+            "--store",
+            str(tmp_path / "store"),
+        ]
         first = runner.invoke(app, [*args, "--json"])
         assert first.exit_code == 0, first.output
         assert orjson.loads(first.stdout) == {
@@ -64,18 +73,35 @@ def test_export_to_otlp_sends_the_family_over_http_and_twice_gives_the_same_ids(
         spans = receiver.spans()
     assert len(spans) == 16 and {(s.trace_id, s.span_id, s.parent_span_id) for s in spans} == once
     names = {s.name for s in spans}
-    assert names == {"invoke_agent agentlog", "invoke_agent subagent", "chat deepseek-chat", "execute_tool lookup", "execute_tool delegate"}
+    assert names == {
+        "invoke_agent agentlog",
+        "invoke_agent subagent",
+        "chat deepseek-chat",
+        "execute_tool lookup",
+        "execute_tool delegate",
+    }
     turn = next(s for s in spans if s.name == "invoke_agent agentlog")
     assert int.from_bytes(turn.span_id, "big") == span_id_of(parent.id, 1)
     wire = b"".join(receiver.raw)
     assert not [c for c in CANARIES if c.encode() in wire]
 
 
-def test_export_to_otlp_redacts_with_the_same_option_as_the_html_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_to_otlp_redacts_with_the_same_option_as_the_html_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     parent, _child = _stored(tmp_path)
     with OtlpReceiver() as receiver:
-        args = ["export", parent.id, "--to", "otlp", "--endpoint", receiver.endpoint, "--store", str(tmp_path / "store")]
+        args = [
+            "export",
+            parent.id,
+            "--to",
+            "otlp",
+            "--endpoint",
+            receiver.endpoint,
+            "--store",
+            str(tmp_path / "store"),
+        ]
         done = runner.invoke(app, [*args, "--redact", "CANARY-[A-Z]+-[0-9a-f]+"])
         assert done.exit_code == 0, done.output
     wire = b"".join(receiver.raw)
@@ -100,7 +126,7 @@ def test_live_batch_export_reaches_the_receiver() -> None:
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint)))
         store = al.SessionStore()
         exporter = attach_otel(store, provider)
-        parent, child = run_parent_with_child(store)
+        run_parent_with_child(store)
         exporter.close()
         provider.shutdown()
         spans = receiver.spans()
@@ -112,7 +138,7 @@ def test_a_receiver_that_is_down_does_not_affect_the_agent(tmp_path: Path) -> No
     provider = TracerProvider()
     endpoint = f"http://127.0.0.1:{_closed_port()}/v1/traces"
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=1)))
-    parent, child = _stored(tmp_path, provider)  # the run asserts its turn completed
+    parent, _child = _stored(tmp_path, provider)  # the run asserts its turn completed
     provider.shutdown()
     reread = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(tmp_path / "store")))
     try:

@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("opentelemetry.semconv")
 
-from _otel_scenarios import run_parent_with_child  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from _otel_scenarios import run_parent_with_child
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import agentlog as al  # noqa: E402
-from agentlog.telemetry.otel import attach_otel  # noqa: E402
+import agentlog as al
+from agentlog.telemetry.otel import attach_otel
 
 EXTENSIONS = {"gen_ai.input.messages.ref"}
 RELOCATED = "Moved to the [OpenTelemetry GenAI semantic conventions repository]"
@@ -33,7 +33,11 @@ def _documented(module_name: str) -> dict[str, str]:
     names: dict[str, str] = {}
     body = tree.body
     for index, node in enumerate(body):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             doc = ""
             following = body[index + 1] if index + 1 < len(body) else None
             if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from _otel_scenarios import (  # noqa: E402
+from _otel_scenarios import (
     CANARIES,
     CANARY_ANSWER,
     CANARY_ARGS,
@@ -23,19 +23,19 @@ from _otel_scenarios import (  # noqa: E402
     CANARY_SYSTEM,
     run_parent_with_child,
 )
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult  # noqa: E402
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
-import agentlog as al  # noqa: E402
-from agentlog.agent.loop import Agent, AgentOptions  # noqa: E402
-from agentlog.llm.types import GenerateRequest, StreamChunk, failure_chunk  # noqa: E402
-from agentlog.persistence.coordinator import PersistenceCoordinator  # noqa: E402
-from agentlog.persistence.jsonl.backend import JsonlBackend  # noqa: E402
-from agentlog.telemetry.otel import attach_otel, export_otlp  # noqa: E402
-from agentlog.telemetry.spans import span_id_of, trace_id_of  # noqa: E402
+import agentlog as al
+from agentlog.agent.loop import Agent, AgentOptions
+from agentlog.llm.types import GenerateRequest, StreamChunk, failure_chunk
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.telemetry.otel import attach_otel, export_otlp
+from agentlog.telemetry.spans import span_id_of, trace_id_of
 
 
 class RecordingSampler(Sampler):
@@ -60,7 +60,9 @@ def provider_with_memory(sampler: Sampler | None = None) -> tuple[TracerProvider
     return provider, memory
 
 
-def live_spans(store: al.SessionStore, **options: Any) -> tuple[list[ReadableSpan], al.Session, al.Session, RecordingSampler]:
+def live_spans(
+    store: al.SessionStore, **options: Any
+) -> tuple[list[ReadableSpan], al.Session, al.Session, RecordingSampler]:
     sampler = RecordingSampler()
     provider, memory = provider_with_memory(sampler)
     exporter = attach_otel(store, provider, **options)
@@ -90,7 +92,12 @@ def test_a_turn_is_an_invoke_agent_span_over_its_chat_and_execute_tool_spans_wit
     names = by_name(parent_spans)
     (turn,) = names["invoke_agent agentlog"]
     assert len(names["chat deepseek-chat"]) == 3
-    assert sorted(names) == ["chat deepseek-chat", "execute_tool delegate", "execute_tool lookup", "invoke_agent agentlog"]
+    assert sorted(names) == [
+        "chat deepseek-chat",
+        "execute_tool delegate",
+        "execute_tool lookup",
+        "invoke_agent agentlog",
+    ]
     events = parent.events
     start = next(e for e in events if e["type"] == "turn/start")
     end = next(e for e in events if e["type"] == "turn/end")
@@ -110,7 +117,10 @@ def test_a_turn_is_an_invoke_agent_span_over_its_chat_and_execute_tool_spans_wit
     (lookup,) = names["execute_tool lookup"]
     assert events[lookup.attributes["agentlog.seq.start"]]["type"] == "tool/call"
     assert events[lookup.attributes["agentlog.seq.end"]]["type"] == "tool/result"
-    assert {k: lookup.attributes[k] for k in ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type")} == {
+    assert {
+        k: lookup.attributes[k]
+        for k in ("gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type")
+    } == {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "lookup",
         "gen_ai.tool.call.id": "c1",
@@ -127,7 +137,10 @@ def test_a_turn_is_an_invoke_agent_span_over_its_chat_and_execute_tool_spans_wit
     assert first_chat.attributes["gen_ai.response.id"] == message["data"]["message"]["id"]
     first_chunk = next(e for e in events if e["type"] == "assistant/chunk")
     step_start = events[first_chat.attributes["agentlog.seq.start"]]
-    assert first_chat.attributes["gen_ai.response.time_to_first_chunk"] == (first_chunk["time"] - step_start["time"]) / 1000
+    assert (
+        first_chat.attributes["gen_ai.response.time_to_first_chunk"]
+        == (first_chunk["time"] - step_start["time"]) / 1000
+    )
 
 
 def test_conversation_id_and_the_log_pointers_are_set_when_each_span_starts() -> None:
@@ -236,10 +249,14 @@ def test_span_only_puts_content_in_the_genai_message_schemas_on_the_spans(monkey
     ]
     (output,) = json.loads(chats[0].attributes["gen_ai.output.messages"])
     assert output["role"] == "assistant" and output["finish_reason"] == "tool_call"
-    assert output["parts"] == [{"type": "tool_call", "id": "c1", "name": "lookup", "arguments": json.dumps({"q": CANARY_ARGS})}]
+    assert output["parts"] == [
+        {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": json.dumps({"q": CANARY_ARGS})}
+    ]
     second_inputs = json.loads(chats[1].attributes["gen_ai.input.messages"])
     assert [m["role"] for m in second_inputs] == ["user", "assistant", "tool"]
-    assert second_inputs[2]["parts"] == [{"type": "tool_call_response", "id": "c1", "response": f"found {CANARY_RESULT}"}]
+    assert second_inputs[2]["parts"] == [
+        {"type": "tool_call_response", "id": "c1", "response": f"found {CANARY_RESULT}"}
+    ]
     (final,) = json.loads(chats[2].attributes["gen_ai.output.messages"])
     assert final["parts"] == [{"type": "text", "content": f"final {CANARY_ANSWER}"}]
     (lookup,) = [s for s in spans if s.name == "execute_tool lookup"]
@@ -249,11 +266,17 @@ def test_span_only_puts_content_in_the_genai_message_schemas_on_the_spans(monkey
     assert "gen_ai.input.messages.ref" not in chats[0].attributes
 
 
-def test_event_only_puts_the_same_content_in_span_events_and_none_in_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_event_only_puts_the_same_content_in_span_events_and_none_in_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "event_only")
     spans, *_ = live_spans(al.SessionStore())
     for span in spans:
-        assert not [k for k in span.attributes if k.startswith(("gen_ai.input.messages", "gen_ai.output", "gen_ai.tool.call.a", "gen_ai.tool.call.r"))]
+        assert not [
+            k
+            for k in span.attributes
+            if k.startswith(("gen_ai.input.messages", "gen_ai.output", "gen_ai.tool.call.a", "gen_ai.tool.call.r"))
+        ]
     (lookup,) = [s for s in spans if s.name == "execute_tool lookup"]
     (event,) = lookup.events
     assert event.name == "gen_ai.client.inference.operation.details"
@@ -284,7 +307,14 @@ def test_span_and_event_gives_both_and_redact_reaches_every_content_string(monke
 
 def _identity(spans: Sequence[ReadableSpan]) -> set[tuple[str, int, int, int | None, int, int]]:
     return {
-        (s.name, s.context.trace_id, s.context.span_id, s.parent.span_id if s.parent else None, s.start_time or 0, s.end_time or 0)
+        (
+            s.name,
+            s.context.trace_id,
+            s.context.span_id,
+            s.parent.span_id if s.parent else None,
+            s.start_time or 0,
+            s.end_time or 0,
+        )
         for s in spans
     }
 

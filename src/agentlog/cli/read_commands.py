@@ -296,7 +296,8 @@ def _export_otlp(session_id: str, opts: StoreOptions, endpoint: str | None, patt
     except AgentlogError as err:
         render_error(err, opts.as_json)
     if opts.as_json:
-        _emit_json({"sessionId": session_id, "endpoint": summary.endpoint, "sessions": summary.sessions, "spans": summary.spans})
+        report = {"sessionId": session_id, "endpoint": summary.endpoint}
+        _emit_json({**report, "sessions": summary.sessions, "spans": summary.spans})
     else:
         typer.echo(
             f"sent {summary.spans:,} spans of {len(summary.sessions)} session(s) to {summary.endpoint} "

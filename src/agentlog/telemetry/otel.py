@@ -84,7 +84,7 @@ class _LogIds(IdGenerator):
         return False
 
 
-def _tracer_of(provider: TracerProvider) -> tuple[Any, _LogIds]:
+def _tracer_of(provider: Any) -> tuple[Any, _LogIds]:
     tracer: Any = provider.get_tracer(INSTRUMENTATION_SCOPE, __version__)
     ids = tracer.id_generator
     if not isinstance(ids, _LogIds):
@@ -112,7 +112,7 @@ class OtelExporter:
     ) -> None:
         provider = tracer_provider if tracer_provider is not None else trace_api.get_tracer_provider()
         self.enabled = isinstance(provider, TracerProvider)
-        self.tracer_provider = provider
+        self.tracer_provider: Any = provider
         self.capture: CaptureMode = capture if capture is not None else capture_mode_from_env(os.environ)
         self._views: dict[str, Callable[[int], Iterable[Any]]] = {}
         self.mapper = SpanMapper(
@@ -121,7 +121,7 @@ class OtelExporter:
         self._lock = threading.Lock()
         self._unsubscribe: list[Callable[[], None]] = []
         if self.enabled:
-            self._tracer, self._ids = _tracer_of(provider)
+            self._tracer, self._ids = _tracer_of(self.tracer_provider)
         self.spans_started = 0
 
     # -- feeding ------------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ One mapping serves the live exporter (a store listener feeds each committed even
 Message content (prompts, answers, tool arguments and results) never enters a description unless the
 mapper is built with ``capture`` on; by default a chat span *references* its input instead
 (``gen_ai.input.messages.ref = agentlog://<session>/<seq>``: the derived messages at that seq, the last
-one before the response began, are what the model was sent). Usage is counted once: per request on ``chat`` spans (``gen_ai.usage.*``); the turn's and
-the session's running totals sit on ``invoke_agent`` under ``agentlog.usage.*``.
+one before the response began, are what the model was sent). Usage is counted once: per request on
+``chat`` spans (``gen_ai.usage.*``); the turn's and the session's running totals sit on ``invoke_agent``
+under ``agentlog.usage.*``.
 """
 
 from __future__ import annotations
@@ -311,9 +312,7 @@ class SpanMapper:
         if session_id in self._sessions:
             return
         parent = header.get("parentSession") if header.get("origin") == "subagent" else None
-        self._sessions[session_id] = _Session(
-            session_id, parent if isinstance(parent, str) else None, first_live_seq
-        )
+        self._sessions[session_id] = _Session(session_id, parent if isinstance(parent, str) else None, first_live_seq)
 
     def forget(self, session_id: str) -> list[SpanDescription]:
         """Drop a session's open state; a root session's held nothing, a child's held turns stay until drained."""
@@ -395,7 +394,9 @@ class SpanMapper:
         else:
             state.held[seq] = state.turn
 
-    def _turn_end(self, state: _Session, turn: _Turn, seq: int, time: int, data: Mapping[str, Any]) -> list[SpanDescription]:
+    def _turn_end(
+        self, state: _Session, turn: _Turn, seq: int, time: int, data: Mapping[str, Any]
+    ) -> list[SpanDescription]:
         reason = data.get("reason", {})
         kind = reason.get("kind") if isinstance(reason, Mapping) else None
         error_type: str | None = None
@@ -470,7 +471,9 @@ class SpanMapper:
             if isinstance(kind, str):
                 chat.finish = kind
 
-    def _chat_end(self, state: _Session, turn: _Turn, seq: int, time: int, data: Mapping[str, Any]) -> list[SpanDescription]:
+    def _chat_end(
+        self, state: _Session, turn: _Turn, seq: int, time: int, data: Mapping[str, Any]
+    ) -> list[SpanDescription]:
         key = (data.get("turn", turn.turn), data.get("step", 0))
         chat = state.chats.pop(key, None)
         if chat is None:
@@ -571,7 +574,9 @@ class SpanMapper:
         return content
 
     # -- tool calls --------------------------------------------------------------------------------------
-    def _tool_end(self, state: _Session, turn: _Turn, seq: int, time: int, data: Mapping[str, Any]) -> list[SpanDescription]:
+    def _tool_end(
+        self, state: _Session, turn: _Turn, seq: int, time: int, data: Mapping[str, Any]
+    ) -> list[SpanDescription]:
         message = data.get("message", {})
         source = message.get("source", {}) if isinstance(message, Mapping) else {}
         call_id = source.get("callId") if isinstance(source, Mapping) else None
