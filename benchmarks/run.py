@@ -13,6 +13,7 @@ Subcommands:
     import   --mb 200: M17 import throughput of a Claude Code style transcript (MB/s) and its peak RSS
     inspector --turns 20000 --sessions 1000: M18 first paint, M19 slider, serving RSS, M20 sessions page, export --html
     cli-start --sessions 50: CPU (user + sys) of ``agentlog --version`` and ``agentlog ls`` in fresh processes
+    telemetry --turns 2000: the OpenTelemetry span exporter's cost per append (no provider; batch OTLP export)
     pg-writers --processes 1,4,8: PostgreSQL, aggregate events/s of N concurrent writer processes
              (W(200) each, flush per step) and the eventsourcing recorder as the per-step peer anchor
 
@@ -264,6 +265,7 @@ try:
     from pg_writers import add_pg_writers_parser
     from projections import add_projections_parser
     from search import add_search_parser
+    from telemetry import add_telemetry_parser
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.cli_start import add_cli_start_parser
     from benchmarks.import_bench import add_import_parser
@@ -272,6 +274,7 @@ except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.pg_writers import add_pg_writers_parser
     from benchmarks.projections import add_projections_parser
     from benchmarks.search import add_search_parser
+    from benchmarks.telemetry import add_telemetry_parser
 
 
 # --------------------------------------------------------------------------- compaction (M7-M9)
@@ -382,6 +385,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_pg_writers_parser,
     add_cli_start_parser,
     add_inspector_parser,
+    add_telemetry_parser,
 ]
 
 

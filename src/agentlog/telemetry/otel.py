@@ -3,16 +3,18 @@
 Both paths feed the same pure mapping (:class:`~agentlog.telemetry.spans.SpanMapper`) and hand its span
 descriptions to one tracer, so a session's spans have the same ids however they were produced:
 
-- live, :func:`attach_otel` subscribes to a :class:`~agentlog.SessionStore` (``on_event``): a span ends
-  when its closing event is committed, with the log's timestamps as start and end. The spans go to the
-  tracer provider's processors (typically a ``BatchSpanProcessor`` with an OTLP exporter), whose worker
-  exports them off the append path; a receiver that is down costs the agent nothing but dropped spans;
+- live, :func:`attach_otel` subscribes to a :class:`~agentlog.SessionStore` (``on_event``): the append
+  path only queues the event; a worker thread ends each span once its closing event has been queued,
+  with the log's timestamps as start and end, when the store pauses (see :meth:`OtelExporter.attach`).
+  The spans go to the tracer provider's processors (typically a ``BatchSpanProcessor`` with an OTLP
+  exporter); a receiver that is down costs the agent nothing but dropped spans;
 - offline, :func:`export_otlp` replays a stored session (and the subagent sessions it delegated to) and
   sends the spans to an OTLP/HTTP endpoint, failing with :class:`~agentlog.errors.OtelError` when the
   receiver refuses them (``agentlog export ID --to otlp [--endpoint URL]``).
 
-With no SDK tracer provider (neither given nor set globally) the listener returns at once: the API's
-default provider records nothing, so nothing is mapped.
+With no SDK tracer provider (neither given nor set globally) the listener checks the global provider
+and returns: the API's default provider records nothing, so nothing is mapped until an SDK provider is
+set globally (from that event on).
 
 The ids are the log's, not random: the tracer's id generator is replaced by one that hands out the ids
 the mapping derived from ``(session id, seq)`` for the span being started, and falls back to the
@@ -21,9 +23,12 @@ generator it replaced for any other span started through the same tracer.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,6 +61,13 @@ logger = logging.getLogger("agentlog.telemetry")
 
 INSTRUMENTATION_SCOPE = "agentlog"
 EXPORT_BATCH = 512
+HANDOFF_SPANS = 1024
+"""At most this many spans handed to the processors between two of their flushes (the SDK's batch queue
+holds 2048 by default and drops what does not fit)."""
+HANDOFF_TIMEOUT_MS = 2_000
+GLOBAL_CHECK_EVERY = 256
+"""Following the global provider: events between two looks at it (an SDK provider set later is picked up
+at most this many events late)."""
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -113,16 +125,23 @@ class OtelExporter:
         provider = tracer_provider if tracer_provider is not None else trace_api.get_tracer_provider()
         self.enabled = isinstance(provider, TracerProvider)
         self.tracer_provider: Any = provider
+        self._follow_global = tracer_provider is None
+        self._timing = (0.05, 2.0)
         self.capture: CaptureMode = capture if capture is not None else capture_mode_from_env(os.environ)
         self._views: dict[str, Callable[[int], Iterable[Any]]] = {}
         self.mapper = SpanMapper(
             capture=self.capture, redact=redact, agent_name=agent_name, messages_at=self._messages_at
         )
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._unsubscribe: list[Callable[[], None]] = []
+        self._pending: deque[Any] = deque()  # session, event (None: disposed), session, event, ...
+        self._countdown = 1
+        self._stopping = threading.Event()
+        self._worker: threading.Thread | None = None
         if self.enabled:
             self._tracer, self._ids = _tracer_of(self.tracer_provider)
         self.spans_started = 0
+        self._handed = 0
 
     # -- feeding ------------------------------------------------------------------------------------------
     def add_session(
@@ -187,61 +206,142 @@ class OtelExporter:
             self.spans_started += 1
 
     # -- live ---------------------------------------------------------------------------------------------
-    def attach(self, store: SessionStore) -> OtelExporter:
-        """Follow ``store``: every committed event of its sessions from now on (and subagent children)."""
+    def attach(self, store: SessionStore, *, idle: float = 0.05, max_delay: float = 2.0) -> OtelExporter:
+        """Follow ``store``: every committed event of its sessions from now on (and subagent children).
+
+        The append path only queues the events the spans read; a worker thread maps them and starts and
+        ends the spans once the store has been quiet for ``idle`` seconds (an agent waiting for its
+        model), or when the oldest queued event is ``max_delay`` seconds old (an agent that never
+        pauses). The spans keep the log's times either way; :meth:`flush` and :meth:`close` process
+        the queue at once.
+        """
+        self._timing = (idle, max_delay)
         if self.enabled:
+            self._start_worker()
             self._unsubscribe.append(store.on_event(self._on_event))
-            self._unsubscribe.append(store.on_disposed(self._on_disposed))
+        elif self._follow_global:
+            self._unsubscribe.append(store.on_event(self._on_event_unconfigured))
         else:
-            self._unsubscribe.append(store.on_event(_disabled))
+            return self  # a provider that records nothing was given: there is nothing to follow
+        self._unsubscribe.append(store.on_disposed(self._on_disposed))
         return self
 
+    def _start_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, args=self._timing, name="agentlog-otel", daemon=True)
+            self._worker.start()
+            atexit.register(self.close)
+
+    def _on_event_unconfigured(self, session: Session, event: Any) -> None:
+        """Following the global provider: nothing to do until an SDK provider is set (then from there on)."""
+        if not self.enabled:
+            self._countdown -= 1
+            if self._countdown > 0:
+                return
+            self._countdown = GLOBAL_CHECK_EVERY  # reading the global provider costs an environment lookup
+            provider = trace_api.get_tracer_provider()
+            if not isinstance(provider, TracerProvider):
+                return
+            with self._lock:
+                if not self.enabled:
+                    self.tracer_provider = provider
+                    self._tracer, self._ids = _tracer_of(provider)
+                    self.enabled = True
+                    self._start_worker()
+        if event["type"] in SPAN_EVENT_TYPES:
+            self._pending.extend((session, event))
+
     def _on_event(self, session: Session, event: Any) -> None:
-        if event["type"] not in SPAN_EVENT_TYPES:
-            return
-        session_id = session.id
+        if event["type"] in SPAN_EVENT_TYPES:
+            # Flat pairs: the pair's tuple is freed at once, so the queue holds no object for the cyclic
+            # collector to track, and one extend is atomic (appends of two threads never interleave).
+            self._pending.extend((session, event))
+
+    def _on_disposed(self, session: Session) -> None:
+        self._pending.extend((session, None))
+
+    def _work(self, idle: float, max_delay: float) -> None:
+        pending = self._pending
+        seen = 0
+        since: float | None = None
+        while not self._stopping.wait(idle):
+            count = len(pending)
+            if count == 0:
+                seen, since = 0, None
+                continue
+            now = time.monotonic()
+            if since is None:
+                since = now
+            if count == seen or now - since >= max_delay:  # quiet for a tick, or waited long enough
+                try:
+                    self.flush()
+                except Exception:  # the worker must outlive any one failure; the append path never sees it
+                    logger.exception("agentlog: mapping events to spans failed")
+                seen = len(pending)
+                since = time.monotonic() if seen else None
+            else:
+                seen = count
+
+    def flush(self) -> None:
+        """Map every queued event now (in this thread) and start and end the spans they close."""
+        pending = self._pending
         with self._lock:
-            if not self.mapper.has_session(session_id):
-                self._announce(session)
-            self._start_and_end(self.mapper.feed(session_id, event))
+            for _ in range(len(pending) // 2):
+                session = pending.popleft()
+                event = pending.popleft()
+                session_id = session.id
+                if event is None:
+                    self.mapper.forget(session_id)
+                    self._views.pop(session_id, None)
+                    continue
+                if not self.mapper.has_session(session_id):
+                    self._announce(session)
+                try:
+                    self._start_and_end(self.mapper.feed(session_id, event))
+                    if self.spans_started - self._handed >= HANDOFF_SPANS:
+                        # A long backlog (an agent that never paused): let the processors export what
+                        # they hold before handing them more, so a bounded queue drops nothing.
+                        self._handed = self.spans_started
+                        self.tracer_provider.force_flush(HANDOFF_TIMEOUT_MS)
+                except Exception:
+                    logger.exception(
+                        'agentlog: span mapping of session "%s" failed at seq %s', session_id, event["seq"]
+                    )
 
     def _announce(self, session: Session) -> None:
         """First sight of a live session: its header, and its route so far (a resumed or seeded log)."""
         mapper = self.mapper
-        first_live = session.first_live_seq
-        mapper.add_session(session.id, session.header, first_live)
+        mapper.add_session(session.id, session.header, session.first_live_seq)
         if self.capture != "off":
             self._views[session.id] = lambda seq: session.at(seq).derive_messages()
-        latest = session.seq
-        for event in session.events:
-            if event["seq"] >= latest:
-                break
+        for event in session.events[: session.first_live_seq]:
             if event["type"] in ("request/header", "request/context"):
                 mapper.feed(session.id, event)
 
-    def _on_disposed(self, session: Session) -> None:
-        with self._lock:
-            self.mapper.forget(session.id)
-            self._views.pop(session.id, None)
-
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Ask the provider's processors to export what they hold (the receiver being down is no error)."""
+        """Map what is queued, then ask the provider's processors to export what they hold (the receiver
+        being down is no error)."""
         if not self.enabled:
             return True
+        self.flush()
         return bool(self.tracer_provider.force_flush(timeout_millis))
 
     def close(self, *, flush: bool = True, timeout_millis: int = 5_000) -> None:
-        """Unsubscribe, end the held subagent turns, flush. The provider itself stays the caller's."""
+        """Unsubscribe, stop the worker, map what is queued, end the held subagent turns, flush the
+        provider's processors. The provider itself stays the caller's. Idempotent."""
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe.clear()
+        worker = self._worker
+        if worker is not None:
+            self._stopping.set()
+            if worker is not threading.current_thread():
+                worker.join()
+            atexit.unregister(self.close)
+        self.flush()
         self.drain()
         if flush:
             self.force_flush(timeout_millis)
-
-
-def _disabled(session: Any, event: Any) -> None:
-    return None
 
 
 def attach_otel(

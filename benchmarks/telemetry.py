@@ -1,0 +1,148 @@
+"""Telemetry benchmarks: what the OpenTelemetry span exporter adds to ``Session.append``.
+
+* T1 — W(T) appended to a store session with :func:`agentlog.telemetry.otel.attach_otel` subscribed and no
+  SDK tracer provider anywhere (the API's default): the time added per append against the same appends
+  without the listener (``T1_added_us_per_append``; target <= 2 µs).
+* T2 — the same with an SDK ``TracerProvider`` whose ``BatchSpanProcessor`` sends OTLP/HTTP to a receiver in
+  another process (it decodes nothing, it answers 200): append throughput as a fraction of the appends
+  without the listener (``T2_batch_ratio``; target >= 0.95). The batch worker exports while the loop
+  appends (it shares the interpreter), so its encoding and sending are in the figure; the final flush
+  after the loop is not. ``T2_spans`` is what the receiver was sent per run (4 spans per W turn).
+
+Runs are interleaved (baseline, T1, T2, baseline, ...) and medians reported, so a machine that slows
+down during the run slows every variant alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import agentlog as al
+
+try:
+    from workload import WorkloadEvent, build_workload
+except ImportError:  # imported as ``benchmarks.telemetry``
+    from benchmarks.workload import WorkloadEvent, build_workload
+
+RECEIVER = """
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Sink(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = HTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def _append(session: al.Session, workload: Sequence[WorkloadEvent]) -> float:
+    append = session.append
+    gc.collect()
+    start = time.perf_counter()
+    for type_, data, intent in workload:
+        if intent is None:
+            append(type_, data)
+        else:
+            append(type_, data, intent)
+    return time.perf_counter() - start
+
+
+def _run(workload: Sequence[WorkloadEvent], name: str, attach: Callable[[al.SessionStore], Any] | None) -> float:
+    store = al.SessionStore()
+    exporter = attach(store) if attach is not None else None
+    session = store.create(name)
+    seconds = _append(session, workload)
+    if exporter is not None:
+        exporter.close(timeout_millis=60_000)
+    return seconds
+
+
+def cmd_telemetry(args: argparse.Namespace) -> dict[str, Any]:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+
+    from agentlog.telemetry.otel import attach_otel
+
+    workload = build_workload(args.turns)
+    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout is not None
+        endpoint = f"http://127.0.0.1:{int(receiver.stdout.readline())}/v1/traces"  # its own readiness report
+
+        class Counting(OTLPSpanExporter):
+            sent = 0
+
+            def export(self, spans: Any) -> SpanExportResult:
+                result = super().export(spans)
+                if result is SpanExportResult.SUCCESS:
+                    Counting.sent += len(spans)
+                return result
+
+        def no_provider(store: al.SessionStore) -> Any:
+            return attach_otel(store)
+
+        def batch(store: al.SessionStore) -> Any:
+            provider = TracerProvider()
+            provider.add_span_processor(BatchSpanProcessor(Counting(endpoint=endpoint)))
+            return attach_otel(store, provider)
+
+        base: list[float] = []
+        t1: list[float] = []
+        t2: list[float] = []
+        spans: list[int] = []
+        for run in range(args.repeat):
+            base.append(_run(workload, f"base-{run}", None))
+            t1.append(_run(workload, f"t1-{run}", no_provider))
+            Counting.sent = 0
+            t2.append(_run(workload, f"t2-{run}", batch))
+            spans.append(Counting.sent)
+            print(
+                f"run {run + 1}/{args.repeat}: base {len(workload) / base[-1]:,.0f} ev/s, no provider "
+                f"{len(workload) / t1[-1]:,.0f} ev/s, batch {len(workload) / t2[-1]:,.0f} ev/s ({spans[-1]} spans)",
+                file=sys.stderr,
+            )
+    finally:
+        receiver.terminate()
+        receiver.wait()
+    events = len(workload)
+    added_us = (statistics.median(t1) - statistics.median(base)) / events * 1e6
+    ratio = statistics.median(base) / statistics.median(t2)
+    rows = [
+        ["append, no listener", f"{events / statistics.median(base):,.0f}", "events/s", ""],
+        ["T1 added per append, no tracer provider", f"{added_us:.2f}", "µs", "<= 2"],
+        ["T2 throughput with the batch exporter", f"{ratio:.3f}", "x baseline", ">= 0.95"],
+        ["   spans sent per run", f"{statistics.median(spans):,.0f}", "spans", ""],
+    ]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    print(f"agentlog telemetry — W({args.turns}) = {events:,} events, {args.repeat} interleaved run(s)")
+    for row in rows:
+        print("  ".join(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c]) for c, cell in enumerate(row)))
+    return {
+        "append_events_per_s": round(events / statistics.median(base), 1),
+        "T1_added_us_per_append": round(added_us, 3),
+        "T2_batch_ratio": round(ratio, 4),
+        "T2_spans": int(statistics.median(spans)),
+    }
+
+
+def add_telemetry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("telemetry", help="span exporter: T1 cost without a provider, T2 batch-export throughput")
+    p.add_argument("--turns", type=int, default=2000, help="turns T of W(T) (default 2000)")
+    p.add_argument("--repeat", type=int, default=5, help="interleaved runs; medians reported (default 5)")
+    p.set_defaults(func=cmd_telemetry)
