@@ -359,13 +359,14 @@ def attach_otel(
 # --- offline -----------------------------------------------------------------------------------------------
 
 
-def _first_live(events: Sequence[Mapping[str, Any]]) -> int:
+def _first_live(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> int:
     """The seq after a fork seed (its ``session/end-seed``), or 0: the seed is its parent's to export."""
+    seed = header.get("seedLength")
+    if isinstance(seed, int) and 0 <= seed < len(events) and events[seed]["type"] == "session/end-seed":
+        return seed + 1
     for event in events:
         if event["type"] == "session/end-seed":
             return int(event["seq"]) + 1
-        if event["type"] in ("turn/start", "user/message"):
-            break
     return 0
 
 
@@ -426,7 +427,7 @@ def export_spans(open_view: Callable[[str], Any], session_id: str, exporter: Ote
         if emit:
             exported.append(sid)
         at = (lambda seq, v=view: v.at(seq).derive_messages()) if exporter.capture != "off" else None
-        exporter.add_session(sid, view.header, _first_live(events), at)
+        exporter.add_session(sid, view.header, _first_live(view.header, events), at)
         enabled = exporter.enabled
         exporter.enabled = enabled and emit  # an ancestor is replayed for its delegations, not its spans
         try:
