@@ -427,7 +427,8 @@ def export_spans(open_view: Callable[[str], Any], session_id: str, exporter: Ote
         if emit:
             exported.append(sid)
         at = (lambda seq, v=view: v.at(seq).derive_messages()) if exporter.capture != "off" else None
-        exporter.add_session(sid, view.header, _first_live(view.header, events), at)
+        first_live = _first_live(view.header, events)
+        exporter.add_session(sid, view.header, first_live, at)
         enabled = exporter.enabled
         exporter.enabled = enabled and emit  # an ancestor is replayed for its delegations, not its spans
         try:
@@ -436,7 +437,7 @@ def export_spans(open_view: Callable[[str], Any], session_id: str, exporter: Ote
                     exporter.feed(sid, event)
         finally:
             exporter.enabled = enabled
-        for child in _children(events):
+        for child in _children(events[first_live:]):  # a fork's seed delegated for its parent, not for it
             if child in replayed or not (emit or child in path):
                 continue
             child_view = view_of(child)
