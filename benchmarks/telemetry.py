@@ -1,6 +1,6 @@
 """Telemetry benchmarks: what the OpenTelemetry span exporter adds to ``Session.append``.
 
-* T1 — W(T) appended to a store session with :func:`agentlog.telemetry.otel.attach_otel` subscribed and no
+* T1 — W(T) appended to a store session (in memory, or persisted with ``--backend``) with :func:`agentlog.telemetry.otel.attach_otel` subscribed and no
   SDK tracer provider anywhere (the API's default): the time added per append against the same appends
   without the listener (``T1_added_us_per_append``; target <= 2 µs).
 * T2 — the same with an SDK ``TracerProvider`` whose ``BatchSpanProcessor`` sends OTLP/HTTP to a receiver in
@@ -20,15 +20,19 @@ import gc
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import agentlog as al
+from agentlog.persistence.coordinator import PersistenceCoordinator
 
 try:
+    from persist import make_backend
     from workload import WorkloadEvent, build_workload
 except ImportError:  # imported as ``benchmarks.telemetry``
+    from benchmarks.persist import make_backend
     from benchmarks.workload import WorkloadEvent, build_workload
 
 RECEIVER = """
@@ -62,13 +66,21 @@ def _append(session: al.Session, workload: Sequence[WorkloadEvent]) -> float:
     return time.perf_counter() - start
 
 
-def _run(workload: Sequence[WorkloadEvent], name: str, attach: Callable[[al.SessionStore], Any] | None) -> float:
+def _run(
+    workload: Sequence[WorkloadEvent], name: str, attach: Callable[[al.SessionStore], Any] | None, backend: str
+) -> float:
     store = al.SessionStore()
-    exporter = attach(store) if attach is not None else None
-    session = store.create(name)
-    seconds = _append(session, workload)
-    if exporter is not None:
-        exporter.close(timeout_millis=60_000)
+    coordinator = None
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-telemetry-") as root:
+        if backend != "memory":
+            coordinator = PersistenceCoordinator(store, make_backend(backend, root))
+        exporter = attach(store) if attach is not None else None
+        session = store.create(name)
+        seconds = _append(session, workload)
+        if exporter is not None:
+            exporter.close(timeout_millis=60_000)
+        if coordinator is not None:
+            coordinator.close()  # untimed: the write-behind's final flush, alike for every variant
     return seconds
 
 
@@ -107,10 +119,10 @@ def cmd_telemetry(args: argparse.Namespace) -> dict[str, Any]:
         t2: list[float] = []
         spans: list[int] = []
         for run in range(args.repeat):
-            base.append(_run(workload, f"base-{run}", None))
-            t1.append(_run(workload, f"t1-{run}", no_provider))
+            base.append(_run(workload, f"base-{run}", None, args.backend))
+            t1.append(_run(workload, f"t1-{run}", no_provider, args.backend))
             Counting.sent = 0
-            t2.append(_run(workload, f"t2-{run}", batch))
+            t2.append(_run(workload, f"t2-{run}", batch, args.backend))
             spans.append(Counting.sent)
             print(
                 f"run {run + 1}/{args.repeat}: base {len(workload) / base[-1]:,.0f} ev/s, no provider "
@@ -130,10 +142,14 @@ def cmd_telemetry(args: argparse.Namespace) -> dict[str, Any]:
         ["   spans sent per run", f"{statistics.median(spans):,.0f}", "spans", ""],
     ]
     widths = [max(len(r[c]) for r in rows) for c in range(4)]
-    print(f"agentlog telemetry — W({args.turns}) = {events:,} events, {args.repeat} interleaved run(s)")
+    print(
+        f"agentlog telemetry — W({args.turns}) = {events:,} events, store {args.backend}, "
+        f"{args.repeat} interleaved run(s)"
+    )
     for row in rows:
         print("  ".join(cell.ljust(widths[c]) if c == 0 else cell.rjust(widths[c]) for c, cell in enumerate(row)))
     return {
+        "backend": args.backend,
         "append_events_per_s": round(events / statistics.median(base), 1),
         "T1_added_us_per_append": round(added_us, 3),
         "T2_batch_ratio": round(ratio, 4),
@@ -145,4 +161,10 @@ def add_telemetry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p = sub.add_parser("telemetry", help="span exporter: T1 cost without a provider, T2 batch-export throughput")
     p.add_argument("--turns", type=int, default=2000, help="turns T of W(T) (default 2000)")
     p.add_argument("--repeat", type=int, default=5, help="interleaved runs; medians reported (default 5)")
+    p.add_argument(
+        "--backend",
+        choices=("memory", "jsonl-zstd", "jsonl-none", "sqlite"),
+        default="memory",
+        help="the store's persistence (default memory: the kernel's append alone, the strictest ratio)",
+    )
     p.set_defaults(func=cmd_telemetry)

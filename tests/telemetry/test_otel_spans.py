@@ -21,6 +21,7 @@ from _otel_scenarios import (
     CANARY_PROMPT,
     CANARY_RESULT,
     CANARY_SYSTEM,
+    RoutedProvider,
     run_parent_with_child,
 )
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -31,11 +32,13 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 import agentlog as al
 from agentlog.agent.loop import Agent, AgentOptions
+from agentlog.agent.tools import FunctionTool, ToolRegistry
 from agentlog.llm.types import GenerateRequest, StreamChunk, failure_chunk
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 from agentlog.telemetry.otel import attach_otel, export_otlp
 from agentlog.telemetry.spans import span_id_of, trace_id_of
+from agentlog.testing.provider import text_reply, tool_call_reply
 
 
 class RecordingSampler(Sampler):
@@ -354,3 +357,33 @@ def test_without_an_sdk_tracer_provider_the_listener_maps_nothing() -> None:
     run_parent_with_child(store)
     exporter.close()
     assert exporter.spans_started == 0
+
+
+def test_a_tool_that_raises_ends_its_span_with_the_error_code_and_none_of_its_message() -> None:
+    async def explode(args: dict[str, Any], ctx: Any) -> Any:
+        raise RuntimeError(f"disk said {CANARY_RESULT}")
+
+    def reply(request: GenerateRequest) -> list[StreamChunk]:
+        done = any(b.get("type") == "tool-result" for m in request.messages for b in m["content"])
+        return text_reply("ok") if done else tool_call_reply(("c1", "explode", json.dumps({"q": CANARY_ARGS})))
+
+    store = al.SessionStore()
+    provider, memory = provider_with_memory()
+    exporter = attach_otel(store, provider)
+    agent = Agent(
+        store.create("tool-error"),
+        RoutedProvider(reply),
+        AgentOptions(provider="deepseek", model="deepseek-chat"),
+        tools=ToolRegistry([FunctionTool("explode", "Fails.", {"type": "object"}, explode)]),
+        durable=False,
+    )
+    agent.followup("go")
+    asyncio.run(agent.run())
+    exporter.close()
+    (tool,) = [s for s in memory.get_finished_spans() if s.name == "execute_tool explode"]
+    result = next(e for e in agent.session.events if e["type"] == "tool/result")
+    expected = result["data"].get("error", {}).get("code", "tool_error")
+    assert tool.attributes["error.type"] == expected and tool.status.status_code.name == "ERROR"
+    wire = exported_bytes(memory.get_finished_spans())
+    assert CANARY_RESULT.encode() not in wire and CANARY_ARGS.encode() not in wire
+    assert CANARY_RESULT in json.dumps(al.thaw(result["data"]))  # the log has the message; the spans do not
