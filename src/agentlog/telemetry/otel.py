@@ -3,18 +3,18 @@
 Both paths feed the same pure mapping (:class:`~agentlog.telemetry.spans.SpanMapper`) and hand its span
 descriptions to one tracer, so a session's spans have the same ids however they were produced:
 
-- live, :func:`attach_otel` subscribes to a :class:`~agentlog.SessionStore` (``on_event``): the append
-  path only queues the event; a worker thread ends each span once its closing event has been queued,
-  with the log's timestamps as start and end, when the store pauses (see :meth:`OtelExporter.attach`).
+- live, :func:`attach_otel` follows a :class:`~agentlog.SessionStore` through its lifecycle listeners
+  (``on_created``, ``on_disposed``) and a worker thread reads each session's new events from a cursor
+  when the store pauses (see :meth:`OtelExporter.attach`): an append costs nothing more, and a span ends
+  once its closing event has been read, with the log's timestamps as start and end.
   The spans go to the tracer provider's processors (typically a ``BatchSpanProcessor`` with an OTLP
   exporter); a receiver that is down costs the agent nothing but dropped spans;
 - offline, :func:`export_otlp` replays a stored session (and the subagent sessions it delegated to) and
   sends the spans to an OTLP/HTTP endpoint, failing with :class:`~agentlog.errors.OtelError` when the
   receiver refuses them (``agentlog export ID --to otlp [--endpoint URL]``).
 
-With no SDK tracer provider (neither given nor set globally) the listener checks the global provider
-and returns: the API's default provider records nothing, so nothing is mapped until an SDK provider is
-set globally (from that event on).
+With no SDK tracer provider (neither given nor set globally) nothing is mapped: the worker looks at the
+global provider on each tick and follows the sessions from the first tick it finds an SDK one.
 
 The ids are the log's, not random: the tracer's id generator is replaced by one that hands out the ids
 the mapping derived from ``(session id, seq)`` for the span being started, and falls back to the
@@ -28,7 +28,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,9 +64,6 @@ HANDOFF_SPANS = 1024
 """At most this many spans handed to the processors between two of their flushes (the SDK's batch queue
 holds 2048 by default and drops what does not fit)."""
 HANDOFF_TIMEOUT_MS = 2_000
-GLOBAL_CHECK_EVERY = 256
-"""Following the global provider: events between two looks at it (an SDK provider set later is picked up
-at most this many events late)."""
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -108,8 +104,8 @@ def _tracer_of(provider: Any) -> tuple[Any, _LogIds]:
 class OtelExporter:
     """Maps sessions' events to spans and starts and ends them on a tracer provider.
 
-    ``tracer_provider``: an SDK ``TracerProvider`` (default: the global one; without an SDK provider the
-    exporter is disabled and costs one check per event). ``capture``: the content mode (default: the
+    ``tracer_provider``: an SDK ``TracerProvider`` (default: the global one, looked up again by the
+    worker until an SDK provider is set). ``capture``: the content mode (default: the
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` variable; off unless it names a mode).
     ``redact``: applied to every content string before it leaves (the HTML export's hook fits).
     """
@@ -134,8 +130,8 @@ class OtelExporter:
         )
         self._lock = threading.RLock()
         self._unsubscribe: list[Callable[[], None]] = []
-        self._pending: deque[Any] = deque()  # session, event (None: disposed), session, event, ...
-        self._countdown = 1
+        self._cursors: dict[Any, int] = {}  # followed session -> the seq its next unread event will have
+        self._disposed: list[Any] = []
         self._stopping = threading.Event()
         self._worker: threading.Thread | None = None
         if self.enabled:
@@ -207,23 +203,25 @@ class OtelExporter:
 
     # -- live ---------------------------------------------------------------------------------------------
     def attach(self, store: SessionStore, *, idle: float = 0.05, max_delay: float = 2.0) -> OtelExporter:
-        """Follow ``store``: every committed event of its sessions from now on (and subagent children).
+        """Follow ``store``: its sessions' events from now on, and every session created in it later
+        (subagent children included).
 
-        The append path only queues the events the spans read; a worker thread maps them and starts and
-        ends the spans once the store has been quiet for ``idle`` seconds (an agent waiting for its
-        model), or when the oldest queued event is ``max_delay`` seconds old (an agent that never
-        pauses). The spans keep the log's times either way; :meth:`flush` and :meth:`close` process
-        the queue at once.
+        Nothing runs on the append path. The store's lifecycle listeners (``on_created``,
+        ``on_disposed``) tell the exporter which sessions to follow, and a worker thread reads each
+        one's new events from a cursor (the log is already in memory) once the store has been quiet for
+        ``idle`` seconds (an agent waiting for its model), or when new events have waited ``max_delay``
+        seconds (an agent that never pauses). The spans keep the log's times either way;
+        :meth:`flush` and :meth:`close` read up to the end at once.
         """
         self._timing = (idle, max_delay)
-        if self.enabled:
-            self._start_worker()
-            self._unsubscribe.append(store.on_event(self._on_event))
-        elif self._follow_global:
-            self._unsubscribe.append(store.on_event(self._on_event_unconfigured))
-        else:
+        if not self.enabled and not self._follow_global:
             return self  # a provider that records nothing was given: there is nothing to follow
+        with self._lock:
+            for session in store.list():
+                self._cursors[session] = session.seq  # what it wrote before is not this exporter's
+        self._unsubscribe.append(store.on_created(self._on_created))
         self._unsubscribe.append(store.on_disposed(self._on_disposed))
+        self._start_worker()
         return self
 
     def _start_worker(self) -> None:
@@ -232,102 +230,105 @@ class OtelExporter:
             self._worker.start()
             atexit.register(self.close)
 
-    def _on_event_unconfigured(self, session: Session, event: Any) -> None:
-        """Following the global provider: nothing to do until an SDK provider is set (then from there on)."""
-        if not self.enabled:
-            self._countdown -= 1
-            if self._countdown > 0:
-                return
-            self._countdown = GLOBAL_CHECK_EVERY  # reading the global provider costs an environment lookup
-            provider = trace_api.get_tracer_provider()
-            if not isinstance(provider, TracerProvider):
-                return
-            with self._lock:
-                if not self.enabled:
-                    self.tracer_provider = provider
-                    self._tracer, self._ids = _tracer_of(provider)
-                    self.enabled = True
-                    self._start_worker()
-        if event["type"] in SPAN_EVENT_TYPES:
-            self._pending.extend((session, event))
-
-    def _on_event(self, session: Session, event: Any) -> None:
-        if event["type"] in SPAN_EVENT_TYPES:
-            # Flat pairs: the pair's tuple is freed at once, so the queue holds no object for the cyclic
-            # collector to track, and one extend is atomic (appends of two threads never interleave).
-            self._pending.extend((session, event))
+    def _on_created(self, session: Session) -> None:
+        with self._lock:
+            self._cursors.setdefault(session, 0)
 
     def _on_disposed(self, session: Session) -> None:
-        self._pending.extend((session, None))
+        with self._lock:
+            if session in self._cursors:
+                self._disposed.append(session)  # read to its end, then forgotten, at the next flush
+
+    def _written(self) -> int:
+        return sum(session.seq for session in list(self._cursors))
 
     def _work(self, idle: float, max_delay: float) -> None:
-        pending = self._pending
-        seen = 0
+        seen = -1
         since: float | None = None
         while not self._stopping.wait(idle):
-            count = len(pending)
-            if count == 0:
-                seen, since = 0, None
-                continue
-            now = time.monotonic()
-            if since is None:
-                since = now
-            if count == seen or now - since >= max_delay:  # quiet for a tick, or waited long enough
-                try:
+            try:
+                if not self.enabled and not self._enable_from_global():
+                    continue
+                written = self._written()
+                waiting = written - sum(self._cursors.values())
+                if waiting <= 0 and not self._disposed:
+                    seen, since = written, None
+                    continue
+                now = time.monotonic()
+                if since is None:
+                    since = now
+                if written == seen or now - since >= max_delay:  # quiet for a tick, or waited long enough
                     self.flush()
-                except Exception:  # the worker must outlive any one failure; the append path never sees it
-                    logger.exception("agentlog: mapping events to spans failed")
-                seen = len(pending)
-                since = time.monotonic() if seen else None
-            else:
-                seen = count
+                    since = None
+                seen = written
+            except Exception:  # the worker must outlive any one failure; the agent never sees it
+                logger.exception("agentlog: mapping events to spans failed")
+
+    def _enable_from_global(self) -> bool:
+        """Following the global provider: an SDK provider set since is used from the next events on."""
+        provider = trace_api.get_tracer_provider()
+        with self._lock:
+            if not isinstance(provider, TracerProvider):
+                for session in self._cursors:
+                    self._cursors[session] = session.seq  # nothing recorded them: nothing to catch up on
+                return False
+            self.tracer_provider = provider
+            self._tracer, self._ids = _tracer_of(provider)
+            self.enabled = True
+            return True
 
     def flush(self) -> None:
-        """Map every queued event now (in this thread) and start and end the spans they close."""
-        pending = self._pending
+        """Read every followed session to its end now (in this thread) and end the spans that closes."""
         with self._lock:
-            for _ in range(len(pending) // 2):
-                session = pending.popleft()
-                event = pending.popleft()
-                session_id = session.id
-                if event is None:
-                    self.mapper.forget(session_id)
-                    self._views.pop(session_id, None)
+            if not self.enabled and not (self._follow_global and self._enable_from_global()):
+                return
+            for session, cursor in list(self._cursors.items()):
+                events = session.events  # a snapshot: appends of other threads do not change it
+                if len(events) <= cursor:
                     continue
+                session_id = session.id
                 if not self.mapper.has_session(session_id):
-                    self._announce(session)
-                try:
-                    self._start_and_end(self.mapper.feed(session_id, event))
-                    if self.spans_started - self._handed >= HANDOFF_SPANS:
-                        # A long backlog (an agent that never paused): let the processors export what
-                        # they hold before handing them more, so a bounded queue drops nothing.
-                        self._handed = self.spans_started
-                        self.tracer_provider.force_flush(HANDOFF_TIMEOUT_MS)
-                except Exception:
-                    logger.exception(
-                        'agentlog: span mapping of session "%s" failed at seq %s', session_id, event["seq"]
-                    )
+                    self._announce(session, cursor)
+                for event in events.outside_runs(cursor):
+                    if event["type"] in SPAN_EVENT_TYPES:
+                        try:
+                            self._start_and_end(self.mapper.feed(session_id, event))
+                        except Exception:
+                            logger.exception(
+                                'agentlog: span mapping of session "%s" failed at seq %s', session_id, event["seq"]
+                            )
+                        if self.spans_started - self._handed >= HANDOFF_SPANS:
+                            # A long backlog: let the processors export what they hold before handing
+                            # them more, so a bounded queue (the SDK batch processor's) drops nothing.
+                            self._handed = self.spans_started
+                            self.tracer_provider.force_flush(HANDOFF_TIMEOUT_MS)
+                self._cursors[session] = len(events)
+            for session in self._disposed:
+                self._cursors.pop(session, None)
+                self.mapper.forget(session.id)
+                self._views.pop(session.id, None)
+            self._disposed.clear()
 
-    def _announce(self, session: Session) -> None:
-        """First sight of a live session: its header, and its route so far (a resumed or seeded log)."""
+    def _announce(self, session: Session, cursor: int) -> None:
+        """First events of a followed session: its header, and its route so far (a resumed or seeded log)."""
         mapper = self.mapper
-        mapper.add_session(session.id, session.header, session.first_live_seq)
+        mapper.add_session(session.id, session.header, max(session.first_live_seq, cursor))
         if self.capture != "off":
             self._views[session.id] = lambda seq: session.at(seq).derive_messages()
-        for event in session.events[: session.first_live_seq]:
+        for event in session.events.prefix(cursor).outside_runs():  # packed chunk runs stay packed
             if event["type"] in ("request/header", "request/context"):
                 mapper.feed(session.id, event)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Map what is queued, then ask the provider's processors to export what they hold (the receiver
+        """Read what is new, then ask the provider's processors to export what they hold (the receiver
         being down is no error)."""
+        self.flush()
         if not self.enabled:
             return True
-        self.flush()
         return bool(self.tracer_provider.force_flush(timeout_millis))
 
     def close(self, *, flush: bool = True, timeout_millis: int = 5_000) -> None:
-        """Unsubscribe, stop the worker, map what is queued, end the held subagent turns, flush the
+        """Unsubscribe, stop the worker, read what is new, end the held subagent turns, flush the
         provider's processors. The provider itself stays the caller's. Idempotent."""
         for unsubscribe in self._unsubscribe:
             unsubscribe()
