@@ -82,8 +82,12 @@ def lookup_tool() -> FunctionTool:
     )
 
 
-def run_parent_with_child(store: al.SessionStore, parent_id: str = "parent") -> tuple[al.Session, al.Session]:
-    """One turn of the parent: a tool call, a delegation (the child answers), the final answer."""
+def run_parent_with_child(
+    store: al.SessionStore, parent_id: str = "parent", *, release_child: bool = False
+) -> tuple[al.Session, al.Session]:
+    """One turn of the parent: a tool call, a delegation (the child answers), the final answer.
+    ``release_child``: the child's session is disposed as soon as its answer is in (before the parent's
+    tool result names it)."""
     session = store.create(parent_id, meta={"cwd": "/work/project"})
     agent = Agent(
         session,
@@ -91,10 +95,16 @@ def run_parent_with_child(store: al.SessionStore, parent_id: str = "parent") -> 
         AgentOptions(provider="deepseek", model="deepseek-chat", system=f"You help. {CANARY_SYSTEM}"),
         tools=[lookup_tool()],
         durable=False,
-        subagents=SubagentConfig(default_provider="spawn"),
+        subagents=SubagentConfig(default_provider="spawn", release_one_shot=release_child),
     )
     agent.followup(f"please {CANARY_PROMPT}")
+    children: list[al.Session] = []
+    unsubscribe = store.on_disposed(children.append)
     outcomes = asyncio.run(agent.run())
+    unsubscribe()
     assert [o.reason for o in outcomes] == [{"kind": "completed"}]
-    (child,) = [s for s in store.list() if s.header.get("parentSession") == parent_id]
+    if release_child:
+        (child,) = [s for s in children if s.header.get("parentSession") == parent_id]
+    else:
+        (child,) = [s for s in store.list() if s.header.get("parentSession") == parent_id]
     return session, child

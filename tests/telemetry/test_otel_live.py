@@ -120,3 +120,20 @@ def test_an_sdk_provider_set_globally_after_attaching_is_followed_from_then_on()
     sessions, count = done.stdout.splitlines()[-2:]
     assert "'early'" not in sessions and "'parent'" in sessions  # the turn before the provider: no span
     assert int(count) == 8
+
+
+def test_a_child_disposed_before_its_parent_names_it_still_lands_under_the_delegate_span() -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    store = al.SessionStore()
+    exporter = attach_otel(store, provider)
+    parent, child = run_parent_with_child(store, release_child=True)
+    assert store.get(child.id) is None  # gone from the store before the parent's result was written
+    exporter.close()
+    spans = memory.get_finished_spans()
+    (delegate,) = [s for s in spans if s.name == "execute_tool delegate"]
+    (child_turn,) = [s for s in spans if s.name == "invoke_agent subagent"]
+    assert child_turn.parent is not None and child_turn.parent.span_id == delegate.context.span_id
+    assert child_turn.context.trace_id == delegate.context.trace_id
+    assert not exporter.mapper.has_session(child.id)  # released, then forgotten: nothing kept per child

@@ -264,6 +264,9 @@ class _Session:
     usage: dict[str, int] = field(default_factory=dict)
     held: dict[int, _Turn] = field(default_factory=dict)
     """A child's turns by ``turn/start`` seq whose trace is not yet known."""
+    disposed: bool = False
+    trace_keys: list[tuple[str, int]] = field(default_factory=list)
+    """The turns whose trace this mapper remembers (for the subagents they delegate to)."""
 
 
 def _provider_name(route: str | None) -> str | None:
@@ -314,12 +317,18 @@ class SpanMapper:
         parent = header.get("parentSession") if header.get("origin") == "subagent" else None
         self._sessions[session_id] = _Session(session_id, parent if isinstance(parent, str) else None, first_live_seq)
 
-    def forget(self, session_id: str) -> list[SpanDescription]:
-        """Drop a session's open state; a root session's held nothing, a child's held turns stay until drained."""
+    def forget(self, session_id: str) -> None:
+        """Drop a disposed session's state (a child's turns still held stay until resolved or drained), so a
+        long-lived exporter keeps nothing per finished session."""
         state = self._sessions.get(session_id)
-        if state is not None and not state.held:
-            del self._sessions[session_id]
-        return []
+        if state is None:
+            return
+        if state.held:
+            state.disposed = True  # forgotten once its last held turn is released
+            return
+        del self._sessions[session_id]
+        for key in state.trace_keys:
+            self._traces.pop(key, None)
 
     def has_session(self, session_id: str) -> bool:
         return session_id in self._sessions
@@ -391,6 +400,7 @@ class SpanMapper:
         state.tools.clear()
         if state.parent_id is None:
             self._traces[key] = trace_id_of(state.id, seq)
+            state.trace_keys.append(key)
         else:
             state.held[seq] = state.turn
 
@@ -706,6 +716,8 @@ class SpanMapper:
         state = self._sessions[key[0]]
         turn = state.held.pop(key[1], None)
         self._traces[key] = trace
+        state.trace_keys.append(key)
+        self._delegations.pop(key, None)
         released: list[SpanDescription] = []
         if turn is not None:
             for span in turn.spans:
@@ -717,6 +729,8 @@ class SpanMapper:
         for waiting in self._waiting.pop(key, []):
             delegation = self._delegations.get(waiting)
             released.extend(self._resolve(waiting, trace, delegation[1] if delegation is not None else None))
+        if state.disposed and not state.held:
+            self.forget(state.id)
         return released
 
 
