@@ -128,7 +128,7 @@ def test_a_child_disposed_before_its_parent_names_it_still_lands_under_the_deleg
     provider.add_span_processor(SimpleSpanProcessor(memory))
     store = al.SessionStore()
     exporter = attach_otel(store, provider)
-    parent, child = run_parent_with_child(store, release_child=True)
+    _parent, child = run_parent_with_child(store, release_child=True)
     assert store.get(child.id) is None  # gone from the store before the parent's result was written
     exporter.close()
     spans = memory.get_finished_spans()
