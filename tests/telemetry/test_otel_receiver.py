@@ -4,7 +4,10 @@ receiver that decodes them with opentelemetry-proto; a receiver that is down cos
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ from agentlog.telemetry.otel import attach_otel
 from agentlog.telemetry.spans import span_id_of
 
 runner = CliRunner()
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _stored(tmp_path: Path, exporter_provider: TracerProvider | None = None) -> tuple[al.Session, al.Session]:
@@ -145,3 +149,29 @@ def test_a_receiver_that_is_down_does_not_affect_the_agent(tmp_path: Path) -> No
         assert [e["type"] for e in reread.view(parent.id).events] == [e["type"] for e in parent.events]
     finally:
         reread.close()
+
+
+NO_OTEL = """
+import sys
+for name in ("opentelemetry", "opentelemetry.sdk", "opentelemetry.trace"):
+    sys.modules[name] = None  # as if the otel extra were not installed
+sys.argv = ["agentlog", "export", "any", "--to", "otlp", "--store", sys.argv[1], "--json"]
+from agentlog.cli import main
+main()
+"""
+
+
+@pytest.mark.subprocess
+def test_export_to_otlp_without_the_otel_extra_says_how_to_install_it(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_OTEL, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 0
+    error = orjson.loads(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.stdout)["error"]
+    assert error["code"] == "OTEL_NOT_INSTALLED" and "agentlog[otel]" in error["message"]
