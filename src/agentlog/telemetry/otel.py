@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,7 +132,8 @@ class OtelExporter:
         self._lock = threading.RLock()
         self._unsubscribe: list[Callable[[], None]] = []
         self._cursors: dict[Any, int] = {}  # followed session -> the seq its next unread event will have
-        self._disposed: list[Any] = []
+        self._arrivals: deque[Any] = deque()  # sessions created since the last flush
+        self._departures: deque[Any] = deque()  # sessions disposed since the last flush
         self._stopping = threading.Event()
         self._worker: threading.Thread | None = None
         if self.enabled:
@@ -230,14 +232,19 @@ class OtelExporter:
             self._worker.start()
             atexit.register(self.close)
 
+    # The store's listeners run on the agent's threads: they only hand the session over (an atomic deque
+    # append), never wait for the lock a flush holds while the processors export.
     def _on_created(self, session: Session) -> None:
-        with self._lock:
-            self._cursors.setdefault(session, 0)
+        self._arrivals.append(session)
 
     def _on_disposed(self, session: Session) -> None:
-        with self._lock:
-            if session in self._cursors:
-                self._disposed.append(session)  # read to its end, then forgotten, at the next flush
+        self._departures.append(session)  # read to its end, then forgotten, at the next flush
+
+    def _admit(self) -> None:
+        """Take the sessions the listeners handed over (under the lock)."""
+        arrivals = self._arrivals
+        for _ in range(len(arrivals)):
+            self._cursors.setdefault(arrivals.popleft(), 0)
 
     def _written(self) -> int:
         return sum(session.seq for session in list(self._cursors))
@@ -249,9 +256,11 @@ class OtelExporter:
             try:
                 if not self.enabled and not self._enable_from_global():
                     continue
-                written = self._written()
-                waiting = written - sum(self._cursors.values())
-                if waiting <= 0 and not self._disposed:
+                with self._lock:
+                    self._admit()
+                    written = self._written()
+                    waiting = written - sum(self._cursors.values())
+                if waiting <= 0 and not self._departures:
                     seen, since = written, None
                     continue
                 now = time.monotonic()
@@ -268,7 +277,10 @@ class OtelExporter:
         """Following the global provider: an SDK provider set since is used from the next events on."""
         provider = trace_api.get_tracer_provider()
         with self._lock:
+            self._admit()
             if not isinstance(provider, TracerProvider):
+                for _ in range(len(self._departures)):
+                    self._cursors.pop(self._departures.popleft(), None)
                 for session in self._cursors:
                     self._cursors[session] = session.seq  # nothing recorded them: nothing to catch up on
                 return False
@@ -282,6 +294,8 @@ class OtelExporter:
         with self._lock:
             if not self.enabled and not (self._follow_global and self._enable_from_global()):
                 return
+            self._admit()
+            departures = [self._departures.popleft() for _ in range(len(self._departures))]
             for session, cursor in list(self._cursors.items()):
                 events = session.events  # a snapshot: appends of other threads do not change it
                 if len(events) <= cursor:
@@ -303,11 +317,10 @@ class OtelExporter:
                             self._handed = self.spans_started
                             self.tracer_provider.force_flush(HANDOFF_TIMEOUT_MS)
                 self._cursors[session] = len(events)
-            for session in self._disposed:
-                self._cursors.pop(session, None)
-                self.mapper.forget(session.id)
-                self._views.pop(session.id, None)
-            self._disposed.clear()
+            for session in departures:
+                if self._cursors.pop(session, None) is not None:
+                    self.mapper.forget(session.id)
+                    self._views.pop(session.id, None)
 
     def _announce(self, session: Session, cursor: int) -> None:
         """First events of a followed session: its header, and its route so far (a resumed or seeded log)."""
