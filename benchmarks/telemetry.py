@@ -11,8 +11,9 @@
   final flush after the loop is not (``T2_flush_seconds``: how long the spans of a whole W(T) run then
   take to be mapped and sent). ``T2_spans`` is what the receiver was sent per run (4 spans per W turn).
 
-Runs are interleaved (baseline, T1, T2, baseline, ...) and medians reported, so a machine that slows
-down during the run slows every variant alike.
+Runs are interleaved (baseline, T1, T2, baseline, ...); T1 and T2 are the medians of the per-run
+differences and ratios against that run's baseline, so a machine that slows down between runs slows
+both sides of each pair alike.
 """
 
 from __future__ import annotations
@@ -143,8 +144,10 @@ def cmd_telemetry(args: argparse.Namespace) -> dict[str, Any]:
         receiver.terminate()
         receiver.wait()
     events = len(workload)
-    added_us = (statistics.median(t1) - statistics.median(base)) / events * 1e6
-    ratio = statistics.median(base) / statistics.median(t2)
+    # Paired within each interleaved run, then the median: the machine's drift between runs (other work on
+    # a shared two-core machine moves the baseline by 2x) cancels out of each pair.
+    added_us = statistics.median((b1 - b0) / events * 1e6 for b0, b1 in zip(base, t1, strict=True))
+    ratio = statistics.median(b0 / b2 for b0, b2 in zip(base, t2, strict=True))
     rows = [
         ["append, no listener", f"{events / statistics.median(base):,.0f}", "events/s", ""],
         ["T1 added per append, no tracer provider", f"{added_us:.2f}", "µs", "<= 2"],

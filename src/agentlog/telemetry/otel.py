@@ -65,6 +65,10 @@ HANDOFF_SPANS = 1024
 """At most this many spans handed to the processors between two of their flushes (the SDK's batch queue
 holds 2048 by default and drops what does not fit)."""
 HANDOFF_TIMEOUT_MS = 2_000
+IDLE_S = 0.25
+"""The worker's tick: it maps once a whole tick passed without an append. Each tick takes the interpreter
+lock from a busy agent once, so it is not shorter (the SDK's batch processor itself waits 5 s)."""
+MAX_DELAY_S = 2.0
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -123,7 +127,7 @@ class OtelExporter:
         self.enabled = isinstance(provider, TracerProvider)
         self.tracer_provider: Any = provider
         self._follow_global = tracer_provider is None
-        self._timing = (0.05, 2.0)
+        self._timing = (IDLE_S, MAX_DELAY_S)
         self.capture: CaptureMode = capture if capture is not None else capture_mode_from_env(os.environ)
         self._views: dict[str, Callable[[int], Iterable[Any]]] = {}
         self.mapper = SpanMapper(
@@ -204,7 +208,7 @@ class OtelExporter:
             self.spans_started += 1
 
     # -- live ---------------------------------------------------------------------------------------------
-    def attach(self, store: SessionStore, *, idle: float = 0.05, max_delay: float = 2.0) -> OtelExporter:
+    def attach(self, store: SessionStore, *, idle: float = IDLE_S, max_delay: float = MAX_DELAY_S) -> OtelExporter:
         """Follow ``store``: its sessions' events from now on, and every session created in it later
         (subagent children included).
 
