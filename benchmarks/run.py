@@ -14,6 +14,7 @@ Subcommands:
     copy     --sessions 1000 --turns 20: copy throughput JSONL (zstd) → SQLite and SQLite → PostgreSQL
     inspector --turns 20000 --sessions 1000: M18 first paint, M19 slider, serving RSS, M20 sessions page, export --html
     cli-start --sessions 50: CPU (user + sys) of ``agentlog --version`` and ``agentlog ls`` in fresh processes
+    telemetry --turns 2000: the OpenTelemetry span exporter's cost per append (no provider; batch OTLP export)
     pg-writers --processes 1,4,8: PostgreSQL, aggregate events/s of N concurrent writer processes
              (W(200) each, flush per step) and the eventsourcing recorder as the per-step peer anchor
 
@@ -266,6 +267,7 @@ try:
     from pg_writers import add_pg_writers_parser
     from projections import add_projections_parser
     from search import add_search_parser
+    from telemetry import add_telemetry_parser
 except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.cli_start import add_cli_start_parser
     from benchmarks.copy_bench import add_copy_parser
@@ -275,6 +277,7 @@ except ImportError:  # run as ``python -m benchmarks.run``
     from benchmarks.pg_writers import add_pg_writers_parser
     from benchmarks.projections import add_projections_parser
     from benchmarks.search import add_search_parser
+    from benchmarks.telemetry import add_telemetry_parser
 
 
 # --------------------------------------------------------------------------- compaction (M7-M9)
@@ -386,6 +389,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]]
     add_pg_writers_parser,
     add_cli_start_parser,
     add_inspector_parser,
+    add_telemetry_parser,
 ]
 
 

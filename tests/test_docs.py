@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -37,6 +38,10 @@ PYTHON_LANGS = {"python", "py"}
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
 MARKER = re.compile(r"^<!--\s*not-tested:\s*(?P<reason>.*?)\s*-->\s*$")
 RUN_AGAIN = re.compile(r"^<!--\s*run-again:\s*(?P<reason>.*?)\s*-->\s*$")
+NEEDS = re.compile(r"^<!--\s*needs:\s*(?P<command>[\w-]+)\s*-->\s*$")
+"""``<!-- needs: COMMAND -->``: the block runs a program that lives outside this environment (Arize Phoenix
+in its own one); it is skipped when COMMAND is not on ``PATH``, and fails instead when
+``AGENTLOG_REQUIRE_<COMMAND>=1`` (``.ci/run`` installs it and sets that)."""
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)[^\n]*$")
 BLOCK_TIMEOUT_S = 600
 """Only a guard against a block that hangs, never a measure: on a loaded two-core machine (load 8-14) a
@@ -51,6 +56,7 @@ class Block:
     code: str
     not_tested: str | None  # the marker's reason, or None when the block must run
     run_again: str | None = None  # why a second run over what the first left shows what the doc says
+    needs: str | None = None  # a command outside this environment the block runs (skipped without it)
 
     @property
     def name(self) -> str:
@@ -77,6 +83,7 @@ def _blocks(path: Path) -> list[Block]:
         previous = lines[start - 1] if start > 0 else ""
         marker = MARKER.match(previous.strip())
         again = RUN_AGAIN.match(previous.strip())
+        needs = NEEDS.match(previous.strip())
         blocks.append(
             Block(
                 file=path,
@@ -85,6 +92,7 @@ def _blocks(path: Path) -> list[Block]:
                 code="\n".join(body) + "\n",
                 not_tested=marker["reason"] if marker else None,
                 run_again=again["reason"] if again else None,
+                needs=needs["command"] if needs else None,
             )
         )
     return blocks
@@ -132,6 +140,7 @@ def test_every_doc_block_runs_here_or_is_marked_not_tested_with_a_reason(block: 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=lambda b: b.name)
 def test_docs_python_block_runs(block: Block, tmp_path: Path) -> None:
     """Once; a ``run-again`` block a second time, over what its first run left in its directory."""
+    _require(block)
     script = tmp_path / "block.py"
     script.write_text(block.code, encoding="utf-8")
     work = tmp_path / "work"  # the block's directory and HOME: what it leaves there, and nothing else
@@ -151,8 +160,17 @@ def test_docs_python_block_runs(block: Block, tmp_path: Path) -> None:
             assert any(work.iterdir()), f"{block.name} is marked run-again but left nothing to run again over"
 
 
+def _require(block: Block) -> None:
+    if block.needs is None or shutil.which(block.needs) is not None:
+        return
+    if os.environ.get(f"AGENTLOG_REQUIRE_{block.needs.upper()}") == "1":
+        pytest.fail(f"{block.name} needs `{block.needs}` on PATH (AGENTLOG_REQUIRE_{block.needs.upper()}=1)")
+    pytest.skip(f"{block.name} needs `{block.needs}` on PATH")
+
+
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.name)
 def test_docs_shell_block_runs(block: Block, tmp_path: Path) -> None:
+    _require(block)
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", _shell_script(block)],
         cwd=tmp_path,

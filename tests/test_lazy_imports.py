@@ -35,6 +35,7 @@ FORBIDDEN_PREFIXES = (
     "agentlog.integrations",  # the framework adapters
     "agents",  # openai-agents
     "pydantic_ai",
+    "opentelemetry",  # the otel extra (agentlog.telemetry.otel imports it when used)
 )
 """Module name prefixes no read command (and no bare ``import agentlog``) may load."""
 

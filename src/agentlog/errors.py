@@ -130,6 +130,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── RecorderStateError (RuntimeError) [RECORDER_STATE]
     │   ├── TranscriptAlreadyImportedError [TRANSCRIPT_ALREADY_IMPORTED]
     │   └── TranscriptError (ValueError) [TRANSCRIPT_INVALID]
+    ├── OtelError [OTEL_EXPORT_FAILED; codes: OTEL_NOT_INSTALLED]
     └── TelemetrySinkError [TELEMETRY_SINK_FAILED; codes: TELEMETRY_SINK_STALLED]
 
 Not here, on purpose: internal exceptions that never leave their module and are no ``AgentlogError``
@@ -1035,6 +1036,28 @@ class InspectorRequestError(AgentlogError):
     def __init__(self, message: str, code: str = "INSPECTOR_BAD_REQUEST") -> None:
         if code not in INSPECTOR_CODES:
             raise ValueError(f"unknown inspector code {code!r}")
+        super().__init__(message, code=code)
+
+
+# --- telemetry: OpenTelemetry spans ----------------------------------------------------------------------
+
+
+OTEL_CODES: Final = frozenset({"OTEL_EXPORT_FAILED", "OTEL_NOT_INSTALLED"})
+"""The codes of :class:`OtelError`."""
+
+
+class OtelError(AgentlogError):
+    """The OpenTelemetry span export could not run: the receiver refused or could not be reached
+    (``OTEL_EXPORT_FAILED``: is it running at that endpoint?), or the ``otel`` extra is not installed
+    (``OTEL_NOT_INSTALLED``: ``pip install 'agentlog[otel]'``). A live exporter never raises into an
+    append: its failures stay in the exporter's log."""
+
+    code = "OTEL_EXPORT_FAILED"
+    codes = OTEL_CODES
+
+    def __init__(self, message: str, code: str = "OTEL_EXPORT_FAILED") -> None:
+        if code not in OTEL_CODES:
+            raise ValueError(f"unknown telemetry code {code!r}")
         super().__init__(message, code=code)
 
 

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..errors import (
     AgentlogError,
+    OtelError,
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
@@ -248,6 +249,7 @@ class ExportTarget(StrEnum):
     sharegpt = "sharegpt"
     claude_code = "claude-code"
     codex = "codex"
+    otlp = "otlp"
 
 
 def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget, wrap_arguments: bool = False) -> None:
@@ -270,6 +272,31 @@ def _export_to(session_id: str, opts: StoreOptions, to: ExportTarget, wrap_argum
         sys.stderr.write(
             f"export: arguments of {len(wrapped)} tool call(s) were not a JSON object and were wrapped as "
             f'{{"input": <text>}}: {calls}\n'
+        )
+
+
+def _export_otlp(session_id: str, opts: StoreOptions, endpoint: str | None, patterns: Sequence[str]) -> None:
+    """``export --to otlp``: the session's GenAI spans (and its subagents') sent to an OTLP/HTTP receiver."""
+    from ..projection.redaction import Redactor
+
+    try:
+        redact = Redactor(patterns=patterns) if patterns else None  # the --html export's hook
+        try:
+            from ..telemetry.otel import export_otlp
+        except ImportError as err:  # the extra's packages are missing
+            raise OtelError(
+                f"--to otlp needs the otel extra ({err}): pip install 'agentlog[otel]'", code="OTEL_NOT_INSTALLED"
+            ) from None
+        summary = export_otlp(opts.open_backend(read_only=True), session_id, endpoint=endpoint, redact=redact)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        report = {"sessionId": session_id, "endpoint": summary.endpoint}
+        _emit_json({**report, "sessions": summary.sessions, "spans": summary.spans})
+    else:
+        typer.echo(
+            f"sent {summary.spans:,} spans of {len(summary.sessions)} session(s) to {summary.endpoint} "
+            f"(session {session_id})"
         )
 
 
@@ -373,7 +400,16 @@ def export_command(
         list[str] | None,
         typer.Option(
             "--redact",
-            help="With --html: replace every match of this regular expression by [redacted] (repeatable).",
+            help="With --html or --to otlp: replace every match of this regular expression by [redacted] (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint",
+            help="With --to otlp: the OTLP/HTTP traces URL (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+            "OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318/v1/traces).",
             show_default=False,
         ),
     ] = None,
@@ -406,12 +442,18 @@ def export_command(
     or with --wrap-arguments written as {"input": <text>} and listed on stderr (with --json, stderr's
     last line is {"exportReport": {format, items, wrappedArguments: [{message, callId, name}]}}).
 
+    With --to otlp, the session's OpenTelemetry GenAI spans (and its subagent sessions') are sent to an
+    OTLP/HTTP receiver instead (--endpoint URL; docs/telemetry.md); the same ids every time.
+
     With --partial, a damaged log (SESSION_CORRUPT) is salvaged instead of refused: the document holds the
     header, the stored events before the damage and a "damage" object (code, message, location, offset,
     afterSeq); stderr says where the export stopped and the exit code is 3. A healthy log exports as usual.
     """
     if html:
         _export_html(session_id, opts, output, redact or [], redact_tool_output)
+        return
+    if to is ExportTarget.otlp:
+        _export_otlp(session_id, opts, endpoint, redact or [])
         return
     if to is not None:
         _export_to(session_id, opts, to, wrap_arguments)

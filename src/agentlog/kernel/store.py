@@ -115,7 +115,7 @@ class _Entry:
                         'session "%s": session/event listener threw: %s', session.id, describe_error(err)
                     )
                     continue
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):  # most listeners return None: one check
                     observe_async(result, f'session "{session.id}": session/event listener rejected: ')
         finally:
             self.appending = False

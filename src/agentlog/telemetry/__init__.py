@@ -1,7 +1,8 @@
 """Telemetry: hand each session's events, as records, to a reporting sink (runtime spec §6.11).
 
 :mod:`.records` is the record vocabulary and its pure mapping (no I/O); :mod:`.sink` is the sink
-contract and :class:`SessionTelemetry`, which attaches to a store. Nothing here is imported by the rest
+contract and :class:`SessionTelemetry`, which attaches to a store; :mod:`.spans` and :mod:`.otel` (extra
+``otel``) map sessions to OpenTelemetry GenAI spans, live and offline. Nothing here is imported by the rest
 of agentlog, and the names load on first access, so ``import agentlog`` does not pay for threads or
 optional exporters.
 """
