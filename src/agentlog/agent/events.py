@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from ..kernel import events as _core
 from ..kernel.events import EventTypes
 from ..kernel.lineage import (
     SUBAGENT_DESCRIPTOR_VERSION,
@@ -48,7 +49,7 @@ AGENT_INBOX_SPLICED: Final = "agent/inbox/spliced"
 AGENT_PRESET_SELECTED: Final = "agent-preset/selected"
 """A preset chosen after creation (the catalog's row 2); a child's header names the parent's live preset."""
 
-SUBAGENT_DESCRIPTOR: Final = "subagent/descriptor"
+SUBAGENT_DESCRIPTOR: Final = _core.SUBAGENT_DESCRIPTOR
 """The durable identity and mode of a subagent child (:class:`SubagentDescriptorData`)."""
 
 APPROVAL_POLICY: Final = "approval/policy"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from ..kernel import events as _core
 from ..kernel.events import TokenUsage
 
 __all__ = [
@@ -28,14 +29,14 @@ __all__ = [
     "ShadowedRange",
 ]
 
-COMPACTION_START: Final = "compaction/start"
+COMPACTION_START: Final = _core.COMPACTION_START
 """Acquires the compaction lock (:class:`CompactionStartData`)."""
 
-COMPACTION_SUMMARY: Final = "compaction/summary"
+COMPACTION_SUMMARY: Final = _core.COMPACTION_SUMMARY
 """The summary, its inputs and the facts of the call (:class:`CompactionSummaryData`); immediately
 precedes the checkpoint that replaces the shadowed span."""
 
-COMPACTION_END: Final = "compaction/end"
+COMPACTION_END: Final = _core.COMPACTION_END
 """Releases the lock (:class:`CompactionEndData`); ``error`` marks a failed attempt."""
 
 COMPACTION_PRUNE: Final = "compaction/prune"

@@ -21,18 +21,24 @@ from typing import IO, Any, Final
 
 import orjson
 
-from ..kernel.events import ASSISTANT_MESSAGE, REQUEST_HEADER, TOOL_RESULT, USER_MESSAGE
+from ..kernel.events import (
+    ASSISTANT_MESSAGE,
+    COMPACTION_SUMMARY,
+    REQUEST_HEADER,
+    SESSION_TITLE,
+    TOOL_RESULT,
+    USER_MESSAGE,
+)
 from ..kernel.jsonvalue import thaw
 from ..kernel.session import derive_event_message
 from .anthropic import to_anthropic
-from .events import IMPORT_RECORD
+from .events import IMPORT_DONE, IMPORT_RECORD
 
 __all__ = ["TRANSCRIPT_EXPORT_FORMATS", "write_claude_code", "write_codex"]
 
 TRANSCRIPT_EXPORT_FORMATS: Final = ("claude-code", "codex")
 _VERSION: Final = "agentlog-export"
 """The ``version`` written on Claude Code records (the tool's own version is not known here)."""
-_TITLE: Final = "session/title"
 
 
 def _iso(ms: int) -> str:
@@ -51,7 +57,7 @@ def _own_id(view: Any) -> str:
     sessions by UUID)."""
     events = view.events
     last = events[len(events) - 1] if len(events) else None
-    if last is not None and last["type"] == "import/done":
+    if last is not None and last["type"] == IMPORT_DONE:
         own = last["data"].get("sessionId")
         if isinstance(own, str) and own and last["data"].get("sidechain") is not True:
             return own
@@ -110,7 +116,7 @@ def write_claude_code(view: Any, out: IO[str], *, wrapped: list[dict[str, Any]] 
         seq = event["seq"]
         stamp = _iso(event["time"])
         record_id = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"agentlog:{sid}:{seq}"))
-        if etype == _TITLE:
+        if etype == SESSION_TITLE:
             title = event["data"]
             continue
         if etype == IMPORT_RECORD:
@@ -243,7 +249,7 @@ def write_codex(view: Any, out: IO[str], *, wrapped: list[dict[str, Any]] | None
     summary: str | None = None  # the text of the last compaction/summary (a compacted line's message)
     for event in view.events:
         etype, time = event["type"], event["time"]
-        if etype == "compaction/summary":
+        if etype == COMPACTION_SUMMARY:
             blocks = thaw(event["data"].get("summary"))
             summary = "\n\n".join(b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text") or None
             continue

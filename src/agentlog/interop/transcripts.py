@@ -94,8 +94,12 @@ from ..errors import (
 from ..kernel._gc import gc_paused
 from ..kernel.events import (
     ASSISTANT_MESSAGE,
+    COMPACTION_END,
+    COMPACTION_START,
+    COMPACTION_SUMMARY,
     REQUEST_HEADER,
     SESSION_END_SEED,
+    SESSION_TITLE,
     STEP_END,
     STEP_START,
     TOOL_CALL,
@@ -152,8 +156,6 @@ DEFAULT_BATCH_EVENTS = 8192
 _FRAMING: Final = frozenset({TURN_START, TURN_END, STEP_START, STEP_END})
 """Events built here from counters alone (the check pass need not re-check them)."""
 _SPACE: Final = frozenset(b" \t\r\n\f\v")
-_SESSION_TITLE: Final = "session/title"
-"""The title event (named in :mod:`agentlog.projection.events`, a layer above; the kernel knows the type)."""
 _MISSING_RESULT = "no result for this tool call in the imported transcript"
 
 
@@ -478,7 +480,7 @@ class _Conversation:
         if source.get("kind") != "user" and not cites:
             self.report._count(self.report.dropped, "title without a prompt")
             return
-        self.sink.emit(_SESSION_TITLE, {"title": text, "messageSeqs": cites, "source": dict(source)})
+        self.sink.emit(SESSION_TITLE, {"title": text, "messageSeqs": cites, "source": dict(source)})
 
     def compact(
         self, compaction_id: str, summary: list[Any], content: list[Any], checkpoint_id: str, model: str
@@ -494,10 +496,10 @@ class _Conversation:
         turn = self.turn if self.in_turn else None
         shadowed = list(track.seqs)
         start_seq = self.sink.seq
-        self.sink.emit("compaction/start", {"compactionId": compaction_id, "turn": turn})
+        self.sink.emit(COMPACTION_START, {"compactionId": compaction_id, "turn": turn})
         summary_seq = self.sink.seq
         self.sink.emit(
-            "compaction/summary",
+            COMPACTION_SUMMARY,
             {
                 "compactionId": compaction_id,
                 "summary": summary,
@@ -524,7 +526,7 @@ class _Conversation:
             },
         )
         track.reset(checkpoint_seq, checkpoint)
-        self.sink.emit("compaction/end", {"compactionId": compaction_id, "turn": turn})
+        self.sink.emit(COMPACTION_END, {"compactionId": compaction_id, "turn": turn})
         self.report._count(self.report.messages, "checkpoint")
 
     def keep(self, source: str, record: Any, kind: str) -> None:

@@ -114,6 +114,16 @@ REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 SESSION_END_SEED: Final = "session/end-seed"
 REQUEST_HEADER_DELTA: Final = "request/header-delta"
+
+# Catalog types written or read by more than one layer (the transcript importer writes compactions and
+# titles as the compaction engine and the title service do; the kernel validates subagent descriptors):
+# named here, re-exported by their packages' vocabulary modules (compaction.events, projection.events,
+# agent.events).
+COMPACTION_START: Final = "compaction/start"
+COMPACTION_SUMMARY: Final = "compaction/summary"
+COMPACTION_END: Final = "compaction/end"
+SESSION_TITLE: Final = "session/title"
+SUBAGENT_DESCRIPTOR: Final = "subagent/descriptor"
 """The removed (legacy) request-header vocabulary: refused on append and load, migrated by ``legacy``."""
 
 CoreEventType = Literal[
@@ -162,10 +172,10 @@ KNOWN_SESSION_EVENT_TYPES: frozenset[str] = CORE_EVENT_TYPES | frozenset(
         "approval/policy",
         "command/done",
         "command/run",
-        "compaction/end",
+        COMPACTION_END,
         "compaction/prune",
-        "compaction/start",
-        "compaction/summary",
+        COMPACTION_START,
+        COMPACTION_SUMMARY,
         "feedback/record",
         "goal/change",
         "hook/invoked",
@@ -176,9 +186,9 @@ KNOWN_SESSION_EVENT_TYPES: frozenset[str] = CORE_EVENT_TYPES | frozenset(
         "plan/mode",
         "sandbox/mode",
         "schedule/change",
-        "session/title",
+        SESSION_TITLE,
         "session/title-llm-request",
-        "subagent/descriptor",
+        SUBAGENT_DESCRIPTOR,
         "team/member",
         "team/message/delivered",
         "team/message/queued",
@@ -305,7 +315,7 @@ event_types = EventTypes()
 
 # The delegation events' data rules (runtime spec §6.8; the names' vocabulary is agentlog.agent.events):
 # in the default registry from the start, so a reader that never imports the agent checks them too.
-event_types.register("subagent/descriptor", validator=check_subagent_descriptor)
+event_types.register(SUBAGENT_DESCRIPTOR, validator=check_subagent_descriptor)
 event_types.register("approval/policy", validator=check_approval_policy)
 event_types.register("sandbox/mode", validator=check_sandbox_mode)
 

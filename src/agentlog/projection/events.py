@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from ..kernel import events as _core
+
 __all__ = [
     "SESSION_TITLE",
     "SESSION_TITLE_LLM_REQUEST",
@@ -19,7 +21,7 @@ __all__ = [
     "SessionTitleSource",
 ]
 
-SESSION_TITLE: Final = "session/title"
+SESSION_TITLE: Final = _core.SESSION_TITLE
 """The log-only, last-wins title event (never on the model surface)."""
 
 SESSION_TITLE_LLM_REQUEST: Final = "session/title-llm-request"

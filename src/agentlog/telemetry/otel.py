@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import AgentlogError, OtelError, SessionNotFoundError
+from ..kernel.events import REQUEST_CONTEXT, REQUEST_HEADER, SESSION_END_SEED, TOOL_RESULT
 from .spans import SPAN_EVENT_TYPES, CaptureMode, SpanDescription, SpanMapper, capture_mode_from_env
 
 try:
@@ -333,7 +334,7 @@ class OtelExporter:
         if self.capture != "off":
             self._views[session.id] = lambda seq: session.at(seq).derive_messages()
         for event in session.events.prefix(cursor).outside_runs():  # packed chunk runs stay packed
-            if event["type"] in ("request/header", "request/context"):
+            if event["type"] in (REQUEST_HEADER, REQUEST_CONTEXT):
                 mapper.feed(session.id, event)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -380,10 +381,10 @@ def attach_otel(
 def _first_live(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> int:
     """The seq after a fork seed (its ``session/end-seed``), or 0: the seed is its parent's to export."""
     seed = header.get("seedLength")
-    if isinstance(seed, int) and 0 <= seed < len(events) and events[seed]["type"] == "session/end-seed":
+    if isinstance(seed, int) and 0 <= seed < len(events) and events[seed]["type"] == SESSION_END_SEED:
         return seed + 1
     for event in events:
-        if event["type"] == "session/end-seed":
+        if event["type"] == SESSION_END_SEED:
             return int(event["seq"]) + 1
     return 0
 
@@ -391,7 +392,7 @@ def _first_live(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) 
 def _children(events: Iterable[Mapping[str, Any]]) -> list[str]:
     found: list[str] = []
     for event in events:
-        if event["type"] != "tool/result":
+        if event["type"] != TOOL_RESULT:
             continue
         meta = event["data"].get("meta")
         record = meta.get("subagent") if isinstance(meta, Mapping) else None

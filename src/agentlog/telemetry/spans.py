@@ -31,6 +31,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from ..kernel.events import (
+    ASSISTANT_CHUNK,
+    ASSISTANT_MESSAGE,
+    REQUEST_CONTEXT,
+    REQUEST_HEADER,
+    STEP_START,
+    SUBAGENT_DESCRIPTOR,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_END,
+    TURN_START,
+)
+
 __all__ = [
     "CAPTURE_ENV",
     "CaptureMode",
@@ -72,16 +85,16 @@ _USAGE_KEYS: Final = (
 )
 SPAN_EVENT_TYPES: Final = frozenset(
     {
-        "turn/start",
-        "turn/end",
-        "step/start",
-        "assistant/chunk",
-        "assistant/message",
-        "tool/call",
-        "tool/result",
-        "request/header",
-        "request/context",
-        "subagent/descriptor",
+        TURN_START,
+        TURN_END,
+        STEP_START,
+        ASSISTANT_CHUNK,
+        ASSISTANT_MESSAGE,
+        TOOL_CALL,
+        TOOL_RESULT,
+        REQUEST_HEADER,
+        REQUEST_CONTEXT,
+        SUBAGENT_DESCRIPTOR,
     }
 )
 """The event types the mapping reads; a listener may drop every other type before calling :meth:`SpanMapper.feed`."""
@@ -340,46 +353,46 @@ class SpanMapper:
         etype = event["type"]
         seq: int = event["seq"]
         data = event["data"]
-        if etype == "request/header":
+        if etype == REQUEST_HEADER:
             config = data.get("header", {}).get("config", {})
             state.provider = config.get("provider", state.provider)
             state.model = config.get("model", state.model)
             system = data.get("header", {}).get("system")
             state.system = system if isinstance(system, str) else None
             return []
-        if etype == "request/context":
+        if etype == REQUEST_CONTEXT:
             state.provider = data.get("provider", state.provider)
             state.model = data.get("model", state.model)
             return []
         if seq < state.first_live_seq:
             return []  # an inherited seed: exported with the session that lived it
-        if etype == "assistant/chunk":
+        if etype == ASSISTANT_CHUNK:
             self._chunk(state, seq, event["time"], data)
             return []
-        if etype == "turn/start":
+        if etype == TURN_START:
             self._turn_start(state, seq, event["time"], data)
             return []
         turn = state.turn
         if turn is None:
             return []  # outside any turn (a standalone append): no span to belong to
-        if etype == "step/start":
+        if etype == STEP_START:
             key = (data["turn"], data["step"])
             state.chats[key] = _Chat(span_id_of(state.id, seq), seq, event["time"], data["turn"], data["step"])
             return []
-        if etype == "assistant/message":
+        if etype == ASSISTANT_MESSAGE:
             return self._emit(state, turn, self._chat_end(state, turn, seq, event["time"], data))
-        if etype == "tool/call":
+        if etype == TOOL_CALL:
             state.tools[data["callId"]] = _Tool(
                 span_id_of(state.id, seq), seq, event["time"], data["name"], data.get("arguments", "")
             )
             return []
-        if etype == "tool/result":
+        if etype == TOOL_RESULT:
             return self._emit(state, turn, self._tool_end(state, turn, seq, event["time"], data))
-        if etype == "subagent/descriptor":
+        if etype == SUBAGENT_DESCRIPTOR:
             label = data.get("label")
             state.agent_name = label if isinstance(label, str) else state.agent_name
             return []
-        if etype == "turn/end":
+        if etype == TURN_END:
             return self._turn_end(state, turn, seq, event["time"], data)
         return []
 
