@@ -613,14 +613,6 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
         self._preflight()
         encoded = self._encoded_id(session_id)
         path = self._find_log(session_id)
-        tombstones = [
-            found
-            for project in self._project_dirs()
-            for found in (
-                f"{self.root}/{project}/{encoded}/session{suffix}{TOMBSTONE_SUFFIX}" for suffix in _SUFFIXES.values()
-            )
-            if _lexists(found)
-        ]
         if path is not None:
             if step is not None:
                 step("tombstone")
@@ -628,15 +620,18 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
             _fsync_dir(os.path.dirname(path))
             with self._mutex:
                 self._tails.pop(path, None)
-            tombstones.append(path + TOMBSTONE_SUFFIX)
-        for tombstone in tombstones:
-            if step is not None:
-                step("unlink")
-            try:
-                os.unlink(tombstone)
-            except FileNotFoundError:
-                pass
-            session_dir = os.path.dirname(tombstone)
+        # This delete's tombstone, and what an earlier one killed after its rename left (a tombstone, an
+        # empty session directory), in whichever project directory it was.
+        for project in self._project_dirs():
+            session_dir = f"{self.root}/{project}/{encoded}"
+            if not _lexists(session_dir) or any(_lexists(f"{session_dir}/session{s}") for s in _SUFFIXES.values()):
+                continue
+            for suffix in _SUFFIXES.values():
+                tombstone = f"{session_dir}/session{suffix}{TOMBSTONE_SUFFIX}"
+                if _lexists(tombstone):
+                    if step is not None:
+                        step("unlink")
+                    os.unlink(tombstone)
             if step is not None:
                 step("rmdir")
             try:
