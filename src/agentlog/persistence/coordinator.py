@@ -283,6 +283,7 @@ class PersistenceCoordinator:
         self._cache_size = prepared_cache_size
         self._scheduler = Scheduler()
         self._closed = False
+        self._deleted_hooks: builtins.list[Callable[[str], None]] = []
         self._unsubscribe = [
             store.on_created(self._on_created),
             store.on_event(self._on_event),
@@ -817,9 +818,11 @@ class PersistenceCoordinator:
         Children are the sessions whose header names it as ``parentSession`` (forks, subagents);
         orphaned ones keep their header as written (a log is never rewritten).
 
-        ``forget`` are called with each deleted id once its log is gone: the derived records (projection
-        cache row, search index documents) are dropped there. They are derived, so a failure only warns:
-        readers never serve them for a session the store no longer lists, and ``reindex`` drops them.
+        ``forget``, and every :meth:`on_deleted` callback, are called with each deleted id once its log is
+        gone: the derived records (projection cache row, search index documents) are dropped there (a
+        :class:`~agentlog.ProjectionCache` or ``SqliteSearch`` built on this coordinator subscribes
+        itself). They are derived, so a failure only warns: readers never serve them for a session the
+        store no longer lists, and ``reindex`` drops them.
         ``step`` is the backend's test hook (:data:`~agentlog.persistence.backend.DeleteStep`).
         """
         if children not in DELETE_CHILDREN_MODES:
@@ -865,14 +868,31 @@ class PersistenceCoordinator:
         finally:
             for lock in reversed(locks):
                 lock.release()
+        hooks = [*self._deleted_hooks, *forget]
         for target in deleted:
-            for drop in forget:
+            for drop in hooks:
                 try:
                     drop(target)
                 except Exception as err:  # derived records are never needed for correctness
                     logger.warning('deleting the derived records of "%s" failed: %s', target, describe_error(err))
         orphaned = tuple(index.get(session_id, ())) if children == "orphan" else ()
         return DeleteResult(deleted=tuple(deleted), orphaned=orphaned)
+
+    def on_deleted(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(session_id)`` after each session :meth:`delete` removes (returns the unsubscribe).
+
+        How the derived stores built on this coordinator (the projection cache, the search index) drop
+        their records of a deleted session at once; a failing callback only warns (see :meth:`delete`).
+        """
+        with self._mutex:
+            self._deleted_hooks.append(callback)
+
+        def unsubscribe() -> None:
+            with self._mutex:
+                if callback in self._deleted_hooks:
+                    self._deleted_hooks.remove(callback)
+
+        return unsubscribe
 
     def _lock_for_delete(self, session_id: str) -> Any:
         """The writer lock of a session about to be deleted; ``SESSION_LOCKED`` if it is open for writing."""
