@@ -50,6 +50,8 @@ OTHER_COMMANDS = {
     "search": "tests/cli/test_query_cli.py (search --json; it creates the store's search index)",
     "import": "tests/cli/test_import_cli.py (import --json)",
     "serve": "tests/inspector/test_cli_serve.py (serve --json prints its address; it serves until stopped)",
+    "rm": "tests/cli/test_lifecycle_cli.py (rm --json)",
+    "gc": "tests/cli/test_lifecycle_cli.py (gc --json, --dry-run, --archive)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""
 

@@ -311,7 +311,10 @@ def gc_command(
         for item in failed:
             typer.echo(f"not deleted {item['id']}: [{item['error']['code']}] {item['error']['message']}", err=True)
         count = len(selected) if dry_run else len(deleted)
-        typer.echo(f"{count} session(s) {verb}" + (f", archived in {archive}" if archived else ""))
+        typer.echo(
+            f"{count} session(s) {'would be deleted' if dry_run else 'deleted'}"
+            + (f", archived in {archive}" if archived else "")
+        )
     if failed:
         raise typer.Exit(code=1)
 
