@@ -272,6 +272,7 @@ def gc_command(
         ]
         if not dry_run and tops:
             with _deleting(opts) as (coordinator, forget):
+                listings = coordinator.list()  # once: each delete finds the children in it
                 archive_store = _open_archive(archive) if archive is not None else None
                 for top in tops:
                     try:
@@ -280,11 +281,13 @@ def gc_command(
 
                             for sid in groups[top]:
                                 archived.append(archive_session(coordinator.backend, archive_store, sid).manifest())
-                        result = coordinator.delete(top, children="delete", forget=forget)
+                        result = coordinator.delete(top, children="delete", forget=forget, listings=listings)
                     except AgentlogError as err:
                         failed.append(_failure(top, err))
                         continue
                     deleted.extend(result.deleted)
+                    gone = set(result.deleted)
+                    listings = [listing for listing in listings if listing.id not in gone]
     except AgentlogError as err:
         render_error(err, opts.as_json)
     document = {

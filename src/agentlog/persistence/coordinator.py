@@ -806,6 +806,7 @@ class PersistenceCoordinator:
         children: str = "refuse",
         forget: Sequence[Callable[[str], None]] = (),
         step: DeleteStep | None = None,
+        listings: Sequence[SessionListing] | None = None,
     ) -> DeleteResult:
         """Remove a stored session (and, with ``children="delete"``, its whole subtree) for good.
 
@@ -824,6 +825,9 @@ class PersistenceCoordinator:
         itself). They are derived, so a failure only warns: readers never serve them for a session the
         store no longer lists, and ``reindex`` drops them.
         ``step`` is the backend's test hook (:data:`~agentlog.persistence.backend.DeleteStep`).
+        ``listings`` is the store's listing when the caller has just read it (``gc`` deletes many
+        sessions after one listing instead of one per delete); the children are found in it, so one
+        created after it is not seen. By default the store is listed here.
         """
         if children not in DELETE_CHILDREN_MODES:
             raise InvalidOptionError(f"children must be one of {', '.join(DELETE_CHILDREN_MODES)}, got {children!r}")
@@ -834,9 +838,11 @@ class PersistenceCoordinator:
                 f"the {self.backend.name} backend cannot delete sessions (it has no delete_session); "
                 "copy the sessions to keep into a new store instead"
             )
-        listings = {listing.id: listing for listing in self.backend.list_sessions()}
+        listed = {
+            listing.id: listing for listing in (self.backend.list_sessions() if listings is None else listings)
+        }
         index: dict[str, builtins.list[str]] = {}
-        for listing in listings.values():
+        for listing in listed.values():
             parent = listing.header.get("parentSession") if listing.header else None
             if isinstance(parent, str) and parent != listing.id:
                 index.setdefault(parent, []).append(listing.id)
@@ -854,7 +860,7 @@ class PersistenceCoordinator:
         try:
             for target in targets:
                 locks.append(self._lock_for_delete(target))
-            if session_id not in listings and self.backend.read_revision(session_id) is None:
+            if session_id not in listed and self.backend.read_revision(session_id) is None:
                 # Under its lock nothing can materialize the id: only leftovers of a crashed delete remain.
                 deleter.delete_session(session_id, step)
                 raise SessionNotFoundError(f'session "{session_id}" has no stored log to delete')

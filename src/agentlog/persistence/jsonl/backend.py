@@ -635,10 +635,9 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
             if step is not None:
                 step("rmdir")
             try:
-                os.rmdir(session_dir)
+                os.rmdir(session_dir)  # not fsynced: an empty directory a crash brings back lists nothing
             except OSError:
                 continue  # something else lives there (a staged import); the directory lists nothing
-            _fsync_dir(os.path.dirname(session_dir))
         return path is not None
 
     def close(self) -> None:
