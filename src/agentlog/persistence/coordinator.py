@@ -838,9 +838,7 @@ class PersistenceCoordinator:
                 f"the {self.backend.name} backend cannot delete sessions (it has no delete_session); "
                 "copy the sessions to keep into a new store instead"
             )
-        listed = {
-            listing.id: listing for listing in (self.backend.list_sessions() if listings is None else listings)
-        }
+        listed = {listing.id: listing for listing in (self.backend.list_sessions() if listings is None else listings)}
         index: dict[str, builtins.list[str]] = {}
         for listing in listed.values():
             parent = listing.header.get("parentSession") if listing.header else None
