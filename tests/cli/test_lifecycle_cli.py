@@ -204,6 +204,15 @@ def test_gc_archive_writes_a_verified_copy_that_reads_back_as_a_store(at: list[s
     assert _listed(at) == ["recent"]
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_rm_and_gc_on_a_missing_store_are_store_not_found_and_create_nothing(at: list[str], tmp_path: Path) -> None:
+    for args in (["rm", "s1"], ["gc", "--older-than", "1d"]):
+        result = _invoke(*args, *at, "--json")
+        assert result.exit_code == 1
+        assert orjson.loads(result.stderr)["error"]["code"] == "STORE_NOT_FOUND"
+    assert not (tmp_path / "store").exists()
+
+
 def test_parse_age_and_the_retention_predicate() -> None:
     assert parse_age("30d") == 30 * DAY_MS and parse_age("12h") == 12 * 3_600_000 and parse_age("2w") == 14 * DAY_MS
     for bad in ("30", "d", "-1d", "1.5d", "30 days"):

@@ -27,7 +27,7 @@ import typer
 
 from ..errors import AgentlogError, InvalidOptionError
 from ..kernel.store import SessionStore
-from ..persistence.backend import Backend
+from ..persistence.backend import Backend, ListsRevisions
 from ..persistence.coordinator import PersistenceCoordinator
 from .options import DEFAULT_OPTIONS, StoreOptions, shared_options
 from .render import _emit_json, _iso, render_error
@@ -55,6 +55,11 @@ def _deleting(opts: StoreOptions) -> Iterator[tuple[PersistenceCoordinator, list
     from ..projection.cache_storage import cache_path_for, open_cache_storage
     from ..query.sqlite import SqliteSearch, default_index_path
 
+    probe = opts.open_backend(read_only=True)
+    try:
+        probe.list_revisions() if isinstance(probe, ListsRevisions) else probe.list_sessions()
+    finally:  # a missing store is STORE_NOT_FOUND here, before a writable open could create it
+        probe.close()
     storage = opts.open_backend()
     coordinator = PersistenceCoordinator(SessionStore(), storage)
     forget: list[Callable[[str], None]] = []
