@@ -4,8 +4,8 @@ Both delete through :meth:`PersistenceCoordinator.delete`: each session goes ato
 all, on every backend), a session open for writing anywhere is refused (``SESSION_LOCKED``), and its
 derived records go with it — its projection cache row and its search index documents, in the files
 beside the store or, for PostgreSQL, in this host's cache (:mod:`agentlog.persistence.host_cache`).
-Other hosts' caches of a PostgreSQL store are derived too: they drop a deleted session's rows the next
-time they reconcile (every search, every ``ls``), and ``reindex`` rebuilds them without it.
+Other hosts' caches of a PostgreSQL store never serve a deleted session's rows (reads go by the store's
+listing): their search index drops them at its next search, and ``reindex`` rebuilds both without it.
 
 ``gc`` selects by last activity (the time of the newest event, else the creation time) and never
 deletes a session one of whose descendants is still recent: a subtree goes whole or stays. The
