@@ -294,3 +294,17 @@ def test_postgres_a_session_deleted_by_one_host_leaves_the_others_listing_search
     assert _listed(at) == ["kept"]  # host A: its stale cache and index rows are never served
     assert _found(at, "zebra") == ["kept"]
     assert _indexed_ids(at) == ["kept"]  # and its index dropped them when it reconciled
+
+
+@pytest.mark.parametrize("kind", ["jsonl"])
+def test_gc_never_deletes_a_session_whose_header_cannot_be_read_and_rm_does(at: list[str], tmp_path: Path) -> None:
+    _write(at, {"old": ("a", 1000, None)})
+    damaged = tmp_path / "store" / "--work-project--" / "broken" / "session.jsonl.zstd"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"this is not a header\n")
+    done = _json("gc", "--older-than", "1d", *at)
+    assert done["deleted"] == ["old"]
+    assert [item["id"] for item in done["skipped"]] == ["broken"]
+    assert damaged.exists()
+    assert _json("rm", "broken", *at)["deleted"] == ["broken"]
+    assert not damaged.parent.exists()
