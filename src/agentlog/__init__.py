@@ -39,6 +39,7 @@ from .errors import (
     SessionExistsError,
     SessionForkError,
     SessionFormatUnsupportedError,
+    SessionHasChildrenError,
     SessionHeaderError,
     SessionLockedError,
     SessionNotFoundError,
@@ -138,7 +139,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolv
     )
     from .llm.types import Provider
     from .persistence.backend import Backend
-    from .persistence.coordinator import PersistenceCoordinator, SessionSnapshot, StoredView
+    from .persistence.coordinator import DeleteResult, PersistenceCoordinator, SessionSnapshot, StoredView
     from .persistence.copy import CopiedSession, CopyReport, copy_sessions, events_digest
     from .persistence.jsonl import JsonlBackend
     from .persistence.memory import MemoryBackend
@@ -279,6 +280,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".llm.types": ("Provider",),
     ".persistence.backend": ("Backend",),
     ".persistence.coordinator": (
+        "DeleteResult",
         "PersistenceCoordinator",
         "SessionSnapshot",
         "StoredView",
@@ -359,6 +361,7 @@ __all__ = [
     "CopiedSession",
     "CopyReport",
     "CoreEventType",
+    "DeleteResult",
     "Event",
     "EventDataError",
     "EventTypeError",
@@ -398,6 +401,7 @@ __all__ = [
     "SessionExistsError",
     "SessionForkError",
     "SessionFormatUnsupportedError",
+    "SessionHasChildrenError",
     "SessionHeaderError",
     "SessionInvariants",
     "SessionLockedError",

@@ -62,6 +62,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── SessionFormatUnsupportedError [SESSION_FORMAT_UNSUPPORTED]
     │   ├── SessionLockedError [SESSION_LOCKED]
     │   ├── SessionCollisionError [SESSION_COLLISION]
+    │   ├── SessionHasChildrenError [SESSION_HAS_CHILDREN]
     │   ├── SessionTailChangedError [SESSION_TAIL_CHANGED]
     │   ├── SessionConflictError [SESSION_CONFLICT]
     │   ├── DatabaseUnavailableError [DATABASE_UNAVAILABLE]
@@ -332,6 +333,20 @@ class SessionCollisionError(PersistenceError):
     """A live session's id collides with different persisted or live state."""
 
     code = "SESSION_COLLISION"
+
+
+class SessionHasChildrenError(PersistenceError):
+    """A session to delete has children (forks, subagents) and the caller did not say what becomes of
+    them: a subtree is deleted only on request, so no child loses its parent by accident.
+
+    ``children`` lists every descendant's id (parents before their children).
+    """
+
+    code = "SESSION_HAS_CHILDREN"
+
+    def __init__(self, message: str, *, children: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.children = children
 
 
 # --- storage and resource failures: helpers raise these, never bare OSError/RuntimeError -----------------

@@ -51,6 +51,8 @@ OTHER_COMMANDS = {
     "import": "tests/cli/test_import_cli.py (import --json)",
     "copy": "tests/cli/test_copy_cli.py (copy --json)",
     "serve": "tests/inspector/test_cli_serve.py (serve --json prints its address; it serves until stopped)",
+    "rm": "tests/cli/test_lifecycle_cli.py (rm --json)",
+    "gc": "tests/cli/test_lifecycle_cli.py (gc --json, --dry-run, --archive)",
 }
 """Commands that write or run a model: their ``--json`` documents are checked where they are tested."""
 

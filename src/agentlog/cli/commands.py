@@ -11,8 +11,9 @@ This module is the command table: it registers each command on the Typer app (:m
 order ``--help`` lists them. The commands live in :mod:`.read_commands` (``ls``, ``export``, ``verify``,
 ``show``), :mod:`.agent_commands` (``run``, ``resume``, ``replay``, ``fork``, ``compact``),
 :mod:`.projection_commands` (``stats``, ``title``, ``reindex``), :mod:`.query_commands` (``search``,
-``trace``), :mod:`.interop_commands` (``import``), :mod:`.copy_commands` (``copy``), :mod:`.tail_commands` (``tail``),
-:mod:`.serve_commands` (``serve``, the inspector) and :mod:`.demo_commands`;
+``trace``), :mod:`.interop_commands` (``import``), :mod:`.copy_commands` (``copy``), :mod:`.tail_commands`
+(``tail``), :mod:`.serve_commands` (``serve``, the inspector), :mod:`.lifecycle_commands` (``rm``, ``gc``)
+and :mod:`.demo_commands`;
 they take the shared options from :mod:`.options` and print through :mod:`.render`. A command's module
 is imported only when that command runs (:func:`._app.lazy_command`): every command pays for what it
 uses, not for the agent stack. The names below stay importable from here, loaded on first access.
@@ -65,6 +66,8 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("fork", ".agent_commands", "fork_command"),
     ("compact", ".agent_commands", "compact_command"),
     ("reindex", ".projection_commands", "reindex_command"),
+    ("rm", ".lifecycle_commands", "rm_command"),
+    ("gc", ".lifecycle_commands", "gc_command"),
     ("serve", ".serve_commands", "serve_command"),
     ("demo", ".demo_commands", "demo_command"),
 )

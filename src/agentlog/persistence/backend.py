@@ -7,7 +7,7 @@ new backend (PostgreSQL, say) implements these primitives and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
@@ -259,6 +259,29 @@ class StagesSessions(Protocol):
         lists. The id must have no stored log (``publish`` refuses one that appeared meanwhile).
         ``PersistenceCoordinator.stage`` falls back to ordinary appends (published at the first batch)
         for a backend without it."""
+        ...
+
+
+DeleteStep = Callable[[str], None]
+"""A test hook of :meth:`DeletesSessions.delete_session`: called with a step's name just before the step
+runs (the crash tests SIGKILL the process there and check that the store holds the whole session or
+nothing). The steps are the backend's own (JSONL: ``tombstone``, ``unlink``, ``rmdir``; SQLite and
+PostgreSQL: ``begin``, ``events``, ``session``, ``commit``; memory: ``remove``)."""
+
+
+@runtime_checkable
+class DeletesSessions(Protocol):
+    """A backend that can remove a stored session, all at once (``PersistenceCoordinator.delete``)."""
+
+    def delete_session(self, session_id: str, step: DeleteStep | None = None) -> bool:
+        """Remove the session's stored log: ``True`` when there was one, ``False`` when there was none.
+
+        Atomic for every reader: a reader (in any process) sees the whole session or none of it, and a
+        crash at any point leaves one or the other (JSONL: the log is renamed to an unlisted tombstone,
+        then unlinked; SQLite and PostgreSQL: one transaction). The caller holds the session's writer
+        lock (``lock_writer``); the backend does not take it. Leftovers of a crash between the rename
+        and the unlink (an unlisted tombstone) are removed by the next ``delete_session`` of that id.
+        """
         ...
 
 

@@ -25,7 +25,7 @@ import operator
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from ..errors import (
     PersistenceError,
     ResourceExhaustedError,
     SessionCollisionError,
+    SessionHasChildrenError,
     SessionHeaderError,
     SessionLockedError,
     SessionNotFoundError,
@@ -57,6 +58,8 @@ from ..kernel.store import SessionStore
 from . import legacy
 from .backend import (
     Backend,
+    DeletesSessions,
+    DeleteStep,
     ListsRevisions,
     PartialRead,
     SalvagesPrefix,
@@ -69,7 +72,7 @@ from .backend import (
 )
 from .tail import DEFAULT_POLL_INTERVAL_S, RetryHook, tail_events
 from .write_behind import Scheduler, WriteBehind
-from .writer_lock import deadline_of, wait_for_writer
+from .writer_lock import deadline_of, holder_record, locked_error, wait_for_writer
 
 logger = logging.getLogger("agentlog")
 
@@ -121,6 +124,35 @@ class DurableRead:
     events: builtins.list[FrozenDict]
     revision: str
     torn: bool
+
+
+DELETE_CHILDREN_MODES: tuple[str, ...] = ("refuse", "delete", "orphan")
+"""What :meth:`PersistenceCoordinator.delete` does with a session's children: refuse to delete it, delete
+them first, or leave them without their parent."""
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What :meth:`PersistenceCoordinator.delete` removed (children before their parent) and the
+    children it left without their parent (``children="orphan"``)."""
+
+    deleted: tuple[str, ...]
+    orphaned: tuple[str, ...] = ()
+
+
+def _subtree(index: Mapping[str, Sequence[str]], root: str) -> builtins.list[str]:
+    """Every descendant of ``root`` (parents before their children); a cycle stops."""
+    found: builtins.list[str] = []
+    seen = {root}
+    stack = builtins.list(reversed(index.get(root, ())))
+    while stack:
+        session_id = stack.pop()
+        if session_id in seen:
+            continue
+        seen.add(session_id)
+        found.append(session_id)
+        stack.extend(reversed(index.get(session_id, ())))
+    return found
 
 
 # --- state ------------------------------------------------------------------------------------------
@@ -265,6 +297,7 @@ class PersistenceCoordinator:
         self._cache_size = prepared_cache_size
         self._scheduler = Scheduler()
         self._closed = False
+        self._deleted_hooks: builtins.list[Callable[[str], None]] = []
         self._unsubscribe = [
             store.on_created(self._on_created),
             store.on_event(self._on_event),
@@ -797,6 +830,118 @@ class PersistenceCoordinator:
         if self._lister is not None:
             return dict(self._lister.list_revisions())
         return {listing.id: listing.revision for listing in self.list() if listing.revision is not None}
+
+    # -- delete ----------------------------------------------------------------------------------------------
+    def delete(
+        self,
+        session_id: str,
+        *,
+        children: str = "refuse",
+        forget: Sequence[Callable[[str], None]] = (),
+        step: DeleteStep | None = None,
+        listings: Sequence[SessionListing] | None = None,
+    ) -> DeleteResult:
+        """Remove a stored session (and, with ``children="delete"``, its whole subtree) for good.
+
+        Each session goes atomically (the backend's ``delete_session``: a reader or a crash sees it whole
+        or not at all), children before their parent, so an interrupted subtree delete never leaves a
+        child whose parent is gone unless ``children="orphan"`` asked for it. Refused at once, before
+        anything is removed: a session open for writing here or in any process (``SESSION_LOCKED``: every
+        session to delete is locked first), one with children unless ``children`` is ``"delete"`` or
+        ``"orphan"`` (``SESSION_HAS_CHILDREN``), an id with no stored log (``SESSION_NOT_FOUND``).
+        Children are the sessions whose header names it as ``parentSession`` (forks, subagents);
+        orphaned ones keep their header as written (a log is never rewritten).
+
+        ``forget``, and every :meth:`on_deleted` callback, are called with each deleted id once its log is
+        gone: the derived records (projection cache row, search index documents) are dropped there (a
+        :class:`~agentlog.ProjectionCache` or ``SqliteSearch`` built on this coordinator subscribes
+        itself). They are derived, so a failure only warns: readers never serve them for a session the
+        store no longer lists, and ``reindex`` drops them.
+        ``step`` is the backend's test hook (:data:`~agentlog.persistence.backend.DeleteStep`).
+        ``listings`` is the store's listing when the caller has just read it (``gc`` deletes many
+        sessions after one listing instead of one per delete); the children are found in it, so one
+        created after it is not seen. By default the store is listed here.
+        """
+        if children not in DELETE_CHILDREN_MODES:
+            raise InvalidOptionError(f"children must be one of {', '.join(DELETE_CHILDREN_MODES)}, got {children!r}")
+        self._check_id(session_id)
+        deleter = self.backend if isinstance(self.backend, DeletesSessions) else None
+        if deleter is None:
+            raise PersistenceError(
+                f"the {self.backend.name} backend cannot delete sessions (it has no delete_session); "
+                "copy the sessions to keep into a new store instead"
+            )
+        listed = {listing.id: listing for listing in (self.backend.list_sessions() if listings is None else listings)}
+        index: dict[str, builtins.list[str]] = {}
+        for listing in listed.values():
+            parent = listing.header.get("parentSession") if listing.header else None
+            if isinstance(parent, str) and parent != listing.id:
+                index.setdefault(parent, []).append(listing.id)
+        below = _subtree(index, session_id)
+        if below and children == "refuse":
+            shown = ", ".join(f'"{child}"' for child in below[:5]) + (" …" if len(below) > 5 else "")
+            raise SessionHasChildrenError(
+                f'session "{session_id}" has {len(below)} descendant session(s) ({shown}); delete them with it '
+                '(children="delete", agentlog rm --with-children) or leave them without their parent '
+                '(children="orphan", agentlog rm --orphan)',
+                children=tuple(below),
+            )
+        targets = [*reversed(below), session_id] if children == "delete" else [session_id]
+        locks: builtins.list[Any] = []
+        try:
+            for target in targets:
+                locks.append(self._lock_for_delete(target))
+            if session_id not in listed and self.backend.read_revision(session_id) is None:
+                # Under its lock nothing can materialize the id: only leftovers of a crashed delete remain.
+                deleter.delete_session(session_id, step)
+                raise SessionNotFoundError(f'session "{session_id}" has no stored log to delete')
+            deleted: builtins.list[str] = []
+            for target in targets:
+                deleter.delete_session(target, step)
+                with self._cond:
+                    self._cache.pop(target, None)
+                    self._states.pop(target, None)
+                deleted.append(target)
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+        hooks = [*self._deleted_hooks, *forget]
+        for target in deleted:
+            for drop in hooks:
+                try:
+                    drop(target)
+                except Exception as err:  # derived records are never needed for correctness
+                    logger.warning('deleting the derived records of "%s" failed: %s', target, describe_error(err))
+        orphaned = tuple(index.get(session_id, ())) if children == "orphan" else ()
+        return DeleteResult(deleted=tuple(deleted), orphaned=orphaned)
+
+    def on_deleted(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(session_id)`` after each session :meth:`delete` removes (returns the unsubscribe).
+
+        How the derived stores built on this coordinator (the projection cache, the search index) drop
+        their records of a deleted session at once; a failing callback only warns (see :meth:`delete`).
+        """
+        with self._mutex:
+            self._deleted_hooks.append(callback)
+
+        def unsubscribe() -> None:
+            with self._mutex:
+                if callback in self._deleted_hooks:
+                    self._deleted_hooks.remove(callback)
+
+        return unsubscribe
+
+    def _lock_for_delete(self, session_id: str) -> Any:
+        """The writer lock of a session about to be deleted; ``SESSION_LOCKED`` if it is open for writing."""
+        with self._serialized(session_id):
+            state = self._states.get(session_id)
+            if (
+                self._live_session(session_id) is not None
+                or session_id in self._reserved
+                or (state is not None and state.owner is not None)
+            ):
+                raise locked_error(session_id, holder_record(), lock="it live in this coordinator")
+            return self.backend.lock_writer({"id": session_id})
 
     # -- public writes (ownerless) -----------------------------------------------------------------------
     def create(self, meta: Mapping[str, Any]) -> None:

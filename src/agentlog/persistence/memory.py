@@ -18,17 +18,22 @@ from typing import Any
 
 from ..errors import InvalidSessionIdError, PersistenceError
 from ..kernel.jsoncodec import dumps, loads
-from .backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from .backend import DeleteStep, PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
 from .writer_lock import holder_record, locked_error
+
+_INCARNATIONS = itertools.count(1)
+"""Every record's own number, never reused: a session deleted and created again under its id gets a
+revision no earlier one had (``id(record)`` alone may be reused once the old record is collected)."""
 
 
 class _Record:
-    __slots__ = ("events", "header", "revision")
+    __slots__ = ("events", "header", "incarnation", "revision")
 
     def __init__(self, header: bytes) -> None:
         self.header = header
         self.events: list[bytes] = []
         self.revision = 0
+        self.incarnation = next(_INCARNATIONS)
 
 
 class MemoryStorage:
@@ -71,7 +76,7 @@ class MemoryBackend:
         self._incarnations = itertools.count(1)
 
     def _revision(self, session_id: str, record: _Record) -> str:
-        return f"memory:{self._store_id}:{session_id}:{id(record)}:{record.revision}"
+        return f"memory:{self._store_id}:{session_id}:{record.incarnation}:{record.revision}"
 
     def validate_session_id(self, session_id: object) -> None:
         """Any non-empty text of valid Unicode (the header is stored as UTF-8 JSON: no lone surrogates)."""
@@ -156,6 +161,14 @@ class MemoryBackend:
         """Every session's revision by id, sorted, without parsing a header (what listing reports)."""
         with self._mutex:
             return {sid: self._revision(sid, self._records[sid]) for sid in sorted(self._records)}
+
+    def delete_session(self, session_id: str, step: DeleteStep | None = None) -> bool:
+        """Drop the session's record (one dict removal under the storage's mutex: atomic for readers)."""
+        self.validate_session_id(session_id)
+        if step is not None:
+            step("remove")
+        with self._mutex:
+            return self._records.pop(session_id, None) is not None
 
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")

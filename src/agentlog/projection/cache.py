@@ -54,7 +54,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import orjson
 
@@ -124,6 +124,13 @@ class _Coordinator(Protocol):
     def flush(self, session: Session) -> None: ...
 
     def read_from(self, session_id: str, from_seq: int) -> Any: ...
+
+
+@runtime_checkable
+class _NotifiesDeletes(Protocol):
+    """A coordinator that reports the sessions it deletes (``PersistenceCoordinator.on_deleted``)."""
+
+    def on_deleted(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
 
 
 class Writer(Protocol):
@@ -340,6 +347,8 @@ class ProjectionCache:
         # A cut taken inside an event's dispatch contains that event whatever the listener order: the
         # registry's checkpoint folds its cells up to the end of the session's log first.
         self._unsubscribe = [self.store.on_event(self._on_event), self.store.on_disposed(self._on_disposed)]
+        if isinstance(coordinator, _NotifiesDeletes):  # a deleted session's record goes with its log
+            self._unsubscribe.append(coordinator.on_deleted(self._forget))
         reference = weakref.ref(self)
         self._atexit = lambda: _drain_at_exit(reference)
         atexit.register(self._atexit)
@@ -794,6 +803,11 @@ class ProjectionCache:
         with self._lock:
             self._mark_clean(session)
             self._dirty.pop(id(session), None)
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            self._landed.pop(session_id, None)
+        self.storage.delete(session_id)
 
     def close(self) -> None:
         """Stop: unsubscribe, cancel every armed timer, wait for queued writes (plugin disposal)."""

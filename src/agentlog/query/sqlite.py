@@ -345,6 +345,9 @@ class SqliteSearch(SessionQuery):
         # sharing the file, moves it): an unchanged index is not re-read on every search.
         self._indexed_cache: tuple[int, dict[str, str]] | None = None
         self._tokens: dict[int, tuple[weakref.ref[Session], str]] = {}
+        self._unsubscribe_deletes = (
+            coordinator.on_deleted(self._forget_deleted) if coordinator is not None and open_at != "never" else None
+        )
         if open_at == "startup":
             try:
                 self._ensure_ready()
@@ -468,13 +471,74 @@ class SqliteSearch(SessionQuery):
             self._global_generation += 1
             self._skipped_revisions.clear()
             self._reconcile(signal, progress=progress)
+            self._give_back_free_pages(conn)
 
         self._serialized(signal, operation)
+
+    @staticmethod
+    def _give_back_free_pages(conn: sqlite3.Connection) -> None:
+        """Shrink the file to what the rebuilt index uses (the pages of deleted sessions' documents stay
+        free in the file otherwise: a store that deleted most of its sessions would keep its old size)."""
+        try:
+            if int(conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0:
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as err:
+            logger.warning("session-search: the rebuilt index could not be compacted (%s); it stays usable", err)
+
+    def forget(self, session_ids: Sequence[str], *, signal: Signal | None = None) -> int:
+        """Drop the stored documents of ``session_ids`` now (a deleted session's), in one transaction.
+
+        A search would drop them anyway at its next reconciliation (the store no longer lists them); this
+        removes them at delete time, so a deleted session's text does not linger in the index file of a
+        store nobody searches. Moves the main generation (cross-session cursors go stale, as on any
+        corpus change). Returns how many of the ids had stored rows.
+        """
+        self._assert_enabled()
+        ids = list(session_ids)
+
+        def operation() -> int:
+            conn = self._ensure_ready()
+            began = False
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                began = True
+                payload = json.dumps(ids)
+                row = conn.execute(
+                    "SELECT count(*) FROM persisted_sessions WHERE id IN (SELECT value FROM json_each(?))", (payload,)
+                ).fetchone()
+                found = int(row[0])
+                if found:
+                    main = self._main_generation(conn) + 1
+                    _delete_sessions(conn, "persisted", ids)
+                    conn.execute("UPDATE search_state SET global_generation = ? WHERE singleton = 1", (main,))
+                    self._indexed_cache = None
+                conn.execute("COMMIT")
+                return found
+            except BaseException as err:
+                if began:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if not isinstance(err, sqlite3.Error):
+                    raise
+                raise SessionQueryError(
+                    f"session-search forget failed: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
+                ) from err
+
+        return self._serialized(signal, operation)
+
+    def _forget_deleted(self, session_id: str) -> None:
+        if not self._closed:
+            self.forget([session_id])
 
     def close(self) -> None:
         """Close the index after the accepted operation finishes; queued and later searches then fail
         with ``SESSION_QUERY_INDEX_FAILED`` ("index is closed"). Idempotent."""
         self._closed = True
+        if self._unsubscribe_deletes is not None:
+            self._unsubscribe_deletes()
         with self._serial:
             conn, self._conn = self._conn, None
             if conn is not None:

@@ -60,6 +60,7 @@ from ..errors import (
     SessionCollisionError,
     SessionExistsError,
     SessionFormatUnsupportedError,
+    SessionHasChildrenError,
     SessionLockedError,
     SessionNotFoundError,
     SessionPersistenceCorruptionError,
@@ -76,7 +77,7 @@ from ..kernel.events import (
     USER_MESSAGE,
 )
 from ..kernel.store import SessionStore
-from ..persistence.backend import Backend, ListsRevisions, SeeksStored
+from ..persistence.backend import Backend, DeletesSessions, ListsRevisions, SeeksStored
 from ..persistence.coordinator import PersistenceCoordinator, SessionSnapshot
 from .builders import (
     APPEND_INTENT,
@@ -1732,3 +1733,99 @@ class BackendContract(ABC):
         assert seqs(durable) == list(range(12))
         assert [dict(e) for e in durable][5:8] == closers
         assert event_bytes(durable) == event_bytes(session.events)
+
+    # --- delete (the optional DeletesSessions capability) -----------------------------------------------
+
+    def _deleting(self, env: Harness) -> Any:
+        coordinator = env.coordinator()
+        if not isinstance(coordinator.backend, DeletesSessions):
+            pytest.skip(f"{env.kind}: the backend cannot delete sessions (no delete_session)")
+        return coordinator
+
+    def test_delete_removes_the_whole_session_and_nothing_else(self, env: Harness) -> None:
+        coordinator = self._deleting(env)
+        coordinator.create(header(SID))
+        coordinator.append(SID, closed_turn())
+        coordinator.create(header("kept"))
+        coordinator.append("kept", closed_turn())
+        kept_revision = revision_of(coordinator, "kept")
+
+        result = coordinator.delete(SID)
+
+        assert result.deleted == (SID,) and result.orphaned == ()
+        for reader in (coordinator, fresh(env)):
+            assert [listing.id for listing in reader.list()] == ["kept"]
+            assert list(reader.list_revisions()) == ["kept"]
+            assert reader.backend.read_revision(SID) is None
+            with pytest.raises(SessionNotFoundError):
+                reader.load(SID)
+        assert revision_of(fresh(env), "kept") == kept_revision
+        assert seqs(stored(env, "kept")) == list(range(6))
+        with pytest.raises(SessionNotFoundError) as info:
+            coordinator.delete(SID)
+        assert info.value.code == "SESSION_NOT_FOUND"
+
+    def test_a_deleted_id_can_be_written_again_under_a_new_revision(self, env: Harness) -> None:
+        coordinator = self._deleting(env)
+        coordinator.create(header(SID))
+        coordinator.append(SID, closed_turn())
+        old = revision_of(coordinator, SID)
+        coordinator.delete(SID)
+        again = fresh(env)
+        session = again.store.create(SID, meta=live_meta())
+        session.append(TURN_START, {"turn": 1})
+        again.store.flush(session)
+        assert seqs(stored(env)) == [0]
+        assert revision_of(fresh(env), SID) not in (None, old)
+
+    def test_delete_refuses_a_session_open_for_writing_here_or_elsewhere(self, env: Harness) -> None:
+        writer = self._deleting(env)
+        session = writer.store.create(SID, meta=live_meta())
+        append_closed_turn(session)
+        writer.store.flush(session)
+        for deleter in (writer, fresh(env)):
+            with pytest.raises(SessionLockedError) as info:
+                deleter.delete(SID)
+            assert info.value.code == "SESSION_LOCKED"
+        assert seqs(stored(env)) == list(range(6))
+        writer.store.dispose(session)
+        assert fresh(env).delete(SID).deleted == (SID,)
+        assert [listing.id for listing in fresh(env).list()] == []
+
+    def test_delete_refuses_a_parent_unless_told_what_becomes_of_its_children(self, env: Harness) -> None:
+        coordinator = self._deleting(env)
+        for sid, parent in (("root", None), ("child", "root"), ("grandchild", "child"), ("other", None)):
+            extra: dict[str, Any] = {} if parent is None else {"parentSession": parent, "seedLength": 0}
+            coordinator.create(header(sid, **extra))
+            coordinator.append(sid, closed_turn())
+        with pytest.raises(SessionHasChildrenError) as info:
+            coordinator.delete("root")
+        assert info.value.code == "SESSION_HAS_CHILDREN"
+        assert info.value.children == ("child", "grandchild")
+        assert [listing.id for listing in fresh(env).list()] == ["child", "grandchild", "other", "root"]
+
+        orphaning = coordinator.delete("child", children="orphan")
+        assert orphaning.deleted == ("child",) and orphaning.orphaned == ("grandchild",)
+        assert [listing.id for listing in fresh(env).list()] == ["grandchild", "other", "root"]
+
+        coordinator.create(header("child", parentSession="root", seedLength=0))
+        coordinator.append("child", closed_turn())
+        subtree = fresh(env).delete("root", children="delete")
+        assert subtree.deleted == ("grandchild", "child", "root")
+        assert [listing.id for listing in fresh(env).list()] == ["other"]
+        with pytest.raises(InvalidOptionError):
+            fresh(env).delete("other", children="cascade")
+
+    def test_delete_calls_each_forget_hook_with_each_deleted_id(self, env: Harness) -> None:
+        coordinator = self._deleting(env)
+        for sid, parent in (("root", None), ("child", "root")):
+            extra: dict[str, Any] = {} if parent is None else {"parentSession": parent, "seedLength": 0}
+            coordinator.create(header(sid, **extra))
+            coordinator.append(sid, closed_turn())
+        seen: list[str] = []
+
+        def failing(session_id: str) -> None:
+            raise PersistenceError("derived file unusable")
+
+        result = coordinator.delete("root", children="delete", forget=(failing, seen.append))
+        assert seen == ["child", "root"] == list(result.deleted)

@@ -54,6 +54,7 @@ from ...kernel.chunkrows import compact_runs_requested, pack_chunk_runs
 from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, dumps
 from ..backend import (
+    DeleteStep,
     PartialRead,
     RawArtifact,
     StoredPrefix,
@@ -599,12 +600,56 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
         self._sweep_staged()
         return _StagedLog(self, dict(meta), path)
 
+    @_typed_os_errors
+    def delete_session(self, session_id: str, step: DeleteStep | None = None) -> bool:
+        """Remove the log: rename it to an unlisted tombstone (``session.jsonl.deleted``), then unlink it.
+
+        The rename is the commit point: before it every reader sees the whole log, after it none lists or
+        opens it (listing and loading look for ``session.jsonl`` only). A crash after the rename leaves
+        the tombstone, which this method removes the next time it runs for the id (whether or not a new
+        log exists by then). The session directory goes too when nothing else is in it.
+        """
+        self._refuse_write("delete a session")
+        self._preflight()
+        encoded = self._encoded_id(session_id)
+        path = self._find_log(session_id)
+        if path is not None:
+            if step is not None:
+                step("tombstone")
+            os.rename(path, path + TOMBSTONE_SUFFIX)
+            _fsync_dir(os.path.dirname(path))
+            with self._mutex:
+                self._tails.pop(path, None)
+        # This delete's tombstone, and what an earlier one killed after its rename left (a tombstone, an
+        # empty session directory), in whichever project directory it was.
+        for project in self._project_dirs():
+            session_dir = f"{self.root}/{project}/{encoded}"
+            if not _lexists(session_dir) or any(_lexists(f"{session_dir}/session{s}") for s in _SUFFIXES.values()):
+                continue
+            for suffix in _SUFFIXES.values():
+                tombstone = f"{session_dir}/session{suffix}{TOMBSTONE_SUFFIX}"
+                if _lexists(tombstone):
+                    if step is not None:
+                        step("unlink")
+                    os.unlink(tombstone)
+            if step is not None:
+                step("rmdir")
+            try:
+                os.rmdir(session_dir)  # not fsynced: an empty directory a crash brings back lists nothing
+            except OSError:
+                continue  # something else lives there (a staged import); the directory lists nothing
+        return path is not None
+
     def close(self) -> None:
         """Nothing to release: every file handle is closed by the operation that opened it."""
 
     def store_identity(self) -> str | None:
         """``jsonl:<real root>:<inode>`` (:class:`~..backend.IdentifiesStore`); ``None`` before the root exists."""
         return directory_identity(self.root)
+
+
+TOMBSTONE_SUFFIX: Final = ".deleted"
+"""What a deleted log is renamed to before it is unlinked (listing and loading never look at it)."""
 
 
 def _refusal(meta: Mapping[str, Any]) -> str:

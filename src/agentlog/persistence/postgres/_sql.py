@@ -115,6 +115,11 @@ _STATEMENTS: Final = {
     "ORDER BY seq",
     "select_sessions": "SELECT s.id, s.header, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
     "ORDER BY s.id",
+    "delete_events": "DELETE FROM {schema}.events WHERE session_id = %s",
+    # The session row goes last and notifies in the same statement: a tail waiting on the session wakes
+    # up, reads again and finds it gone.
+    "delete_session": "WITH deleted AS (DELETE FROM {schema}.sessions WHERE id = %s RETURNING id) "
+    "SELECT pg_notify('agentlog_events', id) FROM deleted",
     "select_revisions": "SELECT s.id, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
     "ORDER BY s.id",
 }

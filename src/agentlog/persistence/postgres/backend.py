@@ -75,7 +75,7 @@ from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from .. import host_cache
-from ..backend import PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from ..backend import DeleteStep, PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
 from ..writer_lock import locked_error
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
@@ -1082,6 +1082,43 @@ class PostgresBackend:
             for seq, body in zip(batch.seqs, batch.bodies, strict=True):
                 copy.write_row((batch.session_id, seq, body))
         cur.execute(q["advance_session"], (batch.first + batch.count, batch.session_id))
+
+    # --- delete ------------------------------------------------------------------------------------------
+
+    def delete_session(self, session_id: str, step: DeleteStep | None = None) -> bool:
+        """Remove the session's event rows and its row in one transaction (and notify its tails).
+
+        Under this backend's lease of the session the delete runs on the lease's connection, as an
+        append would, so a writer that lost its lease cannot slip a batch in after it.
+        """
+        self._refuse_write("delete a session")
+        self.validate_session_id(session_id)
+        if step is not None:
+            step("begin")
+        with self._mutex:
+            lease = self._leases.get(session_id)
+        if lease is not None:
+            self._ensure_schema()
+            with lease.writing() as conn:
+                if conn is not None:
+                    with self._typed(conn, "deleting a session", pooled=False):
+                        return self._delete(conn, session_id, step)
+        with self._connection("deleting a session") as conn:
+            return self._delete(conn, session_id, step)
+
+    def _delete(self, conn: psycopg.Connection[Any], session_id: str, step: DeleteStep | None) -> bool:
+        q = self._sql
+        with conn.transaction():
+            cur = conn.cursor()
+            if step is not None:
+                step("events")
+            cur.execute(q["delete_events"], (session_id,))
+            if step is not None:
+                step("session")
+            deleted = cur.execute(q["delete_session"], (session_id,)).fetchone() is not None
+            if step is not None:
+                step("commit")
+        return deleted
 
     # --- the rest of the protocol ------------------------------------------------------------------------
 

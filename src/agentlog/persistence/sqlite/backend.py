@@ -51,7 +51,7 @@ from ...errors import PersistenceError, ResourceExhaustedError, SessionPersisten
 from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.packedrun import compact_runs_requested
-from ..backend import PartialRead, RawArtifact, StoredPrefix, WireEvent, check_reader_limits
+from ..backend import DeleteStep, PartialRead, RawArtifact, StoredPrefix, WireEvent, check_reader_limits
 from ..storage_errors import sqlite_storage_code
 from ..store_identity import sqlite_file_identity
 from . import _codec as codec
@@ -516,6 +516,30 @@ class SqliteBackend(_Listing, _Staging):
         except StoreNotFoundError:
             return None
         return found
+
+    def delete_session(self, session_id: str, step: DeleteStep | None = None) -> bool:
+        """Remove the session's row and its event rows in one ``BEGIN IMMEDIATE`` transaction.
+
+        A reader sees the session whole until ``COMMIT`` and not at all after it; a crash before the
+        commit rolls everything back (the journal), so no half-deleted session exists at any moment.
+        """
+        self.validate_session_id(session_id)
+        found: list[bool] = []
+
+        def body(conn: sqlite3.Connection) -> None:
+            if step is not None:
+                step("events")
+            conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            if step is not None:
+                step("session")
+            found.append(conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount == 1)
+            if step is not None:
+                step("commit")
+
+        if step is not None:
+            step("begin")
+        self._write("delete", body)
+        return found[0]
 
     def read_raw(self, session_id: str) -> RawArtifact | None:
         raise PersistenceError("this session persistence backend does not expose raw artifacts")
