@@ -1075,6 +1075,11 @@ class OtelError(AgentlogError):
             raise ValueError(f"unknown telemetry code {code!r}")
         super().__init__(message, code=code)
 
+    @classmethod
+    def not_installed(cls, what: str, err: ImportError) -> OtelError:
+        """``OTEL_NOT_INSTALLED``: ``what`` needs the ``otel`` extra, whose import failed with ``err``."""
+        return cls(f"{what} needs the otel extra ({err}): pip install 'agentlog[otel]'", code="OTEL_NOT_INSTALLED")
+
 
 # --- interop: converters, recorder, transcripts ----------------------------------------------------------
 

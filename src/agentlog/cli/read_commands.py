@@ -284,9 +284,7 @@ def _export_otlp(session_id: str, opts: StoreOptions, endpoint: str | None, patt
         try:
             from ..telemetry.otel import export_otlp
         except ImportError as err:  # the extra's packages are missing
-            raise OtelError(
-                f"--to otlp needs the otel extra ({err}): pip install 'agentlog[otel]'", code="OTEL_NOT_INSTALLED"
-            ) from None
+            raise OtelError.not_installed("--to otlp", err) from None
         summary = export_otlp(opts.open_backend(read_only=True), session_id, endpoint=endpoint, redact=redact)
     except AgentlogError as err:
         render_error(err, opts.as_json)
