@@ -40,6 +40,7 @@ from .errors import (
     SessionForkError,
     SessionFormatUnsupportedError,
     SessionHeaderError,
+    SessionLabelError,
     SessionLockedError,
     SessionNotFoundError,
     SessionNotLiveError,
@@ -47,6 +48,7 @@ from .errors import (
     SessionQueryError,
     SurfaceError,
     TelemetrySinkError,
+    UnknownMetaKeyError,
 )
 
 if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
@@ -396,6 +398,7 @@ __all__ = [
     "SessionFormatUnsupportedError",
     "SessionHeaderError",
     "SessionInvariants",
+    "SessionLabelError",
     "SessionLockedError",
     "SessionNotFoundError",
     "SessionNotLiveError",
@@ -430,6 +433,7 @@ __all__ = [
     "ToolResultPruner",
     "TurnEndData",
     "TurnStartData",
+    "UnknownMetaKeyError",
     "adopt_session_event",
     "assistant_message",
     "call_config_equals",

@@ -17,6 +17,7 @@ from .. import _accel
 from ..errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
 from .jsonvalue import FrozenDict, register_frozen_dict_type, seal_as
+from .labels import register_label_types
 from .lineage import check_approval_policy, check_sandbox_mode, check_subagent_descriptor
 
 SESSION_FORMAT_VERSION = 0
@@ -308,6 +309,8 @@ event_types = EventTypes()
 event_types.register("subagent/descriptor", validator=check_subagent_descriptor)
 event_types.register("approval/policy", validator=check_approval_policy)
 event_types.register("sandbox/mode", validator=check_sandbox_mode)
+# User metadata (agentlog's own, marked ignorable so the original's readers skip it): agentlog.kernel.labels.
+register_label_types(event_types)
 
 
 # --- typed data of the core events ---------------------------------------------------------------
