@@ -35,6 +35,7 @@ from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.labels import LABELS_KEY
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.listing import LAST_ACTIVITY_UNIT as LAST_ACTIVITY_UNIT  # re-exported: tests and callers name it here
 from ..projection.registry import ProjectionRegistry
@@ -55,7 +56,7 @@ def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
 
 
 def listing_registry() -> ProjectionRegistry:
-    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps): serving a listing parses
+    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps, labels): serving a listing parses
     only their rows. Only for reading rows: a cold read through it would write back a record without the
     other units' rows, so ``ls`` refreshes stale rows through :func:`cli_registry`'s cache."""
     registry = ProjectionRegistry()
@@ -65,7 +66,7 @@ def listing_registry() -> ProjectionRegistry:
     return registry
 
 
-_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY, USAGE_STEPS_KEY})
+_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY, USAGE_STEPS_KEY, LABELS_KEY})
 
 
 def cache_exists(backend: Backend) -> bool:
