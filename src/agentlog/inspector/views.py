@@ -73,6 +73,7 @@ from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
+from ..projection.labels import LABELS_KEY, labels_of
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.redaction import Redactor
 from ..projection.stats import SESSION_STATS_UNIT
@@ -700,7 +701,7 @@ class Inspector:
                 served = cache.cached_snapshots(usable, current_only=True)
                 for item in usable:
                     snapshot = served.get(item.id)
-                    if snapshot is None or LAST_ACTIVITY_KEY not in snapshot["values"]:
+                    if snapshot is None or not {LAST_ACTIVITY_KEY, LABELS_KEY} <= snapshot["values"].keys():
                         try:
                             snapshot = cache.cold_snapshot(item.id)
                         except AgentlogError as err:
@@ -733,6 +734,7 @@ class Inspector:
                     "contextPressure": thaw(pressure) if pressure is not None else None,
                     "status": "damaged" if error is not None else "ok",
                     "error": error,
+                    **dict(zip(("labels", "tags"), labels_of(values), strict=True)),
                 }
             )
         return rows
