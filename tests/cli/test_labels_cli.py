@@ -195,3 +195,55 @@ def test_search_refuses_label_filters_with_session(store: Store) -> None:
     _write(store)
     error = _error("search", "release", *store.args(), "--session", "s-bob", "--label", "user=bob")
     assert error["code"] == "INVALID_OPTION" and "--session" in error["message"]
+
+
+# --- agentlog label and run --label/--tag -------------------------------------------------------------------
+
+
+def test_label_shows_sets_removes_and_appends_nothing_for_no_change(store: Store) -> None:
+    _write(store)
+    assert _json("label", "s-bob", *store.args()) == {"sessionId": "s-bob", "labels": {"user": "bob"}, "tags": []}
+    changed = _json("label", "s-bob", "team=core", "note=two words", "--remove", "user", "--tag", "eval", *store.args())
+    assert changed == {
+        "sessionId": "s-bob", "labels": {"team": "core", "note": "two words"}, "tags": ["eval"], "changed": True,
+    }  # fmt: skip
+    again = _json("label", "s-bob", "team=core", "--tag", "eval", *store.args())
+    assert again["changed"] is False
+    assert _ids(store, "--label", "team=core", "--tag", "eval") == ["s-bob"]
+    assert _ids(store, "--label", "user=bob") == ["s-bob-eval"]
+    untagged = _json("label", "s-bob", "--untag", "eval", *store.args())
+    assert untagged["tags"] == [] and untagged["changed"] is True
+    text = runner.invoke(app, ["label", "s-bob", *store.args()])
+    assert text.exit_code == 0 and text.stdout.strip() == "s-bob: team=core note=two words"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [(["s-bob", "user"], "SESSION_LABEL_INVALID", "label 'user' must be KEY=VALUE"),
+     (["s-bob", "a=1", "--remove", "a"], "INVALID_OPTION", "both set and removed"),
+     (["s-bob", "--tag", "x", "--untag", "x"], "INVALID_OPTION", "both added and removed"),
+     (["s-bob", "--tag", "a b"], "SESSION_LABEL_INVALID", "tag 'a b'"),
+     (["missing", "a=1"], "SESSION_NOT_FOUND", "missing")],
+)  # fmt: skip
+def test_label_refusals_are_typed_and_change_nothing(store: Store, args: list[str], code: str, needle: str) -> None:
+    _write(store)
+    error = _error("label", *args, *store.args())
+    assert error["code"] == code and needle in error["message"]
+    assert _json("label", "s-bob", *store.args())["labels"] == {"user": "bob"}
+
+
+def test_run_labels_and_tags_the_new_session(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlog.testing.demo_server import DemoModelServer, Reply
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with DemoModelServer([Reply(text="Hello.")]) as server:
+        result = runner.invoke(app, [
+            "run", "hi", *store.args(), "--base-url", server.base_url, "--cwd", str(tmp_path), "--session-id", "r1",
+            "--label", "user=bob", "--tag", "eval",
+        ])  # fmt: skip
+    assert result.exit_code == 0, result.output + result.stderr
+    row = _json("ls", *store.args(), "--tag", "eval")["sessions"]
+    assert [(r["id"], r["labels"], r["tags"]) for r in row] == [("r1", {"user": "bob"}, ["eval"])]
+    refused = runner.invoke(app, ["run", "hi", *store.args(), "--label", "nope", "--json"])
+    assert refused.exit_code == 1 and orjson.loads(refused.stderr)["error"]["code"] == "SESSION_LABEL_INVALID"

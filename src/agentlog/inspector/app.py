@@ -135,9 +135,9 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 def _label_param(text: str) -> tuple[str, str]:
     """One ``label=KEY=VALUE`` query parameter; a malformed one is a 400 saying what a label is."""
     try:
-        return parse_label_filter(text)
+        return parse_label_filter(text, "label")
     except SessionLabelError as err:
-        raise InspectorRequestError(str(err).replace("--label", "label")) from None
+        raise InspectorRequestError(str(err)) from None
 
 
 def _tag_param(text: str) -> str:

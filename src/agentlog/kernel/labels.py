@@ -203,11 +203,11 @@ def fold_labels(events: Iterable[Mapping[str, Any]]) -> LabelsState:
     return {"labels": dict(state["labels"]), "tags": list(state["tags"])}
 
 
-def parse_label_filter(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` of a ``--label`` option as ``(key, value)``, both checked."""
+def parse_label_filter(text: str, what: str = "--label") -> tuple[str, str]:
+    """``KEY=VALUE`` of a ``--label`` option (or another ``what``) as ``(key, value)``, both checked."""
     key, sep, value = text.partition("=")
     if not sep:
-        raise SessionLabelError(f"--label {_shown(text)} must be KEY=VALUE (for example user=bob)")
+        raise SessionLabelError(f"{what} {_shown(text)} must be KEY=VALUE (for example user=bob)")
     return check_label_key(key), check_label_value(key, value)
 
 
