@@ -21,8 +21,8 @@ from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.jsonl.backend import JsonlBackend
 
 from .stores import open_read_only
-from .test_browser import browser as browser  # noqa: F401 - the module's browser fixture, shared
-from .test_browser import page as page  # noqa: F401
+from .test_browser import browser as browser
+from .test_browser import page as page
 
 SESSIONS = [
     ("bob-eval", {"user": "bob"}, ["eval"]),
@@ -83,7 +83,7 @@ def test_a_malformed_label_filter_is_a_typed_400(server: RunningServer, query: s
 
 @pytest.mark.browser
 @pytest.mark.subprocess
-def test_the_label_box_filters_the_sessions_page_and_rows_show_labels(page: Any, server: RunningServer) -> None:  # noqa: F811
+def test_the_label_box_filters_the_sessions_page_and_rows_show_labels(page: Any, server: RunningServer) -> None:
     page.goto(server.url + "/")
     rows = page.locator("#sessions tbody tr")
     rows.first.wait_for()

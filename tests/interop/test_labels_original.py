@@ -49,7 +49,9 @@ def _log(root: Path) -> Path:
 
 
 def _original_vocabulary_load(root: Path) -> list[str]:
-    reader = PersistenceCoordinator(al.SessionStore(), JsonlBackend(str(root), compression="none", read_only=True), registry=EventTypes())
+    reader = PersistenceCoordinator(
+        al.SessionStore(), JsonlBackend(str(root), compression="none", read_only=True), registry=EventTypes()
+    )
     try:
         return [event["type"] for event in reader.load("labelled").events]
     finally:
@@ -68,7 +70,7 @@ def test_a_reader_of_the_original_vocabulary_skips_the_marked_events_and_refuses
     stripped = [line.replace(',"ignorable":true', "") for line in lines]
     assert stripped != lines
     path.write_text("\n".join(stripped) + "\n", encoding="utf-8")
-    with pytest.raises(SessionFormatUnsupportedError, match="session/labels.*not marked ignorable"):
+    with pytest.raises(SessionFormatUnsupportedError, match=r"session/labels.*not marked ignorable"):
         _original_vocabulary_load(tmp_path)
 
 

@@ -75,9 +75,7 @@ def test_later_changes_merge_remove_and_skip_what_changes_nothing() -> None:
         (None, "eval", "wrap it in a list"),
     ],
 )
-def test_a_bad_key_value_or_tag_is_a_typed_error_and_creates_nothing(
-    labels: Any, tags: Any, needle: str
-) -> None:
+def test_a_bad_key_value_or_tag_is_a_typed_error_and_creates_nothing(labels: Any, tags: Any, needle: str) -> None:
     store = _store()
     with pytest.raises(SessionLabelError) as caught:
         store.create("s", labels=labels, tags=tags)
@@ -92,7 +90,9 @@ def test_a_value_may_hold_spaces_and_any_printable_text() -> None:
 
 
 def test_a_session_carries_at_most_64_labels_and_64_tags() -> None:
-    session = _store().create("s", labels={f"k{i}": "v" for i in range(MAX_LABELS)}, tags=[f"t{i}" for i in range(MAX_TAGS)])
+    session = _store().create(
+        "s", labels={f"k{i}": "v" for i in range(MAX_LABELS)}, tags=[f"t{i}" for i in range(MAX_TAGS)]
+    )
     before = len(session.events)
     with pytest.raises(SessionLabelError, match="would carry 65 labels"):
         session.set_labels({"one-more": "v"})
@@ -192,7 +192,9 @@ def test_labels_and_tags_survive_a_store_round_trip_and_further_changes(backend_
     coordinator = PersistenceCoordinator(_store(), backend_factory())
     try:
         loaded = coordinator.load("s")
-        ignorable = [event.get("ignorable") for event in loaded.events if event["type"] in (SESSION_LABELS, SESSION_TAGS)]
+        ignorable = [
+            event.get("ignorable") for event in loaded.events if event["type"] in (SESSION_LABELS, SESSION_TAGS)
+        ]
         assert ignorable == [True] * 4
         from agentlog.kernel.labels import fold_labels
 
@@ -206,7 +208,8 @@ def test_a_stored_bad_label_event_is_refused_on_load(backend_factory: Any) -> No
     try:
         coordinator.create({"version": 0, "id": "z", "createdAt": 1})
         coordinator.append(
-            "z", [{"type": SESSION_LABELS, "seq": 0, "time": 5, "data": {"labels": {"k": "\x1b[31m"}}, "ignorable": True}]
+            "z",
+            [{"type": SESSION_LABELS, "seq": 0, "time": 5, "data": {"labels": {"k": "\x1b[31m"}}, "ignorable": True}],
         )
         with pytest.raises(SessionPersistenceCorruptionError, match="U\\+001B"):
             coordinator.load("z")

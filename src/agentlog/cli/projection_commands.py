@@ -57,8 +57,8 @@ def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
 
 
 def listing_registry() -> ProjectionRegistry:
-    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps, labels): serving a listing parses
-    only their rows. Only for reading rows: a cold read through it would write back a record without the
+    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps, labels): serving a
+    listing parses only their rows. Only for reading rows: a cold read through it would write back a record without the
     other units' rows, so ``ls`` refreshes stale rows through :func:`cli_registry`'s cache."""
     registry = ProjectionRegistry()
     for unit in cli_registry().units:

@@ -21,13 +21,13 @@ from ..errors import (
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
+from ..kernel.labels import check_tag, parse_label_filter
 from ..kernel.lineage import delegation_depth_of
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..persistence.paths import encode_segment
 from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
-from ..kernel.labels import check_tag, parse_label_filter
 from ..projection.labels import LABELS_KEY, labels_match, labels_of
 from ..projection.listing import LAST_ACTIVITY_KEY
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known

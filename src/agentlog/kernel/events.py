@@ -17,7 +17,6 @@ from .. import _accel
 from ..errors import EventDataError, EventTypeError, FrozenError
 from .jsoncodec import dumps
 from .jsonvalue import FrozenDict, register_frozen_dict_type, seal_as
-from .labels import register_label_types
 from .lineage import check_approval_policy, check_sandbox_mode, check_subagent_descriptor
 
 SESSION_FORMAT_VERSION = 0
@@ -114,6 +113,10 @@ TODO_WRITE: Final = "todo/write"
 REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 SESSION_END_SEED: Final = "session/end-seed"
+SESSION_LABELS: Final = "session/labels"
+"""User labels (agentlog's own, ignorable): ``{"labels": {key: value | null}}``; rules in :mod:`.labels`."""
+SESSION_TAGS: Final = "session/tags"
+"""User tags (agentlog's own, ignorable): ``{"add": [...], "remove": [...]}``; rules in :mod:`.labels`."""
 REQUEST_HEADER_DELTA: Final = "request/header-delta"
 """The removed (legacy) request-header vocabulary: refused on append and load, migrated by ``legacy``."""
 
@@ -309,8 +312,8 @@ event_types = EventTypes()
 event_types.register("subagent/descriptor", validator=check_subagent_descriptor)
 event_types.register("approval/policy", validator=check_approval_policy)
 event_types.register("sandbox/mode", validator=check_sandbox_mode)
-# User metadata (agentlog's own, marked ignorable so the original's readers skip it): agentlog.kernel.labels.
-register_label_types(event_types)
+# User metadata (session/labels, session/tags: agentlog's own, ignorable) is registered in this registry by
+# agentlog.kernel.labels, which the session module imports: every session appends and loads with it.
 
 
 # --- typed data of the core events ---------------------------------------------------------------

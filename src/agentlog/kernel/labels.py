@@ -23,12 +23,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypedDict
+from typing import Any, Final, TypedDict
 
 from ..errors import SessionLabelError
-
-if TYPE_CHECKING:
-    from .events import EventTypes
+from .events import SESSION_LABELS, SESSION_TAGS, EventTypes, event_types
 
 __all__ = [
     "MAX_LABELS",
@@ -52,8 +50,6 @@ __all__ = [
     "tags_change",
 ]
 
-SESSION_LABELS: Final = "session/labels"
-SESSION_TAGS: Final = "session/tags"
 
 MAX_LABELS: Final = 64
 MAX_TAGS: Final = 64
@@ -216,3 +212,6 @@ def register_label_types(registry: EventTypes) -> None:
     :data:`agentlog.event_types` has them from the start)."""
     registry.register(SESSION_LABELS, ignorable=True, validator=check_labels_data)
     registry.register(SESSION_TAGS, ignorable=True, validator=check_tags_data)
+
+
+register_label_types(event_types)
