@@ -41,6 +41,7 @@ from .errors import (
     SessionFormatUnsupportedError,
     SessionHasChildrenError,
     SessionHeaderError,
+    SessionLabelError,
     SessionLockedError,
     SessionNotFoundError,
     SessionNotLiveError,
@@ -48,6 +49,7 @@ from .errors import (
     SessionQueryError,
     SurfaceError,
     TelemetrySinkError,
+    UnknownMetaKeyError,
 )
 
 if TYPE_CHECKING:  # the real types for mypy; at run time the table below resolves the names lazily
@@ -404,6 +406,7 @@ __all__ = [
     "SessionHasChildrenError",
     "SessionHeaderError",
     "SessionInvariants",
+    "SessionLabelError",
     "SessionLockedError",
     "SessionNotFoundError",
     "SessionNotLiveError",
@@ -438,6 +441,7 @@ __all__ = [
     "ToolResultPruner",
     "TurnEndData",
     "TurnStartData",
+    "UnknownMetaKeyError",
     "adopt_session_event",
     "assistant_message",
     "call_config_equals",

@@ -27,6 +27,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── FrozenError (TypeError) [FROZEN]
     ├── NonJsonValueError (ValueError) [NON_JSON_VALUE]
     ├── SessionHeaderError (ValueError) [INVALID_HEADER]
+    │   └── UnknownMetaKeyError [UNKNOWN_META_KEY]
     ├── InvalidSeedError (ValueError) [INVALID_SEED]
     ├── InvalidEventError (ValueError) [INVALID_EVENT]
     │   ├── LegacyFormatError [UNSUPPORTED_LEGACY_FORMAT]
@@ -34,6 +35,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     ├── MessageShapeError (ValueError) [INVALID_MESSAGE]
     ├── SurfaceError (ValueError) [INVALID_SURFACE]
     ├── EventDataError (ValueError) [INVALID_EVENT_DATA]
+    │   └── SessionLabelError [SESSION_LABEL_INVALID]
     ├── EventTypeError (ValueError) [EVENT_TYPE_CONFLICT]
     ├── ReentrantAppendError (RuntimeError) [REENTRANT_APPEND]
     ├── SessionExistsError (ValueError) [SESSION_ALREADY_EXISTS]
@@ -190,6 +192,16 @@ class SessionHeaderError(AgentlogError, ValueError):
     code = "INVALID_HEADER"
 
 
+class UnknownMetaKeyError(SessionHeaderError):
+    """``create(meta=...)`` named a key the header has no field for.
+
+    The header is the original's fixed record; a key it does not know used to vanish without a word.
+    The message names the supported fields and points to ``labels=`` for user metadata.
+    """
+
+    code = "UNKNOWN_META_KEY"
+
+
 class InvalidSeedError(AgentlogError, ValueError):
     """A seed (restored or borrowed log) failed validation; ``index`` is the offending position."""
 
@@ -218,6 +230,14 @@ class SurfaceError(AgentlogError, ValueError):
 
 class EventDataError(AgentlogError, ValueError):
     code = "INVALID_EVENT_DATA"
+
+
+class SessionLabelError(EventDataError):
+    """A label key or value, or a tag, broke the rules of :mod:`agentlog.kernel.labels` (size, characters,
+    count). An :class:`EventDataError`, so append and load refuse a bad ``session/labels`` or
+    ``session/tags`` event the same way."""
+
+    code = "SESSION_LABEL_INVALID"
 
 
 class EventTypeError(AgentlogError, ValueError):

@@ -29,6 +29,7 @@ READ_COMMANDS: dict[str, list[list[str]]] = {
     "show": [["show", SESSION], ["show", SESSION, "--log"], ["show", SESSION, "--at", "3"]],
     "stats": [["stats", SESSION]],
     "title": [["title", SESSION]],
+    "label": [["label", SESSION]],
     "trace": [["trace", SESSION], ["trace", SESSION, "--seq", "3"]],
 }
 """Read commands and the command lines whose ``--json`` standard output must be one JSON document."""

@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..kernel.events import ASSISTANT_CHUNK
 from ..kernel.jsonvalue import thaw
+from ..kernel.labels import check_tag, parse_label_filter
 from ..kernel.repair import interrupted_turn_closers
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
@@ -509,14 +510,26 @@ def run_command(
     prompt: Annotated[str, typer.Argument(help="The prompt of the first turn.")],
     opts: StoreOptions = DEFAULT_OPTIONS,
     run: ModelRunOptions = DEFAULT_MODEL_RUN,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="Label the new session KEY=VALUE (repeatable).", metavar="KEY=VALUE",
+                     show_default=False),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Tag the new session TAG (repeatable).", metavar="TAG", show_default=False),
+    ] = None,
 ) -> None:
     """Start a new session and run an agent (built-in tools) on PROMPT, streaming its answer.
 
-    run_command refuses every command unless --allow-command PATTERN or --yes allows it.
+    run_command refuses every command unless --allow-command PATTERN or --yes allows it. --label and
+    --tag give the new session user metadata (see agentlog label), logged before its first turn.
     """
     work_dir = Path(os.path.abspath(run.cwd if run.cwd is not None else Path.cwd()))
     route = run.provider or DEFAULT_PROVIDER
     try:
+        labels = dict(parse_label_filter(text) for text in label or ())
+        tags = [check_tag(text) for text in tag or ()]
         api_key = run.resolve_api_key(route)
         command_policy = run.command_policy()
         storage = opts.open_backend()
@@ -531,7 +544,7 @@ def run_command(
     coordinator = PersistenceCoordinator(sessions, storage)
     projections = attach_projections(coordinator)
     try:
-        session = sessions.create(new_id, meta={"cwd": str(work_dir)})
+        session = sessions.create(new_id, meta={"cwd": str(work_dir)}, labels=labels or None, tags=tags or None)
     except AgentlogError as err:
         projections.close()
         coordinator.close()

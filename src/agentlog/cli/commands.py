@@ -60,6 +60,7 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("tail", ".tail_commands", "tail_command"),
     ("stats", ".projection_commands", "stats_command"),
     ("title", ".projection_commands", "title_command"),
+    ("label", ".projection_commands", "label_command"),
     ("search", ".query_commands", "search_command"),
     ("trace", ".query_commands", "trace_command"),
     ("replay", ".agent_commands", "replay_command"),

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import AgentlogError, InvalidOptionError, StorageAccessError, describe_error
 from ..kernel.jsonvalue import thaw
+from ..kernel.labels import check_label_key, check_tag, fold_labels, parse_label_filter
 from ..kernel.session import Session
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend
@@ -35,6 +36,7 @@ from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
+from ..projection.labels import LABELS_KEY
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.listing import LAST_ACTIVITY_UNIT as LAST_ACTIVITY_UNIT  # re-exported: tests and callers name it here
 from ..projection.registry import ProjectionRegistry
@@ -55,8 +57,8 @@ def cli_registry(store: SessionStore | None = None) -> ProjectionRegistry:
 
 
 def listing_registry() -> ProjectionRegistry:
-    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps): serving a listing parses
-    only their rows. Only for reading rows: a cold read through it would write back a record without the
+    """The units ``ls`` shows (title, sessionStats, tokenUsage, lastActivity, usageSteps, labels): serving a
+    listing parses only their rows. Only for reading rows: a cold read through it would write back a record without the
     other units' rows, so ``ls`` refreshes stale rows through :func:`cli_registry`'s cache."""
     registry = ProjectionRegistry()
     for unit in cli_registry().units:
@@ -65,7 +67,7 @@ def listing_registry() -> ProjectionRegistry:
     return registry
 
 
-_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY, USAGE_STEPS_KEY})
+_LISTED: Final = frozenset({"title", "sessionStats", "tokenUsage", LAST_ACTIVITY_KEY, USAGE_STEPS_KEY, LABELS_KEY})
 
 
 def cache_exists(backend: Backend) -> bool:
@@ -324,6 +326,106 @@ def title_command(
     shown = document["title"] if document["title"] is not None else "(untitled)"
     source = document["source"]["kind"] if document["source"] else "none"
     typer.echo(f"{shown}  ({source})" if new_title is None else f"session {session_id}: title set to {shown}")
+
+
+# --- label --------------------------------------------------------------------------------------------
+
+
+def _labels_document(session_id: str, events: Any, changed: bool | None = None) -> dict[str, Any]:
+    state = fold_labels(events)
+    document: dict[str, Any] = {"sessionId": session_id, "labels": state["labels"], "tags": state["tags"]}
+    if changed is not None:
+        document["changed"] = changed
+    return document
+
+
+def _relabel(
+    session_id: str, labels: dict[str, str | None], add: list[str], remove: list[str], opts: StoreOptions
+) -> dict[str, Any]:
+    """Resume the session, append the label and tag changes, flush, release (cache record updated)."""
+    from .agent_commands import _release
+
+    storage = opts.open_backend()
+    coordinator = PersistenceCoordinator(SessionStore(), storage)
+    projections = attach_projections(coordinator)
+    session: Session | None = None
+    failure: AgentlogError | None = None
+    try:
+        session = coordinator.resume(session_id)
+        before = len(session.events)
+        if labels:
+            session.set_labels(labels)
+        if add:
+            session.add_tags(add)
+        if remove:
+            session.remove_tags(remove)
+        document = _labels_document(session_id, session.events, changed=len(session.events) > before)
+    except AgentlogError as err:
+        failure = err
+    finally:
+        released = _release(coordinator, [session] if session is not None else [], projections=projections)
+    failure = failure or released
+    if failure is not None:
+        raise failure
+    return document
+
+
+@shared_options()
+def label_command(
+    session_id: Annotated[str, typer.Argument(help="The session whose labels and tags to show or change.")],
+    assignments: Annotated[
+        list[str] | None,
+        typer.Argument(help="Labels to set, as KEY=VALUE (a label already set is replaced).", metavar="[KEY=VALUE]..."),
+    ] = None,
+    remove: Annotated[
+        list[str] | None,
+        typer.Option("--remove", help="Remove the label KEY (repeatable).", metavar="KEY", show_default=False),
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Add the tag TAG (repeatable).", metavar="TAG", show_default=False)
+    ] = None,
+    untag: Annotated[
+        list[str] | None,
+        typer.Option("--untag", help="Remove the tag TAG (repeatable).", metavar="TAG", show_default=False),
+    ] = None,
+    opts: StoreOptions = DEFAULT_OPTIONS,
+) -> None:
+    """Show a session's labels and tags, or change them (appended to its log as ignorable
+    session/labels and session/tags events, which the original harness skips when it loads the log).
+
+    A key or tag is 1-64 characters of A-Z a-z 0-9 _ . -; a value 1-256 printable characters; a session
+    carries at most 64 labels and 64 tags. A change that changes nothing appends nothing. ``ls --label``,
+    ``ls --tag`` and ``search --label`` filter on them. --json: {sessionId, labels, tags} (with a change
+    also changed: whether anything was appended).
+    """
+    try:
+        changes: dict[str, str | None] = dict(parse_label_filter(text, "label") for text in assignments or ())
+        for key in remove or ():
+            if check_label_key(key) in changes:
+                raise InvalidOptionError(f'label: "{key}" is both set and removed; give it once')
+            changes[key] = None
+        add = [check_tag(text) for text in tag or ()]
+        drop = [check_tag(text) for text in untag or ()]
+        if set(add) & set(drop):
+            raise InvalidOptionError(f"label: tag(s) {', '.join(sorted(set(add) & set(drop)))} both added and removed")
+        if not changes and not add and not drop:
+            reader = _reader(opts.open_backend(read_only=True))
+            try:
+                document = _labels_document(session_id, reader.view(session_id).events)
+            finally:
+                reader.close()
+        else:
+            document = _relabel(session_id, changes, add, drop, opts)
+    except AgentlogError as err:
+        render_error(err, opts.as_json)
+    if opts.as_json:
+        _emit_json(document)
+        return
+    words = [f"{key}={value}" for key, value in document["labels"].items()] + [f"#{t}" for t in document["tags"]]
+    shown = " ".join(words) if words else "(no labels or tags)"
+    if document.get("changed") is False:
+        shown += "  (unchanged)"
+    typer.echo(f"{session_id}: {shown}")
 
 
 # --- reindex -------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import re
 import shlex
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import orjson
@@ -259,6 +260,37 @@ def _search_request(
     return request, session_filters, event_filters
 
 
+@dataclass(frozen=True)
+class LabelChoice:
+    """The sessions ``--label``/``--tag`` chose (``ids``) and the filters that chose them (for the cursor)."""
+
+    ids: frozenset[str]
+    labels: tuple[tuple[str, str], ...]
+    tags: tuple[str, ...]
+
+
+def _labelled_sessions(
+    storage: Any, labels: Sequence[str], tags: Sequence[str], session: str | None
+) -> LabelChoice:
+    """The stored sessions carrying every ``KEY=VALUE`` label and every tag, from the projection cache
+    (``ls``'s read: a current record is served, a stale one refolded), never from the search index."""
+    from ..kernel.labels import check_tag, parse_label_filter
+    from ..projection.labels import labels_match, labels_of
+    from .read_commands import _projected
+
+    if session is not None:
+        raise InvalidOptionError("search: --label and --tag choose sessions; they cannot be combined with --session")
+    wanted_labels = tuple(parse_label_filter(text) for text in labels)
+    wanted_tags = tuple(check_tag(text) for text in tags)
+    projected = _projected(storage, storage.list_sessions())
+    ids = frozenset(
+        session_id
+        for session_id, (values, _as_of) in projected.items()
+        if labels_match(*labels_of(values), wanted_labels, wanted_tags)
+    )
+    return LabelChoice(ids, wanted_labels, wanted_tags)
+
+
 def _hit_key(item: Mapping[str, Any]) -> tuple[str, int]:
     hit = item.get("bestMatch", item)
     return (str(hit["sessionId"]), int(hit["seq"]))
@@ -275,6 +307,7 @@ def run_search(
     limit: int | None = None,
     cursor: str | None = None,
     parents: Sequence[str] = (),
+    labelled: LabelChoice | None = None,
 ) -> dict[str, Any]:
     """One page of ``search``: the index's result shape, with the command's own ``nextCursor`` and the
     sessions the index left out.
@@ -285,11 +318,16 @@ def run_search(
     ``[{id, code, message}]``, the stored sessions of the request that could not be read
     (:attr:`SqliteSearch.skipped`), always present: a page that silently lacked a damaged session's hits
     would claim it has none.
+    ``labelled`` (from ``--label``/``--tag``) limits the search to the sessions it names.
     ``search`` must allow limits up to ``offset + limit``: the pages before the cursor are fetched again
     (see the module docstring).
     """
     page = _page_limit(limit)
     request, session_filters, event_filters = _search_request(query, session, types, surfaces, cwds, page, parents)
+    if labelled is not None:
+        session_filters.append({"kind": "id", "values": sorted(labelled.ids)})
+        request["labels"] = sorted(f"{key}={value}" for key, value in labelled.labels)
+        request["tags"] = sorted(labelled.tags)
     digest = _request_digest(request)
     offset, after = (0, None) if cursor is None else decode_cli_cursor(cursor, digest)
     wanted = offset + page
@@ -390,6 +428,18 @@ def search_command(
             show_default=False,
         ),
     ] = None,
+    labels: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label", help="Only sessions labelled KEY=VALUE (repeatable: all must match).", metavar="KEY=VALUE",
+            show_default=False,
+        ),
+    ] = None,
+    tags: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Only sessions tagged TAG (repeatable: all must match).", metavar="TAG",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """Full-text search over every stored session: the best hit of each session, or with --session every hit in it.
 
@@ -401,12 +451,16 @@ def search_command(
     --json prints the page: {items: [{header, live, persisted, bestMatch: {sessionId, seq, type, time,
     surface, snippet}}], nextCursor?, skipped}, with --session {session, items: [{sessionId, seq, type,
     time, surface, snippet}], nextCursor?, skipped}; skipped lists the sessions that could not be read
-    ([{id, code, message}], also named on stderr).
+    ([{id, code, message}], also named on stderr). --label KEY=VALUE and --tag TAG search only the
+    sessions carrying every one given (chosen from the projection cache, as ``ls --label`` chooses).
     """
     argv = [query]
     if session is not None:
         argv += ["--session", session]
-    for flag, values in (("--type", types), ("--surface", surfaces), ("--cwd", cwds), ("--parent", parents)):
+    for flag, values in (
+        ("--type", types), ("--surface", surfaces), ("--cwd", cwds), ("--parent", parents), ("--label", labels),
+        ("--tag", tags),
+    ):  # fmt: skip
         for value in values or ():
             argv += [flag, value]
     if limit is not None:
@@ -415,6 +469,7 @@ def search_command(
         page = _page_limit(limit)
         storage = opts.open_backend(read_only=True)
         _require_store(storage, session if session is not None else "-")
+        chosen = _labelled_sessions(storage, labels or (), tags or (), session) if labels or tags else None
         reader = _reader(storage)
         offset = 0 if cursor is None else _cursor_offset(cursor)
         search = open_search(reader, max_limit=max(MAX_LIMIT, offset + page))
@@ -429,6 +484,7 @@ def search_command(
                 limit=page,
                 cursor=cursor,
                 parents=parents or (),
+                labelled=chosen,
             )
         finally:
             search.close()

@@ -22,12 +22,14 @@ from ..errors import (
     SessionPersistenceCorruptionError,
 )
 from ..kernel.jsonvalue import thaw
+from ..kernel.labels import check_tag, parse_label_filter
 from ..kernel.lineage import delegation_depth_of
 from ..persistence.backend import Backend, SessionListing
 from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..persistence.paths import encode_segment
 from ..persistence.storage_errors import storage_error
 from ..projection.cache import InlineWriter, ProjectionCache
+from ..projection.labels import LABELS_KEY, labels_match, labels_of
 from ..projection.listing import LAST_ACTIVITY_KEY
 from ..projection.usage_steps import USAGE_STEPS_KEY, usage_known
 from ._lineage import children_index, tree_order
@@ -68,6 +70,18 @@ def ls_command(
     tree: Annotated[
         bool, typer.Option("--tree", help="Each session followed by its forks and subagents, indented.")
     ] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label", help="Only sessions labelled KEY=VALUE (repeatable: all must match).", metavar="KEY=VALUE",
+            show_default=False,
+        ),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Only sessions tagged TAG (repeatable: all must match).", metavar="TAG",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """List stored sessions, newest first: title, turns, tokens, last activity, parent and delegation
     depth (damaged or foreign headers are reported, not hidden).
@@ -84,8 +98,14 @@ def ls_command(
     log that cannot be read; tokens when no step of the log reported usage) is ``—`` in the table and
     ``null`` in ``--json``, never 0 or the creation time. Sessions are sorted by last activity (else
     creation time), newest first, ties by id; ``--cursor ID`` continues after ID in that order.
+
+    ``--label KEY=VALUE`` and ``--tag TAG`` keep the sessions carrying every one given (labels and tags
+    are served from the cache like the title); ``--json`` rows carry ``labels`` and ``tags``. With
+    ``--tree`` a filtered-out ancestor is left out and its matching descendants are listed as roots.
     """
     try:
+        wanted_labels = [parse_label_filter(text) for text in label or ()]
+        wanted_tags = [check_tag(text) for text in tag or ()]
         storage = opts.open_backend(read_only=True)
         where = str(opts.root) if opts.backend is not BackendKind.postgres else _pg_where(storage)
         try:
@@ -101,6 +121,9 @@ def ls_command(
         header = item.header or {}
         values, as_of = projected.get(item.id, ({}, None))
         usage = values.get("tokenUsage") if usage_known(values) else None
+        labels, tags = labels_of(values)
+        if (wanted_labels or wanted_tags) and not labels_match(labels, tags, wanted_labels, wanted_tags):
+            continue
         rows.append(
             {
                 "id": item.id,
@@ -115,6 +138,8 @@ def ls_command(
                 "turns": (values.get("sessionStats") or {}).get("turns"),
                 "tokens": total_tokens(usage),
                 "tokenUsage": usage,
+                "labels": labels,
+                "tags": tags,
                 "error": None if item.error_code is None else {"code": item.error_code, "message": item.error_message},
             }
         )
@@ -131,8 +156,12 @@ def ls_command(
     if opts.as_json:
         _emit_json({"sessions": page, "nextCursor": next_cursor})
         return
+    # The labels column only when a listed session has any: a store that never uses them keeps its table.
+    labelled = any(row["labels"] or row["tags"] for row in page)
     table = _TableOutput(
-        ("id", "title", "turns", "tokens", "last activity", "cwd", "parent", "depth", "status"),
+        ("id", "title", "turns", "tokens", "last activity", "cwd", "parent", "depth")
+        + (("labels",) if labelled else ())
+        + ("status",),
         title=f"sessions in {where}",
         right=("turns", "tokens", "depth"),
     )
@@ -149,6 +178,7 @@ def ls_command(
             str(row["cwd"] or ""),
             str(row["parentSession"] or ""),
             str(row["delegationDepth"] or "") if row["origin"] == "subagent" else "",
+            *((_labels_cell(row["labels"], row["tags"]),) if labelled else ()),
             status,
         ]
         colour = "green" if row["error"] is None else "red"
@@ -156,6 +186,11 @@ def ls_command(
     console = table.print()
     if next_cursor is not None:
         console.print(f"more: agentlog ls --cursor {next_cursor}", soft_wrap=True, markup=False, highlight=False)
+
+
+def _labels_cell(labels: Mapping[str, str], tags: Sequence[str]) -> str:
+    """``key=value`` labels then ``#tag`` tags, space separated (keys and tags hold no space)."""
+    return " ".join([*(f"{key}={value}" for key, value in labels.items()), *(f"#{tag}" for tag in tags)])
 
 
 UNKNOWN = "—"
@@ -196,6 +231,7 @@ def _listed(values: Mapping[str, Any]) -> dict[str, Any]:
         "tokenUsage": thaw(values["tokenUsage"]) if values.get("tokenUsage") is not None else None,
         LAST_ACTIVITY_KEY: values.get(LAST_ACTIVITY_KEY),
         USAGE_STEPS_KEY: values.get(USAGE_STEPS_KEY),
+        LABELS_KEY: thaw(values[LABELS_KEY]) if values.get(LABELS_KEY) is not None else None,
     }
 
 
@@ -238,7 +274,7 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
     return out
 
 
-_LISTED_KEYS = frozenset({LAST_ACTIVITY_KEY, USAGE_STEPS_KEY})
+_LISTED_KEYS = frozenset({LAST_ACTIVITY_KEY, USAGE_STEPS_KEY, LABELS_KEY})
 """Units a served row must include for ``ls`` (a row written before they were registered is refolded)."""
 
 

@@ -8,7 +8,8 @@ Pages (static HTML shells; the script fills them from the JSON API):
 The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed code of
 :mod:`agentlog.errors`):
 
-* ``GET /api/sessions?q=&status=&sort=&order=&offset=&limit=`` — the listing, filtered, sorted, paged;
+* ``GET /api/sessions?q=&status=&label=KEY=VALUE&tag=&sort=&order=&offset=&limit=`` — the listing, filtered
+  (``label``/``tag`` repeatable, all must match, served from the cache), sorted, paged;
 * ``GET /api/search?q=&session=&limit=&cursor=`` — the search index's hits;
 * ``GET /api/sessions/{id}`` — the session's summary;
 * ``GET /api/sessions/{id}/log?from=&limit=`` — a page of the log with rendering hints;
@@ -47,10 +48,13 @@ from starlette.staticfiles import StaticFiles
 from ..errors import (
     AgentlogError,
     InspectorRequestError,
+    SessionLabelError,
     SessionNotFoundError,
     SessionQueryError,
 )
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER
+from ..kernel.labels import check_tag, parse_label_filter
+from ..projection.labels import labels_match
 from .views import (
     DEFAULT_STATE_WINDOW,
     MAX_PAGE_LIMIT,
@@ -128,6 +132,21 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
+def _label_param(text: str) -> tuple[str, str]:
+    """One ``label=KEY=VALUE`` query parameter; a malformed one is a 400 saying what a label is."""
+    try:
+        return parse_label_filter(text, "label")
+    except SessionLabelError as err:
+        raise InspectorRequestError(str(err)) from None
+
+
+def _tag_param(text: str) -> str:
+    try:
+        return check_tag(text)
+    except SessionLabelError as err:
+        raise InspectorRequestError(str(err)) from None
+
+
 def _session_id(request: Request) -> str:
     return validate_session_id(request.path_params["session_id"])
 
@@ -149,7 +168,11 @@ class InspectorApp:
         limit = _int_param(request, "limit", 50, 1, MAX_SESSIONS_PAGE)
         needle = (request.query_params.get("q") or "").strip().casefold()
         status = request.query_params.get("status") or ""
+        wanted_labels = [_label_param(text) for text in request.query_params.getlist("label")]
+        wanted_tags = [_tag_param(text) for text in request.query_params.getlist("tag")]
         rows = self.inspector.sessions()
+        if wanted_labels or wanted_tags:  # the rows carry the cached labels: no log is read to filter
+            rows = [row for row in rows if labels_match(row["labels"], row["tags"], wanted_labels, wanted_tags)]
         if needle:
             rows = [
                 row

@@ -78,6 +78,7 @@ from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
+from ..projection.labels import LABELS_KEY, labels_of
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.redaction import Redactor
 from ..projection.stats import SESSION_STATS_UNIT
@@ -890,7 +891,7 @@ class Inspector:
                 served = cache.cached_snapshots(usable, current_only=True)
                 for item in usable:
                     snapshot = served.get(item.id)
-                    if snapshot is None or LAST_ACTIVITY_KEY not in snapshot["values"]:
+                    if snapshot is None or not {LAST_ACTIVITY_KEY, LABELS_KEY} <= snapshot["values"].keys():
                         try:
                             snapshot = cache.cold_snapshot(item.id)
                         except AgentlogError as err:
@@ -923,6 +924,7 @@ class Inspector:
                     "contextPressure": thaw(pressure) if pressure is not None else None,
                     "status": "damaged" if error is not None else "ok",
                     "error": error,
+                    **dict(zip(("labels", "tags"), labels_of(values), strict=True)),
                 }
             )
         return rows

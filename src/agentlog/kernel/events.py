@@ -113,6 +113,10 @@ TODO_WRITE: Final = "todo/write"
 REQUEST_HEADER: Final = "request/header"
 REQUEST_CONTEXT: Final = "request/context"
 SESSION_END_SEED: Final = "session/end-seed"
+SESSION_LABELS: Final = "session/labels"
+"""User labels (agentlog's own, ignorable): ``{"labels": {key: value | null}}``; rules in :mod:`.labels`."""
+SESSION_TAGS: Final = "session/tags"
+"""User tags (agentlog's own, ignorable): ``{"add": [...], "remove": [...]}``; rules in :mod:`.labels`."""
 REQUEST_HEADER_DELTA: Final = "request/header-delta"
 
 # Catalog types written or read by more than one layer (the transcript importer writes compactions and
@@ -318,6 +322,8 @@ event_types = EventTypes()
 event_types.register(SUBAGENT_DESCRIPTOR, validator=check_subagent_descriptor)
 event_types.register("approval/policy", validator=check_approval_policy)
 event_types.register("sandbox/mode", validator=check_sandbox_mode)
+# User metadata (session/labels, session/tags: agentlog's own, ignorable) is registered in this registry by
+# agentlog.kernel.labels, which the session module imports: every session appends and loads with it.
 
 
 # --- typed data of the core events ---------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time as _time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Never, NoReturn, Protocol, overload
 
 from .. import _accel
@@ -27,10 +27,12 @@ from ..errors import (
     ReentrantAppendError,
     SessionDisposedError,
     SessionHeaderError,
+    SessionLabelError,
     SurfaceError,
     UnknownEventTypeError,
 )
 from ..errors import SeqOutOfRangeError as SeqOutOfRangeError
+from . import labels as _labels
 from .events import (
     APPEND_CHECK_KINDS,
     ASSISTANT_CHUNK,
@@ -799,6 +801,66 @@ class Session:
         """
         event: Event = self.append(type, data, intent)  # type: ignore[call-overload]  # any str, checked at run time
         return event
+
+    # -- user metadata (agentlog.kernel.labels) ---------------------------------------------------------
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The session's current labels (a fold of its ``session/labels`` events; a detached copy)."""
+        return _labels.fold_labels(self.events)["labels"]
+
+    @property
+    def tags(self) -> list[str]:
+        """The session's current tags, in first-added order (a fold of its ``session/tags`` events)."""
+        return _labels.fold_labels(self.events)["tags"]
+
+    def set_labels(self, labels: Mapping[str, str | None]) -> Event | None:
+        """Set (or, with ``None``, remove) labels: one ignorable ``session/labels`` event, or nothing when
+        ``labels`` changes nothing. Refuses (:class:`~agentlog.errors.SessionLabelError`, nothing logged)
+        a bad key or value, or a change that would leave more than 64 labels."""
+        changes = _labels.labels_change(labels)
+        current = _labels.fold_labels(self.events)["labels"]
+        changes = {key: value for key, value in changes.items() if current.get(key) != value}
+        if not changes:
+            return None
+        after = {key for key in current if changes.get(key, current[key]) is not None}
+        after.update(key for key, value in changes.items() if value is not None)
+        if len(after) > _labels.MAX_LABELS:
+            raise SessionLabelError(
+                f'session "{self.id}" would carry {len(after)} labels; at most {_labels.MAX_LABELS} are '
+                "allowed: remove some first (set them to None)"
+            )
+        return self.append_custom(_labels.SESSION_LABELS, {"labels": changes})
+
+    def remove_labels(self, keys: Iterable[str]) -> Event | None:
+        """Remove labels by key (absent keys are ignored): ``set_labels`` with ``None`` values."""
+        if isinstance(keys, str):
+            keys = [keys]
+        return self.set_labels(dict.fromkeys(keys))
+
+    def add_tags(self, tags: Iterable[str]) -> Event | None:
+        """Add tags (ones already present are ignored): one ignorable ``session/tags`` event, or nothing.
+        Refuses a bad tag, or more than 64 tags in all."""
+        wanted = _labels.tags_change(tags)
+        current = _labels.fold_labels(self.events)["tags"]
+        added = [tag for tag in wanted if tag not in current]
+        if not added:
+            return None
+        if len(current) + len(added) > _labels.MAX_TAGS:
+            raise SessionLabelError(
+                f'session "{self.id}" would carry {len(current) + len(added)} tags; at most {_labels.MAX_TAGS} '
+                "are allowed: remove some first (remove_tags)"
+            )
+        return self.append_custom(_labels.SESSION_TAGS, {"add": added})
+
+    def remove_tags(self, tags: Iterable[str]) -> Event | None:
+        """Remove tags (absent ones are ignored): one ignorable ``session/tags`` event, or nothing."""
+        unwanted = _labels.tags_change(tags)
+        current = _labels.fold_labels(self.events)["tags"]
+        removed = [tag for tag in unwanted if tag in current]
+        if not removed:
+            return None
+        return self.append_custom(_labels.SESSION_TAGS, {"remove": removed})
 
     def _refuse_type(self, type: str) -> NoReturn:
         if self._disposed:

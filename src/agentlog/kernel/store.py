@@ -27,9 +27,12 @@ from ..errors import (
     SessionAttachedError,
     SessionExistsError,
     SessionForkError,
+    SessionLabelError,
     SessionNotLiveError,
+    UnknownMetaKeyError,
     describe_error,
 )
+from . import labels as _labels
 from ._listeners import observe_async
 from .events import SESSION_FORMAT_VERSION, TURN_END, TURN_START, Event
 from .jsonvalue import MAX_SAFE_INTEGER
@@ -48,6 +51,7 @@ from .surface import Plan
 logger = logging.getLogger("agentlog")
 
 _META_KEYS = ("cwd", "parentSession", "seedLength", "origin", "delegationDepth", "agentPreset")
+_SUPPORTED_META_KEYS = ("createdAt", *_META_KEYS)
 _HOOKS = ("created", "event", "flush", "disposed", "before_event")
 
 
@@ -201,8 +205,10 @@ class Scope(_Hooks):
         *,
         seed: Sequence[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Session:
-        return self._store.create(id, seed=seed, meta=meta, owner=self)
+        return self._store.create(id, seed=seed, meta=meta, owner=self, labels=labels, tags=tags)
 
     def enter(self, session: Session) -> Callable[[], None]:
         detach = self._store._enter(session, self)
@@ -270,6 +276,7 @@ class SessionStore(_Hooks):
         if restore:
             return Session.from_restore(id, seed if seed is not None else [], meta, now=self._now)
         meta = meta or {}
+        _refuse_unknown_meta(meta)
         header: dict[str, Any] = {
             "version": SESSION_FORMAT_VERSION,
             "id": id,
@@ -354,14 +361,31 @@ class SessionStore(_Hooks):
         seed: Sequence[Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         owner: Scope | None = None,
+        labels: Mapping[str, str] | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Session:
-        """Prepare, register and announce a session; roll back (with a paired disposal) if vetoed."""
+        """Prepare, register and announce a session; roll back (with a paired disposal) if vetoed.
+
+        ``labels`` and ``tags`` are user metadata (:mod:`agentlog.kernel.labels`): checked before anything
+        is built, then logged as the session's first own events (``session/labels``, ``session/tags``),
+        so persistence stores them like any append. A refused one (an interceptor's veto) rolls the
+        creation back as a vetoed announcement does.
+        """
+        label_changes = _labels.labels_change(labels) if labels is not None else {}
+        for key, value in label_changes.items():
+            if value is None:
+                raise SessionLabelError(f'label "{key}" has no value: a new session sets labels, it removes none')
+        tag_list = _labels.tags_change(tags) if tags is not None else []
         session = self.prepare(id, seed=seed, meta=meta)
         detach = self._enter(session, owner)
         if owner is not None:
             owner.add_disposer(detach)
         try:
             self.announce(session)
+            if label_changes:
+                session.set_labels(label_changes)
+            if tag_list:
+                session.add_tags(tag_list)
         except BaseException:
             detach()
             raise
@@ -503,6 +527,18 @@ class SessionStore(_Hooks):
         meta["parentSession"] = sid
         meta["seedLength"] = len(seed)
         return self.create(child_id, seed=seed, meta=meta)
+
+
+def _refuse_unknown_meta(meta: Mapping[str, Any]) -> None:
+    """Refuse a ``meta`` key the header has no field for (it used to be dropped without a word)."""
+    unknown = [key for key in meta if key not in _SUPPORTED_META_KEYS]
+    if unknown:
+        shown = ", ".join(repr(key) for key in unknown)
+        raise UnknownMetaKeyError(
+            f"create(meta=...) does not know {shown}: the header fields it sets are "
+            f"{', '.join(_SUPPORTED_META_KEYS)}; put user metadata in labels= (key=value strings) or tags= "
+            f"instead, for example create(labels={{'user': 'bob'}}, tags=['eval'])"
+        )
 
 
 def fork_seed_length(events: Sequence[Mapping[str, Any]], boundary: int | None, session_id: str) -> int:

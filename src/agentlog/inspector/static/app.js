@@ -530,7 +530,7 @@
   // --- the sessions page -------------------------------------------------------------------------------
 
   function sessionsPage() {
-    var state = { sort: "lastActivity", order: "desc", offset: 0, limit: 50, q: "", status: "" };
+    var state = { sort: "lastActivity", order: "desc", offset: 0, limit: 50, q: "", status: "", labels: "" };
     var body = document.querySelector("#sessions tbody");
 
     function pressure(row) {
@@ -542,18 +542,29 @@
       return fmt(p.pressureTokens);
     }
 
+    function labelsOf(row) {
+      var words = Object.keys(row.labels || {}).map(function (key) { return key + "=" + row.labels[key]; })
+        .concat((row.tags || []).map(function (tag) { return "#" + tag; }));
+      return words.length ? el("span", { className: "labels", text: words.join(" ") }) : null;
+    }
+
     function load() {
       var params = new URLSearchParams({
         sort: state.sort, order: state.order, offset: String(state.offset), limit: String(state.limit),
       });
       if (state.q) params.set("q", state.q);
       if (state.status) params.set("status", state.status);
+      // "user=bob #eval": each KEY=VALUE word a label, each #word a tag (all must match; the server checks them)
+      state.labels.split(/\s+/).forEach(function (word) {
+        if (word.charAt(0) === "#" && word.length > 1) params.append("tag", word.slice(1));
+        else if (word) params.append("label", word);
+      });
       api("/api/sessions?" + params.toString()).then(function (page) {
         showError(null);
         body.textContent = "";
         page.sessions.forEach(function (row) {
           var tr = el("tr", { dataset: { id: row.id } },
-            el("td", null, el("a", { href: sessionHref(row.id), text: row.title || "(untitled)" })),
+            el("td", null, el("a", { href: sessionHref(row.id), text: row.title || "(untitled)" }), labelsOf(row)),
             el("td", { className: "id", text: row.id }),
             el("td", { text: iso(row.createdAt) }),
             el("td", { text: iso(row.lastActivity) }),
@@ -587,6 +598,11 @@
     });
     document.getElementById("filter").addEventListener("input", debounce(function (event) {
       state.q = event.target.value;
+      state.offset = 0;
+      load();
+    }, 150));
+    document.getElementById("label-filter").addEventListener("input", debounce(function (event) {
+      state.labels = event.target.value.trim();
       state.offset = 0;
       load();
     }, 150));
