@@ -572,6 +572,14 @@ class PostgresSearch(SqliteSearch):
         candidates = self._rows_of(_arms(self.index_schema, _PHRASE, clauses, visible), params)
         return self._rank_phrase(candidates, query, offset, limit, sessions=sessions)
 
+    def _single_term(self, query: str) -> str | None:
+        """The query's one ``unicode61`` term, or ``None`` (several, none, or a CJK query)."""
+        if not self._term_path or uses_substring(query):
+            return None
+        with self._fts_lock:
+            terms = self._fts.terms(query)
+        return terms[0] if len(terms) == 1 else None
+
     def _rows_of(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         conn = self._require()
         with conn.cursor() as cur:
