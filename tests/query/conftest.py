@@ -66,3 +66,21 @@ def provider(request: pytest.FixtureRequest) -> Iterator[Provider]:
 
         for schema in dict.fromkeys(made.schemas):
             drop_schema(made.dsn, index_schema(schema))
+
+
+@pytest.fixture
+def pg_backends(pg_dsn: str, pg_schema: str) -> Iterator[Any]:
+    """``pg_backends(**options)`` → a new PostgreSQL backend over the test's schema (closed at teardown),
+    as in tests/postgres/conftest.py."""
+    from agentlog.persistence.postgres import PostgresBackend
+
+    created: list[PostgresBackend] = []
+
+    def make(**options: Any) -> PostgresBackend:
+        backend = PostgresBackend(pg_dsn, schema=pg_schema, **options)
+        created.append(backend)
+        return backend
+
+    yield make
+    for backend in created:
+        backend.close()
