@@ -248,7 +248,7 @@ def measure(kind: str, sessions: int, turns: int = TURNS) -> dict[str, Any]:
 def _measure(kind: str, root: str, sessions: int, turns: int) -> dict[str, Any]:
     import agentlog.persistence.jsonl.backend
     import agentlog.persistence.sqlite.backend
-    import agentlog.query.sqlite  # noqa: F401  # imports are not what M13 measures
+    import agentlog.query.sqlite  # imports are not what M13 measures
 
     if kind == "postgres":
         import agentlog.query.postgres  # noqa: F401

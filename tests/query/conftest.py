@@ -38,9 +38,8 @@ class Provider:
             config.setdefault("path", ":memory:")
             search = SqliteSearch(coordinator, store=store, **config)
         else:
-            from agentlog.query.postgres import PostgresSearch
-
             from _postgres import fresh_schema
+            from agentlog.query.postgres import PostgresSearch
 
             config.pop("path", None)
             config.pop("journal_mode", None)
@@ -60,9 +59,8 @@ def provider(request: pytest.FixtureRequest) -> Iterator[Provider]:
     for search in made.made:
         search.close()
     if made.dsn is not None:
-        from agentlog.query.postgres import index_schema
-
         from _postgres import drop_schema
+        from agentlog.query.postgres import index_schema
 
         for schema in dict.fromkeys(made.schemas):
             drop_schema(made.dsn, index_schema(schema))

@@ -133,7 +133,9 @@ def test_both_providers_return_the_same_pages_on_random_corpora(
             request = {"query": query, "session_filters": session_filters, "event_filters": event_filters}
             answer = [_pages(search, "search_sessions", **request)]
             for index in range(len(sessions)):
-                answer.append(_pages(search, "search_events", session_id=_IDS[index], query=query, filters=event_filters))
+                answer.append(
+                    _pages(search, "search_events", session_id=_IDS[index], query=query, filters=event_filters)
+                )
             answers.append(answer)
         assert answers[1] == answers[0]
     finally:

@@ -34,9 +34,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "INDEX_FILE_NAME",
-    "PostgresSearch",
     "SESSION_QUERY_CODES",
     "SURFACES",
+    "PostgresSearch",
     "SessionQuery",
     "SessionQueryError",
     "Signal",

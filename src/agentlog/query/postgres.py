@@ -142,7 +142,7 @@ class _Fts5:
         conn = self._conn
         conn.execute("INSERT INTO stage (rowid, text) VALUES (1, ?)", (text,))
         try:
-            return conn.execute("SELECT term, doc, \"offset\" FROM stage_terms ORDER BY \"offset\"").fetchall()
+            return conn.execute('SELECT term, doc, "offset" FROM stage_terms ORDER BY "offset"').fetchall()
         finally:
             conn.execute("INSERT INTO stage (stage) VALUES ('delete-all')")
 
@@ -225,7 +225,7 @@ class PostgresSearch(SqliteSearch):
 
     def _q(self, text: str) -> sql.Composed:
         """``text`` with ``{s}`` as the index schema (the only interpolated identifier)."""
-        return sql.SQL(text).format(s=self._s)  # type: ignore[arg-type]
+        return sql.SQL(text).format(s=self._s)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -407,7 +407,9 @@ class PostgresSearch(SqliteSearch):
                 f"session-search reconciliation failed: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
             ) from err
 
-    def _tables(self, source: str) -> tuple[sql.Composable, sql.Composable, sql.Composable, sql.Composable, str]:
+    def _tables(
+        self, source: str
+    ) -> tuple[sql.Composed | sql.SQL, sql.Composed | sql.SQL, sql.Composed | sql.SQL, sql.Composed | sql.SQL, str]:
         """(sessions, docs, terms, folded, doc sequence) of ``persisted`` or ``live`` rows."""
         if source == "persisted":
             return (
@@ -436,7 +438,7 @@ class PostgresSearch(SqliteSearch):
         conn.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(sessions), (ids,))
 
     @staticmethod
-    def _copy(conn: psycopg.Connection[Any], statement: sql.Composable, rows: Iterable[Sequence[Any]]) -> None:
+    def _copy(conn: psycopg.Connection[Any], statement: sql.Composed | sql.SQL, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if not rows:
             return
@@ -515,7 +517,7 @@ class PostgresSearch(SqliteSearch):
         return self._conn
 
     # -- queries ------------------------------------------------------------------------------------
-    def _query_sessions(  # type: ignore[override]
+    def _query_sessions(
         self,
         request: SessionSearchRequest,
         session_where: SqlWhere,
@@ -529,7 +531,7 @@ class PostgresSearch(SqliteSearch):
         assert_portable_binding_count(len(values) + 6)
         return self._search(request.query, clauses, values, offset, request.limit, binding, sessions=True)
 
-    def _query_events(  # type: ignore[override]
+    def _query_events(
         self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
     ) -> list[dict[str, Any]]:
         assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
@@ -609,7 +611,8 @@ class PostgresSearch(SqliteSearch):
         else:
             statement = (
                 f"WITH candidates AS ({candidates}) SELECT * FROM candidates "
-                'ORDER BY match_count DESC, document_length ASC, "time" DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s'
+                'ORDER BY match_count DESC, document_length ASC, "time" DESC, seq DESC '
+                "LIMIT %(limit)s OFFSET %(offset)s"
             )
         return self._rows_of(statement, {**params, "limit": limit + 1, "offset": offset})
 
@@ -624,7 +627,7 @@ class PostgresSearch(SqliteSearch):
                 texts.update({(live, int(doc)): str(text) for doc, text in found})
         return texts
 
-    def _highlight_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:  # type: ignore[override]
+    def _highlight_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
         texts = self._texts(rows)
         keyed = list(texts.items())
         local = {key: index for index, (key, _text) in enumerate(keyed)}
@@ -669,7 +672,13 @@ class PostgresSearch(SqliteSearch):
                     best[row["session_id"]] = row
             ordered = sorted(
                 best.values(),
-                key=lambda r: (-r["match_count"], r["document_length"], -r["time"], _bytewise(r["session_id"]), -r["seq"]),
+                key=lambda r: (
+                    -r["match_count"],
+                    r["document_length"],
+                    -r["time"],
+                    _bytewise(r["session_id"]),
+                    -r["seq"],
+                ),
             )
         else:
             ordered = sorted(matched, key=event_key)
@@ -710,14 +719,14 @@ def _bytewise(text: str) -> bytes:
 # --- SQL ------------------------------------------------------------------------------------------------------
 
 _HEADER_DDL: Final = (
-    "id text COLLATE \"C\" PRIMARY KEY, version bigint NOT NULL, created_at bigint NOT NULL, cwd text, "
+    'id text COLLATE "C" PRIMARY KEY, version bigint NOT NULL, created_at bigint NOT NULL, cwd text, '
     "parent_session text, seed_length bigint, delegation_depth bigint, agent_preset text"
 )
 _DOCS_DDL: Final = (
-    "doc bigint PRIMARY KEY, session_id text COLLATE \"C\" NOT NULL, seq bigint NOT NULL, type text NOT NULL, "
+    'doc bigint PRIMARY KEY, session_id text COLLATE "C" NOT NULL, seq bigint NOT NULL, type text NOT NULL, '
     "time bigint NOT NULL, surface text NOT NULL, codepoint_length bigint NOT NULL, text text NOT NULL"
 )
-_TERMS_DDL: Final = "term text COLLATE \"C\" NOT NULL, doc bigint NOT NULL, n integer NOT NULL, PRIMARY KEY (term, doc)"
+_TERMS_DDL: Final = 'term text COLLATE "C" NOT NULL, doc bigint NOT NULL, n integer NOT NULL, PRIMARY KEY (term, doc)'
 
 _PERSISTENT_DDL: Final = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
