@@ -78,7 +78,7 @@ __all__ = ["INDEX_SCHEMA_SUFFIX", "PostgresSearch", "index_schema"]
 
 INDEX_SCHEMA_SUFFIX: Final = "_search"
 INDEX_APPLICATION: Final = "agentlog-search"
-INDEX_VERSION: Final = 1
+INDEX_VERSION: Final = 2
 _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
@@ -124,12 +124,16 @@ class _Fts5:
     def close(self) -> None:
         self._conn.close()
 
-    def term_counts(self, documents: Sequence[tuple[int, str]]) -> list[tuple[str, int, int]]:
-        """``(term, doc, frequency)`` of every term of every ``(doc, text)``."""
+    def term_counts(self, documents: Sequence[tuple[int, str]]) -> list[tuple[str, int, int, str]]:
+        """``(term, doc, frequency, positions)`` of every term of every ``(doc, text)``; the token
+        positions as a PostgreSQL array literal (what a phrase is matched on)."""
         conn = self._conn
         conn.executemany("INSERT INTO stage (rowid, text) VALUES (?, ?)", documents)
         try:
-            rows = conn.execute("SELECT term, doc, count(*) FROM stage_terms GROUP BY term, doc").fetchall()
+            rows: list[tuple[str, int, int, str]] = conn.execute(
+                "SELECT term, doc, count(*), '{' || group_concat(\"offset\", ',') || '}' FROM stage_terms "
+                "GROUP BY term, doc"
+            ).fetchall()
         finally:
             conn.execute("INSERT INTO stage (stage) VALUES ('delete-all')")
         return rows
@@ -483,7 +487,7 @@ class PostgresSearch(SqliteSearch):
             ),
             rows,
         )
-        self._copy(conn, sql.SQL("COPY {} (term, doc, n) FROM STDIN").format(terms), counts)
+        self._copy(conn, sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms), counts)
         self._copy(conn, sql.SQL("COPY {} (doc, folded) FROM STDIN").format(folded), foldings)
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None, *, signal: Signal | None = None) -> None:
@@ -569,10 +573,9 @@ class PostgresSearch(SqliteSearch):
             params["term"] = terms[0]
             rows = self._ranked(_TERM, clauses, params, offset, limit, visible, sessions=sessions)
             return self._highlight_page(rows, query)
-        params["terms"] = sorted(set(terms))
-        params["nterms"] = len(params["terms"])
-        candidates = self._rows_of(_arms(self.index_schema, _PHRASE, clauses, visible), params)
-        return self._rank_phrase(candidates, query, offset, limit, sessions=sessions)
+        params.update({f"term{i}": term for i, term in enumerate(terms)})
+        rows = self._ranked(_phrase_arm(len(terms)), clauses, params, offset, limit, visible, sessions=sessions)
+        return self._highlight_page(rows, query)
 
     def _single_term(self, query: str) -> str | None:
         """The query's one ``unicode61`` term, or ``None`` (several, none, or a CJK query)."""
@@ -600,89 +603,46 @@ class PostgresSearch(SqliteSearch):
         *,
         sessions: bool,
     ) -> list[dict[str, Any]]:
+        """One page of ranked candidates, each with its document's text (for the page's marks)."""
         candidates = _arms(self.index_schema, arm, clauses, visible)
         if sessions:
-            statement = (
-                f"WITH candidates AS ({candidates}), ranked AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY session_id "
-                'ORDER BY match_count DESC, document_length ASC, "time" DESC, seq DESC) AS event_rank FROM candidates) '
-                "SELECT * FROM ranked WHERE event_rank = 1 ORDER BY match_count DESC, document_length ASC, "
-                '"time" DESC, session_id COLLATE "C" ASC, seq DESC LIMIT %(limit)s OFFSET %(offset)s'
+            page = (
+                "ranked AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY session_id "
+                'ORDER BY match_count DESC, document_length ASC, "time" DESC, seq DESC) AS event_rank FROM matched), '
+                "page AS (SELECT * FROM ranked WHERE event_rank = 1 ORDER BY match_count DESC, document_length ASC, "
+                '"time" DESC, session_id COLLATE "C" ASC, seq DESC LIMIT %(limit)s OFFSET %(offset)s)'
+            )
+            order = (
+                'page.match_count DESC, page.document_length ASC, page."time" DESC, page.session_id COLLATE "C" ASC, '
+                "page.seq DESC"
             )
         else:
-            statement = (
-                f"WITH candidates AS ({candidates}) SELECT * FROM candidates "
-                'ORDER BY match_count DESC, document_length ASC, "time" DESC, seq DESC '
-                "LIMIT %(limit)s OFFSET %(offset)s"
+            page = (
+                'page AS (SELECT * FROM matched ORDER BY match_count DESC, document_length ASC, "time" DESC, '
+                "seq DESC LIMIT %(limit)s OFFSET %(offset)s)"
             )
+            order = 'page.match_count DESC, page.document_length ASC, page."time" DESC, page.seq DESC'
+        statement = (
+            f"WITH candidates AS ({candidates}), matched AS (SELECT * FROM candidates WHERE match_count > 0), {page} "
+            "SELECT page.*, coalesce(pd.text, ld.text) AS text FROM page "
+            "LEFT JOIN {s}.persisted_docs AS pd ON page.live = 0 AND pd.doc = page.doc "
+            f"LEFT JOIN pg_temp.live_docs AS ld ON page.live = 1 AND ld.doc = page.doc ORDER BY {order}"
+        )
         return self._rows_of(statement, {**params, "limit": limit + 1, "offset": offset})
 
-    def _texts(self, rows: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
-        """The stored texts of a page's documents: ``{(live, doc): text}``."""
-        texts: dict[tuple[int, int], str] = {}
-        conn = self._require()
-        for live, table in ((0, self._q("{s}.persisted_docs")), (1, sql.SQL("pg_temp.live_docs"))):
-            docs = [row["doc"] for row in rows if row["live"] == live]
-            if docs:
-                found = conn.execute(sql.SQL("SELECT doc, text FROM {} WHERE doc = ANY(%s)").format(table), (docs,))
-                texts.update({(live, int(doc)): str(text) for doc, text in found})
-        return texts
-
     def _highlight_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
-        texts = self._texts(rows)
-        keyed = list(texts.items())
-        local = {key: index for index, (key, _text) in enumerate(keyed)}
+        """``marked_text`` of a page's rows: FTS5 ``highlight()`` of their texts."""
         with self._fts_lock:
-            marked = self._fts.highlight([(index, text) for index, (_key, text) in enumerate(keyed)], query)
-        for row in rows:
-            index = local.get((row["live"], int(row["doc"])))
-            row["marked_text"] = marked.get(index, "") if index is not None else ""
+            marked = self._fts.highlight([(index, row["text"] or "") for index, row in enumerate(rows)], query)
+        for index, row in enumerate(rows):
+            row["marked_text"] = marked.get(index, "")
         return rows
 
     def _mark_substring_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
-        texts = self._texts(rows)
         for row in rows:
-            text = companion_text(texts.get((row["live"], int(row["doc"])), ""))
+            text = companion_text(row["text"] or "")
             row["marked_text"] = mark_substrings(text, query) or text
         return rows
-
-    def _rank_phrase(
-        self, candidates: list[dict[str, Any]], query: str, offset: int, limit: int, *, sessions: bool
-    ) -> list[dict[str, Any]]:
-        """Match the phrase in the documents holding all its terms (FTS5), count the marks and rank them
-        in Python with the SQL path's keys."""
-        with self._fts_lock:
-            marked = self._fts.highlight([(index, row.pop("text")) for index, row in enumerate(candidates)], query)
-        matched = []
-        for index, row in enumerate(candidates):
-            text = marked.get(index)
-            if text is None:
-                continue
-            row["marked_text"] = text
-            row["match_count"] = text.count(FTS_HIGHLIGHT_START)
-            matched.append(row)
-
-        def event_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-            return (-row["match_count"], row["document_length"], -row["time"], -row["seq"])
-
-        if sessions:
-            best: dict[str, dict[str, Any]] = {}
-            for row in matched:
-                current = best.get(row["session_id"])
-                if current is None or event_key(row) < event_key(current):
-                    best[row["session_id"]] = row
-            ordered = sorted(
-                best.values(),
-                key=lambda r: (
-                    -r["match_count"],
-                    r["document_length"],
-                    -r["time"],
-                    _bytewise(r["session_id"]),
-                    -r["seq"],
-                ),
-            )
-        else:
-            ordered = sorted(matched, key=event_key)
-        return ordered[offset : offset + limit + 1]
 
     def _target(self, session_id: str, binding: _Binding) -> tuple[dict[str, Any], str]:
         conn = self._require()
@@ -711,11 +671,6 @@ class PostgresSearch(SqliteSearch):
         raise SessionQueryError(f'session "{session_id}" not found', "SESSION_QUERY_SESSION_NOT_FOUND")
 
 
-def _bytewise(text: str) -> bytes:
-    """SQLite's ``BINARY`` order (UTF-8 bytes), which Python's code-point order equals on valid text."""
-    return text.encode("utf-8", "surrogatepass")
-
-
 # --- SQL ------------------------------------------------------------------------------------------------------
 
 _HEADER_DDL: Final = (
@@ -726,7 +681,10 @@ _DOCS_DDL: Final = (
     'doc bigint PRIMARY KEY, session_id text COLLATE "C" NOT NULL, seq bigint NOT NULL, type text NOT NULL, '
     "time bigint NOT NULL, surface text NOT NULL, codepoint_length bigint NOT NULL, text text NOT NULL"
 )
-_TERMS_DDL: Final = 'term text COLLATE "C" NOT NULL, doc bigint NOT NULL, n integer NOT NULL, PRIMARY KEY (term, doc)'
+_TERMS_DDL: Final = (
+    'term text COLLATE "C" NOT NULL, doc bigint NOT NULL, n integer NOT NULL, pos integer[] NOT NULL, '
+    "PRIMARY KEY (term, doc)"
+)
 
 _PERSISTENT_DDL: Final = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -763,11 +721,24 @@ _TERM: Final = (
     _COMMON + "t.n AS match_count FROM {terms} AS t JOIN {docs} AS d ON d.doc = t.doc "
     "JOIN {sessions} AS s ON s.id = d.session_id WHERE t.term = %(term)s"
 )
-_PHRASE: Final = (
-    _COMMON + "d.text AS text FROM {docs} AS d JOIN {sessions} AS s ON s.id = d.session_id "
-    "WHERE d.doc IN (SELECT t.doc FROM {terms} AS t WHERE t.term = ANY(%(terms)s) GROUP BY t.doc "
-    "HAVING count(*) = %(nterms)s)"
-)
+def _phrase_arm(length: int) -> str:
+    """The arm of a phrase of ``length`` terms (``%(termI)s``): documents holding the first term where
+    every other term is at its offset from an occurrence; ``match_count`` is what FTS5 ``highlight()``
+    marks — overlapping occurrences are one mark, adjacent ones two."""
+    joins = "".join(
+        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, length)
+    )
+    follows = " AND ".join(f"(p + {i}) = ANY(t{i}.pos)" for i in range(1, length)) or "TRUE"
+    count = (
+        f"(SELECT count(*) FROM (SELECT p - lag(p) OVER (ORDER BY p) AS gap FROM unnest(t0.pos) AS p "
+        f"WHERE {follows}) AS g WHERE g.gap IS NULL OR g.gap >= {length})"
+    )
+    return (
+        _COMMON + f"{count} AS match_count FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
+        "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
+    )
+
+
 _SUBSTRING: Final = (
     _COMMON + "(octet_length(f.folded) - octet_length(replace(f.folded, %(needle)s, ''))) / %(needle_bytes)s "
     "AS match_count FROM {folded} AS f JOIN {docs} AS d ON d.doc = f.doc "
