@@ -82,6 +82,8 @@ INDEX_VERSION: Final = 2
 _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
+_ANALYZE_AFTER: Final = 10_000
+"""Documents written by one reconciliation after which the index tables are analyzed at once."""
 _INIT_LOCK: Final = 0x6167_7365_6172_6368 - (1 << 63)  # "agsearch" as a signed bigint
 _WORD: Final = re.compile(r"\b(session_id|seq|type|time|surface|cwd|created_at|parent_session)\b")
 _DOC_COLUMNS: Final = frozenset({"session_id", "seq", "type", "time", "surface"})
@@ -402,6 +404,11 @@ class PostgresSearch(SqliteSearch):
                 self._copy(conn, sql.SQL("COPY pg_temp.live_sessions FROM STDIN"), live_rows)
                 self._insert_documents(conn, "live", live_docs)
             self._seen_main = main
+            if sum(len(entry.loaded.documents) for entry in persisted_changes if entry.loaded) >= _ANALYZE_AFTER:
+                # A bulk load (the first index): the planner's statistics must know the new term counts
+                # now, not when autovacuum gets to them, or phrase queries start from a common term.
+                for table in ("persisted_terms", "persisted_docs", "persisted_sessions", "persisted_folded"):
+                    conn.execute(self._q(f"ANALYZE {{s}}.{table}"))
             return local
         except SessionQueryError:
             raise
@@ -623,7 +630,8 @@ class PostgresSearch(SqliteSearch):
             )
             order = 'page.match_count DESC, page.document_length ASC, page."time" DESC, page.seq DESC'
         statement = (
-            f"WITH candidates AS ({candidates}), matched AS (SELECT * FROM candidates WHERE match_count > 0), {page} "
+            f"WITH candidates AS MATERIALIZED ({candidates}), matched AS (SELECT * FROM candidates WHERE match_count > 0), "
+            f"{page} "
             "SELECT page.*, coalesce(pd.text, ld.text) AS text FROM page "
             "LEFT JOIN {s}.persisted_docs AS pd ON page.live = 0 AND pd.doc = page.doc "
             f"LEFT JOIN pg_temp.live_docs AS ld ON page.live = 1 AND ld.doc = page.doc ORDER BY {order}"
@@ -721,6 +729,8 @@ _TERM: Final = (
     _COMMON + "t.n AS match_count FROM {terms} AS t JOIN {docs} AS d ON d.doc = t.doc "
     "JOIN {sessions} AS s ON s.id = d.session_id WHERE t.term = %(term)s"
 )
+
+
 def _phrase_arm(length: int) -> str:
     """The arm of a phrase of ``length`` terms (``%(termI)s``): documents holding the first term where
     every other term is at its offset from an occurrence; ``match_count`` is what FTS5 ``highlight()``
@@ -728,10 +738,14 @@ def _phrase_arm(length: int) -> str:
     joins = "".join(
         f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, length)
     )
-    follows = " AND ".join(f"(p + {i}) = ANY(t{i}.pos)" for i in range(1, length)) or "TRUE"
+    # The occurrences' starts: the first term's positions that every other term follows at its offset
+    # (a hashed set intersection, linear in the positions, however often a term repeats in a document).
+    starts = " INTERSECT ".join(
+        ["SELECT unnest(t0.pos) AS p", *(f"SELECT unnest(t{i}.pos) - {i}" for i in range(1, length))]
+    )
     count = (
-        f"(SELECT count(*) FROM (SELECT p - lag(p) OVER (ORDER BY p) AS gap FROM unnest(t0.pos) AS p "
-        f"WHERE {follows}) AS g WHERE g.gap IS NULL OR g.gap >= {length})"
+        f"(SELECT count(*) FROM (SELECT p - lag(p) OVER (ORDER BY p) AS gap FROM ({starts}) AS hits) AS g "
+        f"WHERE g.gap IS NULL OR g.gap >= {length})"
     )
     return (
         _COMMON + f"{count} AS match_count FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
