@@ -78,7 +78,7 @@ __all__ = ["INDEX_SCHEMA_SUFFIX", "PostgresSearch", "index_schema"]
 
 INDEX_SCHEMA_SUFFIX: Final = "_search"
 INDEX_APPLICATION: Final = "agentlog-search"
-INDEX_VERSION: Final = 2
+INDEX_VERSION: Final = 3
 _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
@@ -484,7 +484,7 @@ class PostgresSearch(SqliteSearch):
             )
             texts.append((doc, text))
             if has_cjk(text):
-                foldings.append((doc, fold(companion_text(text))))
+                foldings.append((*rows[-1][:7], fold(companion_text(text))))
         with self._fts_lock:
             counts = self._fts.term_counts(texts)
         self._copy(
@@ -495,7 +495,13 @@ class PostgresSearch(SqliteSearch):
             rows,
         )
         self._copy(conn, sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms), counts)
-        self._copy(conn, sql.SQL("COPY {} (doc, folded) FROM STDIN").format(folded), foldings)
+        self._copy(
+            conn,
+            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, folded) FROM STDIN").format(
+                folded
+            ),
+            foldings,
+        )
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None, *, signal: Signal | None = None) -> None:
         """Drop every stored row and index the whole corpus again (for every host sharing the index)."""
@@ -580,9 +586,27 @@ class PostgresSearch(SqliteSearch):
             params["term"] = terms[0]
             rows = self._ranked(_TERM, clauses, params, offset, limit, visible, sessions=sessions)
             return self._highlight_page(rows, query)
-        params.update({f"term{i}": term for i, term in enumerate(terms)})
-        rows = self._ranked(_phrase_arm(len(terms)), clauses, params, offset, limit, visible, sessions=sessions)
-        return self._highlight_page(rows, query)
+        distinct = list(dict.fromkeys(terms))
+        params.update({f"term{i}": term for i, term in enumerate(distinct)})
+        candidates = self._rows_of(
+            f"SELECT * FROM ({_arms(self.index_schema, _phrase_arm(len(distinct)), clauses, visible)}) AS c", params
+        )
+        page = _rank_phrase(candidates, [distinct.index(term) for term in terms], offset, limit, sessions=sessions)
+        return self._highlight_page(self._with_texts(page), query)
+
+    def _with_texts(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The page's rows with their documents' texts (one query per source)."""
+        conn = self._require()
+        for live, table in ((0, self._q("{s}.persisted_docs")), (1, sql.SQL("pg_temp.live_docs"))):
+            docs = [row["doc"] for row in rows if row["live"] == live]
+            if docs:
+                found = dict(
+                    conn.execute(sql.SQL("SELECT doc, text FROM {} WHERE doc = ANY(%s)").format(table), (docs,))
+                )
+                for row in rows:
+                    if row["live"] == live:
+                        row["text"] = found.get(row["doc"], "")
+        return rows
 
     def _single_term(self, query: str) -> str | None:
         """The query's one ``unicode61`` term, or ``None`` (several, none, or a CJK query)."""
@@ -630,8 +654,8 @@ class PostgresSearch(SqliteSearch):
             )
             order = 'page.match_count DESC, page.document_length ASC, page."time" DESC, page.seq DESC'
         statement = (
-            f"WITH candidates AS MATERIALIZED ({candidates}), matched AS (SELECT * FROM candidates WHERE match_count > 0), "
-            f"{page} "
+            f"WITH candidates AS MATERIALIZED ({candidates}), "
+            f"matched AS (SELECT * FROM candidates WHERE match_count > 0), {page} "
             "SELECT page.*, coalesce(pd.text, ld.text) AS text FROM page "
             "LEFT JOIN {s}.persisted_docs AS pd ON page.live = 0 AND pd.doc = page.doc "
             f"LEFT JOIN pg_temp.live_docs AS ld ON page.live = 1 AND ld.doc = page.doc ORDER BY {order}"
@@ -694,6 +718,9 @@ _TERMS_DDL: Final = (
     "PRIMARY KEY (term, doc)"
 )
 
+# The companion of CJK-bearing documents carries their event columns: a substring query reads it alone.
+_FOLDED_DDL: Final = _DOCS_DDL.replace("text text NOT NULL", "folded text NOT NULL")
+
 _PERSISTENT_DDL: Final = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
     "CREATE TABLE {s}.search_state (singleton integer PRIMARY KEY CHECK (singleton = 1), application text NOT NULL, "
@@ -703,7 +730,7 @@ _PERSISTENT_DDL: Final = (
     "CREATE INDEX ON {s}.persisted_docs (session_id)",
     f"CREATE TABLE {{s}}.persisted_terms ({_TERMS_DDL})",
     "CREATE INDEX ON {s}.persisted_terms (doc)",
-    "CREATE TABLE {s}.persisted_folded (doc bigint PRIMARY KEY, folded text NOT NULL)",
+    f"CREATE TABLE {{s}}.persisted_folded ({_FOLDED_DDL})",
     "CREATE SEQUENCE {s}.persisted_doc_seq",
 )
 _TEMP_DDL: Final = (
@@ -713,7 +740,7 @@ _TEMP_DDL: Final = (
     "CREATE INDEX IF NOT EXISTS live_docs_by_session ON pg_temp.live_docs (session_id)",
     f"CREATE TEMP TABLE IF NOT EXISTS live_terms ({_TERMS_DDL})",
     "CREATE INDEX IF NOT EXISTS live_terms_by_doc ON pg_temp.live_terms (doc)",
-    "CREATE TEMP TABLE IF NOT EXISTS live_folded (doc bigint PRIMARY KEY, folded text NOT NULL)",
+    f"CREATE TEMP TABLE IF NOT EXISTS live_folded ({_FOLDED_DDL})",
     "CREATE TEMP SEQUENCE IF NOT EXISTS live_doc_seq",
 )
 
@@ -731,32 +758,71 @@ _TERM: Final = (
 )
 
 
-def _phrase_arm(length: int) -> str:
-    """The arm of a phrase of ``length`` terms (``%(termI)s``): documents holding the first term where
-    every other term is at its offset from an occurrence; ``match_count`` is what FTS5 ``highlight()``
-    marks — overlapping occurrences are one mark, adjacent ones two."""
+def _phrase_arm(distinct: int) -> str:
+    """The arm of a phrase's candidates: the documents holding each of its ``distinct`` terms
+    (``%(termI)s``), with every term's token positions (``posI``), matched in :func:`_rank_phrase`."""
     joins = "".join(
-        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, length)
+        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, distinct)
     )
-    # The occurrences' starts: the first term's positions that every other term follows at its offset
-    # (a hashed set intersection, linear in the positions, however often a term repeats in a document).
-    starts = " INTERSECT ".join(
-        ["SELECT unnest(t0.pos) AS p", *(f"SELECT unnest(t{i}.pos) - {i}" for i in range(1, length))]
-    )
-    count = (
-        f"(SELECT count(*) FROM (SELECT p - lag(p) OVER (ORDER BY p) AS gap FROM ({starts}) AS hits) AS g "
-        f"WHERE g.gap IS NULL OR g.gap >= {length})"
-    )
+    positions = ", ".join(f"t{i}.pos AS pos{i}" for i in range(distinct))
     return (
-        _COMMON + f"{count} AS match_count FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
+        _COMMON + f"{positions} FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
         "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
     )
 
 
+def _phrase_marks(row: Mapping[str, Any], phrase: Sequence[int]) -> int:
+    """How many marks FTS5 ``highlight()`` makes for the phrase (term indexes ``phrase``) in one
+    document: its occurrences' starts, with overlapping occurrences merged into one mark (adjacent
+    ones are two)."""
+    length = len(phrase)
+    first = row[f"pos{phrase[0]}"]
+    if length == 1:
+        return len(first)
+    following = [(offset, set(row[f"pos{index}"])) for offset, index in enumerate(phrase) if offset]
+    marks = 0
+    previous: int | None = None
+    for start in sorted(first):
+        if all(start + offset in positions for offset, positions in following):
+            if previous is None or start - previous >= length:
+                marks += 1
+            previous = start
+    return marks
+
+
+def _rank_phrase(
+    candidates: list[dict[str, Any]], phrase: Sequence[int], offset: int, limit: int, *, sessions: bool
+) -> list[dict[str, Any]]:
+    """The page (``limit + 1`` rows from ``offset``) of the documents the phrase occurs in, ranked by
+    the SQL paths' keys (``session_id`` by code point: SQLite's ``BINARY`` order of UTF-8)."""
+    matched = []
+    for row in candidates:
+        count = _phrase_marks(row, phrase)
+        if count:
+            row["match_count"] = count
+            matched.append(row)
+
+    def event_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (-row["match_count"], row["document_length"], -row["time"], -row["seq"])
+
+    if sessions:
+        best: dict[str, dict[str, Any]] = {}
+        for row in matched:
+            current = best.get(row["session_id"])
+            if current is None or event_key(row) < event_key(current):
+                best[row["session_id"]] = row
+        ordered = sorted(
+            best.values(),
+            key=lambda r: (-r["match_count"], r["document_length"], -r["time"], r["session_id"], -r["seq"]),
+        )
+    else:
+        ordered = sorted(matched, key=event_key)
+    return ordered[offset : offset + limit + 1]
+
+
 _SUBSTRING: Final = (
-    _COMMON + "(octet_length(f.folded) - octet_length(replace(f.folded, %(needle)s, ''))) / %(needle_bytes)s "
-    "AS match_count FROM {folded} AS f JOIN {docs} AS d ON d.doc = f.doc "
-    "JOIN {sessions} AS s ON s.id = d.session_id WHERE f.folded LIKE %(pattern)s"
+    _COMMON + "(octet_length(d.folded) - octet_length(replace(d.folded, %(needle)s, ''))) / %(needle_bytes)s "
+    "AS match_count FROM {folded} AS d JOIN {sessions} AS s ON s.id = d.session_id WHERE d.folded LIKE %(pattern)s"
 )
 
 
