@@ -216,6 +216,7 @@ class PostgresSearch(SqliteSearch):
         self.index_schema = index_schema(schema)
         self._s = sql.Identifier(self.index_schema)
         self._fts = _Fts5()
+        self._live_rows: dict[str, tuple[str, int]] | None = None
         self._fts_lock = threading.Lock()
         super().__init__(
             coordinator,
@@ -247,6 +248,7 @@ class PostgresSearch(SqliteSearch):
             raise
         self._conn = conn  # type: ignore[assignment]
         self._indexed_cache = None
+        self._live_rows = None
         self._opened += 1
         self._global_generation = max(self._global_generation + (1 if self._opened > 1 else 0), main)
         self._local_generation = max(self._local_generation, main)
@@ -348,10 +350,13 @@ class PostgresSearch(SqliteSearch):
         return {str(r[0]): str(r[1]) for r in conn.execute(self._q("SELECT id, revision FROM {s}.persisted_sessions"))}
 
     def _indexed_live(self, conn: Any) -> dict[str, tuple[str, int]]:
-        return {
-            str(r[0]): (str(r[1]), int(r[2]))
-            for r in conn.execute("SELECT id, fingerprint, persisted FROM pg_temp.live_sessions")
-        }
+        # Only this instance writes its connection's TEMP rows: read once after each write, then mirrored.
+        if self._live_rows is None:
+            self._live_rows = {
+                str(r[0]): (str(r[1]), int(r[2]))
+                for r in conn.execute("SELECT id, fingerprint, persisted FROM pg_temp.live_sessions")
+            }
+        return dict(self._live_rows)
 
     def _apply(  # type: ignore[override]
         self,
@@ -364,6 +369,7 @@ class PostgresSearch(SqliteSearch):
         live_documents: dict[str, list[dict[str, Any]]],
         progress: Callable[[int, int], None] | None,
     ) -> int:
+        self._live_rows = None
         try:
             with conn.transaction():
                 # Hosts sharing the index write it one at a time; the generation is read under the lock.
@@ -520,6 +526,7 @@ class PostgresSearch(SqliteSearch):
                     self._q("UPDATE {s}.search_state SET global_generation = %s WHERE singleton = 1"), (main + 1,)
                 )
             self._indexed_cache = None
+            self._live_rows = None
             self._last_identity = None
             self._persistence_epoch += 1
             self._global_generation += 1
