@@ -45,8 +45,7 @@ def _pages(search: SqliteSearch, call: str, **request: Any) -> list[Any]:
     ),
 )
 def test_the_term_path_serves_what_the_highlight_path_serves(
-    provider: Any,
-    sessions: list[tuple[list[str], bool]], query: str, event_filters: list[dict[str, Any]]
+    provider: Any, sessions: list[tuple[list[str], bool]], query: str, event_filters: list[dict[str, Any]]
 ) -> None:
     store = SessionStore()
     coordinator = PersistenceCoordinator(store, MemoryBackend())

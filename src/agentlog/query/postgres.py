@@ -37,6 +37,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import psycopg
@@ -82,6 +83,8 @@ INDEX_VERSION: Final = 3
 _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
+_BATCH_DOCUMENTS: Final = 10_000
+"""Documents tokenized and copied per batch of a reconciliation's write."""
 _ANALYZE_AFTER: Final = 10_000
 """Documents written by one reconciliation after which the index tables are analyzed at once."""
 _INIT_LOCK: Final = 0x6167_7365_6172_6368 - (1 << 63)  # "agsearch" as a signed bigint
@@ -126,19 +129,21 @@ class _Fts5:
     def close(self) -> None:
         self._conn.close()
 
-    def term_counts(self, documents: Sequence[tuple[int, str]]) -> list[tuple[str, int, int, str]]:
-        """``(term, doc, frequency, positions)`` of every term of every ``(doc, text)``; the token
-        positions as a PostgreSQL array literal (what a phrase is matched on)."""
+    def term_rows(self, documents: Sequence[tuple[int, str]]) -> str:
+        """The ``(term, doc, frequency, positions)`` rows of every term of every ``(doc, text)``, as the
+        text of a PostgreSQL ``COPY`` (built by SQLite in one value: no Python object per row). A
+        ``unicode61`` term holds no tab, newline or other separator; a backslash is escaped anyway."""
         conn = self._conn
         conn.executemany("INSERT INTO stage (rowid, text) VALUES (?, ?)", documents)
         try:
-            rows: list[tuple[str, int, int, str]] = conn.execute(
-                "SELECT term, doc, count(*), '{' || group_concat(\"offset\", ',') || '}' FROM stage_terms "
-                "GROUP BY term, doc"
-            ).fetchall()
+            row = conn.execute(
+                "SELECT group_concat(line, '') FROM (SELECT replace(term, '\\', '\\\\') || char(9) || doc "
+                "|| char(9) || count(*) || char(9) || '{' || group_concat(\"offset\", ',') || '}' || char(10) "
+                "AS line FROM stage_terms GROUP BY term, doc)"
+            ).fetchone()
         finally:
             conn.execute("INSERT INTO stage (stage) VALUES ('delete-all')")
-        return rows
+        return str(row[0] or "") if row is not None else ""
 
     def terms(self, text: str) -> list[str]:
         """The term instances of ``text`` (a query), in order."""
@@ -464,50 +469,60 @@ class PostgresSearch(SqliteSearch):
                 copy.write_row(row)
 
     def _insert_documents(self, conn: psycopg.Connection[Any], source: str, documents: list[dict[str, Any]]) -> None:
-        """Documents, their term frequencies (FTS5's own tokenizer) and the folded companion text of
-        CJK-bearing ones; every row keyed by the document's id from the source's sequence."""
+        """Documents, their term rows (FTS5's own tokenizer) and the folded companion text of CJK-bearing
+        ones; every row keyed by the document's id from the source's sequence.
+
+        In batches, pipelined: while one batch is copied to the server (a worker thread, the only user of
+        the connection until it is joined), the next is tokenized (SQLite releases the GIL).
+        """
         if not documents:
             return
         _, docs, terms, folded, sequence = self._tables(source)
         first = int(conn.execute("SELECT nextval(%s::regclass)", (sequence,)).fetchone()[0])  # type: ignore[index]
         conn.execute("SELECT setval(%s::regclass, %s)", (sequence, first + len(documents)))
-        rows = []
-        texts = []
-        foldings = []
-        for doc, document in enumerate(documents, first):
-            text = sanitize_fts_text(document["text"])
-            rows.append(
-                (
-                    doc,
-                    document["sessionId"],
-                    document["seq"],
-                    document["type"],
-                    document["time"],
-                    document["surface"],
-                    len(text),
-                    text,
-                )
-            )
-            texts.append((doc, text))
-            if has_cjk(text):
-                foldings.append((*rows[-1][:7], fold(companion_text(text))))
-        with self._fts_lock:
-            counts = self._fts.term_counts(texts)
-        self._copy(
-            conn,
+        statements = (
             sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, text) FROM STDIN").format(
                 docs
             ),
-            rows,
-        )
-        self._copy(conn, sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms), counts)
-        self._copy(
-            conn,
+            sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms),
             sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, folded) FROM STDIN").format(
                 folded
             ),
-            foldings,
         )
+
+        def copy(rows: list[tuple[Any, ...]], term_rows: str, foldings: list[tuple[Any, ...]]) -> None:
+            self._copy(conn, statements[0], rows)
+            if term_rows:
+                with conn.cursor() as cur, cur.copy(statements[1]) as out:
+                    out.write(term_rows)
+            self._copy(conn, statements[2], foldings)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlog-search-copy") as writer:
+            pending: Future[None] | None = None
+            for start in range(0, len(documents), _BATCH_DOCUMENTS):
+                rows = []
+                foldings = []
+                for doc, document in enumerate(documents[start : start + _BATCH_DOCUMENTS], first + start):
+                    text = sanitize_fts_text(document["text"])
+                    row = (
+                        doc,
+                        document["sessionId"],
+                        document["seq"],
+                        document["type"],
+                        document["time"],
+                        document["surface"],
+                        len(text),
+                    )
+                    rows.append((*row, text))
+                    if has_cjk(text):
+                        foldings.append((*row, fold(companion_text(text))))
+                with self._fts_lock:
+                    term_rows = self._fts.term_rows([(row[0], row[7]) for row in rows])
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(copy, rows, term_rows, foldings)
+            if pending is not None:
+                pending.result()
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None, *, signal: Signal | None = None) -> None:
         """Drop every stored row and index the whole corpus again (for every host sharing the index)."""
