@@ -371,3 +371,33 @@ def test_psycopg_is_not_imported_to_choose_a_provider_for_a_file_store(tmp_path:
     env = {**os.environ}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_rebuild_indexes_every_stored_session_again_for_every_host(
+    pg_backends: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "s1", "needle one")
+    _write(writer, "s2", "needle two")
+    reader = PersistenceCoordinator(SessionStore(), pg_backends(read_only=True))
+    reads = _Counted(reader, monkeypatch)
+    search = open_store_search(reader)
+    other = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["s1", "s2"]
+        cursor = other.search_sessions(query="needle", limit=1)["nextCursor"]
+        progress: list[tuple[int, int]] = []
+        search.rebuild(progress=lambda done, total: progress.append((done, total)))
+        assert progress == [(1, 2), (2, 2)] and reads.count == 4
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["s1", "s2"]
+        with pytest.raises(SessionQueryError) as stale:  # the other host's corpus moved under its cursor
+            other.search_sessions(query="needle", limit=1, cursor=cursor)
+        assert stale.value.code == "SESSION_QUERY_STALE_CURSOR"
+    finally:
+        assert other.persistence is not None
+        other_reader = other.persistence
+        other.close()
+        other_reader.close()
+        search.close()
+        reader.close()
+        writer.close()

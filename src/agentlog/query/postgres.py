@@ -33,6 +33,7 @@ host rebuilds anything locally. Why it is built this way:
 from __future__ import annotations
 
 import hashlib
+import queue
 import re
 import sqlite3
 import threading
@@ -83,7 +84,9 @@ INDEX_VERSION: Final = 3
 _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
-_BATCH_DOCUMENTS: Final = 10_000
+_BATCH_DOCUMENTS: Final = 5_000
+_TOKENIZERS: Final = 2
+"""Batches tokenized at once while indexing (each by its own in-memory SQLite database)."""
 """Documents tokenized and copied per batch of a reconciliation's write."""
 _ANALYZE_AFTER: Final = 10_000
 """Documents written by one reconciliation after which the index tables are analyzed at once."""
@@ -221,6 +224,9 @@ class PostgresSearch(SqliteSearch):
         self.index_schema = index_schema(schema)
         self._s = sql.Identifier(self.index_schema)
         self._fts = _Fts5()
+        self._tokenizers: queue.SimpleQueue[_Fts5] = queue.SimpleQueue()
+        for _ in range(_TOKENIZERS):
+            self._tokenizers.put(_Fts5())
         self._live_rows: dict[str, tuple[str, int]] | None = None
         self._fts_lock = threading.Lock()
         super().__init__(
@@ -345,6 +351,8 @@ class PostgresSearch(SqliteSearch):
         super().close()
         with self._fts_lock:
             self._fts.close()
+            while not self._tokenizers.empty():  # close() is idempotent
+                self._tokenizers.get_nowait().close()
 
     # -- reconciliation storage -----------------------------------------------------------------------
     def _main_generation(self, conn: Any) -> int:  # type: ignore[override]
@@ -472,8 +480,8 @@ class PostgresSearch(SqliteSearch):
         """Documents, their term rows (FTS5's own tokenizer) and the folded companion text of CJK-bearing
         ones; every row keyed by the document's id from the source's sequence.
 
-        In batches, pipelined: while one batch is copied to the server (a worker thread, the only user of
-        the connection until it is joined), the next is tokenized (SQLite releases the GIL).
+        In batches, pipelined: tokenizer threads prepare the next batches (each with its own in-memory
+        SQLite, which releases the GIL) while this thread copies the finished ones to the server.
         """
         if not documents:
             return
@@ -490,39 +498,55 @@ class PostgresSearch(SqliteSearch):
             ),
         )
 
-        def copy(rows: list[tuple[Any, ...]], term_rows: str, foldings: list[tuple[Any, ...]]) -> None:
-            self._copy(conn, statements[0], rows)
-            if term_rows:
-                with conn.cursor() as cur, cur.copy(statements[1]) as out:
-                    out.write(term_rows)
-            self._copy(conn, statements[2], foldings)
+        def prepare(start: int) -> tuple[list[tuple[Any, ...]], str, list[tuple[Any, ...]]]:
+            rows = []
+            foldings = []
+            for doc, document in enumerate(documents[start : start + _BATCH_DOCUMENTS], first + start):
+                text = sanitize_fts_text(document["text"])
+                row = (
+                    doc,
+                    document["sessionId"],
+                    document["seq"],
+                    document["type"],
+                    document["time"],
+                    document["surface"],
+                    len(text),
+                )
+                rows.append((*row, text))
+                if has_cjk(text):
+                    foldings.append((*row, fold(companion_text(text))))
+            tokenizer = self._tokenizers.get()
+            try:
+                term_rows = tokenizer.term_rows([(row[0], row[7]) for row in rows])
+            finally:
+                self._tokenizers.put(tokenizer)
+            return rows, term_rows, foldings
 
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlog-search-copy") as writer:
-            pending: Future[None] | None = None
-            for start in range(0, len(documents), _BATCH_DOCUMENTS):
-                rows = []
-                foldings = []
-                for doc, document in enumerate(documents[start : start + _BATCH_DOCUMENTS], first + start):
-                    text = sanitize_fts_text(document["text"])
-                    row = (
-                        doc,
-                        document["sessionId"],
-                        document["seq"],
-                        document["type"],
-                        document["time"],
-                        document["surface"],
-                        len(text),
-                    )
-                    rows.append((*row, text))
-                    if has_cjk(text):
-                        foldings.append((*row, fold(companion_text(text))))
-                with self._fts_lock:
-                    term_rows = self._fts.term_rows([(row[0], row[7]) for row in rows])
-                if pending is not None:
-                    pending.result()
-                pending = writer.submit(copy, rows, term_rows, foldings)
-            if pending is not None:
-                pending.result()
+        # Batches are tokenized by the tokenizer workers (SQLite releases the GIL) while this thread
+        # copies the finished ones to the server, in order; at most a few batches are held at once.
+        starts = list(range(0, len(documents), _BATCH_DOCUMENTS))
+        with ThreadPoolExecutor(max_workers=_TOKENIZERS, thread_name_prefix="agentlog-search-tokenize") as pool:
+            pending: list[Future[tuple[list[tuple[Any, ...]], str, list[tuple[Any, ...]]]]] = []
+            for start in starts:
+                pending.append(pool.submit(prepare, start))
+                if len(pending) > _TOKENIZERS:
+                    self._copy_batch(conn, statements, *pending.pop(0).result())
+            for future in pending:
+                self._copy_batch(conn, statements, *future.result())
+
+    def _copy_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        statements: tuple[sql.Composed, sql.Composed, sql.Composed],
+        rows: list[tuple[Any, ...]],
+        term_rows: str,
+        foldings: list[tuple[Any, ...]],
+    ) -> None:
+        self._copy(conn, statements[0], rows)
+        if term_rows:
+            with conn.cursor() as cur, cur.copy(statements[1]) as out:
+                out.write(term_rows)
+        self._copy(conn, statements[2], foldings)
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None, *, signal: Signal | None = None) -> None:
         """Drop every stored row and index the whole corpus again (for every host sharing the index)."""
