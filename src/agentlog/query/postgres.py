@@ -11,23 +11,32 @@ host rebuilds anything locally. Why it is built this way:
   (``<store schema>_search``; never inside the store's own schema, whose exact layout the backend
   checks). The reconciler is :class:`SqliteSearch`'s, keyed by each session's backend revision: a host
   whose store moved re-reads only the sessions whose revision changed, replaces their rows in one
-  transaction (serialized between hosts by a transaction-scoped advisory lock) and moves the shared
+  transaction (serialized between hosts by a lock on the index's state row) and moves the shared
   ``global_generation``; a second host with nothing on disk finds the index already built. Live
   sessions of this process are connection-local (``TEMP`` tables), as in the SQLite provider.
 * **Exact parity by construction, not by re-implementation.** Tokenizing, phrase matching and
   highlighting are FTS5 ``unicode61`` (case and diacritics folded) — the SQLite provider's own
-  definition — so this provider runs that very tokenizer, in a private in-memory SQLite database used as
-  a library (:class:`_Fts5`): documents are tokenized there when indexed and their term frequencies
-  stored in PostgreSQL (``*_terms``, one B-tree row per term and document); a query is tokenized there;
-  a page's documents are highlighted there. PostgreSQL does the candidate retrieval, the filters, the
-  shadowing of stored rows by live ones and the ranking (the same ``ORDER BY`` as the SQLite provider,
-  ``session_id`` compared bytewise with ``COLLATE "C"`` like SQLite's ``BINARY``).
+  definition — so this provider runs that very tokenizer, in private in-memory SQLite databases used as
+  a library (:class:`_Fts5`): documents are tokenized there when indexed and each term's frequency and
+  token positions stored in PostgreSQL (``*_terms``, one B-tree row per term and document); a query is
+  tokenized there; a page's documents are highlighted there. PostgreSQL does the candidate retrieval,
+  the filters, the shadowing of stored rows by live ones and (but for phrases) the ranking: the same
+  ``ORDER BY`` as the SQLite provider, ``session_id`` compared bytewise with ``COLLATE "C"`` like
+  SQLite's ``BINARY``.
 * **Three query paths, as in the SQLite provider.** One term: candidates and ``match_count`` come from
-  the term table, ranked and paged entirely in PostgreSQL; only the page is highlighted. A phrase of
-  several terms: PostgreSQL returns the documents holding every term, the phrase is matched and counted
-  by FTS5 over just those documents, and they are ranked in Python with the same keys. A query with a
-  CJK character: a substring query over the folded companion text of CJK-bearing documents
-  (:mod:`agentlog.query.cjk`), counted in SQL with the SQLite provider's formula.
+  the term table, ranked and paged entirely in PostgreSQL; only the page is read and highlighted. A
+  phrase of several terms: PostgreSQL returns the documents holding every term with the terms'
+  positions; the occurrences are matched and counted as ``highlight()`` marks them (overlapping ones
+  merge) and ranked in Python with the same keys (linear in the positions, where a per-document SQL
+  subquery cost a tenth of a millisecond a document). A query with a CJK character: a substring query
+  over the folded companion text of CJK-bearing documents (:mod:`agentlog.query.cjk`), which carries
+  its event columns, counted in SQL with the SQLite provider's formula.
+* **A subclass of SqliteSearch**, to share its reconciler, serializer, cursors and hit shapes (so an
+  ``isinstance(search, SqliteSearch)`` holds for it too); only storage and queries are its own.
+* **Deviations.** Error messages name SQLite where the inherited code words them ("SQLite index failed
+  to open"); a failed connection is not remembered (the next search connects again), since a server
+  comes back; lone surrogates cannot occur in stored text (the kernel refuses them) and a query's are
+  sanitized as in the SQLite provider.
 """
 
 from __future__ import annotations
@@ -635,7 +644,7 @@ class PostgresSearch(SqliteSearch):
         distinct = list(dict.fromkeys(terms))
         params.update({f"term{i}": term for i, term in enumerate(distinct)})
         candidates = self._rows_of(
-            f"SELECT * FROM ({_arms(self.index_schema, _phrase_arm(len(distinct)), clauses, visible)}) AS c", params
+            f"SELECT * FROM ({_arms(_phrase_arm(len(distinct)), clauses, visible)}) AS c", params
         )
         page = _rank_phrase(candidates, [distinct.index(term) for term in terms], offset, limit, sessions=sessions)
         return self._highlight_page(self._with_texts(page), query)
@@ -681,7 +690,7 @@ class PostgresSearch(SqliteSearch):
         sessions: bool,
     ) -> list[dict[str, Any]]:
         """One page of ranked candidates, each with its document's text (for the page's marks)."""
-        candidates = _arms(self.index_schema, arm, clauses, visible)
+        candidates = _arms(arm, clauses, visible)
         if sessions:
             page = (
                 "ranked AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY session_id "
@@ -900,14 +909,12 @@ def _arm_filter(clauses: list[str], *, live: bool, visible: bool) -> str:
             rebuilt += f"%(f{number})s" + piece
             number += 1
         out.append(rebuilt)
-    _ = number
     return "".join(f" AND ({clause})" for clause in out)
 
 
-def _arms(schema: str, arm: str, clauses: list[str], visible: bool) -> str:
+def _arms(arm: str, clauses: list[str], visible: bool) -> str:
     """The candidate UNION ALL: stored documents of sessions without a live row (only while persistence
     is visible), then this connection's live documents; each with the request's filters."""
-    numbered = _numbering(clauses)
     persisted = arm.format(
         availability="0 AS live, 1 AS persisted",
         docs="{s}.persisted_docs",
@@ -922,13 +929,8 @@ def _arms(schema: str, arm: str, clauses: list[str], visible: bool) -> str:
         terms="pg_temp.live_terms",
         folded="pg_temp.live_folded",
     )
-    _ = schema
     return (
         f"{persisted} AND %(visible)s AND NOT EXISTS (SELECT 1 FROM pg_temp.live_sessions AS shadow "
-        f"WHERE shadow.id = d.session_id){_arm_filter(numbered, live=False, visible=visible)} "
-        f"UNION ALL {live}{_arm_filter(numbered, live=True, visible=visible)}"
+        f"WHERE shadow.id = d.session_id){_arm_filter(clauses, live=False, visible=visible)} "
+        f"UNION ALL {live}{_arm_filter(clauses, live=True, visible=visible)}"
     )
-
-
-def _numbering(clauses: list[str]) -> list[str]:
-    return clauses
