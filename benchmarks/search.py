@@ -49,6 +49,9 @@ except ImportError:  # imported as ``benchmarks.search``
 
 TURNS = 20
 TARGETS = {"M13": 60.0, "M14": 0.05, "M15": 0.01, "M16": 0.05}
+POSTGRES_TARGETS = {"M13": 60.0, "M14": 0.05, "M15": 0.02, "M16": 0.06}
+"""A PostgreSQL store's (the index in its database, measured from a second host): M13 is also to be no
+more than the SQLite provider's over the same store."""
 CJK_EVERY = 4
 """Every fourth turn's user message is CJK text (turns 4, 8, 12, 16, 20 of W(20))."""
 
@@ -352,7 +355,8 @@ def cmd_search(args: argparse.Namespace) -> dict[str, Any]:
     print(f"agentlog search — backend {args.backend}, load average {load:.2f} at start")
     width = max(len(label) for label, _ in rows)
     for label, key in rows:
-        print(f"{label.ljust(width)}  {result[key]:>10.4f} s  <= {TARGETS[key]} s")
+        targets = POSTGRES_TARGETS if args.backend == "postgres" else TARGETS
+        print(f"{label.ljust(width)}  {result[key]:>10.4f} s  <= {targets[key]} s")
     print(f"{'M14 the same search from a freshly opened index'.ljust(width)}  {result['M14_reopen']:>10.4f} s")
     if result["second_host_first_search"] is not None:
         print(

@@ -644,8 +644,8 @@ class PostgresSearch(SqliteSearch):
         distinct = list(dict.fromkeys(terms))
         params.update({f"term{i}": term for i, term in enumerate(distinct)})
         candidates = self._rows_of(
-            f"SELECT * FROM ({_arms(_phrase_arm(len(distinct)), clauses, visible)}) AS c", params
-        )
+            f"SELECT * FROM ({_arms(_phrase_arm(len(distinct)), clauses, visible)}) AS c", params, binary=True
+        )  # binary: the position arrays are read without parsing their text
         page = _rank_phrase(candidates, [distinct.index(term) for term in terms], offset, limit, sessions=sessions)
         return self._highlight_page(self._with_texts(page), query)
 
@@ -671,9 +671,9 @@ class PostgresSearch(SqliteSearch):
             terms = self._fts.terms(query)
         return terms[0] if len(terms) == 1 else None
 
-    def _rows_of(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _rows_of(self, statement: str, params: Mapping[str, Any], *, binary: bool = False) -> list[dict[str, Any]]:
         conn = self._require()
-        with conn.cursor() as cur:
+        with conn.cursor(binary=binary) as cur:
             cur.execute(statement.replace("{s}", sql.Identifier(self.index_schema).as_string(None)), params)
             names = [column.name for column in cur.description or ()]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
@@ -834,14 +834,20 @@ def _phrase_marks(row: Mapping[str, Any], phrase: Sequence[int]) -> int:
     first = row[f"pos{phrase[0]}"]
     if length == 1:
         return len(first)
-    following = [(offset, set(row[f"pos{index}"])) for offset, index in enumerate(phrase) if offset]
+    if all(index == phrase[0] for index in phrase):
+        # One term repeated: an occurrence is a run of consecutive positions (they strictly increase).
+        ordered = sorted(first)
+        span = length - 1
+        starts: Iterable[int] = (p for p, q in zip(ordered, ordered[span:], strict=False) if q - p == span)
+    else:
+        following = [(offset, set(row[f"pos{index}"])) for offset, index in enumerate(phrase) if offset]
+        starts = (p for p in sorted(first) if all(p + offset in positions for offset, positions in following))
     marks = 0
     previous: int | None = None
-    for start in sorted(first):
-        if all(start + offset in positions for offset, positions in following):
-            if previous is None or start - previous >= length:
-                marks += 1
-            previous = start
+    for start in starts:
+        if previous is None or start - previous >= length:
+            marks += 1
+        previous = start
     return marks
 
 
