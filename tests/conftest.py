@@ -238,6 +238,7 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
     schema = fresh_schema()
     yield schema
     drop_schema(pg_dsn, schema)
+    drop_schema(pg_dsn, f"{schema}_search")  # the store's search index (agentlog.query.postgres.index_schema)
 
 
 # --- the subprocess marker kept honest ------------------------------------------------------------------

@@ -111,12 +111,16 @@ def test_run_then_every_read_command_works_against_the_postgres_store(
     assert [item["header"]["id"] for item in hits] == ["s1"]
     assert "migration" in hits[0]["bestMatch"]["snippet"]
 
-    # The derived files live in the reading host's cache directory, keyed by the store's address.
+    # The projection cache lives in the reading host's cache directory, keyed by the store's address;
+    # the search index lives in the store's database (one index for every host), never on the host.
     backend = PostgresBackend(pg_dsn, schema=pg_schema)
     key = store_key(backend)
     backend.close()
     derived = tmp_path / "host-cache" / "agentlog" / "postgres" / str(key)
-    assert (derived / POSTGRES_CACHE_FILE).is_file() and (derived / POSTGRES_INDEX_FILE).is_file()
+    assert (derived / POSTGRES_CACHE_FILE).is_file() and not (derived / POSTGRES_INDEX_FILE).exists()
+    with psycopg.connect(pg_dsn) as conn:
+        indexed = conn.execute(f'SELECT id FROM "{pg_schema}_search".persisted_sessions').fetchall()
+    assert indexed == [("s1",)]
     assert not (tmp_path / ".agentlog").exists()  # --store plays no part in a PostgreSQL store
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.kernel.store import SessionStore
-from agentlog.query import SqliteSearch
 from agentlog.query.cjk import fold, mark_substrings
 from agentlog.query.normalize import FTS_HIGHLIGHT_START, make_snippet
 from agentlog.query.schema import SCHEMA_VERSION, open_search_database
@@ -30,14 +30,16 @@ def _expected(texts: list[str], query: str) -> list[int]:
     return [entry[-1] for entry in sorted(counts)]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(
     st.lists(st.lists(_ALPHABET, min_size=1, max_size=12).map("".join), min_size=1, max_size=8),
     st.sampled_from(["日志", "日", "会话日志", "ログ", "a日", "itgc修复", "A a日"]),
 )
-def test_cjk_hits_rank_by_occurrences_like_marking_counts_them(texts: list[str], query: str) -> None:
+def test_cjk_hits_rank_by_occurrences_like_marking_counts_them(provider: Any, texts: list[str], query: str) -> None:
     store = SessionStore()
-    search = SqliteSearch(store=store, path=":memory:", snippet_chars=1000)
+    search = provider.make(store=store, snippet_chars=1000)
     try:
         session = store.create("s", meta={"createdAt": 1})
         for text in texts:

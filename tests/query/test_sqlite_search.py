@@ -179,9 +179,20 @@ def pool() -> Iterator[ThreadPoolExecutor]:
     executor.shutdown(wait=True, cancel_futures=True)
 
 
+_PROVIDER: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _provider(provider: Any) -> Iterator[None]:
+    """Every search this module's helpers build is the test's provider's (SQLite, or PostgreSQL)."""
+    _PROVIDER.append(provider)
+    yield
+    _PROVIDER.clear()
+
+
 def live_search(store: SessionStore | None = None, **config: Any) -> SqliteSearch:
-    config.setdefault("path", ":memory:")
-    return SqliteSearch(store=store or SessionStore(), **config)
+    search: SqliteSearch = _PROVIDER[-1].make(store=store or SessionStore(), **config)
+    return search
 
 
 def mounted(
@@ -230,6 +241,7 @@ def test_10_4_1_defaults_and_validates_opening_policy_and_inspection_concurrency
     assert code_of(lambda: live_search(open_at="later")) == "SESSION_QUERY_INVALID_CONFIG"
 
 
+@pytest.mark.sqlite_only
 def test_10_4_2_first_search_mode_mounts_and_closes_without_opening(tmp_path: Path) -> None:
     path = tmp_path / "unopened.db"
     search = SqliteSearch(store=SessionStore(), path=str(path), open_at="first-search")
@@ -238,6 +250,7 @@ def test_10_4_2_first_search_mode_mounts_and_closes_without_opening(tmp_path: Pa
     assert not path.exists()
 
 
+@pytest.mark.sqlite_only
 def test_10_4_3_never_mode_refuses_search_while_reads_and_traces_work(tmp_path: Path) -> None:
     path = tmp_path / "never-mode.db"
     store = SessionStore()
@@ -548,6 +561,7 @@ def test_10_4_15_invalidates_session_cursors_after_transient_topology_changes() 
     )
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     "config",
     [
@@ -930,6 +944,7 @@ def _generations(path: Path) -> dict[str, int]:
         return dict(db.execute("SELECT id, generation FROM persisted_sessions ORDER BY id").fetchall())
 
 
+@pytest.mark.sqlite_only
 def test_10_4_35_preserves_unchanged_generations_while_reconciling_new_changed_and_deleted(tmp_path: Path) -> None:
     path = tmp_path / "search.db"
     unchanged, changed, deleted, added = header("unchanged"), header("changed"), header("deleted"), header("added")
@@ -964,6 +979,7 @@ def test_10_4_35_preserves_unchanged_generations_while_reconciling_new_changed_a
     assert "deleted" not in after and "added" in after
 
 
+@pytest.mark.sqlite_only
 def test_10_4_36_drops_connection_local_live_overlays_on_reopen_and_keeps_persistent_bases(tmp_path: Path) -> None:
     path = tmp_path / "search.db"
     shared = header("shared", 10)
@@ -1000,6 +1016,7 @@ def test_10_4_37_refreshes_after_an_external_mutating_repair_without_loading() -
     assert persistence.loads["repair"] == 1
 
 
+@pytest.mark.sqlite_only
 def test_10_4_38_recovers_on_the_next_search_after_source_and_transaction_failures() -> None:
     search, persistence, _ = mounted([(header("durable"), message_events("durable needle"))])
     persistence.failure = RuntimeError("offline")
@@ -1123,6 +1140,7 @@ def test_10_4_50_awaits_an_abort_ignoring_inspection_and_starts_nothing_more(poo
     assert persistence.calls == ["list", "inspect:ignored-inspect-first"]
 
 
+@pytest.mark.sqlite_only
 def test_10_4_51_cancels_queued_and_in_flight_waits_without_committing(pool: ThreadPoolExecutor) -> None:
     search, persistence, data = mounted()
     persistence.list_gate = threading.Event()
@@ -1164,6 +1182,7 @@ def test_10_4_52_normalizes_a_failed_readiness_into_an_index_error(monkeypatch: 
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
+@pytest.mark.sqlite_only
 def test_10_4_53_checks_cancellation_after_readiness_before_reconciliation_touches_sqlite(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1215,6 +1234,7 @@ def test_10_4_55_close_releases_the_optional_persistence_binding() -> None:
     assert [record["header"]["id"] for record in search.list_sessions()] == ["live"]
 
 
+@pytest.mark.sqlite_only
 def test_10_4_56_real_sqlite_persistence_backend_with_the_real_search(tmp_path: Path) -> None:
     backend = SqliteBackend(str(tmp_path / "canonical.db"))
     coordinator = PersistenceCoordinator(SessionStore(), backend)
@@ -1246,6 +1266,7 @@ class _CountingCoordinator(PersistenceCoordinator):
         return super().inspect(session_id)
 
 
+@pytest.mark.sqlite_only
 def test_10_4_57_reconciles_colliding_revisions_when_reopened_against_another_sqlite_store(tmp_path: Path) -> None:
     index = str(tmp_path / "derived-collision.db")
     shared = header("same-id", 10)
@@ -1289,6 +1310,7 @@ def _jsonl_store(root: Path, sessions: int, *, counting: bool = False) -> Persis
     return coordinator
 
 
+@pytest.mark.sqlite_only
 def test_default_index_path_per_backend(tmp_path: Path) -> None:
     jsonl = JsonlBackend(str(tmp_path))
     assert default_index_path(jsonl) == f"{tmp_path}/.agentlog-search.sqlite3"
@@ -1298,6 +1320,7 @@ def test_default_index_path_per_backend(tmp_path: Path) -> None:
     assert default_index_path(MemoryBackend()) is None
 
 
+@pytest.mark.sqlite_only
 def test_reconciles_a_real_jsonl_store_by_revision_and_keeps_it_untouched(tmp_path: Path) -> None:
     root = tmp_path / "store"
     root.mkdir()
@@ -1339,6 +1362,7 @@ def test_reconciles_a_real_jsonl_store_by_revision_and_keeps_it_untouched(tmp_pa
     search.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_damaged_stored_log_is_skipped_and_reported_not_fatal(tmp_path: Path) -> None:
     """A log damaged before its tail (SESSION_CORRUPT on inspect) leaves the corpus instead of failing every
     search; it is reported in ``skipped`` and not re-read while its revision stays the same."""
@@ -1391,6 +1415,7 @@ _KILL_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.sqlite_only
 def test_kill_9_during_reconciliation_leaves_a_consistent_index_the_next_search_repairs(tmp_path: Path) -> None:
     root = tmp_path / "store"
     root.mkdir()
@@ -1454,6 +1479,7 @@ def _companion_rows(search: SqliteSearch, table: str) -> int:
     return int(search._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
+@pytest.mark.sqlite_only
 def test_cjk_queries_use_the_substring_companion_with_the_same_contract() -> None:
     search, _, data = mounted(
         [
@@ -1536,6 +1562,7 @@ def test_property_pages_partition_the_ranked_result(docs: list[tuple[int, int, i
     search.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_second_process_changing_the_shared_index_stales_our_session_cursors(tmp_path: Path) -> None:
     """Two processes (two searches) share one index file: rows another one wrote move our corpus too."""
     root = tmp_path / "store"
@@ -1576,6 +1603,7 @@ def test_a_session_deleted_between_listing_and_inspection_is_retried_not_fatal()
 _WORDS = st.sampled_from(["needle", "pad", "other", "needle", "日志", "会话"])
 
 
+@pytest.mark.sqlite_only
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(

@@ -29,7 +29,9 @@ def _pages(search: SqliteSearch, call: str, **request: Any) -> list[Any]:
             return pages
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(
     st.lists(st.tuples(st.lists(_TEXT, min_size=1, max_size=5), st.booleans()), min_size=1, max_size=4),
     st.sampled_from(["alpha", "cafe", "CAFÉ", "beta", "x", "alphabet", "pha"]),
@@ -43,7 +45,7 @@ def _pages(search: SqliteSearch, call: str, **request: Any) -> list[Any]:
     ),
 )
 def test_the_term_path_serves_what_the_highlight_path_serves(
-    sessions: list[tuple[list[str], bool]], query: str, event_filters: list[dict[str, Any]]
+    provider: Any, sessions: list[tuple[list[str], bool]], query: str, event_filters: list[dict[str, Any]]
 ) -> None:
     store = SessionStore()
     coordinator = PersistenceCoordinator(store, MemoryBackend())
@@ -57,7 +59,7 @@ def test_the_term_path_serves_what_the_highlight_path_serves(
         coordinator.flush(session)
         if not live:
             store.dispose(session)
-    search = SqliteSearch(coordinator, path=":memory:", snippet_chars=12)
+    search = provider.make(coordinator, snippet_chars=12)
     try:
         assert search._single_term(query) is not None
         results = []
@@ -75,8 +77,8 @@ def test_the_term_path_serves_what_the_highlight_path_serves(
         coordinator.close()
 
 
-def test_a_query_of_several_terms_or_none_takes_the_highlight_path() -> None:
-    search = SqliteSearch(store=SessionStore(), path=":memory:")
+def test_a_query_of_several_terms_or_none_takes_the_highlight_path(provider: Any) -> None:
+    search = provider.make(store=SessionStore())
     try:
         assert search._single_term("alpha beta") is None
         assert search._single_term("*") is None

@@ -3,7 +3,8 @@ with ``reindex --search``.
 
 ``search`` is the only read command that creates something: the store's search index, a derived
 SQLite FTS5 file (:func:`agentlog.query.sqlite.default_index_path`: ``ROOT/.agentlog-search.sqlite3``
-in a JSONL store, ``sessions.sqlite3.search.sqlite3`` beside a SQLite one), made on the first search and
+in a JSONL store, ``sessions.sqlite3.search.sqlite3`` beside a SQLite one; for a PostgreSQL store the
+index is in the store's own database, :class:`agentlog.query.PostgresSearch`), made on the first search and
 reconciled with the store by revision inside every search after that. The store itself is opened
 read-only: a search never writes a log and never takes a writer lock. ``trace`` reads through the query
 engine alone (:class:`agentlog.query.SessionQuery`) and never touches the index.
@@ -65,10 +66,11 @@ _SURFACE_STYLE: Final = {"current": "green", "shadowed": "yellow", "log-only": "
 
 
 def index_path(backend: Backend) -> str:
-    """Where the store's search index lives (a CLI store is never in memory, so there always is one)."""
-    from ..query.sqlite import default_index_path
+    """Where the store's search index lives (a CLI store is never in memory, so there always is one):
+    a file, or ``postgresql:<schema>`` for a PostgreSQL store (the index is in its database)."""
+    from ..query.provider import index_location
 
-    path = default_index_path(backend)
+    path = index_location(backend)
     if path is None:  # pragma: no cover - the CLI opens only file stores
         raise InvalidOptionError("this store has no place for a search index (an in-memory store)")
     return path
@@ -80,11 +82,11 @@ def open_search(reader: PersistenceCoordinator, *, max_limit: int) -> SqliteSear
     Its snippets are the index's default length (:data:`agentlog.query.sqlite.SNIPPET_CHARS`, the
     original engine's 240 code points): the CLI shows what the library returns.
     """
-    from ..query.sqlite import SqliteSearch
+    from ..query.provider import open_store_search
 
-    return SqliteSearch(
+    index_path(reader.backend)  # refuses a store with no place for an index
+    return open_store_search(
         reader,
-        path=index_path(reader.backend),
         open_at="first-search",
         default_limit=DEFAULT_LIMIT,
         max_limit=max_limit,

@@ -1210,10 +1210,9 @@ class Inspector:
     def _searcher(self) -> Any:
         with self._search_lock:
             if self._search is None:
-                from ..query.sqlite import SqliteSearch, default_index_path
+                from ..query.provider import open_store_search
 
-                path = default_index_path(self.backend) or ":memory:"
-                self._search = SqliteSearch(self.reader, path=path, open_at="first-search", max_limit=100)
+                self._search = open_store_search(self.reader, open_at="first-search", max_limit=100)
             return self._search
 
     def close(self) -> None:

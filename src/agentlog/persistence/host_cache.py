@@ -9,7 +9,8 @@ cache directory::
 
     $XDG_CACHE_HOME/agentlog/postgres/<key>/     (default ~/.cache/agentlog/postgres/<key>/)
         projections.sqlite                       the projection cache
-        search.sqlite3                           the search index
+        search.sqlite3                           (unused: a PostgreSQL store's search index is in its
+                                                 database, agentlog.query.postgres)
 
 ``<key>`` is the first 16 hex digits of a SHA-256 of the store's address: its connection parameters
 without the password (host, port, database, user, …, sorted) and its schema, so two stores on one

@@ -701,12 +701,9 @@ class SqliteSearch(SessionQuery):
         if cached is not None and cached[0] == main:
             indexed_persisted = cached[1]
         else:
-            indexed_persisted = dict(conn.execute("SELECT id, revision FROM persisted_sessions").fetchall())
+            indexed_persisted = self._indexed_persisted(conn)
             self._indexed_cache = (main, indexed_persisted)
-        indexed_live = {
-            str(row[0]): (str(row[1]), int(row[2]))
-            for row in conn.execute("SELECT id, fingerprint, persisted FROM temp.live_sessions")
-        }
+        indexed_live = self._indexed_live(conn)
         observation = self._observe_stable(indexed_persisted, signal)
         _check(signal)
         mounted = observation.binding.service is not None
@@ -751,6 +748,17 @@ class SqliteSearch(SessionQuery):
         else:
             self.skipped = []
         return observation.binding
+
+    def _indexed_persisted(self, conn: Any) -> dict[str, str]:
+        """The stored sessions in the index: id → the revision its rows were built from."""
+        return {str(row[0]): str(row[1]) for row in conn.execute("SELECT id, revision FROM persisted_sessions")}
+
+    def _indexed_live(self, conn: Any) -> dict[str, tuple[str, int]]:
+        """This connection's live sessions in the index: id → (fingerprint, persisted flag)."""
+        return {
+            str(row[0]): (str(row[1]), int(row[2]))
+            for row in conn.execute("SELECT id, fingerprint, persisted FROM temp.live_sessions")
+        }
 
     def _live_documents(self, entry: _Live) -> list[dict[str, Any]]:
         # Committed events are frozen: the documents read them in place, no copy needed.

@@ -1,0 +1,942 @@
+"""Full-text session search inside a PostgreSQL store (the PostgreSQL counterpart of
+:class:`~agentlog.query.sqlite.SqliteSearch`).
+
+:class:`PostgresSearch` answers :meth:`~PostgresSearch.search_sessions` and
+:meth:`~PostgresSearch.search_events` with the semantics of :class:`SqliteSearch` — same documents
+(§4.2), same phrase/term/substring contract, ranking and ties, snippets, cursors, filters and errors —
+from an index kept **in the store's database**, so every host reading the store shares one index and no
+host rebuilds anything locally. Why it is built this way:
+
+* **One index for all hosts.** The stored sessions' rows live in a dedicated schema beside the store's
+  (``<store schema>_search``; never inside the store's own schema, whose exact layout the backend
+  checks). The reconciler is :class:`SqliteSearch`'s, keyed by each session's backend revision: a host
+  whose store moved re-reads only the sessions whose revision changed, replaces their rows in one
+  transaction (serialized between hosts by a lock on the index's state row) and moves the shared
+  ``global_generation``; a second host with nothing on disk finds the index already built. Live
+  sessions of this process are connection-local (``TEMP`` tables), as in the SQLite provider.
+* **Exact parity by construction, not by re-implementation.** Tokenizing, phrase matching and
+  highlighting are FTS5 ``unicode61`` (case and diacritics folded) — the SQLite provider's own
+  definition — so this provider runs that very tokenizer, in private in-memory SQLite databases used as
+  a library (:class:`_Fts5`): documents are tokenized there when indexed and each term's frequency and
+  token positions stored in PostgreSQL (``*_terms``, one B-tree row per term and document); a query is
+  tokenized there; a page's documents are highlighted there. PostgreSQL does the candidate retrieval,
+  the filters, the shadowing of stored rows by live ones and (but for phrases) the ranking: the same
+  ``ORDER BY`` as the SQLite provider, ``session_id`` compared bytewise with ``COLLATE "C"`` like
+  SQLite's ``BINARY``.
+* **Three query paths, as in the SQLite provider.** One term: candidates and ``match_count`` come from
+  the term table, ranked and paged entirely in PostgreSQL; only the page is read and highlighted. A
+  phrase of several terms: PostgreSQL returns the documents holding every term with the terms'
+  positions; the occurrences are matched and counted as ``highlight()`` marks them (overlapping ones
+  merge) and ranked in Python with the same keys (linear in the positions, where a per-document SQL
+  subquery cost a tenth of a millisecond a document). A query with a CJK character: a substring query
+  over the folded companion text of CJK-bearing documents (:mod:`agentlog.query.cjk`), which carries
+  its event columns, counted in SQL with the SQLite provider's formula.
+* **A subclass of SqliteSearch**, to share its reconciler, serializer, cursors and hit shapes (so an
+  ``isinstance(search, SqliteSearch)`` holds for it too); only storage and queries are its own.
+* **Deviations.** Error messages name SQLite where the inherited code words them ("SQLite index failed
+  to open"); a failed connection is not remembered (the next search connects again), since a server
+  comes back; lone surrogates cannot occur in stored text (the kernel refuses them) and a query's are
+  sanitized as in the SQLite provider.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from ..errors import SessionQueryError
+from ..kernel.store import SessionStore
+from ..persistence.coordinator import PersistenceCoordinator
+from .cjk import companion_text, fold, has_cjk, mark_substrings, uses_substring
+from .engine import Signal
+from .normalize import (
+    FTS_HIGHLIGHT_END,
+    FTS_HIGHLIGHT_START,
+    EventSearchRequest,
+    SessionSearchRequest,
+    SqlWhere,
+    assert_fts5_outer_predicate_count,
+    assert_portable_binding_count,
+    quote_fts_data,
+    sanitize_fts_text,
+)
+from .sqlite import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    SNIPPET_CHARS,
+    SqliteSearch,
+    _Binding,
+    _check,
+    _header_bindings,
+    _index_closed,
+    _Live,
+    _message,
+    _Observation,
+    _Persisted,
+    _row_header,
+)
+
+__all__ = ["INDEX_SCHEMA_SUFFIX", "PostgresSearch", "index_schema"]
+
+INDEX_SCHEMA_SUFFIX: Final = "_search"
+INDEX_APPLICATION: Final = "agentlog-search"
+INDEX_VERSION: Final = 3
+_OUR_TABLES: Final = frozenset(
+    {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
+)
+_BATCH_DOCUMENTS: Final = 5_000
+_TOKENIZERS: Final = 2
+"""Batches tokenized at once while indexing (each by its own in-memory SQLite database)."""
+"""Documents tokenized and copied per batch of a reconciliation's write."""
+_ANALYZE_AFTER: Final = 10_000
+"""Documents written by one reconciliation after which the index tables are analyzed at once."""
+_INIT_LOCK: Final = 0x6167_7365_6172_6368 - (1 << 63)  # "agsearch" as a signed bigint
+_WORD: Final = re.compile(r"\b(session_id|seq|type|time|surface|cwd|created_at|parent_session)\b")
+_DOC_COLUMNS: Final = frozenset({"session_id", "seq", "type", "time", "surface"})
+_LIVE_CLAUSE: Final = re.compile(r"^live = 1$")
+_PERSISTED_CLAUSE: Final = re.compile(r"^persisted = 1$")
+
+
+def index_schema(store_schema: str) -> str:
+    """The schema holding the search index of the store in ``store_schema`` (at most 63 bytes)."""
+    name = store_schema + INDEX_SCHEMA_SUFFIX
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(store_schema.encode()).hexdigest()[:12]
+    return f"{store_schema[: 63 - len(INDEX_SCHEMA_SUFFIX) - 13]}_{digest}{INDEX_SCHEMA_SUFFIX}"
+
+
+def _index_failed(detail: str, err: BaseException | None = None) -> SessionQueryError:
+    failure = SessionQueryError(f"session-search PostgreSQL index failed: {detail}", "SESSION_QUERY_INDEX_FAILED")
+    if err is not None:
+        failure.__cause__ = err
+    return failure
+
+
+# --- FTS5 as a library --------------------------------------------------------------------------------------
+
+
+class _Fts5:
+    """The SQLite provider's tokenizer and highlighter, in a private in-memory database.
+
+    Not thread-safe on its own: the provider's serializer runs one operation at a time.
+    """
+
+    def __init__(self) -> None:
+        conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        conn.execute("CREATE VIRTUAL TABLE stage USING fts5(text, content = '', tokenize = 'unicode61')")
+        conn.execute("CREATE VIRTUAL TABLE stage_terms USING fts5vocab(stage, instance)")
+        conn.execute("CREATE VIRTUAL TABLE marks USING fts5(text, tokenize = 'unicode61')")
+        self._conn = conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def term_rows(self, documents: Sequence[tuple[int, str]]) -> str:
+        """The ``(term, doc, frequency, positions)`` rows of every term of every ``(doc, text)``, as the
+        text of a PostgreSQL ``COPY`` (built by SQLite in one value: no Python object per row). A
+        ``unicode61`` term holds no tab, newline or other separator; a backslash is escaped anyway."""
+        conn = self._conn
+        conn.executemany("INSERT INTO stage (rowid, text) VALUES (?, ?)", documents)
+        try:
+            row = conn.execute(
+                "SELECT group_concat(line, '') FROM (SELECT replace(term, '\\', '\\\\') || char(9) || doc "
+                "|| char(9) || count(*) || char(9) || '{' || group_concat(\"offset\", ',') || '}' || char(10) "
+                "AS line FROM stage_terms GROUP BY term, doc)"
+            ).fetchone()
+        finally:
+            conn.execute("INSERT INTO stage (stage) VALUES ('delete-all')")
+        return str(row[0] or "") if row is not None else ""
+
+    def terms(self, text: str) -> list[str]:
+        """The term instances of ``text`` (a query), in order."""
+        return [term for term, _doc, _n in self._instances(text)]
+
+    def _instances(self, text: str) -> list[tuple[str, int, int]]:
+        conn = self._conn
+        conn.execute("INSERT INTO stage (rowid, text) VALUES (1, ?)", (text,))
+        try:
+            return conn.execute('SELECT term, doc, "offset" FROM stage_terms ORDER BY "offset"').fetchall()
+        finally:
+            conn.execute("INSERT INTO stage (stage) VALUES ('delete-all')")
+
+    def highlight(self, documents: Sequence[tuple[int, str]], query: str) -> dict[int, str]:
+        """``highlight()`` of the documents the one-phrase query matches: ``{doc: marked text}``."""
+        if not documents:
+            return {}
+        conn = self._conn
+        conn.executemany("INSERT INTO marks (rowid, text) VALUES (?, ?)", documents)
+        try:
+            return dict(
+                conn.execute(
+                    "SELECT rowid, highlight(marks, 0, ?, ?) FROM marks WHERE marks MATCH ?",
+                    (FTS_HIGHLIGHT_START, FTS_HIGHLIGHT_END, quote_fts_data(query)),
+                ).fetchall()
+            )
+        finally:
+            conn.execute("DELETE FROM marks")
+
+
+# --- the provider -------------------------------------------------------------------------------------------
+
+
+class PostgresSearch(SqliteSearch):
+    """Session search whose index lives in the PostgreSQL database of the store.
+
+    ``PostgresSearch(coordinator)`` indexes the coordinator's PostgreSQL store (its DSN and schema);
+    ``dsn``/``schema`` name the database and the *store* schema explicitly (the index is in
+    :func:`index_schema` of it), e.g. for a search over live sessions only. Every other option, and every
+    result and error, is :class:`SqliteSearch`'s (there is no ``path`` or ``journal_mode``).
+    """
+
+    def __init__(
+        self,
+        coordinator: PersistenceCoordinator | None = None,
+        *,
+        dsn: str | None = None,
+        schema: str | None = None,
+        store: SessionStore | None = None,
+        open_at: str = "startup",
+        default_limit: int = DEFAULT_LIMIT,
+        max_limit: int = MAX_LIMIT,
+        snippet_chars: int = SNIPPET_CHARS,
+        read_window_max: int = 50,
+        persisted_inspect_concurrency: int = 4,
+    ) -> None:
+        backend = getattr(coordinator, "backend", None)
+        if dsn is None:
+            dsn = getattr(backend, "dsn", None)
+        if schema is None:
+            schema = getattr(backend, "schema", None)
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise SessionQueryError(
+                "session-search PostgreSQL config: dsn is required (pass dsn=, or a coordinator over a "
+                "PostgreSQL store)",
+                "SESSION_QUERY_INVALID_CONFIG",
+            )
+        if not isinstance(schema, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
+            raise SessionQueryError(
+                "session-search PostgreSQL config: schema must be a lower-case SQL identifier",
+                "SESSION_QUERY_INVALID_CONFIG",
+            )
+        self.dsn = dsn
+        self.store_schema = schema
+        self.index_schema = index_schema(schema)
+        self._s = sql.Identifier(self.index_schema)
+        self._fts = _Fts5()
+        self._tokenizers: queue.SimpleQueue[_Fts5] = queue.SimpleQueue()
+        for _ in range(_TOKENIZERS):
+            self._tokenizers.put(_Fts5())
+        self._live_rows: dict[str, tuple[str, int]] | None = None
+        self._fts_lock = threading.Lock()
+        super().__init__(
+            coordinator,
+            path=f"postgresql:{self.index_schema}",
+            store=store,
+            open_at=open_at,
+            default_limit=default_limit,
+            max_limit=max_limit,
+            snippet_chars=snippet_chars,
+            read_window_max=read_window_max,
+            persisted_inspect_concurrency=persisted_inspect_concurrency,
+        )
+
+    def _q(self, text: str) -> sql.Composed:
+        """``text`` with ``{s}`` as the index schema (the only interpolated identifier)."""
+        return sql.SQL(text).format(s=self._s)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def _open(self) -> None:
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, application_name="agentlog-search")
+        except psycopg.Error as err:
+            raise _index_failed(f"cannot connect ({_message(err)})", err) from None
+        try:
+            self._create_schema(conn)
+            main = self._main_generation(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn  # type: ignore[assignment]
+        self._indexed_cache = None
+        self._live_rows = None
+        self._opened += 1
+        self._global_generation = max(self._global_generation + (1 if self._opened > 1 else 0), main)
+        self._local_generation = max(self._local_generation, main)
+
+    def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """Create (or adopt) the index schema; refuse one holding tables the index did not create."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INIT_LOCK,))
+            tables = {
+                str(row[0])
+                for row in conn.execute(
+                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+                    (self.index_schema,),
+                )
+            }
+            if tables - _OUR_TABLES:
+                raise _index_failed(
+                    f'schema "{self.index_schema}" holds tables the search index did not create '
+                    f"({', '.join(sorted(tables - _OUR_TABLES)[:5])}); it is left untouched"
+                )
+            if "search_state" in tables:
+                row = conn.execute(self._q("SELECT application, version FROM {s}.search_state")).fetchone()
+                if row is None or row[0] != INDEX_APPLICATION:
+                    raise _index_failed(f'schema "{self.index_schema}" has a search_state the index did not write')
+                if row[1] == INDEX_VERSION and tables == _OUR_TABLES:
+                    self._create_temp(conn)
+                    return
+            if tables:
+                conn.execute(self._q("DROP SCHEMA {s} CASCADE"))  # another layout of ours: rebuilt from the logs
+            for statement in _PERSISTENT_DDL:
+                conn.execute(self._q(statement))
+            conn.execute(
+                self._q("INSERT INTO {s}.search_state VALUES (1, %s, %s, 0)"), (INDEX_APPLICATION, INDEX_VERSION)
+            )
+        self._create_temp(conn)
+
+    @staticmethod
+    def _create_temp(conn: psycopg.Connection[Any]) -> None:
+        for statement in _TEMP_DDL:
+            conn.execute(statement)
+
+    def _ensure_ready(self) -> Any:
+        conn = self._conn
+        if conn is not None and getattr(conn, "closed", False):
+            self._conn = None  # the server ended it: reopened, with empty live overlays
+        try:
+            return super()._ensure_ready()
+        except SessionQueryError:
+            self._open_failure = None  # a server can come back: the next search tries again
+            raise
+
+    def _serialized(self, signal: Signal | None, operation: Callable[[], Any]) -> Any:
+        """Run ``operation`` alone on a ready connection; a database failure is
+        ``SESSION_QUERY_INDEX_FAILED`` (a lost connection is reopened by the next operation)."""
+        if self._closed:
+            raise _index_closed()
+        self._acquire(signal)
+        try:
+            if self._closed:
+                raise _index_closed()
+            _check(signal)
+            self._ensure_ready()
+            _check(signal)
+            try:
+                return operation()
+            except psycopg.Error as err:
+                self._drop_if_broken()
+                raise _index_failed(_message(err), err) from None
+            except SessionQueryError as err:
+                if isinstance(err.__cause__, psycopg.Error):
+                    self._drop_if_broken()
+                raise
+        finally:
+            self._serial.release()
+
+    def _drop_if_broken(self) -> None:
+        conn = self._conn
+        if conn is not None and (
+            getattr(conn, "closed", False) or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE  # type: ignore[attr-defined]
+        ):
+            try:
+                conn.close()
+            finally:
+                self._conn = None
+                self._open_failure = None
+
+    def close(self) -> None:
+        super().close()
+        with self._fts_lock:
+            self._fts.close()
+            while not self._tokenizers.empty():  # close() is idempotent
+                self._tokenizers.get_nowait().close()
+
+    # -- reconciliation storage -----------------------------------------------------------------------
+    def _main_generation(self, conn: Any) -> int:  # type: ignore[override]
+        row = conn.execute(self._q("SELECT global_generation FROM {s}.search_state WHERE singleton = 1")).fetchone()
+        return int(row[0])
+
+    def _indexed_persisted(self, conn: Any) -> dict[str, str]:
+        return {str(r[0]): str(r[1]) for r in conn.execute(self._q("SELECT id, revision FROM {s}.persisted_sessions"))}
+
+    def _indexed_live(self, conn: Any) -> dict[str, tuple[str, int]]:
+        # Only this instance writes its connection's TEMP rows: read once after each write, then mirrored.
+        if self._live_rows is None:
+            self._live_rows = {
+                str(r[0]): (str(r[1]), int(r[2]))
+                for r in conn.execute("SELECT id, fingerprint, persisted FROM pg_temp.live_sessions")
+            }
+        return dict(self._live_rows)
+
+    def _apply(  # type: ignore[override]
+        self,
+        conn: psycopg.Connection[Any],
+        observation: _Observation,
+        persisted_changes: list[_Persisted],
+        persisted_deletes: list[str],
+        live_changes: list[_Live],
+        live_deletes: list[str],
+        live_documents: dict[str, list[dict[str, Any]]],
+        progress: Callable[[int, int], None] | None,
+    ) -> int:
+        self._live_rows = None
+        try:
+            with conn.transaction():
+                # Hosts sharing the index write it one at a time; the generation is read under the lock.
+                conn.execute(self._q("SELECT 1 FROM {s}.search_state WHERE singleton = 1 FOR UPDATE"))
+                main = self._main_generation(conn)
+                persisted_changed = bool(persisted_changes or persisted_deletes)
+                if persisted_changed:
+                    main += 1
+                    self._indexed_cache = None
+                local = self._local_generation
+                changed = [entry.loaded.header["id"] for entry in persisted_changes if entry.loaded is not None]
+                self._delete(conn, "persisted", [*persisted_deletes, *changed])
+                total = len(persisted_changes)
+                sessions: list[tuple[Any, ...]] = []
+                documents: list[dict[str, Any]] = []
+                for entry in persisted_changes:
+                    assert entry.loaded is not None
+                    sessions.append((*_header_bindings(entry.loaded.header), entry.revision, main))
+                    documents.extend(entry.loaded.documents)
+                self._copy(conn, self._q("COPY {s}.persisted_sessions FROM STDIN"), sessions)
+                self._insert_documents(conn, "persisted", documents)
+                if progress is not None:
+                    for done in range(1, total + 1):
+                        progress(done, total)
+                if persisted_changed:
+                    conn.execute(
+                        self._q("UPDATE {s}.search_state SET global_generation = %s WHERE singleton = 1"), (main,)
+                    )
+                self._delete(conn, "live", [*live_deletes, *(e.header["id"] for e in live_changes)])
+                live_rows: list[tuple[Any, ...]] = []
+                live_docs: list[dict[str, Any]] = []
+                for change in live_changes:
+                    local = max(local, main) + 1
+                    sid = change.header["id"]
+                    flag = 1 if sid in observation.persisted else 0
+                    live_rows.append((*_header_bindings(change.header), change.fingerprint, flag, local))
+                    live_docs.extend(live_documents[sid])
+                self._copy(conn, sql.SQL("COPY pg_temp.live_sessions FROM STDIN"), live_rows)
+                self._insert_documents(conn, "live", live_docs)
+            self._seen_main = main
+            if sum(len(entry.loaded.documents) for entry in persisted_changes if entry.loaded) >= _ANALYZE_AFTER:
+                # A bulk load (the first index): the planner's statistics must know the new term counts
+                # now, not when autovacuum gets to them, or phrase queries start from a common term.
+                for table in ("persisted_terms", "persisted_docs", "persisted_sessions", "persisted_folded"):
+                    conn.execute(self._q(f"ANALYZE {{s}}.{table}"))
+            return local
+        except SessionQueryError:
+            raise
+        except Exception as err:
+            self._drop_if_broken()
+            raise SessionQueryError(
+                f"session-search reconciliation failed: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
+            ) from err
+
+    def _tables(
+        self, source: str
+    ) -> tuple[sql.Composed | sql.SQL, sql.Composed | sql.SQL, sql.Composed | sql.SQL, sql.Composed | sql.SQL, str]:
+        """(sessions, docs, terms, folded, doc sequence) of ``persisted`` or ``live`` rows."""
+        if source == "persisted":
+            return (
+                self._q("{s}.persisted_sessions"),
+                self._q("{s}.persisted_docs"),
+                self._q("{s}.persisted_terms"),
+                self._q("{s}.persisted_folded"),
+                f"{sql.Identifier(self.index_schema).as_string(None)}.persisted_doc_seq",
+            )
+        return (
+            sql.SQL("pg_temp.live_sessions"),
+            sql.SQL("pg_temp.live_docs"),
+            sql.SQL("pg_temp.live_terms"),
+            sql.SQL("pg_temp.live_folded"),
+            "pg_temp.live_doc_seq",
+        )
+
+    def _delete(self, conn: psycopg.Connection[Any], source: str, ids: list[str]) -> None:
+        if not ids:
+            return
+        sessions, docs, terms, folded, _ = self._tables(source)
+        selected = sql.SQL("SELECT doc FROM {} WHERE session_id = ANY(%s)").format(docs)
+        for table in (terms, folded):
+            conn.execute(sql.SQL("DELETE FROM {} WHERE doc IN ({})").format(table, selected), (ids,))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE session_id = ANY(%s)").format(docs), (ids,))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(sessions), (ids,))
+
+    @staticmethod
+    def _copy(conn: psycopg.Connection[Any], statement: sql.Composed | sql.SQL, rows: Iterable[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        with conn.cursor() as cur, cur.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def _insert_documents(self, conn: psycopg.Connection[Any], source: str, documents: list[dict[str, Any]]) -> None:
+        """Documents, their term rows (FTS5's own tokenizer) and the folded companion text of CJK-bearing
+        ones; every row keyed by the document's id from the source's sequence.
+
+        In batches, pipelined: tokenizer threads prepare the next batches (each with its own in-memory
+        SQLite, which releases the GIL) while this thread copies the finished ones to the server.
+        """
+        if not documents:
+            return
+        _, docs, terms, folded, sequence = self._tables(source)
+        first = int(conn.execute("SELECT nextval(%s::regclass)", (sequence,)).fetchone()[0])  # type: ignore[index]
+        conn.execute("SELECT setval(%s::regclass, %s)", (sequence, first + len(documents)))
+        statements = (
+            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, text) FROM STDIN").format(
+                docs
+            ),
+            sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms),
+            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, folded) FROM STDIN").format(
+                folded
+            ),
+        )
+
+        def prepare(start: int) -> tuple[list[tuple[Any, ...]], str, list[tuple[Any, ...]]]:
+            rows = []
+            foldings = []
+            for doc, document in enumerate(documents[start : start + _BATCH_DOCUMENTS], first + start):
+                text = sanitize_fts_text(document["text"])
+                row = (
+                    doc,
+                    document["sessionId"],
+                    document["seq"],
+                    document["type"],
+                    document["time"],
+                    document["surface"],
+                    len(text),
+                )
+                rows.append((*row, text))
+                if has_cjk(text):
+                    foldings.append((*row, fold(companion_text(text))))
+            tokenizer = self._tokenizers.get()
+            try:
+                term_rows = tokenizer.term_rows([(row[0], row[7]) for row in rows])
+            finally:
+                self._tokenizers.put(tokenizer)
+            return rows, term_rows, foldings
+
+        # Batches are tokenized by the tokenizer workers (SQLite releases the GIL) while this thread
+        # copies the finished ones to the server, in order; at most a few batches are held at once.
+        starts = list(range(0, len(documents), _BATCH_DOCUMENTS))
+        with ThreadPoolExecutor(max_workers=_TOKENIZERS, thread_name_prefix="agentlog-search-tokenize") as pool:
+            pending: list[Future[tuple[list[tuple[Any, ...]], str, list[tuple[Any, ...]]]]] = []
+            for start in starts:
+                pending.append(pool.submit(prepare, start))
+                if len(pending) > _TOKENIZERS:
+                    self._copy_batch(conn, statements, *pending.pop(0).result())
+            for future in pending:
+                self._copy_batch(conn, statements, *future.result())
+
+    def _copy_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        statements: tuple[sql.Composed, sql.Composed, sql.Composed],
+        rows: list[tuple[Any, ...]],
+        term_rows: str,
+        foldings: list[tuple[Any, ...]],
+    ) -> None:
+        self._copy(conn, statements[0], rows)
+        if term_rows:
+            with conn.cursor() as cur, cur.copy(statements[1]) as out:
+                out.write(term_rows)
+        self._copy(conn, statements[2], foldings)
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None, *, signal: Signal | None = None) -> None:
+        """Drop every stored row and index the whole corpus again (for every host sharing the index)."""
+        self._assert_enabled()
+
+        def operation() -> None:
+            conn = self._require()
+            with conn.transaction():
+                conn.execute(self._q("SELECT 1 FROM {s}.search_state WHERE singleton = 1 FOR UPDATE"))
+                main = self._main_generation(conn)
+                for table in ("persisted_terms", "persisted_folded", "persisted_docs", "persisted_sessions"):
+                    conn.execute(self._q(f"DELETE FROM {{s}}.{table}"))
+                for table in ("live_terms", "live_folded", "live_docs", "live_sessions"):
+                    conn.execute(f"DELETE FROM pg_temp.{table}")
+                conn.execute(
+                    self._q("UPDATE {s}.search_state SET global_generation = %s WHERE singleton = 1"), (main + 1,)
+                )
+            self._indexed_cache = None
+            self._live_rows = None
+            self._last_identity = None
+            self._persistence_epoch += 1
+            self._global_generation += 1
+            self._skipped_revisions.clear()
+            self._reconcile(signal, progress=progress)
+
+        self._serialized(signal, operation)
+
+    def _require(self) -> Any:
+        if self._conn is None:
+            raise _index_closed()
+        return self._conn
+
+    # -- queries ------------------------------------------------------------------------------------
+    def _query_sessions(
+        self,
+        request: SessionSearchRequest,
+        session_where: SqlWhere,
+        event_where: SqlWhere,
+        offset: int,
+        binding: _Binding,
+    ) -> list[dict[str, Any]]:
+        assert_fts5_outer_predicate_count(session_where.predicate_count + event_where.predicate_count)
+        clauses = [*_clauses(session_where), *_clauses(event_where)]
+        values = [*session_where.params, *event_where.params]
+        assert_portable_binding_count(len(values) + 6)
+        return self._search(request.query, clauses, values, offset, request.limit, binding, sessions=True)
+
+    def _query_events(
+        self, request: EventSearchRequest, event_where: SqlWhere, offset: int, binding: _Binding
+    ) -> list[dict[str, Any]]:
+        assert_fts5_outer_predicate_count(1 + event_where.predicate_count)
+        clauses = ["session_id = ?", *_clauses(event_where)]
+        values = [request.session_id, *event_where.params]
+        assert_portable_binding_count(len(values) + 6)
+        return self._search(request.query, clauses, values, offset, request.limit, binding, sessions=False)
+
+    def _search(
+        self,
+        query: str,
+        clauses: list[str],
+        values: list[Any],
+        offset: int,
+        limit: int,
+        binding: _Binding,
+        *,
+        sessions: bool,
+    ) -> list[dict[str, Any]]:
+        visible = binding.service is not None
+        params: dict[str, Any] = {f"f{i}": value for i, value in enumerate(values)}
+        params["visible"] = visible
+        if uses_substring(query):
+            needle = fold(query)
+            params["needle"] = needle
+            params["needle_bytes"] = len(needle.encode("utf-8"))
+            params["pattern"] = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            rows = self._ranked(_SUBSTRING, clauses, params, offset, limit, visible, sessions=sessions)
+            return self._mark_substring_page(rows, query)
+        with self._fts_lock:
+            terms = self._fts.terms(query)
+        if not terms:
+            return []  # FTS5: a phrase without a token matches nothing
+        if len(terms) == 1 and self._term_path:
+            params["term"] = terms[0]
+            rows = self._ranked(_TERM, clauses, params, offset, limit, visible, sessions=sessions)
+            return self._highlight_page(rows, query)
+        distinct = list(dict.fromkeys(terms))
+        params.update({f"term{i}": term for i, term in enumerate(distinct)})
+        candidates = self._rows_of(
+            f"SELECT * FROM ({_arms(_phrase_arm(len(distinct)), clauses, visible)}) AS c", params, binary=True
+        )  # binary: the position arrays are read without parsing their text
+        page = _rank_phrase(candidates, [distinct.index(term) for term in terms], offset, limit, sessions=sessions)
+        return self._highlight_page(self._with_texts(page), query)
+
+    def _with_texts(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The page's rows with their documents' texts (one query per source)."""
+        conn = self._require()
+        for live, table in ((0, self._q("{s}.persisted_docs")), (1, sql.SQL("pg_temp.live_docs"))):
+            docs = [row["doc"] for row in rows if row["live"] == live]
+            if docs:
+                found = dict(
+                    conn.execute(sql.SQL("SELECT doc, text FROM {} WHERE doc = ANY(%s)").format(table), (docs,))
+                )
+                for row in rows:
+                    if row["live"] == live:
+                        row["text"] = found.get(row["doc"], "")
+        return rows
+
+    def _single_term(self, query: str) -> str | None:
+        """The query's one ``unicode61`` term, or ``None`` (several, none, or a CJK query)."""
+        if not self._term_path or uses_substring(query):
+            return None
+        with self._fts_lock:
+            terms = self._fts.terms(query)
+        return terms[0] if len(terms) == 1 else None
+
+    def _rows_of(self, statement: str, params: Mapping[str, Any], *, binary: bool = False) -> list[dict[str, Any]]:
+        conn = self._require()
+        with conn.cursor(binary=binary) as cur:
+            cur.execute(statement.replace("{s}", sql.Identifier(self.index_schema).as_string(None)), params)
+            names = [column.name for column in cur.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def _ranked(
+        self,
+        arm: str,
+        clauses: list[str],
+        params: dict[str, Any],
+        offset: int,
+        limit: int,
+        visible: bool,
+        *,
+        sessions: bool,
+    ) -> list[dict[str, Any]]:
+        """One page of ranked candidates, each with its document's text (for the page's marks)."""
+        candidates = _arms(arm, clauses, visible)
+        if sessions:
+            page = (
+                "ranked AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY session_id "
+                'ORDER BY match_count DESC, document_length ASC, "time" DESC, seq DESC) AS event_rank FROM matched), '
+                "page AS (SELECT * FROM ranked WHERE event_rank = 1 ORDER BY match_count DESC, document_length ASC, "
+                '"time" DESC, session_id COLLATE "C" ASC, seq DESC LIMIT %(limit)s OFFSET %(offset)s)'
+            )
+            order = (
+                'page.match_count DESC, page.document_length ASC, page."time" DESC, page.session_id COLLATE "C" ASC, '
+                "page.seq DESC"
+            )
+        else:
+            page = (
+                'page AS (SELECT * FROM matched ORDER BY match_count DESC, document_length ASC, "time" DESC, '
+                "seq DESC LIMIT %(limit)s OFFSET %(offset)s)"
+            )
+            order = 'page.match_count DESC, page.document_length ASC, page."time" DESC, page.seq DESC'
+        statement = (
+            f"WITH candidates AS MATERIALIZED ({candidates}), "
+            f"matched AS (SELECT * FROM candidates WHERE match_count > 0), {page} "
+            "SELECT page.*, coalesce(pd.text, ld.text) AS text FROM page "
+            "LEFT JOIN {s}.persisted_docs AS pd ON page.live = 0 AND pd.doc = page.doc "
+            f"LEFT JOIN pg_temp.live_docs AS ld ON page.live = 1 AND ld.doc = page.doc ORDER BY {order}"
+        )
+        return self._rows_of(statement, {**params, "limit": limit + 1, "offset": offset})
+
+    def _highlight_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+        """``marked_text`` of a page's rows: FTS5 ``highlight()`` of their texts."""
+        with self._fts_lock:
+            marked = self._fts.highlight([(index, row["text"] or "") for index, row in enumerate(rows)], query)
+        for index, row in enumerate(rows):
+            row["marked_text"] = marked.get(index, "")
+        return rows
+
+    def _mark_substring_page(self, rows: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+        for row in rows:
+            text = companion_text(row["text"] or "")
+            row["marked_text"] = mark_substrings(text, query) or text
+        return rows
+
+    def _target(self, session_id: str, binding: _Binding) -> tuple[dict[str, Any], str]:
+        conn = self._require()
+        columns = (
+            "id AS session_id, version, created_at, cwd, parent_session, seed_length, delegation_depth, "
+            "agent_preset, generation"
+        )
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {columns} FROM pg_temp.live_sessions WHERE id = %s", (session_id,))
+            row = cur.fetchone()
+            if row is not None:
+                record = dict(zip([c.name for c in cur.description or ()], row, strict=True))
+                return _row_header(record), f"live:{record['generation']}"
+            if binding.service is not None:
+                cur.execute(self._q(f"SELECT {columns} FROM {{s}}.persisted_sessions WHERE id = %s"), (session_id,))
+                row = cur.fetchone()
+                if row is not None:
+                    record = dict(zip([c.name for c in cur.description or ()], row, strict=True))
+                    return _row_header(record), f"persisted:{self._persistence_epoch}:{record['generation']}"
+                for entry in self.skipped:
+                    if entry["sessionId"] == session_id:
+                        raise SessionQueryError(
+                            f'session "{session_id}" cannot be searched: {entry["message"]}',
+                            "SESSION_QUERY_CORRUPT_SESSION",
+                        )
+        raise SessionQueryError(f'session "{session_id}" not found', "SESSION_QUERY_SESSION_NOT_FOUND")
+
+
+# --- SQL ------------------------------------------------------------------------------------------------------
+
+_HEADER_DDL: Final = (
+    'id text COLLATE "C" PRIMARY KEY, version bigint NOT NULL, created_at bigint NOT NULL, cwd text, '
+    "parent_session text, seed_length bigint, delegation_depth bigint, agent_preset text"
+)
+_DOCS_DDL: Final = (
+    'doc bigint PRIMARY KEY, session_id text COLLATE "C" NOT NULL, seq bigint NOT NULL, type text NOT NULL, '
+    "time bigint NOT NULL, surface text NOT NULL, codepoint_length bigint NOT NULL, text text NOT NULL"
+)
+_TERMS_DDL: Final = (
+    'term text COLLATE "C" NOT NULL, doc bigint NOT NULL, n integer NOT NULL, pos integer[] NOT NULL, '
+    "PRIMARY KEY (term, doc)"
+)
+
+# The companion of CJK-bearing documents carries their event columns: a substring query reads it alone.
+_FOLDED_DDL: Final = _DOCS_DDL.replace("text text NOT NULL", "folded text NOT NULL")
+
+_PERSISTENT_DDL: Final = (
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    "CREATE TABLE {s}.search_state (singleton integer PRIMARY KEY CHECK (singleton = 1), application text NOT NULL, "
+    "version integer NOT NULL, global_generation bigint NOT NULL)",
+    f"CREATE TABLE {{s}}.persisted_sessions ({_HEADER_DDL}, revision text NOT NULL, generation bigint NOT NULL)",
+    f"CREATE TABLE {{s}}.persisted_docs ({_DOCS_DDL})",
+    "CREATE INDEX ON {s}.persisted_docs (session_id)",
+    f"CREATE TABLE {{s}}.persisted_terms ({_TERMS_DDL})",
+    "CREATE INDEX ON {s}.persisted_terms (doc)",
+    f"CREATE TABLE {{s}}.persisted_folded ({_FOLDED_DDL})",
+    "CREATE SEQUENCE {s}.persisted_doc_seq",
+)
+_TEMP_DDL: Final = (
+    f"CREATE TEMP TABLE IF NOT EXISTS live_sessions ({_HEADER_DDL}, fingerprint text NOT NULL, "
+    "persisted integer NOT NULL CHECK (persisted IN (0, 1)), generation bigint NOT NULL)",
+    f"CREATE TEMP TABLE IF NOT EXISTS live_docs ({_DOCS_DDL})",
+    "CREATE INDEX IF NOT EXISTS live_docs_by_session ON pg_temp.live_docs (session_id)",
+    f"CREATE TEMP TABLE IF NOT EXISTS live_terms ({_TERMS_DDL})",
+    "CREATE INDEX IF NOT EXISTS live_terms_by_doc ON pg_temp.live_terms (doc)",
+    f"CREATE TEMP TABLE IF NOT EXISTS live_folded ({_FOLDED_DDL})",
+    "CREATE TEMP SEQUENCE IF NOT EXISTS live_doc_seq",
+)
+
+# One arm per source: ``{docs}``, ``{sessions}``, ``{terms}``, ``{folded}`` are the source's tables,
+# ``{availability}`` its live/persisted columns; ``d`` is the document row and ``s`` its session row.
+_COMMON: Final = (
+    "SELECT d.session_id AS session_id, s.version AS version, s.created_at AS created_at, s.cwd AS cwd, "
+    "s.parent_session AS parent_session, s.seed_length AS seed_length, s.delegation_depth AS delegation_depth, "
+    's.agent_preset AS agent_preset, {availability}, d.seq AS seq, d."type" AS "type", d."time" AS "time", '
+    "d.surface AS surface, d.doc AS doc, d.codepoint_length AS document_length, "
+)
+_TERM: Final = (
+    _COMMON + "t.n AS match_count FROM {terms} AS t JOIN {docs} AS d ON d.doc = t.doc "
+    "JOIN {sessions} AS s ON s.id = d.session_id WHERE t.term = %(term)s"
+)
+
+
+def _phrase_arm(distinct: int) -> str:
+    """The arm of a phrase's candidates: the documents holding each of its ``distinct`` terms
+    (``%(termI)s``), with every term's token positions (``posI``), matched in :func:`_rank_phrase`."""
+    joins = "".join(
+        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, distinct)
+    )
+    positions = ", ".join(f"t{i}.pos AS pos{i}" for i in range(distinct))
+    return (
+        _COMMON + f"{positions} FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
+        "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
+    )
+
+
+def _phrase_marks(row: Mapping[str, Any], phrase: Sequence[int]) -> int:
+    """How many marks FTS5 ``highlight()`` makes for the phrase (term indexes ``phrase``) in one
+    document: its occurrences' starts, with overlapping occurrences merged into one mark (adjacent
+    ones are two)."""
+    length = len(phrase)
+    first = row[f"pos{phrase[0]}"]
+    if length == 1:
+        return len(first)
+    if all(index == phrase[0] for index in phrase):
+        # One term repeated: an occurrence is a run of consecutive positions (they strictly increase).
+        ordered = sorted(first)
+        span = length - 1
+        starts: Iterable[int] = (p for p, q in zip(ordered, ordered[span:], strict=False) if q - p == span)
+    else:
+        following = [(offset, set(row[f"pos{index}"])) for offset, index in enumerate(phrase) if offset]
+        starts = (p for p in sorted(first) if all(p + offset in positions for offset, positions in following))
+    marks = 0
+    previous: int | None = None
+    for start in starts:
+        if previous is None or start - previous >= length:
+            marks += 1
+        previous = start
+    return marks
+
+
+def _rank_phrase(
+    candidates: list[dict[str, Any]], phrase: Sequence[int], offset: int, limit: int, *, sessions: bool
+) -> list[dict[str, Any]]:
+    """The page (``limit + 1`` rows from ``offset``) of the documents the phrase occurs in, ranked by
+    the SQL paths' keys (``session_id`` by code point: SQLite's ``BINARY`` order of UTF-8)."""
+    matched = []
+    for row in candidates:
+        count = _phrase_marks(row, phrase)
+        if count:
+            row["match_count"] = count
+            matched.append(row)
+
+    def event_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (-row["match_count"], row["document_length"], -row["time"], -row["seq"])
+
+    if sessions:
+        best: dict[str, dict[str, Any]] = {}
+        for row in matched:
+            current = best.get(row["session_id"])
+            if current is None or event_key(row) < event_key(current):
+                best[row["session_id"]] = row
+        ordered = sorted(
+            best.values(),
+            key=lambda r: (-r["match_count"], r["document_length"], -r["time"], r["session_id"], -r["seq"]),
+        )
+    else:
+        ordered = sorted(matched, key=event_key)
+    return ordered[offset : offset + limit + 1]
+
+
+_SUBSTRING: Final = (
+    _COMMON + "(octet_length(d.folded) - octet_length(replace(d.folded, %(needle)s, ''))) / %(needle_bytes)s "
+    "AS match_count FROM {folded} AS d JOIN {sessions} AS s ON s.id = d.session_id WHERE d.folded LIKE %(pattern)s"
+)
+
+
+def _clauses(where: SqlWhere) -> list[str]:
+    """A compiled filter as its separate clauses (no clause the compiler makes contains ``AND``)."""
+    return [clause for clause in where.sql.split(" AND ") if clause] if where.sql else []
+
+
+def _arm_filter(clauses: list[str], *, live: bool, visible: bool) -> str:
+    """The request's filters in one arm, in PostgreSQL: qualified columns, ``%(fN)s`` placeholders
+    (each value bound once, referenced by both arms), booleans for SQLite's ``0`` and availability."""
+    out: list[str] = []
+    number = 0
+    for clause in clauses:
+        if clause == "0":
+            out.append("FALSE")
+            continue
+        if _LIVE_CLAUSE.match(clause):
+            out.append("TRUE" if live else "FALSE")
+            continue
+        if _PERSISTED_CLAUSE.match(clause):
+            out.append(("s.persisted = 1" if visible else "FALSE") if live else "TRUE")
+            continue
+        text = _WORD.sub(lambda m: f'd."{m.group(1)}"' if m.group(1) in _DOC_COLUMNS else f"s.{m.group(1)}", clause)
+        text = text.replace("AS INTEGER", "AS double precision")
+        pieces = text.split("?")
+        rebuilt = pieces[0]
+        for piece in pieces[1:]:
+            rebuilt += f"%(f{number})s" + piece
+            number += 1
+        out.append(rebuilt)
+    return "".join(f" AND ({clause})" for clause in out)
+
+
+def _arms(arm: str, clauses: list[str], visible: bool) -> str:
+    """The candidate UNION ALL: stored documents of sessions without a live row (only while persistence
+    is visible), then this connection's live documents; each with the request's filters."""
+    persisted = arm.format(
+        availability="0 AS live, 1 AS persisted",
+        docs="{s}.persisted_docs",
+        sessions="{s}.persisted_sessions",
+        terms="{s}.persisted_terms",
+        folded="{s}.persisted_folded",
+    )
+    live = arm.format(
+        availability="1 AS live, CASE WHEN %(visible)s THEN s.persisted ELSE 0 END AS persisted",
+        docs="pg_temp.live_docs",
+        sessions="pg_temp.live_sessions",
+        terms="pg_temp.live_terms",
+        folded="pg_temp.live_folded",
+    )
+    return (
+        f"{persisted} AND %(visible)s AND NOT EXISTS (SELECT 1 FROM pg_temp.live_sessions AS shadow "
+        f"WHERE shadow.id = d.session_id){_arm_filter(clauses, live=False, visible=visible)} "
+        f"UNION ALL {live}{_arm_filter(clauses, live=True, visible=visible)}"
+    )

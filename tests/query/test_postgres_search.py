@@ -1,0 +1,403 @@
+"""PostgresSearch: the same answers as SqliteSearch on any corpus, one index shared by every host.
+
+The rest of the search contract is the parametrised suite (``provider`` in tests/query/conftest.py);
+here: the property that both providers return the same pages on random corpora, a second host with no
+local files finding the index built, the index schema's own rules, and recovery from database failures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from _postgres import drop_schema, fresh_schema
+from agentlog.errors import SessionQueryError
+from agentlog.kernel.store import SessionStore
+from agentlog.persistence.coordinator import PersistenceCoordinator
+from agentlog.persistence.jsonl.backend import JsonlBackend
+from agentlog.persistence.memory import MemoryBackend
+from agentlog.persistence.postgres import PostgresBackend
+from agentlog.query import PostgresSearch, SqliteSearch
+from agentlog.query.postgres import index_schema
+from agentlog.query.provider import index_location, open_store_search
+from agentlog.testing.builders import APPEND, assistant_msg_data, intent, text_block, user_msg
+
+pytestmark = pytest.mark.postgres
+
+_WORDS = st.sampled_from(
+    [
+        "alpha",
+        "Alpha",
+        "ALPHA!",
+        "al-pha",
+        "alphabet",
+        "beta",
+        "café",
+        "CAFE",
+        "Café.",
+        "x",
+        "q1",
+        "日志",
+        "会话日志",
+        "ログを確認",
+        "itgc修复",
+        "naïve",
+        "NAIVE",
+        "42",
+        "\n",
+    ]
+)
+_TEXT = st.lists(_WORDS, min_size=1, max_size=7).map(" ".join)
+_QUERIES = st.one_of(
+    _WORDS.filter(lambda word: word.strip() != ""),
+    st.lists(_WORDS.filter(lambda word: word.strip() != ""), min_size=2, max_size=3).map(" ".join),
+    st.sampled_from(["日", "志会", "ログ", "*", "alpha beta", "beta alpha", "cafe naive", "AI", "q1 q1"]),
+)
+_SESSION_FILTERS = st.lists(
+    st.one_of(
+        st.just({"kind": "availability", "values": ["live"]}),
+        st.just({"kind": "availability", "values": ["persisted"]}),
+        st.just({"kind": "id", "values": ["B", "a-1", "s2"]}),
+        st.just({"kind": "created-at", "from": 1}),
+        st.just({"kind": "cwd", "values": [None]}),
+    ),
+    max_size=2,
+)
+_EVENT_FILTERS = st.lists(
+    st.one_of(
+        st.just({"kind": "type", "values": ["user/message"]}),
+        st.just({"kind": "seq", "from": 1, "to": 4}),
+        st.just({"kind": "surface", "values": ["current"]}),
+        st.just({"kind": "type", "values": []}),
+    ),
+    max_size=2,
+)
+_IDS = ("B", "a-1", "s2", "Z9", "b")
+
+
+def _pages(search: SqliteSearch, call: str, **request: Any) -> list[Any]:
+    """Every page of one request (items, and whether a next page was offered)."""
+    pages, cursor = [], None
+    while True:
+        page = getattr(search, call)(**request, limit=2, cursor=cursor)
+        cursor = page.get("nextCursor")
+        pages.append((page.get("session"), page["items"], cursor is not None))
+        if cursor is None:
+            return pages
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(st.lists(_TEXT, min_size=1, max_size=5), st.booleans(), st.integers(0, 2)), min_size=1, max_size=5
+    ),
+    _QUERIES,
+    _SESSION_FILTERS,
+    _EVENT_FILTERS,
+)
+def test_both_providers_return_the_same_pages_on_random_corpora(
+    pg_dsn: str,
+    sessions: list[tuple[list[str], bool, int]],
+    query: str,
+    session_filters: list[dict[str, Any]],
+    event_filters: list[dict[str, Any]],
+) -> None:
+    store = SessionStore()
+    coordinator = PersistenceCoordinator(store, MemoryBackend())
+    for index, (texts, live, created) in enumerate(sessions):
+        session = store.create(_IDS[index], meta={"createdAt": created})
+        for number, text in enumerate(texts):
+            if number % 2:
+                session.append("assistant/message", assistant_msg_data([text_block(text)]), intent(APPEND))
+            else:
+                session.append("user/message", user_msg(text), intent(APPEND))
+        coordinator.flush(session)
+        if not live:
+            store.dispose(session)
+    schema = fresh_schema()
+    sqlite = SqliteSearch(coordinator, path=":memory:", snippet_chars=9)
+    postgres = PostgresSearch(coordinator, dsn=pg_dsn, schema=schema, snippet_chars=9)
+    try:
+        answers = []
+        for search in (sqlite, postgres):
+            request = {"query": query, "session_filters": session_filters, "event_filters": event_filters}
+            answer = [_pages(search, "search_sessions", **request)]
+            for index in range(len(sessions)):
+                answer.append(
+                    _pages(search, "search_events", session_id=_IDS[index], query=query, filters=event_filters)
+                )
+            answers.append(answer)
+        assert answers[1] == answers[0]
+    finally:
+        sqlite.close()
+        postgres.close()
+        coordinator.close()
+        drop_schema(pg_dsn, index_schema(schema))
+
+
+# --- one index for every host ------------------------------------------------------------------------------
+
+
+def _write(coordinator: PersistenceCoordinator, session_id: str, *texts: str, created: int = 1) -> None:
+    session = coordinator.store.create(session_id, meta={"createdAt": created})
+    for text in texts:
+        session.append("user/message", user_msg(text), intent(APPEND))
+    coordinator.flush(session)
+    coordinator.store.dispose(session)
+
+
+def _append(coordinator: PersistenceCoordinator, session_id: str, text: str) -> None:
+    session = coordinator.resume(session_id)
+    session.append("user/message", user_msg(text), intent(APPEND))
+    coordinator.flush(session)
+    coordinator.store.dispose(session)
+
+
+class _Counted:
+    """A coordinator's inspections, counted (what a search had to read from the store)."""
+
+    def __init__(self, coordinator: PersistenceCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = coordinator.inspect
+
+        def inspect(session_id: str) -> Any:
+            self.count += 1
+            return original(session_id)
+
+        monkeypatch.setattr(coordinator, "inspect", inspect)
+
+
+def _ids(page: dict[str, Any]) -> list[str]:
+    return [item["header"]["id"] for item in page["items"]]
+
+
+def test_a_second_host_with_no_local_files_searches_the_index_the_first_built(
+    pg_backends: Callable[..., PostgresBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "s1", "the migration plan", created=1)
+    _write(writer, "s2", "a migration rollback", "日志会话", created=2)
+    _write(writer, "s3", "nothing here", created=3)
+
+    first = PersistenceCoordinator(SessionStore(), pg_backends(read_only=True))
+    first_reads = _Counted(first, monkeypatch)
+    host_a = open_store_search(first)
+    assert isinstance(host_a, PostgresSearch)
+    page_a = host_a.search_sessions(query="migration")
+    assert _ids(page_a) == ["s1", "s2"] and first_reads.count == 3  # the shorter document first
+
+    home = tmp_path / "host-b"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    second = PersistenceCoordinator(SessionStore(), pg_backends(read_only=True))
+    second_reads = _Counted(second, monkeypatch)
+    host_b = open_store_search(second)
+    try:
+        # The index is there: the second host reads no log, and answers the same.
+        assert host_b.search_sessions(query="migration")["items"] == page_a["items"]
+        assert _ids(host_b.search_sessions(query="会话")) == ["s2"]
+        assert second_reads.count == 0
+
+        # One session changes: whichever host searches first re-reads that one log, for both.
+        _append(writer, "s3", "a late migration")
+        assert _ids(host_b.search_sessions(query="late migration")) == ["s3"]
+        assert second_reads.count == 1
+        assert _ids(host_a.search_sessions(query="late migration")) == ["s3"]
+        assert first_reads.count == 3
+        assert [p for p in home.rglob("*") if p.is_file()] == []  # nothing on the second host's disk
+    finally:
+        host_b.close()
+        host_a.close()
+        second.close()
+        first.close()
+        writer.close()
+
+
+def test_a_deleted_session_leaves_every_hosts_results(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "keep", "needle kept")
+    _write(writer, "gone", "needle gone")
+    host_a = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    host_b = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    try:
+        assert sorted(_ids(host_a.search_sessions(query="needle"))) == ["gone", "keep"]
+        cursor = host_b.search_sessions(query="needle", limit=1)["nextCursor"]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # removed from the store by hand
+            for table in ("events", "sessions"):
+                column = "session_id" if table == "events" else "id"
+                conn.execute(
+                    sql.SQL("DELETE FROM {}.{} WHERE {} = 'gone'").format(
+                        sql.Identifier(pg_schema), sql.Identifier(table), sql.Identifier(column)
+                    )
+                )
+        assert _ids(host_a.search_sessions(query="needle")) == ["keep"]
+        # Host B's cross-session cursor counted a corpus that moved (another host changed the index).
+        with pytest.raises(SessionQueryError) as stale:
+            host_b.search_sessions(query="needle", limit=1, cursor=cursor)
+        assert stale.value.code == "SESSION_QUERY_STALE_CURSOR"
+        assert _ids(host_b.search_sessions(query="needle")) == ["keep"]
+    finally:
+        for search in (host_a, host_b):
+            assert search.persistence is not None
+            coordinator = search.persistence
+            search.close()
+            coordinator.close()
+        writer.close()
+
+
+def test_the_provider_follows_the_store(pg_backends: Callable[..., PostgresBackend], tmp_path: Path) -> None:
+    backend = pg_backends()
+    postgres = PersistenceCoordinator(SessionStore(), backend)
+    files = PersistenceCoordinator(SessionStore(), JsonlBackend(str(tmp_path / "store")))
+    try:
+        assert index_location(backend) == f"postgresql:{backend.schema}_search"
+        assert index_location(files.backend) == str(tmp_path / "store" / ".agentlog-search.sqlite3")
+        for coordinator, kind in ((postgres, PostgresSearch), (files, SqliteSearch)):
+            search = open_store_search(coordinator, open_at="first-search")
+            assert type(search) is kind
+            search.close()
+    finally:
+        postgres.close()
+        files.close()
+
+
+# --- the index schema ----------------------------------------------------------------------------------------
+
+
+def test_an_index_schema_holding_a_foreign_table_is_refused_untouched(pg_dsn: str, pg_schema: str) -> None:
+    target = sql.Identifier(index_schema(pg_schema))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(target))
+        conn.execute(sql.SQL("CREATE TABLE {}.stranger (x int)").format(target))
+        conn.execute(sql.SQL("INSERT INTO {}.stranger VALUES (7)").format(target))
+    with pytest.raises(SessionQueryError) as refused:
+        PostgresSearch(store=SessionStore(), dsn=pg_dsn, schema=pg_schema)
+    assert refused.value.code == "SESSION_QUERY_INDEX_FAILED"
+    assert "stranger" in str(refused.value)
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(sql.SQL("SELECT x FROM {}.stranger").format(target)).fetchall() == [(7,)]
+
+
+def test_long_store_schema_names_get_a_distinct_index_schema() -> None:
+    long_a, long_b = "a" * 60 + "x", "a" * 60 + "y"
+    assert len(index_schema(long_a)) <= 63 and index_schema(long_a) != index_schema(long_b)
+    assert index_schema("agentlog") == "agentlog_search"
+
+
+def test_invalid_config_is_refused_before_connecting() -> None:
+    for options in ({"dsn": None, "schema": "s"}, {"dsn": "postgresql://x", "schema": "Bad-Name"}):
+        with pytest.raises(SessionQueryError) as refused:
+            PostgresSearch(store=SessionStore(), **options)  # type: ignore[arg-type]
+        assert refused.value.code == "SESSION_QUERY_INVALID_CONFIG"
+
+
+# --- failures ---------------------------------------------------------------------------------------------------
+
+
+def test_a_failed_write_commits_nothing_and_the_next_search_recovers(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "s1", "needle")
+    search = PostgresSearch(writer, dsn=pg_dsn, schema=pg_schema)
+    try:
+        search._require().execute("SET default_transaction_read_only = on")
+        with pytest.raises(SessionQueryError) as failed:
+            search.search_sessions(query="needle")
+        assert failed.value.code == "SESSION_QUERY_INDEX_FAILED"
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.persisted_sessions").format(sql.Identifier(index_schema(pg_schema)))
+            ).fetchone()
+        assert rows == (0,)
+        search._require().execute("SET default_transaction_read_only = off")
+        assert _ids(search.search_sessions(query="needle")) == ["s1"]
+    finally:
+        search.close()
+        writer.close()
+
+
+def test_a_lost_connection_fails_one_search_and_the_next_reconnects(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "stored", "needle stored")
+    live = writer.store.create("live", meta={"createdAt": 9})
+    live.append("user/message", user_msg("needle live"), intent(APPEND))
+    search = PostgresSearch(writer, dsn=pg_dsn, schema=pg_schema)
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["live", "stored"]
+        pid = search._require().info.backend_pid
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(SessionQueryError) as lost:
+            search.search_sessions(query="needle")
+        assert lost.value.code == "SESSION_QUERY_INDEX_FAILED"
+        # A new connection: the stored rows are there, the live overlay is rebuilt.
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["live", "stored"]
+    finally:
+        search.close()
+        writer.close()
+
+
+@pytest.mark.subprocess
+def test_psycopg_is_not_imported_to_choose_a_provider_for_a_file_store(tmp_path: Path) -> None:
+    """The optional driver stays optional: a file store's search never imports it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import agentlog as al; from agentlog.query.provider import open_store_search;"
+        "from agentlog.persistence.jsonl.backend import JsonlBackend;"
+        "from agentlog.persistence.coordinator import PersistenceCoordinator;"
+        f"c = PersistenceCoordinator(al.SessionStore(), JsonlBackend({str(tmp_path)!r}));"
+        "s = open_store_search(c, open_at='first-search'); s.search_sessions(query='x'); s.close(); c.close();"
+        "assert 'psycopg' not in sys.modules, 'psycopg imported'"
+    )
+    env = {**os.environ}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_rebuild_indexes_every_stored_session_again_for_every_host(
+    pg_backends: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "s1", "needle one")
+    _write(writer, "s2", "needle two")
+    reader = PersistenceCoordinator(SessionStore(), pg_backends(read_only=True))
+    reads = _Counted(reader, monkeypatch)
+    search = open_store_search(reader)
+    other = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["s1", "s2"]
+        cursor = other.search_sessions(query="needle", limit=1)["nextCursor"]
+        progress: list[tuple[int, int]] = []
+        search.rebuild(progress=lambda done, total: progress.append((done, total)))
+        assert progress == [(1, 2), (2, 2)] and reads.count == 4
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["s1", "s2"]
+        with pytest.raises(SessionQueryError) as stale:  # the other host's corpus moved under its cursor
+            other.search_sessions(query="needle", limit=1, cursor=cursor)
+        assert stale.value.code == "SESSION_QUERY_STALE_CURSOR"
+    finally:
+        assert other.persistence is not None
+        other_reader = other.persistence
+        other.close()
+        other_reader.close()
+        search.close()
+        reader.close()
+        writer.close()
