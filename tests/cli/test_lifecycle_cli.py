@@ -107,6 +107,17 @@ def _cache_ids(at: list[str]) -> list[str]:
 def _indexed_ids(at: list[str]) -> list[str]:
     backend = _backend(at)
     try:
+        from agentlog.query.provider import is_postgres_store
+
+        if is_postgres_store(backend):  # the index is in the store's database (agentlog.query.PostgresSearch)
+            from agentlog.query.postgres import index_schema
+
+            schema = index_schema(backend.schema)  # type: ignore[attr-defined]
+            import psycopg
+
+            with psycopg.connect(at[at.index("--dsn") + 1]) as conn:
+                rows = conn.execute(f'SELECT id FROM "{schema}".persisted_sessions').fetchall()
+            return sorted(row[0] for row in rows)
         path = default_index_path(backend)
     finally:
         backend.close()

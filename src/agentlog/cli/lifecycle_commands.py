@@ -53,6 +53,7 @@ def _deleting(opts: StoreOptions) -> Iterator[tuple[PersistenceCoordinator, list
     """A coordinator over the store opened for writing, and the hooks that drop a deleted session's
     derived records from the derived files that exist (none is created for it)."""
     from ..projection.cache_storage import cache_path_for, open_cache_storage
+    from ..query.provider import is_postgres_store
     from ..query.sqlite import SqliteSearch, default_index_path
 
     probe = opts.open_backend(read_only=True)
@@ -71,7 +72,15 @@ def _deleting(opts: StoreOptions) -> Iterator[tuple[PersistenceCoordinator, list
             forget.append(medium.delete)
             closers.append(medium.close)
         index_path = default_index_path(storage)
-        if index_path is not None and os.path.isfile(index_path):
+        if is_postgres_store(storage):
+            # The index is in the store's database, shared by every host: its rows go at delete time too
+            # (an index not created yet is created empty by the first forget, which is harmless).
+            from ..query.postgres import PostgresSearch
+
+            pg_search = PostgresSearch(coordinator, open_at="first-search")
+            forget.append(lambda session_id: _forget_documents(pg_search, session_id))
+            closers.append(pg_search.close)
+        elif index_path is not None and os.path.isfile(index_path):
             search = SqliteSearch(path=index_path, store=SessionStore(), open_at="first-search")
             forget.append(lambda session_id: _forget_documents(search, session_id))
             closers.append(search.close)

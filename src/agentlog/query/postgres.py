@@ -446,6 +446,30 @@ class PostgresSearch(SqliteSearch):
                 f"session-search reconciliation failed: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
             ) from err
 
+    def forget(self, session_ids: Sequence[str], *, signal: Signal | None = None) -> int:
+        """Drop the stored documents of ``session_ids`` now (deleted sessions), for every host, in one
+        transaction under the index's lock; moves the shared generation (other hosts' cursors go stale).
+        Returns how many of the ids had stored rows."""
+        self._assert_enabled()
+        ids = list(session_ids)
+
+        def operation() -> int:
+            conn = self._ensure_ready()
+            with conn.transaction():
+                conn.execute(self._q("SELECT 1 FROM {s}.search_state WHERE singleton = 1 FOR UPDATE"))
+                row = conn.execute(self._q("SELECT count(*) FROM {s}.persisted_sessions WHERE id = ANY(%s)"), (ids,))
+                found = int(row.fetchone()[0])
+                if found:
+                    main = self._main_generation(conn) + 1
+                    self._delete(conn, "persisted", ids)
+                    conn.execute(
+                        self._q("UPDATE {s}.search_state SET global_generation = %s WHERE singleton = 1"), (main,)
+                    )
+                    self._indexed_cache = None
+            return found
+
+        return int(self._serialized(signal, operation))
+
     def _tables(
         self, source: str
     ) -> tuple[sql.Composed | sql.SQL, sql.Composed | sql.SQL, sql.Composed | sql.SQL, sql.Composed | sql.SQL, str]:
