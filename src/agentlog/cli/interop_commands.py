@@ -122,9 +122,7 @@ def import_command(
         render_error(err, opts.as_json)
     coordinator = PersistenceCoordinator(SessionStore(), storage)
     try:
-        kind = detect_transcript_format(file) if source is ImportSource.auto and file.is_file() else source.value
-        if kind == "auto":  # not a regular file: the import's own refusal names what it is
-            kind = "claude-code"
+        kind = _format_of(file, source)
         report = import_transcript(coordinator, kind, file, session_id=session_id, parent_session=parent)
     except AgentlogError as err:
         coordinator.close()
@@ -143,6 +141,14 @@ def import_command(
     _echo_report(report)
 
 
+def _format_of(file: Path, source: ImportSource) -> str:
+    """``--from``, or with ``auto`` the format told from the file (not a regular file: the import's own
+    refusal names what it is)."""
+    if source is not ImportSource.auto:
+        return source.value
+    return detect_transcript_format(file) if file.is_file() else "claude-code"
+
+
 def _update(file: Path, source: ImportSource, session_id: str | None, opts: StoreOptions) -> None:
     """``import FILE --update``: what the transcript gained since its import, appended to its session."""
     try:
@@ -151,10 +157,7 @@ def _update(file: Path, source: ImportSource, session_id: str | None, opts: Stor
         render_error(err, opts.as_json)
     coordinator = PersistenceCoordinator(SessionStore(), storage)
     try:
-        kind = detect_transcript_format(file) if source is ImportSource.auto and file.is_file() else source.value
-        if kind == "auto":
-            kind = "claude-code"
-        report = update_transcript(coordinator, kind, file, session_id=session_id)
+        report = update_transcript(coordinator, _format_of(file, source), file, session_id=session_id)
         if report.appended and report.session_id is not None:
             cache_stored_session(coordinator, report.session_id)
         coordinator.close()
