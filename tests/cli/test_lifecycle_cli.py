@@ -189,6 +189,49 @@ def test_gc_selects_by_last_activity_keeps_recent_subtrees_and_dry_run_deletes_n
     assert _json("gc", "--older-than", "30d", *at)["deleted"] == []
 
 
+def _label(at: list[str], session_id: str, when: int, labels: dict[str, str], tags: list[str]) -> None:
+    """Label a stored session with events dated ``when`` (its last activity stays old)."""
+    coordinator = PersistenceCoordinator(al.SessionStore(), _backend(at))
+    try:
+        seq = len(coordinator.view(session_id).events)
+        coordinator.append(
+            session_id,
+            [
+                {"type": "session/labels", "seq": seq, "time": when, "data": {"labels": labels}, "ignorable": True},
+                {"type": "session/tags", "seq": seq + 1, "time": when, "data": {"add": tags}, "ignorable": True},
+            ],
+        )
+    finally:
+        coordinator.close()
+
+
+def test_gc_keeps_the_sessions_a_keep_tag_or_keep_label_names_with_their_ancestors(at: list[str]) -> None:
+    now = time.time_ns() // 1_000_000
+    old = now - 40 * DAY_MS
+    _write(
+        at,
+        {
+            "plain": ("a", old, None),
+            "tagged": ("b", old, None),
+            "labelled": ("c", old, None),
+            "parent-of-tagged": ("d", old, None),
+            "tagged-child": ("e", old, "parent-of-tagged"),
+        },
+    )
+    _label(at, "tagged", old, {"user": "bob"}, ["eval"])
+    _label(at, "labelled", old, {"project": "x"}, [])
+    _label(at, "tagged-child", old, {"k": "v"}, ["eval"])
+    dry = _json("gc", "--older-than", "30d", "--keep-tag", "eval", "--keep-label", "project=x", "--dry-run", *at)
+    assert [item["id"] for item in dry["selected"]] == ["plain"]
+    kept = {item["id"]: item["reason"] for item in dry["kept"]}
+    assert kept == {"parent-of-tagged": "a descendant is recent or kept"}
+    done = _json("gc", "--older-than", "30d", "--keep-tag", "eval", "--keep-label", "project=x", *at)
+    assert done["deleted"] == ["plain"]
+    assert _listed(at) == ["labelled", "parent-of-tagged", "tagged", "tagged-child"]
+    refused = _invoke("gc", "--older-than", "30d", "--keep-label", "no-equals-sign", *at, "--json")
+    assert refused.exit_code == 1 and orjson.loads(refused.stderr)["error"]["code"]
+
+
 def test_gc_archive_writes_a_verified_copy_that_reads_back_as_a_store(at: list[str], tmp_path: Path) -> None:
     now = time.time_ns() // 1_000_000
     _write(at, {"old": ("zebra", now - 40 * DAY_MS, None), "recent": ("e", now, None)})

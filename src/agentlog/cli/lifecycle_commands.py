@@ -26,6 +26,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from ..errors import AgentlogError, InvalidOptionError
+from ..kernel.labels import check_tag, parse_label_filter
 from ..kernel.store import SessionStore
 from ..persistence.backend import Backend, ListsRevisions
 from ..persistence.coordinator import PersistenceCoordinator
@@ -207,6 +208,7 @@ def expired_sessions(
 
 def _listing_rows(storage: Backend) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every session's gc row, and the sessions skipped because their header cannot be read."""
+    from ..projection.labels import labels_of
     from .read_commands import _projected
 
     listings = storage.list_sessions()
@@ -220,6 +222,7 @@ def _listing_rows(storage: Backend) -> tuple[list[dict[str, Any]], list[dict[str
             )
             continue
         values = projected.get(item.id, ({}, None))[0]
+        labels, tags = labels_of(values)
         rows.append(
             {
                 "id": item.id,
@@ -227,6 +230,8 @@ def _listing_rows(storage: Backend) -> tuple[list[dict[str, Any]], list[dict[str
                 "createdAt": item.header.get("createdAt"),
                 "lastActivity": values.get("lastActivity"),
                 "title": values.get("title"),
+                "labels": labels,
+                "tags": tags,
             }
         )
     return rows, skipped
@@ -242,6 +247,16 @@ def gc_command(
     ],
     opts: StoreOptions = DEFAULT_OPTIONS,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be deleted.")] = False,
+    keep_tag: Annotated[
+        list[str] | None,
+        typer.Option("--keep-tag", help="Keep every session with this tag (repeatable), and its ancestors."),
+    ] = None,
+    keep_label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-label", help="Keep every session with this label, KEY=VALUE (repeatable), and its ancestors."
+        ),
+    ] = None,
     archive: Annotated[
         Path | None,
         typer.Option(
@@ -253,6 +268,8 @@ def gc_command(
 ) -> None:
     """Retention: delete every session whose last activity (the newest event, else its creation) is older
     than --older-than, each with its whole subtree; a session with a recent descendant is kept.
+    --keep-tag T and --keep-label K=V (repeatable) keep every session carrying any of them (read from the
+    projection cache, not the logs), and so its ancestors too.
 
     --archive DIR first copies each session, losslessly, into DIR (a JSONL store: read it with
     `agentlog --store DIR ls/show/export`) and checks the copy's digest against the stored log; a
@@ -267,12 +284,18 @@ def gc_command(
     try:
         age = parse_age(older_than)
         cutoff = time.time_ns() // 1_000_000 - age
+        keep_tags = frozenset(check_tag(tag) for tag in keep_tag or ())
+        keep_labels = frozenset(parse_label_filter(text) for text in keep_label or ())
         storage = opts.open_backend(read_only=True)
         try:
             rows, skipped = _listing_rows(storage)
         finally:
             storage.close()
-        tops, kept = expired_sessions(rows, cutoff)
+
+        def keep(row: Mapping[str, Any]) -> bool:
+            return bool(keep_tags & set(row["tags"])) or any(row["labels"].get(k) == v for k, v in keep_labels)
+
+        tops, kept = expired_sessions(rows, cutoff, keep=keep if keep_tags or keep_labels else None)
         by_id = {row["id"]: row for row in rows}
         index: dict[str, list[str]] = {}
         for row in rows:
