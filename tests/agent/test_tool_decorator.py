@@ -12,6 +12,7 @@ import datetime
 import enum
 import inspect
 import json
+import keyword
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -667,7 +668,12 @@ def test_tool_decorator__newtype_is_its_supertype() -> None:
     assert tool(find).parameters["properties"]["user"] == {"type": "integer"}
 
 
-NAMES = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=4, unique=True)
+NAMES = st.lists(
+    st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(lambda name: not keyword.iskeyword(name)),
+    min_size=1,
+    max_size=4,
+    unique=True,
+)  # parameter names: a keyword ("as", "if") is none
 WORDS = st.lists(st.from_regex(r"[A-Za-z][a-z0-9]{0,6}", fullmatch=True), min_size=1, max_size=6).map(" ".join)
 
 

@@ -30,8 +30,6 @@ from agentlog.query.postgres import index_schema
 from agentlog.query.provider import index_location, open_store_search
 from agentlog.testing.builders import APPEND, assistant_msg_data, intent, text_block, user_msg
 
-pytestmark = pytest.mark.postgres
-
 _WORDS = st.sampled_from(
     [
         "alpha",

@@ -529,10 +529,10 @@ class SqliteBackend(_Listing, _Staging):
         def body(conn: sqlite3.Connection) -> None:
             if step is not None:
                 step("events")
-            conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            conn.execute(SQL["delete_session_events"], (session_id,))
             if step is not None:
                 step("session")
-            found.append(conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount == 1)
+            found.append(conn.execute(SQL["delete_session"], (session_id,)).rowcount == 1)
             if step is not None:
                 step("commit")
 

@@ -156,3 +156,9 @@ INSERT INTO main.sessions SELECT * FROM agentlog_staged.sessions WHERE id = ?;
 
 -- name: copy_staged_events
 INSERT INTO main.events SELECT * FROM agentlog_staged.events WHERE session_id = ? ORDER BY seq;
+
+-- name: delete_session_events
+DELETE FROM events WHERE session_id = ?;
+
+-- name: delete_session
+DELETE FROM sessions WHERE id = ?;
