@@ -93,7 +93,9 @@ def _records(turn: int) -> list[dict[str, Any]]:
             "uuid": f"u{turn}",
             "timestamp": stamp,
         },
-        assistant(f"a{turn}", f"u{turn}", f"msg_{turn}a", {"type": "thinking", "thinking": prose, "signature": "c2ln" * 40}),
+        assistant(
+            f"a{turn}", f"u{turn}", f"msg_{turn}a", {"type": "thinking", "thinking": prose, "signature": "c2ln" * 40}
+        ),
         assistant(f"b{turn}", f"a{turn}", f"msg_{turn}a", {"type": "text", "text": "Let me read the file."}),
         assistant(
             f"c{turn}",
