@@ -405,3 +405,43 @@ def test_max_steps_must_be_a_positive_integer(bad: Any) -> None:
     with pytest.raises(InvalidAgentOptionError) as excinfo:
         AgentOptions(provider="p", model="m", max_steps=bad)
     assert excinfo.value.code == "INVALID_AGENT_OPTION"
+
+
+def test_a_plain_list_of_tools_is_offered_like_a_registry(tmp_path: Path) -> None:
+    """``tools=[...]`` is the natural spelling; it used to fail mid-turn with an AttributeError."""
+    (tmp_path / "n.txt").write_text("42\n")
+    store = al.SessionStore()
+    al.SessionInvariants(store).install()
+    script = [Reply(tool_calls=[ScriptedCall("read_file", {"path": "n.txt"}, id="c1")]), Reply(text="42.")]
+
+    async def main() -> tuple[al.Session, Any, Any]:
+        with DemoModelServer(script) as server:
+            async with OpenAICompatibleProvider(base_url=server.base_url, api_key="k", model="m") as provider:
+                session = store.create("listed")
+                agent = Agent(
+                    session,
+                    provider,
+                    AgentOptions(provider="p", model="m", cwd=tmp_path),
+                    tools=list(builtin_registry()),
+                )
+                agent.followup("read n.txt")
+                return session, await agent.run(), server.requests
+
+    session, outcomes, requests = asyncio.run(main())
+    assert [o.reason for o in outcomes] == [{"kind": "completed"}]
+    assert [t["function"]["name"] for t in requests[0].body["tools"]] == [
+        "read_file",
+        "list_dir",
+        "write_file",
+        "run_command",
+    ]
+    result = next(e for e in session.events if e["type"] == "tool/result")
+    assert "42" in str(result["data"])
+
+
+@pytest.mark.parametrize("bad", ["read_file", 42, {"read_file": None}])
+def test_tools_of_another_type_are_refused_when_the_agent_is_built(bad: Any) -> None:
+    session = al.SessionStore().create("s")
+    with pytest.raises(al.ArgumentTypeError, match="tools=") as excinfo:
+        Agent(session, None, AgentOptions(provider="p", model="m"), tools=bad)  # type: ignore[arg-type]
+    assert excinfo.value.code == "INVALID_ARGUMENT_TYPE"

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeAlias
 import orjson
 
 from ..errors import AgentError as AgentError
-from ..errors import AgentlogError, describe_error
+from ..errors import AgentlogError, ArgumentTypeError, describe_error
 from ..errors import AgentNotDurableError as AgentNotDurableError
 from ..errors import InvalidAgentOptionError as InvalidAgentOptionError
 from ..errors import OpenTurnError as OpenTurnError
@@ -71,6 +71,7 @@ from .inbox import Inbox, Target
 from .subagents import DelegateTool, Delegation, DelegationResult, Mode, ProviderKind, SubagentConfig
 from .tools import (
     CallResult,
+    Tool,
     ToolCall,
     ToolContext,
     ToolRegistry,
@@ -307,6 +308,21 @@ def update_from_event(
     return None
 
 
+def _tool_registry(tools: ToolRegistry | Sequence[Tool] | None) -> ToolRegistry:
+    """The agent's registry: a list of tools is the natural spelling, so it is registered here, at build time,
+    where a bad definition or a wrong type fails before any turn starts rather than mid-turn."""
+    if tools is None:
+        return ToolRegistry()
+    if isinstance(tools, ToolRegistry):
+        return tools
+    if isinstance(tools, (list, tuple)):
+        return ToolRegistry(tools)
+    raise ArgumentTypeError(
+        f"tools= takes a ToolRegistry or a list of tools, not {type(tools).__name__}; "
+        "wrap a single tool in a list: tools=[my_tool]"
+    )
+
+
 @dataclass
 class AgentOptions:
     provider: str
@@ -352,7 +368,7 @@ class Agent:
         provider: Provider,
         options: AgentOptions,
         *,
-        tools: ToolRegistry | None = None,
+        tools: ToolRegistry | Sequence[Tool] | None = None,
         store: SessionStore | None = None,
         durable: bool = True,
         compaction: Any | None = None,
@@ -363,7 +379,7 @@ class Agent:
         self.raise_on_error = raise_on_error
         self.provider = provider
         self.options = options
-        self.tools = tools or ToolRegistry()
+        self.tools = _tool_registry(tools)
         self.subagents: Delegation | None = None
         if subagents is not None:
             self.subagents = Delegation(self, subagents)
