@@ -194,11 +194,16 @@ def _label(at: list[str], session_id: str, when: int, labels: dict[str, str], ta
     coordinator = PersistenceCoordinator(al.SessionStore(), _backend(at))
     try:
         seq = len(coordinator.view(session_id).events)
+        changes: list[tuple[str, dict[str, Any]]] = []
+        if labels:
+            changes.append(("session/labels", {"labels": labels}))
+        if tags:  # an empty change is refused (it would not load back)
+            changes.append(("session/tags", {"add": tags}))
         coordinator.append(
             session_id,
             [
-                {"type": "session/labels", "seq": seq, "time": when, "data": {"labels": labels}, "ignorable": True},
-                {"type": "session/tags", "seq": seq + 1, "time": when, "data": {"add": tags}, "ignorable": True},
+                {"type": etype, "seq": seq + i, "time": when, "data": data, "ignorable": True}
+                for i, (etype, data) in enumerate(changes)
             ],
         )
     finally:

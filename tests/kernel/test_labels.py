@@ -12,6 +12,7 @@ import pytest
 import agentlog as al
 from _postgres import drop_schema, fresh_schema
 from agentlog.errors import (
+    InvalidEventError,
     InvalidSeedError,
     SessionLabelError,
     SessionPersistenceCorruptionError,
@@ -206,11 +207,12 @@ def test_labels_and_tags_survive_a_store_round_trip_and_further_changes(backend_
 def test_a_stored_bad_label_event_is_refused_on_load(backend_factory: Any) -> None:
     coordinator = PersistenceCoordinator(_store(), backend_factory())
     try:
-        coordinator.create({"version": 0, "id": "z", "createdAt": 1})
-        coordinator.append(
-            "z",
-            [{"type": SESSION_LABELS, "seq": 0, "time": 5, "data": {"labels": {"k": "\x1b[31m"}}, "ignorable": True}],
-        )
+        meta = {"version": 0, "id": "z", "createdAt": 1}
+        bad = [{"type": SESSION_LABELS, "seq": 0, "time": 5, "data": {"labels": {"k": "\x1b[31m"}}, "ignorable": True}]
+        coordinator.create(meta)
+        with pytest.raises(InvalidEventError, match="U\\+001B"):  # the ownerless append refuses it too
+            coordinator.append("z", bad)
+        coordinator.backend.append_batch(meta, bad, False)  # as a hand-edited or foreign file arrives
         with pytest.raises(SessionPersistenceCorruptionError, match="U\\+001B"):
             coordinator.load("z")
     finally:

@@ -187,6 +187,11 @@ class World:
         self.coordinator.append(header["id"], events)
         return dict(header)
 
+    def persist_unloadable(self, header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Write a log no load accepts straight through the backend (the coordinator refuses to write one)."""
+        self.coordinator.backend.append_batch(dict(header), [dict(event) for event in events], False)
+        return dict(header)
+
     def close(self) -> None:
         self.coordinator.close()  # closes the backend too
 
@@ -453,7 +458,7 @@ def test_returns_a_detached_replay_valid_full_log_and_rejects_a_corrupt_persiste
 def test_returns_a_corrupt_stored_log_of_the_real_store_as_corrupt(world: World) -> None:
     """The same refusal when the real store holds a log that does not replay (the coordinator's
     validating ``inspect`` refuses it first)."""
-    world.persist(meta("bad-surface"), [{**user_event(0), "surfaceOp": None}])
+    world.persist_unloadable(meta("bad-surface"), [{**user_event(0), "surfaceOp": None}])
     query = world.query()
     assert code_of(lambda: query.read_session("bad-surface")) == "SESSION_QUERY_CORRUPT_SESSION"
 
@@ -937,7 +942,7 @@ def test_keeps_known_live_reads_independent_from_persistence_health(world: World
 
 def test_wraps_persisted_corruption_as_session_query_corrupt_session_with_its_cause_preserved(world: World) -> None:
     # A stored user/message without its surface marker: the real store holds it, its validation refuses it.
-    durable = world.persist(meta("durable-corrupt"), [{**user_event(0), "surfaceOp": None}])
+    durable = world.persist_unloadable(meta("durable-corrupt"), [{**user_event(0), "surfaceOp": None}])
     query = world.query()
 
     with pytest.raises(SessionQueryError) as caught:
@@ -979,7 +984,7 @@ def test_turns_persisted_malformed_surfaces_and_direct_invalid_config_into_typed
     assert code_of(lambda: query.filter_events("bad-persisted-surface", [])) == "SESSION_QUERY_INVALID_SURFACE"
     assert code_of(lambda: query.read_surface("bad-persisted-surface")) == "SESSION_QUERY_INVALID_SURFACE"
     # In the real store the coordinator refuses the same log before the engine folds it.
-    world.persist(meta("stored-bad-surface"), events)
+    world.persist_unloadable(meta("stored-bad-surface"), events)
     assert code_of(lambda: query.list_events("stored-bad-surface")) == "SESSION_QUERY_CORRUPT_SESSION"
 
     assert isinstance(SessionQuery(store=world.store), SessionQuery)

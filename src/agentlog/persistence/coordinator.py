@@ -31,6 +31,7 @@ from typing import Any
 
 from ..errors import (
     AgentlogError,
+    InvalidEventError,
     InvalidSeedError,
     LegacyFormatError,
     MessageShapeError,
@@ -47,7 +48,7 @@ from ..errors import (
 )
 from ..errors import InvalidOptionError as InvalidOptionError
 from ..kernel._gc import gc_paused
-from ..kernel._js import js_string
+from ..kernel._js import UNDEFINED, js_string
 from ..kernel.chunkrows import ChunkRun, compact_chunk_runs, count_items, has_runs
 from ..kernel.events import SESSION_END_SEED, Event, EventTypes, event_types
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, snapshot_json, thaw
@@ -156,6 +157,14 @@ def _subtree(index: Mapping[str, Sequence[str]], root: str) -> builtins.list[str
 
 
 # --- state ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Candidate:
+    """A stored prefix with a batch after it, shaped as a backend's read for the load's checks."""
+
+    meta: dict[str, Any]
+    events: builtins.list[Any]
 
 
 @dataclass
@@ -990,11 +999,37 @@ class PersistenceCoordinator:
                 state = self._states[session_id]
             if state.owner is not None:
                 raise SessionCollisionError(f'session "{session_id}" is live; append through the live Session')
+            _check_contiguous(session_id, batch, state.cursor)
             lock = self.backend.lock_writer(state.meta)
             try:
+                self._check_loads_back(session_id, state, batch)
                 self._append_core(session_id, state, batch)
             finally:
                 lock.release()
+
+    def _check_loads_back(self, session_id: str, state: _State, batch: builtins.list[Any]) -> None:
+        """Refuse a batch with which the session would no longer load: a session you can write is a
+        session you can read.
+
+        The stored prefix and the batch go through the load's own checks (identity and vocabulary, the
+        seed rules of every event, registered validators, the surface transitions, the repair a load would
+        add). That re-reads the stored log for each ownerless batch: these appends are administrative (an
+        import's update, a backend without staging), never the live write path, which validates each
+        event as it is appended.
+        """
+        stored = self.backend.load_stored(session_id) if state.materialized else None
+        prefix = builtins.list(stored.events) if stored is not None else []
+        candidate = _Candidate(state.meta, [*prefix, *thaw(batch)])
+        try:
+            events = self._interpret(session_id, candidate)
+            Session.from_restore(session_id, events, state.meta, registry=self._registry)
+            interrupted_turn_closers(events)
+        except Exception as err:
+            raise InvalidEventError(
+                f'append to session "{session_id}" refused: the session would not load back with this batch '
+                f"({describe_error(err)}); nothing was written. Fix the event, or append it through a live "
+                "Session, which names the offending field"
+            ) from err
 
     @property
     def stages_sessions(self) -> bool:
@@ -1306,8 +1341,9 @@ class PersistenceCoordinator:
 def _check_contiguous(session_id: str, events: Sequence[Any], first_seq: int) -> None:
     """Refuse a batch whose seqs do not run on from ``first_seq`` (a caller's bug, never a repair case)."""
     for index, event in enumerate(events):
-        if event["seq"] != first_seq + index:
+        seq = event.get("seq", UNDEFINED) if isinstance(event, Mapping) else UNDEFINED
+        if seq != first_seq + index or type(seq) is not int:  # a missing seq is JavaScript's undefined
             raise PersistenceError(
                 f'append seq mismatch for "{session_id}": expected {first_seq + index} at index {index}, '
-                f"got {event['seq']}"
+                f"got {js_string(seq)}"
             )

@@ -234,6 +234,16 @@ def persist(env: Harness, events: list[dict[str, Any]], meta: dict[str, Any] | N
     return meta
 
 
+def persist_unloadable(
+    env: Harness, events: list[dict[str, Any]], meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Store a log that no load accepts, straight through the backend, as a damaged or foreign file arrives:
+    the coordinator's ownerless append refuses whatever a load would refuse, so it cannot write one."""
+    meta = meta if meta is not None else header(SID)
+    env.backend().append_batch(meta, events, False)
+    return meta
+
+
 def tool_closer(
     seq: int, time: int, call_id: str, *, call_seq: int | None, turn: int = 1, step: int = 1
 ) -> dict[str, Any]:
@@ -1196,7 +1206,7 @@ class BackendContract(ABC):
     @pytest.mark.parametrize("case", list(MALFORMED_LOGS))
     def test_53_rejects_malformed_persisted_message_events(self, env: Harness, case: str) -> None:  # spec 8.4 #53
         log, text = MALFORMED_LOGS[case]
-        persist(env, log)
+        persist_unloadable(env, log)
         coordinator = fresh(env)
         inner = re.escape(text.format(id=SID))
         with pytest.raises(
@@ -1543,7 +1553,7 @@ class BackendContract(ABC):
             _check_raw_log_suffix(env, backend, meta, info.value, read.__name__)
 
     def test_79_rejects_an_unknown_event_type_unless_ignorable(self, env: Harness) -> None:  # spec 8.4 #79
-        meta = persist(env, [turn_start(0), ev("plugin/unknown", 1, {"x": 1}), turn_end(2)])
+        meta = persist_unloadable(env, [turn_start(0), ev("plugin/unknown", 1, {"x": 1}), turn_end(2)])
         coordinator = fresh(env)
         text = re.escape(
             f'session "{SID}" contains event type "plugin/unknown" (seq 1) unknown to this harness and not marked '
