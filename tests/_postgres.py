@@ -5,11 +5,22 @@ without it :func:`run_database` creates a database of its own through the server
 and drops it at the end. ``tests/conftest.py`` makes it the session's ``pg_dsn`` fixture, which the
 PostgreSQL tests (``tests/postgres/``), the PostgreSQL command-line tests and the import tests' PostgreSQL
 stores share; each works in a schema of its own, dropped afterwards (:func:`drop_schema`).
+
+The shared server trusts every login; :class:`PasswordCluster` is a throwaway one that asks for a
+password over TCP, as a fresh Debian cluster does (the ``password_cluster`` fixture, and the walkthrough
+of docs/postgres.md "Setting up a server").
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,3 +56,81 @@ def fresh_schema() -> str:
 def drop_schema(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def server_bindir() -> str | None:
+    """PostgreSQL's own server binaries (the newest ``/usr/lib/postgresql/*/bin``, else ``pg_config
+    --bindir``), or ``None`` when this machine has no ``initdb``."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[-3]))
+    if found:
+        return os.path.dirname(found[-1])
+    if shutil.which("pg_config") is None:
+        return None
+    bindir = subprocess.run(["pg_config", "--bindir"], check=True, capture_output=True, text=True).stdout.strip()
+    return bindir if os.path.exists(os.path.join(bindir, "initdb")) else None
+
+
+class PasswordCluster:
+    """A throwaway cluster that asks for a password over TCP (``scram-sha-256`` for 127.0.0.1, as
+    ``pg_createcluster`` sets up) and trusts its Unix socket, which only the ``postgres`` OS user reaches
+    here as the cluster's superuser (the stand-in for Debian's ``peer`` rule).
+
+    ``role``: a login role (with ``password``) owning a database of the same name, created at start;
+    ``None`` leaves the cluster bare (the docs' walkthrough creates them). The socket lives in
+    ``socket_dir``, a directory of its own. As root, everything runs as the ``postgres`` OS user, as
+    initdb requires.
+    """
+
+    def __init__(self, bindir: str, *, role: str | None = "agentlog") -> None:
+        self.bindir = bindir
+        self.role = role
+        self.password = secrets.token_urlsafe(18)
+        self.root = tempfile.mkdtemp(prefix="agentlog-pgpw-")
+        self._user: list[str] = []
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self._user = ["runuser", "-u", "postgres", "--"]
+        self.socket_dir = self.root
+        self.data = os.path.join(self.root, "data")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        try:
+            self._run(
+                "initdb", "-D", self.data, "-U", "postgres", "-E", "UTF8", "--no-sync",
+                "--auth-host=scram-sha-256", "--auth-local=trust",
+            )  # fmt: skip
+            options = f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+            self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
+            if role is not None:
+                script = 'CREATE ROLE :"role" LOGIN PASSWORD :\'password\';\nCREATE DATABASE :"role" OWNER :"role";\n'
+                self.psql("-v", f"password={self.password}", "-v", f"role={role}", stdin=script)
+        except BaseException:
+            self.remove()
+            raise
+
+    def _run(self, tool: str, *args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            [*self._user, os.path.join(self.bindir, tool), *args],
+            check=True, capture_output=True, text=True, input=stdin, timeout=300,
+        )  # fmt: skip
+        return done.stdout
+
+    def psql(self, *args: str, stdin: str | None = None) -> str:
+        """``psql`` as the superuser over the socket (no password: the local rule trusts it)."""
+        return self._run("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", self.socket_dir, "-p", str(self.port),
+                         "-U", "postgres", "-d", "postgres", *args, stdin=stdin)  # fmt: skip
+
+    def dsn(self, *, password: str | None = None, user: str | None = None) -> str:
+        """The role's TCP DSN, with ``password`` in it when given (``None``: no password in the DSN)."""
+        user = user or self.role or "postgres"
+        secret = f":{password}" if password is not None else ""
+        return f"postgresql://{user}{secret}@127.0.0.1:{self.port}/{self.role or 'postgres'}"
+
+    def remove(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        except subprocess.CalledProcessError:
+            pass  # never started, or already stopped
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -20,7 +20,9 @@ applied here from what a test *is*, so a test keeps its markers when it moves to
 
 The PostgreSQL fixtures every directory shares are here too: ``pg_dsn``, the run's database
 (``tests/_postgres.py``: ``AGENTLOG_TEST_DSN``, else a throwaway one), and ``pg_schema``, a fresh schema per
-test. ``tests/postgres/conftest.py`` adds backends over them and a private server.
+test. ``tests/postgres/conftest.py`` adds backends over them and a private server. ``password_cluster`` (a
+role with a password, shared by the session) and ``bare_password_cluster`` (no role yet, one per test) are
+throwaway clusters that ask for a password over TCP, skipped only on a machine without ``initdb``.
 
 Hypothesis profiles: ``ci``, the default, is Hypothesis's defaults under each test's own ``@settings``
 (what CI runs); ``HYPOTHESIS_PROFILE=dev`` caps every property at :data:`DEV_MAX_EXAMPLES` examples,
@@ -42,7 +44,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from _postgres import drop_schema, fresh_schema, run_database
+from _postgres import PasswordCluster, drop_schema, fresh_schema, run_database, server_bindir
 
 TESTS = Path(__file__).resolve().parent
 
@@ -57,7 +59,9 @@ settings.load_profile(PROFILE)
 ACCEL_DIRECTORIES = frozenset({"kernel", "persistence", "postgres"})
 """Directories of ``tests/`` whose every test reaches an accelerated path (``accel``)."""
 
-PG_FIXTURES = frozenset({"pg_dsn", "pg_schema", "pg_backends", "private_server"})
+PG_FIXTURES = frozenset(
+    {"pg_dsn", "pg_schema", "pg_backends", "private_server", "password_cluster", "bare_password_cluster"}
+)
 
 SLOW_TESTS_FILE = TESTS / "slow_tests.txt"
 
@@ -239,6 +243,29 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
     yield schema
     drop_schema(pg_dsn, schema)
     drop_schema(pg_dsn, f"{schema}_search")  # the store's search index (agentlog.query.postgres.index_schema)
+
+
+def _password_cluster(role: str | None) -> Iterator[PasswordCluster]:
+    bindir = server_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb) on this machine: cannot create a password cluster")
+    cluster = PasswordCluster(bindir, role=role)
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def password_cluster() -> Iterator[PasswordCluster]:
+    """A cluster that asks for a password over TCP, with the login role ``agentlog`` and its database."""
+    yield from _password_cluster("agentlog")
+
+
+@pytest.fixture
+def bare_password_cluster() -> Iterator[PasswordCluster]:
+    """A cluster that asks for a password over TCP and has no role but the superuser yet."""
+    yield from _password_cluster(None)
 
 
 # --- the subprocess marker kept honest ------------------------------------------------------------------

@@ -42,6 +42,11 @@ NEEDS = re.compile(r"^<!--\s*needs:\s*(?P<command>[\w-]+)\s*-->\s*$")
 """``<!-- needs: COMMAND -->``: the block runs a program that lives outside this environment (Arize Phoenix
 in its own one); it is skipped when COMMAND is not on ``PATH``, and fails instead when
 ``AGENTLOG_REQUIRE_<COMMAND>=1`` (``.ci/run`` installs it and sets that)."""
+WALKTHROUGH = re.compile(r"^<!--\s*walkthrough:\s*(?P<server>[\w-]+)\s*-->\s*$")
+"""``<!-- walkthrough: password-cluster -->``: the block is one step of its doc's walkthrough against a
+server that asks for a password; the steps run in order, as one script, against a fresh such cluster
+(``bare_password_cluster``), never one by one. The script gets the cluster as ``PGPORT`` and ``PGHOST``
+(its socket directory), the variables the doc tells its reader to set."""
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)[^\n]*$")
 BLOCK_TIMEOUT_S = 600
 """Only a guard against a block that hangs, never a measure: on a loaded two-core machine (load 8-14) a
@@ -57,6 +62,7 @@ class Block:
     not_tested: str | None  # the marker's reason, or None when the block must run
     run_again: str | None = None  # why a second run over what the first left shows what the doc says
     needs: str | None = None  # a command outside this environment the block runs (skipped without it)
+    walkthrough: str | None = None  # the server a walkthrough step runs against (all steps run together)
 
     @property
     def name(self) -> str:
@@ -84,6 +90,7 @@ def _blocks(path: Path) -> list[Block]:
         marker = MARKER.match(previous.strip())
         again = RUN_AGAIN.match(previous.strip())
         needs = NEEDS.match(previous.strip())
+        walkthrough = WALKTHROUGH.match(previous.strip())
         blocks.append(
             Block(
                 file=path,
@@ -93,6 +100,7 @@ def _blocks(path: Path) -> list[Block]:
                 not_tested=marker["reason"] if marker else None,
                 run_again=again["reason"] if again else None,
                 needs=needs["command"] if needs else None,
+                walkthrough=walkthrough["server"] if walkthrough else None,
             )
         )
     return blocks
@@ -100,7 +108,11 @@ def _blocks(path: Path) -> list[Block]:
 
 ALL_BLOCKS = [block for doc in DOCS for block in _blocks(doc)]
 PYTHON_BLOCKS = [b for b in ALL_BLOCKS if b.not_tested is None and b.lang in PYTHON_LANGS]
-SHELL_BLOCKS = [b for b in ALL_BLOCKS if b.not_tested is None and b.lang in SHELL_LANGS]
+SHELL_BLOCKS = [b for b in ALL_BLOCKS if b.not_tested is None and b.lang in SHELL_LANGS and b.walkthrough is None]
+PASSWORD_WALKTHROUGHS = {
+    doc: [b for b in ALL_BLOCKS if b.file == doc and b.walkthrough == "password-cluster"]
+    for doc in sorted({b.file for b in ALL_BLOCKS if b.walkthrough == "password-cluster"})
+}
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -132,6 +144,9 @@ def test_every_doc_block_runs_here_or_is_marked_not_tested_with_a_reason(block: 
         f"{block.name}: a ```{block.lang or '(no language)'} block is neither runnable here nor marked "
         "<!-- not-tested: reason -->"
     )
+    if block.walkthrough is not None:
+        assert block.walkthrough == "password-cluster", f"{block.name}: no walkthrough runs on {block.walkthrough}"
+        assert block.lang in SHELL_LANGS - {"console"}, f"{block.name}: a walkthrough step is a shell block"
     if block.run_again is not None:
         assert block.run_again, f"{block.name}: a run-again marker needs a reason"
         assert block.lang in PYTHON_LANGS, f"{block.name}: only a Python block runs again"
@@ -181,6 +196,25 @@ def test_docs_shell_block_runs(block: Block, tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout}\n{done.stderr}"
+
+
+@pytest.mark.parametrize("doc", list(PASSWORD_WALKTHROUGHS), ids=lambda d: str(d.relative_to(ROOT)))
+def test_docs_password_walkthrough_runs_against_a_server_that_asks_for_a_password(
+    doc: Path, bare_password_cluster: Any, tmp_path: Path
+) -> None:
+    """The steps as a reader runs them, one shell: its variables (the generated password) carry over."""
+    if os.geteuid() != 0:
+        pytest.skip("the walkthrough's server steps run as root (runuser -u postgres)")
+    blocks = PASSWORD_WALKTHROUGHS[doc]
+    script = "".join(f"# --- {block.name}\n{block.code}" for block in blocks)
+    env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("PG")}
+    env.update(PGHOST=bare_password_cluster.socket_dir, PGPORT=str(bare_password_cluster.port))
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{doc.name}'s password walkthrough failed:\n{done.stdout}\n{done.stderr}"
+    assert "exit status 1" in done.stdout and "[DATABASE_AUTH]" in done.stderr, done.stdout + done.stderr
 
 
 # --- cited files --------------------------------------------------------------------------------------

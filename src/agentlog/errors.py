@@ -68,6 +68,7 @@ with an inline code). A *refinement* declares no code and keeps its parent's: ``
     │   ├── SessionTailChangedError [SESSION_TAIL_CHANGED]
     │   ├── SessionConflictError [SESSION_CONFLICT]
     │   ├── DatabaseUnavailableError [DATABASE_UNAVAILABLE]
+    │   ├── DatabaseAuthError [DATABASE_AUTH]
     │   ├── DatabaseSchemaError [DATABASE_SCHEMA]
     │   ├── CopyConflictError [COPY_CONFLICT]
     │   ├── CopyVerificationError [COPY_VERIFY_FAILED]
@@ -1196,6 +1197,15 @@ class DatabaseUnavailableError(PersistenceError):
     connection terminated, statement timeout). Nothing unacknowledged was committed; retry once it is back."""
 
     code = "DATABASE_UNAVAILABLE"
+
+
+class DatabaseAuthError(PersistenceError):
+    """The database server refused the login (a wrong or missing password, no ``pg_hba.conf`` rule for
+    this host, user and database, an unknown role). Not a :class:`DatabaseUnavailableError`: retrying
+    cannot help until the credentials or the server's rules change, so a ``tail --follow`` ends on it
+    instead of reconnecting forever."""
+
+    code = "DATABASE_AUTH"
 
 
 class DatabaseSchemaError(PersistenceError):

@@ -40,7 +40,8 @@ def tail_command(
     ends it (exit code 0). A session that does not exist is ``SESSION_NOT_FOUND``. A follow outlives
     the store going away (``DATABASE_UNAVAILABLE``: a PostgreSQL restart, a lost connection): it says
     so once on standard error, reconnects with backoff and goes on at the next seq, printing nothing
-    twice; without ``--follow`` that error ends the command (exit code 1).
+    twice; without ``--follow`` that error ends the command (exit code 1). A refused login
+    (``DATABASE_AUTH``) ends it either way: reconnecting would only be refused again.
     """
     try:
         storage = opts.open_backend(read_only=True)

@@ -53,9 +53,10 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from ..errors import SessionQueryError
+from ..errors import DatabaseAuthError, SessionQueryError
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
+from ..persistence.postgres.backend import describe_dsn, refused_login
 from .cjk import companion_text, fold, has_cjk, mark_substrings, uses_substring
 from .engine import Signal
 from .normalize import (
@@ -259,6 +260,9 @@ class PostgresSearch(SqliteSearch):
         try:
             conn = psycopg.connect(self.dsn, autocommit=True, application_name="agentlog-search")
         except psycopg.Error as err:
+            refused = refused_login(err, describe_dsn(self.dsn))
+            if refused is not None:  # as the store's own connections report it: never a retryable failure
+                raise refused from None
             raise _index_failed(f"cannot connect ({_message(err)})", err) from None
         try:
             self._create_schema(conn)
@@ -317,8 +321,10 @@ class PostgresSearch(SqliteSearch):
             self._conn = None  # the server ended it: reopened, with empty live overlays
         try:
             return super()._ensure_ready()
-        except SessionQueryError:
+        except SessionQueryError as err:
             self._open_failure = None  # a server can come back: the next search tries again
+            if isinstance(err.__cause__, DatabaseAuthError):  # the store's own code: the fix is the login's
+                raise err.__cause__ from None
             raise
 
     def _serialized(self, signal: Signal | None, operation: Callable[[], Any]) -> Any:

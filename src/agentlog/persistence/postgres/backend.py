@@ -57,6 +57,7 @@ from psycopg.abc import PQGen
 
 from ...errors import (
     ChunkRowError,
+    DatabaseAuthError,
     DatabaseSchemaError,
     DatabaseUnavailableError,
     InvalidSessionIdError,
@@ -80,7 +81,14 @@ from ..writer_lock import locked_error
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
 
-__all__ = ["DEFAULT_SCHEMA", "MAX_SESSION_ID_BYTES", "SCHEMA_VERSION", "PostgresBackend"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MAX_SESSION_ID_BYTES",
+    "SCHEMA_VERSION",
+    "PostgresBackend",
+    "describe_dsn",
+    "refused_login",
+]
 
 DEFAULT_SCHEMA: Final = "agentlog"
 DEFAULT_POOL_SIZE: Final = 4
@@ -131,6 +139,63 @@ def _describe(params: Mapping[str, Any]) -> str:
     port = params.get("port") or "5432"
     dbname = params.get("dbname") or params.get("user") or "(default)"
     return f"postgresql://{host}:{port}/{dbname}"
+
+
+_AUTH_SQLSTATES: Final = frozenset({"28P01", "28000"})  # invalid_password, invalid_authorization_specification
+_AUTH_WORDING: Final = re.compile(
+    r"password authentication failed|no password supplied|authentication failed for user"
+    r'|no pg_hba\.conf entry|pg_hba\.conf rejects|role "[^"]*" does not exist',
+    re.IGNORECASE,
+)
+"""libpq's and the server's English wording of a refused login: the fallback when neither the SQLSTATE
+(libpq keeps none for a failed connection attempt) nor libpq's needs-password flag tells."""
+_PASSWORD_FILE: Final = re.compile(r'password retrieved from file ("[^"]*")')
+SETUP_HINT: Final = 'see docs/postgres.md, "Setting up a server"'
+
+
+def refused_login(err: BaseException, location: str) -> DatabaseAuthError | None:
+    """``DATABASE_AUTH`` when ``err`` is the server refusing the login, else ``None``.
+
+    Told apart from an unreachable server because retrying a refused login only repeats it: the
+    follow loop reconnects on ``DATABASE_UNAVAILABLE`` and must stop on this. agentlog never asks for
+    a password (libpq never reads a terminal), so a missing one is this error at once.
+    """
+    if not isinstance(err, psycopg.OperationalError) or isinstance(err, _NoAnswer):
+        return None
+    pgconn = err.pgconn
+    needs_password = pgconn is not None and bool(pgconn.needs_password)
+    text = str(err).strip()
+    if not (needs_password or err.sqlstate in _AUTH_SQLSTATES or _AUTH_WORDING.search(text)):
+        return None
+    lines = text.splitlines() or [type(err).__name__]
+    # The server's (or libpq's) own words, after "connection to server at ..., port N failed: ".
+    reason = " ".join(lines[0].rsplit(" failed: ", 1)[-1].split())
+    if needs_password:
+        remedy = (
+            "no password was given: put the role's password in the DSN "
+            "(postgresql://USER:PASSWORD@HOST:PORT/DATABASE), in PGPASSWORD or in ~/.pgpass (mode 0600)"
+        )
+    elif "pg_hba" in text or "does not exist" in text:
+        remedy = "check the user name, and the server's pg_hba.conf rules for this host, user and database"
+    else:
+        source = _PASSWORD_FILE.search(text)
+        given = f"the password from {source[1]}" if source else "the password given"
+        remedy = (
+            f"{given} is not the role's: correct it in the DSN, PGPASSWORD or ~/.pgpass (libpq takes the "
+            "first of them that has one)"
+        )
+    return DatabaseAuthError(
+        f"PostgreSQL at {location} refused the login ({reason}): {remedy}; {SETUP_HINT}. Nothing was read "
+        "or written; agentlog never prompts for a password"
+    )
+
+
+def describe_dsn(dsn: str) -> str:
+    """:func:`_describe` of a DSN as given (a malformed one is named as such, never shown: it may hold a password)."""
+    try:
+        return _describe(conninfo.conninfo_to_dict(dsn))
+    except psycopg.Error:
+        return "(a malformed DSN)"
 
 
 def _lineage(meta: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -356,7 +421,11 @@ class PostgresBackend:
 
     # --- connections -------------------------------------------------------------------------------
 
-    def _unavailable(self, err: BaseException, doing: str) -> DatabaseUnavailableError:
+    def _unavailable(self, err: BaseException, doing: str) -> DatabaseUnavailableError | DatabaseAuthError:
+        """What a failed connection or call is: a refused login (never retried), else an unavailable server."""
+        refused = refused_login(err, self.location)
+        if refused is not None:
+            return refused
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if isinstance(err, _NoAnswer):
             return DatabaseUnavailableError(
