@@ -208,6 +208,7 @@ def _partition_takeover(
     )
     code, elapsed, *message = a.expect("error")
     assert code == "DATABASE_UNAVAILABLE", (elapsed, message)
+    assert f"did not answer within {CALL_TIMEOUT_S:g} s" in " ".join(message)  # its own deadline ended it
 
     # B waits for the lease, which the server frees once it has given up on A (A stays cut off).
     b = _writer(network, server, children, "b", schema, "resume")
@@ -218,8 +219,11 @@ def _partition_takeover(
 
     # A's link comes back while B holds the session: A's retry finds its lease lost.
     network.heal("a")
-    a.send("flush")
-    code, _, *message = a.expect("error")
+    for _ in range(3):  # the link may take a moment to carry traffic again: that is DATABASE_UNAVAILABLE
+        a.send("flush")
+        code, _, *message = a.expect("error")
+        if code != "DATABASE_UNAVAILABLE":
+            break
     assert code == "SESSION_LOCKED", message
     b.send("exit")
     b.expect("closed")
@@ -244,8 +248,8 @@ def test_a_tail_on_a_third_host_sees_every_event_once_in_order_across_a_partitio
 
     def start_tail() -> None:
         tail = _tail(network, server, children, "c", schema)
-        for event in _expected(1):  # what is stored when it starts; it follows from there
-            assert orjson.loads(tail.line()) == event
+        first = [orjson.loads(tail.line()) for _ in range(PER_TURN)]  # what is stored when it starts
+        assert _timeless(first) == _expected(1)
         tails.append(tail)
 
     _partition_takeover(network, server, children, schema, after_first_turn=start_tail)
