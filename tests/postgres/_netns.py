@@ -37,7 +37,9 @@ GUARD_S = 180.0
 
 
 def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=60)
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise AssertionError(f"`ip {' '.join(args)}` failed ({done.returncode}): {done.stderr.strip()}")
 
 
 def unavailable() -> str | None:
@@ -122,21 +124,26 @@ class NetnsServer:
         owner = pwd.getpwnam("postgres")
         os.chown(self.root, owner.pw_uid, owner.pw_gid)
         self.data = os.path.join(self.root, "data")
-        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
-        with open(os.path.join(self.data, "pg_hba.conf"), "a") as hba:
-            hba.write(f"host all all {SUBNET}.0/24 trust\n")
-        options = f"-p {PORT} -k {self.root} -c listen_addresses={SERVER_ADDRESS} -c fsync=off"
-        self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
+        try:
+            self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+            with open(os.path.join(self.data, "pg_hba.conf"), "a") as hba:
+                hba.write(f"host all all {SUBNET}.0/24 trust\n")
+            options = f"-p {PORT} -k {self.root} -c listen_addresses={SERVER_ADDRESS} -c fsync=off"
+            self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
         self.dsn = f"postgresql://postgres@{SERVER_ADDRESS}:{PORT}/postgres"
         """The DSN the hosts use (over the lab's network)."""
         self.local_dsn = f"postgresql://postgres@/postgres?host={self.root}&port={PORT}"
         """The DSN the test process uses (the server's Unix socket: no network, never partitioned)."""
 
     def _run(self, tool: str, *args: str) -> None:
-        command = ["runuser", "-u", "postgres", "--", os.path.join(self.bindir, tool), *args]
-        subprocess.run(
-            ["ip", "netns", "exec", self._lab.server_ns, *command], check=True, capture_output=True, timeout=300
-        )
+        command = ["ip", "netns", "exec", self._lab.server_ns, "runuser", "-u", "postgres", "--"]
+        command += [os.path.join(self.bindir, tool), *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
 
     def log(self) -> str:
         try:
@@ -147,7 +154,7 @@ class NetnsServer:
     def remove(self) -> None:
         try:
             self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
-        except subprocess.CalledProcessError:
+        except RuntimeError:
             pass  # already stopped
         shutil.rmtree(self.root, ignore_errors=True)
 
