@@ -766,6 +766,21 @@ def test_keepalive_settings_of_the_dsn_win(pg_dsn: str, pg_schema: str) -> None:
     assert seen == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_idle": 99, "client_keepalives_idle": 77}
 
 
+def test_keepalive_settings_of_pgoptions_win_when_the_dsn_has_no_options(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGOPTIONS", "-c tcp_keepalives_count=9")
+    backend = PostgresBackend(pg_dsn, schema=pg_schema, call_timeout_s=6.0)
+    lease = backend.lock_writer(header("s"))
+    try:
+        assert lease.connection is not None
+        seen = keepalive_of(lease.connection)
+    finally:
+        lease.release()
+        backend.close()
+    assert seen == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_count": 9}
+
+
 def test_the_client_deadline_option_is_checked(pg_schema: str) -> None:
     for bad in (0, -1.0, float("nan"), float("inf"), "5", True):
         with pytest.raises(ValueError, match="call_timeout_s"):
