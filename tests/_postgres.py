@@ -24,6 +24,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg import conninfo, sql
@@ -134,3 +135,33 @@ class PasswordCluster:
         except subprocess.CalledProcessError:
             pass  # never started, or already stopped
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def keepalive_of(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """A TCP connection's keepalive as both ends apply it: the server's, read from its socket (the show
+    hooks of ``pg_settings``), and the client's, read from the client socket."""
+    rows = conn.execute(
+        "SELECT name, setting FROM pg_settings WHERE name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', "
+        "'tcp_keepalives_count', 'tcp_user_timeout')"
+    ).fetchall()
+    seen = {f"server_{name.removeprefix('tcp_')}": int(value) for name, value in rows}
+    with socket.socket(fileno=os.dup(conn.fileno())) as client:
+        seen["client_keepalives"] = client.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+        seen["client_keepalives_idle"] = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+        seen["client_keepalives_interval"] = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+        seen["client_keepalives_count"] = client.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+    return seen
+
+
+def keepalive_for(idle: int, interval: int, count: int, user_timeout_ms: int) -> dict[str, int]:
+    """What :func:`keepalive_of` shows when both ends probe after ``idle`` s every ``interval`` s."""
+    return {
+        "server_keepalives_idle": idle,
+        "server_keepalives_interval": interval,
+        "server_keepalives_count": count,
+        "server_user_timeout": user_timeout_ms,
+        "client_keepalives": 1,
+        "client_keepalives_idle": idle,
+        "client_keepalives_interval": interval,
+        "client_keepalives_count": count,
+    }

@@ -9,7 +9,6 @@ reach the server fails (it is never skipped). A test that must really stop and s
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import shutil
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from _postgres import server_bindir as find_server_bindir
 from agentlog.persistence.postgres import PostgresBackend
 
 
@@ -38,21 +38,25 @@ def pg_backends(pg_dsn: str, pg_schema: str) -> Iterator[Callable[..., PostgresB
         backend.close()
 
 
+def server_bindir() -> str:
+    """The directory of PostgreSQL's server programs (initdb, pg_ctl) of this machine (see
+    ``_postgres.server_bindir``); these tests need them."""
+    found = find_server_bindir()
+    if found is None:
+        raise RuntimeError("PostgreSQL's server programs (initdb, pg_ctl) are not installed")
+    return found
+
+
 class PrivateServer:
     """A throwaway PostgreSQL cluster of this test run (initdb in a temp dir, its own port), which a test
     may stop and start for real: the shared server is never restarted (other test runs use it).
 
-    The server binaries are PostgreSQL's own (``/usr/lib/postgresql/*/bin``, else ``pg_config
-    --bindir``); as root, the cluster belongs to the ``postgres`` system user, as initdb requires.
+    The server binaries are PostgreSQL's own (:func:`server_bindir`); as root, the cluster belongs to
+    the ``postgres`` system user, as initdb requires.
     """
 
     def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[-3]))
-        if found:
-            self.bindir = os.path.dirname(found[-1])
-        else:
-            found = subprocess.run(["pg_config", "--bindir"], check=True, capture_output=True, text=True).stdout.split()
-            self.bindir = found[0]
+        self.bindir = server_bindir()
         self.root = tempfile.mkdtemp(prefix="agentlog-pg-")
         self._user: list[str] = []
         if os.geteuid() == 0:

@@ -21,10 +21,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 
 import agentlog as al
-from _postgres import drop_schema
+from _postgres import drop_schema, keepalive_for, keepalive_of
 from agentlog.errors import (
     AgentlogError,
     DatabaseSchemaError,
@@ -733,6 +733,52 @@ def test_a_read_and_an_unleased_write_on_a_stopped_backend_fail_typed_before_the
         assert still_stopped()
     _retry_until_committed(lambda: backend.append_batch(meta, [ev(1)], True))
     assert [body for _, body in stored_rows(pg_dsn, pg_schema, "s")] == [dumps(ev(0)), dumps(ev(1))]
+
+
+def test_each_end_gives_up_on_a_silent_peer_after_about_twice_the_call_deadline(pg_backends: Factory) -> None:
+    """A partitioned host closes nothing: the server must probe it to free its lease (after 6 s of
+    silence, then 3 probes 2 s apart: 12 s, also the user timeout of an unacknowledged answer)."""
+    backend = pg_backends(call_timeout_s=6.0)
+    lease = backend.lock_writer(header("s"))
+    try:
+        assert lease.connection is not None
+        assert keepalive_of(lease.connection) == keepalive_for(6, 2, 3, 12_000)
+    finally:
+        lease.release()
+    backend.append_batch(header("s"), [ev(0)], False)
+    conn = backend._checkout()  # a pooled connection, as reads and unleased writes use
+    try:
+        assert keepalive_of(conn) == keepalive_for(6, 2, 3, 12_000)
+    finally:
+        backend._checkin(conn)
+
+
+def test_keepalive_settings_of_the_dsn_win(pg_dsn: str, pg_schema: str) -> None:
+    dsn = conninfo.make_conninfo(pg_dsn, keepalives_idle="77", options="-c tcp_keepalives_idle=99")
+    backend = PostgresBackend(dsn, schema=pg_schema, call_timeout_s=6.0)
+    lease = backend.lock_writer(header("s"))
+    try:
+        assert lease.connection is not None
+        seen = keepalive_of(lease.connection)
+    finally:
+        lease.release()
+        backend.close()
+    assert seen == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_idle": 99, "client_keepalives_idle": 77}
+
+
+def test_keepalive_settings_of_pgoptions_win_when_the_dsn_has_no_options(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGOPTIONS", "-c tcp_keepalives_count=9")
+    backend = PostgresBackend(pg_dsn, schema=pg_schema, call_timeout_s=6.0)
+    lease = backend.lock_writer(header("s"))
+    try:
+        assert lease.connection is not None
+        seen = keepalive_of(lease.connection)
+    finally:
+        lease.release()
+        backend.close()
+    assert seen == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_count": 9}
 
 
 def test_the_client_deadline_option_is_checked(pg_schema: str) -> None:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from _postgres import drop_schema, fresh_schema
+from _postgres import drop_schema, fresh_schema, keepalive_for, keepalive_of
 from agentlog.errors import SessionQueryError
 from agentlog.kernel.store import SessionStore
 from agentlog.persistence.coordinator import PersistenceCoordinator
@@ -347,6 +347,18 @@ def test_a_lost_connection_fails_one_search_and_the_next_reconnects(
         assert lost.value.code == "SESSION_QUERY_INDEX_FAILED"
         # A new connection: the stored rows are there, the live overlay is rebuilt.
         assert sorted(_ids(search.search_sessions(query="needle"))) == ["live", "stored"]
+    finally:
+        search.close()
+        writer.close()
+
+
+def test_the_search_connection_gives_up_on_a_silent_server_as_the_store_backend_does(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends(call_timeout_s=6.0))
+    search = PostgresSearch(writer)
+    try:
+        assert keepalive_of(search._require()) == keepalive_for(6, 2, 3, 12_000)
     finally:
         search.close()
         writer.close()

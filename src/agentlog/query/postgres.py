@@ -51,12 +51,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from ..errors import DatabaseAuthError, SessionQueryError
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
-from ..persistence.postgres.backend import describe_dsn, refused_login
+from ..persistence.postgres.backend import DEFAULT_CALL_TIMEOUT_S, describe_dsn, refused_login
+from ..persistence.postgres.keepalive import keepalive_kwargs
 from .cjk import companion_text, fold, has_cjk, mark_substrings, uses_substring
 from .engine import Signal
 from .normalize import (
@@ -230,6 +231,11 @@ class PostgresSearch(SqliteSearch):
                 "SESSION_QUERY_INVALID_CONFIG",
             )
         self.dsn = dsn
+        timeout = getattr(backend, "call_timeout_s", None)
+        # The store backend's call deadline sets how soon each end gives up on a silent peer (keepalive.py).
+        self._call_timeout_s = (
+            float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else DEFAULT_CALL_TIMEOUT_S
+        )
         self.store_schema = schema
         self.index_schema = index_schema(schema)
         self._s = sql.Identifier(self.index_schema)
@@ -258,7 +264,8 @@ class PostgresSearch(SqliteSearch):
     # -- lifecycle ----------------------------------------------------------------------------------
     def _open(self) -> None:
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True, application_name="agentlog-search")
+            keepalive = keepalive_kwargs(conninfo.conninfo_to_dict(self.dsn), self._call_timeout_s)
+            conn = psycopg.connect(self.dsn, autocommit=True, application_name="agentlog-search", **keepalive)
         except psycopg.Error as err:
             refused = refused_login(err, describe_dsn(self.dsn))
             if refused is not None:  # as the store's own connections report it: never a retryable failure

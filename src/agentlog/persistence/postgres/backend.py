@@ -27,6 +27,11 @@ Design points, each pinned by a test under ``tests/postgres/``:
 * **A lost connection is typed.** Connection failures, a terminated backend and a statement timeout
   become ``DATABASE_UNAVAILABLE`` (the connection is discarded; nothing unacknowledged is committed
   twice), with what to check.
+* **A host that vanishes loses its lease.** A partitioned host closes nothing; every connection asks
+  the server to probe its client and give up on it after about twice ``call_timeout_s`` of silence
+  (TCP keepalives and user timeout, :mod:`.keepalive`), which ends its backend and frees its lease for
+  another host. When the partitioned host comes back, its next write re-takes the lease if it is still
+  free, else is ``SESSION_LOCKED``.
 * **No call waits for ever.** Every wait on the server (connect, each statement, ``COMMIT``, the lease,
   ``LISTEN``) has a client-side deadline (``call_timeout_s``): a server that accepts the connection but
   stops answering (a stopped or swapped-out backend, a dead network path the kernel has not noticed) is
@@ -80,6 +85,7 @@ from ..backend import DeleteStep, PartialRead, RawArtifact, SessionListing, Stor
 from ..writer_lock import locked_error
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
+from .keepalive import keepalive_kwargs
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -407,6 +413,8 @@ class PostgresBackend:
             self._connect_kwargs["connect_timeout"] = connect_timeout_s
         if "application_name" not in params:
             self._connect_kwargs["application_name"] = "agentlog"
+        # Each end probes the other, so a partitioned host's lease is freed by the server (keepalive.py).
+        self._connect_kwargs.update(keepalive_kwargs(params, self.call_timeout_s))
         self._sql = Statements(schema)
         self._mutex = threading.Lock()
         self._idle: list[psycopg.Connection[Any]] = []
