@@ -411,3 +411,17 @@ def test_rebuild_indexes_every_stored_session_again_for_every_host(
         search.close()
         reader.close()
         writer.close()
+
+
+def test_its_errors_name_the_postgresql_index_not_sqlite(pg_dsn: str, pg_schema: str) -> None:
+    """The provider shares the SQLite provider's checks; its messages must still name the engine it runs on."""
+    with pytest.raises(SessionQueryError) as refused:
+        PostgresSearch(store=SessionStore(), dsn=pg_dsn, schema=pg_schema, default_limit=0)
+    assert refused.value.code == "SESSION_QUERY_INVALID_CONFIG"
+    assert str(refused.value).startswith("session-search PostgreSQL config: defaultLimit")
+    search = PostgresSearch(store=SessionStore(), dsn=pg_dsn, schema=pg_schema)
+    search.close()
+    with pytest.raises(SessionQueryError) as closed:
+        search.search_sessions(query="needle")
+    assert closed.value.code == "SESSION_QUERY_INDEX_FAILED"
+    assert str(closed.value) == "session-search PostgreSQL index is closed"

@@ -197,8 +197,11 @@ class PostgresSearch(SqliteSearch):
     ``PostgresSearch(coordinator)`` indexes the coordinator's PostgreSQL store (its DSN and schema);
     ``dsn``/``schema`` name the database and the *store* schema explicitly (the index is in
     :func:`index_schema` of it), e.g. for a search over live sessions only. Every other option, and every
-    result and error, is :class:`SqliteSearch`'s (there is no ``path`` or ``journal_mode``).
+    result and error, is :class:`SqliteSearch`'s (there is no ``path`` or ``journal_mode``), naming the
+    PostgreSQL index where the SQLite provider's messages name SQLite.
     """
+
+    _engine = "PostgreSQL"
 
     def __init__(
         self,
@@ -338,11 +341,11 @@ class PostgresSearch(SqliteSearch):
         """Run ``operation`` alone on a ready connection; a database failure is
         ``SESSION_QUERY_INDEX_FAILED`` (a lost connection is reopened by the next operation)."""
         if self._closed:
-            raise _index_closed()
+            raise _index_closed(self._engine)
         self._acquire(signal)
         try:
             if self._closed:
-                raise _index_closed()
+                raise _index_closed(self._engine)
             _check(signal)
             self._ensure_ready()
             _check(signal)
@@ -622,7 +625,7 @@ class PostgresSearch(SqliteSearch):
 
     def _require(self) -> Any:
         if self._conn is None:
-            raise _index_closed()
+            raise _index_closed(self._engine)
         return self._conn
 
     # -- queries ------------------------------------------------------------------------------------

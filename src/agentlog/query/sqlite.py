@@ -194,12 +194,13 @@ def _check(signal: Signal | None) -> None:
         raise _aborted()
 
 
-def _invalid_config(detail: str) -> SessionQueryError:
-    return SessionQueryError(f"session-search SQLite config: {detail}", "SESSION_QUERY_INVALID_CONFIG")
+def _invalid_config(detail: str, engine: str = "SQLite") -> SessionQueryError:
+    """``engine``: the index the provider runs on, so a provider sharing these checks names its own."""
+    return SessionQueryError(f"session-search {engine} config: {detail}", "SESSION_QUERY_INVALID_CONFIG")
 
 
-def _index_closed() -> SessionQueryError:
-    return SessionQueryError("session-search SQLite index is closed", "SESSION_QUERY_INDEX_FAILED")
+def _index_closed(engine: str = "SQLite") -> SessionQueryError:
+    return SessionQueryError(f"session-search {engine} index is closed", "SESSION_QUERY_INDEX_FAILED")
 
 
 def _message(err: BaseException) -> str:
@@ -223,31 +224,32 @@ def _check_config(
     snippet_chars: object,
     read_window_max: object,
     persisted_inspect_concurrency: object,
+    engine: str = "SQLite",
 ) -> _Limits:
     """The original's ``resolveConfig`` checks, in its order, with its messages; the resolved numbers."""
     if not isinstance(path, str) or not path.strip():
-        raise _invalid_config("path must not be blank")
+        raise _invalid_config("path must not be blank", engine)
     if open_at not in OPEN_AT:
-        raise _invalid_config("openAt is not supported")
+        raise _invalid_config("openAt is not supported", engine)
     limits: list[int] = []
     for name, value in (("defaultLimit", default_limit), ("maxLimit", max_limit)):
         number = js_integer(value)
         if number is None or not 1 <= number <= SQLITE_MAX_PAGE_LIMIT:
-            raise _invalid_config(f"{name} must be an integer between 1 and {SQLITE_MAX_PAGE_LIMIT}")
+            raise _invalid_config(f"{name} must be an integer between 1 and {SQLITE_MAX_PAGE_LIMIT}", engine)
         limits.append(number)
     snippet = js_integer(snippet_chars)
     if snippet is None or snippet < 1:
-        raise _invalid_config("snippetChars must be a positive integer")
+        raise _invalid_config("snippetChars must be a positive integer", engine)
     window = js_integer(read_window_max)
     if window is None or window < 0:
-        raise _invalid_config("readWindowMax must be a non-negative integer")
+        raise _invalid_config("readWindowMax must be a non-negative integer", engine)
     concurrency = js_integer(persisted_inspect_concurrency)
     if concurrency is None or not 1 <= concurrency <= MAX_SAFE_INTEGER:
-        raise _invalid_config("persistedInspectConcurrency must be a positive safe integer")
+        raise _invalid_config("persistedInspectConcurrency must be a positive safe integer", engine)
     if limits[0] > limits[1]:
-        raise _invalid_config("defaultLimit must be less than or equal to maxLimit")
+        raise _invalid_config("defaultLimit must be less than or equal to maxLimit", engine)
     if journal_mode not in JOURNAL_MODES:
-        raise _invalid_config("journalMode is not supported")
+        raise _invalid_config("journalMode is not supported", engine)
     return _Limits(limits[0], limits[1], snippet)
 
 
@@ -285,6 +287,8 @@ class SqliteSearch(SessionQuery):
     touches SQLite, while the inherited reads keep working.
     """
 
+    _engine = "SQLite"  # what the config and closed-index messages name (the original's texts say SQLite)
+
     def __init__(
         self,
         coordinator: PersistenceCoordinator | None = None,
@@ -308,6 +312,7 @@ class SqliteSearch(SessionQuery):
             snippet_chars=snippet_chars,
             read_window_max=read_window_max,
             persisted_inspect_concurrency=persisted_inspect_concurrency,
+            engine=self._engine,
         )
         super().__init__(
             coordinator,
@@ -591,14 +596,14 @@ class SqliteSearch(SessionQuery):
 
     def _require(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise _index_closed()
+            raise _index_closed(self._engine)
         return self._conn
 
     def _acquire(self, signal: Signal | None) -> None:
         """Wait for the serializer, still honouring cancellation and close while queued."""
         while True:
             if self._closed:
-                raise _index_closed()
+                raise _index_closed(self._engine)
             _check(signal)
             if self._serial.acquire(timeout=_WAIT_SLICE_S):
                 return
@@ -608,11 +613,11 @@ class SqliteSearch(SessionQuery):
         file that is ours and run the operation once more on the rebuilt (empty) index; any other SQLite
         failure is ``SESSION_QUERY_INDEX_FAILED``."""
         if self._closed:
-            raise _index_closed()
+            raise _index_closed(self._engine)
         self._acquire(signal)
         try:
             if self._closed:
-                raise _index_closed()
+                raise _index_closed(self._engine)
             for attempt in (1, 2):
                 _check(signal)
                 self._ensure_ready()
