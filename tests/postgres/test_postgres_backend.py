@@ -347,6 +347,7 @@ def _advisory_lock_holders(dsn: str) -> int:
     assert row is not None
     return int(row[0])
 
+
 def test_a_lease_whose_connection_is_terminated_ends(pg_backends: Factory, pg_dsn: str) -> None:
     first, second = pg_backends(), pg_backends()
     lease = first.lock_writer({"id": "s"})
@@ -714,6 +715,7 @@ def test_a_batch_that_landed_after_its_deadline_is_not_written_again_by_a_retry_
     finally:
         coordinator.close()
 
+
 def test_a_read_and_an_unleased_write_on_a_stopped_backend_fail_typed_before_the_stall_ends(
     pg_backends: Factory, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -753,32 +755,32 @@ def test_each_end_gives_up_on_a_silent_peer_after_about_twice_the_call_deadline(
         backend._checkin(conn)
 
 
-def test_keepalive_settings_of_the_dsn_win(pg_dsn: str, pg_schema: str) -> None:
-    dsn = conninfo.make_conninfo(pg_dsn, keepalives_idle="77", options="-c tcp_keepalives_idle=99")
-    backend = PostgresBackend(dsn, schema=pg_schema, call_timeout_s=6.0)
+def _lease_keepalive(dsn: str, schema: str) -> dict[str, int]:
+    """The keepalive both ends apply to a writer lease's connection (call deadline 6 s)."""
+    backend = PostgresBackend(dsn, schema=schema, call_timeout_s=6.0)
     lease = backend.lock_writer(header("s"))
     try:
         assert lease.connection is not None
-        seen = keepalive_of(lease.connection)
+        return keepalive_of(lease.connection)
     finally:
         lease.release()
         backend.close()
-    assert seen == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_idle": 99, "client_keepalives_idle": 77}
+
+
+def test_keepalive_settings_of_the_dsn_win(pg_dsn: str, pg_schema: str) -> None:
+    dsn = conninfo.make_conninfo(pg_dsn, keepalives_idle="77", options="-c tcp_keepalives_idle=99")
+    assert _lease_keepalive(dsn, pg_schema) == {
+        **keepalive_for(6, 2, 3, 12_000),
+        "server_keepalives_idle": 99,
+        "client_keepalives_idle": 77,
+    }
 
 
 def test_keepalive_settings_of_pgoptions_win_when_the_dsn_has_no_options(
     pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PGOPTIONS", "-c tcp_keepalives_count=9")
-    backend = PostgresBackend(pg_dsn, schema=pg_schema, call_timeout_s=6.0)
-    lease = backend.lock_writer(header("s"))
-    try:
-        assert lease.connection is not None
-        seen = keepalive_of(lease.connection)
-    finally:
-        lease.release()
-        backend.close()
-    assert seen == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_count": 9}
+    assert _lease_keepalive(pg_dsn, pg_schema) == {**keepalive_for(6, 2, 3, 12_000), "server_keepalives_count": 9}
 
 
 def test_the_client_deadline_option_is_checked(pg_schema: str) -> None:
@@ -977,6 +979,7 @@ def test_a_retry_holding_a_landed_batch_and_later_events_stores_only_the_later_o
     stored = fresh.load_stored("t")
     assert stored is not None and [al.thaw(event) for event in stored.events] == events
 
+
 def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_session(
     pg_backends: Factory, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -986,7 +989,7 @@ def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_
     packed_seq = next(seq for seq, body in stored_rows(pg_dsn, pg_schema, "s") if loads(body)["type"] == "text-chunks")
     _admin(
         pg_dsn,
-        f"UPDATE {pg_schema}.events SET body = convert_to('{{\"type\":\"text-chunks\",\"seq0\":{packed_seq},"
+        f'UPDATE {pg_schema}.events SET body = convert_to(\'{{"type":"text-chunks","seq0":{packed_seq},'
         f"\"time0\":1,\"data\":{{}}}}', 'UTF8') WHERE session_id = 's' AND seq = {packed_seq}",
     )
     with pytest.raises(SessionPersistenceCorruptionError) as caught:
@@ -1125,7 +1128,7 @@ def test_a_row_whose_type_is_not_a_string_is_refused_with_a_typed_error(
     backend.append_batch(header("s"), _chunky_session(1), False)
     _admin(
         pg_dsn,
-        f"UPDATE {pg_schema}.events SET body = convert_to('{{\"type\":{kind},\"seq\":1,\"time\":1,\"data\":{{}}}}', "
+        f'UPDATE {pg_schema}.events SET body = convert_to(\'{{"type":{kind},"seq":1,"time":1,"data":{{}}}}\', '
         f"'UTF8') WHERE session_id = 's' AND seq = 1",
     )
     for compact in (False, True):
