@@ -22,7 +22,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -71,52 +71,108 @@ def server_bindir() -> str | None:
     return bindir if os.path.exists(os.path.join(bindir, "initdb")) else None
 
 
-class PasswordCluster:
+class ClusterToolError(RuntimeError):
+    """A server program (initdb, pg_ctl, psql) of a throwaway cluster failed; the message has its stderr."""
+
+
+class ThrowawayCluster:
+    """A PostgreSQL cluster of this test run: initdb in a temp dir of its own (owned by the ``postgres`` OS
+    user when we are root, as initdb requires), its own port, ``fsync=off``; ``remove()`` stops it and
+    deletes everything, and a failed start leaves nothing behind.
+
+    ``command``: what runs each server program (e.g. ``ip netns exec NS`` before the user switch);
+    ``hba``: lines appended to ``pg_hba.conf`` before the start; ``initdb``: its auth options.
+    """
+
+    def __init__(
+        self,
+        bindir: str,
+        *,
+        prefix: str,
+        initdb: Sequence[str] = ("-A", "trust"),
+        listen: str = "127.0.0.1",
+        port: int | None = None,
+        command: Sequence[str] = (),
+        hba: Sequence[str] = (),
+    ) -> None:
+        self.bindir = bindir
+        self.root = tempfile.mkdtemp(prefix=prefix)
+        self.socket_dir = self.root
+        self.data = os.path.join(self.root, "data")
+        self.listen = listen
+        self._user: list[str] = list(command)
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
+            self._user += ["runuser", "-u", "postgres", "--"]
+        if port is None:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        self.port = port
+        try:
+            self._run("initdb", "-D", self.data, *initdb, "-U", "postgres", "-E", "UTF8", "--no-sync")
+            if hba:
+                with open(os.path.join(self.data, "pg_hba.conf"), "a") as rules:
+                    rules.writelines(f"{line}\n" for line in hba)
+            self.start()
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    def _run(self, tool: str, *args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            [*self._user, os.path.join(self.bindir, tool), *args],
+            capture_output=True, text=True, input=stdin, timeout=300,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ClusterToolError(f"{tool} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.socket_dir} -c listen_addresses={self.listen} -c fsync=off"
+        self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
+
+    def stop(self) -> None:
+        """A fast shutdown, as a server restart does: every connection is ended; returns once it is down."""
+        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+
+    def log(self) -> str:
+        try:
+            with open(os.path.join(self.root, "log"), errors="replace") as log:
+                return log.read()
+        except OSError:
+            return ""
+
+    def remove(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        except ClusterToolError:
+            pass  # never started, or already stopped
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PasswordCluster(ThrowawayCluster):
     """A throwaway cluster that asks for a password over TCP (``scram-sha-256`` for 127.0.0.1, as
     ``pg_createcluster`` sets up) and trusts its Unix socket, which only the ``postgres`` OS user reaches
     here as the cluster's superuser (the stand-in for Debian's ``peer`` rule).
 
     ``role``: a login role (with ``password``) owning a database of the same name, created at start;
     ``None`` leaves the cluster bare (the docs' walkthrough creates them). The socket lives in
-    ``socket_dir``, a directory of its own. As root, everything runs as the ``postgres`` OS user, as
-    initdb requires.
+    ``socket_dir``, a directory of its own.
     """
 
     def __init__(self, bindir: str, *, role: str | None = "agentlog") -> None:
-        self.bindir = bindir
         self.role = role
         self.password = secrets.token_urlsafe(18)
-        self.root = tempfile.mkdtemp(prefix="agentlog-pgpw-")
-        self._user: list[str] = []
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._user = ["runuser", "-u", "postgres", "--"]
-        self.socket_dir = self.root
-        self.data = os.path.join(self.root, "data")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        try:
-            self._run(
-                "initdb", "-D", self.data, "-U", "postgres", "-E", "UTF8", "--no-sync",
-                "--auth-host=scram-sha-256", "--auth-local=trust",
-            )  # fmt: skip
-            options = f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-            self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
-            if role is not None:
+        super().__init__(bindir, prefix="agentlog-pgpw-", initdb=("--auth-host=scram-sha-256", "--auth-local=trust"))
+        if role is not None:
+            try:
                 script = 'CREATE ROLE :"role" LOGIN PASSWORD :\'password\';\nCREATE DATABASE :"role" OWNER :"role";\n'
                 self.psql("-v", f"password={self.password}", "-v", f"role={role}", stdin=script)
-        except BaseException:
-            self.remove()
-            raise
-
-    def _run(self, tool: str, *args: str, stdin: str | None = None) -> str:
-        done = subprocess.run(
-            [*self._user, os.path.join(self.bindir, tool), *args],
-            check=True, capture_output=True, text=True, input=stdin, timeout=300,
-        )  # fmt: skip
-        return done.stdout
+            except BaseException:
+                self.remove()
+                raise
 
     def psql(self, *args: str, stdin: str | None = None) -> str:
         """``psql`` as the superuser over the socket (no password: the local rule trusts it)."""
@@ -128,13 +184,6 @@ class PasswordCluster:
         user = user or self.role or "postgres"
         secret = f":{password}" if password is not None else ""
         return f"postgresql://{user}{secret}@127.0.0.1:{self.port}/{self.role or 'postgres'}"
-
-    def remove(self) -> None:
-        try:
-            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
-        except subprocess.CalledProcessError:
-            pass  # never started, or already stopped
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def keepalive_of(conn: psycopg.Connection[Any]) -> dict[str, int]:

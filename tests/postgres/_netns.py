@@ -16,7 +16,6 @@ Namespaces need root and iproute2; :func:`unavailable` says why they cannot be c
 from __future__ import annotations
 
 import os
-import pwd
 import queue
 import shutil
 import signal
@@ -24,7 +23,8 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+
+from _postgres import ThrowawayCluster
 
 from .conftest import server_bindir
 
@@ -114,49 +114,22 @@ class Lab:
         self._namespaces.clear()
 
 
-class NetnsServer:
+class NetnsServer(ThrowawayCluster):
     """A throwaway PostgreSQL cluster run inside the lab's server namespace (as the ``postgres`` user)."""
 
     def __init__(self, lab: Lab) -> None:
-        self._lab = lab
-        self.bindir = server_bindir()
-        self.root = tempfile.mkdtemp(prefix="agentlog-netns-pg-")
-        owner = pwd.getpwnam("postgres")
-        os.chown(self.root, owner.pw_uid, owner.pw_gid)
-        self.data = os.path.join(self.root, "data")
-        try:
-            self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
-            with open(os.path.join(self.data, "pg_hba.conf"), "a") as hba:
-                hba.write(f"host all all {SUBNET}.0/24 trust\n")
-            options = f"-p {PORT} -k {self.root} -c listen_addresses={SERVER_ADDRESS} -c fsync=off"
-            self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
-        except BaseException:
-            shutil.rmtree(self.root, ignore_errors=True)
-            raise
+        super().__init__(
+            server_bindir(),
+            prefix="agentlog-netns-pg-",
+            listen=SERVER_ADDRESS,
+            port=PORT,
+            command=("ip", "netns", "exec", lab.server_ns),
+            hba=(f"host all all {SUBNET}.0/24 trust",),
+        )
         self.dsn = f"postgresql://postgres@{SERVER_ADDRESS}:{PORT}/postgres"
         """The DSN the hosts use (over the lab's network)."""
         self.local_dsn = f"postgresql://postgres@/postgres?host={self.root}&port={PORT}"
         """The DSN the test process uses (the server's Unix socket: no network, never partitioned)."""
-
-    def _run(self, tool: str, *args: str) -> None:
-        command = ["ip", "netns", "exec", self._lab.server_ns, "runuser", "-u", "postgres", "--"]
-        command += [os.path.join(self.bindir, tool), *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
-
-    def log(self) -> str:
-        try:
-            return Path(self.root, "log").read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def remove(self) -> None:
-        try:
-            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
-        except RuntimeError:
-            pass  # already stopped
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 class Child:

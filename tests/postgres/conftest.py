@@ -9,16 +9,11 @@ reach the server fails (it is never skipped). A test that must really stop and s
 
 from __future__ import annotations
 
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from _postgres import ThrowawayCluster
 from _postgres import server_bindir as find_server_bindir
 from agentlog.persistence.postgres import PostgresBackend
 
@@ -47,7 +42,7 @@ def server_bindir() -> str:
     return found
 
 
-class PrivateServer:
+class PrivateServer(ThrowawayCluster):
     """A throwaway PostgreSQL cluster of this test run (initdb in a temp dir, its own port), which a test
     may stop and start for real: the shared server is never restarted (other test runs use it).
 
@@ -56,40 +51,8 @@ class PrivateServer:
     """
 
     def __init__(self) -> None:
-        self.bindir = server_bindir()
-        self.root = tempfile.mkdtemp(prefix="agentlog-pg-")
-        self._user: list[str] = []
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.root, owner.pw_uid, owner.pw_gid)
-            self._user = ["runuser", "-u", "postgres", "--"]
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.data = os.path.join(self.root, "data")
-        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        super().__init__(server_bindir(), prefix="agentlog-pg-")
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        self.start()
-
-    def _run(self, tool: str, *args: str) -> None:
-        subprocess.run(
-            [*self._user, os.path.join(self.bindir, tool), *args], check=True, capture_output=True, timeout=300
-        )
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"), "-w", "start")
-
-    def stop(self) -> None:
-        """A fast shutdown, as a server restart does: every connection is ended; returns once it is down."""
-        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
-
-    def remove(self) -> None:
-        try:
-            self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
-        except subprocess.CalledProcessError:
-            pass  # already stopped
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
