@@ -347,6 +347,7 @@ def _advisory_lock_holders(dsn: str) -> int:
     assert row is not None
     return int(row[0])
 
+
 def test_a_lease_whose_connection_is_terminated_ends(pg_backends: Factory, pg_dsn: str) -> None:
     first, second = pg_backends(), pg_backends()
     lease = first.lock_writer({"id": "s"})
@@ -714,6 +715,7 @@ def test_a_batch_that_landed_after_its_deadline_is_not_written_again_by_a_retry_
     finally:
         coordinator.close()
 
+
 def test_a_read_and_an_unleased_write_on_a_stopped_backend_fail_typed_before_the_stall_ends(
     pg_backends: Factory, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -931,6 +933,7 @@ def test_a_retry_holding_a_landed_batch_and_later_events_stores_only_the_later_o
     stored = fresh.load_stored("t")
     assert stored is not None and [al.thaw(event) for event in stored.events] == events
 
+
 def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_session(
     pg_backends: Factory, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -940,7 +943,7 @@ def test_a_damaged_packed_row_is_corruption_at_its_seq_never_a_silently_shorter_
     packed_seq = next(seq for seq, body in stored_rows(pg_dsn, pg_schema, "s") if loads(body)["type"] == "text-chunks")
     _admin(
         pg_dsn,
-        f"UPDATE {pg_schema}.events SET body = convert_to('{{\"type\":\"text-chunks\",\"seq0\":{packed_seq},"
+        f'UPDATE {pg_schema}.events SET body = convert_to(\'{{"type":"text-chunks","seq0":{packed_seq},'
         f"\"time0\":1,\"data\":{{}}}}', 'UTF8') WHERE session_id = 's' AND seq = {packed_seq}",
     )
     with pytest.raises(SessionPersistenceCorruptionError) as caught:
@@ -1079,7 +1082,7 @@ def test_a_row_whose_type_is_not_a_string_is_refused_with_a_typed_error(
     backend.append_batch(header("s"), _chunky_session(1), False)
     _admin(
         pg_dsn,
-        f"UPDATE {pg_schema}.events SET body = convert_to('{{\"type\":{kind},\"seq\":1,\"time\":1,\"data\":{{}}}}', "
+        f'UPDATE {pg_schema}.events SET body = convert_to(\'{{"type":{kind},"seq":1,"time":1,"data":{{}}}}\', '
         f"'UTF8') WHERE session_id = 's' AND seq = 1",
     )
     for compact in (False, True):
@@ -1091,3 +1094,47 @@ def test_a_row_whose_type_is_not_a_string_is_refused_with_a_typed_error(
                 coordinator.inspect("s")
         assert caught.value.code == "SESSION_FORMAT_UNSUPPORTED", caught.value
         coordinator.close()
+
+
+def _damage(schema: str, rows: list[tuple[int, bytes]], how: str) -> tuple[str, int, str]:
+    """One damaged plain row of session ``s``: → (the statement, the seq reported, what the report says)."""
+    seq = [seq for seq, body in rows if loads(body)["type"] != "text-chunks"][-4]  # a plain row mid-log
+    last = rows[-1][0]
+    events = f"{schema}.events"
+    where = f"WHERE session_id = 's' AND seq = {seq}"
+    if how == "gap":
+        return f"DELETE FROM {events} {where}", seq, f"seq {seq} is missing; the next row is seq {seq + 1}"
+    if how == "renumbered":  # the last row moved on, its body unchanged: the bodies alone still count on
+        statement = f"UPDATE {events} SET seq = seq + 5 WHERE session_id = 's' AND seq = {last}"
+        return statement, last, f"seq {last} is missing; the next row is seq {last + 5}"
+    if how == "unparsable":
+        return f"UPDATE {events} SET body = '{{'::bytea {where}", seq, "unparsable JSON"
+    if how == "other-seq":  # the next event's body: contiguous bodies are not enough, each must be its row's
+        body = dumps(ev(seq + 1)).decode()
+        statement = f"UPDATE {events} SET body = convert_to('{body}', 'UTF8') {where}"
+        return statement, seq, "the row's JSON is not the event of its seq"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["gap", "renumbered", "unparsable", "other-seq"])
+def test_a_damaged_plain_row_is_reported_at_its_seq_by_compact_and_expanded_reads_alike(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str, how: str
+) -> None:
+    """Cold loads take plain rows in bulk; a damaged one still ends the valid prefix exactly where it is."""
+    from agentlog.kernel.packedrun import compact_chunk_runs, expand_items
+
+    backend = pg_backends()
+    events = _chunky_session(3)
+    backend.append_batch(header("s"), events, False)
+    statement, seq, why = _damage(pg_schema, stored_rows(pg_dsn, pg_schema, "s"), how)
+    _admin(pg_dsn, statement)
+    expanded = backend.read_prefix("s")
+    with compact_chunk_runs():
+        compact = backend.read_prefix("s")
+    for partial in (expanded, compact):
+        assert partial is not None and partial.damage is not None
+        assert f"at seq {seq} (" in str(partial.damage) and why in str(partial.damage)
+        assert [al.thaw(event) for event in expand_items(partial.events)] == events[:seq]
+    with pytest.raises(SessionPersistenceCorruptionError, match=f"at seq {seq} "):
+        with compact_chunk_runs():
+            backend.load_stored("s")
