@@ -49,15 +49,12 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from itertools import islice
 from typing import Any, Final
 
-import orjson
 import psycopg
 from psycopg import conninfo, pq
 from psycopg.abc import PQGen
 
-from ... import _accel
 from ...errors import (
     ChunkRowError,
     DatabaseSchemaError,
@@ -227,51 +224,6 @@ def _storage_rows(events: Sequence[WireEvent]) -> tuple[list[int], list[bytes]]:
             data: Any = record["data"]
             index += len(data["texts"] if "texts" in data else data["args"])
     return seqs, bodies
-
-
-_take_plain: Any = _accel.take_plain_events
-_parse_body: Final = orjson.loads
-
-
-def _take_rows(rows: list[Any], events: list[Any], compact: bool) -> tuple[int, int]:
-    """A whole read's leading rows that need no question asked, in bulk: ``(rows taken, next seq)``.
-
-    The per-row loop of ``_read_paused`` costs about a microsecond a row; a cold load reads every row
-    of the session, so the plain events go through the C loop the JSONL scanner uses, and packed rows
-    of a compact read are decoded here. At the first row this does not take for sure (it failed to
-    parse, it is not the event of its seq, a packed row it does not decode), the per-row loop resumes
-    there and judges it with every rule it has, so the valid prefix and the report are the same.
-    """
-    try:
-        values = list(map(_parse_body, [body for _, body in rows]))
-    except Exception:  # a row orjson refuses: the per-row loop reports it (or parses it deeper)
-        return 0, 0
-    count = len(rows)
-    index = expected = 0
-    while index < count:
-        stop, after = _take_plain(values, index, expected, events, CHUNK_ROW_TAGS)
-        # Bodies contiguous from ``expected``; the rows' own seqs, unique and ordered, are the same
-        # numbers exactly when the first and the last of the stretch are.
-        if stop > index and (rows[index][0] != expected or rows[stop - 1][0] != after - 1):
-            del events[len(events) - (stop - index) :]
-            return index, expected
-        index, expected = stop, after
-        if index == count or not compact or rows[index][0] != expected:
-            return index, expected
-        value = values[index]
-        tag = value.get("type") if type(value) is dict else None
-        if tag.__class__ is not str or tag not in CHUNK_ROW_TAGS:  # (an unhashable type is no tag either)
-            return index, expected
-        try:
-            run = decode_storage_run(value)
-        except ChunkRowError:
-            return index, expected
-        if run is None or run.seq0 != expected:
-            return index, expected
-        events.append(run)
-        expected += run.n
-        index += 1
-    return index, expected
 
 
 class _AdvisoryLease:
@@ -707,10 +659,7 @@ class PostgresBackend:
         compact = from_seq == 0 and compact_runs_requested()
         # A suffix read starts at the row holding from_seq, which may be a packed run that began earlier.
         expected = rows[0][0] if from_seq and rows and rows[0][0] < from_seq else from_seq
-        taken = 0
-        if not from_seq and _take_plain is not None:
-            taken, expected = _take_rows(rows, events, compact)
-        for seq, body in islice(rows, taken, None):
+        for seq, body in rows:
             if seq != expected:
                 damage = self._corrupt(session_id, expected, f"seq {expected} is missing; the next row is seq {seq}")
                 break
