@@ -1,7 +1,7 @@
 """The one place that loads the optional C accelerator (``agentlog/_speedups.c``) and says which build it is.
 
-Every accelerated module (the JSON gate, the session's restore, the chunk-row codec, the JSONL scanner, the
-SQLite codec) binds its C functions from here at import time, so a hot path calls the C function directly,
+Every accelerated module (the JSON gate, the session's restore, the chunk-row codec and packer, the JSONL
+scanner, the SQLite codec) binds its C functions from here at import time, so a hot path calls the C function directly,
 with no indirection. A function is ``None`` when there is no accelerator, and the caller then runs its
 pure-Python path, which gives the same results:
 
@@ -37,6 +37,7 @@ __all__ = [
     "freeze_owned_tree",
     "group_raw_chunks",
     "lines_are_single_values",
+    "pack_chunk_runs",
     "restore_events",
     "seal",
     "snapshot",
@@ -46,7 +47,7 @@ __all__ = [
     "wall_clock_ms",
 ]
 
-EXPECTED_VERSION: Final = 1
+EXPECTED_VERSION: Final = 2
 """The ``SPEEDUPS_VERSION`` of ``_speedups.c`` that this Python source was written against."""
 
 
@@ -111,3 +112,5 @@ take_plain_events: Final[_Fn | None] = _c.take_plain_events if ACCELERATED else 
 """Append the plain, contiguous parsed events from a start index; return ``(stop, next seq)``."""
 lines_are_single_values: Final[Callable[[Any], bool] | None] = _c.lines_are_single_values if ACCELERATED else None
 """Whether every line is lexically exactly one JSON object or array."""
+pack_chunk_runs: Final[Callable[[Any], list[Any]] | None] = _c.pack_chunk_runs if ACCELERATED else None
+"""One batch in storage form, every run of ``MIN_RUN``+ consecutive same-block deltas packed into a row."""

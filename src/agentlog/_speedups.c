@@ -21,7 +21,7 @@
 
 #define MAX_DEPTH 48
 /* Bump with any change to a function's signature or behaviour; agentlog/_accel.py expects this value. */
-#define SPEEDUPS_VERSION 1
+#define SPEEDUPS_VERSION 2
 #define MAX_SAFE 9007199254740991LL
 
 static PyTypeObject *frozen_dict_type = NULL;
@@ -1514,6 +1514,438 @@ take_plain_events(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     return Py_BuildValue("(nL)", i, n);
 }
 
+/* pack_chunk_runs(events) -> list
+ *
+ * chunkrows._py_pack_chunk_runs in C, with the same result for every input: the same rows (plain dicts,
+ * same key order, the first member's own seq/time/turn/step/index objects), the very same objects for
+ * everything stored verbatim, and the same exceptions. To keep that promise it does exactly the Python
+ * twin's operations in the same order: a container that is neither an exact dict nor one of the
+ * configured agentlog dict types (which override neither `get` nor `__len__`) is read through its own
+ * `isinstance`, `len` and `.get`, and every comparison the twin makes with `==`/`!=` on a value of
+ * unknown type is made with PyObject_RichCompareBool, so a value's own `__eq__` runs (and may raise)
+ * as it does in Python. Only values whose type is exactly int, float or str are compared directly. */
+
+#define PACK_MIN_RUN 3 /* chunkrows.MIN_RUN; the property test in test_chunk_rows.py holds the two equal */
+
+static PyObject *s_get; /* "get", interned */
+
+typedef struct {
+    PyObject *kind;                                      /* interned delta constant, borrowed */
+    PyObject *seq, *time, *turn, *step, *index, *id, *name, *payload; /* strong; id/name NULL when absent */
+    long long seq_v, time_v;
+} pack_delta_t;
+
+static void
+pack_delta_clear(pack_delta_t *d)
+{
+    Py_CLEAR(d->seq);
+    Py_CLEAR(d->time);
+    Py_CLEAR(d->turn);
+    Py_CLEAR(d->step);
+    Py_CLEAR(d->index);
+    Py_CLEAR(d->id);
+    Py_CLEAR(d->name);
+    Py_CLEAR(d->payload);
+}
+
+static int
+pack_trusted(PyObject *d)
+{
+    return PyDict_CheckExact(d) || type_in(Py_TYPE(d), dict_types);
+}
+
+/* isinstance(o, dict): 1, 0, or -1 with an error set. */
+static int
+pack_is_dict(PyObject *o)
+{
+    if (PyDict_Check(o)) {
+        return 1;
+    }
+    if (PyLong_CheckExact(o) || PyUnicode_CheckExact(o) || PyFloat_CheckExact(o) || PyList_CheckExact(o) ||
+        o == Py_None || PyBool_Check(o) || PyTuple_CheckExact(o)) {
+        return 0;
+    }
+    return PyObject_IsInstance(o, (PyObject *)&PyDict_Type);
+}
+
+/* d.get(key): a new reference (None when missing), or NULL with an error set. */
+static PyObject *
+pack_get(PyObject *d, PyObject *key)
+{
+    if (pack_trusted(d)) {
+        PyObject *v = PyDict_GetItemWithError(d, key);
+        if (v == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        Py_INCREF(v);
+        return v;
+    }
+    return PyObject_CallMethodOneArg(d, s_get, key);
+}
+
+static Py_ssize_t
+pack_len(PyObject *d)
+{
+    return pack_trusted(d) ? PyDict_GET_SIZE(d) : PyObject_Size(d);
+}
+
+/* chunkrows._is_number: an exact int, or an exact finite float. */
+static int
+pack_is_number(PyObject *v)
+{
+    return PyLong_CheckExact(v) || (PyFloat_CheckExact(v) && isfinite(PyFloat_AS_DOUBLE(v)));
+}
+
+/* chunkrows._same_number on two whitelisted numbers (identity included). */
+static int
+pack_same_number(PyObject *a, PyObject *b)
+{
+    if (a == b) {
+        return 1;
+    }
+    if (Py_TYPE(a) != Py_TYPE(b)) {
+        return 0;
+    }
+    if (PyLong_CheckExact(a)) {
+        return PyObject_RichCompareBool(a, b, Py_EQ); /* exact ints: cannot fail */
+    }
+    double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+    return x == y && (signbit(x) != 0) == (signbit(y) != 0);
+}
+
+/* An exact int within [lo, hi] (chunkrows' seq/time checks). */
+static int
+pack_int_in(PyObject *v, long long lo, long long hi, long long *out)
+{
+    if (!PyLong_CheckExact(v)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || x < lo || x > hi) {
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* chunkrows._classify: 1 with `d` filled (strong references), 0 for "store verbatim", -1 on error. */
+static int
+pack_classify(PyObject *event, pack_delta_t *d)
+{
+    PyObject *tag = NULL, *data = NULL, *chunk = NULL, *kind = NULL, *text = NULL;
+    int rc = pack_is_dict(event);
+    if (rc <= 0) {
+        return rc;
+    }
+    Py_ssize_t size = pack_len(event);
+    if (size < 0) {
+        return -1;
+    }
+    if (size != 4) {
+        return 0;
+    }
+    tag = pack_get(event, k_type);
+    if (tag == NULL) {
+        return -1;
+    }
+    rc = PyObject_RichCompareBool(tag, v_chunk_type, Py_NE);
+    Py_DECREF(tag);
+    if (rc != 0) {
+        return rc < 0 ? -1 : 0;
+    }
+    d->seq = pack_get(event, k_seq);
+    if (d->seq == NULL) {
+        goto error;
+    }
+    d->time = pack_get(event, k_time);
+    if (d->time == NULL) {
+        goto error;
+    }
+    data = pack_get(event, k_data);
+    if (data == NULL) {
+        goto error;
+    }
+    if (!pack_int_in(d->seq, 0, MAX_SAFE, &d->seq_v) || !pack_int_in(d->time, -MAX_SAFE, MAX_SAFE, &d->time_v)) {
+        goto no;
+    }
+    rc = pack_is_dict(data);
+    if (rc <= 0) {
+        goto fail_or_no;
+    }
+    size = pack_len(data);
+    if (size < 0) {
+        goto error;
+    }
+    if (size != 3) {
+        goto no;
+    }
+    if ((d->turn = pack_get(data, k_turn)) == NULL || (d->step = pack_get(data, k_step)) == NULL ||
+        (chunk = pack_get(data, k_chunk)) == NULL) {
+        goto error;
+    }
+    if (!pack_is_number(d->turn) || !pack_is_number(d->step)) {
+        goto no;
+    }
+    rc = pack_is_dict(chunk);
+    if (rc <= 0) {
+        goto fail_or_no;
+    }
+    if ((d->index = pack_get(chunk, k_index)) == NULL) {
+        goto error;
+    }
+    if (!pack_is_number(d->index)) {
+        goto no;
+    }
+    if ((kind = pack_get(chunk, k_type)) == NULL) {
+        goto error;
+    }
+    size = pack_len(chunk);
+    if (size < 0) {
+        goto error;
+    }
+    rc = PyObject_RichCompareBool(kind, v_text_delta, Py_EQ);
+    if (rc == 0) {
+        rc = PyObject_RichCompareBool(kind, v_reasoning_delta, Py_EQ);
+    }
+    if (rc < 0) {
+        goto error;
+    }
+    if (rc) {
+        if ((text = pack_get(chunk, k_text)) == NULL) {
+            goto error;
+        }
+        if (size != 3 || !PyUnicode_CheckExact(text)) {
+            goto no;
+        }
+        /* `_TEXT_DELTA if kind == _TEXT_DELTA else _REASONING_DELTA`: the twin compares again. */
+        rc = PyObject_RichCompareBool(kind, v_text_delta, Py_EQ);
+        if (rc < 0) {
+            goto error;
+        }
+        d->kind = rc ? v_text_delta : v_reasoning_delta;
+        d->payload = text;
+        text = NULL;
+        goto yes;
+    }
+    rc = PyObject_RichCompareBool(kind, v_tool_delta, Py_EQ);
+    if (rc <= 0) {
+        goto fail_or_no;
+    }
+    if ((d->id = pack_get(chunk, k_id)) == NULL || (d->payload = pack_get(chunk, k_arguments_delta)) == NULL) {
+        goto error;
+    }
+    if (!PyUnicode_CheckExact(d->id) || !PyUnicode_CheckExact(d->payload)) {
+        goto no;
+    }
+    if (size == 5) {
+        if ((d->name = pack_get(chunk, k_name)) == NULL) {
+            goto error;
+        }
+        if (!PyUnicode_CheckExact(d->name)) {
+            goto no;
+        }
+    }
+    else if (size != 4) {
+        goto no;
+    }
+    d->kind = v_tool_delta;
+yes:
+    Py_DECREF(data);
+    Py_DECREF(chunk);
+    Py_DECREF(kind);
+    return 1;
+fail_or_no:
+    if (rc < 0) {
+        goto error;
+    }
+no:
+    Py_XDECREF(data);
+    Py_XDECREF(chunk);
+    Py_XDECREF(kind);
+    Py_XDECREF(text);
+    pack_delta_clear(d);
+    return 0;
+error:
+    Py_XDECREF(data);
+    Py_XDECREF(chunk);
+    Py_XDECREF(kind);
+    Py_XDECREF(text);
+    pack_delta_clear(d);
+    return -1;
+}
+
+/* 1 when `m` extends the run whose first member is `first` (the twin's condition, same order). */
+static int
+pack_continues(const pack_delta_t *first, long long last_seq, long long last_time, const pack_delta_t *m)
+{
+    long long gap = m->time_v - last_time;
+    if (m->kind != first->kind || m->seq_v != last_seq + 1 || gap < -MAX_SAFE || gap > MAX_SAFE) {
+        return 0;
+    }
+    if (!pack_same_number(m->turn, first->turn) || !pack_same_number(m->step, first->step) ||
+        !pack_same_number(m->index, first->index)) {
+        return 0;
+    }
+    /* Same kind, so both ids are NULL (text) or both exact str; a name is NULL (absent) or an exact str. */
+    if (m->id != NULL && PyUnicode_Compare(m->id, first->id) != 0) {
+        return 0;
+    }
+    if ((m->name == NULL) != (first->name == NULL)) {
+        return 0;
+    }
+    return m->name == NULL || PyUnicode_Compare(m->name, first->name) == 0;
+}
+
+/* chunkrows._emit: the run as one row when it has PACK_MIN_RUN members, else its events verbatim. */
+static int
+pack_emit(PyObject *out, PyObject *run, const pack_delta_t *first, PyObject *dt, PyObject *payloads)
+{
+    Py_ssize_t n = PyList_GET_SIZE(run);
+    if (n < PACK_MIN_RUN) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (PyList_Append(out, PyList_GET_ITEM(run, i)) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    PyObject *data = PyDict_New(), *row = NULL;
+    if (data == NULL) {
+        return -1;
+    }
+    PyObject *tag = first->kind == v_tool_delta ? v_tool_row : (first->kind == v_text_delta ? v_text_row : v_reasoning_row);
+    if (PyDict_SetItem(data, k_turn, first->turn) < 0 || PyDict_SetItem(data, k_step, first->step) < 0 ||
+        PyDict_SetItem(data, k_index, first->index) < 0 || PyDict_SetItem(data, k_dt, dt) < 0) {
+        goto error;
+    }
+    if (first->kind == v_tool_delta) {
+        if (PyDict_SetItem(data, k_id, first->id) < 0 ||
+            (first->name != NULL && PyDict_SetItem(data, k_name, first->name) < 0) ||
+            PyDict_SetItem(data, k_args, payloads) < 0) {
+            goto error;
+        }
+    }
+    else if (PyDict_SetItem(data, k_texts, payloads) < 0) {
+        goto error;
+    }
+    row = PyDict_New();
+    if (row == NULL || PyDict_SetItem(row, k_type, tag) < 0 || PyDict_SetItem(row, k_seq0, first->seq) < 0 ||
+        PyDict_SetItem(row, k_time0, first->time) < 0 || PyDict_SetItem(row, k_data, data) < 0 ||
+        PyList_Append(out, row) < 0) {
+        goto error;
+    }
+    Py_DECREF(row);
+    Py_DECREF(data);
+    return 0;
+error:
+    Py_XDECREF(row);
+    Py_DECREF(data);
+    return -1;
+}
+
+static PyObject *
+pack_chunk_runs(PyObject *module, PyObject *events)
+{
+    PyObject *it = PyObject_GetIter(events);
+    if (it == NULL) {
+        return NULL;
+    }
+    PyObject *out = PyList_New(0), *run = NULL, *dt = NULL, *payloads = NULL, *event;
+    pack_delta_t first = {0}, m = {0};
+    int have_first = 0;
+    long long last_seq = 0, last_time = 0;
+    if (out == NULL) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    while ((event = PyIter_Next(it)) != NULL) {
+        int rc = pack_classify(event, &m);
+        if (rc < 0) {
+            Py_DECREF(event);
+            goto error;
+        }
+        if (rc == 0) {
+            if (have_first) {
+                if (pack_emit(out, run, &first, dt, payloads) < 0) {
+                    Py_DECREF(event);
+                    goto error;
+                }
+                have_first = 0;
+                pack_delta_clear(&first);
+            }
+            rc = PyList_Append(out, event);
+            Py_DECREF(event);
+            if (rc < 0) {
+                goto error;
+            }
+            continue;
+        }
+        if (have_first) {
+            if (pack_continues(&first, last_seq, last_time, &m)) {
+                PyObject *gap = PyLong_FromLongLong(m.time_v - last_time);
+                if (gap == NULL || PyList_Append(run, event) < 0 || PyList_Append(dt, gap) < 0 ||
+                    PyList_Append(payloads, m.payload) < 0) {
+                    Py_XDECREF(gap);
+                    Py_DECREF(event);
+                    pack_delta_clear(&m);
+                    goto error;
+                }
+                Py_DECREF(gap);
+                Py_DECREF(event);
+                last_seq = m.seq_v;
+                last_time = m.time_v;
+                pack_delta_clear(&m);
+                continue;
+            }
+            if (pack_emit(out, run, &first, dt, payloads) < 0) {
+                Py_DECREF(event);
+                pack_delta_clear(&m);
+                goto error;
+            }
+            pack_delta_clear(&first);
+        }
+        first = m;
+        memset(&m, 0, sizeof m);
+        have_first = 1;
+        Py_XSETREF(run, PyList_New(1));
+        Py_XSETREF(dt, PyList_New(0));
+        Py_XSETREF(payloads, PyList_New(1));
+        if (run == NULL || dt == NULL || payloads == NULL) {
+            Py_DECREF(event);
+            goto error;
+        }
+        PyList_SET_ITEM(run, 0, event); /* steals the iterator's reference */
+        Py_INCREF(first.payload);
+        PyList_SET_ITEM(payloads, 0, first.payload);
+        last_seq = first.seq_v;
+        last_time = first.time_v;
+    }
+    if (PyErr_Occurred()) {
+        goto error;
+    }
+    if (have_first && pack_emit(out, run, &first, dt, payloads) < 0) {
+        goto error;
+    }
+    pack_delta_clear(&first);
+    Py_XDECREF(run);
+    Py_XDECREF(dt);
+    Py_XDECREF(payloads);
+    Py_DECREF(it);
+    return out;
+error:
+    pack_delta_clear(&first);
+    Py_XDECREF(run);
+    Py_XDECREF(dt);
+    Py_XDECREF(payloads);
+    Py_DECREF(it);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -1532,6 +1964,8 @@ static PyMethodDef methods[] = {
      "Expand a validated packed chunk row into frozen, untracked events."},
     {"group_raw_chunks", (PyCFunction)(void (*)(void))group_raw_chunks, METH_FASTCALL,
      "Raw chunk events of exactly a packed run's members' shape grouped into runs, or None."},
+    {"pack_chunk_runs", (PyCFunction)pack_chunk_runs, METH_O,
+     "One batch in storage form: every run of MIN_RUN+ consecutive same-block deltas packed into a row."},
     {"take_plain_events", (PyCFunction)(void (*)(void))take_plain_events, METH_FASTCALL,
      "Append the plain, contiguous parsed events from a start index; return (stop, next seq)."},
     {"lines_are_single_values", (PyCFunction)lines_are_single_values, METH_O,
@@ -1571,6 +2005,10 @@ PyInit__speedups(void)
     k_name = PyUnicode_InternFromString("name");
     k_arguments_delta = PyUnicode_InternFromString("argumentsDelta");
     v_chunk_type = PyUnicode_InternFromString("assistant/chunk");
+    s_get = PyUnicode_InternFromString("get");
+    if (s_get == NULL) {
+        return NULL;
+    }
     k_seq0 = PyUnicode_InternFromString("seq0");
     k_time0 = PyUnicode_InternFromString("time0");
     k_dt = PyUnicode_InternFromString("dt");

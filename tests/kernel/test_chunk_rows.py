@@ -8,6 +8,7 @@ decisions this Python port had to make where JS and Python numbers differ.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -16,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.errors import ChunkRowError
+from agentlog.kernel import chunkrows
 from agentlog.kernel.chunkrows import MIN_RUN, decode_storage_record, pack_chunk_runs
+from agentlog.kernel.jsonvalue import FrozenDict
 
 MAX_SAFE = 2**53 - 1
 
@@ -684,3 +687,230 @@ def test_chunk_rows__every_backend_and_the_c_accelerator_read_the_same_row_tags(
     speedups = pytest.importorskip("agentlog._speedups")  # (built even when AGENTLOG_PURE_PYTHON=1 skips it)
     assert frozenset(speedups.CHUNK_ROW_TAGS) == chunkrows.CHUNK_ROW_TAGS
     assert len(speedups.CHUNK_ROW_TAGS) == len(chunkrows.CHUNK_ROW_TAGS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The C packer and its pure-Python twin
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _StrSub(str):
+    """A str subclass: equal to the tags, but never an exact str where the packer requires one."""
+
+
+class _IntSub(int):
+    """An int subclass: a number to ``==`` but not to the packer's exact-type whitelist."""
+
+
+class _RaisingEq:
+    """A value whose comparison raises: both packers must raise the same error at the same point."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("compared a _RaisingEq")
+
+    def __ne__(self, other: object) -> bool:
+        raise ValueError("compared a _RaisingEq with !=")
+
+
+class _EqualsAll:
+    """A value equal to everything: compares as whatever tag or kind it is tested against."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+class _LyingGetDict(dict[str, Any]):
+    """A dict subclass whose ``get`` disagrees with its items: the packer must read what ``get`` says."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        if key in ("text", "argumentsDelta"):
+            return "lied"
+        if key == "seq" and "seq" in self:
+            return dict.get(self, "seq", default) + 1
+        return dict.get(self, key, default)
+
+
+class _LyingLenDict(dict[str, Any]):
+    """A dict subclass whose ``len`` is whatever the packer wants to hear."""
+
+    def __len__(self) -> int:
+        return {"seq": 4, "turn": 3, "index": 3}.get(next(iter(dict.keys(self)), ""), 3) if self else 0
+
+
+class _PosingDict:
+    """Not a dict, but ``isinstance(x, dict)`` says it is (its ``__class__`` says so); reads go to ``inner``."""
+
+    def __init__(self, inner: dict[str, Any]) -> None:
+        self.inner = inner
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return dict
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.inner.get(key, default)
+
+
+_ODD_VALUES: list[Any] = [
+    None, True, False, 0, 1, -1, 1.0, -0.0, 0.0, float("nan"), float("inf"), MAX_SAFE, MAX_SAFE + 1, -MAX_SAFE,
+    -MAX_SAFE - 1, 2**64, "x", "", "text-delta", "reasoning-delta", "tool-call-delta", "assistant/chunk",
+    _StrSub("text-delta"), _StrSub("assistant/chunk"), _StrSub("tool-call-delta"), _IntSub(1), [], {},
+    _RaisingEq(), _EqualsAll(),
+]  # fmt: skip
+_DELETE = object()
+_PATHS: list[tuple[str, ...]] = [
+    ("type",), ("seq",), ("time",), ("data",), ("extra",), ("data", "turn"), ("data", "step"), ("data", "chunk"),
+    ("data", "extra"), ("data", "chunk", "type"), ("data", "chunk", "index"), ("data", "chunk", "text"),
+    ("data", "chunk", "id"), ("data", "chunk", "name"), ("data", "chunk", "argumentsDelta"),
+    ("data", "chunk", "extra"),
+]  # fmt: skip
+_WRAPPERS: list[Any] = [FrozenDict, _LyingGetDict, _LyingLenDict, _PosingDict, MappingProxyType]
+# An edit puts one value into a stretch of consecutive events, so odd values also form (or break) runs.
+_edits = st.lists(
+    st.tuples(st.integers(0, 40), st.integers(1, 5), st.sampled_from(_PATHS), st.sampled_from([*_ODD_VALUES, _DELETE])),
+    max_size=4,
+)
+_wraps = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2), st.sampled_from(_WRAPPERS)), max_size=3)
+_replacements = st.lists(
+    st.tuples(st.integers(0, 40), st.sampled_from([None, 5, "x", [], _RaisingEq(), _PosingDict({})])), max_size=2
+)
+
+
+# Runs whose members differ only in how a number is spelled or typed (1 vs 1.0 vs True, 0.0 vs -0.0), or
+# carry numbers no row may hold (inf, nan, an int subclass, a seq past the safe range).
+_NUMBERS: list[Any] = [1, 1.0, 0.0, -0.0, True, float("inf"), float("nan"), _IntSub(1)]
+_number_stretches = st.tuples(
+    st.sampled_from(["text-delta", "reasoning-delta", "tool-call-delta"]),
+    st.sampled_from(["turn", "step", "index"]),  # the one field that takes each stretch's number
+    st.lists(
+        st.tuples(
+            st.sampled_from(_NUMBERS),
+            st.sampled_from([1, 1, 1, 0, 2, MAX_SAFE, 1.0, True]),  # seq step from the previous member
+            st.integers(1, 4),  # members sharing the number
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+
+
+def _number_batch(drawn: tuple[str, str, list[tuple[Any, Any, int]]]) -> list[Any]:
+    kind, field, stretches = drawn
+    batch: list[Any] = []
+    seq: Any = 0
+    for number, advance, count in stretches:
+        for _ in range(count):
+            k = len(batch)
+            seq = seq + advance if k else 0
+            fields = {"turn": 1, "step": 1, "index": 1, field: number}
+            chunk: dict[str, Any] = {"type": kind, "index": fields["index"]}
+            if kind == "tool-call-delta":
+                chunk.update(id="c1", argumentsDelta=f"a{k}")
+            else:
+                chunk["text"] = f"t{k}"
+            batch.append(chunk_event(seq, 1000 + k, chunk, fields["turn"], fields["step"]))
+    return batch
+
+
+def _edited_batch(events: list[Any], edits: Any, wraps: Any, replacements: Any) -> list[Any]:
+    """``events`` with odd leaves, odd containers and odd events put in, as a caller might pass them."""
+    for where, span, path, value in edits:
+        for event in events[where % max(len(events), 1) :][:span]:
+            node = event
+            for key in path[:-1]:
+                node = node.get(key) if type(node) is dict else None
+            if type(node) is dict:
+                if value is _DELETE:
+                    node.pop(path[-1], None)
+                else:
+                    node[path[-1]] = value
+    for where, depth, wrapper in sorted(wraps, key=lambda wrap: -wrap[1]):  # innermost first
+        if not events:
+            break
+        k = where % len(events)
+        if depth == 0:
+            events[k] = wrapper(events[k]) if type(events[k]) is dict else events[k]
+            continue
+        parent = events[k] if type(events[k]) is dict else None
+        if parent is not None and depth == 2:
+            parent = parent.get("data") if type(parent.get("data")) is dict else None
+        key = "data" if depth == 1 else "chunk"
+        if parent is not None and type(parent.get(key)) is dict:  # each container wrapped once
+            parent[key] = wrapper(parent[key])
+    for where, value in replacements:
+        if events:
+            events[where % len(events)] = value
+    return events
+
+
+def _same_output(expected: list[Any], got: list[Any], events: list[Any]) -> None:
+    """The same records: verbatim events as the very same objects, rows equal in types, order and values,
+    each row value the same object the Python twin took from the first member (``dt`` gaps are new ints)."""
+    assert len(got) == len(expected)
+    for want, have in zip(expected, got, strict=True):
+        if any(want is event for event in events):
+            assert have is want
+            continue
+        assert type(have) is dict and list(have) == list(want)
+        assert type(have["type"]) is str and have["type"] == want["type"]  # (the tag: each side's constant)
+        assert have["seq0"] is want["seq0"] and have["time0"] is want["time0"]
+        data, wanted = have["data"], want["data"]
+        assert type(data) is dict and list(data) == list(wanted)
+        for key, value in wanted.items():
+            if key == "dt":
+                assert type(data[key]) is list and [*map(type, data[key])] == [*map(type, value)]
+                assert data[key] == value
+            elif key in ("texts", "args"):
+                assert type(data[key]) is list and len(data[key]) == len(value)
+                assert all(a is b for a, b in zip(data[key], value, strict=True))
+            else:
+                assert data[key] is value
+
+
+def _outcome(pack: Any, events: list[Any], as_iterator: bool) -> tuple[str, Any]:
+    try:
+        return "ok", pack(iter(events) if as_iterator else list(events))
+    except Exception as err:  # the error itself is the result under test
+        return "error", (type(err), str(err))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_batches, _number_stretches.map(_number_batch)), _edits, _wraps, _replacements, st.booleans())
+def test_chunk_rows__c_packer_gives_exactly_the_pure_python_result_on_any_input(
+    batch: list[Event], edits: Any, wraps: Any, replacements: Any, as_iterator: bool
+) -> None:
+    """Same rows, same verbatim objects, same errors — odd values, dict subclasses, impostors and iterators
+    included. Runs in both CI passes: the compiled module is imported directly, so with
+    ``AGENTLOG_PURE_PYTHON=1`` (nothing configured) it takes its generic path for the agentlog dict types."""
+    speedups = pytest.importorskip("agentlog._speedups")  # (built even when AGENTLOG_PURE_PYTHON=1 skips it)
+    events = _edited_batch(batch, edits, wraps, replacements)
+    expected = _outcome(chunkrows._py_pack_chunk_runs, events, as_iterator)
+    got = _outcome(speedups.pack_chunk_runs, events, as_iterator)
+    assert got[0] == expected[0]
+    if expected[0] == "error":
+        assert got[1] == expected[1]
+    else:
+        _same_output(expected[1], got[1], events)
+
+
+def test_chunk_rows__c_packer_refuses_what_the_python_twin_refuses() -> None:
+    """A non-iterable batch is the same ``TypeError`` from both, and the packed-run threshold is the same."""
+    speedups = pytest.importorskip("agentlog._speedups")
+    for pack in (chunkrows._py_pack_chunk_runs, speedups.pack_chunk_runs):
+        with pytest.raises(TypeError, match="'int' object is not iterable"):
+            pack(5)
+        assert len(pack(delta_run("text-delta", MIN_RUN))) == 1
+        assert len(pack(delta_run("text-delta", MIN_RUN - 1))) == MIN_RUN - 1
+    events = delta_run("text-delta", 4) + [tool_delta(4 + k, 2000 + k, "c1", "a", name="w") for k in range(3)]
+    events.append(FrozenDict(events[0]))
+    _same_output(chunkrows._py_pack_chunk_runs(events), speedups.pack_chunk_runs(events), events)

@@ -157,8 +157,10 @@ def test_gate_paths__a_stale_accelerator_build_is_not_used_and_says_how_to_rebui
 
     speedups = pytest.importorskip("agentlog._speedups")  # (built even when AGENTLOG_PURE_PYTHON=1 skips it)
     assert speedups.VERSION == _accel.EXPECTED_VERSION  # the build in this tree is current
-    with pytest.warns(RuntimeWarning, match=r"stale build \(VERSION 1, this agentlog expects 2\).*rebuild") as seen:
-        assert _accel.check_build(speedups, expected=2) is None
+    current, other = _accel.EXPECTED_VERSION, _accel.EXPECTED_VERSION + 1
+    stale = rf"stale build \(VERSION {current}, this agentlog expects {other}\).*rebuild"
+    with pytest.warns(RuntimeWarning, match=stale) as seen:
+        assert _accel.check_build(speedups, expected=other) is None
     assert len(seen) == 1
     assert _accel.check_build(speedups) is speedups
 

@@ -1140,3 +1140,47 @@ def test_a_row_whose_type_is_not_a_string_is_refused_with_a_typed_error(
                 coordinator.inspect("s")
         assert caught.value.code == "SESSION_FORMAT_UNSUPPORTED", caught.value
         coordinator.close()
+
+
+def _damage(schema: str, rows: list[tuple[int, bytes]], how: str) -> tuple[str, int, str]:
+    """One damaged plain row of session ``s``: → (the statement, the seq reported, what the report says)."""
+    seq = [seq for seq, body in rows if loads(body)["type"] != "text-chunks"][-4]  # a plain row mid-log
+    last = rows[-1][0]
+    events = f"{schema}.events"
+    where = f"WHERE session_id = 's' AND seq = {seq}"
+    if how == "gap":
+        return f"DELETE FROM {events} {where}", seq, f"seq {seq} is missing; the next row is seq {seq + 1}"
+    if how == "renumbered":  # the last row moved on, its body unchanged: the bodies alone still count on
+        statement = f"UPDATE {events} SET seq = seq + 5 WHERE session_id = 's' AND seq = {last}"
+        return statement, last, f"seq {last} is missing; the next row is seq {last + 5}"
+    if how == "unparsable":
+        return f"UPDATE {events} SET body = '{{'::bytea {where}", seq, "unparsable JSON"
+    if how == "other-seq":  # the next event's body: contiguous bodies are not enough, each must be its row's
+        body = dumps(ev(seq + 1)).decode()
+        statement = f"UPDATE {events} SET body = convert_to('{body}', 'UTF8') {where}"
+        return statement, seq, "the row's JSON is not the event of its seq"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["gap", "renumbered", "unparsable", "other-seq"])
+def test_a_damaged_plain_row_is_reported_at_its_seq_by_compact_and_expanded_reads_alike(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str, how: str
+) -> None:
+    """Cold loads take plain rows in bulk; a damaged one still ends the valid prefix exactly where it is."""
+    from agentlog.kernel.packedrun import compact_chunk_runs, expand_items
+
+    backend = pg_backends()
+    events = _chunky_session(3)
+    backend.append_batch(header("s"), events, False)
+    statement, seq, why = _damage(pg_schema, stored_rows(pg_dsn, pg_schema, "s"), how)
+    _admin(pg_dsn, statement)
+    expanded = backend.read_prefix("s")
+    with compact_chunk_runs():
+        compact = backend.read_prefix("s")
+    for partial in (expanded, compact):
+        assert partial is not None and partial.damage is not None
+        assert f"at seq {seq} (" in str(partial.damage) and why in str(partial.damage)
+        assert [al.thaw(event) for event in expand_items(partial.events)] == events[:seq]
+    with pytest.raises(SessionPersistenceCorruptionError, match=f"at seq {seq} "):
+        with compact_chunk_runs():
+            backend.load_stored("s")

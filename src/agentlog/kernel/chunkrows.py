@@ -275,15 +275,8 @@ def _emit(
     out.append({"type": tag, "seq0": seq0, "time0": time0, "data": text_data})
 
 
-def pack_chunk_runs(events: Iterable[Mapping[str, Any]]) -> list[StorageRecord]:
-    """Encode one batch for storage, packing every run of ``MIN_RUN``+ consecutive same-block deltas.
-
-    A delta extends the current run iff it has the same kind, the next seq, a time gap that is itself a
-    safe integer (so a JS reader reconstructs the exact timestamp), and the same turn, step, block index
-    and — for tool calls — the same id and the same presence and value of ``name``. Everything else is
-    returned verbatim (the very same objects), in order. Stateless, so batches split at flush boundaries
-    simply pack per batch.
-    """
+def _py_pack_chunk_runs(events: Iterable[Mapping[str, Any]]) -> list[StorageRecord]:
+    """The pure-Python :func:`pack_chunk_runs` (the accelerator's twin: same rows, same objects, same errors)."""
     out: list[StorageRecord] = []
     run: list[Mapping[str, Any]] = []
     first: _Delta | None = None  # facts of the current run's first member (its row values)
@@ -328,6 +321,24 @@ def pack_chunk_runs(events: Iterable[Mapping[str, Any]]) -> list[StorageRecord]:
     if first is not None:
         _emit(out, run, first, dt, payloads)
     return out
+
+
+_c_pack: Any = _accel.pack_chunk_runs
+
+
+def pack_chunk_runs(events: Iterable[Mapping[str, Any]]) -> list[StorageRecord]:
+    """Encode one batch for storage, packing every run of ``MIN_RUN``+ consecutive same-block deltas.
+
+    A delta extends the current run iff it has the same kind, the next seq, a time gap that is itself a
+    safe integer (so a JS reader reconstructs the exact timestamp), and the same turn, step, block index
+    and — for tool calls — the same id and the same presence and value of ``name``. Everything else is
+    returned verbatim (the very same objects), in order. Stateless, so batches split at flush boundaries
+    simply pack per batch. Every durable flush runs this, so the C accelerator does it when present; a
+    property holds it to :func:`_py_pack_chunk_runs`.
+    """
+    if _c_pack is not None:
+        return _c_pack(events)  # type: ignore[no-any-return]
+    return _py_pack_chunk_runs(events)
 
 
 def _malformed(tag: str, why: str) -> ChunkRowError:
