@@ -2,6 +2,11 @@
 
 * M18 first paint: a fresh process opens the store and answers what the session page asks first (the
   heading, the log page around the last seq, the state at the last seq), server time;
+* ``--stages``: the parts of a first load one after another in one fresh process, each with its time and
+  the process's peak RSS after it (a seq-range read of the last 300 events, the backend's whole-log read,
+  the validated read and restore, the paged index);
+* ``--session-store DIR``: the W(T) session is written to ``DIR`` once (with the projection cache the CLI
+  leaves) and reused by later runs; ``--session-only`` measures only the session figures (and stages);
 * M19 slider: p50/p95 server time of 100 moves to random seqs (``state_at`` and its JSON);
 * the peak RSS of that process (the server's side only: the store is written by another process);
 * M20 sessions page: ``GET /api/sessions`` over a real server on N stored sessions whose projection
@@ -114,6 +119,50 @@ def _session_child(kind: str, root: str) -> None:
     )
 
 
+def _stages_child(kind: str, root: str) -> None:
+    """The parts of a first load, in order, in this fresh process: each one's seconds and the peak RSS
+    (``VmHWM``) after it. The validated read includes a whole-log backend read of its own (the one the
+    previous stage timed alone, its result dropped before)."""
+    from agentlog.inspector.views import Inspector, LoadedSession
+
+    inspector = Inspector(_read_only(kind, root), search=False, page_after=None)
+    stages: list[dict[str, Any]] = []
+
+    def stage(name: str, begin: float) -> None:
+        stages.append({"stage": name, "seconds": time.perf_counter() - begin, "peak_rss_mb": own_peak_rss_mb()})
+
+    begin = time.perf_counter()
+    tail = inspector.reader.read_from("bench", max(0, _count(inspector) - 300))
+    stage("seq-range read of the last 300 events", begin)
+    del tail
+    begin = time.perf_counter()
+    stored = inspector.backend.load_stored("bench")
+    stage("whole-log backend read", begin)
+    del stored
+    gc.collect()
+    begin = time.perf_counter()
+    view = inspector.reader.stored_view("bench", keep=False)
+    stage("validated read and restore (backend read included)", begin)
+    begin = time.perf_counter()
+    loaded = LoadedSession("bench", None, view)
+    loaded.index()
+    stage("paged index (surface timeline)", begin)
+    print(json.dumps({"stages": stages}))
+
+
+def _count(inspector: Any) -> int:
+    """The bench session's stored event count, from the projection cache when it has it (else 0)."""
+    from agentlog.kernel.jsonvalue import MAX_SAFE_INTEGER
+
+    cache = inspector._cache()
+    try:
+        head = inspector.reader.read_from("bench", MAX_SAFE_INTEGER).meta
+        snapshot = cache.cached_snapshot(head)
+    finally:
+        cache.close()
+    return 0 if snapshot is None else int(snapshot["asOfSeq"]) + 1
+
+
 def own_rss_mb() -> float | None:
     """This process's resident set now (``VmRSS``), ``None`` without ``/proc``."""
     try:
@@ -191,27 +240,49 @@ def _open_seconds(path: str) -> float | None:
             browser.close()
 
 
+def write_bench_session(kind: str, root: str, turns: int) -> None:
+    """W(``turns``) written as ``bench`` through a store with the CLI's projections attached, released as
+    the CLI releases a session (its projection cache current, as ``agentlog run`` leaves it)."""
+    import agentlog as al
+    from agentlog.cli.projection_commands import attach_projections
+    from agentlog.persistence.coordinator import PersistenceCoordinator
+
+    try:
+        from persist import make_backend
+    except ImportError:
+        from benchmarks.persist import make_backend
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, make_backend(kind, root))
+    projections = attach_projections(coordinator)
+    session = store.create("bench", meta={"cwd": "/bench"})
+    for type_, data, intent in build_workload(turns):
+        session.append(type_, data, intent)
+    store.flush(session)
+    projections.checkpoint(session)
+    store.dispose(session)
+    projections.close()
+    coordinator.close()
+
+
+def _session_store(args: argparse.Namespace, scratch: str) -> str:
+    """Where the W(T) session is: ``--session-store`` (written there once, then reused) or ``scratch``."""
+    root = args.session_store or scratch
+    marker = os.path.join(root, f".bench-{args.backend}-W{args.turns}")
+    if not os.path.exists(marker):
+        os.makedirs(root, exist_ok=True)
+        write_bench_session(args.backend, root, args.turns)
+        Path(marker).touch()
+    return root
+
+
 def _child(mode: str, kind: str, root: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, __file__, mode, kind, root], check=True, capture_output=True, text=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as session_root, tempfile.TemporaryDirectory() as listing_root:
-        write_session(args.backend, session_root, build_workload(args.turns), "bulk")
-        page = _child("_session", args.backend, session_root)
-        build_store(args.backend, listing_root, args.sessions)
-        listing = _child("_listing", args.backend, listing_root)
-    with tempfile.TemporaryDirectory() as export_root:
-        write_session(args.backend, export_root, build_workload(args.export_turns), "bulk")
-        export = _export_figures(args.backend, export_root)
-    figures = {"backend": args.backend, "turns": args.turns, "export_turns": args.export_turns, **page, **listing}
-    figures.update(export)
-    opened = export["export_open_seconds"]
-    print(
-        f"inspector over {args.backend}: W({args.turns}) = {page['events']:,} events, {listing['sessions']:,} sessions"
-    )
+def _print_session(args: argparse.Namespace, page: dict[str, Any]) -> None:
+    print(f"inspector over {args.backend}: W({args.turns}) = {page['events']:,} events")
     print(f"  M18 first paint (heading, log page, last state)  {page['M18_seconds']:8.3f} s    (target 1 s)")
     print(f"  M19 slider move p50                              {page['M19_p50_seconds']:8.3f} s")
     print(f"  M19 slider move p95                              {page['M19_p95_seconds']:8.3f} s    (target 0.15 s)")
@@ -221,6 +292,29 @@ def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
     print(f"  paged out: slider move p50 / p95            {p50:6.3f} / {p95:.3f} s")
     print(f"  paged out: a log page at a random seq            {page['paged_log_page_seconds']:8.3f} s")
     print(f"  page-out (serialize and compress the log)        {page['page_out_seconds']:8.3f} s")
+
+
+def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as listing_root:
+        session_root = _session_store(args, scratch)
+        page = _child("_session", args.backend, session_root)
+        if args.stages:
+            page.update(_child("_stages", args.backend, session_root))
+            for row in page["stages"]:
+                print(f"  stage {row['stage']:<52} {row['seconds']:7.3f} s  peak RSS {row['peak_rss_mb']:6.0f} MB")
+        if args.session_only:
+            _print_session(args, page)
+            return {"backend": args.backend, "turns": args.turns, **page}
+        build_store(args.backend, listing_root, args.sessions)
+        listing = _child("_listing", args.backend, listing_root)
+    with tempfile.TemporaryDirectory() as export_root:
+        write_session(args.backend, export_root, build_workload(args.export_turns), "bulk")
+        export = _export_figures(args.backend, export_root)
+    figures = {"backend": args.backend, "turns": args.turns, "export_turns": args.export_turns, **page, **listing}
+    figures.update(export)
+    opened = export["export_open_seconds"]
+    print(f"inspector over {args.backend}: {listing['sessions']:,} sessions listed")
+    _print_session(args, page)
     print(f"  M20 sessions page, first request                 {listing['M20_first_seconds']:8.3f} s")
     print(f"  M20 sessions page, median of 20 more             {listing['M20_seconds']:8.3f} s    (target 0.2 s)")
     print(
@@ -241,13 +335,17 @@ def add_inspector_parser(sub: Any) -> None:
     p.add_argument("--sessions", type=int, default=1000, help="stored sessions for the sessions page (default 1000)")
     p.add_argument("--backend", choices=BACKENDS, default="jsonl-zstd", help="store backend (default jsonl-zstd)")
     p.add_argument("--export-turns", type=int, default=2000, help="turns of the exported W(T) session (default 2000)")
+    p.add_argument("--stages", action="store_true", help="also time each part of a first load (and its peak RSS)")
+    p.add_argument("--session-store", metavar="DIR", help="write the W(T) session here once and reuse it")
+    p.add_argument("--session-only", action="store_true", help="only the session figures (no listing, no export)")
     p.set_defaults(func=cmd_inspector)
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    if len(sys.argv) == 4 and sys.argv[1] in ("_session", "_listing"):
-        (_session_child if sys.argv[1] == "_session" else _listing_child)(sys.argv[2], sys.argv[3])
+    children = {"_session": _session_child, "_listing": _listing_child, "_stages": _stages_child}
+    if len(sys.argv) == 4 and sys.argv[1] in children:
+        children[sys.argv[1]](sys.argv[2], sys.argv[3])
     else:
         parser = argparse.ArgumentParser(prog="benchmarks/inspector.py")
         add_inspector_parser(parser.add_subparsers(dest="command", required=True))
