@@ -1,7 +1,9 @@
 """The inspector's scale figures (docs/inspector.md): ``python benchmarks/run.py inspector``.
 
-* M18 first paint: a fresh process opens the store and answers what the session page asks first (the
-  heading, the log page around the last seq, the state at the last seq), server time;
+* M18 first paint: a fresh process opens the store and answers what the session page paints first (the
+  heading and the last log page, from the log's tail while the whole log is validated in the background),
+  server time; then ``validated``: from the same start until the validation ended and the page's
+  summary, the log page around the last seq and the state at the last seq are answered;
 * ``--stages``: the parts of a first load one after another in one fresh process, each with its time and
   the process's peak RSS after it (a seq-range read of the last 300 events, the backend's whole-log read,
   the validated read and restore, the paged index);
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -67,12 +70,19 @@ def _session_child(kind: str, root: str) -> None:
 
     start = time.perf_counter()
     inspector = Inspector(_read_only(kind, root), search=False, page_after=None)
+    early = getattr(inspector, "first_paint", None)  # (absent before the early first paint: a baseline)
+    if early is not None:
+        orjson.dumps(early("bench"))  # what the page paints first: the heading and the last log page
+        first_paint: float | None = time.perf_counter() - start
+        inspector.wait_validated("bench")
+    else:
+        first_paint = None
     summary = inspector.summary("bench")
     last = summary["lastSeq"]
     orjson.dumps(summary)
     orjson.dumps(inspector.log_page("bench", max(0, last - 20), 200))
     orjson.dumps(inspector.state_at("bench", last))
-    first_paint = time.perf_counter() - start
+    validated = time.perf_counter() - start
     rng = random.Random(7)
     moves = []
     for _ in range(MOVES):
@@ -104,7 +114,8 @@ def _session_child(kind: str, root: str) -> None:
         json.dumps(
             {
                 "events": last + 1,
-                "M18_seconds": first_paint,
+                "M18_seconds": first_paint if first_paint is not None else validated,
+                "validated_seconds": validated,
                 "M19_p50_seconds": statistics.median(moves),
                 "M19_p95_seconds": moves[int(len(moves) * 0.95) - 1],
                 "peak_rss_mb": rss,
@@ -125,11 +136,20 @@ def _stages_child(kind: str, root: str) -> None:
     previous stage timed alone, its result dropped before)."""
     from agentlog.inspector.views import Inspector, LoadedSession
 
-    inspector = Inspector(_read_only(kind, root), search=False, page_after=None)
+    held = threading.Event()  # never set: the first paint's background validation stays out of the stages
+    try:
+        inspector = Inspector(_read_only(kind, root), search=False, page_after=None, validation_gate=held)
+    except TypeError:  # (before the early first paint: a baseline)
+        inspector = Inspector(_read_only(kind, root), search=False, page_after=None)
     stages: list[dict[str, Any]] = []
 
     def stage(name: str, begin: float) -> None:
         stages.append({"stage": name, "seconds": time.perf_counter() - begin, "peak_rss_mb": own_peak_rss_mb()})
+
+    if hasattr(inspector, "first_paint"):
+        begin = time.perf_counter()
+        inspector.first_paint("bench")
+        stage("first paint (count, header, tail read, last log page)", begin)
 
     begin = time.perf_counter()
     tail = inspector.reader.read_from("bench", max(0, _count(inspector) - 300))
@@ -283,7 +303,8 @@ def _child(mode: str, kind: str, root: str) -> dict[str, Any]:
 
 def _print_session(args: argparse.Namespace, page: dict[str, Any]) -> None:
     print(f"inspector over {args.backend}: W({args.turns}) = {page['events']:,} events")
-    print(f"  M18 first paint (heading, log page, last state)  {page['M18_seconds']:8.3f} s    (target 1 s)")
+    print(f"  M18 first paint (heading, last log page)         {page['M18_seconds']:8.3f} s    (target 1 s)")
+    print(f"  validated: summary, log page, last state         {page['validated_seconds']:8.3f} s")
     print(f"  M19 slider move p50                              {page['M19_p50_seconds']:8.3f} s")
     print(f"  M19 slider move p95                              {page['M19_p95_seconds']:8.3f} s    (target 0.15 s)")
     print(f"  peak RSS of the serving process                  {page['peak_rss_mb']:8.0f} MB   (target 300 MB)")
