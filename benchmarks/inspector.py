@@ -11,6 +11,9 @@
   leaves) and reused by later runs; ``--session-only`` measures only the session figures (and stages);
 * M19 slider: p50/p95 server time of 100 moves to random seqs (``state_at`` and its JSON);
 * the peak RSS of that process (the server's side only: the store is written by another process);
+* in chromium (playwright over ``/usr/bin/chromium``; skipped without them), a real server in a fresh
+  process: navigation until the session page shows its heading, and until it shows the last seq in all
+  three panes, with that server process's peak RSS;
 * M20 sessions page: ``GET /api/sessions`` over a real server on N stored sessions whose projection
   cache is current (as ``agentlog run`` leaves it), the first request and the median of 20 more;
 * export: ``agentlog export bench --html`` of W(``--export-turns``, default 2000) as a fresh command
@@ -173,6 +176,48 @@ def _stages_child(kind: str, root: str) -> None:
     print(json.dumps({"stages": stages}))
 
 
+def _browser_child(kind: str, root: str) -> None:
+    """The session page in chromium over a real server in this fresh process (the browser's launch not
+    counted): seconds from navigation until the page shows its first paint (the heading, with its status) and
+    until it shows the last seq in all three panes (``body[data-at]``), and this process's peak RSS."""
+    from agentlog.inspector.app import create_app
+    from agentlog.inspector.server import start_server
+    from agentlog.inspector.views import Inspector
+
+    chromium = os.environ.get("AGENTLOG_CHROMIUM", "/usr/bin/chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print(json.dumps({"browser_first_paint_seconds": None, "browser_validated_seconds": None}))
+        return
+    inspector = Inspector(_read_only(kind, root), search=False)
+    running = start_server(create_app(inspector))
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 900})
+                begin = time.perf_counter()
+                page.goto(running.url + "/s/bench", timeout=120_000)
+                page.locator("#summary > span").first.wait_for(state="attached", timeout=120_000)  # the heading
+                painted = time.perf_counter() - begin
+                status = page.locator("#summary [class^='status-']").inner_text()
+                page.locator("body[data-at]:not([data-at=''])").wait_for(state="attached", timeout=120_000)
+                shown = time.perf_counter() - begin
+            finally:
+                browser.close()
+    finally:
+        running.stop()
+        inspector.close()
+    figures = {
+        "browser_first_paint_seconds": painted,
+        "browser_first_status": status,
+        "browser_validated_seconds": shown,
+        "browser_server_peak_rss_mb": own_peak_rss_mb(),
+    }
+    print(json.dumps(figures))
+
+
 def _count(inspector: Any) -> int:
     """The bench session's stored event count, from the projection cache when it has it (else 0)."""
     from agentlog.kernel.jsonvalue import MAX_SAFE_INTEGER
@@ -308,6 +353,10 @@ def _print_session(args: argparse.Namespace, page: dict[str, Any]) -> None:
     print(f"inspector over {args.backend}: W({args.turns}) = {page['events']:,} events")
     print(f"  M18 first paint (heading, last log page)         {page['M18_seconds']:8.3f} s    (target 1 s)")
     print(f"  validated: summary, log page, last state         {page['validated_seconds']:8.3f} s")
+    if page.get("browser_first_paint_seconds") is not None:
+        print(f"  in chromium: first paint (heading, last events)  {page['browser_first_paint_seconds']:8.3f} s")
+        print(f"  in chromium: the last seq in all three panes     {page['browser_validated_seconds']:8.3f} s")
+        print(f"  in chromium: the server process's peak RSS       {page['browser_server_peak_rss_mb']:8.0f} MB")
     print(f"  M19 slider move p50                              {page['M19_p50_seconds']:8.3f} s")
     print(f"  M19 slider move p95                              {page['M19_p95_seconds']:8.3f} s    (target 0.15 s)")
     print(f"  peak RSS of the serving process                  {page['peak_rss_mb']:8.0f} MB   (target 300 MB)")
@@ -322,6 +371,7 @@ def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as listing_root:
         session_root = _session_store(args, scratch)
         page = _child("_session", args.backend, session_root)
+        page.update(_child("_browser", args.backend, session_root))
         if args.stages:
             page.update(_child("_stages", args.backend, session_root))
             for row in page["stages"]:
@@ -367,7 +417,12 @@ def add_inspector_parser(sub: Any) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    children = {"_session": _session_child, "_listing": _listing_child, "_stages": _stages_child}
+    children = {
+        "_session": _session_child,
+        "_listing": _listing_child,
+        "_stages": _stages_child,
+        "_browser": _browser_child,
+    }
     if len(sys.argv) == 4 and sys.argv[1] in children:
         children[sys.argv[1]](sys.argv[2], sys.argv[3])
     else:
