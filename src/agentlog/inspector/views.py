@@ -16,7 +16,9 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use. It is read whole and validated once, as the read commands read it; a background pager then keeps
+use. It is read whole and validated once, as the read commands read it (the session page's first paint,
+:meth:`Inspector.first_paint`, does not wait for that: it shows the log's tail, read by seq range, with
+the status ``validating`` while the whole read runs in the background); a background pager then keeps
 its log as compressed pages (:class:`~agentlog.inspector.paged.PagedLog`: a page decoded when a request
 shows a seq in it) and lets the restored session go. Indexing a loaded session folds its surface once into a
 :class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
