@@ -207,3 +207,34 @@ def write_store(
     finally:
         coordinator.close()
     return facts
+
+
+def write_cached_session(root: Path, session_id: str, turns: int, kind: str = "jsonl") -> int:
+    """``session_id`` with ``turns`` tool turns, written as ``agentlog run`` writes it: the CLI's
+    projections attached, released with its projection cache current. Returns its last seq."""
+    from agentlog.cli.projection_commands import attach_projections
+
+    store = al.SessionStore()
+    coordinator = PersistenceCoordinator(store, open_backend(root, kind))
+    projections = attach_projections(coordinator)
+    try:
+        session = store.create(session_id, meta={"cwd": "/work/project"})
+        for turn in range(1, turns + 1):
+            _tool_turn(session, turn, f"Read it, time {turn}.", f"call-{turn}")
+            _answer(session, turn, f"Digits, time {turn}.")
+        last: int = session.events[-1].seq
+        store.flush(session)
+        projections.checkpoint(session)
+        store.dispose(session)
+    finally:
+        projections.close()
+        coordinator.close()
+    return last
+
+
+def damage_line(root: Path, session_id: str, line: int) -> None:
+    """Bit rot in a raw JSONL log: line ``line`` (0 is the header) made invalid JSON, its length kept."""
+    [path] = [p for p in root.rglob("session.jsonl") if p.parent.name == session_id]
+    lines = path.read_bytes().split(b"\n")
+    lines[line] = b"{" + b"x" * (len(lines[line]) - 1)
+    path.write_bytes(b"\n".join(lines))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -587,3 +588,62 @@ def test_an_exported_long_session_replays_from_its_checkpoints(browser: Any, tmp
             assert _surface(page) == list(point.surface.nodes)[-200:], seq
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def cached_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """``long`` (its tail does not cover it) and ``rotten`` (the same, a line before its tail damaged),
+    written with their projection caches current as ``agentlog run`` leaves them."""
+    from .stores import damage_line, write_cached_session
+
+    root = tmp_path_factory.mktemp("cached")
+    last = write_cached_session(root, "long", 40)  # (fewer messages than a window)
+    write_cached_session(root, "rotten", 40)
+    damage_line(root, "rotten", 5)
+    return root, last
+
+
+@pytest.fixture
+def gated(cached_store: tuple[Path, int]) -> Iterator[tuple[RunningServer, threading.Event]]:
+    """A server whose background validations wait for the returned event."""
+    gate = threading.Event()
+    inspector = Inspector(open_read_only(cached_store[0], "jsonl"), validation_gate=gate)
+    running = start_server(create_app(inspector))
+    yield running, gate
+    gate.set()
+    running.stop()
+    inspector.close()
+
+
+def test_the_first_paint_shows_the_last_events_while_validating_then_ok(
+    page: Any, gated: tuple[RunningServer, threading.Event], cached_store: tuple[Path, int]
+) -> None:
+    running, gate = gated
+    root, last = cached_store
+    page.goto(running.url + "/s/long")
+    page.locator("body[data-status='validating']").wait_for(state="attached")
+    assert page.locator("#summary .status-validating").inner_text() == "validating…"
+    shown = [int(seq) for seq in page.locator("#log .item").evaluate_all("items => items.map(i => i.dataset.seq)")]
+    assert shown and shown[-1] == last  # the log's last events, read from its tail
+    assert page.locator("#summary .status-ok").count() == 0
+    gate.set()
+    page.locator("body[data-status='ok']").wait_for(state="attached")
+    reader = PersistenceCoordinator(SessionStore(), open_read_only(root, "jsonl"))
+    try:
+        _check_state(page, reader, "long", last)
+    finally:
+        reader.close()
+
+
+def test_a_damaged_session_goes_from_validating_to_damaged(
+    page: Any, gated: tuple[RunningServer, threading.Event]
+) -> None:
+    running, gate = gated
+    page.goto(running.url + "/s/rotten")
+    page.locator("body[data-status='validating']").wait_for(state="attached")
+    gate.set()
+    page.locator("body[data-status='damaged']").wait_for(state="attached")
+    assert page.locator("#summary .status-damaged").inner_text() == "damaged"
+    assert page.locator("#error").inner_text().startswith("[SESSION_")
+    assert page.locator("#log .item").count() == 0  # the tail read before validation is not left standing
+    assert page.locator("#summary .status-ok").count() == 0

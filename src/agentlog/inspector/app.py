@@ -11,7 +11,8 @@ The JSON API (every refusal is ``{"error": {"code", "message"}}`` with a typed c
 * ``GET /api/sessions?q=&status=&label=KEY=VALUE&tag=&sort=&order=&offset=&limit=`` — the listing, filtered
   (``label``/``tag`` repeatable, all must match, served from the cache), sorted, paged;
 * ``GET /api/search?q=&session=&limit=&cursor=`` — the search index's hits;
-* ``GET /api/sessions/{id}`` — the session's summary;
+* ``GET /api/sessions/{id}`` — the session's summary (``?early=1``: the first paint, answered from the
+  log's tail with ``status: validating`` while the whole log is validated in the background);
 * ``GET /api/sessions/{id}/log?from=&limit=`` — a page of the log with rendering hints;
 * ``GET /api/sessions/{id}/at/{seq}?mfrom=&mlimit=&logFrom=&logTo=`` — the state right after ``seq``
   (``session.at(seq)``), its messages a window at a time;
@@ -205,6 +206,8 @@ class InspectorApp:
         return _json(self.inspector.search(query, session_id=session, limit=limit, cursor=cursor))
 
     def summary(self, request: Request) -> Response:
+        if request.query_params.get("early") == "1":  # the page's first paint: see Inspector.first_paint
+            return _json(self.inspector.first_paint(_session_id(request)))
         return _json(self.inspector.summary(_session_id(request)))
 
     def log(self, request: Request) -> Response:

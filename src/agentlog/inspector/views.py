@@ -16,7 +16,9 @@ keep) and answers four questions, each as plain JSON:
   hits with snippets and the seq to open.
 
 A loaded session is kept in a small LRU keyed by id and checked against the backend's revision on each
-use. It is read whole and validated once, as the read commands read it; a background pager then keeps
+use. It is read whole and validated once, as the read commands read it (the session page's first paint,
+:meth:`Inspector.first_paint`, does not wait for that: it shows the log's tail, read by seq range, with
+the status ``validating`` while the whole read runs in the background); a background pager then keeps
 its log as compressed pages (:class:`~agentlog.inspector.paged.PagedLog`: a page decoded when a request
 shows a seq in it) and lets the restored session go. Indexing a loaded session folds its surface once into a
 :class:`~agentlog.kernel.surface.SurfaceTimeline`: moving the time slider reads the surface at a seq
@@ -38,7 +40,7 @@ import pickle
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -67,7 +69,7 @@ from ..kernel.events import (
     TURN_START,
     USER_MESSAGE,
 )
-from ..kernel.jsonvalue import thaw
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, thaw
 from ..kernel.repair import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, interrupted_turn_closers
 from ..kernel.request_header import fold_request_header
 from ..kernel.session import EventsView, Session, derive_event_message
@@ -91,6 +93,8 @@ __all__ = [
     "DEFAULT_PAGE_LIMIT",
     "MAX_PAGE_LIMIT",
     "MAX_SESSION_ID_LENGTH",
+    "PREVIEW_BACK",
+    "PREVIEW_EVENTS",
     "Inspector",
     "LoadedSession",
     "validate_seq",
@@ -119,6 +123,12 @@ MAX_CHART_POINTS: Final = 2000
 """The pressure series is thinned to at most this many points (the peak of each run of points)."""
 MAX_DIFF_MESSAGES: Final = 500
 """A diff op ships at most this many removed and this many added messages (``truncated`` says it cut)."""
+PREVIEW_EVENTS: Final = 300
+"""How many of a log's last stored events the session page's first paint reads (a seq-range read) while
+the whole log is read and validated in the background: the shown page and the turns and steps around it."""
+PREVIEW_BACK: Final = 20
+"""The first paint's log page starts this many seqs before the last one (where the page then shows the
+last state)."""
 CLOSER_CODES: Final = frozenset({TOOL_OUTCOME_UNKNOWN, TOOL_NOT_STARTED})
 """``tool/result`` error codes of the results crash repair (or a cancel) writes for an unanswered call."""
 
@@ -402,18 +412,11 @@ def _give_back_memory() -> None:
         pass
 
 
-def _build_index(events: EventsView, index: _Index | None = None, start: int = 0) -> _Index:
-    """One pass over the log less its packed chunk runs (stepped over unbuilt): the index and the
-    surface timeline of ``events``, or ``index`` (of ``events[:start]``, its timeline included) continued
-    by ``events[start:]``."""
-    if index is None:
-        index = _Index()
-    if index.timeline is None:
-        index.timeline = SurfaceTimeline(events)
-    timeline = index.timeline
-    add = timeline.add
+def _index_pass(index: _Index, events: Iterable[Any], add: Callable[[Any], object] | None) -> Any:
+    """:func:`_build_index`'s pass over ``events`` (chunks skipped), each surface event given to ``add``
+    (``None``: the structure only, as the preview of a log's tail needs it); the last event seen."""
     last = None
-    for event in events.outside_runs(start):
+    for event in events:
         last = event
         etype = event["type"]
         if etype == ASSISTANT_CHUNK:
@@ -422,7 +425,8 @@ def _build_index(events: EventsView, index: _Index | None = None, start: int = 0
         data = event["data"]
         op = event.get("surfaceOp")
         if op is not None:
-            add(event)
+            if add is not None:
+                add(event)
             if derive_event_message(event) is None:
                 index.silent.append(seq)
             if not isinstance(op, str):  # a replace op (an append is the string "append")
@@ -454,10 +458,23 @@ def _build_index(events: EventsView, index: _Index | None = None, start: int = 0
             index.last_turn_end = {"seq": seq, "turn": data.get("turn"), "reason": thaw(data.get("reason"))}
         elif etype == STEP_END:
             index.step_ends.append(seq)
+    return last
+
+
+def _build_index(events: EventsView, index: _Index | None = None, start: int = 0) -> _Index:
+    """One pass over the log less its packed chunk runs (stepped over unbuilt): the index and the
+    surface timeline of ``events``, or ``index`` (of ``events[:start]``, its timeline included) continued
+    by ``events[start:]``."""
+    if index is None:
+        index = _Index()
+    if index.timeline is None:
+        index.timeline = SurfaceTimeline(events)
+    timeline = index.timeline
+    last = _index_pass(index, events.outside_runs(start), timeline.add)
     if len(events) > start and (last is None or last["seq"] != len(events) - 1):
         last = events[len(events) - 1]  # the log ends in a packed run: the timeline covers it too
     if last is not None and last["seq"] > timeline.last_seq:
-        add(last)
+        timeline.add(last)
     return index
 
 
@@ -649,9 +666,9 @@ class Inspector:
     session stays as read (the restored session, every payload in memory: a followed session is
     continued from it cheaply) before a background thread pages it out (:meth:`page_out`: its log kept
     as compressed pages of ``page_events`` seqs, a page decoded when read); ``None`` never pages on its
-    own. ``search``
-    (default on) opens the store's search index on the first search, creating it as ``agentlog search``
-    does; the store's logs are never written.
+    own. ``validation_gate``, when given, holds every background validation (:meth:`first_paint`) until
+    it is set: a test sees the page while it validates. ``search`` (default on) opens the store's search
+    index on the first search, creating it as ``agentlog search`` does; the store's logs are never written.
     """
 
     def __init__(
@@ -662,6 +679,7 @@ class Inspector:
         search: bool = True,
         page_after: float | None = 2.0,
         page_events: int = PAGE_EVENTS,
+        validation_gate: threading.Event | None = None,
     ) -> None:
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
@@ -686,6 +704,11 @@ class Inspector:
         self._search_enabled = search
         self._search: Any = None
         self._search_lock = threading.Lock()
+        self._validation_gate = validation_gate
+        self._validation_lock = threading.Lock()
+        self._validations: dict[str, threading.Thread] = {}
+        self._failures: dict[str, tuple[str | None, BaseException]] = {}
+        self._previews: dict[str, tuple[str, dict[str, Any]]] = {}
         self.loads = 0
         """How many times a log was read (tests count them: a slider move reads nothing)."""
         self.extensions = 0
@@ -949,6 +972,167 @@ class Inspector:
             "lastTurnEnd": index.last_turn_end,
         }
 
+    def first_paint(self, session_id: str) -> dict[str, Any]:
+        """The session page's first answer, without waiting for the whole log: a session already loaded
+        gets its :meth:`summary`; any other is read and validated in the background (:meth:`load`, then
+        indexed) while this answers from a seq-range read of its last :data:`PREVIEW_EVENTS` stored
+        events: the header, the stored count, and ``log``, the log page of the last seqs, with ``status``
+        ``validating``. Asked again, it answers the same until the validation ends, then the summary
+        (``ok``, ``interrupted``, ``repairable``: what :meth:`summary` says) or, when the whole read
+        failed, ``damaged`` with the ``error`` it raised and no log. The tail alone never makes a status:
+        damage before it is seen only by the whole read. Without a count to place the tail (no projection
+        cache row, no listing row) the answer waits for the validation."""
+        validate_session_id(session_id)
+        with self._lock:
+            known = session_id in self._loaded
+        if known:
+            return self.summary(session_id)
+        revision = self.backend.read_revision(session_id)
+        if revision is None:
+            return self.summary(session_id)  # (not found: the typed refusal)
+        failure = self._failure(session_id, revision)
+        if failure is not None:
+            return self._damaged(session_id, failure)
+        preview = self._preview(session_id, revision)
+        worker = self._validate_in_background(session_id)
+        if preview is not None:
+            return preview
+        worker.join()
+        with self._lock:
+            known = session_id in self._loaded
+        failure = None if known else self._failure(session_id, None)
+        if failure is not None:
+            return self._damaged(session_id, failure)
+        return self.summary(session_id)
+
+    def wait_validated(self, session_id: str, timeout: float | None = None) -> bool:
+        """Wait until the background validation :meth:`first_paint` started for ``session_id`` ends
+        (``True`` when none runs); whether it has."""
+        with self._validation_lock:
+            worker = self._validations.get(session_id)
+        if worker is not None:
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True
+
+    def _failure(self, session_id: str, revision: str | None) -> BaseException | None:
+        """The error the last background validation of ``session_id`` raised, if it was of ``revision``
+        (``None``: whichever); an error that is not the store's (a bug) is raised again."""
+        with self._validation_lock:
+            found = self._failures.get(session_id)
+        if found is None or (revision is not None and found[0] != revision):
+            return None
+        if not isinstance(found[1], AgentlogError):
+            raise found[1]
+        return found[1]
+
+    def _damaged(self, session_id: str, error: BaseException) -> dict[str, Any]:
+        code = error.code if isinstance(error, AgentlogError) else "INTERNAL_ERROR"
+        return {
+            "id": session_id,
+            "header": None,
+            "title": None,
+            "lastSeq": None,
+            "storedEvents": None,
+            "tornTail": False,
+            "closers": 0,
+            "status": "damaged",
+            "error": {"code": code, "message": str(error)},
+            "turns": None,
+            "compactions": [],
+            "lastTurnEnd": None,
+        }
+
+    def _validate_in_background(self, session_id: str) -> threading.Thread:
+        """The thread reading and validating ``session_id`` whole (one at a time per session)."""
+        with self._validation_lock:
+            worker = self._validations.get(session_id)
+            if worker is None or not worker.is_alive():
+                worker = threading.Thread(
+                    target=self._validate, args=(session_id,), name="agentlog-inspector-validate", daemon=True
+                )
+                self._validations[session_id] = worker
+                worker.start()
+            return worker
+
+    def _validate(self, session_id: str) -> None:
+        gate = self._validation_gate
+        if gate is not None:
+            gate.wait()
+        revision = self.backend.read_revision(session_id)
+        try:
+            self.load(session_id).index()
+        except Exception as err:  # kept for the page: a store error is "damaged", another is raised there
+            with self._validation_lock:
+                self._failures[session_id] = (revision, err)
+        else:
+            with self._validation_lock:
+                self._failures.pop(session_id, None)
+        finally:
+            with self._validation_lock:
+                self._previews.pop(session_id, None)
+
+    def _preview(self, session_id: str, revision: str) -> dict[str, Any] | None:
+        """The first paint of a session not validated yet (kept while its revision holds), or ``None``
+        when there is no count to place its tail or the tail cannot be read."""
+        with self._validation_lock:
+            kept = self._previews.get(session_id)
+        if kept is not None and kept[0] == revision:
+            return kept[1]
+        known = self._known_count(session_id)
+        if known is None:
+            return None
+        count, values = known
+        try:
+            tail = self.reader.read_from(session_id, max(0, count - PREVIEW_EVENTS))
+        except AgentlogError:
+            return None  # (the whole read tells what is wrong)
+        events = list(tail.events)
+        if not events:
+            return None  # a log shorter than the count said: rewritten, the whole read serves it
+        first, last = events[0]["seq"], events[-1]["seq"]
+        index = _Index()
+        _index_pass(index, events, None)
+        by_seq = {event["seq"]: event for event in events}
+        page = _page(session_id, by_seq, index, max(first, last - PREVIEW_BACK), last, last, DEFAULT_PAGE_LIMIT)
+        current = count == last + 1  # the cached figures are of exactly these events
+        preview = {
+            "id": session_id,
+            "header": thaw(tail.meta),
+            "title": values.get("title"),
+            "lastSeq": last,
+            "storedEvents": last + 1,
+            "tornTail": False,
+            "closers": 0,
+            "status": "validating",
+            "turns": (values.get("sessionStats") or {}).get("turns") if current else None,
+            "compactions": [],
+            "lastTurnEnd": None,
+            "log": page,
+        }
+        with self._validation_lock:
+            self._previews[session_id] = (revision, preview)
+        return preview
+
+    def _known_count(self, session_id: str) -> tuple[int, Mapping[str, Any]] | None:
+        """The stored event count (and the cached values) the listing or the projection cache knows for
+        ``session_id``, maybe behind the log (the tail read reads on to its end); ``None`` if neither."""
+        with self._rows_lock:
+            row = self._rows.get(session_id)
+        if row is not None and type(row[1]["events"]) is int:
+            return row[1]["events"], {"title": row[1]["title"], "sessionStats": {"turns": row[1]["turns"]}}
+        cache = self._cache()
+        try:
+            header = self.reader.read_from(session_id, MAX_SAFE_INTEGER).meta
+            snapshot = cache.cached_snapshot(header)
+        except AgentlogError:
+            return None
+        finally:
+            cache.close()
+        if snapshot is None:
+            return None
+        return int(snapshot["asOfSeq"]) + 1, snapshot["values"]
+
     def log_page(self, session_id: str, from_seq: int = 0, limit: int = DEFAULT_PAGE_LIMIT) -> dict[str, Any]:
         """Up to ``limit`` log items from ``from_seq``: each event with its rendering hints, a run of
         ``assistant/chunk`` events folded into one ``chunks`` item. ``nextSeq`` continues the log
@@ -960,29 +1144,7 @@ class Inspector:
         last = len(events) - 1
         if from_seq > last:
             raise SeqOutOfRangeError(f"seq {from_seq} is past the log's last seq {last}")
-        index = loaded.index()
-        last_stored = loaded.last_stored_seq
-        items: list[dict[str, Any]] = []
-        seq = from_seq
-        stop = min(last, from_seq + MAX_EVENTS_PER_PAGE - 1)
-        while seq <= stop and len(items) < limit:
-            event = events[seq]
-            if event["type"] == ASSISTANT_CHUNK:
-                end = seq
-                while end + 1 <= stop and events[end + 1]["type"] == ASSISTANT_CHUNK:
-                    end += 1
-                items.append(_chunk_item(events, seq, end, last_stored))
-                seq = end + 1
-                continue
-            items.append(_event_item(event, seq, index, events, last_stored))
-            seq += 1
-        return {
-            "sessionId": session_id,
-            "fromSeq": from_seq,
-            "nextSeq": seq if seq <= last else None,
-            "lastSeq": last,
-            "items": items,
-        }
+        return _page(session_id, events, loaded.index(), from_seq, last, loaded.last_stored_seq, limit)
 
     def event(self, session_id: str, seq: int) -> dict[str, Any]:
         """One event whole (strings cut only past :data:`EVENT_CLIP_CHARS` characters)."""
@@ -1234,6 +1396,39 @@ class Inspector:
         self.reader.close()
 
 
+def _page(
+    session_id: str,
+    events: Sequence[Any] | Mapping[int, Any],
+    index: _Index,
+    from_seq: int,
+    last: int,
+    last_stored: int,
+    limit: int,
+) -> dict[str, Any]:
+    """A log page of ``events`` (looked up by seq) from ``from_seq``: see :meth:`Inspector.log_page`."""
+    items: list[dict[str, Any]] = []
+    seq = from_seq
+    stop = min(last, from_seq + MAX_EVENTS_PER_PAGE - 1)
+    while seq <= stop and len(items) < limit:
+        event = events[seq]
+        if event["type"] == ASSISTANT_CHUNK:
+            end = seq
+            while end + 1 <= stop and events[end + 1]["type"] == ASSISTANT_CHUNK:
+                end += 1
+            items.append(_chunk_item(events, seq, end, last_stored))
+            seq = end + 1
+            continue
+        items.append(_event_item(event, seq, index, events, last_stored))
+        seq += 1
+    return {
+        "sessionId": session_id,
+        "fromSeq": from_seq,
+        "nextSeq": seq if seq <= last else None,
+        "lastSeq": last,
+        "items": items,
+    }
+
+
 def _newest_first(row: Mapping[str, Any]) -> tuple[int, str]:
     when = row["lastActivity"] if type(row["lastActivity"]) is int else row["createdAt"]
     return (-(when if type(when) is int else 0), str(row["id"]))
@@ -1270,7 +1465,7 @@ def _turn_start(index: _Index, seq: int) -> int:
 
 
 def _event_item(
-    event: Mapping[str, Any], seq: int, index: _Index, events: Sequence[Any], last_stored: int
+    event: Mapping[str, Any], seq: int, index: _Index, events: Sequence[Any] | Mapping[int, Any], last_stored: int
 ) -> dict[str, Any]:
     etype = event["type"]
     data = event.get("data")
@@ -1329,7 +1524,7 @@ def _event_item(
     return item
 
 
-def _chunk_item(events: Sequence[Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
+def _chunk_item(events: Sequence[Any] | Mapping[int, Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
     """A run of streamed chunks folded into one item: its text and reasoning joined, tool-call deltas
     and other chunk types counted (the assembled message is the ``assistant/message`` after the run)."""
     text: list[str] = []

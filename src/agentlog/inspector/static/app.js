@@ -651,7 +651,9 @@
       var box = document.getElementById("summary");
       box.textContent = "";
       box.appendChild(el("span", { className: "mono", text: id }));
-      box.appendChild(el("span", { className: "status-" + summary.status, text: summary.status }));
+      box.appendChild(el("span", { className: "status-" + summary.status, text: summary.status === "validating" ? "validating…" : summary.status,
+        title: summary.status === "validating" ? "the whole log is being read and checked; the last events are shown meanwhile" : null }));
+      document.body.dataset.status = summary.status;
       box.appendChild(el("span", { text: "created " + iso(header.createdAt) }));
       if (header.cwd) box.appendChild(el("span", { className: "mono", text: header.cwd }));
       if (header.parentSession) {
@@ -1175,7 +1177,35 @@
 
     setupSearch(id, exported() ? function (seq) { moveTo(seq, true); } : null);
     api("/api/sessions/" + encodeURIComponent(id) + "/forks").then(renderForks, function () {});
-    api("/api/sessions/" + encodeURIComponent(id)).then(function (summary) {
+    // First paint: the heading and the last log page from the log's tail while the server reads and
+    // validates the whole log; asked again until it says ok / interrupted / repairable, or damaged.
+    var VALIDATION_POLL_MS = 150;
+    var painted = false;
+    function firstPaint() {
+      api("/api/sessions/" + encodeURIComponent(id) + "?early=1").then(function (summary) {
+        if (summary.status === "validating") {
+          if (!painted) {
+            painted = true;
+            renderSummary(summary);
+            s.last = summary.lastSeq;
+            if (summary.log) renderLog(summary.log);
+          }
+          setTimeout(firstPaint, VALIDATION_POLL_MS);
+          return;
+        }
+        if (summary.status === "damaged") {
+          renderSummary(summary);
+          s.items = [];
+          document.getElementById("log").textContent = "";
+          document.getElementById("log-range").textContent = "";
+          showError(summary.error);
+          return;
+        }
+        validated(summary);
+      }, showError);
+    }
+
+    function validated(summary) {
       s.summary = summary;
       s.last = summary.lastSeq;
       slider.max = String(summary.lastSeq);
@@ -1189,7 +1219,9 @@
       document.body.dataset.last = String(summary.lastSeq);
       loadLog(Math.max(0, at - 20)).then(function () { moveTo(at, true); });
       if (!exported()) follow(summary.storedEvents);
-    }, showError);
+    }
+    if (exported()) api("/api/sessions/" + encodeURIComponent(id)).then(validated, showError);
+    else firstPaint();
   }
 
   // A first visit with ?token=… got its cookie: the token leaves the address bar (and the history).
