@@ -8,11 +8,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentlog.kernel.store import SessionStore
 from agentlog.query.cjk import fold, mark_substrings
+from agentlog.query.filters import JS_WHITESPACE
 from agentlog.query.normalize import FTS_HIGHLIGHT_START, make_snippet
 from agentlog.query.schema import SCHEMA_VERSION, open_search_database
 from agentlog.testing.builders import APPEND, intent, user_msg
@@ -23,13 +24,17 @@ _ALPHABET = st.sampled_from([*"日志会话修复ログテAa ", "itgc"])
 def _expected(texts: list[str], query: str) -> list[int]:
     counts = []
     for seq, text in enumerate(texts):
-        normalized = " ".join(text.split())  # the indexed text: the length ranked is the normalized one
+        # Matches are counted on the folded companion (whitespace runs collapsed); the length ranked is the
+        # document's own (runtime spec §4.3: the code points of the indexed text, the trimmed message text).
+        normalized = " ".join(text.split())
         marked = mark_substrings(normalized, query)
         if marked is not None:
-            counts.append((-marked.count(FTS_HIGHLIGHT_START), len(normalized), -seq, -seq, seq))
+            length = len(text.strip(JS_WHITESPACE))
+            counts.append((-marked.count(FTS_HIGHLIGHT_START), length, -seq, -seq, seq))
     return [entry[-1] for entry in sorted(counts)]
 
 
+@example(texts=["日日日日日日日日志  日", "日日日日日日日日日日日志"], query="日志")  # a double space: lengths differ
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
