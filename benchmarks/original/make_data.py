@@ -10,8 +10,8 @@ OUTDIR/m4/<kind>-<T>    the W(T) session ``bench`` stored by agentlog (kind json
 OUTDIR/ls               1,000 W(5) sessions, jsonl-zstd, each titled, with agentlog's projection cache (M5, M10)
 OUTDIR/search           1,000 W(20) sessions with CJK turns, jsonl-zstd (M13-M16; each side indexes a copy)
 
-T is 2000 and 8000 (and 500 with --curves); with --curves also ls/search stores of 250 and 4000 sessions
-(``search-<n>``). Existing parts are kept.
+T is 2000 and 8000; --curves adds 500 (and W(4000)'s log alone, for M7) and the search stores of 250
+and 4000 sessions (``search-<n>``). Existing parts are kept.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ def main(argv: list[str]) -> int:
     curves = "--curves" in argv[1:]
     out.mkdir(parents=True, exist_ok=True)
     sizes = (500, 2000, 8000) if curves else (2000, 8000)
+    if curves:  # M7's curve stops at W(4000): the original's measure() is O(surface) a call, W(8000) takes minutes
+        step("W(4000)", out / "w4000.jsonl", lambda: write_log(out / "w4000.jsonl", 4000))
     for turns in sizes:
         log = out / f"w{turns}.jsonl"
         step(f"W({turns})", log, lambda log=log, turns=turns: write_log(log, turns))
