@@ -352,12 +352,16 @@ def _always_a_tool(count: int) -> list[Any]:
     return [Reply(tool_calls=[ScriptedCall("read_file", {"path": "n.txt"}, id=f"c{i}")]) for i in range(count)]
 
 
-def _loop_run(tmp_path: Path, script: list[Any], prompts: list[str], **options: Any) -> tuple[al.Session, Any, int]:
+def _loop_run(
+    tmp_path: Path, script: list[Any], prompts: list[str], *, tools: Any = None, **options: Any
+) -> tuple[al.Session, Any, list[Any]]:
+    """Run ``prompts`` through an agent over the scripted model; the session, the outcomes and the
+    requests the model received. ``tools`` defaults to the built-in registry."""
     (tmp_path / "n.txt").write_text("42\n")
     store = al.SessionStore()
     al.SessionInvariants(store).install()
 
-    async def main() -> tuple[al.Session, Any, int]:
+    async def main() -> tuple[al.Session, Any, list[Any]]:
         with DemoModelServer(script) as server:
             async with OpenAICompatibleProvider(base_url=server.base_url, api_key="k", model="m") as provider:
                 session = store.create("steps")
@@ -365,13 +369,13 @@ def _loop_run(tmp_path: Path, script: list[Any], prompts: list[str], **options: 
                     session,
                     provider,
                     AgentOptions(provider="p", model="m", cwd=tmp_path, **options),
-                    tools=builtin_registry(),
+                    tools=builtin_registry() if tools is None else tools,
                 )
                 outcomes = []
                 for prompt in prompts:
                     agent.followup(prompt)
                     outcomes.extend(await agent.run())
-                return session, outcomes, len(server.requests)
+                return session, outcomes, list(server.requests)
 
     return asyncio.run(main())
 
@@ -379,7 +383,7 @@ def _loop_run(tmp_path: Path, script: list[Any], prompts: list[str], **options: 
 def test_a_model_that_always_calls_a_tool_stops_at_the_default_max_steps(tmp_path: Path) -> None:
     assert DEFAULT_MAX_STEPS == 50
     session, outcomes, requests = _loop_run(tmp_path, _always_a_tool(60), ["loop forever"])
-    assert requests == 50
+    assert len(requests) == 50
     [outcome] = outcomes
     assert outcome.reason["kind"] == "error"
     assert outcome.reason["error"]["code"] == "MAX_STEPS_EXCEEDED"
@@ -396,7 +400,7 @@ def test_after_the_step_limit_a_new_prompt_continues_the_session(tmp_path: Path)
         "MAX_STEPS_EXCEEDED",
         "completed",
     ]
-    assert requests == 3
+    assert len(requests) == 3
     assert session.derive_messages()[-1]["content"] == [{"type": "text", "text": "Stopping, as asked."}]
 
 
@@ -409,25 +413,8 @@ def test_max_steps_must_be_a_positive_integer(bad: Any) -> None:
 
 def test_a_plain_list_of_tools_is_offered_like_a_registry(tmp_path: Path) -> None:
     """``tools=[...]`` is the natural spelling; it used to fail mid-turn with an AttributeError."""
-    (tmp_path / "n.txt").write_text("42\n")
-    store = al.SessionStore()
-    al.SessionInvariants(store).install()
     script = [Reply(tool_calls=[ScriptedCall("read_file", {"path": "n.txt"}, id="c1")]), Reply(text="42.")]
-
-    async def main() -> tuple[al.Session, Any, Any]:
-        with DemoModelServer(script) as server:
-            async with OpenAICompatibleProvider(base_url=server.base_url, api_key="k", model="m") as provider:
-                session = store.create("listed")
-                agent = Agent(
-                    session,
-                    provider,
-                    AgentOptions(provider="p", model="m", cwd=tmp_path),
-                    tools=list(builtin_registry()),
-                )
-                agent.followup("read n.txt")
-                return session, await agent.run(), server.requests
-
-    session, outcomes, requests = asyncio.run(main())
+    session, outcomes, requests = _loop_run(tmp_path, script, ["read n.txt"], tools=list(builtin_registry()))
     assert [o.reason for o in outcomes] == [{"kind": "completed"}]
     assert [t["function"]["name"] for t in requests[0].body["tools"]] == [
         "read_file",
