@@ -3,7 +3,7 @@
 # See README.md here for the set-up (npm ci) and what each figure is.
 #
 # Usage: [N=3] bash bench.sh --all OUTDIR      every figure of issue 28's table, N alternating runs a side
-#        [N=1] bash bench.sh --curves OUTDIR   M4, M12 at W(500/2000/8000), M7 at W(500/1000/2000),
+#        [N=1] bash bench.sh --curves OUTDIR   M4, M7, M12 at W(500/2000/8000),
 #                                              M13 at $SESSIONS (default 250,1000,4000) stored W(20)
 #                                              sessions: seconds and cost per event, both sides
 #        [N=3] bash bench.sh OUTDIR SPEC...    chosen figures, e.g. M4:2000 M4-sqlite:8000 search:1000

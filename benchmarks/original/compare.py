@@ -66,7 +66,7 @@ ALL = [
 ]  # fmt: skip
 CURVES = [
     *(f"M4:{t}" for t in (500, 2000, 8000)),
-    *(f"M7:{t}" for t in (500, 1000, 2000)),  # the original's M7 grows with T squared: minutes at W(8000)
+    *(f"M7:{t}" for t in (500, 2000, 8000)),  # the original's M7 grows with T squared: minutes at W(8000)
     *(f"M12:{t}" for t in (500, 2000, 8000)),
 ]
 

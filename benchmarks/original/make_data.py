@@ -10,7 +10,7 @@ OUTDIR/m4/<kind>-<T>    the W(T) session ``bench`` stored by agentlog (kind json
 OUTDIR/ls               1,000 W(5) sessions, jsonl-zstd, each titled, with agentlog's projection cache (M5, M10)
 OUTDIR/search           1,000 W(20) sessions with CJK turns, jsonl-zstd (M13-M16; each side indexes a copy)
 
-T is 2000 and 8000; --curves adds 500 (and W(1000)'s log alone, for M7) and the search stores of the
+T is 2000 and 8000; --curves adds 500 and the search stores of the
 --sessions counts other than 1,000 (``search-<n>``). Existing parts are kept.
 """
 
@@ -61,8 +61,6 @@ def main(argv: list[str]) -> int:
     curves = "--curves" in argv[1:]
     out.mkdir(parents=True, exist_ok=True)
     sizes = (500, 2000, 8000) if curves else (2000, 8000)
-    if curves:  # M7's curve is W(500/1000/2000): the original's M7 grows with T squared (minutes at W(8000))
-        step("W(1000)", out / "w1000.jsonl", lambda: write_log(out / "w1000.jsonl", 1000))
     for turns in sizes:
         log = out / f"w{turns}.jsonl"
         step(f"W({turns})", log, lambda log=log, turns=turns: write_log(log, turns))
