@@ -17,11 +17,11 @@ notification per client-visible unit whose state changed (``is`` comparison), wi
 and the event's seq. That subscription is held only while a change listener is registered: without a
 listener the eager drive is unobservable (reads catch up to the same states, because reducers are pure),
 so appends then pay nothing for the registry — each unit is folded over a batch of events at the next
-read instead of over one event per append. The drive of exactly the built-in units (:data:`BUILTIN_UNITS`,
-the eager configuration a UI runs) skips the reducers that would return their input for the event's type
-(most of a log is stream chunks that none of them folds), so a quiet event costs one test, not five calls. A cell that a read advanced past the event being published
+read instead of over one event per append. A cell that a read advanced past the event being published
 (a store listener that read the registry before the drive saw the event) still notifies that event's
-changes.
+changes. The drive of exactly the built-in units (:data:`BUILTIN_UNITS`, the eager configuration a UI
+runs) skips the reducers that would return their input for the event's type (most of a log is stream
+chunks that none of them folds), so a quiet event costs one test, not five reducer calls.
 
 **Purity is enforced, not trusted.** Every state a cell holds is passed through
 :func:`~agentlog.kernel.jsonvalue.snapshot_json` when it changes: that refuses a state that is not
