@@ -63,7 +63,7 @@ from ..errors import (
 )
 from ..kernel._js import js_string
 from ..kernel._listeners import observe_async
-from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_json, thaw
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_container, snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore  # (at run time too: typing.get_type_hints resolves annotations here)
 from .stats import SESSION_STATS_UNIT, STATS_EVENT_TYPES
@@ -616,7 +616,8 @@ class ProjectionRegistry:
                 if nxt is state:
                     continue
                 try:
-                    cell.state = _snapshot(nxt)
+                    # A plain dict (every built-in state) goes straight to the container copy, as appends do.
+                    cell.state = snapshot_container(nxt) if nxt.__class__ is dict else _snapshot(nxt)
                 except NonJsonValueError as err:
                     raise _StateNotJson(err) from None
             except Exception as err:
@@ -654,7 +655,7 @@ class ProjectionRegistry:
             try:
                 view = cell.view(cell.state)
                 try:
-                    value = _snapshot(view)
+                    value = snapshot_container(view) if view.__class__ is dict else _snapshot(view)
                 except NonJsonValueError:
                     value = _served(key, view)  # raises the typed error
             except ProjectionError as err:
