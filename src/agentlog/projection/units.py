@@ -183,7 +183,8 @@ def _surface_event_tokens(event: Mapping[str, Any]) -> int:
 
     contextPressure and contextBreakdown both fold every surface event, one after the other: the second
     reuses the first's price instead of estimating the message again. Events are frozen, so the price of
-    the same object cannot change; the slot holds one tuple, replaced whole (safe across threads).
+    the same object cannot change; the slot holds one tuple, replaced whole (safe across threads). It keeps
+    the last priced event alive until the next one is priced (one event, whatever the number of sessions).
     """
     last = _last_priced[0]
     if last[0] is event:
