@@ -92,8 +92,18 @@ def build_store(kind: str, root: str, sessions: int) -> None:
 # --------------------------------------------------------------------------- M10
 
 
-def _ls_main(kind: str, root: str) -> None:
-    import typer._adapters  # noqa: F401  # typer imports its parameter adapters (and pydantic) at the first parse
+def ls_figure(store_args: Sequence[str], limit: int | None = None) -> dict[str, Any]:
+    """M10 on any workload: ``agentlog ls <store_args> --json [--limit N]`` in this process, timed.
+
+    The imports come first, outside the timer: the CLI's own modules and the ones the first parse
+    imports lazily (typer's parameter adapters, and pydantic's plugin loader with ``importlib.metadata``,
+    which building the first adapter imports even with plugins disabled). The timer covers the whole
+    command: argument parsing, backend open, listing, one cache query, the served rows, the JSON page.
+    Cold reads are counted: a figure of M10 serves every session from the cache (0 cold reads).
+    ``benchmarks/original/agentlog_side.py`` calls this with the ``ls`` store and every session listed.
+    """
+    import pydantic.plugin._loader  # noqa: F401
+    import typer._adapters  # noqa: F401
 
     import agentlog.cli.commands as commands
     import agentlog.cli.read_commands  # the command's own module: commands load it lazily at first use
@@ -110,16 +120,24 @@ def _ls_main(kind: str, root: str) -> None:
         return original(self, session_id)
 
     ProjectionCache.cold_snapshot = counted  # type: ignore[method-assign]
-    argv = ["ls", *_cli_args(kind, root), "--json"]
+    argv = ["ls", *store_args, "--json", *(() if limit is None else ("--limit", str(limit)))]
     out = io.StringIO()
     gc.collect()
-    start = time.perf_counter()
-    with contextlib.redirect_stdout(out):
-        commands.app(argv, standalone_mode=False)
-    elapsed = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(out):
+            commands.app(argv, standalone_mode=False)
+        elapsed = time.perf_counter() - start
+    finally:
+        ProjectionCache.cold_snapshot = original  # type: ignore[method-assign]
     page = json.loads(out.getvalue())["sessions"] if out.getvalue() else []
     titled = sum(1 for row in page if row["title"] and row["turns"] is not None)
-    print(json.dumps({"M10_seconds": elapsed, "rows": len(page), "titled": titled, "cold_reads": cold}))
+    return {"seconds": elapsed, "rows": len(page), "titled": titled, "cold_reads": cold}
+
+
+def _ls_main(kind: str, root: str) -> None:
+    result = ls_figure(_cli_args(kind, root))
+    print(json.dumps({"M10_seconds": result.pop("seconds"), **result}))
 
 
 def _ls_child(kind: str, root: str) -> dict[str, Any]:
@@ -263,12 +281,26 @@ def _append(workload: Sequence[Any], with_units: bool, *, listener_on: bool = Tr
     return elapsed
 
 
+def m12_cost(workload: Sequence[Any]) -> dict[str, float]:
+    """M12 on any workload, once: the bare appends, then the same with the five units driven; the units'
+    cost per event is the difference (``benchmarks/original/agentlog_side.py`` calls this on W(T))."""
+    bare = _append(workload, False)
+    units = _append(workload, True)
+    return {
+        "seconds": units - bare,
+        "per_event_us": (units - bare) / len(workload) * 1e6,
+        "bare_seconds": bare,
+        "units_seconds": units,
+    }
+
+
 def m12(turns: int, repeat: int) -> dict[str, float]:
     workload = build_workload(turns)
     plain, units, lazy = [], [], []
     for _ in range(repeat):
-        plain.append(_append(workload, False))
-        units.append(_append(workload, True))
+        cost = m12_cost(workload)
+        plain.append(cost["bare_seconds"])
+        units.append(cost["units_seconds"])
         lazy.append(_append(workload, True, listener_on=False))
     m1 = statistics.median(plain)
     m12_s = statistics.median(units)

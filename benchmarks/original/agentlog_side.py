@@ -13,9 +13,7 @@ closed turn appended to a stored W(20) session, as another process would).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import io
 import json
 import os
 import shutil
@@ -138,13 +136,10 @@ def fig_m9(data: str, turns: int) -> dict[str, Any]:
 
 
 def fig_m12(data: str, turns: int) -> dict[str, Any]:
-    from projections import _append
+    """``benchmarks/projections.py``'s M12 (:func:`m12_cost`) on W(T) as make_data.py wrote it."""
+    from projections import m12_cost
 
-    events = workload(data, turns)
-    bare = _append(events, False)
-    units = _append(events, True)
-    per_event = (units - bare) / len(events) * 1e6
-    return {"seconds": units - bare, "per_event_us": per_event, "bare_seconds": bare, "units_seconds": units}
+    return dict(m12_cost(workload(data, turns)))
 
 
 def fig_m3(data: str, turns: int, style: str) -> dict[str, Any]:
@@ -181,41 +176,21 @@ def fig_m5(data: str, sessions: int) -> dict[str, Any]:
 
 
 def fig_m10(data: str, sessions: int, limit: int | None = None) -> dict[str, Any]:
-    """``agentlog ls --json --limit N`` over the ``ls`` store in this process, served from the projection cache.
+    """``agentlog ls --json --limit N`` over the ``ls`` store in this process, served from the projection cache
+    (``benchmarks/projections.py``'s :func:`ls_figure`: imports before the timer, cold reads counted).
 
     N is every session (the original's listing views every session's cached row), or ``limit`` (the
-    CLI's default page is 50). Imports happen before the timer, as in benchmarks/projections.py.
+    CLI's default page is 50).
     """
-    import typer._adapters  # noqa: F401  # typer imports its parameter adapters at the first parse
-
-    import agentlog.cli.commands as commands
-    import agentlog.cli.read_commands  # noqa: F401  # loaded lazily at first use otherwise
-    from agentlog.projection.cache import ProjectionCache
+    from projections import ls_figure
 
     _import_backend_modules()
-    cold = 0
-    original = ProjectionCache.cold_snapshot
-
-    def counted(self: ProjectionCache, session_id: str) -> dict[str, Any]:
-        nonlocal cold
-        cold += 1
-        return original(self, session_id)
-
-    ProjectionCache.cold_snapshot = counted  # type: ignore[method-assign]
     rows = sessions if limit is None else limit
-    argv = ["ls", "--store", str(Path(data) / "ls"), "--backend", "jsonl", "--compression", "zstd"]
-    argv += ["--json", "--limit", str(rows)]
-    out = io.StringIO()
-    gc.collect()
-    start = time.perf_counter()
-    with contextlib.redirect_stdout(out):
-        commands.app(argv, standalone_mode=False)
-    seconds = time.perf_counter() - start
-    page = json.loads(out.getvalue())["sessions"]
-    titled = sum(1 for row in page if row["title"] and row["turns"] is not None)
-    if cold or titled != rows:
-        raise SystemExit(f"M10: {titled} of {len(page)} rows titled, {cold} cold reads")
-    return {"seconds": seconds, "rows": len(page), "titled": titled}
+    store = ["--store", str(Path(data) / "ls"), "--backend", "jsonl", "--compression", "zstd"]
+    result = ls_figure(store, limit=rows)
+    if result["cold_reads"] or result["titled"] != rows:
+        raise SystemExit(f"M10: {result['titled']} of {result['rows']} rows titled, {result['cold_reads']} cold reads")
+    return {"seconds": result["seconds"], "rows": result["rows"], "titled": result["titled"]}
 
 
 def fig_search(data: str, sessions: int, build_only: bool = False) -> dict[str, Any]:

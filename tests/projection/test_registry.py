@@ -12,6 +12,7 @@ later and a restore from a checkpoint at a random cut all give the same views an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import sys
@@ -933,6 +934,33 @@ def test_eager_drive_lazy_cell_and_restore_from_a_random_cut_agree(
     assert restored["snapshot"] == snapshot
     assert restored["checkpoint"] == rows
     assert lazy.view_checkpoint(orjson.loads(orjson.dumps(rows))) == snapshot["values"]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=agent_logs())
+def test_the_built_in_drive_picks_every_reducer_that_changes(log: list[tuple[int, str, Any, Any]]) -> None:
+    """The drive of exactly the built-in units runs only the reducers an event can change (the picks);
+    copies of the same units are driven the generic way, every reducer on every event. Both give the
+    same change feed (keys, values, seqs, order) and the same states after every event."""
+    clock = Clock()
+    store = SessionStore(now=clock)
+    picked = ProjectionRegistry.with_builtin_units(store)
+    generic = ProjectionRegistry(store)
+    for unit in BUILTIN_UNITS:
+        generic.register(dataclasses.replace(unit))  # equal, but not the built-in objects
+    feeds: tuple[list[Any], list[Any]] = ([], [])
+    picked.on_changed(lambda _s, key, value, seq: feeds[0].append((key, value, seq)))
+    generic.on_changed(lambda _s, key, value, seq: feeds[1].append((key, value, seq)))
+    session = store.create("picks")
+    for delta, type, data, intent in log:
+        clock.now += delta
+        if intent is None:
+            session.append(type, data)
+        else:
+            session.append(type, data, intent)
+        assert picked.checkpoint(session) == generic.checkpoint(session)
+    assert feeds[0] == feeds[1]
+    assert picked._builtin and not generic._builtin
 
 
 def test_reads_from_another_thread_see_consistent_cuts_while_appends_are_driven() -> None:

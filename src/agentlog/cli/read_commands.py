@@ -228,11 +228,17 @@ def _listed(values: Mapping[str, Any]) -> dict[str, Any]:
         "sessionStats": {"turns": stats.get("turns"), "steps": stats.get("steps")}
         if isinstance(stats, Mapping)
         else None,
-        "tokenUsage": thaw(values["tokenUsage"]) if values.get("tokenUsage") is not None else None,
+        "tokenUsage": _plain(values.get("tokenUsage")),
         LAST_ACTIVITY_KEY: values.get(LAST_ACTIVITY_KEY),
         USAGE_STEPS_KEY: values.get(USAGE_STEPS_KEY),
-        LABELS_KEY: thaw(values[LABELS_KEY]) if values.get(LABELS_KEY) is not None else None,
+        LABELS_KEY: _plain(values.get(LABELS_KEY)),
     }
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON: a view the listing read decoded for this call is plain already (its own
+    ``dict``, never shared), a frozen one (a cold read's, a rows-path view) is thawed into a copy."""
+    return value if value is None or type(value) is dict else thaw(value)
 
 
 def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str, tuple[dict[str, Any], int | None]]:

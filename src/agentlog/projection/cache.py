@@ -475,15 +475,17 @@ class ProjectionCache:
             logger.warning("session projection cache: listing read failed: %s", describe_error(err))
             stored = {}
         stamp, units = code_stamp(), self.registry.units
+        plan = tuple((unit.key, unit.state_version, unit.client_visible) for unit in units)
         rest = []
         for listing in usable:
             found = stored.get(listing.id)
             if found is None or not _usable_views(found.views, stamp):
                 rest.append(listing)
                 continue
-            out[listing.id] = self._serve_views(
-                found, listing.header, listing.revision if current_only else None, units
-            )
+            if current_only:
+                out[listing.id] = _serve_current(found, listing.header, listing.revision, plan)
+            else:
+                out[listing.id] = self._serve_views(found, listing.header, None, units)
         if rest:
             try:
                 records = self.storage.get_many([listing.id for listing in rest])
@@ -844,6 +846,42 @@ def _usable_views(blob: object, stamp: str) -> bool:
         and type(blob.get("rows")) is dict
         and type(blob.get("views")) is dict
     )
+
+
+def _serve_current(
+    stored: ServedViews, header: Mapping[str, Any], revision: str, plan: tuple[tuple[str, int, bool], ...]
+) -> dict[str, Any] | None:
+    """:meth:`ProjectionCache._serve_views` with a ``revision`` (current only), for a listing of many.
+
+    The same decisions, with the units as ``(key, stateVersion, client_visible)`` taken once per listing
+    and :func:`_cut_seq` inlined: ``agentlog ls`` makes this call once per stored session.
+    """
+    identity = stored.identity
+    if (
+        type(identity) is not dict
+        or identity.get("createdAt") != header["createdAt"]
+        or identity.get("cwd") != header.get("cwd")
+        or stored.revision != revision
+        or not plan
+    ):
+        return None
+    cuts: dict[str, Any] = stored.views["rows"]
+    views: dict[str, Any] = stored.views["views"]
+    values: dict[str, Any] = {}
+    seq: int | None = None
+    for key, version, visible in plan:
+        cut = cuts.get(key)
+        if type(cut) is not list or len(cut) != 2 or type(cut[0]) is not int or cut[0] != version:
+            return None
+        at = cut[1]
+        if type(at) is not int or at < -1 or (seq is not None and at != seq):
+            return None
+        seq = at
+        if visible:
+            if key not in views:
+                return None
+            values[key] = views[key]
+    return {"asOfSeq": seq, "values": values}
 
 
 def _cut_seq(cut: object, version: int) -> int | None:

@@ -19,7 +19,9 @@ listener the eager drive is unobservable (reads catch up to the same states, bec
 so appends then pay nothing for the registry — each unit is folded over a batch of events at the next
 read instead of over one event per append. A cell that a read advanced past the event being published
 (a store listener that read the registry before the drive saw the event) still notifies that event's
-changes.
+changes. The drive of exactly the built-in units (:data:`BUILTIN_UNITS`, the eager configuration a UI
+runs) skips the reducers that would return their input for the event's type (most of a log is stream
+chunks that none of them folds), so a quiet event costs one test, not five reducer calls.
 
 **Purity is enforced, not trusted.** Every state a cell holds is passed through
 :func:`~agentlog.kernel.jsonvalue.snapshot_json` when it changes: that refuses a state that is not
@@ -61,14 +63,16 @@ from ..errors import (
 )
 from ..kernel._js import js_string
 from ..kernel._listeners import observe_async
-from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_json, thaw
+from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_container, snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore  # (at run time too: typing.get_type_hints resolves annotations here)
-from .stats import SESSION_STATS_UNIT
+from .stats import SESSION_STATS_UNIT, STATS_EVENT_TYPES
 from .title import TITLE_UNIT
 from .units import (
+    BREAKDOWN_EVENT_TYPES,
     CONTEXT_BREAKDOWN_UNIT,
     CONTEXT_PRESSURE_UNIT,
+    PRESSURE_EVENT_TYPES,
     TOKEN_USAGE_UNIT,
     ProjectionUnit,
 )
@@ -95,6 +99,19 @@ BUILTIN_UNITS: Final[tuple[AnyUnit, ...]] = (
     TITLE_UNIT,
 )
 """The five units :meth:`ProjectionRegistry.with_builtin_units` registers, in the original's order."""
+
+_ASSISTANT_CHUNK: Final = "assistant/chunk"
+_USAGE_CHUNK: Final = "assistant/chunk usage"  # a pick key of its own (not an event type)
+_BUILTIN_TYPES: Final[tuple[frozenset[str], ...]] = (
+    frozenset({_USAGE_CHUNK, "assistant/message"}),
+    (PRESSURE_EVENT_TYPES - {_ASSISTANT_CHUNK}) | {_USAGE_CHUNK},
+    BREAKDOWN_EVENT_TYPES,
+    STATS_EVENT_TYPES | {_USAGE_CHUNK},
+    frozenset({"session/title"}),
+)
+"""Per built-in unit (BUILTIN_UNITS order): the event types for which its reducer can return a new state
+from a state without an armed claim (chunks: only the usage ones; sessionStats also any other, see
+:func:`_picked`)."""
 
 
 class ProjectionSnapshot(TypedDict):
@@ -148,13 +165,14 @@ def _keep(state: Any, event: Any) -> Any:
 class _Cell:
     """One unit's state for one session. ``reduce`` is the unit's reducer, or :func:`_keep` once failed."""
 
-    __slots__ = ("failure", "key", "reduce", "reg", "state", "visible")
+    __slots__ = ("failure", "key", "reduce", "reg", "state", "view", "visible")
 
     def __init__(self, reg: _Registration, state: Any) -> None:
         unit = reg.unit
         self.reg = reg
         self.key: str = unit.key
         self.reduce: Callable[[Any, Any], Any] = unit.reduce
+        self.view: Callable[[Any], Any] = unit.view
         self.visible: bool = unit.client_visible
         self.state = state
         self.failure: ProjectionError | None = None
@@ -171,7 +189,7 @@ class _Record:
     drive can still notify an event that a read folded before the drive saw it.
     """
 
-    __slots__ = ("by_reg", "cells", "gen", "last_changed", "last_seq", "seq")
+    __slots__ = ("by_reg", "cells", "gen", "last_changed", "last_seq", "picks", "seq")
 
     def __init__(self) -> None:
         self.seq = -1
@@ -180,6 +198,7 @@ class _Record:
         self.by_reg: dict[_Registration, _Cell] = {}
         self.last_seq = -2
         self.last_changed: list[_Cell] = []
+        self.picks: dict[str, list[_Cell]] = {}  # the drive's cells per event type (see _picked)
 
 
 class _Attachment:
@@ -304,6 +323,19 @@ def _fold_cell(cell: _Cell, events: Iterable[Mapping[str, Any]]) -> Mapping[str,
     return changed_by
 
 
+def _picked(rec: _Record, key: str) -> list[_Cell]:
+    """The built-in cells whose event types hold ``key`` (an event type or ``_USAGE_CHUNK``), in order.
+
+    The drive of exactly the built-in units runs only these reducers for an event when no shadow-price
+    claim is armed: the other reducers would return their input (see :data:`_BUILTIN_TYPES`). Most of a
+    log is stream chunks that no unit folds, and most other events concern one or two of the five.
+    Picking a cell only means its reducer runs, so a pick may err on that side, never on the other
+    (tests hold the picks to the reducers).
+    """
+    picked = rec.picks[key] = [cell for cell, types in zip(rec.cells, _BUILTIN_TYPES, strict=True) if key in types]
+    return picked
+
+
 # --- checkpoint rows --------------------------------------------------------------------------------
 
 
@@ -341,6 +373,7 @@ class ProjectionRegistry:
         self._records: weakref.WeakKeyDictionary[Session, _Record] = weakref.WeakKeyDictionary()
         self._hot: tuple[weakref.ref[Session], _Record] | None = None
         self._stores: list[_Attachment] = []
+        self._builtin = False  # exactly BUILTIN_UNITS, in order: the drive may skip quiet events
         if store is not None:
             self.attach(store)
 
@@ -404,6 +437,10 @@ class ProjectionRegistry:
 
     def _changed_registrations(self) -> None:
         self._order = tuple(self._regs.values())
+        units = tuple(reg.unit for reg in self._order)
+        self._builtin = len(units) == len(BUILTIN_UNITS) and all(
+            unit is builtin for unit, builtin in zip(units, BUILTIN_UNITS, strict=True)
+        )
         self._gen += 1
         self._sync_subscriptions()
 
@@ -510,6 +547,7 @@ class ProjectionRegistry:
             by_reg[reg] = cell
         rec.by_reg = by_reg
         rec.cells = list(by_reg.values())
+        rec.picks = {}
         rec.gen = self._gen
         rec.last_changed = [cell for cell in rec.last_changed if cell.reg in by_reg]
 
@@ -549,16 +587,37 @@ class ProjectionRegistry:
                     self._notify(session, rec.last_changed, seq)
                 return
             self._advance(rec, session.events, seq - 1)
+        cells = rec.cells
+        if self._builtin and "claim" not in cells[1].state and "claim" not in cells[2].state:
+            # Exactly the built-in units and no armed claim: run only the reducers that can change
+            # (see _picked). A chunk concerns tokenUsage and contextPressure when it reports usage,
+            # otherwise only sessionStats, and only while the open step has no first token yet.
+            key: str = event["type"]
+            if key == _ASSISTANT_CHUNK:
+                chunk = event["data"].get("chunk")
+                if isinstance(chunk, dict) and chunk.get("type") == "usage":
+                    key = _USAGE_CHUNK
+                else:
+                    open_step = cells[3].state["openStep"]
+                    if open_step is None or open_step["firstTokenTime"] is not None:
+                        rec.seq = seq
+                        rec.last_seq = seq
+                        if rec.last_changed:
+                            rec.last_changed = []
+                        return
+            picked = rec.picks.get(key)
+            cells = _picked(rec, key) if picked is None else picked
         changed: list[_Cell] | None = None
         failed: list[_Cell] | None = None
-        for cell in rec.cells:
+        for cell in cells:
             state = cell.state
             try:
                 nxt = cell.reduce(state, event)
                 if nxt is state:
                     continue
                 try:
-                    cell.state = _snapshot(nxt)
+                    # A plain dict (every built-in state) goes straight to the container copy, as appends do.
+                    cell.state = snapshot_container(nxt) if nxt.__class__ is dict else _snapshot(nxt)
                 except NonJsonValueError as err:
                     raise _StateNotJson(err) from None
             except Exception as err:
@@ -592,20 +651,25 @@ class ProjectionRegistry:
         for cell in cells:
             if cell.failure is not None:
                 continue
+            key = cell.key
             try:
-                value = _served(cell.key, cell.reg.unit.view(cell.state))
+                view = cell.view(cell.state)
+                try:
+                    value = snapshot_container(view) if view.__class__ is dict else _snapshot(view)
+                except NonJsonValueError:
+                    value = _served(key, view)  # raises the typed error
             except ProjectionError as err:
                 first_error = first_error or err
                 continue
             for listener in listeners:
                 try:
-                    result = listener(session, cell.key, value, seq)
+                    result = listener(session, key, value, seq)
                 except Exception as err:
                     logger.warning(
                         'session "%s": session projection change listener threw: %s', session.id, describe_error(err)
                     )
                     continue
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):  # most listeners return None: one test
                     observe_async(result, f'session "{session.id}": session projection change listener rejected: ')
         if first_error is not None:
             raise first_error

@@ -45,6 +45,7 @@ __all__ = [
     "SESSION_STATS_KEY",
     "SESSION_STATS_STATE_VERSION",
     "SESSION_STATS_UNIT",
+    "STATS_EVENT_TYPES",
     "OpenStep",
     "SessionStatsState",
     "SessionStatsView",
@@ -187,6 +188,9 @@ _HANDLERS: Final[dict[str, _Handler]] = {
     TURN_END: _turn_end,
 }
 _handler_for = _HANDLERS.get
+
+STATS_EVENT_TYPES: Final = frozenset({*_HANDLERS, ASSISTANT_CHUNK})
+"""The event types the ``sessionStats`` reducer can change its state for (the registry picks its reducer by them)."""
 
 
 def _reduce(state: SessionStatsState, event: Event) -> SessionStatsState:

@@ -42,8 +42,10 @@ from ..kernel.surface import APPEND, is_surface_event
 from ..llm.tokens import estimate_message, estimate_system_tokens, estimate_tools_tokens
 
 __all__ = [
+    "BREAKDOWN_EVENT_TYPES",
     "CONTEXT_BREAKDOWN_UNIT",
     "CONTEXT_PRESSURE_UNIT",
+    "PRESSURE_EVENT_TYPES",
     "TOKEN_METER_UNITS",
     "TOKEN_USAGE_UNIT",
     "ContextBreakdownState",
@@ -173,6 +175,26 @@ class SurfaceTokensFold(NamedTuple):
 _NO_CHANGE: Final = SurfaceTokensFold(0, None)
 
 
+_last_priced: Final[list[tuple[object, int]]] = [(None, 0)]
+
+
+def _surface_event_tokens(event: Mapping[str, Any]) -> int:
+    """The heuristic price of a surface event's message, remembered for the last event priced.
+
+    contextPressure and contextBreakdown both fold every surface event, one after the other: the second
+    reuses the first's price instead of estimating the message again. Events are frozen, so the price of
+    the same object cannot change; the slot holds one tuple, replaced whole (safe across threads). It keeps
+    the last priced event alive until the next one is priced (one event, whatever the number of sessions).
+    """
+    last = _last_priced[0]
+    if last[0] is event:
+        return last[1]
+    message = derive_event_message(event)
+    tokens = 0 if message is None else estimate_message(message)
+    _last_priced[0] = (event, tokens)
+    return tokens
+
+
 def fold_surface_projection(claim: ShadowPriceClaim | None, event: Mapping[str, Any]) -> SurfaceTokensFold:
     """Fold one committed event onto a running surface total, given the claim the previous event armed.
 
@@ -191,8 +213,7 @@ def fold_surface_projection(claim: ShadowPriceClaim | None, event: Mapping[str, 
         )
     if not is_surface_event(event):
         return _NO_CHANGE
-    message = derive_event_message(event)
-    tokens = 0 if message is None else estimate_message(message)
+    tokens = _surface_event_tokens(event)
     op = event["surfaceOp"]
     if op == APPEND:
         return SurfaceTokensFold(tokens, None)
@@ -308,6 +329,11 @@ def _context_pressure_initial() -> ContextPressureState:
 _SURFACE_TYPES: Final = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT})
 _PRESSURE_TYPES: Final = _SURFACE_TYPES | _SHADOW_PRICE_TYPES | {REQUEST_CONTEXT}
 _BREAKDOWN_TYPES: Final = _SURFACE_TYPES | _SHADOW_PRICE_TYPES | {REQUEST_HEADER}
+PRESSURE_EVENT_TYPES: Final = _PRESSURE_TYPES | {ASSISTANT_CHUNK}
+"""The event types that can change a ``contextPressure`` state without an armed claim (the registry's
+quiet-event test; with a claim armed every event can change it)."""
+BREAKDOWN_EVENT_TYPES: Final = _BREAKDOWN_TYPES
+"""The same for ``contextBreakdown``."""
 
 
 def _context_pressure_reduce(state: ContextPressureState, event: Event) -> ContextPressureState:
