@@ -338,7 +338,7 @@ def _export_html(
     session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str], drop_tool_output: bool
 ) -> None:
     """``export --html``: the inspector's self-contained session page (:mod:`agentlog.inspector.export`)."""
-    from ..inspector.export import export_html
+    from ..inspector.export import export_html_bytes
     from ..inspector.views import Inspector
     from ..projection.redaction import Redactor
 
@@ -351,7 +351,7 @@ def _export_html(
             inspector.close()
         target = output if output is not None else Path(f"{encode_segment(session_id)}.html")
         try:
-            target.write_text(export_html(document), encoding="utf-8")
+            target.write_bytes(export_html_bytes(document))  # (the UTF-8 text, never decoded)
         except OSError as err:
             raise storage_error(err, str(target)) from None
     except AgentlogError as err:

@@ -167,7 +167,21 @@ def validate_seq(value: object, name: str = "seq") -> int:
 
 
 def _clip(value: Any, limit: int = CLIP_CHARS) -> tuple[Any, bool]:
-    """A plain JSON copy of ``value`` whose strings are cut at ``limit`` characters (and whether any was)."""
+    """A plain JSON copy of ``value`` whose strings are cut at ``limit`` characters (and whether any was).
+
+    A container is copied by one JSON round trip in C (a log page copies thousands of payloads, and the
+    Python walk was most of an export's time); when its JSON text is no longer than ``limit`` characters
+    no string in it can be, so the copy is the answer, else the copy is walked and cut. A value JSON cannot
+    write as is (not a JSON value) takes the walk alone, which copies it as it always did."""
+    if value.__class__ is not str and isinstance(value, (dict, list)):
+        try:
+            text = orjson.dumps(value)
+        except TypeError:
+            pass
+        else:
+            value = orjson.loads(text)
+            if len(text) <= limit:
+                return value, False
     clipped = False
 
     def walk(item: Any) -> Any:
@@ -191,10 +205,11 @@ def _text_of(blocks: Any) -> str:
     if isinstance(blocks, str):
         return blocks
     parts: list[str] = []
-    if not isinstance(blocks, Sequence):
+    # (the concrete types first: the ABC checks were a tenth of an export's time)
+    if not isinstance(blocks, (list, tuple)) and not isinstance(blocks, Sequence):
         return ""
     for block in blocks:
-        if not isinstance(block, Mapping):
+        if not isinstance(block, dict) and not isinstance(block, Mapping):
             continue
         kind = block.get("type")
         if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
@@ -1412,10 +1427,15 @@ def _page(
     while seq <= stop and len(items) < limit:
         event = events[seq]
         if event["type"] == ASSISTANT_CHUNK:
+            run = [event]  # (each chunk read once: on a restored log a read builds a packed run's members)
             end = seq
-            while end + 1 <= stop and events[end + 1]["type"] == ASSISTANT_CHUNK:
+            while end + 1 <= stop:
+                following = events[end + 1]
+                if following["type"] != ASSISTANT_CHUNK:
+                    break
+                run.append(following)
                 end += 1
-            items.append(_chunk_item(events, seq, end, last_stored))
+            items.append(_chunk_item(run, seq, end, last_stored))
             seq = end + 1
             continue
         items.append(_event_item(event, seq, index, events, last_stored))
@@ -1471,7 +1491,7 @@ def _event_item(
     data = event.get("data")
     turn, step = _turn_step(index, seq, data)
     kind = _KINDS.get(etype, "compaction" if etype.startswith("compaction/") else "other")
-    value, clipped = _clip(thaw(data))
+    value, clipped = _clip(data)  # (a plain copy, as thaw makes one)
     item: dict[str, Any] = {
         "kind": kind,
         "seq": seq,
@@ -1524,16 +1544,17 @@ def _event_item(
     return item
 
 
-def _chunk_item(events: Sequence[Any] | Mapping[int, Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
-    """A run of streamed chunks folded into one item: its text and reasoning joined, tool-call deltas
-    and other chunk types counted (the assembled message is the ``assistant/message`` after the run)."""
+def _chunk_item(run: Sequence[Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
+    """A run of streamed chunks (``run``: the events of seqs ``first..last``) folded into one item: its
+    text and reasoning joined, tool-call deltas and other chunk types counted (the assembled message is
+    the ``assistant/message`` after the run)."""
     text: list[str] = []
     reasoning: list[str] = []
     counts: dict[str, int] = {}
-    head = events[first]
-    for seq in range(first, last + 1):
-        chunk = events[seq]["data"].get("chunk")
-        ctype = chunk.get("type") if isinstance(chunk, Mapping) else None
+    head = run[0]
+    for event in run:
+        chunk = event["data"].get("chunk")
+        ctype = chunk.get("type") if isinstance(chunk, dict) or isinstance(chunk, Mapping) else None
         counts[str(ctype)] = counts.get(str(ctype), 0) + 1
         if ctype == "text-delta" and isinstance(chunk.get("text"), str):
             text.append(chunk["text"])
