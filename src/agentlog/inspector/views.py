@@ -374,6 +374,24 @@ class LoadedSession:
             self.header = header
         self._paged_out.set()
 
+    def adopt_pages(self, paged: PagedLog, index: _Index, stored_index: _Index | None) -> None:
+        """Start paged out (a streamed load: :func:`~.streamed.load_streamed`): ``paged`` is the log (with
+        the closers a load would add), ``index`` its index, ``stored_index`` that of the stored events
+        alone when known (the index itself without closers). As :meth:`page_out` keeps them, the indexes
+        are made anew (pickled and unpickled) with their timelines reading ``paged``: nothing of them
+        shares memory with the parsed batches the stream let go."""
+        same = stored_index is index
+        kept = pickle.dumps(
+            (_unbound(index), None if same else _unbound(stored_index), self.header), protocol=pickle.HIGHEST_PROTOCOL
+        )
+        fresh, fresh_stored, header = pickle.loads(kept)
+        with self._lock:
+            self._paged = paged
+            self._index = _bound(fresh, paged)
+            self._stored_index = self._index if same else _bound(fresh_stored, paged)
+            self.header = header
+        self._paged_out.set()
+
     def wait_paged(self, timeout: float | None = None) -> bool:
         """Wait until this session is paged out (by the background pager); whether it is."""
         return self._paged_out.wait(timeout)
@@ -695,12 +713,14 @@ class Inspector:
         page_after: float | None = 2.0,
         page_events: int = PAGE_EVENTS,
         validation_gate: threading.Event | None = None,
+        stream: bool = True,
     ) -> None:
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
         if page_after is not None and page_after < 0:
             raise ValueError("page_after must be None or at least 0")
         self._page_after = page_after
+        self._stream = stream
         self._page_events = page_events
         self._pager_cond = threading.Condition()
         self._pager_due: dict[str, tuple[float, LoadedSession]] = {}
@@ -749,16 +769,8 @@ class Inspector:
             extended = self._extended(loaded) if loaded is not None and revision is not None else None
             if extended is not None:
                 return extended
-            for _attempt in range(3):
-                stored = self.reader.stored_view(session_id, keep=False)
-                after = self.backend.read_revision(session_id)
-                if after == revision:
-                    break
-                revision = after  # written while it was read: read again (the revision names these bytes)
-            else:
-                revision = None  # still being written: serve this read, read again on the next request
+            loaded = self._read(session_id, revision)
             self.loads += 1
-            loaded = LoadedSession(session_id, revision, stored)
             with self._lock:
                 self._loaded[session_id] = loaded
                 self._loaded.move_to_end(session_id)
@@ -766,6 +778,31 @@ class Inspector:
                     self._loaded.popitem(last=False)
             self._schedule_page_out(loaded)
             return loaded
+
+    def _read(self, session_id: str, revision: str | None) -> LoadedSession:
+        """The session read from the store: streamed and paged as it is read when the backend can stream
+        it and the log is plainly valid (:func:`~.streamed.load_streamed`: the whole log is never held),
+        else read whole and validated (``stored_view``, which also reports what is wrong with a log).
+        ``revision`` (read before) is kept only if the log was not written meanwhile."""
+        if self._stream:
+            from .streamed import load_streamed
+
+            streamed = load_streamed(self.reader, session_id, self._page_events)
+            if streamed is not None:
+                loaded, read_at = streamed
+                if self.backend.read_revision(session_id) != read_at:
+                    loaded.revision = None  # written since it was read: served, read again next time
+                _give_back_memory()  # (the batches' freed memory, as after a page-out)
+                return loaded
+        for _attempt in range(3):
+            stored = self.reader.stored_view(session_id, keep=False)
+            after = self.backend.read_revision(session_id)
+            if after == revision:
+                break
+            revision = after  # written while it was read: read again (the revision names these bytes)
+        else:
+            revision = None  # still being written: serve this read, read again on the next request
+        return LoadedSession(session_id, revision, stored)
 
     def _extended(self, loaded: LoadedSession) -> LoadedSession | None:
         """``loaded`` continued by the events stored after it, read with a seek read (the suffix only), or
