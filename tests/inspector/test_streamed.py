@@ -78,6 +78,9 @@ def _first(records: list[Any], etype: str) -> dict[str, Any]:
 DAMAGE = {
     "a log-only event carrying a surface op": lambda r: _first(r, "step/start").update(surfaceOp="append"),
     "a message without its surface op": lambda r: _first(r, "user/message").pop("surfaceOp"),
+    "a message with a null surface op": lambda r: _first(r, "user/message").update(surfaceOp=None),
+    "a message with a numeric surface op": lambda r: _first(r, "assistant/message").update(surfaceOp=1),
+    "sources on a log-only event": lambda r: _first(r, "turn/end").update(sourceEventSeqs=[0]),
     "a source seq from the future": lambda r: _first(r, "user/message").update(sourceEventSeqs=[10_000]),
     "a replacement of a node not on the surface": lambda r: (
         _first(r, "compaction/checkpoint").update(surfaceOp={"op": "replace", "start": 10_000, "end": 10_001})
@@ -85,6 +88,7 @@ DAMAGE = {
         else _first(r, "user/message").update(surfaceOp={"op": "replace", "start": 10_000, "end": 10_001})
     ),
     "a seq gap": lambda r: _first(r, "turn/end").update(seq=99_999),
+    "a seq written as a float": lambda r: _first(r, "turn/end").update(seq=float(_first(r, "turn/end")["seq"])),
     "an unknown event type": lambda r: _first(r, "turn/end").update(type="no/such-type"),
     "bad data": lambda r: _first(r, "step/start").update(data={"turn": "one", "step": 1}),
     "an invalid message": lambda r: _first(r, "user/message")["data"].update(content=42),

@@ -344,7 +344,8 @@ def _export_html(
 
     try:
         redactor = Redactor(patterns=patterns, drop_tool_output=drop_tool_output)
-        inspector = Inspector(opts.open_backend(read_only=True), search=False, page_after=None)  # one pass: kept
+        # One pass over the whole log: kept as read (not paged, not streamed: the document holds all of it).
+        inspector = Inspector(opts.open_backend(read_only=True), search=False, page_after=None, stream=False)
         try:
             document = inspector.export_document(session_id, redact=redactor)
         finally:

@@ -59,7 +59,7 @@ class PagedLog(Sequence[Any]):
         self._starts = starts
         self._pages = pages
         self._length = length
-        self._decoded: OrderedDict[int, list[Any]] = OrderedDict()
+        self._decoded: OrderedDict[int, _Page] = OrderedDict()
         self._lock = threading.Lock()
         self.pages_decoded = 0
 
@@ -98,7 +98,9 @@ class PagedLog(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         for page in range(len(self._pages)):
             seen: ChunkRun | None = None
-            for item in self._page(page):
+            decoded = self._page(page)
+            for offset in range(len(decoded)):
+                item = decoded[offset]
                 if item.__class__ is ChunkRun:
                     if item is not seen:
                         seen = item
@@ -125,19 +127,14 @@ class PagedLog(Sequence[Any]):
                 seed.append(item)
         return seed
 
-    def _page(self, page: int) -> list[Any]:
-        """The page's items by seq offset (a run repeated over its members' slots), decoded once."""
+    def _page(self, page: int) -> _Page:
+        """The page's items by seq offset, decompressed once and each event parsed when first read."""
         with self._lock:
             items = self._decoded.get(page)
             if items is not None:
                 self._decoded.move_to_end(page)
                 return items
-        items = []
-        for item in self._lines(page):
-            if item.__class__ is ChunkRun:
-                items.extend([item] * item.n)
-            else:
-                items.append(item)
+        items = _Page(zstandard.ZstdDecompressor().decompress(self._pages[page]))
         with self._lock:
             self.pages_decoded += 1
             self._decoded[page] = items
@@ -234,4 +231,34 @@ class PageWriter(Sequence[Any]):
                 at += 1
         if item.__class__ is ChunkRun:
             return item.events()[seq - item.seq0]
+        return item
+
+
+class _Page:
+    """One decompressed page: its lines, each event line parsed and restored when first read (a slider
+    move reads the few messages of its window out of pages of thousands of events); a packed run's line
+    is parsed with the page, since the seqs after it depend on its length."""
+
+    __slots__ = ("_items", "_lines", "_slots")
+
+    def __init__(self, text: bytes) -> None:
+        self._lines = text.split(b"\n")
+        self._slots: list[int] = []  # seq offset -> line index
+        self._items: list[Any] = []  # seq offset -> item (None until parsed)
+        for number, line in enumerate(self._lines):
+            if line[:1] == _RUN:
+                run = ChunkRun.from_state(loads(line[1:], max_depth=_DEPTH))
+                self._slots.extend([number] * run.n)
+                self._items.extend([run] * run.n)
+            else:
+                self._slots.append(number)
+                self._items.append(None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, offset: int) -> Any:
+        item = self._items[offset]
+        if item is None:
+            item = self._items[offset] = event_from_restored(loads(self._lines[self._slots[offset]], max_depth=_DEPTH))
         return item

@@ -26,6 +26,8 @@ log). So a streamed load accepts only logs the plain load accepts, with the same
 
 from __future__ import annotations
 
+import gc
+import pickle
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +39,7 @@ from ..kernel.seeds import check_seed_data
 from ..kernel.session import Session
 from ..kernel.surface import APPEND, SurfaceTimeline, plan_surface_event
 from ..persistence.backend import StreamsStored
-from .paged import PageWriter
+from .paged import PagedLog, PageWriter
 
 if TYPE_CHECKING:
     from ..persistence.coordinator import PersistenceCoordinator
@@ -58,8 +60,37 @@ def load_streamed(
 ) -> tuple[LoadedSession, str] | None:
     """``session_id`` loaded a batch at a time, paged as it is read (see the module docstring), with the
     revision it was read at; ``None`` when the backend cannot stream or the log is not plainly valid
-    (the caller then loads it whole, which reports what is wrong)."""
-    from .views import LoadedSession, _Index, _index_pass
+    (the caller then loads it whole, which reports what is wrong).
+
+    What is kept besides the pages (the index with its surface timeline, the header) is made anew once
+    everything of the stream is gone (pickled before, unpickled after, as a page-out keeps it): made
+    while the batches were read, its seqs and call ids would sit among the freed batches in the
+    allocator's arenas and keep them from the system."""
+    from .views import LoadedSession, _bound
+
+    parts = _stream(reader, session_id, page_events)
+    if parts is None:
+        return None
+    paged, kept, stored, closers, revision = parts
+    gc.collect()  # (the batches' restored sessions, should any cycle hold one)
+    index, header = pickle.loads(kept)
+    index = _bound(index, paged)
+    assert index is not None  # (it was one when pickled)
+    loaded = LoadedSession(session_id, revision, None)
+    loaded.header = header
+    loaded.stored_events = stored
+    loaded.closers = closers
+    loaded.last_seq = len(paged) - 1
+    loaded.adopt_pages(paged, index, stored_index=None if closers else index)
+    return loaded, revision
+
+
+def _stream(
+    reader: PersistenceCoordinator, session_id: str, page_events: int
+) -> tuple[PagedLog, bytes, int, int, str] | None:
+    """The stream of :func:`load_streamed`: the pages, the index and header pickled, the stored count,
+    the closers' count and the revision read; ``None`` when the whole read must judge the log."""
+    from .views import _Index, _index_pass, _unbound
 
     backend = reader.backend
     if not isinstance(backend, StreamsStored):
@@ -92,9 +123,14 @@ def load_streamed(
             if etype not in SURFACE_EVENT_TYPES:
                 if "surfaceOp" in item or "sourceEventSeqs" in item:
                     raise _NotPlain  # (the restore refuses it)
-            elif item.get("surfaceOp") == APPEND and item["surfaceOp"].__class__ is str:
-                plan_surface_event(timeline.nodes, item, at, writer, 0, None)  # its sources (raises)
-            # (a replacement, or a surface event without a valid op, is planned by the timeline: raises)
+            else:
+                op = item.get("surfaceOp")
+                if op.__class__ is str and op == APPEND:
+                    if "sourceEventSeqs" in item:  # (seq, type and op are known good: its sources remain)
+                        plan_surface_event(timeline.nodes, item, at, writer, 0, None)  # raises
+                elif op.__class__ is not dict:
+                    raise _NotPlain  # no op, or not one (the restore refuses it)
+                # (a replacement is planned by the timeline when the index adds it: an invalid one raises)
             writer.add(item)
             if etype in (TURN_START, TURN_END):
                 since_boundary.clear()
@@ -114,8 +150,8 @@ def load_streamed(
                     check_seed_data(ASSISTANT_CHUNK, item.rule_data, seq)
                 seq += item.n
                 continue
-            if item.__class__ is not dict or item.get("seq") != seq:
-                raise _NotPlain
+            if item.__class__ is not dict or item.get("seq").__class__ is not int or item["seq"] != seq:
+                raise _NotPlain  # (the copy's seq is an int whatever this one is: the whole read judges it)
             copy = dict(item)
             copy["seq"] = len(seed)
             if item.get("type") in SURFACE_EVENT_TYPES and "surfaceOp" in item:
@@ -150,13 +186,7 @@ def load_streamed(
         if timeline.last_seq < seq - 1:  # the log ends in a packed run: the timeline covers it too
             timeline.add(writer[seq - 1])
         paged = writer.finish(seq)
-    except (_NotPlain, AgentlogError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+    except Exception:  # anything at all: the whole read judges the log (and reports it exactly)
         return None
-    del since_boundary[:]
-    loaded = LoadedSession(session_id, stream.revision, None)
-    loaded.header = header
-    loaded.stored_events = stored
-    loaded.closers = len(closers)
-    loaded.last_seq = seq - 1
-    loaded.adopt_pages(paged, index, stored_index=None if closers else index)
-    return loaded, stream.revision
+    kept = pickle.dumps((_unbound(index), header), protocol=pickle.HIGHEST_PROTOCOL)
+    return paged, kept, stored, len(closers), stream.revision

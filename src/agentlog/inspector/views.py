@@ -376,20 +376,13 @@ class LoadedSession:
 
     def adopt_pages(self, paged: PagedLog, index: _Index, stored_index: _Index | None) -> None:
         """Start paged out (a streamed load: :func:`~.streamed.load_streamed`): ``paged`` is the log (with
-        the closers a load would add), ``index`` its index, ``stored_index`` that of the stored events
-        alone when known (the index itself without closers). As :meth:`page_out` keeps them, the indexes
-        are made anew (pickled and unpickled) with their timelines reading ``paged``: nothing of them
-        shares memory with the parsed batches the stream let go."""
-        same = stored_index is index
-        kept = pickle.dumps(
-            (_unbound(index), None if same else _unbound(stored_index), self.header), protocol=pickle.HIGHEST_PROTOCOL
-        )
-        fresh, fresh_stored, header = pickle.loads(kept)
+        the closers a load would add), ``index`` its index (its timeline reading ``paged``),
+        ``stored_index`` that of the stored events alone when known (the index itself without closers;
+        else the first continuation makes it, as for a session read whole)."""
         with self._lock:
             self._paged = paged
-            self._index = _bound(fresh, paged)
-            self._stored_index = self._index if same else _bound(fresh_stored, paged)
-            self.header = header
+            self._index = index
+            self._stored_index = stored_index
         self._paged_out.set()
 
     def wait_paged(self, timeout: float | None = None) -> bool:
@@ -699,7 +692,10 @@ class Inspector:
     session stays as read (the restored session, every payload in memory: a followed session is
     continued from it cheaply) before a background thread pages it out (:meth:`page_out`: its log kept
     as compressed pages of ``page_events`` seqs, a page decoded when read); ``None`` never pages on its
-    own. ``validation_gate``, when given, holds every background validation (:meth:`first_paint`) until
+    own. ``stream`` (default on) loads a log a backend can stream a batch at a time, paged as it is read
+    (:func:`~.streamed.load_streamed`: the whole log is never held; off, every log is read whole and
+    paged out later, as ``export --html`` reads it). ``validation_gate``, when given, holds every
+    background validation (:meth:`first_paint`) until
     it is set: a test sees the page while it validates. ``search`` (default on) opens the store's search
     index on the first search, creating it as ``agentlog search`` does; the store's logs are never written.
     """
