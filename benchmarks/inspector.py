@@ -5,8 +5,9 @@
   server time; then ``validated``: from the same start until the validation ended and the page's
   summary, the log page around the last seq and the state at the last seq are answered;
 * ``--stages``: the parts of a first load one after another in one fresh process, each with its time and
-  the process's peak RSS after it (a seq-range read of the last 300 events, the backend's whole-log read,
-  the validated read and restore, the paged index);
+  the process's peak RSS after it (a seq-range read of the last 300 events, the streamed load the server
+  makes of a JSONL log, then the whole read it falls back to: the backend's whole-log read, the validated
+  read and restore, the paged index);
 * ``--session-store DIR``: the W(T) session is written to ``DIR`` once (with the projection cache the CLI
   leaves) and reused by later runs; ``--session-only`` measures only the session figures (and stages);
 * M19 slider: p50/p95 server time of 100 moves to random seqs (``state_at`` and its JSON);
@@ -137,6 +138,7 @@ def _stages_child(kind: str, root: str) -> None:
     """The parts of a first load, in order, in this fresh process: each one's seconds and the peak RSS
     (``VmHWM``) after it. The validated read includes a whole-log backend read of its own (the one the
     previous stage timed alone, its result dropped before)."""
+    from agentlog.inspector.paged import PAGE_EVENTS
     from agentlog.inspector.views import Inspector, LoadedSession
 
     held = threading.Event()  # never set: the first paint's background validation stays out of the stages
@@ -158,6 +160,16 @@ def _stages_child(kind: str, root: str) -> None:
     tail = inspector.reader.read_from("bench", max(0, _count(inspector) - 300))
     stage("seq-range read of the last 300 events", begin)
     del tail
+    try:
+        from agentlog.inspector.streamed import load_streamed
+    except ImportError:  # (before the streamed load: a baseline)
+        load_streamed = None
+    if load_streamed is not None:
+        begin = time.perf_counter()
+        streamed = load_streamed(inspector.reader, "bench", PAGE_EVENTS)
+        stage("streamed load: read, checked, indexed, paged by batch" + ("" if streamed else " (declined)"), begin)
+        del streamed
+        gc.collect()
     from agentlog.kernel.packedrun import compact_chunk_runs
 
     begin = time.perf_counter()

@@ -28,7 +28,7 @@ FLUSH_EVERY = 37
 
 
 class CountingJsonlBackend(JsonlBackend):
-    """The JSONL backend, read-only, counting its whole-log reads."""
+    """The JSONL backend, read-only, counting its whole-log reads (whole, or streamed a batch at a time)."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(str(root), compression="auto", read_only=True)
@@ -37,6 +37,10 @@ class CountingJsonlBackend(JsonlBackend):
     def load_stored(self, session_id: str) -> Any:
         self.whole_reads += 1
         return super().load_stored(session_id)
+
+    def stream_stored(self, session_id: str, batch_bytes: int = 1 << 21) -> Any:
+        self.whole_reads += 1
+        return super().stream_stored(session_id, batch_bytes)
 
 
 def _turn(session: al.Session, turn: int) -> list[tuple[str, Any, Any]]:

@@ -344,20 +344,21 @@ def _export_html(
     session_id: str, opts: StoreOptions, output: Path | None, patterns: Sequence[str], drop_tool_output: bool
 ) -> None:
     """``export --html``: the inspector's self-contained session page (:mod:`agentlog.inspector.export`)."""
-    from ..inspector.export import export_html
+    from ..inspector.export import export_html_bytes
     from ..inspector.views import Inspector
     from ..projection.redaction import Redactor
 
     try:
         redactor = Redactor(patterns=patterns, drop_tool_output=drop_tool_output)
-        inspector = Inspector(opts.open_backend(read_only=True), search=False, page_after=None)  # one pass: kept
+        # One pass over the whole log: kept as read (not paged, not streamed: the document holds all of it).
+        inspector = Inspector(opts.open_backend(read_only=True), search=False, page_after=None, stream=False)
         try:
             document = inspector.export_document(session_id, redact=redactor)
         finally:
             inspector.close()
         target = output if output is not None else Path(f"{encode_segment(session_id)}.html")
         try:
-            target.write_text(export_html(document), encoding="utf-8")
+            target.write_bytes(export_html_bytes(document))  # (the UTF-8 text, never decoded)
         except OSError as err:
             raise storage_error(err, str(target)) from None
     except AgentlogError as err:

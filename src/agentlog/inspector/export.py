@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from ..compaction.events import COMPACTION_SUMMARY
+from ..kernel._gc import gc_paused
 from ..kernel.events import ASSISTANT_CHUNK
 from ..kernel.jsonvalue import thaw
 from ..kernel.request_header import fold_request_header
@@ -52,7 +53,7 @@ from .views import CLIP_CHARS, MAX_DIFF_MESSAGES, MAX_PAGE_LIMIT, _clip, _messag
 if TYPE_CHECKING:
     from .views import Inspector
 
-__all__ = ["DOCUMENT_VERSION", "ITEMS_PER_PAGE", "OPS_PER_BLOCK", "build_document", "export_html"]
+__all__ = ["DOCUMENT_VERSION", "ITEMS_PER_PAGE", "OPS_PER_BLOCK", "build_document", "export_html", "export_html_bytes"]
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 
@@ -92,6 +93,13 @@ def build_document(
     events that derive no message and ``keys`` gives each surface event's message identity (equal JSON
     text, equal number; ``-1`` for none), what the diff compares; ``itemPages`` is the first seq of each
     block of log items."""
+    with gc_paused():  # (hundreds of thousands of new containers: no collection would find garbage among them)
+        return _build_document(inspector, session_id, redact)
+
+
+def _build_document(
+    inspector: Inspector, session_id: str, redact: Redactor | Callable[[str], str] | None
+) -> dict[str, Any]:
     redactor = as_redactor(redact)
     loaded = inspector.load(session_id)
     events = loaded.events
@@ -140,7 +148,7 @@ def build_document(
             silent.append(seq)
             keys.append(-1)
         else:
-            message = thaw(message)
+            message = orjson.loads(orjson.dumps(message))  # a plain copy (as thaw makes one), in C
             identity = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
             keys.append(identities.setdefault(identity, len(identities)))
         messages.append(message)
@@ -260,16 +268,28 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
-def _json_block(element_id: str, value: Any) -> str:
-    text = orjson.dumps(value).decode("utf-8")
+def _json_block(element_id: str, value: Any) -> bytes:
+    """One data block as UTF-8 bytes (a block is megabytes: its escapes are replaced in the bytes orjson
+    wrote, before any decoding; UTF-8 is self-synchronizing, so a byte pattern matches only the character)."""
+    text = orjson.dumps(value)
     # Never "</script", "<!--" or "<script" inside a block: "<" is written as its JSON escape (the parse
     # is unchanged), and so are the two line separators JavaScript source once refused.
-    text = text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-    return f'<script type="application/json" id="{element_id}">{text}</script>\n'
+    text = text.replace(b"<", b"\\u003c").replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
+    return b'<script type="application/json" id="' + element_id.encode("utf-8") + b'">' + text + b"</script>\n"
+
+
+_LS: Final = "\u2028".encode()
+_PS: Final = "\u2029".encode()
 
 
 def export_html(document: Mapping[str, Any]) -> str:
     """The self-contained HTML page of a :func:`build_document` (``Inspector.export_document``)."""
+    return export_html_bytes(document).decode("utf-8")
+
+
+def export_html_bytes(document: Mapping[str, Any]) -> bytes:
+    """:func:`export_html` encoded as UTF-8, built as bytes (what ``export --html`` writes: tens of
+    megabytes of data blocks are never decoded and encoded again)."""
     page = (STATIC / "session.html").read_text(encoding="utf-8")
     style = (STATIC / "style.css").read_text(encoding="utf-8")
     script = (STATIC / "app.js").read_text(encoding="utf-8")
@@ -291,5 +311,8 @@ def export_html(document: Mapping[str, Any]) -> str:
         blocks.extend(_json_block(f"agentlog-{kind}-{n}", block) for n, block in enumerate(document["blocks"][kind]))
     page = page.replace('<link rel="stylesheet" href="/static/style.css">\n', "")
     page = page.replace('<script src="/static/app.js" defer></script>\n', head)
-    page = page.replace("</body>", "".join(blocks) + "</body>")
-    return page.replace('<body data-page="session">', '<body data-page="session" data-export="1">')
+    page = page.replace('<body data-page="session">', '<body data-page="session" data-export="1">')
+    before, body_end, after = page.partition("</body>")  # (the page's one closing body tag)
+    if not body_end:  # pragma: no cover - a packaging mistake
+        raise ValueError("the inspector's session page has no </body>")
+    return b"".join([before.encode("utf-8"), *blocks, (body_end + after).encode("utf-8")])

@@ -167,7 +167,21 @@ def validate_seq(value: object, name: str = "seq") -> int:
 
 
 def _clip(value: Any, limit: int = CLIP_CHARS) -> tuple[Any, bool]:
-    """A plain JSON copy of ``value`` whose strings are cut at ``limit`` characters (and whether any was)."""
+    """A plain JSON copy of ``value`` whose strings are cut at ``limit`` characters (and whether any was).
+
+    A container is copied by one JSON round trip in C (a log page copies thousands of payloads, and the
+    Python walk was most of an export's time); when its JSON text is no longer than ``limit`` characters
+    no string in it can be, so the copy is the answer, else the copy is walked and cut. A value JSON cannot
+    write as is (not a JSON value) takes the walk alone, which copies it as it always did."""
+    if value.__class__ is not str and isinstance(value, (dict, list)):
+        try:
+            text = orjson.dumps(value)
+        except TypeError:
+            pass
+        else:
+            value = orjson.loads(text)
+            if len(text) <= limit:
+                return value, False
     clipped = False
 
     def walk(item: Any) -> Any:
@@ -191,10 +205,11 @@ def _text_of(blocks: Any) -> str:
     if isinstance(blocks, str):
         return blocks
     parts: list[str] = []
-    if not isinstance(blocks, Sequence):
+    # (the concrete types first: the ABC checks were a tenth of an export's time)
+    if not isinstance(blocks, (list, tuple)) and not isinstance(blocks, Sequence):
         return ""
     for block in blocks:
-        if not isinstance(block, Mapping):
+        if not isinstance(block, dict) and not isinstance(block, Mapping):
             continue
         kind = block.get("type")
         if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
@@ -357,6 +372,17 @@ class LoadedSession:
             self._stored_index = self._index if same else _bound(stored_index, paged)
             self._charts = charts
             self.header = header
+        self._paged_out.set()
+
+    def adopt_pages(self, paged: PagedLog, index: _Index, stored_index: _Index | None) -> None:
+        """Start paged out (a streamed load: :func:`~.streamed.load_streamed`): ``paged`` is the log (with
+        the closers a load would add), ``index`` its index (its timeline reading ``paged``),
+        ``stored_index`` that of the stored events alone when known (the index itself without closers;
+        else the first continuation makes it, as for a session read whole)."""
+        with self._lock:
+            self._paged = paged
+            self._index = index
+            self._stored_index = stored_index
         self._paged_out.set()
 
     def wait_paged(self, timeout: float | None = None) -> bool:
@@ -666,7 +692,10 @@ class Inspector:
     session stays as read (the restored session, every payload in memory: a followed session is
     continued from it cheaply) before a background thread pages it out (:meth:`page_out`: its log kept
     as compressed pages of ``page_events`` seqs, a page decoded when read); ``None`` never pages on its
-    own. ``validation_gate``, when given, holds every background validation (:meth:`first_paint`) until
+    own. ``stream`` (default on) loads a log a backend can stream a batch at a time, paged as it is read
+    (:func:`~.streamed.load_streamed`: the whole log is never held; off, every log is read whole and
+    paged out later, as ``export --html`` reads it). ``validation_gate``, when given, holds every
+    background validation (:meth:`first_paint`) until
     it is set: a test sees the page while it validates. ``search`` (default on) opens the store's search
     index on the first search, creating it as ``agentlog search`` does; the store's logs are never written.
     """
@@ -680,12 +709,14 @@ class Inspector:
         page_after: float | None = 2.0,
         page_events: int = PAGE_EVENTS,
         validation_gate: threading.Event | None = None,
+        stream: bool = True,
     ) -> None:
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
         if page_after is not None and page_after < 0:
             raise ValueError("page_after must be None or at least 0")
         self._page_after = page_after
+        self._stream = stream
         self._page_events = page_events
         self._pager_cond = threading.Condition()
         self._pager_due: dict[str, tuple[float, LoadedSession]] = {}
@@ -734,16 +765,8 @@ class Inspector:
             extended = self._extended(loaded) if loaded is not None and revision is not None else None
             if extended is not None:
                 return extended
-            for _attempt in range(3):
-                stored = self.reader.stored_view(session_id, keep=False)
-                after = self.backend.read_revision(session_id)
-                if after == revision:
-                    break
-                revision = after  # written while it was read: read again (the revision names these bytes)
-            else:
-                revision = None  # still being written: serve this read, read again on the next request
+            loaded = self._read(session_id, revision)
             self.loads += 1
-            loaded = LoadedSession(session_id, revision, stored)
             with self._lock:
                 self._loaded[session_id] = loaded
                 self._loaded.move_to_end(session_id)
@@ -751,6 +774,31 @@ class Inspector:
                     self._loaded.popitem(last=False)
             self._schedule_page_out(loaded)
             return loaded
+
+    def _read(self, session_id: str, revision: str | None) -> LoadedSession:
+        """The session read from the store: streamed and paged as it is read when the backend can stream
+        it and the log is plainly valid (:func:`~.streamed.load_streamed`: the whole log is never held),
+        else read whole and validated (``stored_view``, which also reports what is wrong with a log).
+        ``revision`` (read before) is kept only if the log was not written meanwhile."""
+        if self._stream:
+            from .streamed import load_streamed
+
+            streamed = load_streamed(self.reader, session_id, self._page_events)
+            if streamed is not None:
+                loaded, read_at = streamed
+                if self.backend.read_revision(session_id) != read_at:
+                    loaded.revision = None  # written since it was read: served, read again next time
+                _give_back_memory()  # (the batches' freed memory, as after a page-out)
+                return loaded
+        for _attempt in range(3):
+            stored = self.reader.stored_view(session_id, keep=False)
+            after = self.backend.read_revision(session_id)
+            if after == revision:
+                break
+            revision = after  # written while it was read: read again (the revision names these bytes)
+        else:
+            revision = None  # still being written: serve this read, read again on the next request
+        return LoadedSession(session_id, revision, stored)
 
     def _extended(self, loaded: LoadedSession) -> LoadedSession | None:
         """``loaded`` continued by the events stored after it, read with a seek read (the suffix only), or
@@ -1412,10 +1460,15 @@ def _page(
     while seq <= stop and len(items) < limit:
         event = events[seq]
         if event["type"] == ASSISTANT_CHUNK:
+            run = [event]  # (each chunk read once: on a restored log a read builds a packed run's members)
             end = seq
-            while end + 1 <= stop and events[end + 1]["type"] == ASSISTANT_CHUNK:
+            while end + 1 <= stop:
+                following = events[end + 1]
+                if following["type"] != ASSISTANT_CHUNK:
+                    break
+                run.append(following)
                 end += 1
-            items.append(_chunk_item(events, seq, end, last_stored))
+            items.append(_chunk_item(run, seq, end, last_stored))
             seq = end + 1
             continue
         items.append(_event_item(event, seq, index, events, last_stored))
@@ -1471,7 +1524,7 @@ def _event_item(
     data = event.get("data")
     turn, step = _turn_step(index, seq, data)
     kind = _KINDS.get(etype, "compaction" if etype.startswith("compaction/") else "other")
-    value, clipped = _clip(thaw(data))
+    value, clipped = _clip(data)  # (a plain copy, as thaw makes one)
     item: dict[str, Any] = {
         "kind": kind,
         "seq": seq,
@@ -1524,16 +1577,17 @@ def _event_item(
     return item
 
 
-def _chunk_item(events: Sequence[Any] | Mapping[int, Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
-    """A run of streamed chunks folded into one item: its text and reasoning joined, tool-call deltas
-    and other chunk types counted (the assembled message is the ``assistant/message`` after the run)."""
+def _chunk_item(run: Sequence[Any], first: int, last: int, last_stored: int) -> dict[str, Any]:
+    """A run of streamed chunks (``run``: the events of seqs ``first..last``) folded into one item: its
+    text and reasoning joined, tool-call deltas and other chunk types counted (the assembled message is
+    the ``assistant/message`` after the run)."""
     text: list[str] = []
     reasoning: list[str] = []
     counts: dict[str, int] = {}
-    head = events[first]
-    for seq in range(first, last + 1):
-        chunk = events[seq]["data"].get("chunk")
-        ctype = chunk.get("type") if isinstance(chunk, Mapping) else None
+    head = run[0]
+    for event in run:
+        chunk = event["data"].get("chunk")
+        ctype = chunk.get("type") if isinstance(chunk, dict) or isinstance(chunk, Mapping) else None
         counts[str(ctype)] = counts.get(str(ctype), 0) + 1
         if ctype == "text-delta" and isinstance(chunk.get("text"), str):
             text.append(chunk["text"])

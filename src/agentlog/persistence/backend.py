@@ -7,7 +7,7 @@ new backend (PostgreSQL, say) implements these primitives and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
@@ -213,6 +213,30 @@ class SeeksStored(Protocol[TornT]):
         the span are intact (damage before the span may go unseen). ``PersistenceCoordinator.read_from``
         uses it when present and reads the whole log otherwise.
         """
+        ...
+
+
+@dataclass(frozen=True)
+class StoredStream:
+    """A whole stored log read a batch at a time (:class:`StreamsStored`): the header, the revision the
+    bytes were read at, and the events in batches (packed chunk runs kept packed, as a compact read
+    keeps them), each batch handed over so that the parsed log never exists whole."""
+
+    meta: SessionHeader
+    revision: str
+    batches: Iterator[list[Any]]
+
+
+@runtime_checkable
+class StreamsStored(Protocol):
+    """A backend that can hand over a flawless log's events a batch at a time (the JSONL backend)."""
+
+    def stream_stored(self, session_id: str, batch_bytes: int = ...) -> StoredStream | None:
+        """The log's events in batches of about ``batch_bytes`` of stored text, the events ``load_stored``
+        returns under ``compact_chunk_runs()``, in order; ``None`` when there is no log or when it has
+        anything only the whole read judges (a torn tail, damage found before streaming). Damage met
+        while streaming raises; a caller that reports damage reads the log whole for the exact error.
+        Never writes."""
         ...
 
 

@@ -114,6 +114,14 @@ class StoredView:
 
 
 @dataclass(frozen=True)
+class _StoredPart:
+    """A part of a streamed read, in the shape :meth:`PersistenceCoordinator._interpret` reads."""
+
+    meta: Any
+    events: builtins.list[Any]
+
+
+@dataclass(frozen=True)
 class DurableRead:
     """A stored session exactly as its durable log holds it (:meth:`PersistenceCoordinator.read_stored`).
 
@@ -393,6 +401,25 @@ class PersistenceCoordinator:
             else:
                 events = items
         return events
+
+    @property
+    def registry(self) -> EventTypes:
+        """The event types this coordinator's reads check against (and restore with)."""
+        return self._registry
+
+    def interpret_part(self, session_id: str, meta: Any, items: builtins.list[Any]) -> builtins.list[Any] | None:
+        """One part of a streamed whole read (:class:`~agentlog.persistence.backend.StreamsStored`),
+        checked as a cold load checks the log it belongs to — identity, format version, removed
+        vocabulary, unknown types — and returned unchanged; ``None`` when the part has anything a part
+        alone cannot judge (a legacy shape, which the whole log normalises). A refusal raises the cold
+        load's error for that part (a caller that reports it reads the log whole for the exact one)."""
+        plain = [item for item in items if item.__class__ is not ChunkRun]
+        if any(legacy.needs_legacy_prefix(event) for event in plain):
+            return None
+        events = self._interpret(session_id, _StoredPart(meta, items), wrap=True)
+        if len(events) != len(items) or any(map(operator.is_not, events, items)):
+            return None  # an upgrade replaced an event: the whole read does it in place
+        return items
 
     def _validate(self, session_id: str, stored: Any) -> _Source:
         stored_events = count_items(stored.events)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ResourceExhaustedError, SessionPersistenceCorruptionError
+from ...kernel._gc import gc_paused
 from ...kernel.chunkrows import expand_items
 from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import dumps, loads
@@ -220,6 +221,81 @@ class _Decoding(_Layout):
         # events are re-written verbatim by the repair (a compact read's runs expanded for it).
         recovered = [loads(dumps(event)) for event in expand_items(result.events[checkpoint.event_count :])]
         return result.meta, result.events, TornMarker(torn, recovered), result.count
+
+    def _stream_zstd(
+        self, data: bytes, path: str, batch_bytes: int
+    ) -> tuple[SessionHeader, Iterator[list[Any]]] | None:
+        """The header and the events of a flawless Zstandard log a batch at a time (packed runs kept
+        packed), decoded as :meth:`_decode_zstd` decodes them but handed over every ``batch_bytes`` of
+        decoded text; ``None`` when the log has anything a whole read must judge (no frame, damage, a
+        torn last frame): the stream is only ever the whole read of a log that has none of those.
+        Damage met while streaming raises as the whole read would (a consumer that must report it
+        exactly reads the log whole)."""
+        scan = self._scan_frames(data, path, stop_at_damage=True)
+        if not scan.frames or scan.damage is not None or scan.torn_start is not None:
+            return None
+        view = memoryview(data)
+        scanner = self._header_scanner(view, scan.frames[0], path)
+        scanner.keep_runs_packed()
+
+        def batches() -> Iterator[list[Any]]:
+            decoded = 0
+            pending = 0
+            for start, end in scan.frames[1:]:
+                text = decompress_frame(view[start:end], start, self.max_frame_bytes)
+                decoded += len(text)
+                self._check_budget(path, decoded, decoded=True)
+                for offset in range(0, len(text), batch_bytes):  # (a big frame is written in slices)
+                    with gc_paused():
+                        scanner.write(text[offset : offset + batch_bytes])
+                    pending += min(batch_bytes, len(text) - offset)
+                    if pending >= batch_bytes:
+                        pending = 0
+                        yield scanner.take_events()
+            checkpoint = scanner.checkpoint()
+            if checkpoint.committed_bytes != checkpoint.input_bytes:
+                raise self._corrupt(
+                    "corrupt Zstandard session log: complete frame contains a torn JSONL record", path, 0
+                )
+            scanner.finish()
+            yield scanner.take_events()
+
+        return scanner.meta, batches()
+
+    def _stream_raw(self, data: bytes, path: str, batch_bytes: int) -> tuple[SessionHeader, Iterator[list[Any]]]:
+        """:meth:`_stream_zstd` for a raw log: written to the scanner in slices ending at line ends, as
+        ``scan_log_compact`` writes it; a log that does not end at a line end (a torn tail) raises."""
+        end = data.find(b"\n")
+        if end < 0:
+            raise self._corrupt("empty or header-less session log", path, 0)
+        try:
+            scanner = SessionLogScanner(data[: end + 1], **self._limits())
+        except SessionPersistenceCorruptionError as err:
+            raise self._located(err, path) from err
+        scanner.keep_runs_packed()
+
+        def batches() -> Iterator[list[Any]]:
+            view = memoryview(data)
+            position = end + 1
+            size = len(data)
+            while position < size:
+                stop = size
+                if size - position > batch_bytes:
+                    cut = data.rfind(b"\n", position, position + batch_bytes)
+                    if cut < 0:
+                        cut = data.find(b"\n", position + batch_bytes)
+                    if cut >= 0:
+                        stop = cut + 1
+                with gc_paused():
+                    scanner.write(view[position:stop])
+                position = stop
+                yield scanner.take_events()
+            result = scanner.finish()
+            if result.committed_bytes != size:
+                raise self._corrupt("session log does not end at a record's end", path, result.committed_bytes)
+            yield scanner.take_events()
+
+        return scanner.meta, batches()
 
     def _frame_after(self, view: memoryview, torn: int) -> int | None:
         """Where a complete, valid frame starts inside a supposedly torn final region, if anywhere.

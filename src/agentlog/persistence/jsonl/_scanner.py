@@ -698,6 +698,15 @@ class SessionLogScanner:
     def checkpoint(self) -> ScanCheckpoint:
         return ScanCheckpoint(self._input, self._committed, len(self._events))
 
+    def take_events(self) -> list[Any]:
+        """Hand over the events decoded so far (a streaming read drains them between writes, so that the
+        parsed log never exists whole). The scan goes on exactly as if they were still held: what the
+        rules carry between writes is the count, the defect state and the fragment, never the events.
+        ``checkpoint().event_count`` and ``finish().events`` then count from the last hand-over."""
+        events = self._events
+        self._events = []
+        return events
+
     def finish(self) -> ScanResult:
         """End of input: an unterminated final fragment is a torn write and is ignored."""
         self._finished = True

@@ -58,6 +58,7 @@ from ..backend import (
     PartialRead,
     RawArtifact,
     StoredPrefix,
+    StoredStream,
     WireEvent,
     check_reader_limits,
     event_json,
@@ -228,6 +229,24 @@ class JsonlBackend(_Seeking, _Listing, _Staging):
         self._check_identity(path, meta, session_id)
         self._remember_tail(path, revision, count, marker)
         return StoredPrefix(meta=meta, events=events, revision=revision, torn_marker=marker)
+
+    @_typed_os_errors
+    def stream_stored(self, session_id: str, batch_bytes: int = 1 << 21) -> StoredStream | None:
+        """The log's events a batch at a time (:class:`~agentlog.persistence.backend.StreamsStored`): the
+        file is read once at one stable revision (for zstd a tenth of its text), then decoded and parsed
+        about ``batch_bytes`` of text at a time, each batch handed over as it is parsed. Never writes."""
+        found = self._read_log(session_id)
+        if found is None:
+            return None
+        path, data, revision = found
+        streamed = (
+            self._stream_zstd(data, path, batch_bytes) if self._zstd else self._stream_raw(data, path, batch_bytes)
+        )
+        if streamed is None:
+            return None
+        meta, batches = streamed
+        self._check_identity(path, meta, session_id)
+        return StoredStream(meta=meta, revision=revision, batches=batches)
 
     @_typed_os_errors
     def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[TornMarker] | None:
