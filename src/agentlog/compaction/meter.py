@@ -176,6 +176,7 @@ class _State:
         "header_price",
         "header_priced",
         "last_estimate",
+        "messages",
         "nodes",
         "seqs",
         "shared",
@@ -188,6 +189,9 @@ class _State:
         self.header: Mapping[str, Any] | None = None
         self.nodes: list[TokenSurfaceNode] = []
         self.seqs: list[int] = []  # the nodes' seqs (private, never shared): list.index runs in C
+        # The nodes' derived messages (None where a node derives none), private, for the compaction
+        # transaction: it summarizes what the fold already read instead of deriving every node again.
+        self.messages: list[Any] = []
         self.shared = False
         self.surface_tokens = 0
         self.step_start: tuple[Any, Any, int] | None = None  # (turn, step, surface tokens at step start)
@@ -348,6 +352,7 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
     """Fold ``log[state.consumed:end]`` into ``state``; on a malformed event, stop just before it."""
     nodes = state.nodes
     seqs = state.seqs
+    messages = state.messages
     shared = state.shared
     surface_tokens = state.surface_tokens
     header = state.header
@@ -423,12 +428,14 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
                 if start_idx == -1:
                     nodes.append(node)
                     seqs.append(seq)
+                    messages.append(message)
                 else:
                     if shared:  # a measurement holds this list: replace in a copy
                         nodes = nodes.copy()
                         shared = False
                     nodes[start_idx : end_idx + 1] = (node,)
                     seqs[start_idx : end_idx + 1] = (seq,)
+                    messages[start_idx : end_idx + 1] = (message,)
                 surface_tokens += delta
                 anchor = next_anchor
             elif etype == step_start_type:
@@ -523,6 +530,28 @@ class TokenMeter:
                     PrefixView(nodes, len(nodes)),
                 ),
             )
+
+    def surface_messages(self, session: Any, measurement: TokenMeasurement, start: int, stop: int) -> list[Any] | None:
+        """The messages of ``measurement.nodes[start:stop]`` (those that derive one), as the fold read them.
+
+        Exactly ``[derive_event_message(log[node.seq]) for node in nodes[start:stop]]`` less the ``None``s,
+        the very message objects, without reading the log again. ``None`` when this meter's fold of the
+        session is not at ``measurement``'s revision (another append landed since, or the session is a
+        ``SessionView``, folded afresh per call): the caller then derives the messages itself.
+        """
+        with self._lock:
+            last_session, state = self._last
+            if last_session() is not session:
+                try:
+                    found = self._states.get(session)
+                except TypeError:
+                    return None
+                if found is None:
+                    return None
+                state = found
+            if state.consumed != measurement.log_revision or len(state.messages) != len(measurement.nodes):
+                return None
+            return [message for message in state.messages[start:stop] if message is not None]
 
     def _state_of(self, session: Any) -> _State:
         try:
