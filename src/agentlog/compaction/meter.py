@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+from .._accel import stream_text_length as _stream_text_length
 from ..errors import CompactionConfigError, CompactionStateError
 from ..kernel.events import (
     ASSISTANT_CHUNK,
@@ -276,6 +277,11 @@ def provider_assistant_tokens(log: Sequence[Any], event: Mapping[str, Any], dura
     whose text is the first ``block-end``'s text if there is one, else the deltas' concatenation —
     chunks after ``finish`` are ignored and ``max-tokens`` drops only tool calls — so the price is
     ``ceil(len/4) + BLOCK_OVERHEAD + ROLE_OVERHEAD``. Everything else goes through the assembler.
+
+    With the C accelerator, that fast path runs in C first (``stream_text_length``: it reads the cited
+    chunks without a Python iteration per chunk, the bulk of measuring after every step); whenever it
+    cannot decide (unordered sources, an unusual chunk or value, a general stream) it answers ``None``
+    and the Python path below decides, so the price and every error are the same.
     """
     sources = event.get("sourceEventSeqs")
     if sources is None:
@@ -285,6 +291,10 @@ def provider_assistant_tokens(log: Sequence[Any], event: Mapping[str, Any], dura
     seq: int = event["seq"]
     data = event["data"]
     turn, step = data.get("turn"), data.get("step")
+    if _stream_text_length is not None:
+        fast = _stream_text_length(log, sources, seq, turn, step)
+        if fast is not None:
+            return 0 if fast < 0 else -(-fast // CHARS_PER_TOKEN) + BLOCK_OVERHEAD + ROLE_OVERHEAD
     if min(sources) < 0 or max(sources) >= seq or len(set(sources)) != len(sources):
         _malformed_sources(seq, turn, step, sources, log)
     texts: list[str] = []
