@@ -160,7 +160,7 @@ def test_surface_messages_are_the_derived_messages_of_the_measured_nodes() -> No
     nodes = [node.seq for node in measurement.nodes]
     for start, stop in ((0, len(nodes)), (1, 3), (2, 2)):
         expected = [m for seq in nodes[start:stop] if (m := derive_event_message(session.events[seq])) is not None]
-        got = meter.surface_messages(session, measurement, start, stop)
+        got = meter._surface_messages(session, measurement, start, stop)
         assert got == expected
         assert got is not None and all(a is b for a, b in zip(got, expected, strict=True))  # the very objects
 
@@ -171,14 +171,14 @@ def test_surface_messages_are_the_derived_messages_of_the_measured_nodes() -> No
     intent = {"surfaceOp": {"op": "replace", "start": first, "end": nodes[2]}, "sourceEventSeqs": nodes[:3]}
     session.append("user/message", replacement, intent)
     later = meter.measure(session)
-    got = meter.surface_messages(session, later, 0, len(later.nodes))
+    got = meter._surface_messages(session, later, 0, len(later.nodes))
     assert got == session.derive_messages().to_list()
 
     # Stale (the fold moved past the measurement), another session, or a session view: the caller derives.
     session.append("step/start", {"turn": 3, "step": 1})
-    assert meter.surface_messages(session, later, 0, 1) == got[:1]  # nothing folded since: still current
+    assert meter._surface_messages(session, later, 0, 1) == got[:1]  # nothing folded since: still current
     meter.measure(session)
-    assert meter.surface_messages(session, later, 0, 1) is None
-    assert meter.surface_messages(Session.create("other"), later, 0, 1) is None
+    assert meter._surface_messages(session, later, 0, 1) is None
+    assert meter._surface_messages(Session.create("other"), later, 0, 1) is None
     view = session.at(3)
-    assert meter.surface_messages(view, meter.measure(view), 0, 1) is None
+    assert meter._surface_messages(view, meter.measure(view), 0, 1) is None

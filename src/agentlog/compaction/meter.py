@@ -541,7 +541,7 @@ class TokenMeter:
                 ),
             )
 
-    def surface_messages(self, session: Any, measurement: TokenMeasurement, start: int, stop: int) -> list[Any] | None:
+    def _surface_messages(self, session: Any, measurement: TokenMeasurement, start: int, stop: int) -> list[Any] | None:
         """The messages of ``measurement.nodes[start:stop]`` (those that derive one), as the fold read them.
 
         Exactly ``[derive_event_message(log[node.seq]) for node in nodes[start:stop]]`` less the ``None``s,

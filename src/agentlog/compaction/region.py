@@ -298,7 +298,7 @@ def _prepare(meter: TokenMeter, session: Any, selection: _Selection, template: S
         raise SurfaceChangedError("compaction: selected surface changed before summarization began")
     header = session.request_header()
     # The meter's fold read every node's message when it priced it: take those, not a second derivation.
-    surface_messages = getattr(meter, "surface_messages", None)  # (a stand-in meter may lack it)
+    surface_messages = getattr(meter, "_surface_messages", None)  # (a stand-in meter may lack it)
     messages = None if surface_messages is None else surface_messages(session, measurement, selection.start_index, stop)
     if messages is None:
         log = session.events.to_list()
