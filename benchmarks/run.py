@@ -283,73 +283,21 @@ except ImportError:  # run as ``python -m benchmarks.run``
 # --------------------------------------------------------------------------- compaction (M7-M9)
 
 
-def m9(turns: int) -> tuple[float, float, int]:
-    """M9: one region compaction of the first 90% of W(turns)'s surface with a scripted summarizer.
-
-    The transaction is timed from the call to its return (validation, lock, pricing, the summarizer's
-    await, shrink and stability checks, the three commits). "Warm" is the state a running agent compacts
-    in: its engine measured the session before the step, checked the lock and selected the range (which
-    builds the tool-pairing cache), and the loop folded the request header. The cold figure (the first
-    fold of the whole 100k-event log by each of those, inside the call) is returned too.
-    Returns (warm seconds, cold seconds, shadowed node count).
-    """
-    import asyncio
-
-    from agentlog.compaction import CompactionEngine, SummaryResult, TokenMeter, lock_is_held
-    from agentlog.compaction.pairing import balanced_after, balanced_before
-
-    class Scripted:
-        async def summarize(self, summary_input: Any) -> SummaryResult:
-            return SummaryResult(
-                summary=[{"type": "text", "text": "## Current Work\n- reading files"}],
-                provider="bench",
-                model="scripted",
-            )
-
-    def build() -> Session:
-        session = Session.create(f"bench-m9-{turns}")
-        for type_, data, intent in build_workload(turns):
-            session.append(type_, data) if intent is None else session.append(type_, data, intent)
-        session.append("turn/start", {"turn": turns + 1})  # automatic compaction runs inside a turn
-        return session
-
-    figures: list[float] = []
-    count = 0
-    for warm in (True, False):
-        session = build()
-        meter = TokenMeter()
-        engine = CompactionEngine(meter=meter, pruner=None, summarizer=Scripted())
-        nodes = list(session.surface.nodes)
-        if warm:
-            meter.measure(session)
-            session.request_header()
-            lock_is_held(session)
-            balanced_before(session, nodes[0])
-        count = max(1, int(len(nodes) * COMPACTION_FRACTION))
-        end = count - 1
-        while end > 0 and not balanced_after(session, nodes[end]):  # never split a tool pair
-            end -= 1
-        gc.collect()
-        start = time.perf_counter()
-        asyncio.run(engine.compact_region(session, nodes[0], nodes[end]))
-        figures.append(time.perf_counter() - start)
-        count = end + 1
-    return figures[0], figures[1], count
-
-
 def cmd_compaction(args: argparse.Namespace) -> dict[str, Any]:
     try:
-        from compaction import m7, m8
+        from compaction import m7, m8, m9
     except ImportError:  # run as ``python -m benchmarks.run``
-        from benchmarks.compaction import m7, m8
+        from benchmarks.compaction import m7, m8, m9
+    workload = build_workload(args.turns)
     runs: dict[str, list[float]] = {"M7": [], "M8": [], "M9": [], "M9_cold": []}
     shadowed = 0
     for _ in range(args.repeat):
-        runs["M7"].append(m7(args.turns))
-        runs["M8"].append(m8(args.turns))
-        warm, cold, shadowed = m9(args.turns)
-        runs["M9"].append(warm)
-        runs["M9_cold"].append(cold)
+        runs["M7"].append(m7(args.turns, workload)["seconds"])
+        runs["M8"].append(m8(args.turns, workload)["seconds"])
+        warm = m9(args.turns, workload)
+        runs["M9"].append(warm["seconds"])
+        runs["M9_cold"].append(m9(args.turns, workload, warm=False)["seconds"])
+        shadowed = warm["shadowed"]
     med = {key: statistics.median(values) for key, values in runs.items()}
     print_table(
         f"compaction, W({args.turns}), medians of {args.repeat} runs",

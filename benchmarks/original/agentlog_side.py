@@ -12,7 +12,6 @@ closed turn appended to a stored W(20) session, as another process would).
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 import os
@@ -29,11 +28,9 @@ sys.path.insert(0, str(HERE.parent))
 from make_data import read_log  # noqa: E402
 
 import agentlog as al  # noqa: E402
-from agentlog.compaction import CompactionEngine, SummaryResult, TokenMeter, lock_is_held  # noqa: E402
-from agentlog.compaction.pairing import balanced_after, balanced_before  # noqa: E402
-from agentlog.compaction.pruner import ToolResultPruner  # noqa: E402
+from agentlog.compaction import TokenMeter  # noqa: E402
 from agentlog.persistence.coordinator import PersistenceCoordinator  # noqa: E402
-from compaction import M8_HEAD, M8_TAIL, M8_THRESHOLD  # noqa: E402
+from compaction import m7, m8, m9  # noqa: E402
 from persist import _import_backend_modules, make_backend, write_session  # noqa: E402
 
 Workload = list[tuple[str, Any, Any]]
@@ -71,68 +68,16 @@ def fig_m1(data: str, turns: int) -> dict[str, Any]:
 
 def fig_m7(data: str, turns: int) -> dict[str, Any]:
     events = workload(data, turns)
-    session = al.Session.create("bench")
-    measure = TokenMeter().measure
-    append = session.append
-    clock = time.perf_counter
-    seconds, calls, last = 0.0, 0, None
-    gc.collect()
-    for type_, body, intent in events:
-        if intent is None:
-            append(type_, body)
-        else:
-            append(type_, body, intent)
-        if type_ == "step/end":
-            start = clock()
-            last = measure(session)
-            seconds += clock() - start
-            calls += 1
-    if calls != 2 * turns or last is None or len(last.nodes) != 4 * turns:
-        raise SystemExit(f"M7: {calls} calls")
-    per_event = seconds / len(events) * 1e6
-    return {"seconds": seconds, "calls": calls, "surface_tokens": last.surface_tokens, "per_event_us": per_event}
+    figure = m7(turns, events)
+    return {**figure, "per_event_us": figure["seconds"] / len(events) * 1e6}
 
 
 def fig_m8(data: str, turns: int) -> dict[str, Any]:
-    session = al.Session.create("bench")
-    append_all(session, workload(data, turns))
-    session.append("turn/start", {"turn": turns + 1})
-    pruner = ToolResultPruner(threshold_chars=M8_THRESHOLD, head_chars=M8_HEAD, tail_chars=M8_TAIL)
-    gc.collect()
-    start = time.perf_counter()
-    result = pruner.prune_session(session)
-    seconds = time.perf_counter() - start
-    if len(result.pruned) != turns:
-        raise SystemExit(f"M8: pruned {len(result.pruned)}")
-    return {"seconds": seconds, "pruned": len(result.pruned)}
+    return m8(turns, workload(data, turns))
 
 
 def fig_m9(data: str, turns: int) -> dict[str, Any]:
-    class Scripted:
-        async def summarize(self, summary_input: Any) -> SummaryResult:
-            return SummaryResult(
-                summary=[{"type": "text", "text": "## Current Work\n- reading files"}],
-                provider="bench",
-                model="scripted",
-            )
-
-    session = al.Session.create("bench")
-    append_all(session, workload(data, turns))
-    session.append("turn/start", {"turn": turns + 1})
-    meter = TokenMeter()
-    engine = CompactionEngine(meter=meter, pruner=None, summarizer=Scripted())
-    nodes = list(session.surface.nodes)
-    meter.measure(session)
-    session.request_header()
-    lock_is_held(session)
-    balanced_before(session, nodes[0])
-    end = max(1, int(len(nodes) * 0.9)) - 1
-    while end > 0 and not balanced_after(session, nodes[end]):
-        end -= 1
-    gc.collect()
-    start = time.perf_counter()
-    asyncio.run(engine.compact_region(session, nodes[0], nodes[end]))
-    return {"seconds": time.perf_counter() - start, "shadowed": end + 1}
+    return m9(turns, workload(data, turns))
 
 
 def fig_m12(data: str, turns: int) -> dict[str, Any]:

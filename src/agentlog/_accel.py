@@ -42,12 +42,13 @@ __all__ = [
     "seal",
     "snapshot",
     "speedups",
+    "stream_text_length",
     "take_plain_events",
     "untrack",
     "wall_clock_ms",
 ]
 
-EXPECTED_VERSION: Final = 2
+EXPECTED_VERSION: Final = 3
 """The ``SPEEDUPS_VERSION`` of ``_speedups.c`` that this Python source was written against."""
 
 
@@ -114,3 +115,5 @@ lines_are_single_values: Final[Callable[[Any], bool] | None] = _c.lines_are_sing
 """Whether every line is lexically exactly one JSON object or array."""
 pack_chunk_runs: Final[Callable[[Any], list[Any]] | None] = _c.pack_chunk_runs if ACCELERATED else None
 """One batch in storage form, every run of ``MIN_RUN``+ consecutive same-block deltas packed into a row."""
+stream_text_length: Final[_Fn | None] = _c.stream_text_length if ACCELERATED else None
+"""The token meter's streamed text length (UTF-16 units), -1 when no block, or ``None`` when Python decides."""

@@ -21,7 +21,7 @@
 
 #define MAX_DEPTH 48
 /* Bump with any change to a function's signature or behaviour; agentlog/_accel.py expects this value. */
-#define SPEEDUPS_VERSION 2
+#define SPEEDUPS_VERSION 3
 #define MAX_SAFE 9007199254740991LL
 
 static PyTypeObject *frozen_dict_type = NULL;
@@ -1946,6 +1946,206 @@ error:
     return NULL;
 }
 
+/* --- the token meter's streamed-answer price (agentlog/compaction/meter.py) ------------------------------ */
+
+static PyObject *m_usage, *m_block, *m_block_type, *m_finish, *m_block_start, *m_block_end,
+    *m_text_block, *m_reasoning_block;
+
+static int
+meter_init(void)
+{
+    m_usage = PyUnicode_InternFromString("usage");
+    m_block = PyUnicode_InternFromString("block");
+    m_block_type = PyUnicode_InternFromString("blockType");
+    m_finish = PyUnicode_InternFromString("finish");
+    m_block_start = PyUnicode_InternFromString("block-start");
+    m_block_end = PyUnicode_InternFromString("block-end");
+    m_text_block = PyUnicode_InternFromString("text");
+    m_reasoning_block = PyUnicode_InternFromString("reasoning");
+    return m_usage && m_block && m_block_type && m_finish && m_block_start && m_block_end && m_text_block &&
+                   m_reasoning_block
+               ? 0
+               : -1;
+}
+
+/* JavaScript's text.length of an exact str: UTF-16 code units (a non-BMP code point counts 2). */
+static Py_ssize_t
+meter_js_units(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (PyUnicode_KIND(s) != PyUnicode_4BYTE_KIND) {
+        return n;
+    }
+    const Py_UCS4 *q = PyUnicode_4BYTE_DATA(s);
+    Py_ssize_t units = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        units += q[i] > 0xFFFF;
+    }
+    return units;
+}
+
+/* 1 when the exact str equals the interned key; 0 otherwise (no error). */
+static int
+meter_str_is(PyObject *v, PyObject *key)
+{
+    return v == key || (PyUnicode_CheckExact(v) && PyUnicode_Compare(v, key) == 0);
+}
+
+/* 1 when a != b is true, 0 when false, -1 on error (cleared: the caller gives up). No identity shortcut:
+ * the Python path compares with != (a NaN is unequal to itself there). */
+static int
+meter_ne(PyObject *a, PyObject *b)
+{
+    PyObject *r = PyObject_RichCompare(a, b, Py_NE);
+    if (r == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (t < 0) {
+        PyErr_Clear();
+    }
+    return t;
+}
+
+/* stream_text_length(log, sources, seq, turn, step): the one-pass fast path of the meter's
+ * provider_assistant_tokens, in C. Returns the UTF-16 length of the streamed text block's text, -1 when the
+ * stream builds no block (price 0), or None whenever the Python function must decide: the sources are not
+ * strictly increasing exact ints in [0, seq), a cited event or value is not of the plain shape, a chunk is
+ * of another kind, a comparison fails, or the fast path would turn general. None never means an error:
+ * the Python path then re-reads the stream and gives the exact price or the exact error. */
+static PyObject *
+stream_text_length(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "stream_text_length(log, sources, seq, turn, step)");
+        return NULL;
+    }
+    PyObject *log = args[0], *sources = args[1], *turn = args[3], *step = args[4];
+    if (!PyList_Check(log) || !PyList_Check(sources) || !PyLong_CheckExact(args[2])) {
+        Py_RETURN_NONE;
+    }
+    long long seq = PyLong_AsLongLong(args[2]);
+    if (seq == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(sources);
+    long long previous = -1;
+    PyObject *index = NULL; /* borrowed: the block index of the first indexed chunk */
+    PyObject *ended = NULL; /* borrowed: the first block-end's text */
+    Py_ssize_t deltas = 0;
+    int skip = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *s = PyList_GET_ITEM(sources, i);
+        if (!PyLong_CheckExact(s)) {
+            Py_RETURN_NONE;
+        }
+        long long source = PyLong_AsLongLong(s);
+        if ((source == -1 && PyErr_Occurred()) || source <= previous || source >= seq ||
+            source >= PyList_GET_SIZE(log)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        previous = source;
+        PyObject *cited = PyList_GET_ITEM(log, (Py_ssize_t)source);
+        if (!PyDict_Check(cited)) {
+            Py_RETURN_NONE;
+        }
+        PyObject *cdata = PyDict_GetItemWithError(cited, k_data);
+        PyObject *ctype = cdata ? PyDict_GetItemWithError(cited, k_type) : NULL;
+        if (ctype == NULL || !PyDict_Check(cdata) || !meter_str_is(ctype, v_chunk_type)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        PyObject *cturn = PyDict_GetItemWithError(cdata, k_turn);
+        PyObject *cstep = cturn ? PyDict_GetItemWithError(cdata, k_step) : NULL;
+        if (cstep == NULL || meter_ne(cturn, turn) != 0 || meter_ne(cstep, step) != 0) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (skip) {
+            continue;
+        }
+        PyObject *chunk = PyDict_GetItemWithError(cdata, k_chunk);
+        PyObject *kind = chunk && PyDict_Check(chunk) ? PyDict_GetItemWithError(chunk, k_type) : NULL;
+        if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        int delta = meter_str_is(kind, v_text_delta) || meter_str_is(kind, v_reasoning_delta);
+        int start = !delta && meter_str_is(kind, m_block_start);
+        int end = !delta && !start && meter_str_is(kind, m_block_end);
+        if (delta || start || end) {
+            PyObject *chunk_index = PyDict_GetItemWithError(chunk, k_index);
+            if (chunk_index == NULL) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            if (index == NULL) {
+                index = chunk_index;
+            }
+            else if (meter_ne(chunk_index, index) != 0) {
+                Py_RETURN_NONE; /* another block: the general path */
+            }
+            if (delta) {
+                PyObject *text = PyDict_GetItemWithError(chunk, k_text);
+                if (text == NULL || !PyUnicode_CheckExact(text)) {
+                    PyErr_Clear();
+                    Py_RETURN_NONE;
+                }
+                if (ended == NULL) {
+                    deltas += meter_js_units(text);
+                }
+            }
+            else if (start) {
+                PyObject *block_type = PyDict_GetItemWithError(chunk, m_block_type);
+                if (block_type == NULL || !(meter_str_is(block_type, m_text_block) || meter_str_is(block_type, m_reasoning_block))) {
+                    PyErr_Clear();
+                    Py_RETURN_NONE;
+                }
+            }
+            else if (ended == NULL) {
+                PyObject *block = PyDict_GetItemWithError(chunk, m_block);
+                if (block == NULL || !PyDict_Check(block)) {
+                    PyErr_Clear();
+                    Py_RETURN_NONE;
+                }
+                PyObject *block_kind = PyDict_GetItemWithError(block, k_type);
+                PyObject *text = block_kind ? PyDict_GetItemWithError(block, k_text) : NULL;
+                if (text == NULL || !PyUnicode_CheckExact(text) ||
+                    !(meter_str_is(block_kind, m_text_block) || meter_str_is(block_kind, m_reasoning_block))) {
+                    PyErr_Clear();
+                    Py_RETURN_NONE;
+                }
+                ended = text;
+            }
+        }
+        else if (meter_str_is(kind, m_finish)) {
+            PyObject *reason = PyDict_GetItemWithError(chunk, k_reason);
+            if (reason == NULL || !PyDict_Check(reason) || PyDict_GetItemWithError(reason, k_kind) == NULL) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            skip = 1;
+        }
+        else if (meter_str_is(kind, m_usage)) {
+            if (PyDict_GetItemWithError(chunk, m_usage) == NULL) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+        }
+        else {
+            Py_RETURN_NONE;
+        }
+    }
+    if (index == NULL) {
+        return PyLong_FromLong(-1);
+    }
+    return PyLong_FromSsize_t(ended != NULL ? meter_js_units(ended) : deltas);
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -1972,6 +2172,8 @@ static PyMethodDef methods[] = {
      "Whether every line is lexically exactly one JSON object or array."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
+    {"stream_text_length", (PyCFunction)(void (*)(void))stream_text_length, METH_FASTCALL,
+     "The token meter's streamed text length (UTF-16 units), -1 for no block, or None: Python decides."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2043,6 +2245,9 @@ PyInit__speedups(void)
     }
     if (!k_turn || !k_step || !k_chunk || !k_index || !k_text || !k_id || !k_name || !k_arguments_delta ||
         !v_chunk_type) {
+        return NULL;
+    }
+    if (meter_init() < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&moduledef);

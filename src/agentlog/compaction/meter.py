@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+from .._accel import stream_text_length as _stream_text_length
 from ..errors import CompactionConfigError, CompactionStateError
 from ..kernel.events import (
     ASSISTANT_CHUNK,
@@ -176,6 +177,7 @@ class _State:
         "header_price",
         "header_priced",
         "last_estimate",
+        "messages",
         "nodes",
         "seqs",
         "shared",
@@ -188,6 +190,9 @@ class _State:
         self.header: Mapping[str, Any] | None = None
         self.nodes: list[TokenSurfaceNode] = []
         self.seqs: list[int] = []  # the nodes' seqs (private, never shared): list.index runs in C
+        # The nodes' derived messages (None where a node derives none), private, for the compaction
+        # transaction: it summarizes what the fold already read instead of deriving every node again.
+        self.messages: list[Any] = []
         self.shared = False
         self.surface_tokens = 0
         self.step_start: tuple[Any, Any, int] | None = None  # (turn, step, surface tokens at step start)
@@ -272,6 +277,11 @@ def provider_assistant_tokens(log: Sequence[Any], event: Mapping[str, Any], dura
     whose text is the first ``block-end``'s text if there is one, else the deltas' concatenation —
     chunks after ``finish`` are ignored and ``max-tokens`` drops only tool calls — so the price is
     ``ceil(len/4) + BLOCK_OVERHEAD + ROLE_OVERHEAD``. Everything else goes through the assembler.
+
+    With the C accelerator, that fast path runs in C first (``stream_text_length``: it reads the cited
+    chunks without a Python iteration per chunk, the bulk of measuring after every step); whenever it
+    cannot decide (unordered sources, an unusual chunk or value, a general stream) it answers ``None``
+    and the Python path below decides, so the price and every error are the same.
     """
     sources = event.get("sourceEventSeqs")
     if sources is None:
@@ -281,6 +291,10 @@ def provider_assistant_tokens(log: Sequence[Any], event: Mapping[str, Any], dura
     seq: int = event["seq"]
     data = event["data"]
     turn, step = data.get("turn"), data.get("step")
+    if _stream_text_length is not None:
+        fast = _stream_text_length(log, sources, seq, turn, step)
+        if fast is not None:
+            return 0 if fast < 0 else -(-fast // CHARS_PER_TOKEN) + BLOCK_OVERHEAD + ROLE_OVERHEAD
     if min(sources) < 0 or max(sources) >= seq or len(set(sources)) != len(sources):
         _malformed_sources(seq, turn, step, sources, log)
     texts: list[str] = []
@@ -348,6 +362,7 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
     """Fold ``log[state.consumed:end]`` into ``state``; on a malformed event, stop just before it."""
     nodes = state.nodes
     seqs = state.seqs
+    messages = state.messages
     shared = state.shared
     surface_tokens = state.surface_tokens
     header = state.header
@@ -423,12 +438,14 @@ def _fold(state: _State, log: Sequence[Any], end: int) -> None:
                 if start_idx == -1:
                     nodes.append(node)
                     seqs.append(seq)
+                    messages.append(message)
                 else:
                     if shared:  # a measurement holds this list: replace in a copy
                         nodes = nodes.copy()
                         shared = False
                     nodes[start_idx : end_idx + 1] = (node,)
                     seqs[start_idx : end_idx + 1] = (seq,)
+                    messages[start_idx : end_idx + 1] = (message,)
                 surface_tokens += delta
                 anchor = next_anchor
             elif etype == step_start_type:
@@ -523,6 +540,28 @@ class TokenMeter:
                     PrefixView(nodes, len(nodes)),
                 ),
             )
+
+    def _surface_messages(self, session: Any, measurement: TokenMeasurement, start: int, stop: int) -> list[Any] | None:
+        """The messages of ``measurement.nodes[start:stop]`` (those that derive one), as the fold read them.
+
+        Exactly ``[derive_event_message(log[node.seq]) for node in nodes[start:stop]]`` less the ``None``s,
+        the very message objects, without reading the log again. ``None`` when this meter's fold of the
+        session is not at ``measurement``'s revision (another append landed since, or the session is a
+        ``SessionView``, folded afresh per call): the caller then derives the messages itself.
+        """
+        with self._lock:
+            last_session, state = self._last
+            if last_session() is not session:
+                try:
+                    found = self._states.get(session)
+                except TypeError:
+                    return None
+                if found is None:
+                    return None
+                state = found
+            if state.consumed != measurement.log_revision or len(state.messages) != len(measurement.nodes):
+                return None
+            return [message for message in state.messages[start:stop] if message is not None]
 
     def _state_of(self, session: Any) -> _State:
         try:

@@ -154,6 +154,10 @@ class ToolResultPruner:
         total = self.measure_content(blocks)
         if total <= self._threshold:
             return None
+        return self._pruned(blocks, total)
+
+    def _pruned(self, blocks: Sequence[Mapping[str, Any]], total: int) -> list[Any]:
+        """:meth:`prune_content` of over-long ``blocks`` whose text measures ``total`` code points."""
         removed_start = self._head
         removed_end = total - self._tail
         pruned: list[Any] = []
@@ -188,22 +192,33 @@ class ToolResultPruner:
         earlier in the pass stay. A second pass finds nothing to do.
         """
         events, _count = events_of(session)
-        candidates = [(seq, events[seq]) for seq in list(session.surface.nodes)]
+        candidates = [
+            (seq, event) for seq in list(session.surface.nodes) if (event := events[seq])["type"] == TOOL_RESULT
+        ]
         pruned: list[PrunedEntry] = []
         chars_removed = 0
         append = session.append
         estimate = self._meter.estimate_message
+        measure, threshold = self.measure_content, self._threshold
+        # The text is measured once per result (prune_content would measure it again), unless a subclass
+        # prunes its own way.
+        own_prune = type(self).prune_content is not ToolResultPruner.prune_content
         for seq, event in candidates:
-            if event["type"] != TOOL_RESULT:
-                continue
             data = event["data"]
             message = data["message"]
             result = message["content"][0]
-            content = self.prune_content(result["content"])
-            if content is None:
-                continue
-            chars_before = self.measure_content(result["content"])
-            chars_after = self.measure_content(content)
+            if own_prune:
+                pruned_content = self.prune_content(result["content"])
+                if pruned_content is None:
+                    continue
+                content = pruned_content
+                chars_before = measure(result["content"])
+            else:
+                chars_before = measure(result["content"])
+                if chars_before <= threshold:
+                    continue
+                content = self._pruned(result["content"], chars_before)
+            chars_after = measure(content)
             price: CompactionPruneData = {
                 "shadowedRange": {"start": seq, "end": seq},
                 "shadowedSeqs": [seq],

@@ -17,11 +17,11 @@ consolidated summary of the whole span.
 
 from __future__ import annotations
 
-import itertools
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any, Final, Literal
 
 from ..errors import (
@@ -36,6 +36,7 @@ from ..errors import (
 from ..kernel.events import SESSION_END_SEED, TURN_END, TURN_START, USER_MESSAGE, Message
 from ..kernel.jsonvalue import thaw
 from ..kernel.messages import user_message
+from ..kernel.prefixview import PrefixView
 from ..kernel.session import Session, derive_event_message
 from .estimate import estimate_header, estimate_message
 from .events import COMPACTION_END, COMPACTION_PRUNE, COMPACTION_START, COMPACTION_SUMMARY
@@ -175,7 +176,13 @@ def entry_state(session: Any) -> _EntryState:
         state = _ENTRY[session] = _EntryState()
     events = session.events
     n = len(events)
-    for event in itertools.islice(events, state.pos, n):
+    pos = state.pos
+    if pos >= n:
+        return state
+    # Only the new events: a slice of the view (skipping ``pos`` events through an iterator costs the
+    # whole log per call). A first fold of a restored log steps over its packed chunk runs unbuilt.
+    outside_runs = getattr(events, "outside_runs", None) if pos == 0 else None
+    for event in outside_runs(0) if outside_runs is not None else events[pos:n]:
         etype = event["type"]
         if etype == TURN_START:
             state.open_turn = event["data"]["turn"]
@@ -220,9 +227,8 @@ class _Selection:
 def validate_region(session: Any, start: int, end: int) -> _Selection:
     """Both ends on the surface, in order, and balanced cuts on both sides (the original's messages)."""
     nodes = list(session.surface.nodes)
-    positions = {seq: i for i, seq in enumerate(nodes)} if len(nodes) > 64 else None
-    start_index = positions.get(start, -1) if positions else (nodes.index(start) if start in nodes else -1)
-    end_index = positions.get(end, -1) if positions else (nodes.index(end) if end in nodes else -1)
+    start_index = _position(nodes, start)
+    end_index = _position(nodes, end)
     if start_index == -1:
         raise CompactionRangeError(f"compactRegion: start seq {start} not found in surface")
     if end_index == -1:
@@ -241,6 +247,14 @@ def validate_region(session: Any, start: int, end: int) -> _Selection:
             f"compactRegion: end seq {end} is not a balanced boundary (would split a step, or the step is still open)"
         )
     return _Selection(start, end, start_index, end_index, tuple(nodes[start_index : end_index + 1]))
+
+
+def _position(nodes: list[int], seq: int) -> int:
+    """``seq``'s position on the surface (seqs are unique there), or -1; one scan in C."""
+    try:
+        return nodes.index(seq)
+    except ValueError:
+        return -1
 
 
 # --- the transaction ------------------------------------------------------------------------------------
@@ -272,26 +286,43 @@ class _Prepared:
     input: SummarizationInput
 
 
+_seq_of = itemgetter(0)
+_tokens_of = itemgetter(1)
+
+
 def _prepare(meter: TokenMeter, session: Any, selection: _Selection, template: SummarizationInput) -> _Prepared:
     measurement = meter.measure(session)
-    selected = tuple(measurement.nodes[selection.start_index : selection.end_index + 1])
-    if tuple(node.seq for node in selected) != selection.shadowed_seqs:
+    stop = selection.end_index + 1
+    selected = tuple(measurement.nodes[selection.start_index : stop])
+    if tuple(map(_seq_of, selected)) != selection.shadowed_seqs:
         raise SurfaceChangedError("compaction: selected surface changed before summarization began")
     header = session.request_header()
-    log = session.events.to_list()
-    messages = [m for seq in selection.shadowed_seqs if (m := derive_event_message(log[seq])) is not None]
+    # The meter's fold read every node's message when it priced it: take those, not a second derivation.
+    surface_messages = getattr(meter, "_surface_messages", None)  # (a stand-in meter may lack it)
+    messages = None if surface_messages is None else surface_messages(session, measurement, selection.start_index, stop)
+    if messages is None:
+        log = session.events.to_list()
+        messages = [m for seq in selection.shadowed_seqs if (m := derive_event_message(log[seq])) is not None]
     summary_input = replace(
         template,
         messages=messages,
         system=header.get("system") if header is not None else None,
         tools=header.get("tools") if header is not None else None,
     )
-    return _Prepared(selection, measurement, selected, sum(node.tokens for node in selected), summary_input)
+    return _Prepared(selection, measurement, selected, sum(map(_tokens_of, selected)), summary_input)
+
+
+def _same_nodes(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Equal node sequences; views of the meter's node list compare without a copy (at once when they
+    view the same list)."""
+    if isinstance(a, PrefixView) or isinstance(b, PrefixView):
+        return bool(a == b)
+    return tuple(a) == tuple(b)
 
 
 def _check_stable(meter: TokenMeter, session: Any, prepared: _Prepared, stability: str) -> None:
     if stability == "whole-surface":
-        if tuple(meter.measure(session).nodes) != tuple(prepared.measurement.nodes):
+        if not _same_nodes(meter.measure(session).nodes, prepared.measurement.nodes):
             raise SurfaceChangedError("compaction: session surface changed during summarization")
         return
     selection = prepared.selection
