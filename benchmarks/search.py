@@ -156,6 +156,20 @@ def mixed_queries() -> list[str]:
     return [QUERIES[i % len(QUERIES)] for i in range(QUERY_COUNT)]
 
 
+def timed_queries(search: Any) -> tuple[list[float], int]:
+    """M15/M16's measurement, the one definition (``original/agentlog_side.py`` calls it too): each of
+    :func:`mixed_queries` as one full ``search_sessions`` call, timed; returns the latencies and how
+    many of the queries found something."""
+    latencies: list[float] = []
+    matched = 0
+    for query in mixed_queries():
+        start = time.perf_counter()
+        page = search.search_sessions(query=query)
+        latencies.append(time.perf_counter() - start)
+        matched += bool(page["items"])
+    return latencies, matched
+
+
 def append_one_turn(kind: str, root: str, session_id: str, turns: int) -> None:
     """One closed turn with :data:`NEW_TURN_TEXT` appended to a stored session by another coordinator."""
     store = al.SessionStore()
@@ -302,13 +316,7 @@ def _measure(kind: str, root: str, sessions: int, turns: int) -> dict[str, Any]:
         if hits != [target]:
             raise SystemExit(f"M14: the appended turn was not found by the reconciling search: {hits}")
 
-        latencies: list[float] = []
-        matched = 0
-        for query in mixed_queries():
-            start = time.perf_counter()
-            page = search.search_sessions(query=query)
-            latencies.append(time.perf_counter() - start)
-            matched += bool(page["items"])
+        latencies, matched = timed_queries(search)
         search.close()
         coordinator.close()
 

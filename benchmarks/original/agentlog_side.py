@@ -140,7 +140,7 @@ def fig_m10(data: str, sessions: int, limit: int | None = None) -> dict[str, Any
 
 def fig_search(data: str, sessions: int, build_only: bool = False) -> dict[str, Any]:
     import agentlog.query.sqlite  # noqa: F401  # imports are not what M13 measures
-    from search import _percentile, _search, append_one_turn, mixed_queries
+    from search import _percentile, _search, append_one_turn, timed_queries
 
     source = Path(data) / ("search" if sessions == 1000 else f"search-{sessions}")
     work = tempfile.mkdtemp(prefix="agentlog-search-")
@@ -168,14 +168,7 @@ def fig_search(data: str, sessions: int, build_only: bool = False) -> dict[str, 
         hits = [item["header"]["id"] for item in found["items"]]
         if hits != [target]:
             raise SystemExit(f"M14: the appended turn was not found: {hits}")
-        latencies: list[float] = []
-        matched = 0
-        queries = mixed_queries()
-        for query in queries:
-            start = time.perf_counter()
-            page = search.search_sessions(query=query)
-            latencies.append(time.perf_counter() - start)
-            matched += bool(page["items"])
+        latencies, matched = timed_queries(search)
         search.close()
         coordinator.close()
     finally:
@@ -186,7 +179,7 @@ def fig_search(data: str, sessions: int, build_only: bool = False) -> dict[str, 
         "M15": _percentile(latencies, 0.5),
         "M16": _percentile(latencies, 0.95),
         "matched": matched,
-        "queries": len(queries),
+        "queries": len(latencies),
         "sessions": sessions,
     }
 

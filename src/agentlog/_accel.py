@@ -32,6 +32,7 @@ __all__ = [
     "check_row",
     "checked_snapshot",
     "configure",
+    "current_log_types",
     "event4",
     "expand_row",
     "freeze_owned_tree",
@@ -48,7 +49,7 @@ __all__ = [
     "wall_clock_ms",
 ]
 
-EXPECTED_VERSION: Final = 3
+EXPECTED_VERSION: Final = 4
 """The ``SPEEDUPS_VERSION`` of ``_speedups.c`` that this Python source was written against."""
 
 
@@ -99,6 +100,8 @@ untrack: Final[Callable[[Any], Any] | None] = _c.untrack if ACCELERATED else Non
 """Stop the cycle collector from tracking an acyclic object; returns it."""
 event4: Final[_Fn | None] = _c.event4 if ACCELERATED else None
 """An untracked committed event ``{type, seq, time, data}``, or ``None`` for a non-safe-integer time."""
+current_log_types: Final[_Fn | None] = _c.current_log_types if ACCELERATED else None
+"""``current_log_types(items, skip_class)``: the types of a stored log the legacy checks pass unchanged, or ``None``."""
 restore_events: Final[_Fn | None] = _c.restore_events if ACCELERATED else None
 """Envelope-check, freeze and seal restored events; report the ones needing Python checks."""
 wall_clock_ms: Final[Callable[[], int] | None] = _c.wall_clock_ms if ACCELERATED else None

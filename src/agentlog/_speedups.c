@@ -21,7 +21,7 @@
 
 #define MAX_DEPTH 48
 /* Bump with any change to a function's signature or behaviour; agentlog/_accel.py expects this value. */
-#define SPEEDUPS_VERSION 3
+#define SPEEDUPS_VERSION 4
 #define MAX_SAFE 9007199254740991LL
 
 static PyTypeObject *frozen_dict_type = NULL;
@@ -642,19 +642,68 @@ is_envelope_key(PyObject *key)
 
 static int rule_holds(PyObject *d, long kind);
 
+static int str_is(PyObject *v, const char *text);
+
+/* 1 when the parsed entry (a surface type, at seq `seq`) plainly carries a surface append that
+ * surface.plan_surface_event accepts: surfaceOp exactly the str "append" and sourceEventSeqs absent, or
+ * a list of exact ints, strictly increasing (so without duplicates), from 0 and below `seq`, empty only
+ * on an assistant/message. 0 means only "let the Python planner judge it". Never sets an error. */
+static int
+plain_append(PyObject *entry, PyObject *type, long long seq)
+{
+    PyObject *op = PyDict_GetItem(entry, k_surface_op);
+    if (op == NULL || !str_is(op, "append")) {
+        return 0;
+    }
+    PyObject *sources = PyDict_GetItem(entry, k_sources);
+    if (sources == NULL) {
+        return 1;
+    }
+    if (!PyList_Check(sources)) { /* (frozen in place by now: the frozen list type is a list subclass) */
+        return 0;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(sources);
+    if (n == 0) {
+        return str_is(type, "assistant/message");
+    }
+    long long previous = -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *v = PyList_GET_ITEM(sources, j);
+        if (!PyLong_CheckExact(v)) {
+            return 0;
+        }
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || x <= previous || x >= seq) {
+            PyErr_Clear();
+            return 0;
+        }
+        previous = x;
+    }
+    return 1;
+}
+
 static PyObject *
 restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 3 || nargs > 6 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
+    if (nargs < 3 || nargs > 7 || !PyList_Check(args[0]) || !PyAnySet_Check(args[1]) || !PyType_Check(args[2]) ||
         (nargs >= 4 && !PyDict_Check(args[3])) || (nargs >= 5 && !PyLong_CheckExact(args[4])) ||
-        (nargs == 6 && !PyDict_Check(args[5]))) {
-        PyErr_SetString(PyExc_TypeError, "restore_events(list, frozenset, type[, rules[, base[, checks]]]) expected");
+        (nargs >= 6 && !PyDict_Check(args[5]))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "restore_events(list, frozenset, type[, rules[, base[, checks[, appends]]]]) expected");
         return NULL;
     }
+    /* appends (optional, with checks): when true, a verified entry (its message rule holds) whose surface
+     * metadata is plainly an append -- surfaceOp the str "append", sourceEventSeqs absent or a list of
+     * strictly increasing safe integers from 0 below its seq, non-empty unless an assistant/message -- is
+     * not reported as special but in a fifth list, `appended`: the caller commits it as a surface append
+     * without planning it (it would plan exactly that). The caller passes true only when no plugin
+     * validator applies to the message types. Anything else stays special, for the Python checks. */
+    int appends = nargs == 7 && PyObject_IsTrue(args[6]) == 1;
     /* checks (optional): {type: kind} of data rules to try on *special* entries (the message types).
      * The indices of special entries whose data plainly satisfies its rule are returned as a fourth
      * list, `verified`: the caller may skip its own check of that rule (never any other check). */
-    PyObject *checks = nargs == 6 ? args[5] : NULL;
+    PyObject *checks = nargs >= 6 ? args[5] : NULL;
     /* base (optional): the seq of entries[0], for a segment of a log (a compact restored log restores the
      * plain events between its packed chunk runs segment by segment). */
     long long base = 0;
@@ -678,10 +727,12 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *events = PyList_New(0);
     PyObject *specials = PyList_New(0);
     PyObject *verified = PyList_New(0);
-    if (events == NULL || specials == NULL || verified == NULL) {
+    PyObject *appended = PyList_New(0);
+    if (events == NULL || specials == NULL || verified == NULL || appended == NULL) {
         Py_XDECREF(events);
         Py_XDECREF(specials);
         Py_XDECREF(verified);
+        Py_XDECREF(appended);
         return NULL;
     }
     Py_ssize_t i = 0;
@@ -822,13 +873,29 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if (special) {
             PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(specials, index) < 0 || (checked && PyList_Append(verified, index) < 0)) {
-                Py_XDECREF(index);
+            if (index == NULL) {
                 goto error;
             }
+            int rc2;
+            if (checked && appends && plain_append(entry, type, seq_v)) {
+                rc2 = PyList_Append(appended, index);
+            }
+            else {
+                rc2 = PyList_Append(specials, index);
+                if (rc2 == 0 && checked) {
+                    rc2 = PyList_Append(verified, index);
+                }
+            }
             Py_DECREF(index);
+            if (rc2 < 0) {
+                goto error;
+            }
         }
     }
+    if (nargs == 7) {
+        return Py_BuildValue("(NNnNN)", events, specials, i, verified, appended);
+    }
+    Py_DECREF(appended);
     if (checks != NULL) {
         return Py_BuildValue("(NNnN)", events, specials, i, verified);
     }
@@ -838,6 +905,7 @@ error:
     Py_DECREF(events);
     Py_DECREF(specials);
     Py_DECREF(verified);
+    Py_DECREF(appended);
     return NULL;
 }
 
@@ -873,7 +941,7 @@ nonneg_int(PyObject *v)
 }
 
 static PyObject *k_trigger, *k_call_id, *k_arguments, *k_message, *k_role, *k_source, *k_kind, *k_content,
-    *k_provider, *k_model, *k_tool_call_id, *k_reason, *k_error;
+    *k_provider, *k_model, *k_tool_call_id, *k_reason, *k_error, *k_provenance, *k_is_error;
 
 static int
 nonempty_str(PyObject *v)
@@ -2146,6 +2214,109 @@ stream_text_length(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(ended != NULL ? meter_js_units(ended) : deltas);
 }
 
+/* persistence.legacy.current_log_types: one pass over a parsed stored log (ChunkRun items, of class
+ * `skip`, are stepped over). The set of event types present when every other item is a dict with an exact
+ * str type that assert_supported_events accepts and normalize_stored_events returns unchanged without an
+ * error; otherwise None, and the full checks decide (they give the exact result or error). Judging an
+ * event "needs the full path" when in doubt is always safe: it only costs the old passes. */
+static int
+legacy_current(PyObject *type, PyObject *event)
+{
+    PyObject *data = PyDict_GetItem(event, k_data);
+    int is_dict = data != NULL && PyDict_Check(data);
+    if (str_is(type, "turn/start")) {
+        return !is_dict || PyDict_GetItem(data, k_trigger) == NULL;
+    }
+    if (str_is(type, "turn/end")) {
+        if (!is_dict) {
+            return 1;
+        }
+        if (PyDict_GET_SIZE(data) != 2 || !pos_int(PyDict_GetItem(data, k_turn))) {
+            return 0;
+        }
+        PyObject *reason = PyDict_GetItem(data, k_reason);
+        if (reason == NULL || !PyDict_Check(reason)) {
+            return 0;
+        }
+        PyObject *kind = PyDict_GetItem(reason, k_kind);
+        if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+            return 0;
+        }
+        if (str_is(kind, "completed") || str_is(kind, "blocked") || str_is(kind, "max-tokens") ||
+            str_is(kind, "interrupted")) {
+            return PyDict_GET_SIZE(reason) == 1;
+        }
+        if (str_is(kind, "aborted")) {
+            return PyDict_GetItem(reason, k_reason) != NULL;
+        }
+        if (str_is(kind, "disposed")) {
+            return 0;
+        }
+        if (str_is(kind, "error")) {
+            return PyDict_GetItem(reason, k_error) != NULL;
+        }
+        return 1;
+    }
+    if (str_is(type, "user/message")) {
+        return !is_dict || PyDict_GetItem(data, k_id) != NULL || PyDict_GetItem(data, k_role) != NULL ||
+               PyDict_GetItem(data, k_message) != NULL || PyDict_GetItem(data, k_content) == NULL ||
+               PyDict_GetItem(data, k_source) == NULL;
+    }
+    if (str_is(type, "assistant/message")) {
+        return !is_dict || PyDict_GetItem(data, k_message) != NULL || PyDict_GetItem(data, k_content) == NULL ||
+               PyDict_GetItem(data, k_provenance) == NULL;
+    }
+    if (str_is(type, "tool/result")) {
+        return !is_dict || PyDict_GetItem(data, k_message) != NULL || PyDict_GetItem(data, k_call_id) == NULL ||
+               PyDict_GetItem(data, k_content) == NULL || PyDict_GetItem(data, k_is_error) == NULL;
+    }
+    if (str_is(type, "request/header")) {
+        PyObject *reason = is_dict ? PyDict_GetItem(data, k_reason) : NULL;
+        return reason == NULL || (PyUnicode_CheckExact(reason) && !str_is(reason, "fallback"));
+    }
+    return !str_is(type, "steering/message") && !str_is(type, "request/header-delta") && !str_is(type, "mode/set");
+}
+
+static PyObject *
+current_log_types(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "current_log_types(list, skip_class) expected");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    PyObject *skip = args[1];
+    PyObject *present = PySet_New(NULL);
+    if (present == NULL) {
+        return NULL;
+    }
+    PyObject *last = NULL; /* the previous type added: consecutive events often share it */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *event = PyList_GET_ITEM(items, i);
+        if ((PyObject *)Py_TYPE(event) == skip) {
+            continue;
+        }
+        if (!PyDict_Check(event)) {
+            goto full;
+        }
+        PyObject *type = PyDict_GetItem(event, k_type);
+        if (type == NULL || !PyUnicode_CheckExact(type) || !legacy_current(type, event)) {
+            goto full;
+        }
+        if (type != last) {
+            if (PySet_Add(present, type) < 0) {
+                Py_DECREF(present);
+                return NULL;
+            }
+            last = type;
+        }
+    }
+    return present;
+full:
+    Py_DECREF(present);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -2170,6 +2341,8 @@ static PyMethodDef methods[] = {
      "Append the plain, contiguous parsed events from a start index; return (stop, next seq)."},
     {"lines_are_single_values", (PyCFunction)lines_are_single_values, METH_O,
      "Whether every line is lexically exactly one JSON object or array."},
+    {"current_log_types", (PyCFunction)(void (*)(void))current_log_types, METH_FASTCALL,
+     "The types of a stored log that the legacy checks pass unchanged, or None."},
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {"stream_text_length", (PyCFunction)(void (*)(void))stream_text_length, METH_FASTCALL,
@@ -2239,6 +2412,11 @@ PyInit__speedups(void)
     k_tool_call_id = PyUnicode_InternFromString("toolCallId");
     k_reason = PyUnicode_InternFromString("reason");
     k_error = PyUnicode_InternFromString("error");
+    k_provenance = PyUnicode_InternFromString("provenance");
+    k_is_error = PyUnicode_InternFromString("isError");
+    if (!k_provenance || !k_is_error) {
+        return NULL;
+    }
     if (!k_trigger || !k_call_id || !k_arguments || !k_message || !k_role || !k_source || !k_kind || !k_content ||
         !k_provider || !k_model || !k_tool_call_id || !k_reason || !k_error) {
         return NULL;

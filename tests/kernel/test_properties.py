@@ -37,7 +37,7 @@ from agentlog import (
     fold_surface,
     thaw,
 )
-from agentlog.kernel.events import event_types
+from agentlog.kernel.events import Event, event_types
 from agentlog.kernel.jsoncodec import dumps
 from agentlog.kernel.repair import interrupted_turn_closers
 from agentlog.kernel.surface import SurfaceTimeline
@@ -401,6 +401,43 @@ def test_properties__restoring_any_prefix_that_ends_at_a_closed_turn_reproduces_
         assert restored.request_header() == request_header
         assert list(restored.events)[: i + 1] == prefix
         assert restored.first_live_seq == i + 1
+        # (the accelerated restore commits plain appends unplanned: the fold must be the planned one)
+        assert list(restored.surface.nodes) == list(created.surface.nodes)
+        assert restored.surface.replace_generation == created.surface.replace_generation
+
+
+def test_properties__the_accelerated_restore_commits_only_plain_appends_unplanned() -> None:
+    """``restore_events``'s ``appended``: a verified message whose append is plain (sources absent or strictly
+    increasing earlier seqs, empty only on an assistant/message); any other shape stays for the planner."""
+    from agentlog.kernel import session as session_module
+
+    restore = session_module._restore_events
+    if restore is None:
+        pytest.skip("the accelerator's path")
+    user = thaw(al.user_message("hi", id="u"))
+    assistant = {"message": {"id": "a", "role": "assistant", "content": [], "source": {"kind": "model",
+                 "provider": "p", "model": "m"}}}  # fmt: skip
+    cases = [
+        ("user/message", user, {}, True),
+        ("user/message", user, {"sourceEventSeqs": [0, 2, 5]}, True),
+        ("assistant/message", assistant, {"sourceEventSeqs": []}, True),
+        ("user/message", user, {"sourceEventSeqs": []}, False),
+        ("user/message", user, {"sourceEventSeqs": [2, 0]}, False),
+        ("user/message", user, {"sourceEventSeqs": [0, 0]}, False),
+        ("user/message", user, {"sourceEventSeqs": [0, 9]}, False),
+        ("user/message", user, {"sourceEventSeqs": [True]}, False),
+        ("user/message", user, {"sourceEventSeqs": [-1]}, False),
+        ("user/message", user, {"sourceEventSeqs": 3}, False),
+    ]
+    for etype, data, extra, plain in cases:
+        log = [{"type": "turn/start", "seq": seq, "time": 1, "data": {"turn": 1}} for seq in range(9)]
+        log.append({"type": etype, "seq": 9, "time": 1, "data": data, "surfaceOp": "append", **extra})
+        special = frozenset(session_module._RESTORE_SPECIAL_TYPES)
+        args = (log, special, Event, session_module._RESTORE_RULES, 0, session_module._MESSAGE_RULES)
+        _, specials, stop, _, appended = restore(*args, True)
+        assert stop == 10
+        assert (appended, specials) == (([9], []) if plain else ([], [9])), (etype, extra)
+        assert restore(*args, False)[1:] == ([9], stop, [9], [])  # without ``appends``: always special
 
 
 # ------------------------------------------------------------------------ rejected appends

@@ -1333,3 +1333,109 @@ def test_normalising_a_log_twice_changes_nothing(events: list[dict[str, Any]]) -
     first = normalize_stored_events(SID, events)
     again = normalize_stored_events(SID, list(first))
     assert all(a is b for a, b in zip(first, again, strict=True))
+
+
+# --- the one-pass check a cold load takes first ------------------------------------------------------
+
+_SCAN_TYPES = (
+    "turn/start",
+    "turn/end",
+    "user/message",
+    "assistant/message",
+    "tool/result",
+    "request/header",
+    "steering/message",
+    "mode/set",
+    "request/header-delta",
+    "step/start",
+    "assistant/chunk",
+    "plugin/x",
+)
+_SCAN_KEYS = (
+    "turn", "reason", "kind", "trigger", "id", "role", "message", "content", "source", "provenance",
+    "callId", "isError", "error", "step", "failure", "code",
+)  # fmt: skip
+_SCAN_LEAVES = st.one_of(
+    st.sampled_from([1, 2, 0, -1, 1.0, 2**53, True, None, "", "x", "fallback", "completed", "aborted", "error"]),
+    st.sampled_from(["disposed", "blocked", "max-tokens", "interrupted", "legacy", "custom"]),
+)
+_SCAN_DATA = st.recursive(
+    _SCAN_LEAVES,
+    lambda inner: st.one_of(
+        st.dictionaries(st.sampled_from(_SCAN_KEYS), inner, max_size=5),
+        st.lists(inner, max_size=2),
+    ),
+    max_leaves=12,
+)
+
+
+class _Skipped:
+    """Stands for a packed chunk run: an item the check steps over."""
+
+
+@st.composite
+def _scan_logs(draw: st.DrawFn) -> list[Any]:
+    log: list[Any] = []
+    for seq in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 9))
+        if kind == 0:
+            log.append(_Skipped())
+        elif kind == 1:
+            log.append(draw(st.sampled_from([None, 3, "x", ["type"], {"seq": seq}, {"type": None}, {"type": 1}])))
+        else:
+            event = ev(draw(st.sampled_from(_SCAN_TYPES)), seq, draw(_SCAN_DATA))
+            if draw(st.booleans()):
+                event["surfaceOp"] = draw(st.sampled_from([{"op": "replace", "start": 0}, {"op": "append"}]))
+            log.append(event)
+    return log
+
+
+def _full_checks(log: list[Any]) -> tuple[str, Any]:
+    """What the three checks do to ``log``: ``("ok", migrated?, types)`` or the error they raise."""
+    plain = [item for item in log if item.__class__ is not _Skipped]
+    before = list(plain)
+    try:
+        assert_supported_events(SID, plain)
+        normalize_stored_events(SID, plain)
+    except Exception as err:  # any outcome is compared
+        return ("error", type(err).__name__)
+    return ("ok", any(a is not b for a, b in zip(before, plain, strict=True)))
+
+
+@settings(max_examples=600, deadline=None)
+@given(log=_scan_logs())
+def test_current_log_types_answers_only_when_the_checks_pass_and_upgrade_nothing(log: list[Any]) -> None:
+    """A set means: the removed-vocabulary check passes, normalisation replaces no event and raises nothing,
+    and the set is the types present; the accelerator and its pure-Python twin give the same answer."""
+    from agentlog.persistence import legacy
+
+    snapshot = dump([item for item in log if item.__class__ is not _Skipped])
+    python = legacy._current_log_types(log, _Skipped)
+    if legacy._c_current_log_types is not None:
+        assert legacy._c_current_log_types(log, _Skipped) == python
+    assert legacy.current_log_types(log, _Skipped) == python
+    assert dump([item for item in log if item.__class__ is not _Skipped]) == snapshot  # nothing was touched
+    if python is not None:
+        assert _full_checks(copy.deepcopy(log)) == ("ok", False)
+        assert python == {item["type"] for item in log if item.__class__ is not _Skipped}
+
+
+def test_current_log_types_passes_a_current_format_log_and_refers_legacy_ones() -> None:
+    from agentlog.persistence.legacy import current_log_types
+
+    current = [
+        ev("turn/start", 0, {"turn": 1}),
+        ev("user/message", 1, user_msg("hi", id="u1"), surfaceOp={"op": "append"}),
+        ev("request/header", 2, {"reason": "initial"}),
+        ev("turn/end", 3, {"turn": 1, "reason": {"kind": "completed"}}),
+    ]
+    assert current_log_types(current, _Skipped) == {"turn/start", "user/message", "request/header", "turn/end"}
+    for legacy_event in (
+        ev("turn/start", 0, {"turn": 1, "trigger": {"kind": "user"}}),
+        ev("turn/end", 0, {"turn": 1, "reason": {"kind": "disposed"}}),
+        ev("user/message", 0, {"content": "hi", "source": "user"}),
+        ev("steering/message", 0, {"turn": 1, "content": "x", "source": "user"}),
+        ev("request/header", 0, {"reason": "fallback"}),
+        ev("mode/set", 0, {}),
+    ):
+        assert current_log_types([*current, legacy_event], _Skipped) is None

@@ -388,8 +388,9 @@ def _py_event4(cls: type, type: str, seq: int, time: Any, data: Any) -> Any:
     return seal_as(cls, {"type": type, "seq": seq, "time": time, "data": data})
 
 
-# The accelerator's restore (``restore_events(seed, special, Event, rules, base, message_rules)``) restores a log
-# segment from ``base`` and also tries the message rules on the message events; None without the accelerator.
+# The accelerator's restore (``restore_events(seed, special, Event, rules, base, message_rules, appends)``)
+# restores a log segment from ``base``, tries the message rules on the message events and, with ``appends``,
+# reports the plain surface appends among them; None without the accelerator.
 _restore_events: Any = _accel.restore_events
 _MESSAGE_RULES = {etype: APPEND_CHECK_KINDS[etype] for etype in MESSAGE_EVENT_TYPES}
 _checked_snapshot: Any = _accel.checked_snapshot
@@ -620,21 +621,40 @@ class Session:
         """
         if special is None:
             special = frozenset(_RESTORE_SPECIAL_TYPES | self._validators.keys())
-        events, specials, stop, verified = _restore_events(seed, special, Event, _RESTORE_RULES, base, _MESSAGE_RULES)
+        # Without a plugin validator on a message type, a message event whose rules and surface append the
+        # accelerator found plain is committed here as the append it is (``appended``), unplanned.
+        appends = self._validators.keys().isdisjoint(MESSAGE_EVENT_TYPES)
+        events, specials, stop, verified, appended = _restore_events(
+            seed, special, Event, _RESTORE_RULES, base, _MESSAGE_RULES, appends
+        )
         verified = set(verified) if verified else ()
         log = self._log
         surface = self._surface
         done = 0
+        taken = 0  # appended[:taken] are committed
         for index in specials:
             if index > done:
                 log.extend(events[done:index])
+                if taken < len(appended) and appended[taken] < index:
+                    taken = self._commit_appends(appended, taken, index, base)
                 surface.skip_log_only(base + index - 1)
             self._load_special(base + index, seed[index], events[index], index in verified)
             done = index + 1
         if stop > done:
             log.extend(events[done:stop])
+            if taken < len(appended):
+                taken = self._commit_appends(appended, taken, stop, base)
             surface.skip_log_only(base + stop - 1)
         return stop  # type: ignore[no-any-return]
+
+    def _commit_appends(self, appended: list[int], taken: int, limit: int, base: int) -> int:
+        """Commit the plain surface appends ``appended[taken:]`` below index ``limit`` (already in the log,
+        between log-only events); return how many of ``appended`` are committed then."""
+        end = taken
+        while end < len(appended) and appended[end] < limit:
+            end += 1
+        self._surface.commit_plain_appends([base + index for index in appended[taken:end]])
+        return end
 
     def _mark_end_seed(self) -> None:
         log = self._log

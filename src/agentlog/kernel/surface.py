@@ -452,6 +452,22 @@ class SurfaceManager:
         self._last = seq
         self._pending = None
 
+    def commit_plain_appends(self, seqs: list[int]) -> None:
+        """Restore fast path: ``seqs`` (increasing) are committed surface appends whose plan is plainly an
+        append (what :meth:`plain_append_plan` returns for them); every other event up to the last is
+        log-only without surface metadata. Folds up to the last one. A pending candidate (a cached plan,
+        not state) is dropped: it was planned for an earlier fold."""
+        self._pending = None
+        nodes = self._nodes
+        positions = self._positions
+        if positions is not None:
+            for seq in seqs:
+                positions[seq] = len(nodes)
+                nodes.append(seq)
+        else:
+            nodes.extend(seqs)
+        self._last = seqs[-1]
+
     def skip_log_only(self, seq: int) -> None:
         """Advance over committed events known to be log-only without surface metadata (no transition)."""
         if self._last != seq:

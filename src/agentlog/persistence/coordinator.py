@@ -379,6 +379,12 @@ class PersistenceCoordinator:
         location = self._location(meta)
         legacy.assert_version(session_id, meta, location=location)
         items = stored.events
+        if adopt is None and type(items) is list:
+            # A current-format log (the usual case): one pass proves that the three checks below would
+            # pass and upgrade nothing, so only the types it saw remain to be checked as known.
+            present = legacy.current_log_types(items, ChunkRun)
+            if present is not None and all(self._registry.is_known(etype) for etype in present):
+                return items
         # A compact read (packed chunk runs kept as ChunkRun items): the legacy checks and upgrades see
         # the other events only. A run's members are current-format assistant/chunk events, which none of
         # them refuses, upgrades or reads (a legacy id lookup finds no message in a chunk), so leaving
