@@ -63,6 +63,7 @@ from ..errors import (
 )
 from ..kernel._js import js_string
 from ..kernel._listeners import observe_async
+from ..kernel.events import ASSISTANT_CHUNK, ASSISTANT_MESSAGE, SESSION_TITLE
 from ..kernel.jsonvalue import MAX_SAFE_INTEGER, json_quote, snapshot_container, snapshot_json, thaw
 from ..kernel.session import Session, lock_of
 from ..kernel.store import SessionStore  # (at run time too: typing.get_type_hints resolves annotations here)
@@ -100,14 +101,13 @@ BUILTIN_UNITS: Final[tuple[AnyUnit, ...]] = (
 )
 """The five units :meth:`ProjectionRegistry.with_builtin_units` registers, in the original's order."""
 
-_ASSISTANT_CHUNK: Final = "assistant/chunk"
-_USAGE_CHUNK: Final = "assistant/chunk usage"  # a pick key of its own (not an event type)
+_USAGE_CHUNK: Final = ASSISTANT_CHUNK + " usage"  # a pick key of its own (not an event type)
 _BUILTIN_TYPES: Final[tuple[frozenset[str], ...]] = (
-    frozenset({_USAGE_CHUNK, "assistant/message"}),
-    (PRESSURE_EVENT_TYPES - {_ASSISTANT_CHUNK}) | {_USAGE_CHUNK},
+    frozenset({_USAGE_CHUNK, ASSISTANT_MESSAGE}),
+    (PRESSURE_EVENT_TYPES - {ASSISTANT_CHUNK}) | {_USAGE_CHUNK},
     BREAKDOWN_EVENT_TYPES,
     STATS_EVENT_TYPES | {_USAGE_CHUNK},
-    frozenset({"session/title"}),
+    frozenset({SESSION_TITLE}),
 )
 """Per built-in unit (BUILTIN_UNITS order): the event types for which its reducer can return a new state
 from a state without an armed claim (chunks: only the usage ones; sessionStats also any other, see
@@ -593,7 +593,7 @@ class ProjectionRegistry:
             # (see _picked). A chunk concerns tokenUsage and contextPressure when it reports usage,
             # otherwise only sessionStats, and only while the open step has no first token yet.
             key: str = event["type"]
-            if key == _ASSISTANT_CHUNK:
+            if key == ASSISTANT_CHUNK:
                 chunk = event["data"].get("chunk")
                 if isinstance(chunk, dict) and chunk.get("type") == "usage":
                     key = _USAGE_CHUNK
