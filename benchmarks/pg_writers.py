@@ -161,6 +161,7 @@ def cmd_pg_writers(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _pg_writers(args: argparse.Namespace) -> dict[str, Any]:
+    load_at_start = os.getloadavg()
     counts = sorted(set(args.processes))
     writer_workload = build_workload(args.turns)
     aggregate: dict[int, float] = {}
@@ -196,11 +197,20 @@ def _pg_writers(args: argparse.Namespace) -> dict[str, Any]:
         f"agentlog pg-writers — W({args.turns}) = {len(writer_workload):,} events per writer, flush per step, "
         f"{args.repeat} run(s), {os.cpu_count()} CPU(s)"
     )
+    load_at_end = os.getloadavg()
+    print(
+        "load average (1/5/15 min): at start "
+        + "/".join(f"{value:.2f}" for value in load_at_start)
+        + ", at end "
+        + "/".join(f"{value:.2f}" for value in load_at_end)
+    )
     for n in counts:
         print(f"{n:>3} writer process(es)  {aggregate[n]:>12,.0f}  events/s aggregate")
     figures: dict[str, Any] = {
         "turns": args.turns,
         "aggregate_events_per_s": {str(n): round(aggregate[n], 1) for n in counts},
+        "load_average_start": [round(value, 2) for value in load_at_start],
+        "load_average_end": [round(value, 2) for value in load_at_end],
     }
     if 1 in aggregate and 8 in aggregate:
         figures["ratio_8_vs_1"] = round(aggregate[8] / aggregate[1], 3)

@@ -257,6 +257,52 @@ def test_a_deleted_session_leaves_every_hosts_results(
         writer.close()
 
 
+def test_an_unchanged_store_is_not_listed_again_and_any_write_is_seen(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The revision watermark: a search of a store nobody wrote to answers from the last revision
+    listing; an append, a delete, a re-created session or a row rewritten by hand is listed again."""
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "a", "needle one")
+    _write(writer, "b", "needle two")
+    backend = pg_backends(read_only=True)
+    listings: list[int] = []
+    original = backend.list_revisions
+
+    def counted() -> dict[str, str]:
+        listings.append(1)
+        return original()
+
+    monkeypatch.setattr(backend, "list_revisions", counted)
+    reader = PersistenceCoordinator(SessionStore(), backend)
+    search = open_store_search(reader)
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["a", "b"]
+        first = len(listings)
+        for _ in range(3):
+            assert sorted(_ids(search.search_sessions(query="needle"))) == ["a", "b"]
+        assert len(listings) == first  # nothing moved: not listed again
+
+        _append(writer, "a", "haystack")
+        assert _ids(search.search_sessions(query="haystack")) == ["a"]
+        assert len(listings) > first
+        seen = len(listings)
+        writer.delete("b")
+        assert _ids(search.search_sessions(query="needle")) == ["a"]
+        _write(writer, "b", "needle again")
+        assert _ids(search.search_sessions(query="again")) == ["b"]
+        assert len(listings) > seen
+        seen = len(listings)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a row version the counters do not show
+            conn.execute(sql.SQL("UPDATE {}.sessions SET revision = revision").format(sql.Identifier(pg_schema)))
+        search.search_sessions(query="needle")
+        assert len(listings) > seen
+    finally:
+        search.close()
+        reader.close()
+        writer.close()
+
+
 def test_the_provider_follows_the_store(pg_backends: Callable[..., PostgresBackend], tmp_path: Path) -> None:
     backend = pg_backends()
     postgres = PersistenceCoordinator(SessionStore(), backend)

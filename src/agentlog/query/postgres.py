@@ -41,24 +41,33 @@ host rebuilds anything locally. Why it is built this way:
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
 import queue
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import psycopg
 from psycopg import conninfo, sql
 
-from ..errors import DatabaseAuthError, SessionQueryError
+from ..errors import (
+    DatabaseAuthError,
+    SessionNotFoundError,
+    SessionPersistenceCorruptionError,
+    SessionQueryError,
+)
+from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
-from ..persistence.postgres.backend import DEFAULT_CALL_TIMEOUT_S, describe_dsn, refused_login
+from ..persistence.postgres.backend import DEFAULT_CALL_TIMEOUT_S, PostgresBackend, describe_dsn, refused_login
 from ..persistence.postgres.keepalive import keepalive_kwargs
 from .cjk import companion_text, fold, has_cjk, mark_substrings, uses_substring
+from .documents import build_documents
 from .engine import Signal
 from .normalize import (
     FTS_HIGHLIGHT_END,
@@ -81,6 +90,7 @@ from .sqlite import (
     _header_bindings,
     _index_closed,
     _Live,
+    _Loaded,
     _message,
     _Observation,
     _Persisted,
@@ -117,11 +127,40 @@ def index_schema(store_schema: str) -> str:
     return f"{store_schema[: 63 - len(INDEX_SCHEMA_SUFFIX) - 13]}_{digest}{INDEX_SCHEMA_SUFFIX}"
 
 
+_RESERVE: Final = "SELECT nextval(%s::regclass) FROM generate_series(1, %s)"
+"""Doc ids for a batch of documents: each ``nextval`` is atomic, so hosts drawing at once never share
+one (a block taken by ``setval`` would have to be taken under the index's lock)."""
+_WATERMARK: Final = sql.SQL(
+    "SELECT count(*), coalesce(md5(string_agg(id || ':' || incarnation || ':' || revision || ':' || xmin::text, ',' "
+    "ORDER BY id)), '') FROM {schema}.sessions"
+)
+"""What every stored session's revision rests on: its id, incarnation, counter and row version."""
+
+
 def _index_failed(detail: str, err: BaseException | None = None) -> SessionQueryError:
     failure = SessionQueryError(f"session-search PostgreSQL index failed: {detail}", "SESSION_QUERY_INDEX_FAILED")
     if err is not None:
         failure.__cause__ = err
     return failure
+
+
+class _Prepared(_Loaded):
+    """A stored session's documents with their index rows already built (by an inspection thread):
+    the document rows, the term rows as ``COPY`` text and the folded CJK rows, keyed by doc ids drawn
+    from the index's sequence. The reconciliation's write only copies them."""
+
+    def __init__(
+        self,
+        header: dict[str, Any],
+        documents: list[dict[str, Any]],
+        rows: list[tuple[Any, ...]],
+        term_rows: str,
+        foldings: list[tuple[Any, ...]],
+    ) -> None:
+        super().__init__(header, documents)
+        self.rows = rows
+        self.term_rows = term_rows
+        self.foldings = foldings
 
 
 # --- FTS5 as a library --------------------------------------------------------------------------------------
@@ -247,6 +286,8 @@ class PostgresSearch(SqliteSearch):
         for _ in range(_TOKENIZERS):
             self._tokenizers.put(_Fts5())
         self._live_rows: dict[str, tuple[str, int]] | None = None
+        # (service, connection number, store watermark, the revision listing read after it)
+        self._listing_cache: tuple[PersistenceCoordinator, int, tuple[int, str], dict[str, str]] | None = None
         self._fts_lock = threading.Lock()
         super().__init__(
             coordinator,
@@ -380,6 +421,129 @@ class PostgresSearch(SqliteSearch):
                 self._tokenizers.get_nowait().close()
 
     # -- reconciliation storage -----------------------------------------------------------------------
+    def _revision_listing(self, service: PersistenceCoordinator, quick: Callable[[], object]) -> object:
+        """The store's revision listing, answered from the last one while the store's watermark holds.
+
+        ``list_revisions`` of a PostgreSQL store digests every session's newest event row (a thousand
+        index probes and hashes: most of an unchanged search's time). Every write of the store moves its
+        session's row (``revision`` and a new row version, ``xmin``), and a deleted or re-created session
+        changes the set, so one aggregate over the session rows (:data:`_WATERMARK`, read before the
+        listing it guards) tells whether any revision can have moved since. The listing is cached per
+        connection: a database restored from a backup (which repeats revisions and transaction ids) is
+        reached through a new connection, whose first search lists again. Only for the plain coordinator
+        over a PostgreSQL backend of this very store; anything else lists as before.
+        """
+        if not self._lists_this_store(service):
+            return quick()
+        conn = self._require()
+        try:
+            row = conn.execute(_WATERMARK.format(schema=sql.Identifier(self.store_schema))).fetchone()
+        except psycopg.Error:
+            row = None  # no store tables yet (or no answer): the listing reports what is wrong
+        watermark = None if row is None else (int(row[0]), str(row[1]))
+        cached = self._listing_cache
+        if watermark is not None and cached is not None:
+            owner, opened, seen, listing = cached
+            if owner is service and opened == self._opened and seen == watermark:
+                return dict(listing)
+        fresh = quick()
+        if watermark is not None and isinstance(fresh, dict):
+            self._listing_cache = (service, self._opened, watermark, dict(fresh))
+        return fresh
+
+    def _inspect_moved(
+        self, service: PersistenceCoordinator, session_ids: Sequence[str], signal: Signal | None
+    ) -> Iterator[tuple[str, _Loaded | SessionPersistenceCorruptionError | SessionNotFoundError]]:
+        """The moved sessions read and extracted by ``persisted_inspect_concurrency`` threads, handed on
+        in the listing's order: a read waits on the server (the GIL released) while another thread
+        folds and extracts the log before it, so a first index does not pay every read's round trips
+        in turn. At most twice as many sessions as threads are in flight."""
+        workers = min(self.persisted_inspect_concurrency, len(session_ids))
+        if workers <= 1:
+            yield from super()._inspect_moved(service, session_ids, signal)
+            return
+
+        def load(sid: str) -> _Loaded | SessionPersistenceCorruptionError | SessionNotFoundError | None:
+            if signal is not None and signal.is_set():
+                return None  # the caller's check reports the abort
+            try:
+                snapshot = service.inspect(sid)
+            except (SessionPersistenceCorruptionError, SessionNotFoundError) as err:
+                return err
+            documents = build_documents(sid, list(snapshot.events))
+            ids = self._reserve_docs(self._require(), "persisted", len(documents))
+            rows, term_rows, foldings = self._index_rows(documents, ids)
+            return _Prepared(thaw(snapshot.meta), documents, rows, term_rows, foldings)
+
+        ids = iter(session_ids)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentlog-search-inspect") as pool:
+            pending = collections.deque((sid, pool.submit(load, sid)) for sid in itertools.islice(ids, 2 * workers))
+            try:
+                while pending:
+                    sid, future = pending.popleft()
+                    _check(signal)
+                    loaded = future.result()
+                    _check(signal)
+                    following = next(ids, None)
+                    if following is not None:
+                        pending.append((following, pool.submit(load, following)))
+                    assert loaded is not None
+                    yield sid, loaded
+            finally:
+                for _sid, left in pending:
+                    left.cancel()
+
+    def _reserve_docs(self, conn: psycopg.Connection[Any], source: str, count: int) -> list[int]:
+        """``count`` doc ids from the source's sequence (ids a failed write leaves unused are a gap)."""
+        if count == 0:
+            return []
+        sequence = self._tables(source)[4]
+        return [int(row[0]) for row in conn.execute(_RESERVE, (sequence, count))]
+
+    def _index_rows(
+        self, documents: Sequence[Mapping[str, Any]], ids: Sequence[int]
+    ) -> tuple[list[tuple[Any, ...]], str, list[tuple[Any, ...]]]:
+        """The document rows (keyed by ``ids``), the term rows (``COPY`` text) and the folded rows of
+        CJK-bearing documents, built by a tokenizer of the pool (one is made when all are busy)."""
+        rows = []
+        foldings = []
+        for doc, document in zip(ids, documents, strict=True):
+            text = sanitize_fts_text(document["text"])
+            row = (
+                doc,
+                document["sessionId"],
+                document["seq"],
+                document["type"],
+                document["time"],
+                document["surface"],
+                len(text),
+            )
+            rows.append((*row, text))
+            if has_cjk(text):
+                foldings.append((*row, fold(companion_text(text))))
+        try:
+            tokenizer = self._tokenizers.get_nowait()
+        except queue.Empty:
+            tokenizer = _Fts5()
+        try:
+            term_rows = tokenizer.term_rows([(row[0], row[7]) for row in rows])
+        finally:
+            self._tokenizers.put(tokenizer)
+        return rows, term_rows, foldings
+
+    def _lists_this_store(self, service: PersistenceCoordinator) -> bool:
+        found = getattr(service, "backend", None)
+        if not isinstance(found, PostgresBackend):
+            return False
+        backend: PostgresBackend = found
+        return (
+            type(service).list_revisions is PersistenceCoordinator.list_revisions
+            and getattr(service, "_lister", None) is backend
+            and type(backend).list_revisions is PostgresBackend.list_revisions
+            and backend.dsn == self.dsn
+            and backend.schema == self.store_schema
+        )
+
     def _main_generation(self, conn: Any) -> int:  # type: ignore[override]
         row = conn.execute(self._q("SELECT global_generation FROM {s}.search_state WHERE singleton = 1")).fetchone()
         return int(row[0])
@@ -423,11 +587,16 @@ class PostgresSearch(SqliteSearch):
                 total = len(persisted_changes)
                 sessions: list[tuple[Any, ...]] = []
                 documents: list[dict[str, Any]] = []
+                prepared: list[_Prepared] = []
                 for entry in persisted_changes:
                     assert entry.loaded is not None
                     sessions.append((*_header_bindings(entry.loaded.header), entry.revision, main))
-                    documents.extend(entry.loaded.documents)
+                    if isinstance(entry.loaded, _Prepared):
+                        prepared.append(entry.loaded)
+                    else:
+                        documents.extend(entry.loaded.documents)
                 self._copy(conn, self._q("COPY {s}.persisted_sessions FROM STDIN"), sessions)
+                self._copy_prepared(conn, prepared)
                 self._insert_documents(conn, "persisted", documents)
                 if progress is not None:
                     for done in range(1, total + 1):
@@ -534,42 +703,12 @@ class PostgresSearch(SqliteSearch):
         """
         if not documents:
             return
-        _, docs, terms, folded, sequence = self._tables(source)
-        first = int(conn.execute("SELECT nextval(%s::regclass)", (sequence,)).fetchone()[0])  # type: ignore[index]
-        conn.execute("SELECT setval(%s::regclass, %s)", (sequence, first + len(documents)))
-        statements = (
-            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, text) FROM STDIN").format(
-                docs
-            ),
-            sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms),
-            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, folded) FROM STDIN").format(
-                folded
-            ),
-        )
+        ids = self._reserve_docs(conn, source, len(documents))
+        statements = self._copy_statements(source)
 
         def prepare(start: int) -> tuple[list[tuple[Any, ...]], str, list[tuple[Any, ...]]]:
-            rows = []
-            foldings = []
-            for doc, document in enumerate(documents[start : start + _BATCH_DOCUMENTS], first + start):
-                text = sanitize_fts_text(document["text"])
-                row = (
-                    doc,
-                    document["sessionId"],
-                    document["seq"],
-                    document["type"],
-                    document["time"],
-                    document["surface"],
-                    len(text),
-                )
-                rows.append((*row, text))
-                if has_cjk(text):
-                    foldings.append((*row, fold(companion_text(text))))
-            tokenizer = self._tokenizers.get()
-            try:
-                term_rows = tokenizer.term_rows([(row[0], row[7]) for row in rows])
-            finally:
-                self._tokenizers.put(tokenizer)
-            return rows, term_rows, foldings
+            end = start + _BATCH_DOCUMENTS
+            return self._index_rows(documents[start:end], ids[start:end])
 
         # Batches are tokenized by the tokenizer workers (SQLite releases the GIL) while this thread
         # copies the finished ones to the server, in order; at most a few batches are held at once.
@@ -582,6 +721,36 @@ class PostgresSearch(SqliteSearch):
                     self._copy_batch(conn, statements, *pending.pop(0).result())
             for future in pending:
                 self._copy_batch(conn, statements, *future.result())
+
+    def _copy_prepared(self, conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> None:
+        """Copy sessions' prepared rows, a few thousand documents per ``COPY`` of each table."""
+        statements = self._copy_statements("persisted")
+        batch: list[_Prepared] = []
+        size = 0
+        for index, entry in enumerate(prepared):
+            batch.append(entry)
+            size += len(entry.rows)
+            if size >= _BATCH_DOCUMENTS or index == len(prepared) - 1:
+                self._copy_batch(
+                    conn,
+                    statements,
+                    [row for item in batch for row in item.rows],
+                    "".join(item.term_rows for item in batch),
+                    [row for item in batch for row in item.foldings],
+                )
+                batch, size = [], 0
+
+    def _copy_statements(self, source: str) -> tuple[sql.Composed, sql.Composed, sql.Composed]:
+        _, docs, terms, folded, _sequence = self._tables(source)
+        return (
+            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, text) FROM STDIN").format(
+                docs
+            ),
+            sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms),
+            sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, folded) FROM STDIN").format(
+                folded
+            ),
+        )
 
     def _copy_batch(
         self,

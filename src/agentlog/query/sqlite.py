@@ -50,7 +50,7 @@ import sqlite3
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -968,7 +968,7 @@ class SqliteSearch(SessionQuery):
         quick = getattr(service, "list_revisions", None)
         if service is None or quick is None:
             return None
-        before = quick()
+        before = self._revision_listing(service, quick)
         _check(signal)
         if not isinstance(before, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in before.items()
@@ -977,7 +977,7 @@ class SqliteSearch(SessionQuery):
         live = initially_live | {session.id for session in self.store.list()}
         persisted = {sid: _Persisted(None, revision) for sid, revision in before.items()}
         skipped: dict[str, tuple[str, dict[str, str]]] = {}
-        inspected = False
+        moved: list[str] = []
         for sid, revision in before.items():
             if sid in live:
                 # Never read a stored log while it is live here; its stored header (immutable) was seen
@@ -994,29 +994,44 @@ class SqliteSearch(SessionQuery):
                 del persisted[sid]
                 skipped[sid] = (revision, remembered[2])
                 continue
-            _check(signal)
-            inspected = True
-            try:
-                snapshot = service.inspect(sid)
-            except SessionPersistenceCorruptionError as err:
-                _check(signal)
+            moved.append(sid)
+        for sid, loaded in self._inspect_moved(service, moved, signal):
+            if isinstance(loaded, SessionPersistenceCorruptionError):
                 del persisted[sid]
-                skipped[sid] = (revision, {"sessionId": sid, "code": err.code, "message": str(err)})
+                skipped[sid] = (before[sid], {"sessionId": sid, "code": loaded.code, "message": str(loaded)})
                 continue
-            except SessionNotFoundError:
-                _check(signal)
+            if isinstance(loaded, SessionNotFoundError):
                 raise _Unstable() from None  # deleted since the listing
-            _check(signal)
-            header = thaw(snapshot.meta)
-            persisted[sid].loaded = _Loaded(header, build_documents(sid, list(snapshot.events)))
-        if inspected:
-            after = quick()
+            persisted[sid].loaded = loaded
+        if moved:
+            after = self._revision_listing(service, quick)
             _check(signal)
             if after != before:
                 raise _Unstable()
         if self.binding_epoch != binding.identity:
             raise _Unstable()
         return persisted, skipped
+
+    def _inspect_moved(
+        self, service: PersistenceCoordinator, session_ids: Sequence[str], signal: Signal | None
+    ) -> Iterator[tuple[str, _Loaded | SessionPersistenceCorruptionError | SessionNotFoundError]]:
+        """Each moved session's header and documents, in order (inspected one at a time, lazily: the
+        caller stops at the first that is gone), or the corruption or absence its inspection met."""
+        for sid in session_ids:
+            _check(signal)
+            try:
+                snapshot = service.inspect(sid)
+            except (SessionPersistenceCorruptionError, SessionNotFoundError) as err:
+                _check(signal)
+                yield sid, err
+                continue
+            _check(signal)
+            yield sid, _Loaded(thaw(snapshot.meta), build_documents(sid, list(snapshot.events)))
+
+    def _revision_listing(self, service: PersistenceCoordinator, quick: Callable[[], object]) -> object:
+        """The service's revision listing (``quick``); a provider that can tell the store did not move
+        since its last listing may answer from it instead."""
+        return quick()
 
     # -- queries ------------------------------------------------------------------------------------
     def _query_sessions(
