@@ -2228,34 +2228,7 @@ legacy_current(PyObject *type, PyObject *event)
         return !is_dict || PyDict_GetItem(data, k_trigger) == NULL;
     }
     if (str_is(type, "turn/end")) {
-        if (!is_dict) {
-            return 1;
-        }
-        if (PyDict_GET_SIZE(data) != 2 || !pos_int(PyDict_GetItem(data, k_turn))) {
-            return 0;
-        }
-        PyObject *reason = PyDict_GetItem(data, k_reason);
-        if (reason == NULL || !PyDict_Check(reason)) {
-            return 0;
-        }
-        PyObject *kind = PyDict_GetItem(reason, k_kind);
-        if (kind == NULL || !PyUnicode_CheckExact(kind)) {
-            return 0;
-        }
-        if (str_is(kind, "completed") || str_is(kind, "blocked") || str_is(kind, "max-tokens") ||
-            str_is(kind, "interrupted")) {
-            return PyDict_GET_SIZE(reason) == 1;
-        }
-        if (str_is(kind, "aborted")) {
-            return PyDict_GetItem(reason, k_reason) != NULL;
-        }
-        if (str_is(kind, "disposed")) {
-            return 0;
-        }
-        if (str_is(kind, "error")) {
-            return PyDict_GetItem(reason, k_error) != NULL;
-        }
-        return 1;
+        return is_dict ? turn_end_holds(data) : 1;
     }
     if (str_is(type, "user/message")) {
         return !is_dict || PyDict_GetItem(data, k_id) != NULL || PyDict_GetItem(data, k_role) != NULL ||
