@@ -212,23 +212,10 @@ class PageWriter(Sequence[Any]):
             raise IndexError(f"seq {seq} is not written yet (0..{self._seq - 1})")
         if seq >= self._first:
             item = self._open[seq - self._first]
-        else:
+        else:  # a closed page: decoded for this one read (the writer keeps no decoded page)
             page = bisect.bisect_right(self._starts, seq) - 1
             text = zstandard.ZstdDecompressor().decompress(self._pages[page])
-            item = None
-            at = self._starts[page]
-            for line in text.split(b"\n"):
-                if line[:1] == _RUN:
-                    run = ChunkRun.from_state(loads(line[1:], max_depth=_DEPTH))
-                    if at <= seq < at + run.n:
-                        item = run
-                        break
-                    at += run.n
-                    continue
-                if at == seq:
-                    item = event_from_restored(loads(line, max_depth=_DEPTH))
-                    break
-                at += 1
+            item = _Page(text)[seq - self._starts[page]]
         if item.__class__ is ChunkRun:
             return item.events()[seq - item.seq0]
         return item
