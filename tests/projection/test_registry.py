@@ -897,6 +897,17 @@ def agent_logs(draw: st.DrawFn) -> list[tuple[int, str, Any, Any]]:
     return entries
 
 
+def _replay(session: Any, clock: Clock, log: list[tuple[int, str, Any, Any]]) -> Iterator[None]:
+    """Append ``log`` (an :func:`agent_logs` draw) to ``session``, advancing ``clock``; yields after each event."""
+    for delta, type, data, intent in log:
+        clock.now += delta
+        if intent is None:
+            session.append(type, data)
+        else:
+            session.append(type, data, intent)
+        yield
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(log=agent_logs(), cut_fraction=st.floats(min_value=0, max_value=1))
 def test_eager_drive_lazy_cell_and_restore_from_a_random_cut_agree(
@@ -909,12 +920,8 @@ def test_eager_drive_lazy_cell_and_restore_from_a_random_cut_agree(
     last_pushed: dict[str, Any] = {}
     eager.on_changed(lambda _session, key, value, _seq: last_pushed.__setitem__(key, value))
     session = store.create("property")
-    for delta, type, data, intent in log:
-        clock.now += delta
-        if intent is None:
-            session.append(type, data)
-        else:
-            session.append(type, data, intent)
+    for _ in _replay(session, clock, log):
+        pass
     events = list(session.events)
 
     snapshot = eager.snapshot(session)
@@ -952,12 +959,7 @@ def test_the_built_in_drive_picks_every_reducer_that_changes(log: list[tuple[int
     picked.on_changed(lambda _s, key, value, seq: feeds[0].append((key, value, seq)))
     generic.on_changed(lambda _s, key, value, seq: feeds[1].append((key, value, seq)))
     session = store.create("picks")
-    for delta, type, data, intent in log:
-        clock.now += delta
-        if intent is None:
-            session.append(type, data)
-        else:
-            session.append(type, data, intent)
+    for _ in _replay(session, clock, log):
         assert picked.checkpoint(session) == generic.checkpoint(session)
     assert feeds[0] == feeds[1]
     assert picked._builtin and not generic._builtin
