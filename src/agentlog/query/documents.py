@@ -41,6 +41,7 @@ __all__ = [
     "build_documents",
     "build_event_records",
     "extract_event_text",
+    "indexed_columns",
     "surface_classes",
 ]
 
@@ -172,6 +173,13 @@ def build_event_records(session_id: str, events: Sequence[Mapping[str, Any]]) ->
         }
         for event in events
     ]
+
+
+def indexed_columns(document: Mapping[str, Any], text: str) -> tuple[Any, ...]:
+    """What every index stores of a document beside its id and text, in its column order: session, seq,
+    type, time, surface class and the length of the indexed ``text`` (the filters and the ranking read
+    them; both providers must store the same, or their hits would differ)."""
+    return (document["sessionId"], document["seq"], document["type"], document["time"], document["surface"], len(text))
 
 
 def build_documents(session_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -67,7 +67,7 @@ from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.postgres.backend import DEFAULT_CALL_TIMEOUT_S, PostgresBackend, describe_dsn, refused_login
 from ..persistence.postgres.keepalive import keepalive_kwargs
 from .cjk import companion_text, fold, has_cjk, mark_substrings, uses_substring
-from .documents import build_documents
+from .documents import build_documents, indexed_columns
 from .engine import Signal
 from .normalize import (
     FTS_HIGHLIGHT_END,
@@ -509,15 +509,7 @@ class PostgresSearch(SqliteSearch):
         foldings = []
         for doc, document in zip(ids, documents, strict=True):
             text = sanitize_fts_text(document["text"])
-            row = (
-                doc,
-                document["sessionId"],
-                document["seq"],
-                document["type"],
-                document["time"],
-                document["surface"],
-                len(text),
-            )
+            row = (doc, *indexed_columns(document, text))
             rows.append((*row, text))
             if has_cjk(text):
                 foldings.append((*row, fold(companion_text(text))))

@@ -75,7 +75,7 @@ from .cjk import (
     uses_substring,
 )
 from .cursor import decode_cursor, encode_cursor
-from .documents import build_documents
+from .documents import build_documents, indexed_columns
 from .engine import SessionQuery, Signal, assert_headers_compatible, js_integer
 from .normalize import (
     FTS_HIGHLIGHT_END,
@@ -1384,14 +1384,7 @@ def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dic
     foldings = []
     for rowid, document in enumerate(documents, first):
         text = sanitize_fts_text(document["text"])
-        row = (
-            document["sessionId"],
-            document["seq"],
-            document["type"],
-            document["time"],
-            document["surface"],
-            len(text),
-        )
+        row = indexed_columns(document, text)
         rows.append((rowid, text, *row))
         metas.append((rowid, *row))
         if has_cjk(text):
