@@ -26,9 +26,15 @@ from agentlog.compaction.pairing import balanced_after, balanced_before
 from agentlog.compaction.pruner import PRUNE_MARKER, ToolResultPruner
 
 try:
-    from workload import SURFACE_MESSAGES_PER_TURN, TOOL_RESULT_CHARS, WorkloadEvent, build_workload
+    from workload import SURFACE_MESSAGES_PER_TURN, TOOL_RESULT_CHARS, WorkloadEvent, append_workload, build_workload
 except ImportError:  # imported as ``benchmarks.compaction``
-    from benchmarks.workload import SURFACE_MESSAGES_PER_TURN, TOOL_RESULT_CHARS, WorkloadEvent, build_workload
+    from benchmarks.workload import (
+        SURFACE_MESSAGES_PER_TURN,
+        TOOL_RESULT_CHARS,
+        WorkloadEvent,
+        append_workload,
+        build_workload,
+    )
 
 M8_THRESHOLD = 300
 M8_HEAD = 100
@@ -46,14 +52,9 @@ def build_session(session_id: str, workload: Sequence[WorkloadEvent], *, open_tu
     Prune and compaction appends need an open turn (automatic compaction runs inside one).
     """
     session = Session.create(session_id)
-    append = session.append
-    for type_, data, intent in workload:
-        if intent is None:
-            append(type_, data)
-        else:
-            append(type_, data, intent)
+    append_workload(session, workload)
     if open_turn is not None:
-        append("turn/start", {"turn": open_turn})
+        session.append("turn/start", {"turn": open_turn})
     return session
 
 

@@ -16,6 +16,7 @@ the event at list index n gets seq n.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from agentlog.kernel.messages import (
@@ -90,6 +91,17 @@ def request_header_data() -> dict[str, Any]:
         },
         "reason": "initial",
     }
+
+
+def append_workload(session: Any, events: Iterable[WorkloadEvent]) -> None:
+    """Append W(T)'s ``(type, data, intent)`` tuples to ``session`` (no intent argument where the builder
+    gave none), as every figure that replays the workload appends it."""
+    append = session.append
+    for type_, data, intent in events:
+        if intent is None:
+            append(type_, data)
+        else:
+            append(type_, data, intent)
 
 
 def build_workload(turns: int) -> list[WorkloadEvent]:

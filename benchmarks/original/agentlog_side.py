@@ -32,6 +32,7 @@ from agentlog.compaction import TokenMeter  # noqa: E402
 from agentlog.persistence.coordinator import PersistenceCoordinator  # noqa: E402
 from compaction import m7, m8, m9  # noqa: E402
 from persist import _import_backend_modules, make_backend, write_session  # noqa: E402
+from workload import append_workload  # noqa: E402
 
 Workload = list[tuple[str, Any, Any]]
 
@@ -40,18 +41,9 @@ def workload(data: str, turns: int) -> Workload:
     return read_log(Path(data) / f"w{turns}.jsonl")
 
 
-def append_all(session: Any, events: Workload) -> None:
-    append = session.append
-    for type_, body, intent in events:
-        if intent is None:
-            append(type_, body)
-        else:
-            append(type_, body, intent)
-
-
 def fig_tokens(data: str, turns: int) -> dict[str, Any]:
     session = al.Session.create("bench")
-    append_all(session, workload(data, turns))
+    append_workload(session, workload(data, turns))
     m = TokenMeter().measure(session)
     return {"surface_tokens": m.surface_tokens, "total_tokens": m.total_tokens, "nodes": len(m.nodes)}
 
@@ -61,7 +53,7 @@ def fig_m1(data: str, turns: int) -> dict[str, Any]:
     session = al.Session.create("bench")
     gc.collect()
     start = time.perf_counter()
-    append_all(session, events)
+    append_workload(session, events)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "events": session.seq, "events_per_s": len(events) / seconds}
 
