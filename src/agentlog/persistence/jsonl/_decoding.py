@@ -22,7 +22,7 @@ from ...kernel.jsoncodec import dumps, loads
 from ._errors import _R
 from ._files import _FileChanged, _not_a_file, _open_regular, _read_fd, _revision, _stat_key
 from ._layout import _Layout
-from ._scanner import SessionLogScanner, header_too_long, scan_log, scan_log_compact
+from ._scanner import SessionLogScanner, header_too_long, line_slices, scan_log, scan_log_compact
 from ._zstdframes import (
     ZSTD_MAGIC_BYTES,
     FrameScan,
@@ -276,22 +276,12 @@ class _Decoding(_Layout):
 
         def batches() -> Iterator[list[Any]]:
             view = memoryview(data)
-            position = end + 1
-            size = len(data)
-            while position < size:
-                stop = size
-                if size - position > batch_bytes:
-                    cut = data.rfind(b"\n", position, position + batch_bytes)
-                    if cut < 0:
-                        cut = data.find(b"\n", position + batch_bytes)
-                    if cut >= 0:
-                        stop = cut + 1
+            for position, stop in line_slices(data, end + 1, batch_bytes):
                 with gc_paused():
                     scanner.write(view[position:stop])
-                position = stop
                 yield scanner.take_events()
             result = scanner.finish()
-            if result.committed_bytes != size:
+            if result.committed_bytes != len(data):
                 raise self._corrupt("session log does not end at a record's end", path, result.committed_bytes)
             yield scanner.take_events()
 

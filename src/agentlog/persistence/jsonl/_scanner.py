@@ -65,6 +65,7 @@ __all__ = [
     "ScanResult",
     "SessionLogScanner",
     "header_line",
+    "line_slices",
     "parse_header_line",
     "scan_log",
     "scan_log_compact",
@@ -754,19 +755,26 @@ def scan_log_compact(
     )
     scanner.keep_runs_packed()
     view = memoryview(data)
-    position = end + 1
+    for position, stop in line_slices(data, end + 1, _PARSE_SLICE_BYTES):
+        scanner.write(view[position:stop])
+    return scanner.finish()
+
+
+def line_slices(data: bytes, position: int, slice_bytes: int) -> Iterator[tuple[int, int]]:
+    """``data[position:]`` as ``(start, stop)`` slices of about ``slice_bytes``, each ending at a line end
+    (a longer line is a slice of its own; the unterminated final fragment, if any, ends the last one).
+    A scanner written these slices sees what one write of the whole body shows it."""
     size = len(data)
     while position < size:
         stop = size
-        if size - position > _PARSE_SLICE_BYTES:
-            cut = data.rfind(b"\n", position, position + _PARSE_SLICE_BYTES)
+        if size - position > slice_bytes:
+            cut = data.rfind(b"\n", position, position + slice_bytes)
             if cut < 0:  # a line longer than a slice is a slice of its own
-                cut = data.find(b"\n", position + _PARSE_SLICE_BYTES)
+                cut = data.find(b"\n", position + slice_bytes)
             if cut >= 0:
                 stop = cut + 1
-        scanner.write(view[position:stop])
+        yield position, stop
         position = stop
-    return scanner.finish()
 
 
 def scan_log_prefix(
