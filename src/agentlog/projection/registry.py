@@ -283,9 +283,12 @@ def _frozen_initial(unit: AnyUnit) -> Any:
 
 
 def _served(key: str, value: Any) -> Any:
-    """A view as served: validated as lossless JSON and detached (a frozen copy)."""
+    """A view as served: validated as lossless JSON and detached (a frozen copy).
+
+    A plain dict (every built-in view) goes straight to the container copy: this runs for every change
+    notification, once per changed unit and event."""
     try:
-        return _snapshot(value)
+        return snapshot_container(value) if value.__class__ is dict else _snapshot(value)
     except NonJsonValueError as err:
         if inspect.isawaitable(value):
             close = getattr(value, "close", None)
@@ -653,11 +656,7 @@ class ProjectionRegistry:
                 continue
             key = cell.key
             try:
-                view = cell.view(cell.state)
-                try:
-                    value = snapshot_container(view) if view.__class__ is dict else _snapshot(view)
-                except NonJsonValueError:
-                    value = _served(key, view)  # raises the typed error
+                value = _served(key, cell.view(cell.state))
             except ProjectionError as err:
                 first_error = first_error or err
                 continue
