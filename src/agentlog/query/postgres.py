@@ -61,13 +61,12 @@ from ..errors import (
     SessionPersistenceCorruptionError,
     SessionQueryError,
 )
-from ..kernel.jsonvalue import thaw
 from ..kernel.store import SessionStore
 from ..persistence.coordinator import PersistenceCoordinator
 from ..persistence.postgres.backend import DEFAULT_CALL_TIMEOUT_S, PostgresBackend, describe_dsn, refused_login
 from ..persistence.postgres.keepalive import keepalive_kwargs
 from .cjk import companion_text, fold, has_cjk, mark_substrings, uses_substring
-from .documents import build_documents, indexed_columns
+from .documents import indexed_columns
 from .engine import Signal
 from .normalize import (
     FTS_HIGHLIGHT_END,
@@ -89,6 +88,7 @@ from .sqlite import (
     _check,
     _header_bindings,
     _index_closed,
+    _inspect_one,
     _Live,
     _Loaded,
     _message,
@@ -466,14 +466,12 @@ class PostgresSearch(SqliteSearch):
         def load(sid: str) -> _Loaded | SessionPersistenceCorruptionError | SessionNotFoundError | None:
             if signal is not None and signal.is_set():
                 return None  # the caller's check reports the abort
-            try:
-                snapshot = service.inspect(sid)
-            except (SessionPersistenceCorruptionError, SessionNotFoundError) as err:
-                return err
-            documents = build_documents(sid, list(snapshot.events))
-            ids = self._reserve_docs(self._require(), "persisted", len(documents))
-            rows, term_rows, foldings = self._index_rows(documents, ids)
-            return _Prepared(thaw(snapshot.meta), documents, rows, term_rows, foldings)
+            loaded = _inspect_one(service, sid)
+            if not isinstance(loaded, _Loaded):
+                return loaded
+            ids = self._reserve_docs(self._require(), "persisted", len(loaded.documents))
+            rows, term_rows, foldings = self._index_rows(loaded.documents, ids)
+            return _Prepared(loaded.header, loaded.documents, rows, term_rows, foldings)
 
         ids = iter(session_ids)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentlog-search-inspect") as pool:

@@ -1019,14 +1019,9 @@ class SqliteSearch(SessionQuery):
         caller stops at the first that is gone), or the corruption or absence its inspection met."""
         for sid in session_ids:
             _check(signal)
-            try:
-                snapshot = service.inspect(sid)
-            except (SessionPersistenceCorruptionError, SessionNotFoundError) as err:
-                _check(signal)
-                yield sid, err
-                continue
+            loaded = _inspect_one(service, sid)
             _check(signal)
-            yield sid, _Loaded(thaw(snapshot.meta), build_documents(sid, list(snapshot.events)))
+            yield sid, loaded
 
     def _revision_listing(self, service: PersistenceCoordinator, quick: Callable[[], object]) -> object:
         """The service's revision listing (``quick``); a provider that can tell the store did not move
@@ -1369,6 +1364,17 @@ def _delete_sessions(conn: sqlite3.Connection, source: str, ids: list[str]) -> N
         conn.execute(f"DELETE FROM {table} WHERE doc IN ({selected})", (payload,))
     conn.execute(f"DELETE FROM {meta} WHERE session_id IN (SELECT value FROM json_each(?))", (payload,))
     conn.execute(f"DELETE FROM {sessions} WHERE id IN (SELECT value FROM json_each(?))", (payload,))
+
+
+def _inspect_one(
+    service: PersistenceCoordinator, sid: str
+) -> _Loaded | SessionPersistenceCorruptionError | SessionNotFoundError:
+    """A stored session's header and documents, or the corruption or absence its inspection met."""
+    try:
+        snapshot = service.inspect(sid)
+    except (SessionPersistenceCorruptionError, SessionNotFoundError) as err:
+        return err
+    return _Loaded(thaw(snapshot.meta), build_documents(sid, list(snapshot.events)))
 
 
 def _insert_documents(conn: sqlite3.Connection, source: str, documents: list[dict[str, Any]]) -> None:
