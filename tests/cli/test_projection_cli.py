@@ -389,8 +389,9 @@ def test_stats_json_is_the_snapshot_with_every_units_view(store: Path, work: Pat
     assert document["sessionId"] == "s1" and document["asOfSeq"] == events[-1]["seq"]
     values = document["values"]
     keys = ["tokenUsage", "contextPressure", "contextBreakdown", "sessionStats", "title", LAST_ACTIVITY_UNIT.key]
-    assert list(values) == [*keys, "usageSteps", "labels"]
+    assert list(values) == [*keys, "usageSteps", "labels", "lastTurn"]
     assert values["labels"] == {"labels": {}, "tags": []}
+    assert values["lastTurn"] == "ended"  # the recorded turn completed
     assert values["usageSteps"] == 2  # both steps reported their usage: the token figures are known
     assert values["sessionStats"]["turns"] == 1 and values["sessionStats"]["steps"] == 2
     assert set(values["sessionStats"]) == {

@@ -351,18 +351,43 @@ def test_an_unchanged_listing_is_served_from_the_rows_it_made(tmp_path: Path, mo
         inspector.close()
 
 
-def test_the_listing_tells_open_and_interrupted_turns_from_the_tail(tmp_path: Path) -> None:
+def test_the_listing_tells_open_and_interrupted_turns_with_no_log_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status of a row comes with it from the projection cache (the ``lastTurn`` unit): telling the
+    page's statuses reads no log, and a turn opened hundreds of events before the end is still open."""
     import agentlog as al
 
     from .stores import write_store
 
     write_store(tmp_path, "jsonl")
+    store = al.SessionStore()
+    writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
+    long = store.create("long-open", meta={"cwd": "/work/project"})
+    long.append("turn/start", {"turn": 1})
+    for index in range(600):  # far more than any tail a listing would read
+        long.append("user/message", al.user_message(f"note {index}"), {"surfaceOp": "append"})
+    store.flush(long)
+    store.dispose(long)
+    writer.close()
     inspector = Inspector(open_read_only(tmp_path, "jsonl"))
     try:
-        rows = {row["id"]: row for row in inspector.refine_status(inspector.sessions())}
+        listed = inspector.sessions()
+        reads: list[str] = []
+        real = inspector.reader.read_from
+
+        def counting(session_id: str, from_seq: int) -> Any:
+            reads.append(session_id)
+            return real(session_id, from_seq)
+
+        monkeypatch.setattr(inspector.reader, "read_from", counting)
+        rows = {row["id"]: row for row in inspector.refine_status(listed)}
+        assert reads == []  # statuses are served, not read from the logs' tails
+        monkeypatch.undo()
         assert rows["crashed"]["status"] == "repairable"  # its turn is open: a resume closes it
+        assert rows["long-open"]["status"] == "repairable"
         assert rows["main"]["status"] == rows["hostile"]["status"] == "ok"
-        store = al.SessionStore()
+        assert inspector.summary("long-open")["status"] == "repairable"  # the session page agrees
         writer = PersistenceCoordinator(store, open_backend(tmp_path, "jsonl"))
         store.dispose(writer.resume("crashed"))  # the repair commits the closers: the turn ends interrupted
         writer.close()
@@ -416,7 +441,7 @@ def test_the_listing_tells_a_torn_tail_repairable_without_a_whole_read(
         refined = {row["id"]: row for row in inspector.refine_status(rows)}
         assert refined["main"]["status"] == "repairable"
         assert refined["hostile"]["status"] == "ok"
-        assert "main" not in whole_reads  # (a log shorter than the status tail is read from seq 0: whole)
+        assert "main" not in whole_reads
         monkeypatch.undo()
         summary = inspector.summary("main")
         assert summary["tornTail"] is True and summary["status"] == "repairable"

@@ -182,8 +182,8 @@ class InspectorApp:
                     needle in str(row.get(field) or "").casefold() for field in ("id", "title", "cwd", "parentSession")
                 )
             ]
-        if status or sort == "status":  # the finer statuses need each log's tail (kept by revision)
-            rows = self.inspector.refine_status(rows) if status != "damaged" else rows
+        if status in ("repairable", "ok") or sort == "status":  # a torn tail: told by the log's end, per revision
+            rows = self.inspector.refine_status(rows)
         if status:
             rows = [row for row in rows if row["status"] == status]
         if sort != "lastActivity" or order != "desc":  # the listing's own order is newest activity first

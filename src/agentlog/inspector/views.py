@@ -81,6 +81,7 @@ from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
 from ..projection.labels import LABELS_KEY, labels_of
+from ..projection.last_turn import LAST_TURN_KEY, ended_interrupted
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.redaction import Redactor
 from ..projection.stats import SESSION_STATS_UNIT
@@ -117,8 +118,6 @@ EVENT_CLIP_CHARS: Final = 1_000_000
 """A single event is served whole up to this many characters per string (a 10 MB line is cut, not shipped)."""
 MAX_SHADOWED_SHOWN: Final = 200
 """A replacement lists the previews of at most this many of the nodes it shadowed (all their seqs are listed)."""
-STATUS_TAIL_EVENTS: Final = 256
-"""How many of a log's last stored events the sessions page reads to tell an open or interrupted turn."""
 MAX_CHART_POINTS: Final = 2000
 """The pressure series is thinned to at most this many points (the peak of each run of points)."""
 MAX_DIFF_MESSAGES: Final = 500
@@ -676,13 +675,13 @@ def _status(loaded: LoadedSession, index: _Index) -> str:
     if loaded.torn or loaded.closers:
         return "repairable"
     end = index.last_turn_end
-    return "interrupted" if end is not None and _ended_interrupted(end) else "ok"
+    return "interrupted" if end is not None and ended_interrupted(end) else "ok"
 
 
-def _ended_interrupted(turn_end_data: Mapping[str, Any]) -> bool:
-    """Whether a ``turn/end``'s data says the turn was interrupted (the page's and the listing's status)."""
-    reason = turn_end_data.get("reason")
-    return isinstance(reason, Mapping) and reason.get("kind") == "interrupted"
+_TURN_STATUS: Final = {"open": "repairable", "interrupted": "interrupted"}
+"""The sessions page's status of a row by its cached ``lastTurn`` (an open turn is one a resume closes)."""
+_ROW_UNITS: Final = frozenset({LAST_ACTIVITY_KEY, LABELS_KEY, LAST_TURN_KEY})
+"""Units a served row must include (a record written before one was registered is refolded)."""
 
 
 class Inspector:
@@ -731,7 +730,7 @@ class Inspector:
         self._memory_storage: MemoryCacheStorage | None = None
         self._rows: dict[str, tuple[str | None, dict[str, Any]]] = {}
         self._rows_lock = threading.Lock()
-        self._statuses: dict[str, tuple[str | None, str]] = {}
+        self._torn: dict[str, tuple[str | None, bool]] = {}
         self._search_enabled = search
         self._search: Any = None
         self._search_lock = threading.Lock()
@@ -893,8 +892,9 @@ class Inspector:
         reading the log, any other session is cold-read (the rows plus the log's tail) as ``ls`` does.
         The server keeps each row with the revision it was made for: a listing whose revisions did not
         change reads no cache record and no log. ``status`` is ``damaged`` for a header or log that cannot
-        be read, else ``ok``; the session page tells ``repairable`` and ``interrupted`` apart (that needs
-        the log itself).
+        be read, ``repairable`` when the newest turn is still open (a resume closes it), ``interrupted``
+        when it ended interrupted (the cached ``lastTurn`` unit), else ``ok``; a torn tail, which is not
+        in the log, is told by :meth:`refine_status`.
         """
         listings = self.backend.list_sessions()
         with self._rows_lock:
@@ -913,44 +913,31 @@ class Inspector:
         return rows
 
     def refine_status(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``rows`` (a page of :meth:`sessions`) with ``status`` told apart where the log's tail says so:
-        ``repairable`` when the log ends in a torn tail (a backend whose logs can tear probes the file's
-        end: :class:`~agentlog.persistence.backend.ProbesTornTail`) or its last turn is still open (a
-        resume would cut the one and close the other), ``interrupted`` when the last turn ended
-        interrupted. Each answer reads the last :data:`STATUS_TAIL_EVENTS` stored events (``read_from``:
-        the suffix, not the log) and is kept with the row's revision. A tail without a turn boundary
-        stays ``ok``."""
+        """``rows`` (a page of :meth:`sessions`) with a torn tail told: ``repairable`` when the log ends in
+        a torn tail, which only a backend whose logs can tear can have and tells by reading the file's end
+        (:class:`~agentlog.persistence.backend.ProbesTornTail`). The other statuses come with the rows
+        (the cached ``lastTurn`` unit); each probe is kept with the row's revision."""
+        if not isinstance(self.backend, ProbesTornTail):
+            return list(rows)
         out = []
         for row in rows:
-            if row["status"] != "ok" or row["events"] is None:
+            if row["status"] in ("damaged", "repairable"):
                 out.append(row)
                 continue
             with self._rows_lock:
                 revision = self._rows.get(row["id"], (None, None))[0]
-                known = self._statuses.get(row["id"])
+                known = self._torn.get(row["id"])
             if known is not None and revision is not None and known[0] == revision:
-                status = known[1]
+                torn = known[1]
             else:
-                status = self._tail_status(row["id"], row["events"])
+                try:
+                    torn = self.backend.probe_torn_tail(row["id"])
+                except AgentlogError:
+                    torn = False  # damage near the end: the whole read (the session page) tells it
                 with self._rows_lock:
-                    self._statuses[row["id"]] = (revision, status)
-            out.append({**row, "status": status})
+                    self._torn[row["id"]] = (revision, torn)
+            out.append({**row, "status": "repairable"} if torn else row)
         return out
-
-    def _tail_status(self, session_id: str, events: int) -> str:
-        try:
-            if isinstance(self.backend, ProbesTornTail) and self.backend.probe_torn_tail(session_id):
-                return "repairable"  # a crash cut the last write short: a resume cuts the torn tail
-            tail = self.reader.read_from(session_id, max(0, events - STATUS_TAIL_EVENTS)).events
-        except AgentlogError:
-            return "damaged"
-        for event in reversed(tail):
-            etype = event["type"]
-            if etype == TURN_START:
-                return "repairable"
-            if etype == TURN_END:
-                return "interrupted" if _ended_interrupted(event["data"]) else "ok"
-        return "ok"
 
     def _rows_of(self, listings: Sequence[Any]) -> list[dict[str, Any]]:
         usable = [item for item in listings if item.error_code is None and item.header is not None]
@@ -962,7 +949,7 @@ class Inspector:
                 served = cache.cached_snapshots(usable, current_only=True)
                 for item in usable:
                     snapshot = served.get(item.id)
-                    if snapshot is None or not {LAST_ACTIVITY_KEY, LABELS_KEY} <= snapshot["values"].keys():
+                    if snapshot is None or not _ROW_UNITS <= snapshot["values"].keys():
                         try:
                             snapshot = cache.cold_snapshot(item.id)
                         except AgentlogError as err:
@@ -993,7 +980,7 @@ class Inspector:
                     "turns": (values.get("sessionStats") or {}).get("turns"),
                     "tokens": None if usage is None else sum(v for v in usage.values() if type(v) is int),
                     "contextPressure": thaw(pressure) if pressure is not None else None,
-                    "status": "damaged" if error is not None else "ok",
+                    "status": "damaged" if error is not None else _TURN_STATUS.get(values.get(LAST_TURN_KEY), "ok"),
                     "error": error,
                     **dict(zip(("labels", "tags"), labels_of(values), strict=True)),
                 }

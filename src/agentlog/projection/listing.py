@@ -1,13 +1,14 @@
 """The registry ``agentlog``'s commands share, and keeping a stored session's cache record current.
 
-The commands compose the five built-in units plus three agentlog units (:func:`command_registry`):
+The commands compose the five built-in units plus four agentlog units (:func:`command_registry`):
 ``lastActivity`` (the time of the newest event: ``ls``'s "last activity"), ``usageSteps``
-(:mod:`~agentlog.projection.usage_steps`: whether a token total is known at all) and ``labels``
-(:mod:`~agentlog.projection.labels`: the user labels and tags ``ls --label``/``--tag`` filter on). It lives here, below
-the CLI, so every writer agentlog ships can keep the store's cache as ``agentlog run`` does without
-importing the command line: :func:`cache_stored_session` is what a writer calls once its log is flushed
-(``agentlog import``, the openai-agents adapter when it owns its store). Code that never calls it is
-still listed truly: ``ls`` folds a log whose record is missing or stale.
+(:mod:`~agentlog.projection.usage_steps`: whether a token total is known at all), ``labels``
+(:mod:`~agentlog.projection.labels`: the user labels and tags ``ls --label``/``--tag`` filter on) and
+``lastTurn`` (:mod:`~agentlog.projection.last_turn`: open, ended or interrupted, the inspector's status).
+It lives here, below the CLI, so every writer agentlog ships can keep the store's cache as
+``agentlog run`` does without importing the command line: :func:`cache_stored_session` is what a writer
+calls once its log is flushed (``agentlog import``, the openai-agents adapter when it owns its store).
+Code that never calls it is still listed truly: ``ls`` folds a log whose record is missing or stale.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..kernel.store import SessionStore
 from .cache import InlineWriter, ProjectionCache
 from .cache_storage import cache_path_for, open_cache_storage
 from .labels import LABELS_UNIT
+from .last_turn import LAST_TURN_UNIT
 from .registry import ProjectionRegistry
 from .units import ProjectionUnit
 from .usage_steps import USAGE_STEPS_UNIT
@@ -58,11 +60,12 @@ served from the cache like the other units (the built-in five carry no event tim
 
 def command_registry(store: SessionStore | None = None) -> ProjectionRegistry:
     """The registry every command uses: the five built-in units, then :data:`LAST_ACTIVITY_UNIT`,
-    ``usageSteps`` and ``labels`` (:mod:`~agentlog.projection.labels`)."""
+    ``usageSteps``, ``labels`` (:mod:`~agentlog.projection.labels`) and ``lastTurn``."""
     registry = ProjectionRegistry.with_builtin_units(store)
     registry.register(LAST_ACTIVITY_UNIT)
     registry.register(USAGE_STEPS_UNIT)
     registry.register(LABELS_UNIT)
+    registry.register(LAST_TURN_UNIT)
     return registry
 
 
