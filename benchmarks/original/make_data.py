@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,8 @@ def main(argv: list[str]) -> int:
         suffix = "" if sessions == 1000 else f"-{sessions}"
         if sessions == 1000:
             ls_root = out / "ls"
+            if not ls_root.exists():  # the original's cache of an earlier ls store would serve nothing
+                shutil.rmtree(out / "orig-ls-cache", ignore_errors=True)
             step(
                 f"{sessions} W(5) sessions",
                 ls_root,

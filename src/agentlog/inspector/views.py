@@ -966,6 +966,7 @@ class Inspector:
             usage = values.get("tokenUsage") if usage_known(values) else None
             pressure = values.get("contextPressure")
             error = failed.get(item.id)
+            turn_status = _TURN_STATUS.get(str(values.get(LAST_TURN_KEY)), "ok")
             if item.error_code is not None:
                 error = {"code": item.error_code, "message": item.error_message or ""}
             rows.append(
@@ -980,7 +981,7 @@ class Inspector:
                     "turns": (values.get("sessionStats") or {}).get("turns"),
                     "tokens": None if usage is None else sum(v for v in usage.values() if type(v) is int),
                     "contextPressure": thaw(pressure) if pressure is not None else None,
-                    "status": "damaged" if error is not None else _TURN_STATUS.get(values.get(LAST_TURN_KEY), "ok"),
+                    "status": "damaged" if error is not None else turn_status,
                     "error": error,
                     **dict(zip(("labels", "tags"), labels_of(values), strict=True)),
                 }
