@@ -199,7 +199,12 @@ def cmd_curves(data: str, n: int, sessions: tuple[int, ...]) -> dict[str, Any]:
         label = "M13" if name == "search-build" else name
         figures[spec] = {"events": events, "agentlog_s": a, "original_s": o, "agentlog_us": per_a, "original_us": per_o}
         rows.append([f"{label} {size}", f"{events:,}", fmt(a), fmt(per_a), fmt(o), fmt(per_o), f"{a / o:.4f}x"])
-        print(f"# {spec}: load {before} -> {load()}", file=sys.stderr, flush=True)
+        print(  # each figure as it lands: a run cut short still tells what it measured
+            f"# {spec}: agentlog {fmt(a)} s ({fmt(per_a)} us/ev), original {fmt(o)} s ({fmt(per_o)} us/ev), "
+            f"ratio {a / o:.4f}x; load {before} -> {load()}",
+            file=sys.stderr,
+            flush=True,
+        )
     print()
     print(f"cost curves: medians of {n} run(s) a side; us/event = seconds / events of the data set")
     print("(M12's seconds are the units' extra time, with minus bare; M7's the summed measure() calls)")
