@@ -182,7 +182,7 @@ class InspectorApp:
                     needle in str(row.get(field) or "").casefold() for field in ("id", "title", "cwd", "parentSession")
                 )
             ]
-        if status in ("repairable", "ok") or sort == "status":  # a torn tail: told by the log's end, per revision
+        if (status and status != "damaged") or sort == "status":  # a torn tail: told by the log's end, per revision
             rows = self.inspector.refine_status(rows)
         if status:
             rows = [row for row in rows if row["status"] == status]
