@@ -264,7 +264,7 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
             served = rows.cached_snapshots(usable, current_only=True)
             for item in usable:
                 snapshot = served.get(item.id)
-                if snapshot is None or not _LISTED_KEYS <= snapshot["values"].keys():
+                if snapshot is None:  # no row of every listed unit at the listed revision
                     cold.append(item.id)
                 else:
                     out[item.id] = (_listed(snapshot["values"]), snapshot["asOfSeq"])
@@ -280,8 +280,6 @@ def _projected(storage: Backend, listings: Sequence[SessionListing]) -> dict[str
     return out
 
 
-_LISTED_KEYS = frozenset({LAST_ACTIVITY_KEY, USAGE_STEPS_KEY, LABELS_KEY})
-"""Units a served row must include for ``ls`` (a row written before they were registered is refolded)."""
 
 
 class ExportTarget(StrEnum):

@@ -80,8 +80,8 @@ from ..persistence.coordinator import PersistenceCoordinator, StoredView
 from ..projection.cache import InlineWriter, ProjectionCache, anchor_of
 from ..projection.cache_storage import CacheStorage, MemoryCacheStorage, cache_path_for, open_cache_storage
 from ..projection.events import SESSION_TITLE
-from ..projection.labels import LABELS_KEY, labels_of
-from ..projection.last_turn import LAST_TURN_KEY, ended_interrupted
+from ..projection.labels import labels_of
+from ..projection.last_turn import LastTurn, ended_interrupted, last_turn_of
 from ..projection.listing import LAST_ACTIVITY_KEY, command_registry
 from ..projection.redaction import Redactor
 from ..projection.stats import SESSION_STATS_UNIT
@@ -678,10 +678,8 @@ def _status(loaded: LoadedSession, index: _Index) -> str:
     return "interrupted" if end is not None and ended_interrupted(end) else "ok"
 
 
-_TURN_STATUS: Final = {"open": "repairable", "interrupted": "interrupted"}
+_TURN_STATUS: Final[dict[LastTurn, str]] = {"open": "repairable", "interrupted": "interrupted"}
 """The sessions page's status of a row by its cached ``lastTurn`` (an open turn is one a resume closes)."""
-_ROW_UNITS: Final = frozenset({LAST_ACTIVITY_KEY, LABELS_KEY, LAST_TURN_KEY})
-"""Units a served row must include (a record written before one was registered is refolded)."""
 
 
 class Inspector:
@@ -728,9 +726,10 @@ class Inspector:
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._memory_storage: MemoryCacheStorage | None = None
-        self._rows: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self._rows: dict[str, tuple[str | None, dict[str, Any], bool | None]] = {}
+        """``{id: (revision, row, torn)}``: a listed row at its log's revision, with the torn-tail probe
+        of that revision once :meth:`refine_status` made it (``None`` before)."""
         self._rows_lock = threading.Lock()
-        self._torn: dict[str, tuple[str | None, bool]] = {}
         self._search_enabled = search
         self._search: Any = None
         self._search_lock = threading.Lock()
@@ -906,7 +905,7 @@ class Inspector:
             ]
             if fresh:
                 for row, item in zip(self._rows_of(fresh), fresh, strict=True):
-                    known[item.id] = (item.revision, row)
+                    known[item.id] = (item.revision, row, None)
             self._rows = {item.id: known[item.id] for item in listings}
             rows = [known[item.id][1] for item in listings]
         rows.sort(key=_newest_first)
@@ -925,17 +924,17 @@ class Inspector:
                 out.append(row)
                 continue
             with self._rows_lock:
-                revision = self._rows.get(row["id"], (None, None))[0]
-                known = self._torn.get(row["id"])
-            if known is not None and revision is not None and known[0] == revision:
-                torn = known[1]
+                entry = self._rows.get(row["id"])
+            if entry is not None and entry[0] is not None and entry[2] is not None:
+                torn = entry[2]
             else:
                 try:
                     torn = self.backend.probe_torn_tail(row["id"])
                 except AgentlogError:
                     torn = False  # damage near the end: the whole read (the session page) tells it
                 with self._rows_lock:
-                    self._torn[row["id"]] = (revision, torn)
+                    if entry is not None and self._rows.get(row["id"]) is entry:  # not relisted meanwhile
+                        self._rows[row["id"]] = (entry[0], entry[1], torn)
             out.append({**row, "status": "repairable"} if torn else row)
         return out
 
@@ -946,10 +945,12 @@ class Inspector:
         if usable:
             cache = self._cache()
             try:
+                # Served only when every registered unit's row is at the listed revision (a record written
+                # before a unit was registered is refolded, once, and written back).
                 served = cache.cached_snapshots(usable, current_only=True)
                 for item in usable:
                     snapshot = served.get(item.id)
-                    if snapshot is None or not _ROW_UNITS <= snapshot["values"].keys():
+                    if snapshot is None:
                         try:
                             snapshot = cache.cold_snapshot(item.id)
                         except AgentlogError as err:
@@ -966,7 +967,7 @@ class Inspector:
             usage = values.get("tokenUsage") if usage_known(values) else None
             pressure = values.get("contextPressure")
             error = failed.get(item.id)
-            turn_status = _TURN_STATUS.get(str(values.get(LAST_TURN_KEY)), "ok")
+            turn_status = _TURN_STATUS.get(last_turn_of(values), "ok")
             if item.error_code is not None:
                 error = {"code": item.error_code, "message": item.error_message or ""}
             rows.append(

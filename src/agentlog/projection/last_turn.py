@@ -21,7 +21,14 @@ from ..errors import ProjectionRowError
 from ..kernel.events import TURN_END, TURN_START, Event
 from .units import ProjectionUnit
 
-__all__ = ["LAST_TURN_KEY", "LAST_TURN_STATE_VERSION", "LAST_TURN_UNIT", "LastTurn", "ended_interrupted"]
+__all__ = [
+    "LAST_TURN_KEY",
+    "LAST_TURN_STATE_VERSION",
+    "LAST_TURN_UNIT",
+    "LastTurn",
+    "ended_interrupted",
+    "last_turn_of",
+]
 
 LAST_TURN_KEY: Final = "lastTurn"
 LAST_TURN_STATE_VERSION: Final = 1
@@ -35,6 +42,12 @@ def ended_interrupted(turn_end_data: Mapping[str, Any]) -> bool:
     """Whether a ``turn/end``'s data says the turn was interrupted (its ``reason.kind``)."""
     reason = turn_end_data.get("reason")
     return isinstance(reason, Mapping) and reason.get("kind") == "interrupted"
+
+
+def last_turn_of(values: Mapping[str, Any]) -> LastTurn:
+    """The ``lastTurn`` view among served ``values`` (``None`` when absent: no turn, or not served)."""
+    value = values.get(LAST_TURN_KEY)
+    return value if value in _STATES else None
 
 
 def _reduce(state: LastTurn, event: Event) -> LastTurn:
