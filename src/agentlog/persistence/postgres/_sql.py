@@ -111,6 +111,9 @@ _STATEMENTS: Final = {
     "WHERE id = %s AND next_seq = %s RETURNING id), inserted AS (INSERT INTO {schema}.events (session_id, seq, "
     "body) SELECT advanced.id, rows.seq, rows.body FROM advanced, unnest(%b::bigint[], %b::bytea[]) AS "
     "rows(seq, body)) SELECT pg_notify('agentlog_events', id) FROM advanced",
+    # One page of a streamed read: keyed by seq, so a page costs its rows whatever the log's length.
+    "select_events_page": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s ORDER BY seq "
+    "LIMIT %s",
     "select_event_span": "SELECT seq, body FROM {schema}.events WHERE session_id = %s AND seq >= %s AND seq < %s "
     "ORDER BY seq",
     "select_sessions": "SELECT s.id, s.header, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "

@@ -71,6 +71,7 @@ from ...errors import (
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
+    SessionTailChangedError,
     StorageAccessError,
     StoreNotFoundError,
 )
@@ -81,7 +82,16 @@ from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from .. import host_cache
-from ..backend import DeleteStep, PartialRead, RawArtifact, SessionListing, StoredPrefix, WireEvent, event_json
+from ..backend import (
+    DeleteStep,
+    PartialRead,
+    RawArtifact,
+    SessionListing,
+    StoredPrefix,
+    StoredStream,
+    WireEvent,
+    event_json,
+)
 from ..writer_lock import locked_error
 from . import _sql
 from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
@@ -98,6 +108,8 @@ __all__ = [
 
 DEFAULT_SCHEMA: Final = "agentlog"
 DEFAULT_POOL_SIZE: Final = 4
+_STREAM_PAGE_ROWS: Final = 512
+"""Rows per statement of a streamed read (:meth:`PostgresBackend.stream_stored`)."""
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5
 DEFAULT_CALL_TIMEOUT_S: Final = 60.0
 """The client-side deadline of one wait on the server when no statement timeout is set (seconds)."""
@@ -718,6 +730,17 @@ class PostgresBackend:
                     ).fetchall()
                 else:
                     rows = cur.execute(self._sql["select_events"], (session_id,)).fetchall()
+        meta = self._decode_header(session_id, header)
+        # A whole read for the coordinator's cold load keeps packed runs compact (kernel.packedrun).
+        compact = from_seq == 0 and compact_runs_requested()
+        # A suffix read starts at the row holding from_seq, which may be a packed run that began earlier.
+        expected = rows[0][0] if from_seq and rows and rows[0][0] < from_seq else from_seq
+        events, expected, damage = self._decode_rows(session_id, rows, expected, from_seq, compact)
+        if damage is None and expected < next_seq:
+            damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
+        return meta, events, self._revision(incarnation, revision, tail), damage
+
+    def _decode_header(self, session_id: str, header: Any) -> SessionHeader:
         try:
             meta: SessionHeader = loads(bytes(header))  # the header this store wrote (restore checks it)
         except (ValueError, RecursionError) as err:
@@ -730,12 +753,16 @@ class PostgresBackend:
                 f'stored session "{session_id}" in {self.location} has a header that is not an object',
                 location=f"{self.location} schema {self.schema}",
             )
+        return meta
+
+    def _decode_rows(
+        self, session_id: str, rows: Sequence[Any], expected: int, from_seq: int, compact: bool
+    ) -> tuple[list[dict[str, Any]], int, SessionPersistenceCorruptionError | None]:
+        """The events of ordered ``(seq, body)`` rows from seq ``expected`` (those below ``from_seq`` left
+        out; packed runs kept packed when ``compact``), the next expected seq and the damage that ended
+        the rows (``None`` when every row decoded and continued the seqs)."""
         events: list[dict[str, Any]] = []
         damage: SessionPersistenceCorruptionError | None = None
-        # A whole read for the coordinator's cold load keeps packed runs compact (kernel.packedrun).
-        compact = from_seq == 0 and compact_runs_requested()
-        # A suffix read starts at the row holding from_seq, which may be a packed run that began earlier.
-        expected = rows[0][0] if from_seq and rows and rows[0][0] < from_seq else from_seq
         for seq, body in rows:
             if seq != expected:
                 damage = self._corrupt(session_id, expected, f"seq {expected} is missing; the next row is seq {seq}")
@@ -777,9 +804,62 @@ class PostgresBackend:
             if seq >= from_seq:
                 events.append(value)
             expected += 1
-        if damage is None and expected < next_seq:
-            damage = self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
-        return meta, events, self._revision(incarnation, revision, tail), damage
+        return events, expected, damage
+
+    def stream_stored(self, session_id: str, batch_bytes: int = 1 << 21) -> StoredStream | None:
+        """The log's events a batch at a time (:class:`~agentlog.persistence.backend.StreamsStored`), packed
+        rows kept packed as the coordinator's cold load keeps them. Never writes.
+
+        Each page of rows is one short statement of its own (keyed by seq: a page costs its rows whatever
+        the log's length), decoded before the next is fetched, so no connection is held while the caller
+        works on a batch and the decoded log never exists whole. Committed rows are never rewritten, so
+        the pages join into the log of the revision read first, up to the event count it records —
+        unless the session changed meanwhile (deleted, re-created): the revision is read again at the
+        end, and a different one raises :class:`SessionTailChangedError` (read it again). Damage raises
+        the row's typed error; a caller that reports it reads the log whole.
+        """
+        with self._connection("reading a session") as conn:
+            row = conn.cursor(binary=True).execute(self._sql["select_session"], (session_id,)).fetchone()
+        if row is None:
+            return None
+        header, incarnation, revision, next_seq, tail = row
+        meta = self._decode_header(session_id, header)
+        current = self._revision(incarnation, revision, tail)
+        return StoredStream(
+            meta=meta, revision=current, batches=self._stream_rows(session_id, current, next_seq, batch_bytes)
+        )
+
+    def _stream_rows(self, session_id: str, revision: str, next_seq: int, batch_bytes: int) -> Iterator[list[Any]]:
+        expected = 0
+        pending: list[Any] = []
+        pending_bytes = 0
+        while expected < next_seq:
+            with self._connection("reading a session") as conn:
+                rows = (
+                    conn.cursor(binary=True)
+                    .execute(self._sql["select_events_page"], (session_id, expected, _STREAM_PAGE_ROWS))
+                    .fetchall()
+                )
+            if not rows:
+                raise self._corrupt(session_id, expected, f"the session records {next_seq} events, found {expected}")
+            with gc_paused():
+                events, expected, damage = self._decode_rows(session_id, rows, expected, 0, True)
+            if damage is not None:
+                raise damage
+            pending.extend(events)
+            pending_bytes += sum(len(body) for _, body in rows)
+            del rows, events
+            if pending_bytes >= batch_bytes:
+                yield pending
+                pending, pending_bytes = [], 0
+        if pending:
+            yield pending
+        if self.read_revision(session_id) != revision:
+            raise SessionTailChangedError(
+                f'session "{session_id}" in {self.location} schema "{self.schema}" changed while it was read a '
+                "batch at a time; read it again",
+                location=f"{self.location} schema {self.schema}",
+            )
 
     def load_stored(self, session_id: str) -> StoredPrefix[None] | None:
         read = self._read(session_id, 0)

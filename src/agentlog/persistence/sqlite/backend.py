@@ -44,14 +44,28 @@ import resource
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from ...errors import PersistenceError, ResourceExhaustedError, SessionPersistenceCorruptionError, StoreNotFoundError
+from ...errors import (
+    PersistenceError,
+    ResourceExhaustedError,
+    SessionPersistenceCorruptionError,
+    SessionTailChangedError,
+    StoreNotFoundError,
+)
 from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
-from ...kernel.packedrun import compact_runs_requested
-from ..backend import DeleteStep, PartialRead, RawArtifact, StoredPrefix, WireEvent, check_reader_limits
+from ...kernel.packedrun import ChunkRun, compact_runs_requested
+from ..backend import (
+    DeleteStep,
+    PartialRead,
+    RawArtifact,
+    StoredPrefix,
+    StoredStream,
+    WireEvent,
+    check_reader_limits,
+)
 from ..storage_errors import sqlite_storage_code
 from ..store_identity import sqlite_file_identity
 from . import _codec as codec
@@ -348,6 +362,68 @@ class SqliteBackend(_Listing, _Staging):
         if isinstance(found, Exception):
             raise found
         return found  # type: ignore[no-any-return]
+
+    def stream_stored(self, session_id: str, batch_bytes: int = 1 << 21) -> StoredStream | None:
+        """The log's events a batch at a time (:class:`~agentlog.persistence.backend.StreamsStored`), packed
+        rows kept packed as the coordinator's cold load keeps them. Never writes.
+
+        Each page of rows is fetched in a short read transaction of its own (keyed by seq, so a page costs
+        its rows whatever the log's length) and decoded before the next one is fetched: the lock is never
+        held while the caller works on a batch, and the decoded log never exists whole. Rows are never
+        rewritten once committed, so pages read at different moments join into the log of one revision —
+        unless the session changed meanwhile (an append, a deletion): the revision is read again once the
+        rows are exhausted, and a different one raises :class:`SessionTailChangedError` (read it again).
+        Damage raises the row's typed error; a caller that reports it reads the log whole.
+        """
+        self._check_bindable(session_id)
+
+        def head(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            return None if self._pristine else self._session_row(conn, session_id)
+
+        session = self._locked_read(head)
+        if session is None:
+            return None
+        meta, revision = self._decode_session(session)
+        return StoredStream(meta=meta, revision=revision, batches=self._stream_rows(session_id, revision, batch_bytes))
+
+    def _stream_rows(self, session_id: str, revision: str, batch_bytes: int) -> Iterator[list[Any]]:
+        expected = 0
+        pending: list[Any] = []
+        pending_bytes = 0
+        while True:
+            events, size = self._stream_page(session_id, expected)
+            if not events:
+                break
+            last = events[-1]
+            expected = last.seq0 + last.n if last.__class__ is ChunkRun else int(last["seq"]) + 1
+            pending.extend(events)
+            pending_bytes += size
+            if pending_bytes >= batch_bytes:
+                yield pending
+                pending, pending_bytes = [], 0
+        if pending:
+            yield pending
+        if self.read_revision(session_id) != revision:
+            raise SessionTailChangedError(
+                f'session "{session_id}" in "{self.path}" changed while it was read a batch at a time; read it again',
+                location=self.path,
+            )
+
+    def _stream_page(self, session_id: str, start: int) -> tuple[list[Any], int]:
+        """The events of one page of rows from seq ``start`` (packed rows packed), and the rows' text size."""
+
+        def page(conn: sqlite3.Connection) -> list[Any]:
+            return self._fetchall(conn, SQL["select_rows_page"], (session_id, start, self._read_batch_rows))
+
+        rows = self._read(page)
+        if not rows:
+            return [], 0
+        events = self._decoded(
+            session_id,
+            rows,
+            lambda: codec.scan_rows(rows, start, location=self.path, limits=self._limits, compact=True),
+        )
+        return events, sum(len(row[3]) for row in rows if row[3] is not None)
 
     def load_stored_from(self, session_id: str, from_seq: int) -> StoredPrefix[None] | None:
         """Seek read (``loadStoredFrom``): the stored events with ``seq >= from_seq``.

@@ -127,6 +127,10 @@ FROM events WHERE session_id = ? ORDER BY seq;
 SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
 FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq;
 
+-- name: select_rows_page
+SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
+FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?;
+
 -- name: select_tail_rows
 SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable
 FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 2;
