@@ -29,8 +29,6 @@ import bisect
 import itertools
 import json
 import math
-import mmap
-import resource
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard, cast
@@ -41,7 +39,6 @@ from ... import _accel
 from ...errors import (
     ChunkRowError,
     ReaderLimitError,
-    ResourceExhaustedError,
     SessionFormatUnsupportedError,
     SessionPersistenceCorruptionError,
 )
@@ -56,6 +53,7 @@ from ...kernel.chunkrows import (
 from ...kernel.events import TURN_END, SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH, JsonDecodeError, is_out_of_memory, loads, out_of_memory
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
+from .._headroom import address_space_limited, ensure_headroom, parse_reserve
 
 __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",
@@ -77,17 +75,11 @@ DEFAULT_MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
+_LIMITED_SLICE_BYTES: Final = 1024 * 1024
+"""The slice under an address-space limit: the parser's pool (14x a slice) is then small beside the room."""
 """Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 _single_values: Any = _accel.lines_are_single_values
 """Whether every line is lexically one JSON object or array (C); without it lines are parsed one by one."""
-_PARSE_HEADROOM: Final = 16
-"""Address space reserved (and released) before a batched parse, per byte of text: parsed events
-take up to ~10x their text. Under an address-space limit (``ulimit -v``) a parse that could run out of
-memory is refused up front, because the C parser is not safe against allocation failures midway."""
-_BIG_LINE_BYTES: Final = 1024 * 1024
-_BIG_LINE_HEADROOM: Final = 4
-"""A single long line is mostly one long string: its parse needs a few times its size."""
-_LIMITS: Final = tuple(getattr(resource, name) for name in ("RLIMIT_AS", "RLIMIT_DATA") if hasattr(resource, name))
 
 _TURN_END: Final = TURN_END
 _RETIRED_HEADER_FIELDS: Final = ("sandboxMode", "approvalPolicy")
@@ -294,27 +286,6 @@ def header_line(meta: Mapping[str, Any]) -> dict[str, Any]:
 # --- the scanner -------------------------------------------------------------------------------------
 
 
-def _address_space_limited() -> bool:
-    """Whether an address-space (or data) limit is set: only then can reserving memory fail early."""
-    return any(resource.getrlimit(limit)[0] != resource.RLIM_INFINITY for limit in _LIMITS)
-
-
-def ensure_headroom(reserve: int, size: int) -> None:
-    """Refuse (typed) a parse of ``size`` bytes unless ``reserve`` bytes of address space are free.
-
-    Maps and unmaps an untouched anonymous region: no page is committed, so the probe is cheap.
-    """
-    try:
-        probe = mmap.mmap(-1, max(reserve, mmap.PAGESIZE))
-    except (OSError, MemoryError):
-        raise ResourceExhaustedError(
-            f"not enough memory to parse {size} bytes of the session log (about {reserve} bytes are needed under "
-            "this process's address-space limit); nothing was read or modified — this is not damage. Retry "
-            "with more memory (a higher ulimit -v) available"
-        ) from None
-    probe.close()
-
-
 def _parse_many(lines: list[bytes]) -> list[Any] | None:
     """Every line parsed by few parser calls, or ``None`` when any line needs the per-line path.
 
@@ -331,11 +302,11 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
     if not _single_values(lines):
         return None
     parsed: list[Any] = []
-    limited = _address_space_limited()
-    for lo, hi in itertools.pairwise(_slice_bounds(lines)):
+    limited = address_space_limited()
+    for lo, hi in itertools.pairwise(_slice_bounds(lines, _LIMITED_SLICE_BYTES if limited else _PARSE_SLICE_BYTES)):
+        if limited:  # (each slice's check sees the slices before it in the address space in use)
+            ensure_headroom(parse_reserve(lines[lo:hi]), sum(map(len, lines[lo:hi])))
         text = b"[" + b",".join(lines[lo:hi]) + b"]"
-        if limited:
-            ensure_headroom(len(text) * _PARSE_HEADROOM, len(text))
         try:
             part = orjson.loads(text)
         except orjson.JSONDecodeError as err:
@@ -346,16 +317,26 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
     return parsed
 
 
-def _slice_bounds(lines: list[bytes]) -> list[int]:
-    """Indexes cutting ``lines`` into runs of at most ``_PARSE_SLICE_BYTES`` (a longer line is a run of its
+def _slice_end(lines: list[bytes], start: int) -> int:
+    """The end of the slice of ``lines`` from ``start`` holding about ``_LIMITED_SLICE_BYTES`` (a line at least)."""
+    size = 0
+    for end in range(start, len(lines)):
+        size += len(lines[end])
+        if size > _LIMITED_SLICE_BYTES and end > start:
+            return end
+    return len(lines)
+
+
+def _slice_bounds(lines: list[bytes], slice_bytes: int = _PARSE_SLICE_BYTES) -> list[int]:
+    """Indexes cutting ``lines`` into runs of at most ``slice_bytes`` (a longer line is a run of its
     own): ``[0, ..., len(lines)]``."""
-    if sum(map(len, lines)) <= _PARSE_SLICE_BYTES:
+    if sum(map(len, lines)) <= slice_bytes:
         return [0, len(lines)]
     ends = list(itertools.accumulate(map(len, lines)))
     bounds = [0]
     while bounds[-1] < len(lines):
         base = ends[bounds[-1] - 1] if bounds[-1] else 0
-        cut = bisect.bisect_right(ends, base + _PARSE_SLICE_BYTES, lo=bounds[-1] + 1)
+        cut = bisect.bisect_right(ends, base + slice_bytes, lo=bounds[-1] + 1)
         bounds.append(min(max(cut, bounds[-1] + 1), len(lines)))
     return bounds
 
@@ -492,7 +473,7 @@ class SessionLogScanner:
         if not self._compact:
             self._consume(pieces, start)
             return
-        bounds = _slice_bounds(pieces)
+        bounds = _slice_bounds(pieces, _LIMITED_SLICE_BYTES if address_space_limited() else _PARSE_SLICE_BYTES)
         if len(bounds) == 2:
             self._consume(pieces, start)
             return
@@ -519,6 +500,8 @@ class SessionLogScanner:
         check_size = sum(map(len, lines)) > self._max_line_bytes
         issue = self._issue
         parsed = None if issue is not None or check_size else _parse_many(lines)
+        # Lines parsed one by one under an address-space limit: each slice of them checked first.
+        checked = len(lines) if parsed is not None or not address_space_limited() else 0
         first = len(events)
         take = _take_plain if parsed is not None else None
         cursor = _Cursor(len(lines))
@@ -539,8 +522,10 @@ class SessionLogScanner:
                 else:
                     if check_size:
                         self._check_size(lines, index, start)
-                    if len(line) > _BIG_LINE_BYTES and _address_space_limited():
-                        ensure_headroom(len(line) * _BIG_LINE_HEADROOM, len(line))
+                    if index >= checked:
+                        checked = _slice_end(lines, index)
+                        span = lines[index:checked]
+                        ensure_headroom(parse_reserve(span, one_call=False), sum(map(len, span)))
                     try:
                         value = loads(line, max_depth=max_depth)
                     except JsonDecodeError as err:

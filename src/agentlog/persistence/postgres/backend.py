@@ -82,6 +82,7 @@ from ...kernel.jsoncodec import dumps, loads
 from ...kernel.jsonvalue import MAX_SAFE_INTEGER
 from ...kernel.packedrun import compact_runs_requested
 from .. import host_cache
+from .._headroom import address_space_limited, ensure_headroom, parse_reserve
 from ..backend import (
     DeleteStep,
     PartialRead,
@@ -761,6 +762,10 @@ class PostgresBackend:
         """The events of ordered ``(seq, body)`` rows from seq ``expected`` (those below ``from_seq`` left
         out; packed runs kept packed when ``compact``), the next expected seq and the damage that ended
         the rows (``None`` when every row decoded and continued the seqs)."""
+        if address_space_limited():  # orjson can crash on an allocation failure: refuse up front instead
+            bodies = [bytes(body) for _, body in rows]
+            ensure_headroom(parse_reserve(bodies, one_call=False), sum(map(len, bodies)), f'session "{session_id}"')
+            del bodies
         events: list[dict[str, Any]] = []
         damage: SessionPersistenceCorruptionError | None = None
         for seq, body in rows:

@@ -57,6 +57,7 @@ from ...errors import (
 from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.packedrun import ChunkRun, compact_runs_requested
+from .._headroom import POOL_FACTOR, STRING_FACTOR, VALUE_BYTES, parse_reserve
 from ..backend import (
     DeleteStep,
     PartialRead,
@@ -94,8 +95,8 @@ __all__ = [
     "sqlite_storage_code",
 ]
 
-_DECODE_FACTOR: Final = 3  # peak bytes per decoded byte of a load (measured ~2: text + parse buffers)
-_DECODE_SLACK_BYTES: Final = 16 << 20
+_BLOB_BYTES_PER_VALUE: Final = 8
+"""Bytes of decompressed text per value assumed of a compressed row (a large payload: mostly strings)."""
 
 _UNKNOWN: Final = object()
 _READ_BATCH_ROWS: Final = 512  # rows per fetch while a load decodes (see SqliteBackend._row_batches)
@@ -233,10 +234,11 @@ class SqliteBackend(_Listing, _Staging):
     def _decoded(self, session_id: str, rows: Sequence[Any], decode: Callable[[], Any]) -> Any:
         """Run a decode step outside the lock with an allocation failure typed as such (never as damage).
 
-        Under an address-space limit (``ulimit -v``) the rows' decoded size is checked against the room
-        left *before* parsing: orjson does not survive every allocation failure (it can crash the
-        process instead of raising), so a load that cannot fit is refused up front with
-        :class:`ResourceExhaustedError`. Without a limit this costs one ``getrlimit`` per load.
+        Under an address-space limit (``ulimit -v``) what parsing the rows can take
+        (:func:`~agentlog.persistence._headroom.parse_reserve`) is checked against the room left *before*
+        parsing: orjson does not survive every allocation failure (it can crash the process instead of
+        raising), so a load that cannot fit is refused up front with :class:`ResourceExhaustedError`.
+        Without a limit this costs one ``getrlimit`` per load.
         """
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
         if limit != resource.RLIM_INFINITY:
@@ -248,8 +250,21 @@ class SqliteBackend(_Listing, _Staging):
             raise failure from None
 
     def _check_headroom(self, session_id: str, rows: Sequence[Any], limit: int) -> None:
-        size = codec.decoded_size
-        need = _DECODE_SLACK_BYTES + _DECODE_FACTOR * sum(size(row[3]) for row in rows if len(row) > 3)
+        texts: list[str] = []
+        blobs = longest = 0
+        for row in rows:
+            value = row[3] if len(row) > 3 else None
+            if type(value) is str:
+                texts.append(value)
+            elif type(value) is bytes:  # compressed: its structure is unknown until it is decompressed
+                size = codec.decoded_size(value)
+                blobs += size
+                longest = max(longest, size)
+        need = (
+            parse_reserve(texts, one_call=False)
+            + (STRING_FACTOR + VALUE_BYTES // _BLOB_BYTES_PER_VALUE) * blobs
+            + POOL_FACTOR * longest
+        )
         try:
             with open("/proc/self/statm", "rb") as fh:
                 used = int(fh.read().split()[0]) * resource.getpagesize()
