@@ -699,7 +699,10 @@ restore_events(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
      * not reported as special but in a fifth list, `appended`: the caller commits it as a surface append
      * without planning it (it would plan exactly that). The caller passes true only when no plugin
      * validator applies to the message types. Anything else stays special, for the Python checks. */
-    int appends = nargs == 7 && PyObject_IsTrue(args[6]) == 1;
+    int appends = nargs == 7 ? PyObject_IsTrue(args[6]) : 0;
+    if (appends < 0) {
+        return NULL;
+    }
     /* checks (optional): {type: kind} of data rules to try on *special* entries (the message types).
      * The indices of special entries whose data plainly satisfies its rule are returned as a fourth
      * list, `verified`: the caller may skip its own check of that rule (never any other check). */
@@ -2409,10 +2412,13 @@ PyInit__speedups(void)
      * expects, i.e. a stale .so left over from an older source. CHUNK_ROW_TAGS: the row tags this file
      * compares against, exported so a test holds them equal to kernel.chunkrows.CHUNK_ROW_TAGS. */
     PyObject *tags = PyTuple_Pack(3, v_text_row, v_reasoning_row, v_tool_row);
-    if (tags == NULL || PyModule_AddObject(module, "CHUNK_ROW_TAGS", tags) < 0 ||
-        PyModule_AddIntConstant(module, "VERSION", SPEEDUPS_VERSION) < 0) {
-        Py_XDECREF(tags);
+    if (tags == NULL || PyModule_AddObject(module, "CHUNK_ROW_TAGS", tags) < 0) {
+        Py_XDECREF(tags); /* PyModule_AddObject steals the reference only on success */
         Py_DECREF(module);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(module, "VERSION", SPEEDUPS_VERSION) < 0) {
+        Py_DECREF(module); /* tags is the module's now */
         return NULL;
     }
     return module;
