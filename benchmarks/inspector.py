@@ -46,15 +46,17 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from persist import own_peak_rss_mb, write_session
+    from persist import bench_database, bench_dsn, own_peak_rss_mb, write_session
     from projections import build_store
     from workload import build_workload
 except ImportError:  # run as ``python -m benchmarks.run``
-    from benchmarks.persist import own_peak_rss_mb, write_session
+    from benchmarks.persist import bench_database, bench_dsn, own_peak_rss_mb, write_session
     from benchmarks.projections import build_store
     from benchmarks.workload import build_workload
 
-BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite")
+BACKENDS = ("jsonl-zstd", "jsonl-none", "sqlite", "postgres")
+"""``postgres`` (session figures only: ``--session-only``) writes to ``$AGENTLOG_BENCH_DSN`` (else a database
+of the run, as ``persist`` does); ``--session-store`` is then a schema name."""
 MOVES = 100
 
 
@@ -64,6 +66,10 @@ def _read_only(kind: str, root: str) -> Any:
 
     if kind == "sqlite":
         return SqliteBackend(os.path.join(root, "sessions.sqlite3"), read_only=True)
+    if kind == "postgres":
+        from agentlog.persistence.postgres import PostgresBackend
+
+        return PostgresBackend(bench_dsn(), schema=root, read_only=True)
     return JsonlBackend(root, compression="auto", read_only=True)
 
 
@@ -346,6 +352,18 @@ def write_bench_session(kind: str, root: str, turns: int) -> None:
 
 def _session_store(args: argparse.Namespace, scratch: str) -> str:
     """Where the W(T) session is: ``--session-store`` (written there once, then reused) or ``scratch``."""
+    if args.backend == "postgres":  # a schema: reused when it holds the session
+        schema = args.session_store or f"inspector_bench_{os.getpid()}"
+        reader = _read_only("postgres", schema)
+        try:
+            found = any(item.id == "bench" for item in reader.list_sessions())
+        except Exception:  # (no schema yet)
+            found = False
+        finally:
+            reader.close()
+        if not found:
+            write_bench_session("postgres", schema, args.turns)
+        return schema
     root = args.session_store or scratch
     marker = os.path.join(root, f".bench-{args.backend}-W{args.turns}")
     if not os.path.exists(marker):
@@ -380,6 +398,13 @@ def _print_session(args: argparse.Namespace, page: dict[str, Any]) -> None:
 
 
 def cmd_inspector(args: argparse.Namespace) -> dict[str, Any]:
+    if args.backend == "postgres" and not args.session_only:
+        raise SystemExit("--backend postgres: only the session figures (add --session-only)")
+    with bench_database(args.backend):
+        return _inspector_figures(args)
+
+
+def _inspector_figures(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as listing_root:
         session_root = _session_store(args, scratch)
         page = _child("_session", args.backend, session_root)

@@ -229,13 +229,16 @@ class StoredStream:
 
 @runtime_checkable
 class StreamsStored(Protocol):
-    """A backend that can hand over a flawless log's events a batch at a time (the JSONL backend)."""
+    """A backend that can hand over a flawless log's events a batch at a time (every built-in backend: JSONL
+    reads the file once at one revision; SQLite and PostgreSQL read pages of rows, and refuse a session that
+    changed between them with :class:`~agentlog.errors.SessionTailChangedError`)."""
 
     def stream_stored(self, session_id: str, batch_bytes: int = ...) -> StoredStream | None:
         """The log's events in batches of about ``batch_bytes`` of stored text, the events ``load_stored``
         returns under ``compact_chunk_runs()``, in order; ``None`` when there is no log or when it has
         anything only the whole read judges (a torn tail, damage found before streaming). Damage met
-        while streaming raises; a caller that reports damage reads the log whole for the exact error.
+        while streaming raises, and so does a log that changed while it was streamed (where the batches
+        are read at different moments); a caller that reports either reads the log whole.
         Never writes."""
         ...
 
