@@ -75,9 +75,9 @@ DEFAULT_MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 DEFAULT_MAX_HEADER_BYTES: Final = 1024 * 1024
 """A header line holds a handful of short fields; anything longer is refused before it is parsed."""
 _PARSE_SLICE_BYTES: Final = 8 * 1024 * 1024
+"""Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 _LIMITED_SLICE_BYTES: Final = 1024 * 1024
 """The slice under an address-space limit: the parser's pool (14x a slice) is then small beside the room."""
-"""Upper bound on the text one batched parser call sees, which bounds the parser's own allocation."""
 _single_values: Any = _accel.lines_are_single_values
 """Whether every line is lexically one JSON object or array (C); without it lines are parsed one by one."""
 
