@@ -316,6 +316,8 @@ class PostgresSearch(SqliteSearch):
                 raise refused from None
             raise _index_failed(f"cannot connect ({_message(err)})", err) from None
         try:
+            # A common word ranks tens of thousands of candidates: sorted in memory, not spilled to disk.
+            conn.execute(f"SET work_mem = '{_WORK_MEM}'")
             self._create_schema(conn)
             main = self._main_generation(conn)
         except BaseException:
@@ -914,12 +916,18 @@ class PostgresSearch(SqliteSearch):
                 "seq DESC LIMIT %(limit)s OFFSET %(offset)s)"
             )
             order = 'page.match_count DESC, page.document_length ASC, page."time" DESC, page.seq DESC'
+        header = ", ".join(f"CASE WHEN page.live = 0 THEN ps.{c} ELSE ls.{c} END AS {c}" for c in _HEADER_COLUMNS)
         statement = (
             f"WITH candidates AS MATERIALIZED ({candidates}), "
             f"matched AS (SELECT * FROM candidates WHERE match_count > 0), {page} "
-            "SELECT page.*, coalesce(pd.text, ld.text) AS text FROM page "
+            f"SELECT page.session_id, {header}, page.live, page.persisted, page.seq, "
+            'CASE WHEN page.live = 0 THEN pd."type" ELSE ld."type" END AS "type", page."time", '
+            "CASE WHEN page.live = 0 THEN pd.surface ELSE ld.surface END AS surface, page.doc, "
+            "page.document_length, page.match_count, coalesce(pd.text, ld.text) AS text FROM page "
             "LEFT JOIN {s}.persisted_docs AS pd ON page.live = 0 AND pd.doc = page.doc "
-            f"LEFT JOIN pg_temp.live_docs AS ld ON page.live = 1 AND ld.doc = page.doc ORDER BY {order}"
+            "LEFT JOIN pg_temp.live_docs AS ld ON page.live = 1 AND ld.doc = page.doc "
+            "LEFT JOIN {s}.persisted_sessions AS ps ON page.live = 0 AND ps.id = page.session_id "
+            f"LEFT JOIN pg_temp.live_sessions AS ls ON page.live = 1 AND ls.id = page.session_id ORDER BY {order}"
         )
         return self._rows_of(statement, {**params, "limit": limit + 1, "offset": offset})
 
@@ -966,6 +974,9 @@ class PostgresSearch(SqliteSearch):
 
 # --- SQL ------------------------------------------------------------------------------------------------------
 
+_WORK_MEM: Final = "32MB"
+"""The search connection's sort memory (the server's default, 4 MB, spills a common word's ranking)."""
+
 _HEADER_DDL: Final = (
     'id text COLLATE "C" PRIMARY KEY, version bigint NOT NULL, created_at bigint NOT NULL, cwd text, '
     "parent_session text, seed_length bigint, delegation_depth bigint, agent_preset text"
@@ -1007,7 +1018,24 @@ _TEMP_DDL: Final = (
 
 # One arm per source: ``{docs}``, ``{sessions}``, ``{terms}``, ``{folded}`` are the source's tables,
 # ``{availability}`` its live/persisted columns; ``d`` is the document row and ``s`` its session row.
+# A ranked arm's candidates carry only what ranking and paging read (a common word has tens of thousands
+# of documents: wide rows made the sort spill to disk); the page's rows get their session's header and
+# their document's type, surface and text afterwards (``PostgresSearch._ranked``).
 _COMMON: Final = (
+    'SELECT d.session_id AS session_id, {availability}, d.seq AS seq, d."time" AS "time", d.doc AS doc, '
+    "d.codepoint_length AS document_length, "
+)
+_HEADER_COLUMNS: Final = (
+    "version",
+    "created_at",
+    "cwd",
+    "parent_session",
+    "seed_length",
+    "delegation_depth",
+    "agent_preset",
+)
+# Every column of a hit, for the arm whose candidates are ranked here (:func:`_rank_phrase`).
+_COMMON_WIDE: Final = (
     "SELECT d.session_id AS session_id, s.version AS version, s.created_at AS created_at, s.cwd AS cwd, "
     "s.parent_session AS parent_session, s.seed_length AS seed_length, s.delegation_depth AS delegation_depth, "
     's.agent_preset AS agent_preset, {availability}, d.seq AS seq, d."type" AS "type", d."time" AS "time", '
@@ -1027,7 +1055,7 @@ def _phrase_arm(distinct: int) -> str:
     )
     positions = ", ".join(f"t{i}.pos AS pos{i}" for i in range(distinct))
     return (
-        _COMMON + f"{positions} FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
+        _COMMON_WIDE + f"{positions} FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
         "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
     )
 
