@@ -227,6 +227,30 @@ class StoredStream:
     batches: Iterator[list[Any]]
 
 
+def batched_pages(
+    pages: Iterator[tuple[list[Any], int]], batch_bytes: int, unchanged: Callable[[], bool], changed: str, location: str
+) -> Iterator[list[Any]]:
+    """A :class:`StoredStream`'s batches from pages of rows read at different moments: ``(events, stored
+    bytes)`` pages joined into batches of about ``batch_bytes``. Committed rows are never rewritten, so the
+    pages are the log of the revision read first unless the session changed meanwhile (an append, a
+    deletion): ``unchanged()`` is asked once the pages are exhausted, and ``False`` raises
+    :class:`~agentlog.errors.SessionTailChangedError` with ``changed`` (where: ``location``)."""
+    from ..errors import SessionTailChangedError
+
+    pending: list[Any] = []
+    size = 0
+    for events, stored in pages:
+        pending.extend(events)
+        size += stored
+        if size >= batch_bytes:
+            yield pending
+            pending, size = [], 0
+    if pending:
+        yield pending
+    if not unchanged():
+        raise SessionTailChangedError(changed, location=location)
+
+
 @runtime_checkable
 class StreamsStored(Protocol):
     """A backend that can hand over a flawless log's events a batch at a time (every built-in backend: JSONL

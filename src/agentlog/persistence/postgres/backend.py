@@ -71,7 +71,6 @@ from ...errors import (
     SessionFormatUnsupportedError,
     SessionLockedError,
     SessionPersistenceCorruptionError,
-    SessionTailChangedError,
     StorageAccessError,
     StoreNotFoundError,
 )
@@ -91,6 +90,7 @@ from ..backend import (
     StoredPrefix,
     StoredStream,
     WireEvent,
+    batched_pages,
     event_json,
 )
 from ..writer_lock import locked_error
@@ -820,7 +820,7 @@ class PostgresBackend:
         works on a batch and the decoded log never exists whole. Committed rows are never rewritten, so
         the pages join into the log of the revision read first, up to the event count it records —
         unless the session changed meanwhile (deleted, re-created): the revision is read again at the
-        end, and a different one raises :class:`SessionTailChangedError` (read it again). Damage raises
+        end, and a different one raises :class:`~agentlog.errors.SessionTailChangedError` (read it again). Damage raises
         the row's typed error; a caller that reports it reads the log whole.
         """
         with self._connection("reading a session") as conn:
@@ -830,14 +830,18 @@ class PostgresBackend:
         header, incarnation, revision, next_seq, tail = row
         meta = self._decode_header(session_id, header)
         current = self._revision(incarnation, revision, tail)
-        return StoredStream(
-            meta=meta, revision=current, batches=self._stream_rows(session_id, current, next_seq, batch_bytes)
+        batches = batched_pages(
+            self._stream_pages(session_id, next_seq),
+            batch_bytes,
+            lambda: self.read_revision(session_id) == current,
+            f'session "{session_id}" in {self.location} schema "{self.schema}" changed while it was read a batch '
+            "at a time; read it again",
+            f"{self.location} schema {self.schema}",
         )
+        return StoredStream(meta=meta, revision=current, batches=batches)
 
-    def _stream_rows(self, session_id: str, revision: str, next_seq: int, batch_bytes: int) -> Iterator[list[Any]]:
+    def _stream_pages(self, session_id: str, next_seq: int) -> Iterator[tuple[list[Any], int]]:
         expected = 0
-        pending: list[Any] = []
-        pending_bytes = 0
         while expected < next_seq:
             with self._connection("reading a session") as conn:
                 rows = (
@@ -851,20 +855,7 @@ class PostgresBackend:
                 events, expected, damage = self._decode_rows(session_id, rows, expected, 0, True)
             if damage is not None:
                 raise damage
-            pending.extend(events)
-            pending_bytes += sum(len(body) for _, body in rows)
-            del rows, events
-            if pending_bytes >= batch_bytes:
-                yield pending
-                pending, pending_bytes = [], 0
-        if pending:
-            yield pending
-        if self.read_revision(session_id) != revision:
-            raise SessionTailChangedError(
-                f'session "{session_id}" in {self.location} schema "{self.schema}" changed while it was read a '
-                "batch at a time; read it again",
-                location=f"{self.location} schema {self.schema}",
-            )
+            yield events, sum(len(body) for _, body in rows)
 
     def load_stored(self, session_id: str) -> StoredPrefix[None] | None:
         read = self._read(session_id, 0)

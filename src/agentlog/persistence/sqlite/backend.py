@@ -51,7 +51,6 @@ from ...errors import (
     PersistenceError,
     ResourceExhaustedError,
     SessionPersistenceCorruptionError,
-    SessionTailChangedError,
     StoreNotFoundError,
 )
 from ...kernel.events import SessionHeader
@@ -65,6 +64,7 @@ from ..backend import (
     StoredPrefix,
     StoredStream,
     WireEvent,
+    batched_pages,
     check_reader_limits,
 )
 from ..storage_errors import sqlite_storage_code
@@ -387,8 +387,8 @@ class SqliteBackend(_Listing, _Staging):
         held while the caller works on a batch, and the decoded log never exists whole. Rows are never
         rewritten once committed, so pages read at different moments join into the log of one revision —
         unless the session changed meanwhile (an append, a deletion): the revision is read again once the
-        rows are exhausted, and a different one raises :class:`SessionTailChangedError` (read it again).
-        Damage raises the row's typed error; a caller that reports it reads the log whole.
+        rows are exhausted, and a different one raises :class:`~agentlog.errors.SessionTailChangedError`
+        (read it again). Damage raises the row's typed error; a caller that reports it reads the log whole.
         """
         self._check_bindable(session_id)
 
@@ -399,30 +399,24 @@ class SqliteBackend(_Listing, _Staging):
         if session is None:
             return None
         meta, revision = self._decode_session(session)
-        return StoredStream(meta=meta, revision=revision, batches=self._stream_rows(session_id, revision, batch_bytes))
+        batches = batched_pages(
+            self._stream_pages(session_id),
+            batch_bytes,
+            lambda: self.read_revision(session_id) == revision,
+            f'session "{session_id}" in "{self.path}" changed while it was read a batch at a time; read it again',
+            self.path,
+        )
+        return StoredStream(meta=meta, revision=revision, batches=batches)
 
-    def _stream_rows(self, session_id: str, revision: str, batch_bytes: int) -> Iterator[list[Any]]:
+    def _stream_pages(self, session_id: str) -> Iterator[tuple[list[Any], int]]:
         expected = 0
-        pending: list[Any] = []
-        pending_bytes = 0
         while True:
             events, size = self._stream_page(session_id, expected)
             if not events:
-                break
+                return
             last = events[-1]
             expected = last.seq0 + last.n if last.__class__ is ChunkRun else int(last["seq"]) + 1
-            pending.extend(events)
-            pending_bytes += size
-            if pending_bytes >= batch_bytes:
-                yield pending
-                pending, pending_bytes = [], 0
-        if pending:
-            yield pending
-        if self.read_revision(session_id) != revision:
-            raise SessionTailChangedError(
-                f'session "{session_id}" in "{self.path}" changed while it was read a batch at a time; read it again',
-                location=self.path,
-            )
+            yield events, size
 
     def _stream_page(self, session_id: str, start: int) -> tuple[list[Any], int]:
         """The events of one page of rows from seq ``start`` (packed rows packed), and the rows' text size."""
