@@ -286,13 +286,14 @@ def header_line(meta: Mapping[str, Any]) -> dict[str, Any]:
 # --- the scanner -------------------------------------------------------------------------------------
 
 
-def _parse_many(lines: list[bytes]) -> list[Any] | None:
+def _parse_many(lines: list[bytes], limited: bool) -> list[Any] | None:
     """Every line parsed by few parser calls, or ``None`` when any line needs the per-line path.
 
     Lines are JSON texts without raw newlines, so joining them with commas makes one array. Slices of
     at most ``_PARSE_SLICE_BYTES`` keep what one call allocates bounded on a long log; running out of
-    memory is :class:`~agentlog.errors.ResourceExhaustedError` (checked up front under an address-space
-    limit, since the C parser is not safe against an allocation failure midway), never a defect.
+    memory is :class:`~agentlog.errors.ResourceExhaustedError` (checked up front, slice by slice of 1 MB,
+    when ``limited`` — an address-space limit — since the C parser is not safe against an allocation
+    failure midway), never a defect.
     """
     if len(lines) < 2 or _single_values is None:
         return None
@@ -302,7 +303,6 @@ def _parse_many(lines: list[bytes]) -> list[Any] | None:
     if not _single_values(lines):
         return None
     parsed: list[Any] = []
-    limited = address_space_limited()
     for lo, hi in itertools.pairwise(_slice_bounds(lines, _LIMITED_SLICE_BYTES if limited else _PARSE_SLICE_BYTES)):
         if limited:  # (each slice's check sees the slices before it in the address space in use)
             ensure_headroom(parse_reserve(lines[lo:hi]), sum(map(len, lines[lo:hi])))
@@ -396,6 +396,7 @@ class SessionLogScanner:
         "_fragment",
         "_input",
         "_issue",
+        "_limited",
         "_line",
         "_max_depth",
         "_max_line_bytes",
@@ -429,6 +430,8 @@ class SessionLogScanner:
         self._issue: SessionPersistenceCorruptionError | None = None
         self._fragment = b""
         self._finished = False
+        # Asked once per scan (a load): under an address-space limit every parse is checked first.
+        self._limited = address_space_limited()
 
     def keep_runs_packed(self) -> None:
         """Keep each packed row as one validated :class:`~agentlog.kernel.chunkrows.ChunkRun` item instead
@@ -473,7 +476,7 @@ class SessionLogScanner:
         if not self._compact:
             self._consume(pieces, start)
             return
-        bounds = _slice_bounds(pieces, _LIMITED_SLICE_BYTES if address_space_limited() else _PARSE_SLICE_BYTES)
+        bounds = _slice_bounds(pieces, _LIMITED_SLICE_BYTES if self._limited else _PARSE_SLICE_BYTES)
         if len(bounds) == 2:
             self._consume(pieces, start)
             return
@@ -499,9 +502,9 @@ class SessionLogScanner:
         max_depth = self._max_depth
         check_size = sum(map(len, lines)) > self._max_line_bytes
         issue = self._issue
-        parsed = None if issue is not None or check_size else _parse_many(lines)
+        parsed = None if issue is not None or check_size else _parse_many(lines, self._limited)
         # Lines parsed one by one under an address-space limit: each slice of them checked first.
-        checked = len(lines) if parsed is not None or not address_space_limited() else 0
+        checked = len(lines) if parsed is not None or not self._limited else 0
         first = len(events)
         take = _take_plain if parsed is not None else None
         cursor = _Cursor(len(lines))
