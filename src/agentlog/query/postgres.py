@@ -1038,10 +1038,10 @@ _HEADER_COLUMNS: Final = (
 )
 # Every column of a hit, for the arm whose candidates are ranked here (:func:`_rank_phrase`).
 _COMMON_WIDE: Final = (
-    "SELECT d.session_id AS session_id, s.version AS version, s.created_at AS created_at, s.cwd AS cwd, "
-    "s.parent_session AS parent_session, s.seed_length AS seed_length, s.delegation_depth AS delegation_depth, "
-    's.agent_preset AS agent_preset, {availability}, d.seq AS seq, d."type" AS "type", d."time" AS "time", '
-    "d.surface AS surface, d.doc AS doc, d.codepoint_length AS document_length, "
+    "SELECT d.session_id AS session_id, "
+    + "".join(f"s.{column} AS {column}, " for column in _HEADER_COLUMNS)
+    + '{availability}, d.seq AS seq, d."type" AS "type", d."time" AS "time", d.surface AS surface, d.doc AS doc, '
+    "d.codepoint_length AS document_length, "
 )
 _TERM: Final = (
     _COMMON + "t.n AS match_count FROM {terms} AS t JOIN {docs} AS d ON d.doc = t.doc "
@@ -1052,12 +1052,18 @@ _TERM: Final = (
 def _phrase_arm(distinct: int) -> str:
     """The arm of a phrase's candidates: the documents holding each of its ``distinct`` terms
     (``%(termI)s``), with every term's token positions (``posI``), matched in :func:`_rank_phrase`."""
-    joins = "".join(
-        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, distinct)
-    )
     positions = ", ".join(f"t{i}.pos AS pos{i}" for i in range(distinct))
+    return _COMMON_WIDE + positions + _phrase_from(distinct)
+
+
+def _phrase_from(terms: int) -> str:
+    """The ``FROM`` of a phrase arm: the documents holding each of ``terms`` terms (``%(termI)s``, term
+    ``I``'s row as ``tI``), with their document and session rows."""
+    joins = "".join(
+        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, terms)
+    )
     return (
-        _COMMON_WIDE + f"{positions} FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
+        f" FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
         "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
     )
 
@@ -1066,16 +1072,9 @@ def _phrase_count_arm(length: int) -> str:
     """The arm of a phrase of ``length`` distinct terms (``%(termI)s``, in phrase order) with its
     occurrences counted in ``match_count``: the positions of the first term that each next term follows
     at its offset (what :func:`_phrase_marks` counts when no two occurrences can overlap)."""
-    joins = "".join(
-        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, length)
-    )
     follows = " AND ".join(f"p + {i} = ANY(t{i}.pos)" for i in range(1, length))
     count = f"(SELECT count(*) FROM unnest(t0.pos) AS p WHERE {follows})" if follows else "cardinality(t0.pos)"
-    return (
-        _COMMON + f"{count} AS match_count "
-        f"FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
-        "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
-    )
+    return _COMMON + f"{count} AS match_count" + _phrase_from(length)
 
 
 def _phrase_marks(row: Mapping[str, Any], phrase: Sequence[int]) -> int:
