@@ -40,7 +40,6 @@ row fetches), ``_locks`` (writer locks and the ids they limit), ``_listing`` (li
 from __future__ import annotations
 
 import os
-import resource
 import sqlite3
 import threading
 import uuid
@@ -49,14 +48,20 @@ from typing import Any, Final
 
 from ...errors import (
     PersistenceError,
-    ResourceExhaustedError,
     SessionPersistenceCorruptionError,
     StoreNotFoundError,
 )
 from ...kernel.events import SessionHeader
 from ...kernel.jsoncodec import DEFAULT_MAX_DEPTH
 from ...kernel.packedrun import ChunkRun, compact_runs_requested
-from .._headroom import POOL_FACTOR, STRING_FACTOR, VALUE_BYTES, parse_reserve
+from .._headroom import (
+    POOL_FACTOR,
+    STRING_FACTOR,
+    VALUE_BYTES,
+    address_space_limited,
+    ensure_headroom,
+    parse_reserve,
+)
 from ..backend import (
     DeleteStep,
     PartialRead,
@@ -238,18 +243,20 @@ class SqliteBackend(_Listing, _Staging):
         (:func:`~agentlog.persistence._headroom.parse_reserve`) is checked against the room left *before*
         parsing: orjson does not survive every allocation failure (it can crash the process instead of
         raising), so a load that cannot fit is refused up front with :class:`ResourceExhaustedError`.
-        Without a limit this costs one ``getrlimit`` per load.
+        Without a limit this costs two ``getrlimit`` calls per load.
         """
-        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if limit != resource.RLIM_INFINITY:
-            self._check_headroom(session_id, rows, limit)
+        if address_space_limited():
+            ensure_headroom(*self._parse_reserve(rows), f'session "{session_id}" in "{self.path}"')
         try:
             return decode()
         except MemoryError as err:
             failure = self._typed(err, "read")
             raise failure from None
 
-    def _check_headroom(self, session_id: str, rows: Sequence[Any], limit: int) -> None:
+    @staticmethod
+    def _parse_reserve(rows: Sequence[Any]) -> tuple[int, int]:
+        """What decoding ``rows`` can take (:func:`~agentlog.persistence._headroom.parse_reserve`), and
+        their stored data's size."""
         texts: list[str] = []
         blobs = longest = 0
         for row in rows:
@@ -260,22 +267,12 @@ class SqliteBackend(_Listing, _Staging):
                 size = codec.decoded_size(value)
                 blobs += size
                 longest = max(longest, size)
-        need = (
+        reserve = (
             parse_reserve(texts, one_call=False)
             + (STRING_FACTOR + VALUE_BYTES // _BLOB_BYTES_PER_VALUE) * blobs
             + POOL_FACTOR * longest
         )
-        try:
-            with open("/proc/self/statm", "rb") as fh:
-                used = int(fh.read().split()[0]) * resource.getpagesize()
-        except (OSError, ValueError, IndexError):
-            return  # no way to measure: the decoders' own MemoryError handling still applies
-        if used + need > limit:
-            raise ResourceExhaustedError(
-                f'loading session "{session_id}" from "{self.path}" needs about {need >> 20} MiB, but the '
-                f"address-space limit (ulimit -v) leaves {max(0, limit - used) >> 20} MiB; nothing was decoded or "
-                "modified and the stored data is not known to be damaged — raise the limit and retry"
-            )
+        return reserve, sum(map(len, texts)) + blobs
 
     def _load(self, session_id: str) -> tuple[tuple[Any, ...], list[Any]] | None:
         """The session row and all its physical rows, in one read snapshot."""
@@ -335,7 +332,7 @@ class SqliteBackend(_Listing, _Staging):
         first damaged row. Under an address-space limit the rows are fetched whole first instead, since
         the up-front headroom check (:meth:`_decoded`) needs every row's size before anything is parsed.
         """
-        if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        if address_space_limited():
             loaded = self._load(session_id)
             if loaded is None:
                 return None
