@@ -760,3 +760,30 @@ def test_write_behind_barrier_failure_is_not_logged_and_the_batch_is_retained(
 #   102–103 (same-tick ordering of microtasks), 112–116 (abort signals; the seek hook loadStoredFrom is
 #   not part of the Python backend protocol), 118–121 (retirement/chain promise bookkeeping; retirement
 #   is synchronous here), 125–128 (plugin/fiber service registration and its default preparation).
+
+
+def test_concurrent_inspections_share_the_read_cache_safely(memory_env: Harness) -> None:
+    """Inspections of different sessions run at once (the search reads stored sessions from several
+    threads): one whose cached entry is evicted while it checks the entry's revision still answers."""
+    persist(memory_env, closed_turn(), header("a"))
+    persist(memory_env, closed_turn(), header("b"))
+    coordinator = memory_env.coordinator(prepared_cache_size=1)
+    expected = list(coordinator.inspect("a").events)  # cached
+    backend = coordinator.backend
+    original = backend.read_revision
+    evicted = threading.Event()
+
+    def read_revision(session_id: str) -> Any:
+        revision = original(session_id)
+        if session_id == "a" and not evicted.is_set():
+            # While this thread checks a's revision, another inspects b: a is evicted meanwhile.
+            other = threading.Thread(target=coordinator.inspect, args=("b",))
+            other.start()
+            other.join()
+            evicted.set()
+        return revision
+
+    backend.read_revision = read_revision  # type: ignore[method-assign]
+    snapshot = coordinator.inspect("a")
+    assert evicted.is_set()
+    assert list(snapshot.events) == expected and len(expected) > 3

@@ -312,6 +312,9 @@ class PersistenceCoordinator:
         self._cond = threading.Condition(self._mutex)
         self._cache: OrderedDict[str, _Source] = OrderedDict()
         self._cache_size = prepared_cache_size
+        # Inspections of different sessions run at once (a search reads with several threads), each
+        # holding only its own id's lock: the LRU's order and eviction need one of their own.
+        self._cache_lock = threading.Lock()
         self._scheduler = Scheduler()
         self._closed = False
         self._deleted_hooks: builtins.list[Callable[[str], None]] = []
@@ -656,14 +659,17 @@ class PersistenceCoordinator:
             source = self._read_source(session_id)
             self._cache_put(session_id, source)
         else:
-            self._cache.move_to_end(session_id)
+            with self._cache_lock:
+                if session_id in self._cache:  # (evicted by another session's read meanwhile: still valid)
+                    self._cache.move_to_end(session_id)
         return source
 
     def _cache_put(self, session_id: str, source: _Source) -> None:
-        self._cache[session_id] = source
-        self._cache.move_to_end(session_id)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[session_id] = source
+            self._cache.move_to_end(session_id)
+            evicted = [self._cache.popitem(last=False) for _ in range(len(self._cache) - self._cache_size)]
+        del evicted  # freed outside the lock: a whole session's events
 
     def _current_or_repaired(self, session_id: str) -> _Source:
         """The cached source if it is still current and needs no repair, else a fresh repaired read."""
