@@ -28,6 +28,7 @@ from typing import Any, Final
 __all__ = [
     "ACCELERATED",
     "EXPECTED_VERSION",
+    "ascii_term_rows",
     "check_build",
     "check_row",
     "checked_snapshot",
@@ -49,7 +50,7 @@ __all__ = [
     "wall_clock_ms",
 ]
 
-EXPECTED_VERSION: Final = 4
+EXPECTED_VERSION: Final = 5
 """The ``SPEEDUPS_VERSION`` of ``_speedups.c`` that this Python source was written against."""
 
 
@@ -118,5 +119,7 @@ lines_are_single_values: Final[Callable[[Any], bool] | None] = _c.lines_are_sing
 """Whether every line is lexically exactly one JSON object or array."""
 pack_chunk_runs: Final[Callable[[Any], list[Any]] | None] = _c.pack_chunk_runs if ACCELERATED else None
 """One batch in storage form, every run of ``MIN_RUN``+ consecutive same-block deltas packed into a row."""
+ascii_term_rows: Final[Callable[[Any], tuple[str, list[int]]] | None] = _c.ascii_term_rows if ACCELERATED else None
+"""The search index's ``COPY`` term rows of the ASCII ``(doc, text)`` pairs, and the indices left to FTS5."""
 stream_text_length: Final[_Fn | None] = _c.stream_text_length if ACCELERATED else None
 """The token meter's streamed text length (UTF-16 units), -1 when no block, or ``None`` when Python decides."""

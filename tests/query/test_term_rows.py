@@ -1,0 +1,101 @@
+"""The PostgreSQL index's term rows are FTS5 unicode61's, whichever path tokenizes a document.
+
+ASCII documents are tokenized by the C accelerator (``_accel.ascii_term_rows``), everything else by FTS5
+in a private SQLite table; both must give exactly the rows FTS5 gives (term, doc, frequency, positions),
+or phrase and term queries would find other documents than the SQLite provider does. The reference here
+is FTS5 itself, read through its own ``fts5vocab`` table in a fresh database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from agentlog import _accel
+from agentlog.query.postgres import _Fts5
+
+pytestmark = pytest.mark.accel
+
+
+def fts5_rows(documents: Sequence[tuple[int, str]]) -> set[tuple[str, int, int, tuple[int, ...]]]:
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, content = '', tokenize = 'unicode61')")
+        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+        conn.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", documents)
+        positions: dict[tuple[str, int], list[int]] = {}
+        for term, doc, offset in conn.execute('SELECT term, doc, "offset" FROM v'):
+            positions.setdefault((term, doc), []).append(offset)
+    finally:
+        conn.close()
+    return {(term, doc, len(found), tuple(sorted(found))) for (term, doc), found in positions.items()}
+
+
+def parsed(copy_text: str) -> list[tuple[str, int, int, tuple[int, ...]]]:
+    rows = []
+    for line in copy_text.splitlines():
+        term, doc, count, positions = line.split("\t")
+        assert positions.startswith("{") and positions.endswith("}")
+        rows.append(
+            (term.replace("\\\\", "\\"), int(doc), int(count), tuple(int(p) for p in positions[1:-1].split(",")))
+        )
+    return rows
+
+
+def term_rows(documents: Sequence[tuple[int, str]]) -> list[tuple[str, int, int, tuple[int, ...]]]:
+    tokenizer = _Fts5()
+    try:
+        return parsed(tokenizer.term_rows(documents))
+    finally:
+        tokenizer.close()
+
+
+ASCII_TEXT = st.text(st.characters(max_codepoint=0x7F), max_size=120)
+ANY_TEXT = st.text(
+    st.one_of(
+        st.characters(max_codepoint=0x7F),
+        st.sampled_from("éÉßØçñ\u0301\u0308ǅΣσςдД日本語会话ログ﹏＿٣①"),
+        st.characters(blacklist_categories=("Cs",)),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(ASCII_TEXT, ANY_TEXT), max_size=8))
+@example(["a" * 40_000 + " tail", "a" * 32_768 + "b " + "a" * 32_769])  # FTS5 cuts a term at 32,768 bytes
+@example(["".join(map(chr, range(128))), "\x00x\x00Y\x7fz", "", "   ", "A_b-C.d/E9"])
+@example(["Hello hello HELLO", "x x y x", "café CAFE cafe\u0301"])
+def test_every_document_gets_exactly_fts5_term_rows(texts: list[str]) -> None:
+    documents = [(index * 7 + 1, text) for index, text in enumerate(texts)]
+    rows = term_rows(documents)
+    assert len(rows) == len(set(rows)), "a (term, doc) row was written twice"
+    assert set(rows) == fts5_rows(documents)
+
+
+def test_large_document_ids_are_written_in_full() -> None:
+    documents = [(2**62 + 5, "alpha beta alpha"), (9, "gamma")]
+    assert set(term_rows(documents)) == fts5_rows(documents)
+    assert ("alpha", 2**62 + 5, 2, (0, 2)) in term_rows(documents)
+
+
+@pytest.mark.skipif(_accel.ascii_term_rows is None, reason="the C accelerator is disabled or not built")
+def test_only_non_ascii_documents_are_left_to_fts5() -> None:
+    assert _accel.ascii_term_rows is not None
+    documents = [(1, "plain ascii"), (2, "café"), (3, ""), (4, "日本"), (5, "X")]
+    text, fallback = _accel.ascii_term_rows(documents)
+    assert fallback == [1, 3]
+    assert set(parsed(text)) == fts5_rows([documents[0], documents[2], documents[4]])
+
+
+@pytest.mark.skipif(_accel.ascii_term_rows is None, reason="the C accelerator is disabled or not built")
+def test_unexpected_items_are_left_to_fts5_not_guessed() -> None:
+    assert _accel.ascii_term_rows is not None
+    documents = [(1, "ok"), ("2", "text"), (3.0, "float id"), (2**70, "huge id"), [4, "list"], (5,)]
+    text, fallback = _accel.ascii_term_rows(documents)
+    assert fallback == [1, 2, 3, 4, 5]
+    assert parsed(text) == [("ok", 1, 1, (0,))]
