@@ -571,3 +571,13 @@ def test_snippet_cleaning_equals_the_original_character_walk(marked: str) -> Non
     from agentlog.query.normalize import _clean_marked
 
     assert _clean_marked(marked) == _clean_marked_reference(marked)
+
+
+@given(st.text(st.sampled_from("ab \0\ufdd0\ufdd1\ufffdé日\U0001f600")) | st.text())
+def test_sanitizing_replaces_exactly_the_reserved_code_points_ascii_or_not(text: str) -> None:
+    def expected(value: str) -> str:
+        return "".join("\ufffd" if c in "\0\ufdd0\ufdd1" or 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+
+    ascii_only = text.encode("ascii", "ignore").decode()
+    assert sanitize_fts_text(text) == expected(text)
+    assert sanitize_fts_text(ascii_only) == expected(ascii_only)

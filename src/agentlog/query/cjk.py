@@ -157,7 +157,8 @@ def has_cjk(text: str) -> bool:
     Decides both sides of the companion: which documents are entered (only these can contain a CJK
     substring) and which queries take substring semantics.
     """
-    return _CJK.search(text) is not None
+    # ASCII text (most documents: tool output, code) holds none; ``isascii`` is a flag read, not a scan.
+    return not text.isascii() and _CJK.search(text) is not None
 
 
 def uses_substring(query: str) -> bool:
