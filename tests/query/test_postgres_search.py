@@ -489,3 +489,109 @@ def test_its_errors_name_the_postgresql_index_not_sqlite(pg_dsn: str, pg_schema:
         search.search_sessions(query="needle")
     assert closed.value.code == "SESSION_QUERY_INDEX_FAILED"
     assert str(closed.value) == "session-search PostgreSQL index is closed"
+
+
+def _doc_counts(dsn: str, store_schema: str) -> dict[str, int]:
+    """Stored documents per session in the index, straight from its tables (one row per document)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT session_id, count(*) FROM {}.persisted_docs GROUP BY session_id").format(
+                sql.Identifier(index_schema(store_schema))
+            )
+        ).fetchall()
+    return {str(sid): int(count) for sid, count in rows}
+
+
+def test_many_moved_sessions_are_replaced_once_each_in_one_write(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    """Enough moved sessions that the write begins while they are still read (the first index, and a
+    second reconciliation replacing most of them): every session's documents are there exactly once."""
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    names = [f"m{index:02d}" for index in range(14)]
+    for index, sid in enumerate(names):
+        _write(writer, sid, f"needle first{index}", "shared words here", created=index)
+    search = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle", limit=50))) == names
+        assert _doc_counts(pg_dsn, pg_schema) == dict.fromkeys(names, 2)
+        for sid in names[:11]:
+            _append(writer, sid, f"later {sid}")
+        writer.delete(names[-1])
+        assert sorted(_ids(search.search_sessions(query="later", limit=50))) == names[:11]
+        assert _doc_counts(pg_dsn, pg_schema) == {**dict.fromkeys(names[:11], 3), **dict.fromkeys(names[11:13], 2)}
+        assert _ids(search.search_sessions(query="first3")) == ["m03"]
+        assert _ids(search.search_sessions(query="first13")) == []
+    finally:
+        assert search.persistence is not None
+        reader = search.persistence
+        search.close()
+        reader.close()
+        writer.close()
+
+
+def test_a_failure_while_copying_rolls_back_every_moved_session(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    names = [f"f{index:02d}" for index in range(12)]
+    for index, sid in enumerate(names):
+        _write(writer, sid, f"needle {sid}", created=index)
+    search = PostgresSearch(writer, dsn=pg_dsn, schema=pg_schema)
+    try:
+        assert len(_ids(search.search_sessions(query="needle", limit=50))) == 12
+        for sid in names[:10]:
+            _append(writer, sid, f"update {sid}")
+        before = _doc_counts(pg_dsn, pg_schema)
+        original = PostgresSearch._copy_prepared
+
+        def failing(self: PostgresSearch, conn: Any, prepared: Any) -> None:
+            raise psycopg.OperationalError("the server went away mid-copy (injected)")
+
+        monkeypatch.setattr(PostgresSearch, "_copy_prepared", failing)
+        with pytest.raises(SessionQueryError) as failed:
+            search.search_sessions(query="update")
+        assert failed.value.code == "SESSION_QUERY_INDEX_FAILED"
+        assert "injected" in str(failed.value)
+        # Nothing of the failed write is visible: the moved sessions' old rows are all still there.
+        assert _doc_counts(pg_dsn, pg_schema) == before == dict.fromkeys(names, 1)
+        monkeypatch.setattr(PostgresSearch, "_copy_prepared", original)
+        assert sorted(_ids(search.search_sessions(query="update", limit=50))) == names[:10]
+        assert _doc_counts(pg_dsn, pg_schema) == {**dict.fromkeys(names[:10], 2), **dict.fromkeys(names[10:], 1)}
+    finally:
+        search.close()
+        writer.close()
+
+
+def test_a_store_that_moves_during_the_reads_is_read_again_without_duplicates(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer appends while the first index reads the sessions: the observation is unstable, its
+    begun write is rolled back, and the retry indexes every session once, with the append."""
+    import agentlog.query.postgres as provider
+
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    names = [f"w{index:02d}" for index in range(10)]
+    for index, sid in enumerate(names):
+        _write(writer, sid, f"needle {sid}", created=index)
+    original = provider._inspect_one
+    writes = []
+
+    def inspect_while_writing(service: Any, sid: str) -> Any:
+        if not writes:
+            writes.append(sid)
+            _append(writer, "w09", "written during the first index")
+        return original(service, sid)
+
+    monkeypatch.setattr(provider, "_inspect_one", inspect_while_writing)
+    search = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    try:
+        assert _ids(search.search_sessions(query="during the first index")) == ["w09"]
+        assert writes == ["w00"]
+        assert _doc_counts(pg_dsn, pg_schema) == {**dict.fromkeys(names[:9], 1), "w09": 2}
+    finally:
+        assert search.persistence is not None
+        reader = search.persistence
+        search.close()
+        reader.close()
+        writer.close()

@@ -55,6 +55,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import conninfo, sql
 
+from .. import _accel
 from ..errors import (
     DatabaseAuthError,
     SessionNotFoundError,
@@ -106,6 +107,10 @@ _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
 _BATCH_DOCUMENTS: Final = 5_000
+_ID_BLOCK: Final = 16_384
+"""Doc ids drawn from the sequence at once by a reconciliation's inspection threads (:class:`_DocIds`)."""
+_EARLY_WRITE_SESSIONS: Final = 8
+"""Moved sessions from which a reconciliation's write begins while they are read (:class:`_EarlyWrite`)."""
 _TOKENIZERS: Final = 2
 """Batches tokenized at once while indexing (each by its own in-memory SQLite database)."""
 """Documents tokenized and copied per batch of a reconciliation's write."""
@@ -161,6 +166,109 @@ class _Prepared(_Loaded):
         self.rows = rows
         self.term_rows = term_rows
         self.foldings = foldings
+        self.copied = False
+        """Whether its rows are already in the reconciliation's open transaction (:class:`_EarlyWrite`)."""
+
+
+class _DocIds:
+    """Doc ids drawn from the index's sequence a block at a time, for the inspection threads.
+
+    One draw per session cost a round trip each (a tenth of a first index's time), and a draw would wait
+    behind a ``COPY`` holding the connection; ids of a block left unused are a gap, as any failed write's.
+    """
+
+    def __init__(self, draw: Callable[[int], list[int]]) -> None:
+        self._draw = draw
+        self._lock = threading.Lock()
+        self._ids: list[int] = []
+        self._at = 0
+
+    def take(self, count: int) -> list[int]:
+        with self._lock:
+            if len(self._ids) - self._at < count:
+                self._ids = self._draw(max(count, _ID_BLOCK))
+                self._at = 0
+            ids = self._ids[self._at : self._at + count]
+            self._at += count
+            return ids
+
+
+class _EarlyWrite:
+    """A reconciliation's write, begun while its sessions are still being read.
+
+    When many stored sessions moved (a first index), the server's share of the work — the ``COPY`` of the
+    term rows and its B-tree inserts, about as long as reading and extracting the logs — runs on the
+    database's core while this process reads the next sessions, instead of after all of them. So the
+    reconciliation's transaction opens before the reads: under the index's lock, the moved sessions'
+    rows are deleted (each is either replaced or, if it can no longer be read, dropped — as ``_apply``
+    would do), and a copier thread copies each prepared session's rows as it arrives. ``_apply`` then
+    finishes in the same transaction and commits; any other way out (an error, a store that moved
+    during the reads, an abort) rolls everything back, as if nothing had been written.
+    """
+
+    def __init__(self, search: PostgresSearch, conn: psycopg.Connection[Any], session_ids: Sequence[str]) -> None:
+        self._search = search
+        self._conn = conn
+        self._transaction = conn.transaction()
+        self._transaction.__enter__()
+        try:
+            conn.execute(search._q("SELECT 1 FROM {s}.search_state WHERE singleton = 1 FOR UPDATE"))
+            search._delete(conn, "persisted", list(session_ids))
+        except BaseException as err:
+            self._transaction.__exit__(type(err), err, err.__traceback__)
+            raise
+        self.deleted = frozenset(session_ids)
+        self._queue: queue.SimpleQueue[_Prepared | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._aborted = False
+        self._thread = threading.Thread(target=self._copy_all, name="agentlog-search-copy", daemon=True)
+        self._thread.start()
+
+    def put(self, prepared: _Prepared) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(prepared)
+
+    def _copy_all(self) -> None:
+        batch: list[_Prepared] = []
+        size = 0
+        while True:
+            item = self._queue.get()
+            if item is not None:
+                batch.append(item)
+                size += len(item.rows)
+            if batch and (item is None or size >= _BATCH_DOCUMENTS) and self._error is None and not self._aborted:
+                try:
+                    self._search._copy_prepared(self._conn, batch)
+                except BaseException as err:  # handed to the reconciliation's thread, which rolls back
+                    self._error = err
+                else:
+                    for done in batch:
+                        done.copied = True
+                        done.rows, done.term_rows, done.foldings = [], "", []
+                batch, size = [], 0
+            if item is None:
+                return
+
+    def finish(self) -> None:
+        """Wait until every prepared session is copied; raise the copier's error if it met one."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def commit(self) -> None:
+        self._transaction.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        """Stop copying and roll the transaction back (a broken connection is left to the caller)."""
+        self._aborted = True
+        self._queue.put(None)
+        self._thread.join()
+        try:
+            self._transaction.__exit__(psycopg.Rollback, psycopg.Rollback(), None)
+        except psycopg.Error:
+            pass  # the connection is gone: _serialized drops it and reports the original failure
 
 
 # --- FTS5 as a library --------------------------------------------------------------------------------------
@@ -186,6 +294,16 @@ class _Fts5:
         """The ``(term, doc, frequency, positions)`` rows of every term of every ``(doc, text)``, as the
         text of a PostgreSQL ``COPY`` (built by SQLite in one value: no Python object per row). A
         ``unicode61`` term holds no tab, newline or other separator; a backslash is escaped anyway."""
+        if _accel.ascii_term_rows is not None:
+            # ASCII text is tokenized in C (FTS5 unicode61's rules, held to FTS5 by a property test);
+            # FTS5 itself tokenizes the rest.
+            ascii_rows, others = _accel.ascii_term_rows(documents)
+            if not others:
+                return ascii_rows
+            return ascii_rows + self._fts5_term_rows([documents[index] for index in others])
+        return self._fts5_term_rows(documents)
+
+    def _fts5_term_rows(self, documents: Sequence[tuple[int, str]]) -> str:
         conn = self._conn
         conn.executemany("INSERT INTO stage (rowid, text) VALUES (?, ?)", documents)
         try:
@@ -286,6 +404,7 @@ class PostgresSearch(SqliteSearch):
         for _ in range(_TOKENIZERS):
             self._tokenizers.put(_Fts5())
         self._live_rows: dict[str, tuple[str, int]] | None = None
+        self._early: _EarlyWrite | None = None
         # (service, connection number, store watermark, the revision listing read after it)
         self._listing_cache: tuple[PersistenceCoordinator, int, tuple[int, str], dict[str, str]] | None = None
         self._fts_lock = threading.Lock()
@@ -439,7 +558,12 @@ class PostgresSearch(SqliteSearch):
             return quick()
         conn = self._require()
         try:
-            row = conn.execute(_WATERMARK.format(schema=sql.Identifier(self.store_schema))).fetchone()
+            statement = _WATERMARK.format(schema=sql.Identifier(self.store_schema))
+            if self._early is None:
+                row = conn.execute(statement).fetchone()
+            else:  # in the reconciliation's open write: a failure must not abort it
+                with conn.transaction():
+                    row = conn.execute(statement).fetchone()
         except psycopg.Error:
             row = None  # no store tables yet (or no answer): the listing reports what is wrong
         watermark = None if row is None else (int(row[0]), str(row[1]))
@@ -465,14 +589,20 @@ class PostgresSearch(SqliteSearch):
             yield from super()._inspect_moved(service, session_ids, signal)
             return
 
+        conn = self._require()
+        doc_ids = _DocIds(lambda count: self._reserve_docs(conn, "persisted", count))
+        self._abort_early()  # a retried observation starts its write again
+        if len(session_ids) >= _EARLY_WRITE_SESSIONS:
+            self._early = _EarlyWrite(self, conn, session_ids)
+        early = self._early
+
         def load(sid: str) -> _Loaded | SessionPersistenceCorruptionError | SessionNotFoundError | None:
             if signal is not None and signal.is_set():
                 return None  # the caller's check reports the abort
             loaded = _inspect_one(service, sid)
             if not isinstance(loaded, _Loaded):
                 return loaded
-            ids = self._reserve_docs(self._require(), "persisted", len(loaded.documents))
-            rows, term_rows, foldings = self._index_rows(loaded.documents, ids)
+            rows, term_rows, foldings = self._index_rows(loaded.documents, doc_ids.take(len(loaded.documents)))
             return _Prepared(loaded.header, loaded.documents, rows, term_rows, foldings)
 
         ids = iter(session_ids)
@@ -488,6 +618,8 @@ class PostgresSearch(SqliteSearch):
                     if following is not None:
                         pending.append((following, pool.submit(load, following)))
                     assert loaded is not None
+                    if early is not None and isinstance(loaded, _Prepared):
+                        early.put(loaded)
                     yield sid, loaded
             finally:
                 for _sid, left in pending:
@@ -564,7 +696,11 @@ class PostgresSearch(SqliteSearch):
         progress: Callable[[int, int], None] | None,
     ) -> int:
         self._live_rows = None
+        early, self._early = self._early, None
         try:
+            if early is not None:
+                early.finish()  # every prepared session is in the open transaction (or its error raised)
+            # Inside an early write's transaction this is a savepoint; the early write commits after it.
             with conn.transaction():
                 # Hosts sharing the index write it one at a time; the generation is read under the lock.
                 conn.execute(self._q("SELECT 1 FROM {s}.search_state WHERE singleton = 1 FOR UPDATE"))
@@ -575,7 +711,8 @@ class PostgresSearch(SqliteSearch):
                     self._indexed_cache = None
                 local = self._local_generation
                 changed = [entry.loaded.header["id"] for entry in persisted_changes if entry.loaded is not None]
-                self._delete(conn, "persisted", [*persisted_deletes, *changed])
+                deleted = early.deleted if early is not None else frozenset()  # the early write's own deletes
+                self._delete(conn, "persisted", [sid for sid in [*persisted_deletes, *changed] if sid not in deleted])
                 total = len(persisted_changes)
                 sessions: list[tuple[Any, ...]] = []
                 documents: list[dict[str, Any]] = []
@@ -584,7 +721,8 @@ class PostgresSearch(SqliteSearch):
                     assert entry.loaded is not None
                     sessions.append((*_header_bindings(entry.loaded.header), entry.revision, main))
                     if isinstance(entry.loaded, _Prepared):
-                        prepared.append(entry.loaded)
+                        if not entry.loaded.copied:
+                            prepared.append(entry.loaded)
                     else:
                         documents.extend(entry.loaded.documents)
                 self._copy(conn, self._q("COPY {s}.persisted_sessions FROM STDIN"), sessions)
@@ -608,6 +746,10 @@ class PostgresSearch(SqliteSearch):
                     live_docs.extend(live_documents[sid])
                 self._copy(conn, sql.SQL("COPY pg_temp.live_sessions FROM STDIN"), live_rows)
                 self._insert_documents(conn, "live", live_docs)
+            if early is not None:
+                finished: _EarlyWrite = early
+                early = None  # committed or failed, never rolled back by the handlers below
+                finished.commit()
             self._seen_main = main
             if sum(len(entry.loaded.documents) for entry in persisted_changes if entry.loaded) >= _ANALYZE_AFTER:
                 # A bulk load (the first index): the planner's statistics must know the new term counts
@@ -616,12 +758,31 @@ class PostgresSearch(SqliteSearch):
                     conn.execute(self._q(f"ANALYZE {{s}}.{table}"))
             return local
         except SessionQueryError:
+            if early is not None:
+                early.abort()
             raise
         except Exception as err:
+            if early is not None:
+                early.abort()
             self._drop_if_broken()
             raise SessionQueryError(
                 f"session-search reconciliation failed: {_message(err)}", "SESSION_QUERY_INDEX_FAILED"
             ) from err
+        except BaseException:
+            if early is not None:
+                early.abort()
+            raise
+
+    def _reconcile(self, signal: Signal | None, *, progress: Callable[[int, int], None] | None = None) -> _Binding:
+        try:
+            return super()._reconcile(signal, progress=progress)
+        finally:
+            self._abort_early()  # begun, but no write followed (nothing to write, an error, an abort)
+
+    def _abort_early(self) -> None:
+        early, self._early = self._early, None
+        if early is not None:
+            early.abort()
 
     def forget(self, session_ids: Sequence[str], *, signal: Signal | None = None) -> int:
         """Drop the stored documents of ``session_ids`` now (deleted sessions), for every host, in one
