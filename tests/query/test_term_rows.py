@@ -1,4 +1,5 @@
-"""The PostgreSQL index's term rows are FTS5 unicode61's, whichever path tokenizes a document.
+"""The PostgreSQL index's term rows and a one-term query's marks are FTS5 unicode61's, whichever path
+makes them.
 
 ASCII documents are tokenized by the C accelerator (``_accel.ascii_term_rows``), everything else by FTS5
 in a private SQLite table; both must give exactly the rows FTS5 gives (term, doc, frequency, positions),
@@ -8,6 +9,7 @@ is FTS5 itself, read through its own ``fts5vocab`` table in a fresh database.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Sequence
 
@@ -16,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentlog import _accel
-from agentlog.query.postgres import _Fts5
+from agentlog.query.postgres import _Fts5, _mark_ascii_term
 
 pytestmark = pytest.mark.accel
 
@@ -99,3 +101,28 @@ def test_unexpected_items_are_left_to_fts5_not_guessed() -> None:
     text, fallback = _accel.ascii_term_rows(documents)
     assert fallback == [1, 2, 3, 4, 5]
     assert parsed(text) == [("ok", 1, 1, (0,))]
+
+
+_VOCABULARY = st.sampled_from(["r7", "R7", "r77", "xr7", "r", "7", "Cafe", "cafe", "CAFE", "café", "a" * 40])
+_SEPARATORS = st.sampled_from([" ", "  ", "-", "_", ".", "\n", "r7", "", "\t", "/", "\x00", "\ufffd"])
+_MARKABLE = st.lists(st.one_of(_VOCABULARY, _SEPARATORS, ASCII_TEXT), max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MARKABLE, min_size=1, max_size=6), st.sampled_from(["r7", "R7!", "cafe", "Café", "7", "a" * 40]))
+@example(["a" * 40_000 + " r7", "r7 " + "r" * 32_768 + "7"], "r7")
+@example(["R7 r7r7 r7-r7_r7.r7"], "r7")
+def test_a_one_term_querys_marks_are_fts5_highlights(texts: list[str], query: str) -> None:
+    tokenizer = _Fts5()
+    try:
+        (term,) = tokenizer.terms(query)
+        documents = list(enumerate(texts))
+        expected = tokenizer.highlight(documents, query)
+    finally:
+        tokenizer.close()
+    marked: dict[int, str] = {}
+    decided = [key for key, text in documents if _mark_ascii_term(text, term, key, marked)]
+    assert marked == {key: expected[key] for key in decided if key in expected}
+    for key, text in documents:  # left to FTS5 only where its rules are not the ASCII ones
+        if key not in decided:
+            assert not text.isascii() or "\0" in text or any(len(t) >= 32_768 for t in re.findall("[A-Za-z0-9]+", text))
