@@ -865,6 +865,16 @@ def test_listing_is_in_code_point_id_order(pg_backends: Factory) -> None:
     assert list(backend.list_revisions()) == ids
 
 
+def test_listing_some_revisions_words_them_as_the_whole_listing(pg_backends: Factory) -> None:
+    backend = pg_backends()
+    for sid in ("a", "b", "c"):
+        backend.append_batch(header(sid), [ev(0)], False)
+    backend.append_batch(header("b"), [ev(1)], True)
+    whole = backend.list_revisions()
+    assert backend.list_revisions_of(["b", "missing", "a"]) == {"a": whole["a"], "b": whole["b"]}
+    assert backend.list_revisions_of([]) == {}
+
+
 def _restore_data(dsn: str, schema: str, backup: str) -> None:
     """A data-only restore (as ``pg_restore --data-only`` after a truncate): the rows of ``backup``'s
     tables put back into ``schema``'s."""

@@ -278,43 +278,51 @@ def test_a_deleted_session_leaves_every_hosts_results(
 def test_an_unchanged_store_is_not_listed_again_and_any_write_is_seen(
     pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The revision watermark: a search of a store nobody wrote to answers from the last revision
-    listing; an append, a delete, a re-created session or a row rewritten by hand is listed again."""
+    """The session rows' keys: a search of a store nobody wrote to answers from the last revision
+    listing; an append, a delete, a re-created session or a row rewritten by hand is listed again —
+    only the sessions that moved."""
     writer = PersistenceCoordinator(SessionStore(), pg_backends())
     _write(writer, "a", "needle one")
     _write(writer, "b", "needle two")
     backend = pg_backends(read_only=True)
-    listings: list[int] = []
-    original = backend.list_revisions
+    listings: list[list[str] | None] = []  # None: the whole store; else the ids listed again
+    whole, some = backend.list_revisions, backend.list_revisions_of
 
     def counted() -> dict[str, str]:
-        listings.append(1)
-        return original()
+        listings.append(None)
+        return whole()
+
+    def counted_of(session_ids: list[str]) -> dict[str, str]:
+        listings.append(sorted(session_ids))
+        return some(session_ids)
 
     monkeypatch.setattr(backend, "list_revisions", counted)
+    monkeypatch.setattr(backend, "list_revisions_of", counted_of)
     reader = PersistenceCoordinator(SessionStore(), backend)
     search = open_store_search(reader)
     try:
         assert sorted(_ids(search.search_sessions(query="needle"))) == ["a", "b"]
-        first = len(listings)
+        assert listings == [None]
         for _ in range(3):
             assert sorted(_ids(search.search_sessions(query="needle"))) == ["a", "b"]
-        assert len(listings) == first  # nothing moved: not listed again
+        assert listings == [None]  # nothing moved: not listed again
 
         _append(writer, "a", "haystack")
         assert _ids(search.search_sessions(query="haystack")) == ["a"]
-        assert len(listings) > first
-        seen = len(listings)
+        assert listings == [None, ["a"]]
         writer.delete("b")
         assert _ids(search.search_sessions(query="needle")) == ["a"]
+        assert listings == [None, ["a"]]  # a deleted row is simply gone from the keys
         _write(writer, "b", "needle again")
         assert _ids(search.search_sessions(query="again")) == ["b"]
-        assert len(listings) > seen
+        assert listings[-1] == ["b"]
         seen = len(listings)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a row version the counters do not show
             conn.execute(sql.SQL("UPDATE {}.sessions SET revision = revision").format(sql.Identifier(pg_schema)))
         search.search_sessions(query="needle")
-        assert len(listings) > seen
+        assert listings[seen:] == [["a", "b"]]
+        assert search.search_sessions(query="needle")["items"]
+        assert len(listings) == seen + 1
     finally:
         search.close()
         reader.close()

@@ -136,11 +136,12 @@ def index_schema(store_schema: str) -> str:
 _RESERVE: Final = "SELECT nextval(%s::regclass) FROM generate_series(1, %s)"
 """Doc ids for a batch of documents: each ``nextval`` is atomic, so hosts drawing at once never share
 one (a block taken by ``setval`` would have to be taken under the index's lock)."""
-_WATERMARK: Final = sql.SQL(
-    "SELECT count(*), coalesce(md5(string_agg(id || ':' || incarnation || ':' || revision || ':' || xmin::text, ',' "
-    "ORDER BY id)), '') FROM {schema}.sessions"
+_ROW_KEYS: Final = sql.SQL(
+    "SELECT id, incarnation || ':' || revision::text || ':' || xmin::text FROM {schema}.sessions"
 )
-"""What every stored session's revision rests on: its id, incarnation, counter and row version."""
+"""What each stored session's revision rests on: its incarnation, counter and row version, by id."""
+_RELIST_MOVED: Final = 64
+"""Moved sessions up to which only they are listed again (more: the whole store is)."""
 
 
 def _index_failed(detail: str, err: BaseException | None = None) -> SessionQueryError:
@@ -439,8 +440,8 @@ class PostgresSearch(SqliteSearch):
             self._tokenizers.put(_Fts5())
         self._live_rows: dict[str, tuple[str, int]] | None = None
         self._early: _EarlyWrite | None = None
-        # (service, connection number, store watermark, the revision listing read after it)
-        self._listing_cache: tuple[PersistenceCoordinator, int, tuple[int, str], dict[str, str]] | None = None
+        # (service, connection number, every session row's key, the revision listing read after them)
+        self._listing_cache: tuple[PersistenceCoordinator, int, dict[str, str], dict[str, str]] | None = None
         self._fts_lock = threading.Lock()
         super().__init__(
             coordinator,
@@ -577,38 +578,51 @@ class PostgresSearch(SqliteSearch):
 
     # -- reconciliation storage -----------------------------------------------------------------------
     def _revision_listing(self, service: PersistenceCoordinator, quick: Callable[[], object]) -> object:
-        """The store's revision listing, answered from the last one while the store's watermark holds.
+        """The store's revision listing, answered from the last one for every session whose row is as
+        it was then.
 
         ``list_revisions`` of a PostgreSQL store digests every session's newest event row (a thousand
-        index probes and hashes: most of an unchanged search's time). Every write of the store moves its
-        session's row (``revision`` and a new row version, ``xmin``), and a deleted or re-created session
-        changes the set, so one aggregate over the session rows (:data:`_WATERMARK`, read before the
-        listing it guards) tells whether any revision can have moved since. The listing is cached per
-        connection: a database restored from a backup (which repeats revisions and transaction ids) is
-        reached through a new connection, whose first search lists again. Only for the plain coordinator
-        over a PostgreSQL backend of this very store; anything else lists as before.
+        index probes and hashes: most of a search's time when the store is unchanged, and of a search
+        after one session moved). Every write of the store moves its session's row (``revision`` and a
+        new row version, ``xmin``), and a re-created session changes its ``incarnation``; so one read of
+        every row's (id, incarnation, revision, xmin) — :data:`_ROW_KEYS`, read before the revisions it
+        guards — tells which sessions can have moved since the last listing: only those are listed again
+        (or, when most moved, all). The listing is cached per connection: a database restored from a
+        backup (which repeats revisions and transaction ids) is reached through a new connection, whose
+        first search lists again. Only for the plain coordinator over a PostgreSQL backend of this very
+        store; anything else lists as before.
         """
         if not self._lists_this_store(service):
             return quick()
         conn = self._require()
         try:
-            statement = _WATERMARK.format(schema=sql.Identifier(self.store_schema))
+            statement = _ROW_KEYS.format(schema=sql.Identifier(self.store_schema))
             if self._early is None:
-                row = conn.execute(statement).fetchone()
+                keys = dict(conn.execute(statement).fetchall())
             else:  # in the reconciliation's open write: a failure must not abort it
                 with conn.transaction():
-                    row = conn.execute(statement).fetchone()
+                    keys = dict(conn.execute(statement).fetchall())
         except psycopg.Error:
-            row = None  # no store tables yet (or no answer): the listing reports what is wrong
-        watermark = None if row is None else (int(row[0]), str(row[1]))
+            return quick()  # no store tables yet (or no answer): the listing reports what is wrong
         cached = self._listing_cache
-        if watermark is not None and cached is not None:
-            owner, opened, seen, listing = cached
-            if owner is service and opened == self._opened and seen == watermark:
+        fresh: object
+        if cached is not None and cached[0] is service and cached[1] == self._opened:
+            seen, listing = cached[2], cached[3]
+            if keys == seen:
                 return dict(listing)
+            moved = [sid for sid, key in keys.items() if seen.get(sid) != key]
+            if len(moved) <= _RELIST_MOVED:
+                backend: PostgresBackend = service.backend  # type: ignore[assignment]
+                # (a session deleted meanwhile is not in the answer; only deletions: nothing to ask)
+                again = backend.list_revisions_of(moved) if moved else {}
+                gone = set(moved)
+                fresh = {sid: revision for sid, revision in listing.items() if sid in keys and sid not in gone}
+                fresh.update(again)
+                self._listing_cache = (service, self._opened, keys, dict(fresh))
+                return fresh
         fresh = quick()
-        if watermark is not None and isinstance(fresh, dict):
-            self._listing_cache = (service, self._opened, watermark, dict(fresh))
+        if isinstance(fresh, dict):
+            self._listing_cache = (service, self._opened, keys, dict(fresh))
         return fresh
 
     def _inspect_moved(
@@ -740,9 +754,13 @@ class PostgresSearch(SqliteSearch):
                 conn.execute(self._q("SELECT 1 FROM {s}.search_state WHERE singleton = 1 FOR UPDATE"))
                 main = self._main_generation(conn)
                 persisted_changed = bool(persisted_changes or persisted_deletes)
+                known = self._indexed_cache
+                after: dict[str, str] | None = None
                 if persisted_changed:
-                    main += 1
                     self._indexed_cache = None
+                    # The indexed revisions after this write, when nobody else wrote since they were read.
+                    after = dict(known[1]) if known is not None and known[0] == main else None
+                    main += 1
                 local = self._local_generation
                 changed = [entry.loaded.header["id"] for entry in persisted_changes if entry.loaded is not None]
                 deleted = early.deleted if early is not None else frozenset()  # the early write's own deletes
@@ -784,6 +802,11 @@ class PostgresSearch(SqliteSearch):
                 finished: _EarlyWrite = early
                 early = None  # committed or failed, never rolled back by the handlers below
                 finished.commit()
+            if after is not None:
+                for sid in persisted_deletes:
+                    after.pop(sid, None)
+                after.update((entry.loaded.header["id"], entry.revision) for entry in persisted_changes if entry.loaded)
+                self._indexed_cache = (main, after)
             self._seen_main = main
             if sum(len(entry.loaded.documents) for entry in persisted_changes if entry.loaded) >= _ANALYZE_AFTER:
                 # A bulk load (the first index): the planner's statistics must know the new term counts

@@ -125,6 +125,8 @@ _STATEMENTS: Final = {
     "SELECT pg_notify('agentlog_events', id) FROM deleted",
     "select_revisions": "SELECT s.id, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
     "ORDER BY s.id",
+    "select_revisions_of": "SELECT s.id, s.incarnation, s.revision, " + _TAIL + " FROM {schema}.sessions AS s "
+    "WHERE s.id = ANY(%s)",
 }
 
 NAMESPACE_TABLES: Final = "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname"  # noqa: E501

@@ -925,6 +925,13 @@ class PostgresBackend:
             rows = conn.execute(self._sql["select_revisions"]).fetchall()
         return {sid: self._revision(incarnation, revision, tail) for sid, incarnation, revision, tail in rows}
 
+    def list_revisions_of(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The revisions of those of ``session_ids`` that are stored (as :meth:`list_revisions` words
+        them): a reader that knows which sessions moved lists only those."""
+        with self._connection("listing revisions") as conn:
+            rows = conn.execute(self._sql["select_revisions_of"], (list(session_ids),)).fetchall()
+        return {sid: self._revision(incarnation, revision, tail) for sid, incarnation, revision, tail in rows}
+
     # --- writes ------------------------------------------------------------------------------------------
 
     def append_batch(self, meta: Mapping[str, Any], events: Sequence[WireEvent], materialized: bool) -> None:
