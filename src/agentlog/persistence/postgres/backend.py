@@ -46,9 +46,11 @@ Design points, each pinned by a test under ``tests/postgres/``:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 import select
+import struct
 import threading
 import time
 import uuid
@@ -59,6 +61,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import conninfo, pq
 from psycopg.abc import PQGen
+from psycopg.adapt import Dumper
 
 from ...errors import (
     ChunkRowError,
@@ -273,6 +276,54 @@ class _DeadlineConnection(psycopg.Connection[Any]):
             raise _NoAnswer(f"the server did not answer within {deadline:g} s") from None
 
 
+class _Int8Array(list[int]):
+    """Row seqs bound as ``bigint[]`` by :class:`_Int8ArrayDumper`."""
+
+
+class _ByteaArray(list[bytes]):
+    """Row bodies bound as ``bytea[]`` by :class:`_ByteaArrayDumper`."""
+
+
+_ARRAY_HEADER = struct.Struct(">iiiii")  # dimensions, has nulls, element type, length, lower bound
+_LENGTH = struct.Struct(">i")
+_INT8_OID, _INT8_ARRAY_OID, _BYTEA_OID, _BYTEA_ARRAY_OID = 20, 1016, 17, 1001
+
+
+class _Int8ArrayDumper(Dumper):
+    """An append's seqs in PostgreSQL's binary array format, written directly: psycopg's generic list
+    dumper inspects every list for its element type on every execution (a tenth of a per-step append)."""
+
+    format = pq.Format.BINARY
+    oid = _INT8_ARRAY_OID
+
+    def dump(self, obj: Any) -> bytes:
+        if not obj:
+            return struct.pack(">iii", 0, 0, _INT8_OID)
+        return _ARRAY_HEADER.pack(1, 0, _INT8_OID, len(obj), 1) + struct.pack(
+            ">" + "iq" * len(obj), *itertools.chain.from_iterable((8, value) for value in obj)
+        )
+
+
+class _ByteaArrayDumper(Dumper):
+    """An append's row bodies in PostgreSQL's binary array format (see :class:`_Int8ArrayDumper`)."""
+
+    format = pq.Format.BINARY
+    oid = _BYTEA_ARRAY_OID
+
+    def dump(self, obj: Any) -> bytes:
+        if not obj:
+            return struct.pack(">iii", 0, 0, _BYTEA_OID)
+        length = _LENGTH.pack
+        parts = [_ARRAY_HEADER.pack(1, 0, _BYTEA_OID, len(obj), 1)]
+        for body in obj:
+            parts += (length(len(body)), body)
+        return b"".join(parts)
+
+
+psycopg.adapters.register_dumper(_Int8Array, _Int8ArrayDumper)
+psycopg.adapters.register_dumper(_ByteaArray, _ByteaArrayDumper)
+
+
 class _Batch:
     """One append batch in storage form: the rows (an event or a packed chunk run) and their first seqs."""
 
@@ -283,7 +334,8 @@ class _Batch:
         self.events = events
         self.first = events[0]["seq"]
         self.count = len(events)
-        self.seqs, self.bodies = _storage_rows(events)
+        seqs, bodies = _storage_rows(events)
+        self.seqs, self.bodies = _Int8Array(seqs), _ByteaArray(bodies)
 
 
 def _storage_rows(events: Sequence[WireEvent]) -> tuple[list[int], list[bytes]]:
