@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg import conninfo, sql
 
 import agentlog as al
@@ -38,6 +40,7 @@ from agentlog.errors import (
 from agentlog.kernel.jsoncodec import dumps, loads
 from agentlog.persistence.coordinator import PersistenceCoordinator
 from agentlog.persistence.postgres import PostgresBackend
+from agentlog.persistence.postgres import backend as backend_module
 from agentlog.testing.builders import (
     assistant_event,
     chunk_event,
@@ -1194,3 +1197,18 @@ def test_a_damaged_plain_row_is_reported_at_its_seq_by_compact_and_expanded_read
     with pytest.raises(SessionPersistenceCorruptionError, match=f"at seq {seq} "):
         with compact_chunk_runs():
             backend.load_stored("s")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40),
+    st.lists(st.binary(max_size=300), max_size=40),
+)
+def test_an_appends_arrays_reach_the_server_as_bound(pg_dsn: str, seqs: list[int], bodies: list[bytes]) -> None:
+    """The append's own array dumpers (seqs, bodies) give the server exactly the values bound."""
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.cursor(binary=True).execute(
+            "SELECT %b::bigint[], %b::bytea[]", (backend_module._Int8Array(seqs), backend_module._ByteaArray(bodies))
+        ).fetchone()
+    assert row is not None
+    assert (row[0] or [], [bytes(body) for body in row[1] or []]) == (seqs, bodies)
