@@ -1,4 +1,4 @@
-"""The PostgreSQL index's term rows and a one-term query's marks are FTS5 unicode61's, whichever path
+"""The PostgreSQL index's term rows and a one-term query's snippets are FTS5 unicode61's, whichever path
 makes them.
 
 ASCII documents are tokenized by the C accelerator (``_accel.ascii_term_rows``), everything else by FTS5
@@ -18,6 +18,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentlog import _accel
+from agentlog.query.normalize import FTS_HIGHLIGHT_END as END
+from agentlog.query.normalize import FTS_HIGHLIGHT_START as START
+from agentlog.query.normalize import make_snippet
 from agentlog.query.postgres import _Fts5, _mark_ascii_term
 
 pytestmark = pytest.mark.accel
@@ -46,6 +49,10 @@ def parsed(copy_text: str) -> list[tuple[str, int, int, tuple[int, ...]]]:
             (term.replace("\\\\", "\\"), int(doc), int(count), tuple(int(p) for p in positions[1:-1].split(",")))
         )
     return rows
+
+
+def _unmark(text: str) -> str:
+    return text.replace(START, "").replace(END, "")
 
 
 def term_rows(documents: Sequence[tuple[int, str]]) -> list[tuple[str, int, int, tuple[int, ...]]]:
@@ -112,7 +119,7 @@ _MARKABLE = st.lists(st.one_of(_VOCABULARY, _SEPARATORS, ASCII_TEXT), max_size=1
 @given(st.lists(_MARKABLE, min_size=1, max_size=6), st.sampled_from(["r7", "R7!", "cafe", "Café", "7", "a" * 40]))
 @example(["a" * 40_000 + " r7", "r7 " + "r" * 32_768 + "7"], "r7")
 @example(["R7 r7r7 r7-r7_r7.r7"], "r7")
-def test_a_one_term_querys_marks_are_fts5_highlights(texts: list[str], query: str) -> None:
+def test_a_one_term_querys_snippets_are_fts5_highlights(texts: list[str], query: str) -> None:
     tokenizer = _Fts5()
     try:
         (term,) = tokenizer.terms(query)
@@ -122,7 +129,12 @@ def test_a_one_term_querys_marks_are_fts5_highlights(texts: list[str], query: st
         tokenizer.close()
     marked: dict[int, str] = {}
     decided = [key for key, text in documents if _mark_ascii_term(text, term, key, marked)]
-    assert marked == {key: expected[key] for key in decided if key in expected}
+    assert set(marked) == {key for key in decided if key in expected}  # the documents FTS5 marks
+    for key, text in marked.items():  # every snippet FTS5's, to the character (and the first mark the same)
+        assert _unmark(text) == _unmark(expected[key]) == documents[key][1]
+        assert text.index(START) == expected[key].index(START)
+        for budget in (1, 2, 5, 12, 40, 200):
+            assert make_snippet(text, budget) == make_snippet(expected[key], budget)
     for key, text in documents:  # left to FTS5 only where its rules are not the ASCII ones
         if key not in decided:
             assert not text.isascii() or "\0" in text or any(len(t) >= 32_768 for t in re.findall("[A-Za-z0-9]+", text))

@@ -357,17 +357,20 @@ def _mark_ascii_term(text: str, term: str, key: int, marked: dict[int, str]) -> 
     when FTS5 must decide (non-ASCII text, a NUL — stored text has none — or a token or term at FTS5's
     length cut).
 
-    On ASCII text a ``unicode61`` token is a run of letters and digits, folded to lower case; every
-    token equal to the term is one phrase instance, marked alone (one-token instances cannot overlap).
+    On ASCII text a ``unicode61`` token is a run of letters and digits, folded to lower case; a token
+    equal to the term is a phrase instance. Only the first is marked: a page's marked text feeds only its
+    snippet (:func:`~agentlog.query.normalize.make_snippet`), which drops the marks and keeps the first
+    match in view, so the snippet is FTS5's to the character (a long repetitive document has hundreds of
+    instances, each a string operation, for nothing).
     """
     if not text.isascii() or not term.isascii() or len(term) >= _ASCII_TERM_MAX or "\0" in text:
         return False
     if len(text) >= _ASCII_TERM_MAX and _ASCII_LONG_TOKEN.search(text):
         return False
-    pieces = _ascii_term_pattern(term).split(text)  # text, token, text, token, ..., text
-    if len(pieces) > 1:
-        pieces[1::2] = [FTS_HIGHLIGHT_START + token + FTS_HIGHLIGHT_END for token in pieces[1::2]]
-        marked[key] = "".join(pieces)
+    first = _ascii_term_pattern(term).search(text)
+    if first is not None:
+        start, end = first.span()
+        marked[key] = text[:start] + FTS_HIGHLIGHT_START + text[start:end] + FTS_HIGHLIGHT_END + text[end:]
     return True
 
 
@@ -1159,7 +1162,7 @@ class PostgresSearch(SqliteSearch):
         self, rows: list[dict[str, Any]], query: str, *, term: str | None = None
     ) -> list[dict[str, Any]]:
         """``marked_text`` of a page's rows: FTS5 ``highlight()`` of their texts (for a one-term query,
-        ASCII texts are marked here, as FTS5 would mark them: a third of such a search's own time)."""
+        ASCII texts are marked here, for the same snippets: a third of such a search's own time)."""
         texts = [(index, row["text"] or "") for index, row in enumerate(rows)]
         marked: dict[int, str] = {}
         if term is not None:
