@@ -2294,9 +2294,10 @@ full:
 }
 
 /* ascii_term_rows(documents) -> (copy_text, fallback)
- * The search index's term rows of the ASCII documents among `documents` (a list of (int doc, str text)),
- * as the text of a PostgreSQL COPY: one line "term\tdoc\tfrequency\t{pos,pos,...}" per distinct term of
- * a document, positions ascending. The terms are exactly FTS5 unicode61's on ASCII text (the SQLite
+ * The search index's term rows of the ASCII documents among `documents` (a list of (int doc, str text)
+ * or (int doc, str text, str columns)), as the text of a PostgreSQL COPY: one line
+ * "term\tdoc\tfrequency\t{pos,pos,...}" per distinct term of a document, positions ascending, followed
+ * by "\t" and the document's `columns` when given (already COPY text: they are copied as they are). The terms are exactly FTS5 unicode61's on ASCII text (the SQLite
  * provider's definition, checked against FTS5 itself by a property test): a term is a maximal run of
  * [A-Za-z0-9], folded to lower case, cut to FTS5's 32,768-byte limit; its position counts the terms before
  * it. Non-ASCII text (or an unexpected item) is not decided here: its index in `documents` is listed in
@@ -2383,7 +2384,8 @@ grow(void **p, size_t *cap, size_t need, size_t item)
 
 /* Appends one ASCII document's rows to out; -1 when memory runs out. */
 static int
-ascii_doc_rows(const unsigned char *text, Py_ssize_t n, long long doc, term_scratch *s, out_buf *out)
+ascii_doc_rows(const unsigned char *text, Py_ssize_t n, long long doc, const char *extra, Py_ssize_t extra_len,
+               term_scratch *s, out_buf *out)
 {
     /* Upper bounds: at most (n + 1) / 2 terms, at most n bytes of folded term text. */
     size_t most = (size_t)(n + 1) / 2 + 1;
@@ -2462,7 +2464,7 @@ ascii_doc_rows(const unsigned char *text, Py_ssize_t n, long long doc, term_scra
     for (Py_ssize_t k = 0; k < slots; k++) {
         term_slot *t = &s->slots[k];
         /* term, doc, count, and up to 21 bytes per position */
-        if (out_reserve(out, (size_t)t->len + 80 + (size_t)t->count * 22) < 0) {
+        if (out_reserve(out, (size_t)t->len + 80 + (size_t)extra_len + (size_t)t->count * 22) < 0) {
             return -1;
         }
         char *p = out->data + out->len;
@@ -2479,6 +2481,11 @@ ascii_doc_rows(const unsigned char *text, Py_ssize_t n, long long doc, term_scra
             *p++ = ',';
         }
         p[-1] = '}';
+        if (extra != NULL) {
+            *p++ = '\t';
+            memcpy(p, extra, (size_t)extra_len);
+            p += extra_len;
+        }
         *p++ = '\n';
         out->len = (size_t)(p - out->data);
     }
@@ -2497,8 +2504,11 @@ ascii_term_rows(PyObject *Py_UNUSED(module), PyObject *documents)
     long long *docs = PyMem_Malloc(sizeof(long long) * (size_t)(count ? count : 1));
     const unsigned char **texts = PyMem_Malloc(sizeof(char *) * (size_t)(count ? count : 1));
     Py_ssize_t *lengths = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count ? count : 1));
+    const char **extras = PyMem_Malloc(sizeof(char *) * (size_t)(count ? count : 1));
+    Py_ssize_t *extra_lengths = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count ? count : 1));
     PyObject *result = NULL;
-    if (fallback == NULL || docs == NULL || texts == NULL || lengths == NULL) {
+    if (fallback == NULL || docs == NULL || texts == NULL || lengths == NULL || extras == NULL ||
+        extra_lengths == NULL) {
         if (fallback != NULL) {
             PyErr_NoMemory();
         }
@@ -2507,10 +2517,21 @@ ascii_term_rows(PyObject *Py_UNUSED(module), PyObject *documents)
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = PyTuple_GET_ITEM(items, i);
         texts[i] = NULL;
-        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 && PyLong_CheckExact(PyTuple_GET_ITEM(item, 0)) &&
-            PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 1)) && PyUnicode_IS_ASCII(PyTuple_GET_ITEM(item, 1))) {
+        extras[i] = NULL;
+        extra_lengths[i] = 0;
+        Py_ssize_t size = PyTuple_CheckExact(item) ? PyTuple_GET_SIZE(item) : 0;
+        if ((size == 2 || (size == 3 && PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 2)))) &&
+            PyLong_CheckExact(PyTuple_GET_ITEM(item, 0)) && PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 1)) &&
+            PyUnicode_IS_ASCII(PyTuple_GET_ITEM(item, 1))) {
             int overflow = 0;
             long long doc = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(item, 0), &overflow);
+            if (size == 3 && !overflow && !(doc == -1 && PyErr_Occurred())) {
+                /* UTF-8 cached on the str object, which `items` keeps alive; a lone surrogate fails here */
+                extras[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(item, 2), &extra_lengths[i]);
+                if (extras[i] == NULL) {
+                    goto done;
+                }
+            }
             if (!overflow && !(doc == -1 && PyErr_Occurred())) {
                 docs[i] = doc;
                 texts[i] = (const unsigned char *)PyUnicode_1BYTE_DATA(PyTuple_GET_ITEM(item, 1));
@@ -2531,7 +2552,8 @@ ascii_term_rows(PyObject *Py_UNUSED(module), PyObject *documents)
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
-        if (texts[i] != NULL && ascii_doc_rows(texts[i], lengths[i], docs[i], &scratch, &out) < 0) {
+        if (texts[i] != NULL &&
+            ascii_doc_rows(texts[i], lengths[i], docs[i], extras[i], extra_lengths[i], &scratch, &out) < 0) {
             failed = 1;
         }
     }
@@ -2555,6 +2577,8 @@ done:
     PyMem_Free(docs);
     PyMem_Free(texts);
     PyMem_Free(lengths);
+    PyMem_Free(extras);
+    PyMem_Free(extra_lengths);
     Py_XDECREF(fallback);
     Py_DECREF(items);
     return result;

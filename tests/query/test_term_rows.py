@@ -40,11 +40,18 @@ def fts5_rows(documents: Sequence[tuple[int, str]]) -> set[tuple[str, int, int, 
     return {(term, doc, len(found), tuple(sorted(found))) for (term, doc), found in positions.items()}
 
 
+def columns_of(doc: int) -> str:
+    """A document's columns as COPY text (what the provider appends to each of its term rows)."""
+    return f"s-{doc}\\t\\\\é\t{doc * 3}\tuser/message\t{doc + 1}\tcurrent\t{doc % 5}"
+
+
 def parsed(copy_text: str) -> list[tuple[str, int, int, tuple[int, ...]]]:
+    """The term rows of a COPY text, each checked to end with its document's columns."""
     rows = []
     for line in copy_text.splitlines():
-        term, doc, count, positions = line.split("\t")
+        term, doc, count, positions, columns = line.split("\t", 4)
         assert positions.startswith("{") and positions.endswith("}")
+        assert columns == columns_of(int(doc))
         rows.append(
             (term.replace("\\\\", "\\"), int(doc), int(count), tuple(int(p) for p in positions[1:-1].split(",")))
         )
@@ -58,7 +65,7 @@ def _unmark(text: str) -> str:
 def term_rows(documents: Sequence[tuple[int, str]]) -> list[tuple[str, int, int, tuple[int, ...]]]:
     tokenizer = _Fts5()
     try:
-        return parsed(tokenizer.term_rows(documents))
+        return parsed(tokenizer.term_rows([(doc, text, columns_of(doc)) for doc, text in documents]))
     finally:
         tokenizer.close()
 
@@ -96,7 +103,7 @@ def test_large_document_ids_are_written_in_full() -> None:
 def test_only_non_ascii_documents_are_left_to_fts5() -> None:
     assert _accel.ascii_term_rows is not None
     documents = [(1, "plain ascii"), (2, "café"), (3, ""), (4, "日本"), (5, "X")]
-    text, fallback = _accel.ascii_term_rows(documents)
+    text, fallback = _accel.ascii_term_rows([(doc, body, columns_of(doc)) for doc, body in documents])
     assert fallback == [1, 3]
     assert set(parsed(text)) == fts5_rows([documents[0], documents[2], documents[4]])
 
@@ -104,10 +111,12 @@ def test_only_non_ascii_documents_are_left_to_fts5() -> None:
 @pytest.mark.skipif(_accel.ascii_term_rows is None, reason="the C accelerator is disabled or not built")
 def test_unexpected_items_are_left_to_fts5_not_guessed() -> None:
     assert _accel.ascii_term_rows is not None
-    documents = [(1, "ok"), ("2", "text"), (3.0, "float id"), (2**70, "huge id"), [4, "list"], (5,)]
+    documents = [(1, "ok", columns_of(1)), ("2", "text"), (3.0, "float id"), (2**70, "huge id"), [4, "list"], (5,)]
+    documents += [(6, "columns not text", 6), (7, "too", "many", "items")]
     text, fallback = _accel.ascii_term_rows(documents)
-    assert fallback == [1, 2, 3, 4, 5]
+    assert fallback == [1, 2, 3, 4, 5, 6, 7]
     assert parsed(text) == [("ok", 1, 1, (0,))]
+    assert _accel.ascii_term_rows([(8, "no columns")]) == ("no\t8\t1\t{0}\ncolumns\t8\t1\t{1}\n", [])
 
 
 _VOCABULARY = st.sampled_from(["r7", "R7", "r77", "xr7", "r", "7", "Cafe", "cafe", "CAFE", "café", "a" * 40])

@@ -103,7 +103,7 @@ __all__ = ["INDEX_SCHEMA_SUFFIX", "PostgresSearch", "index_schema"]
 
 INDEX_SCHEMA_SUFFIX: Final = "_search"
 INDEX_APPLICATION: Final = "agentlog-search"
-INDEX_VERSION: Final = 3
+INDEX_VERSION: Final = 4
 _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
@@ -273,6 +273,14 @@ class _EarlyWrite:
             pass  # the connection is gone: _serialized drops it and reports the original failure
 
 
+_COPY_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_columns(values: Sequence[Any]) -> str:
+    """``values`` as the tab-separated fields of a ``COPY`` text row (none is NULL)."""
+    return "\t".join(str(value).translate(_COPY_ESCAPES) for value in values)
+
+
 # --- FTS5 as a library --------------------------------------------------------------------------------------
 
 
@@ -292,10 +300,11 @@ class _Fts5:
     def close(self) -> None:
         self._conn.close()
 
-    def term_rows(self, documents: Sequence[tuple[int, str]]) -> str:
-        """The ``(term, doc, frequency, positions)`` rows of every term of every ``(doc, text)``, as the
-        text of a PostgreSQL ``COPY`` (built by SQLite in one value: no Python object per row). A
-        ``unicode61`` term holds no tab, newline or other separator; a backslash is escaped anyway."""
+    def term_rows(self, documents: Sequence[tuple[int, str, str]]) -> str:
+        """The ``(term, doc, frequency, positions, <columns>)`` rows of every term of every ``(doc, text,
+        columns)``, as the text of a PostgreSQL ``COPY`` (``columns``: the document's own columns, already
+        ``COPY`` text, copied onto each of its rows). A ``unicode61`` term holds no tab, newline or other
+        separator; a backslash is escaped anyway."""
         if _accel.ascii_term_rows is not None:
             # ASCII text is tokenized in C (FTS5 unicode61's rules, held to FTS5 by a property test);
             # FTS5 itself tokenizes the rest.
@@ -305,18 +314,18 @@ class _Fts5:
             return ascii_rows + self._fts5_term_rows([documents[index] for index in others])
         return self._fts5_term_rows(documents)
 
-    def _fts5_term_rows(self, documents: Sequence[tuple[int, str]]) -> str:
+    def _fts5_term_rows(self, documents: Sequence[tuple[int, str, str]]) -> str:
         conn = self._conn
-        conn.executemany("INSERT INTO stage (rowid, text) VALUES (?, ?)", documents)
+        conn.executemany("INSERT INTO stage (rowid, text) VALUES (?, ?)", [(doc, text) for doc, text, _ in documents])
         try:
-            row = conn.execute(
-                "SELECT group_concat(line, '') FROM (SELECT replace(term, '\\', '\\\\') || char(9) || doc "
-                "|| char(9) || count(*) || char(9) || '{' || group_concat(\"offset\", ',') || '}' || char(10) "
-                "AS line FROM stage_terms GROUP BY term, doc)"
-            ).fetchone()
+            rows = conn.execute(
+                "SELECT doc, replace(term, '\\', '\\\\') || char(9) || doc || char(9) || count(*) || char(9) "
+                "|| '{' || group_concat(\"offset\", ',') || '}' FROM stage_terms GROUP BY term, doc"
+            ).fetchall()
         finally:
             conn.execute("INSERT INTO stage (stage) VALUES ('delete-all')")
-        return str(row[0] or "") if row is not None else ""
+        columns = {doc: extra for doc, _text, extra in documents}
+        return "".join(f"{line}\t{columns[doc]}\n" for doc, line in rows)
 
     def terms(self, text: str) -> list[str]:
         """The term instances of ``text`` (a query), in order."""
@@ -701,7 +710,8 @@ class PostgresSearch(SqliteSearch):
         except queue.Empty:
             tokenizer = _Fts5()
         try:
-            term_rows = tokenizer.term_rows([(row[0], row[7]) for row in rows])
+            # Each term row carries its document's columns: a one-term query ranks from the term rows alone.
+            term_rows = tokenizer.term_rows([(row[0], row[7], _copy_columns(row[1:7])) for row in rows])
         finally:
             self._tokenizers.put(tokenizer)
         return rows, term_rows, foldings
@@ -959,7 +969,9 @@ class PostgresSearch(SqliteSearch):
             sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, text) FROM STDIN").format(
                 docs
             ),
-            sql.SQL("COPY {} (term, doc, n, pos) FROM STDIN").format(terms),
+            sql.SQL(
+                "COPY {} (term, doc, n, pos, session_id, seq, type, time, surface, codepoint_length) FROM STDIN"
+            ).format(terms),
             sql.SQL("COPY {} (doc, session_id, seq, type, time, surface, codepoint_length, folded) FROM STDIN").format(
                 folded
             ),
@@ -1220,9 +1232,12 @@ _DOCS_DDL: Final = (
     'doc bigint PRIMARY KEY, session_id text COLLATE "C" NOT NULL, seq bigint NOT NULL, type text NOT NULL, '
     "time bigint NOT NULL, surface text NOT NULL, codepoint_length bigint NOT NULL, text text NOT NULL"
 )
+# A term row carries its document's columns (those the filters and the ranking read): a one-term query
+# ranks and filters from the term rows alone, with no lookup of each candidate's document row.
 _TERMS_DDL: Final = (
     'term text COLLATE "C" NOT NULL, doc bigint NOT NULL, n integer NOT NULL, pos integer[] NOT NULL, '
-    "PRIMARY KEY (term, doc)"
+    'session_id text COLLATE "C" NOT NULL, seq bigint NOT NULL, type text NOT NULL, time bigint NOT NULL, '
+    "surface text NOT NULL, codepoint_length bigint NOT NULL, PRIMARY KEY (term, doc)"
 )
 
 # The companion of CJK-bearing documents carries their event columns: a substring query reads it alone.
@@ -1277,9 +1292,10 @@ _COMMON_WIDE: Final = (
     "d.codepoint_length AS document_length, "
 )
 _TERM: Final = (
-    _COMMON + "t.n AS match_count FROM {terms} AS t JOIN {docs} AS d ON d.doc = t.doc "
-    "JOIN {sessions} AS s ON s.id = d.session_id WHERE t.term = %(term)s"
+    _COMMON + "d.n AS match_count FROM {terms} AS d JOIN {sessions} AS s ON s.id = d.session_id "
+    "WHERE d.term = %(term)s"
 )
+"""One term's candidates from its term rows alone (``d``: they carry their document's columns)."""
 
 
 def _phrase_arm(distinct: int) -> str:
