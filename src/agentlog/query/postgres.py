@@ -1301,20 +1301,23 @@ _TERM: Final = (
 def _phrase_arm(distinct: int) -> str:
     """The arm of a phrase's candidates: the documents holding each of its ``distinct`` terms
     (``%(termI)s``), with every term's token positions (``posI``), matched in :func:`_rank_phrase`."""
-    positions = ", ".join(f"t{i}.pos AS pos{i}" for i in range(distinct))
+    positions = ", ".join(f"{_term_row(i)}.pos AS pos{i}" for i in range(distinct))
     return _COMMON_WIDE + positions + _phrase_from(distinct)
+
+
+def _term_row(index: int) -> str:
+    """The alias of term ``index``'s row in a phrase arm: the first term's row is ``d``, the document's
+    columns (a term row carries them), the others ``tI``."""
+    return "d" if index == 0 else f"t{index}"
 
 
 def _phrase_from(terms: int) -> str:
     """The ``FROM`` of a phrase arm: the documents holding each of ``terms`` terms (``%(termI)s``, term
-    ``I``'s row as ``tI``), with their document and session rows."""
+    ``I``'s row as :func:`_term_row`), with their session rows."""
     joins = "".join(
-        f" JOIN {{terms}} AS t{i} ON t{i}.doc = t0.doc AND t{i}.term = %(term{i})s" for i in range(1, terms)
+        f" JOIN {{terms}} AS t{i} ON t{i}.doc = d.doc AND t{i}.term = %(term{i})s" for i in range(1, terms)
     )
-    return (
-        f" FROM {{terms}} AS t0{joins} JOIN {{docs}} AS d ON d.doc = t0.doc "
-        "JOIN {sessions} AS s ON s.id = d.session_id WHERE t0.term = %(term0)s"
-    )
+    return f" FROM {{terms}} AS d{joins} JOIN {{sessions}} AS s ON s.id = d.session_id WHERE d.term = %(term0)s"
 
 
 def _phrase_count_arm(length: int) -> str:
@@ -1322,7 +1325,7 @@ def _phrase_count_arm(length: int) -> str:
     occurrences counted in ``match_count``: the positions of the first term that each next term follows
     at its offset (what :func:`_phrase_marks` counts when no two occurrences can overlap)."""
     follows = " AND ".join(f"p + {i} = ANY(t{i}.pos)" for i in range(1, length))
-    count = f"(SELECT count(*) FROM unnest(t0.pos) AS p WHERE {follows})" if follows else "cardinality(t0.pos)"
+    count = f"(SELECT count(*) FROM unnest(d.pos) AS p WHERE {follows})" if follows else "cardinality(d.pos)"
     return _COMMON + f"{count} AS match_count" + _phrase_from(length)
 
 
