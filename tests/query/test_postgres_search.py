@@ -193,6 +193,16 @@ class _Counted:
         monkeypatch.setattr(coordinator, "inspect", inspect)
 
 
+def _close_searches(*searches: SqliteSearch, then: PersistenceCoordinator) -> None:
+    """Close each search and the coordinator it reads through, then ``then``."""
+    for search in searches:
+        assert search.persistence is not None
+        coordinator = search.persistence
+        search.close()
+        coordinator.close()
+    then.close()
+
+
 def _ids(page: dict[str, Any]) -> list[str]:
     return [item["header"]["id"] for item in page["items"]]
 
@@ -267,12 +277,7 @@ def test_a_deleted_session_leaves_every_hosts_results(
         assert stale.value.code == "SESSION_QUERY_STALE_CURSOR"
         assert _ids(host_b.search_sessions(query="needle")) == ["keep"]
     finally:
-        for search in (host_a, host_b):
-            assert search.persistence is not None
-            coordinator = search.persistence
-            search.close()
-            coordinator.close()
-        writer.close()
+        _close_searches(host_a, host_b, then=writer)
 
 
 def test_an_unchanged_store_is_not_listed_again_and_any_write_is_seen(
@@ -531,11 +536,7 @@ def test_many_moved_sessions_are_replaced_once_each_in_one_write(
         assert _ids(search.search_sessions(query="first3")) == ["m03"]
         assert _ids(search.search_sessions(query="first13")) == []
     finally:
-        assert search.persistence is not None
-        reader = search.persistence
-        search.close()
-        reader.close()
-        writer.close()
+        _close_searches(search, then=writer)
 
 
 def test_a_failure_while_copying_rolls_back_every_moved_session(
@@ -598,8 +599,4 @@ def test_a_store_that_moves_during_the_reads_is_read_again_without_duplicates(
         assert writes == ["w00"]
         assert _doc_counts(pg_dsn, pg_schema) == {**dict.fromkeys(names[:9], 1), "w09": 2}
     finally:
-        assert search.persistence is not None
-        reader = search.persistence
-        search.close()
-        reader.close()
-        writer.close()
+        _close_searches(search, then=writer)
