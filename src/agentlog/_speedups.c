@@ -2584,6 +2584,62 @@ done:
     return result;
 }
 
+/* repeated_term_marks(positions, length) -> int or None
+ * How many marks FTS5 highlight() makes for a phrase of one term repeated `length` times in a document
+ * whose token positions of that term are `positions` (a list of ints): an occurrence starts at p when
+ * p, p+1, ..., p+length-1 are all positions; occurrences closer than `length` to the previous one
+ * overlap and merge into one mark. None when the positions are not a strictly ascending list of small
+ * ints (the Python twin, agentlog.query.postgres._phrase_marks, then decides). Why in C: a common
+ * word's candidates carry hundreds of positions each, and counting them in Python was a third of such a
+ * query's time. */
+static PyObject *
+repeated_term_marks(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "repeated_term_marks expects (list of int, int)");
+        return NULL;
+    }
+    PyObject *positions = args[0];
+    long length = PyLong_AsLong(args[1]);
+    if (length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (length < 1) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(positions);
+    long long *p = PyMem_Malloc(sizeof(long long) * (size_t)(n ? n : 1));
+    if (p == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(positions, i);
+        int overflow = 0;
+        long long v = PyLong_CheckExact(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : 0;
+        if (!PyLong_CheckExact(item) || overflow || (v == -1 && PyErr_Occurred()) || v < 0 || v > (1LL << 40) ||
+            (i > 0 && v <= p[i - 1])) {
+            PyErr_Clear();
+            PyMem_Free(p);
+            Py_RETURN_NONE;
+        }
+        p[i] = v;
+    }
+    long long span = (long long)length - 1, marks = 0, previous = -1;
+    int any = 0;
+    for (Py_ssize_t i = 0; i + span < n; i++) {
+        if (p[i + span] - p[i] != span) {
+            continue; /* strictly ascending: the run p[i]..p[i]+span is whole only if its ends are span apart */
+        }
+        if (!any || p[i] - previous >= (long long)length) {
+            marks++;
+        }
+        previous = p[i];
+        any = 1;
+    }
+    PyMem_Free(p);
+    return PyLong_FromLongLong(marks);
+}
+
 static PyMethodDef methods[] = {
     {"wall_clock_ms", (PyCFunction)wall_clock_ms, METH_NOARGS, "Integer Unix epoch milliseconds."},
     {"checked_snapshot", (PyCFunction)(void (*)(void))checked_snapshot, METH_FASTCALL,
@@ -2614,6 +2670,8 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {"ascii_term_rows", (PyCFunction)ascii_term_rows, METH_O,
      "The search index's COPY term rows of the ASCII (doc, text) pairs, and the indices left to FTS5."},
+    {"repeated_term_marks", (PyCFunction)(void (*)(void))repeated_term_marks, METH_FASTCALL,
+     "FTS5 highlight()'s mark count for one term repeated as a phrase, from its sorted positions, or None."},
     {"stream_text_length", (PyCFunction)(void (*)(void))stream_text_length, METH_FASTCALL,
      "The token meter's streamed text length (UTF-16 units), -1 for no block, or None: Python decides."},
     {NULL, NULL, 0, NULL},

@@ -1339,6 +1339,10 @@ def _phrase_marks(row: Mapping[str, Any], phrase: Sequence[int]) -> int:
         return len(first)
     if all(index == phrase[0] for index in phrase):
         # One term repeated: an occurrence is a run of consecutive positions (they strictly increase).
+        if _accel.repeated_term_marks is not None and type(first) is list:
+            counted = _accel.repeated_term_marks(first, length)  # None: not plainly sorted, decided below
+            if counted is not None:
+                return int(counted)
         ordered = sorted(first)
         span = length - 1
         starts: Iterable[int] = (p for p, q in zip(ordered, ordered[span:], strict=False) if q - p == span)
