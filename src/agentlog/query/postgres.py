@@ -17,9 +17,12 @@ host rebuilds anything locally. Why it is built this way:
 * **Exact parity by construction, not by re-implementation.** Tokenizing, phrase matching and
   highlighting are FTS5 ``unicode61`` (case and diacritics folded) — the SQLite provider's own
   definition — so this provider runs that very tokenizer, in private in-memory SQLite databases used as
-  a library (:class:`_Fts5`): documents are tokenized there when indexed and each term's frequency and
-  token positions stored in PostgreSQL (``*_terms``, one B-tree row per term and document); a query is
-  tokenized there; a page's documents are highlighted there. PostgreSQL does the candidate retrieval,
+  a library (:class:`_Fts5`): documents are tokenized there when indexed (ASCII text by the C
+  accelerator, which applies unicode61's rules and is held to FTS5 by a property test) and each term's
+  frequency and token positions stored in PostgreSQL (``*_terms``, one B-tree row per term and document,
+  carrying the document's own columns so a one-term query needs no other table); a query is tokenized
+  there; a page's documents are highlighted there (a one-term query's ASCII texts in Python, for the
+  same snippets). PostgreSQL does the candidate retrieval,
   the filters, the shadowing of stored rows by live ones and (but for phrases) the ranking: the same
   ``ORDER BY`` as the SQLite provider, ``session_id`` compared bytewise with ``COLLATE "C"`` like
   SQLite's ``BINARY``.
