@@ -600,3 +600,44 @@ def test_a_store_that_moves_during_the_reads_is_read_again_without_duplicates(
         assert _doc_counts(pg_dsn, pg_schema) == {**dict.fromkeys(names[:9], 1), "w09": 2}
     finally:
         _close_searches(search, then=writer)
+
+
+def test_a_session_that_gained_a_turn_keeps_its_stored_rows_and_writes_only_the_new_ones(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    _write(writer, "grow", "needle first", "second words")
+    _write(writer, "other", "needle elsewhere")
+    search = open_store_search(PersistenceCoordinator(SessionStore(), pg_backends(read_only=True)))
+    index = sql.Identifier(index_schema(pg_schema))
+
+    def stored() -> dict[int, str]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT doc, text FROM {}.persisted_docs WHERE session_id = 'grow'").format(index)
+            ).fetchall()
+        return {int(doc): str(text) for doc, text in rows}
+
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["grow", "other"]
+        before = stored()
+        _append(writer, "grow", "third turn")
+        assert _ids(search.search_sessions(query="third")) == ["grow"]
+        after = stored()
+        assert {doc: text for doc, text in after.items() if doc in before} == before  # kept as they were
+        assert sorted(after.values()) == sorted([*before.values(), "third turn"])
+        # A stored row that differs from the log's document (here altered by hand) is replaced.
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("UPDATE {}.persisted_docs SET text = 'altered' WHERE session_id = 'grow' AND text = %s").format(
+                    index
+                ),
+                ("second words",),
+            )
+        _append(writer, "grow", "fourth turn")
+        assert _ids(search.search_sessions(query="fourth")) == ["grow"]
+        assert sorted(stored().values()) == ["fourth turn", "needle first", "second words", "third turn"]
+        assert _ids(search.search_sessions(query="second")) == ["grow"]
+        assert _ids(search.search_sessions(query="elsewhere")) == ["other"]
+    finally:
+        _close_searches(search, then=writer)

@@ -780,6 +780,13 @@ class PostgresSearch(SqliteSearch):
                 local = self._local_generation
                 changed = [entry.loaded.header["id"] for entry in persisted_changes if entry.loaded is not None]
                 deleted = early.deleted if early is not None else frozenset()  # the early write's own deletes
+                # A session re-read alone (one moved: an append, as a rule) keeps its rows that are as
+                # they were; only its new or changed documents are written.
+                reread = [entry.loaded for entry in persisted_changes if type(entry.loaded) is _Loaded]
+                kept: dict[str, list[dict[str, Any]]] = {}
+                if len(reread) == 1:
+                    kept = self._replace_changed_documents(conn, reread)
+                    deleted = deleted | kept.keys()
                 self._delete(conn, "persisted", [sid for sid in [*persisted_deletes, *changed] if sid not in deleted])
                 total = len(persisted_changes)
                 sessions: list[tuple[Any, ...]] = []
@@ -792,7 +799,7 @@ class PostgresSearch(SqliteSearch):
                         if not entry.loaded.copied:
                             prepared.append(entry.loaded)
                     else:
-                        documents.extend(entry.loaded.documents)
+                        documents.extend(kept.get(entry.loaded.header["id"], entry.loaded.documents))
                 self._copy(conn, self._q("COPY {s}.persisted_sessions FROM STDIN"), sessions)
                 self._copy_prepared(conn, prepared)
                 self._insert_documents(conn, "persisted", documents)
@@ -900,6 +907,41 @@ class PostgresSearch(SqliteSearch):
             sql.SQL("pg_temp.live_folded"),
             "pg_temp.live_doc_seq",
         )
+
+    def _replace_changed_documents(
+        self, conn: psycopg.Connection[Any], reread: list[_Loaded]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Delete the stored rows of the ``reread`` sessions that are no longer among their documents (and
+        their session rows); return each session's documents not stored as they are, to be written.
+
+        A log only grows, so after an append nearly every document is stored already, identical in every
+        column: rewriting them all cost most of a search after one turn. A document is kept when its
+        session, seq, type, time, surface, length and text are all the stored row's."""
+        ids = [entry.header["id"] for entry in reread]
+        stored: dict[tuple[Any, ...], int] = {
+            tuple(row[1:]): int(row[0])
+            for row in conn.execute(
+                self._q(
+                    'SELECT doc, session_id, seq, type, "time", surface, codepoint_length, text '
+                    "FROM {s}.persisted_docs WHERE session_id = ANY(%s)"
+                ),
+                (ids,),
+            )
+        }
+        fresh: dict[str, list[dict[str, Any]]] = {}
+        for entry in reread:
+            written = fresh[entry.header["id"]] = []
+            for document in entry.documents:
+                text = sanitize_fts_text(document["text"])
+                if stored.pop((*indexed_columns(document, text), text), None) is None:
+                    written.append(document)
+        gone = list(stored.values())
+        if gone:
+            _, docs, terms, folded, _sequence = self._tables("persisted")
+            for table in (terms, folded, docs):
+                conn.execute(sql.SQL("DELETE FROM {} WHERE doc = ANY(%s)").format(table), (gone,))
+        conn.execute(self._q("DELETE FROM {s}.persisted_sessions WHERE id = ANY(%s)"), (ids,))
+        return fresh
 
     def _delete(self, conn: psycopg.Connection[Any], source: str, ids: list[str]) -> None:
         if not ids:
