@@ -111,13 +111,13 @@ _OUR_TABLES: Final = frozenset(
     {"search_state", "persisted_sessions", "persisted_docs", "persisted_terms", "persisted_folded"}
 )
 _BATCH_DOCUMENTS: Final = 5_000
+"""Documents tokenized and copied per batch of a reconciliation's write."""
 _ID_BLOCK: Final = 16_384
 """Doc ids drawn from the sequence at once by a reconciliation's inspection threads (:class:`_DocIds`)."""
 _EARLY_WRITE_SESSIONS: Final = 8
 """Moved sessions from which a reconciliation's write begins while they are read (:class:`_EarlyWrite`)."""
 _TOKENIZERS: Final = 2
 """Batches tokenized at once while indexing (each by its own in-memory SQLite database)."""
-"""Documents tokenized and copied per batch of a reconciliation's write."""
 _ANALYZE_AFTER: Final = 10_000
 """Documents written by one reconciliation after which the index tables are analyzed at once."""
 _INIT_LOCK: Final = 0x6167_7365_6172_6368 - (1 << 63)  # "agsearch" as a signed bigint
