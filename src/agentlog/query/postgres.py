@@ -171,8 +171,6 @@ class _Prepared(_Loaded):
         self.rows = rows
         self.term_rows = term_rows
         self.foldings = foldings
-        self.copied = False
-        """Whether its rows are already in the reconciliation's open transaction (:class:`_EarlyWrite`)."""
 
 
 class _DocIds:
@@ -235,25 +233,11 @@ class _EarlyWrite:
         self._queue.put(prepared)
 
     def _copy_all(self) -> None:
-        batch: list[_Prepared] = []
-        size = 0
-        while True:
-            item = self._queue.get()
-            if item is not None:
-                batch.append(item)
-                size += len(item.rows)
-            if batch and (item is None or size >= _BATCH_DOCUMENTS) and self._error is None and not self._aborted:
-                try:
-                    self._search._copy_prepared(self._conn, batch)
-                except BaseException as err:  # handed to the reconciliation's thread, which rolls back
-                    self._error = err
-                else:
-                    for done in batch:
-                        done.copied = True
-                        done.rows, done.term_rows, done.foldings = [], "", []
-                batch, size = [], 0
-            if item is None:
-                return
+        arrivals = iter(self._queue.get, None)  # until finish() or abort() ends the stream
+        try:
+            self._search._copy_prepared(self._conn, itertools.takewhile(lambda _: not self._aborted, arrivals))
+        except BaseException as err:  # handed to the reconciliation's thread, which rolls back
+            self._error = err
 
     def finish(self) -> None:
         """Wait until every prepared session is copied; raise the copier's error if it met one."""
@@ -796,7 +780,7 @@ class PostgresSearch(SqliteSearch):
                     assert entry.loaded is not None
                     sessions.append((*_header_bindings(entry.loaded.header), entry.revision, main))
                     if isinstance(entry.loaded, _Prepared):
-                        if not entry.loaded.copied:
+                        if early is None:  # (an early write's copier has copied every prepared session)
                             prepared.append(entry.loaded)
                     else:
                         documents.extend(kept.get(entry.loaded.header["id"], entry.loaded.documents))
@@ -990,15 +974,17 @@ class PostgresSearch(SqliteSearch):
             for future in pending:
                 self._copy_batch(conn, statements, *future.result())
 
-    def _copy_prepared(self, conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> None:
-        """Copy sessions' prepared rows, a few thousand documents per ``COPY`` of each table."""
+    def _copy_prepared(self, conn: psycopg.Connection[Any], prepared: Iterable[_Prepared]) -> None:
+        """Copy sessions' prepared rows as they come, a few thousand documents per ``COPY`` of each table;
+        a copied session's rows are released (an early write's copier holds a first index's sessions)."""
         statements = self._copy_statements("persisted")
         batch: list[_Prepared] = []
         size = 0
-        for index, entry in enumerate(prepared):
-            batch.append(entry)
-            size += len(entry.rows)
-            if size >= _BATCH_DOCUMENTS or index == len(prepared) - 1:
+        for entry in itertools.chain(prepared, [None]):
+            if entry is not None:
+                batch.append(entry)
+                size += len(entry.rows)
+            if batch and (entry is None or size >= _BATCH_DOCUMENTS):
                 self._copy_batch(
                     conn,
                     statements,
@@ -1006,6 +992,8 @@ class PostgresSearch(SqliteSearch):
                     "".join(item.term_rows for item in batch),
                     [row for item in batch for row in item.foldings],
                 )
+                for item in batch:
+                    item.rows, item.term_rows, item.foldings = [], "", []
                 batch, size = [], 0
 
     def _copy_statements(self, source: str) -> tuple[sql.Composed, sql.Composed, sql.Composed]:
