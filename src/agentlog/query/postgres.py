@@ -228,9 +228,13 @@ class _EarlyWrite:
         self._thread.start()
 
     def put(self, prepared: _Prepared) -> None:
-        if self._error is not None:
-            raise self._error
+        self._raise_failure()
         self._queue.put(prepared)
+
+    def _raise_failure(self) -> None:
+        """The copier's failure, as the index's (met while the logs are still read, it is not theirs)."""
+        if self._error is not None:
+            raise _index_failed(_message(self._error), self._error)
 
     def _copy_all(self) -> None:
         arrivals = iter(self._queue.get, None)  # until finish() or abort() ends the stream
@@ -243,8 +247,7 @@ class _EarlyWrite:
         """Wait until every prepared session is copied; raise the copier's error if it met one."""
         self._queue.put(None)
         self._thread.join()
-        if self._error is not None:
-            raise self._error
+        self._raise_failure()
 
     def commit(self) -> None:
         self._transaction.__exit__(None, None, None)
