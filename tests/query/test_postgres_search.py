@@ -641,3 +641,32 @@ def test_a_session_that_gained_a_turn_keeps_its_stored_rows_and_writes_only_the_
         assert _ids(search.search_sessions(query="elsewhere")) == ["other"]
     finally:
         _close_searches(search, then=writer)
+
+
+def test_sessions_read_one_at_a_time_keep_their_stored_rows_when_several_moved(
+    pg_dsn: str, pg_schema: str, pg_backends: Callable[..., PostgresBackend]
+) -> None:
+    """With one reader (``persisted_inspect_concurrency=1``) every moved session is re-read in turn, and
+    each keeps the rows that are as they were, however many moved."""
+    writer = PersistenceCoordinator(SessionStore(), pg_backends())
+    for sid in ("a", "b", "c"):
+        _write(writer, sid, f"needle {sid}", "shared")
+    search = PostgresSearch(writer, dsn=pg_dsn, schema=pg_schema, persisted_inspect_concurrency=1)
+    index = sql.Identifier(index_schema(pg_schema))
+
+    def stored() -> set[tuple[int, str]]:
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute(sql.SQL("SELECT doc, text FROM {}.persisted_docs").format(index)).fetchall()
+        return {(int(doc), str(text)) for doc, text in rows}
+
+    try:
+        assert sorted(_ids(search.search_sessions(query="needle"))) == ["a", "b", "c"]
+        before = stored()
+        _append(writer, "a", "later a")
+        _append(writer, "b", "later b")
+        assert sorted(_ids(search.search_sessions(query="later"))) == ["a", "b"]
+        after = stored()
+        assert before < after and {text for _doc, text in after - before} == {"later a", "later b"}
+    finally:
+        search.close()
+        writer.close()

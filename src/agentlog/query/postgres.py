@@ -767,13 +767,11 @@ class PostgresSearch(SqliteSearch):
                 local = self._local_generation
                 changed = [entry.loaded.header["id"] for entry in persisted_changes if entry.loaded is not None]
                 deleted = early.deleted if early is not None else frozenset()  # the early write's own deletes
-                # A session re-read alone (one moved: an append, as a rule) keeps its rows that are as
-                # they were; only its new or changed documents are written.
+                # A re-read session (not prepared: one moved, an append as a rule) keeps its rows that are
+                # as they were; only its new or changed documents are written.
                 reread = [entry.loaded for entry in persisted_changes if type(entry.loaded) is _Loaded]
-                kept: dict[str, list[dict[str, Any]]] = {}
-                if len(reread) == 1:
-                    kept = self._replace_changed_documents(conn, reread)
-                    deleted = deleted | kept.keys()
+                kept = self._replace_changed_documents(conn, reread) if reread else {}
+                deleted = deleted | kept.keys()
                 self._delete(conn, "persisted", [sid for sid in [*persisted_deletes, *changed] if sid not in deleted])
                 total = len(persisted_changes)
                 sessions: list[tuple[Any, ...]] = []
