@@ -973,15 +973,16 @@ class PostgresBackend:
 
     def list_revisions(self) -> dict[str, str]:
         """Every stored session's revision by id, sorted, from one SELECT of the id and revision columns."""
-        with self._connection("listing revisions") as conn:
-            rows = conn.execute(self._sql["select_revisions"]).fetchall()
-        return {sid: self._revision(incarnation, revision, tail) for sid, incarnation, revision, tail in rows}
+        return self._revisions(self._sql["select_revisions"], ())
 
     def list_revisions_of(self, session_ids: Sequence[str]) -> dict[str, str]:
         """The revisions of those of ``session_ids`` that are stored (as :meth:`list_revisions` words
         them): a reader that knows which sessions moved lists only those."""
+        return self._revisions(self._sql["select_revisions_of"], (list(session_ids),))
+
+    def _revisions(self, statement: str, params: tuple[Any, ...]) -> dict[str, str]:
         with self._connection("listing revisions") as conn:
-            rows = conn.execute(self._sql["select_revisions_of"], (list(session_ids),)).fetchall()
+            rows = conn.execute(statement, params).fetchall()
         return {sid: self._revision(incarnation, revision, tail) for sid, incarnation, revision, tail in rows}
 
     # --- writes ------------------------------------------------------------------------------------------
