@@ -122,7 +122,7 @@ def sanitize_fts_text(text: str) -> str:
     """``text`` with NUL, U+FDD0, U+FDD1 and lone surrogates each replaced by U+FFFD (documents and
     queries alike; the code point count is unchanged)."""
     if text.isascii():  # of the reserved code points only NUL is ASCII: a memchr, not a regex scan
-        return text.replace("\0", _REPLACEMENT) if "\0" in text else text
+        return text.replace("\0", _REPLACEMENT)
     return _RESERVED.sub(_REPLACEMENT, text)
 
 
