@@ -121,7 +121,7 @@ lines_are_single_values: Final[Callable[[Any], bool] | None] = _c.lines_are_sing
 pack_chunk_runs: Final[Callable[[Any], list[Any]] | None] = _c.pack_chunk_runs if ACCELERATED else None
 """One batch in storage form, every run of ``MIN_RUN``+ consecutive same-block deltas packed into a row."""
 ascii_term_rows: Final[Callable[[Any], tuple[str, list[int]]] | None] = _c.ascii_term_rows if ACCELERATED else None
-"""The search index's ``COPY`` term rows of the ASCII ``(doc, text)`` pairs, and the indices left to FTS5."""
+"""The search index's ``COPY`` term rows of the ASCII ``(doc, text, columns)`` triples, and the indices left to FTS5."""
 repeated_term_marks: Final[_Fn | None] = _c.repeated_term_marks if ACCELERATED else None
 """FTS5 ``highlight()``'s mark count for one term repeated as a phrase, from its sorted positions, or ``None``."""
 stream_text_length: Final[_Fn | None] = _c.stream_text_length if ACCELERATED else None

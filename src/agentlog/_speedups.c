@@ -2294,10 +2294,10 @@ full:
 }
 
 /* ascii_term_rows(documents) -> (copy_text, fallback)
- * The search index's term rows of the ASCII documents among `documents` (a list of (int doc, str text)
- * or (int doc, str text, str columns)), as the text of a PostgreSQL COPY: one line
- * "term\tdoc\tfrequency\t{pos,pos,...}" per distinct term of a document, positions ascending, followed
- * by "\t" and the document's `columns` when given (already COPY text: they are copied as they are). The terms are exactly FTS5 unicode61's on ASCII text (the SQLite
+ * The search index's term rows of the ASCII documents among `documents` (a list of (int doc, str text,
+ * str columns)), as the text of a PostgreSQL COPY: one line "term\tdoc\tfrequency\t{pos,pos,...}\tcolumns"
+ * per distinct term of a document, positions ascending (`columns`: the document's own, already COPY text,
+ * copied as they are). The terms are exactly FTS5 unicode61's on ASCII text (the SQLite
  * provider's definition, checked against FTS5 itself by a property test): a term is a maximal run of
  * [A-Za-z0-9], folded to lower case, cut to FTS5's 32,768-byte limit; its position counts the terms before
  * it. Non-ASCII text (or an unexpected item) is not decided here: its index in `documents` is listed in
@@ -2481,11 +2481,9 @@ ascii_doc_rows(const unsigned char *text, Py_ssize_t n, long long doc, const cha
             *p++ = ',';
         }
         p[-1] = '}';
-        if (extra != NULL) {
-            *p++ = '\t';
-            memcpy(p, extra, (size_t)extra_len);
-            p += extra_len;
-        }
+        *p++ = '\t';
+        memcpy(p, extra, (size_t)extra_len);
+        p += extra_len;
         *p++ = '\n';
         out->len = (size_t)(p - out->data);
     }
@@ -2517,22 +2515,17 @@ ascii_term_rows(PyObject *Py_UNUSED(module), PyObject *documents)
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = PyTuple_GET_ITEM(items, i);
         texts[i] = NULL;
-        extras[i] = NULL;
-        extra_lengths[i] = 0;
-        Py_ssize_t size = PyTuple_CheckExact(item) ? PyTuple_GET_SIZE(item) : 0;
-        if ((size == 2 || (size == 3 && PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 2)))) &&
-            PyLong_CheckExact(PyTuple_GET_ITEM(item, 0)) && PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 1)) &&
-            PyUnicode_IS_ASCII(PyTuple_GET_ITEM(item, 1))) {
+        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(item, 0)) &&
+            PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 1)) && PyUnicode_IS_ASCII(PyTuple_GET_ITEM(item, 1)) &&
+            PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 2))) {
             int overflow = 0;
             long long doc = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(item, 0), &overflow);
-            if (size == 3 && !overflow && !(doc == -1 && PyErr_Occurred())) {
+            if (!overflow && !(doc == -1 && PyErr_Occurred())) {
                 /* UTF-8 cached on the str object, which `items` keeps alive; a lone surrogate fails here */
                 extras[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(item, 2), &extra_lengths[i]);
                 if (extras[i] == NULL) {
                     goto done;
                 }
-            }
-            if (!overflow && !(doc == -1 && PyErr_Occurred())) {
                 docs[i] = doc;
                 texts[i] = (const unsigned char *)PyUnicode_1BYTE_DATA(PyTuple_GET_ITEM(item, 1));
                 lengths[i] = PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(item, 1));
@@ -2669,7 +2662,7 @@ static PyMethodDef methods[] = {
     {"seal", (PyCFunction)(void (*)(void))seal, METH_FASTCALL, "Untracked dict-subclass instance from a dict."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, "Set the frozen types and sentinel."},
     {"ascii_term_rows", (PyCFunction)ascii_term_rows, METH_O,
-     "The search index's COPY term rows of the ASCII (doc, text) pairs, and the indices left to FTS5."},
+     "The search index's COPY term rows of the ASCII (doc, text, columns) triples, and the indices left to FTS5."},
     {"repeated_term_marks", (PyCFunction)(void (*)(void))repeated_term_marks, METH_FASTCALL,
      "FTS5 highlight()'s mark count for one term repeated as a phrase, from its sorted positions, or None."},
     {"stream_text_length", (PyCFunction)(void (*)(void))stream_text_length, METH_FASTCALL,

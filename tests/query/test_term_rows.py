@@ -116,7 +116,7 @@ def test_unexpected_items_are_left_to_fts5_not_guessed() -> None:
     text, fallback = _accel.ascii_term_rows(documents)
     assert fallback == [1, 2, 3, 4, 5, 6, 7]
     assert parsed(text) == [("ok", 1, 1, (0,))]
-    assert _accel.ascii_term_rows([(8, "no columns")]) == ("no\t8\t1\t{0}\ncolumns\t8\t1\t{1}\n", [])
+    assert _accel.ascii_term_rows([(8, "columns", "x\\ty")]) == ("columns\t8\t1\t{0}\tx\\ty\n", [])
 
 
 _VOCABULARY = st.sampled_from(["r7", "R7", "r77", "xr7", "r", "7", "Cafe", "cafe", "CAFE", "café", "a" * 40])
