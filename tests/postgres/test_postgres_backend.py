@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -448,6 +449,123 @@ def test_a_newer_schema_version_is_refused(pg_backends: Factory, pg_dsn: str, pg
     with pytest.raises(DatabaseSchemaError) as caught:
         pg_backends().load_stored("s")
     assert "version 99" in str(caught.value) and "upgrade agentlog" in str(caught.value)
+
+
+def test_a_delete_racing_an_append_leaves_no_event_rows_behind(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """An append that reaches the session while a delete is between its two statements either lands
+    before the delete takes the session or finds it gone: it never leaves rows without a session."""
+    deleter, writer = pg_backends(), pg_backends()
+    deleter.append_batch(header("s"), [ev(0), ev(1)], False)
+    outcome: list[BaseException | None] = []
+
+    def append() -> None:
+        try:
+            writer.append_batch(header("s"), [ev(2)], True)
+            outcome.append(None)
+        except BaseException as err:  # reported to the test thread
+            outcome.append(err)
+
+    def blocked_on_a_lock() -> bool:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        return row is not None and row[0] > 0
+
+    appender = threading.Thread(target=append)
+
+    def step(name: str) -> None:
+        if name == "session":  # the events are deleted, the session row is not yet
+            appender.start()
+            wait_until(lambda: not appender.is_alive() or blocked_on_a_lock(), "the append to land or wait")
+
+    assert deleter.delete_session("s", step) is True
+    appender.join()
+    assert stored_rows(pg_dsn, pg_schema, "s") == []
+    assert deleter.load_stored("s") is None
+    assert len(outcome) == 1 and isinstance(outcome[0], PersistenceError)
+    assert "no stored log" in str(outcome[0])
+    # The id is free again: a new session of that name starts from seq 0.
+    deleter.append_batch(header("s"), [ev(0)], False)
+    assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]
+
+
+def test_a_store_of_schema_version_1_is_used_as_it_is(pg_backends: Factory, pg_dsn: str, pg_schema: str) -> None:
+    """Schema version 1 (earlier releases: the event rows reference their session row) still opens, writes,
+    reads and deletes, and is left at version 1 with its constraint."""
+    pg_backends().list_sessions()
+    _admin(
+        pg_dsn,
+        f"ALTER TABLE {pg_schema}.events ADD FOREIGN KEY (session_id) REFERENCES {pg_schema}.sessions (id) "
+        "ON DELETE CASCADE",
+        f"UPDATE {pg_schema}.agentlog_state SET schema_version = 1",
+    )
+    backend = pg_backends()
+    backend.append_batch(header("s"), [ev(0)], False)
+    backend.append_batch(header("s"), [ev(1, "x")], True)
+    loaded = backend.load_stored("s")
+    assert loaded is not None and [event["seq"] for event in loaded.events] == [0, 1]
+    assert backend.delete_session("s") is True
+    assert stored_rows(pg_dsn, pg_schema, "s") == []
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        version = conn.execute(
+            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(pg_schema))
+        ).fetchone()
+        keys = conn.execute(
+            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
+            "AND constraint_type = 'FOREIGN KEY'",
+            (pg_schema,),
+        ).fetchone()
+    assert version == (1,) and keys == (1,)
+
+
+def test_the_documented_upgrade_turns_a_version_1_store_into_version_2(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """docs/postgres.md's two statements, on a version 1 store: the key is gone, the sessions are intact."""
+    pg_backends().append_batch(header("s"), [ev(0), ev(1)], False)
+    _admin(
+        pg_dsn,
+        f"ALTER TABLE {pg_schema}.events ADD FOREIGN KEY (session_id) REFERENCES {pg_schema}.sessions (id) "
+        "ON DELETE CASCADE",
+        f"UPDATE {pg_schema}.agentlog_state SET schema_version = 1",
+    )
+    text = (Path(__file__).parents[2] / "docs" / "postgres.md").read_text(encoding="utf-8")
+    block = text.split("```sql\n", 1)[1].split("```", 1)[0]
+    statements = [line for line in block.splitlines() if line.strip()]
+    assert len(statements) == 2 and all(line.count("agentlog.") == 1 for line in statements)
+    _admin(pg_dsn, *(line.replace("agentlog.", f"{pg_schema}.") for line in statements))
+    backend = pg_backends()
+    loaded = backend.load_stored("s")
+    assert loaded is not None and [event["seq"] for event in loaded.events] == [0, 1]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        version = conn.execute(
+            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(pg_schema))
+        ).fetchone()
+        keys = conn.execute(
+            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
+            "AND constraint_type = 'FOREIGN KEY'",
+            (pg_schema,),
+        ).fetchone()
+    assert version == (2,) and keys == (0,)
+
+
+def test_a_new_store_is_schema_version_2_without_a_per_row_reference_check(
+    pg_backends: Factory, pg_dsn: str, pg_schema: str
+) -> None:
+    """Version 2 drops version 1's foreign key from the event rows to their session (a check per inserted
+    row, a sixth of a step's commit); deletes take the session row first instead (the race test above)."""
+    pg_backends().list_sessions()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        version = conn.execute(
+            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(pg_schema))
+        ).fetchone()
+        keys = conn.execute(
+            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
+            "AND constraint_type = 'FOREIGN KEY'",
+            (pg_schema,),
+        ).fetchone()
+    assert version == (2,) and keys == (0,)
 
 
 def test_an_altered_schema_is_refused(pg_backends: Factory, pg_dsn: str, pg_schema: str) -> None:
@@ -883,7 +1001,7 @@ def _restore_data(dsn: str, schema: str, backup: str) -> None:
     tables put back into ``schema``'s."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         ident, saved = sql.Identifier(schema), sql.Identifier(backup)
-        conn.execute(sql.SQL("TRUNCATE {}.sessions CASCADE").format(ident))
+        conn.execute(sql.SQL("TRUNCATE {0}.sessions, {0}.events").format(ident))
         conn.execute(sql.SQL("INSERT INTO {}.sessions SELECT * FROM {}.sessions").format(ident, saved))
         conn.execute(sql.SQL("INSERT INTO {}.events SELECT * FROM {}.events").format(ident, saved))
 

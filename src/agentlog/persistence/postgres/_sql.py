@@ -11,12 +11,17 @@ from typing import Final
 
 from psycopg import sql
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""The version a new store is created with. Version 1 (earlier releases) had the event rows reference
+their session row (a foreign key: a lookup and a row lock per inserted row, a sixth of a step's commit);
+version 2 has no such key, and a delete takes the session row first so that no append can slip rows in
+after it. This build uses either as it is (``READABLE_SCHEMA_VERSIONS``) and never converts one."""
+READABLE_SCHEMA_VERSIONS: Final = (1, 2)
 APPLICATION: Final = "agentlog"
 STATE_TABLE: Final = "agentlog_state"
 NOTIFY_CHANNEL: Final = "agentlog_events"
 
-# The tables and columns (name, data type) of schema version 1, in ordinal order.
+# The tables and columns (name, data type) of schema versions 1 and 2, in ordinal order.
 EXPECTED_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "agentlog_state": (
         ("singleton", "integer"),
@@ -70,7 +75,7 @@ _DDL: Final = (
         next_seq         bigint NOT NULL CHECK (next_seq >= 0)
     )""",
     """CREATE TABLE {schema}.events (
-        session_id text COLLATE "C" NOT NULL REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
+        session_id text COLLATE "C" NOT NULL,
         seq        bigint NOT NULL CHECK (seq >= 0),
         body       bytea NOT NULL,
         PRIMARY KEY (session_id, seq)
@@ -90,6 +95,8 @@ _STATEMENTS: Final = {
     "insert_state": "INSERT INTO {schema}.agentlog_state (singleton, application, schema_version, store_id) "
     "VALUES (1, %s, %s, %s)",
     "select_state": "SELECT application, schema_version, store_id FROM {schema}.agentlog_state WHERE singleton = 1",
+    # A delete's first statement: an append waits for the delete (or finds the session gone after it).
+    "lock_session_for_delete": "SELECT 1 FROM {schema}.sessions WHERE id = %s FOR UPDATE",
     "lock_session": "SELECT header, incarnation, revision, next_seq FROM {schema}.sessions WHERE id = %s "
     "FOR NO KEY UPDATE",
     "select_session": "SELECT s.header, s.incarnation, s.revision, s.next_seq, " + _TAIL + " FROM {schema}.sessions "

@@ -98,7 +98,15 @@ from ..backend import (
 )
 from ..writer_lock import locked_error
 from . import _sql
-from ._sql import APPLICATION, EXPECTED_COLUMNS, NOTIFY_CHANNEL, SCHEMA_VERSION, STATE_TABLE, Statements
+from ._sql import (
+    APPLICATION,
+    EXPECTED_COLUMNS,
+    NOTIFY_CHANNEL,
+    READABLE_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    STATE_TABLE,
+    Statements,
+)
 from .keepalive import keepalive_kwargs
 
 __all__ = [
@@ -685,7 +693,7 @@ class PostgresBackend:
                 f"{where} has agentlog schema version {version}, newer than this build supports "
                 f"({SCHEMA_VERSION}); upgrade agentlog to use it"
             )
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMA_VERSIONS:
             raise DatabaseSchemaError(
                 f"{where} has agentlog schema version {version}, which this build does not know "
                 f"(it writes {SCHEMA_VERSION}); it is left untouched"
@@ -696,7 +704,7 @@ class PostgresBackend:
         expected = {table: list(columns) for table, columns in EXPECTED_COLUMNS.items()}
         if found != expected:
             raise DatabaseSchemaError(
-                f"{where} does not match agentlog schema version {SCHEMA_VERSION} (its tables or columns were "
+                f"{where} does not match agentlog schema version {version} (its tables or columns were "
                 "changed by something else); it is left untouched. Choose another schema or database"
             )
         return str(store_id)
@@ -1323,6 +1331,10 @@ class PostgresBackend:
         q = self._sql
         with conn.transaction():
             cur = conn.cursor()
+            # The session row first: an append in flight holds it (the delete waits for its commit, then
+            # removes its rows too); one after it finds no session. Nothing else keeps rows from
+            # outliving their session (schema version 2 has no foreign key).
+            cur.execute(q["lock_session_for_delete"], (session_id,))
             if step is not None:
                 step("events")
             cur.execute(q["delete_events"], (session_id,))
