@@ -462,7 +462,9 @@ class SessionStore(_Hooks):
             except Exception as err:
                 outcomes.append(_Outcome("err", err))
                 continue
-            outcomes.append(_Outcome("await", result) if inspect.isawaitable(result) else _Outcome("ok", result))
+            # (``None``, every synchronous listener's result, skips isawaitable's ABC check.)
+            awaitable = result is not None and inspect.isawaitable(result)
+            outcomes.append(_Outcome("await", result) if awaitable else _Outcome("ok", result))
         return outcomes
 
     def flush(self, session: Session) -> bool:

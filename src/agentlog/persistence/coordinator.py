@@ -1380,7 +1380,8 @@ class PersistenceCoordinator:
 def _check_contiguous(session_id: str, events: Sequence[Any], first_seq: int) -> None:
     """Refuse a batch whose seqs do not run on from ``first_seq`` (a caller's bug, never a repair case)."""
     for index, event in enumerate(events):
-        seq = event.get("seq", UNDEFINED) if isinstance(event, Mapping) else UNDEFINED
+        # A committed kernel event (the live path: every event of every flush) skips the ABC check.
+        seq = event.get("seq", UNDEFINED) if type(event) is Event or isinstance(event, Mapping) else UNDEFINED
         if seq != first_seq + index or type(seq) is not int:  # a missing seq is JavaScript's undefined
             raise PersistenceError(
                 f'append seq mismatch for "{session_id}": expected {first_seq + index} at index {index}, '
