@@ -32,6 +32,23 @@ from psycopg import conninfo, sql
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+def worker_database(given: str, worker: str) -> Iterator[str]:
+    """A database of its own for one pytest-xdist worker (``gw0``, ...) beside ``given``'s, dropped at the end.
+
+    Tests that look at the whole database (its idle ``agentlog`` connections, its advisory locks, a
+    terminate of every idle backend) must not see another worker's; schemas alone do not separate those.
+    """
+    name = f"{conninfo.conninfo_to_dict(given).get('dbname') or 'agentlog_test'}_{worker}"[:63]
+    with psycopg.connect(given, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield conninfo.make_conninfo(given, dbname=name)
+    finally:
+        with psycopg.connect(given, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @contextmanager
 def run_database() -> Iterator[str]:
     """The DSN of the run's database: ``AGENTLOG_TEST_DSN``'s, else a throwaway one dropped on exit."""

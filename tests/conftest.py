@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from _postgres import PasswordCluster, drop_schema, fresh_schema, run_database, server_bindir
+from _postgres import PasswordCluster, drop_schema, fresh_schema, run_database, server_bindir, worker_database
 
 TESTS = Path(__file__).resolve().parent
 
@@ -228,6 +228,24 @@ def _cap_examples(items: list[pytest.Item]) -> None:
 
 # --- the PostgreSQL database of the run ------------------------------------------------------------------
 
+_worker_database: Iterator[str] | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker points ``AGENTLOG_TEST_DSN`` at a database of its own (before any
+    test runs, so the processes and shell blocks the tests start inherit it too)."""
+    global _worker_database
+    given, worker = os.environ.get("AGENTLOG_TEST_DSN"), os.environ.get("PYTEST_XDIST_WORKER")
+    if given and worker:
+        _worker_database = worker_database(given, worker)
+        os.environ["AGENTLOG_TEST_DSN"] = next(_worker_database)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _worker_database is not None:
+        next(_worker_database, None)  # drops it
+
+
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
@@ -277,11 +295,19 @@ _running: list[pytest.Item] = []
 _unmarked_spawners: dict[str, str] = {}
 
 
+UNMARKED_SPAWN = "unmarked-spawn"
+"""The report property that carries a spawn to the process that prints the summary (under pytest-xdist,
+the controller: the spawn happened in a worker)."""
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event in SPAWN_EVENTS and _running:
         item = _running[-1]
-        if item.get_closest_marker("subprocess") is None:
-            _unmarked_spawners.setdefault(item.nodeid, event)
+        if item.get_closest_marker("subprocess") is None and item.nodeid not in _unmarked_spawners:
+            _unmarked_spawners[item.nodeid] = event
+            properties = getattr(item, "user_properties", None)  # a test function's; not a bare Item's
+            if properties is not None:
+                properties.append((UNMARKED_SPAWN, event))
 
 
 sys.addaudithook(_audit)
@@ -299,6 +325,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         _running.pop()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == UNMARKED_SPAWN:
+            _unmarked_spawners.setdefault(report.nodeid, str(value))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -482,8 +482,10 @@ def _agentlog() -> list[str]:
     return [found] if found else [sys.executable, "-c", "from agentlog.cli import main; main()"]
 
 
-def _stored(root: Path) -> list[dict[str, Any]]:
-    backend = JsonlBackend(str(root), compression="auto")
+def _stored(root: Path, compression: Literal["zstd", "none", "auto"] = "none") -> list[dict[str, Any]]:
+    # The running child's own mode by default: "auto" decides from the root as it finds it, and a root
+    # polled before the child's first file exists would be taken for a zstd store.
+    backend = JsonlBackend(str(root), compression=compression)
     try:
         stored = backend.load_stored(SID)
     finally:
@@ -690,7 +692,7 @@ def test_max_steps_option_ends_a_tool_loop_with_a_typed_error(tmp_path: Path) ->
     document = orjson.loads(result.stdout)
     assert document["turns"][0]["reason"]["error"]["code"] == "MAX_STEPS_EXCEEDED"
     assert tool_pairing_problems(document["messages"]) == []  # the model-facing history stays sendable
-    assert_turns_closed_with_every_call_answered(_stored(root))
+    assert_turns_closed_with_every_call_answered(_stored(root, "auto"))
 
 
 def test_max_steps_cli_default_is_the_loop_default() -> None:

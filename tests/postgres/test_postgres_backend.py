@@ -467,9 +467,12 @@ def test_a_delete_racing_an_append_leaves_no_event_rows_behind(
         except BaseException as err:  # reported to the test thread
             outcome.append(err)
 
-    def blocked_on_a_lock() -> bool:
+    def blocked_on_a_lock() -> bool:  # a statement on this test's schema waits for a lock
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position(%s IN query) > 0",
+                (pg_schema,),
+            ).fetchone()
         return row is not None and row[0] > 0
 
     appender = threading.Thread(target=append)
