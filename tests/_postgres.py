@@ -32,6 +32,20 @@ from psycopg import conninfo, sql
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+def _throwaway_database(admin_dsn: str, name: str) -> Iterator[str]:
+    """Database ``name`` created afresh through ``admin_dsn`` (a leftover of a killed run is dropped
+    first); its DSN is yielded once, and the database is dropped when the generator resumes or closes."""
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(drop)
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield conninfo.make_conninfo(admin_dsn, dbname=name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(drop)
+
+
 def worker_database(given: str, worker: str) -> Iterator[str]:
     """A database of its own for one pytest-xdist worker (``gw0``, ...) beside ``given``'s, dropped at the end.
 
@@ -39,14 +53,7 @@ def worker_database(given: str, worker: str) -> Iterator[str]:
     terminate of every idle backend) must not see another worker's; schemas alone do not separate those.
     """
     name = f"{conninfo.conninfo_to_dict(given).get('dbname') or 'agentlog_test'}_{worker}"[:63]
-    with psycopg.connect(given, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield conninfo.make_conninfo(given, dbname=name)
-    finally:
-        with psycopg.connect(given, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    return _throwaway_database(given, name)
 
 
 @contextmanager
@@ -56,14 +63,7 @@ def run_database() -> Iterator[str]:
     if given:
         yield given
         return
-    name = f"agentlog_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield conninfo.make_conninfo(ADMIN_DSN, dbname=name)
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    yield from _throwaway_database(ADMIN_DSN, f"agentlog_test_{os.getpid()}_{uuid.uuid4().hex[:8]}")
 
 
 def fresh_schema() -> str:

@@ -493,16 +493,35 @@ def test_a_delete_racing_an_append_leaves_no_event_rows_behind(
     assert [seq for seq, _ in stored_rows(pg_dsn, pg_schema, "s")] == [0]
 
 
+def _as_schema_version_1(dsn: str, schema: str) -> None:
+    """Make a new store what earlier releases created: version 1, event rows referencing their session."""
+    _admin(
+        dsn,
+        f"ALTER TABLE {schema}.events ADD FOREIGN KEY (session_id) REFERENCES {schema}.sessions (id) "
+        "ON DELETE CASCADE",
+        f"UPDATE {schema}.agentlog_state SET schema_version = 1",
+    )
+
+
+def _version_and_foreign_keys(dsn: str, schema: str) -> tuple[int, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        version = conn.execute(
+            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(schema))
+        ).fetchone()
+        keys = conn.execute(
+            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
+            "AND constraint_type = 'FOREIGN KEY'",
+            (schema,),
+        ).fetchone()
+    assert version is not None and keys is not None
+    return version[0], keys[0]
+
+
 def test_a_store_of_schema_version_1_is_used_as_it_is(pg_backends: Factory, pg_dsn: str, pg_schema: str) -> None:
     """Schema version 1 (earlier releases: the event rows reference their session row) still opens, writes,
     reads and deletes, and is left at version 1 with its constraint."""
     pg_backends().list_sessions()
-    _admin(
-        pg_dsn,
-        f"ALTER TABLE {pg_schema}.events ADD FOREIGN KEY (session_id) REFERENCES {pg_schema}.sessions (id) "
-        "ON DELETE CASCADE",
-        f"UPDATE {pg_schema}.agentlog_state SET schema_version = 1",
-    )
+    _as_schema_version_1(pg_dsn, pg_schema)
     backend = pg_backends()
     backend.append_batch(header("s"), [ev(0)], False)
     backend.append_batch(header("s"), [ev(1, "x")], True)
@@ -510,16 +529,8 @@ def test_a_store_of_schema_version_1_is_used_as_it_is(pg_backends: Factory, pg_d
     assert loaded is not None and [event["seq"] for event in loaded.events] == [0, 1]
     assert backend.delete_session("s") is True
     assert stored_rows(pg_dsn, pg_schema, "s") == []
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        version = conn.execute(
-            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(pg_schema))
-        ).fetchone()
-        keys = conn.execute(
-            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
-            "AND constraint_type = 'FOREIGN KEY'",
-            (pg_schema,),
-        ).fetchone()
-    assert version == (1,) and keys == (1,)
+    version, keys = _version_and_foreign_keys(pg_dsn, pg_schema)
+    assert (version, keys) == (1, 1)
 
 
 def test_the_documented_upgrade_turns_a_version_1_store_into_version_2(
@@ -527,12 +538,7 @@ def test_the_documented_upgrade_turns_a_version_1_store_into_version_2(
 ) -> None:
     """docs/postgres.md's two statements, on a version 1 store: the key is gone, the sessions are intact."""
     pg_backends().append_batch(header("s"), [ev(0), ev(1)], False)
-    _admin(
-        pg_dsn,
-        f"ALTER TABLE {pg_schema}.events ADD FOREIGN KEY (session_id) REFERENCES {pg_schema}.sessions (id) "
-        "ON DELETE CASCADE",
-        f"UPDATE {pg_schema}.agentlog_state SET schema_version = 1",
-    )
+    _as_schema_version_1(pg_dsn, pg_schema)
     text = (Path(__file__).parents[2] / "docs" / "postgres.md").read_text(encoding="utf-8")
     block = text.split("```sql\n", 1)[1].split("```", 1)[0]
     statements = [line for line in block.splitlines() if line.strip()]
@@ -541,16 +547,8 @@ def test_the_documented_upgrade_turns_a_version_1_store_into_version_2(
     backend = pg_backends()
     loaded = backend.load_stored("s")
     assert loaded is not None and [event["seq"] for event in loaded.events] == [0, 1]
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        version = conn.execute(
-            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(pg_schema))
-        ).fetchone()
-        keys = conn.execute(
-            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
-            "AND constraint_type = 'FOREIGN KEY'",
-            (pg_schema,),
-        ).fetchone()
-    assert version == (2,) and keys == (0,)
+    version, keys = _version_and_foreign_keys(pg_dsn, pg_schema)
+    assert (version, keys) == (2, 0)
 
 
 def test_a_new_store_is_schema_version_2_without_a_per_row_reference_check(
@@ -559,16 +557,8 @@ def test_a_new_store_is_schema_version_2_without_a_per_row_reference_check(
     """Version 2 drops version 1's foreign key from the event rows to their session (a check per inserted
     row, a sixth of a step's commit); deletes take the session row first instead (the race test above)."""
     pg_backends().list_sessions()
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        version = conn.execute(
-            sql.SQL("SELECT schema_version FROM {}.agentlog_state").format(sql.Identifier(pg_schema))
-        ).fetchone()
-        keys = conn.execute(
-            "SELECT count(*) FROM information_schema.table_constraints WHERE table_schema = %s "
-            "AND constraint_type = 'FOREIGN KEY'",
-            (pg_schema,),
-        ).fetchone()
-    assert version == (2,) and keys == (0,)
+    version, keys = _version_and_foreign_keys(pg_dsn, pg_schema)
+    assert (version, keys) == (2, 0)
 
 
 def test_an_altered_schema_is_refused(pg_backends: Factory, pg_dsn: str, pg_schema: str) -> None:
