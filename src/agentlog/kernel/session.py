@@ -910,7 +910,7 @@ class Session:
     def _with_surface_metadata(
         self, type: str, seq: int, data_copy: Any, intent: Mapping[str, Any]
     ) -> dict[str, Any]:
-        if not isinstance(intent, Mapping):
+        if intent.__class__ is not dict and not isinstance(intent, Mapping):  # (a dict skips the ABC check)
             raise InvalidEventError(
                 f'session event "{type}" surface intent must be a mapping, got {intent!r} '
                 f"({intent.__class__.__name__}): {_intent_remedy(intent)}"
