@@ -1,10 +1,11 @@
 """The PostgreSQL database of a test run: the one helper every PostgreSQL fixture of the suite builds on.
 
-``.ci/run`` exports ``AGENTLOG_TEST_DSN`` (a fresh database per CI run, shared by its two pytest passes);
-without it :func:`run_database` creates a database of its own through the server's ``postgres`` database
-and drops it at the end. ``tests/conftest.py`` makes it the session's ``pg_dsn`` fixture, which the
-PostgreSQL tests (``tests/postgres/``), the PostgreSQL command-line tests and the import tests' PostgreSQL
-stores share; each works in a schema of its own, dropped afterwards (:func:`drop_schema`).
+``.ci/run`` exports ``AGENTLOG_TEST_DSN`` (a fresh database per CI run; its pytest-xdist workers each use a
+database of their own beside it, :func:`worker_database`); without it :func:`run_database` creates a database
+of its own through the server's ``postgres`` database and drops it at the end. ``tests/conftest.py`` makes it
+the session's ``pg_dsn`` fixture, which the PostgreSQL tests (``tests/postgres/``), the PostgreSQL
+command-line tests and the import tests' PostgreSQL stores share; each works in a schema of its own, dropped
+afterwards (:func:`drop_schema`).
 
 The shared server trusts every login; :class:`PasswordCluster` is a throwaway one that asks for a
 password over TCP, as a fresh Debian cluster does (the ``password_cluster`` fixture, and the walkthrough

@@ -19,10 +19,11 @@ applied here from what a test *is*, so a test keeps its markers when it moves to
 * ``docs``: ``tests/test_docs.py`` declares it.
 
 The PostgreSQL fixtures every directory shares are here too: ``pg_dsn``, the run's database
-(``tests/_postgres.py``: ``AGENTLOG_TEST_DSN``, else a throwaway one), and ``pg_schema``, a fresh schema per
-test. ``tests/postgres/conftest.py`` adds backends over them and a private server. ``password_cluster`` (a
-role with a password, shared by the session) and ``bare_password_cluster`` (no role yet, one per test) are
-throwaway clusters that ask for a password over TCP, skipped only on a machine without ``initdb``.
+(``tests/_postgres.py``: ``AGENTLOG_TEST_DSN``, else a throwaway one; under pytest-xdist each worker's own
+database beside it), and ``pg_schema``, a fresh schema per test. ``tests/postgres/conftest.py`` adds backends
+over them and a private server. ``password_cluster`` (a role with a password, shared by the session) and
+``bare_password_cluster`` (no role yet, one per test) are throwaway clusters that ask for a password over TCP,
+skipped only on a machine without ``initdb``.
 
 Hypothesis profiles: ``ci``, the default, is Hypothesis's defaults under each test's own ``@settings``
 (what CI runs); ``HYPOTHESIS_PROFILE=dev`` caps every property at :data:`DEV_MAX_EXAMPLES` examples,
@@ -244,7 +245,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _worker_database is not None:
         next(_worker_database, None)  # drops it
-
 
 
 @pytest.fixture(scope="session")
