@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -33,9 +33,10 @@ from psycopg import conninfo, sql
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+@contextmanager
 def _throwaway_database(admin_dsn: str, name: str) -> Iterator[str]:
     """Database ``name`` created afresh through ``admin_dsn`` (a leftover of a killed run is dropped
-    first); its DSN is yielded once, and the database is dropped when the generator resumes or closes."""
+    first), its DSN for the ``with`` block; dropped at the block's end."""
     drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(drop)
@@ -47,7 +48,7 @@ def _throwaway_database(admin_dsn: str, name: str) -> Iterator[str]:
             admin.execute(drop)
 
 
-def worker_database(given: str, worker: str) -> Iterator[str]:
+def worker_database(given: str, worker: str) -> AbstractContextManager[str]:
     """A database of its own for one pytest-xdist worker (``gw0``, ...) beside ``given``'s, dropped at the end.
 
     Tests that look at the whole database (its idle ``agentlog`` connections, its advisory locks, a
@@ -64,7 +65,8 @@ def run_database() -> Iterator[str]:
     if given:
         yield given
         return
-    yield from _throwaway_database(ADMIN_DSN, f"agentlog_test_{os.getpid()}_{uuid.uuid4().hex[:8]}")
+    with _throwaway_database(ADMIN_DSN, f"agentlog_test_{os.getpid()}_{uuid.uuid4().hex[:8]}") as dsn:
+        yield dsn
 
 
 def fresh_schema() -> str:

@@ -33,6 +33,7 @@ including those whose ``@settings`` ask for more.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import os
 import platform
@@ -229,22 +230,19 @@ def _cap_examples(items: list[pytest.Item]) -> None:
 
 # --- the PostgreSQL database of the run ------------------------------------------------------------------
 
-_worker_database: Iterator[str] | None = None
+_worker_database = contextlib.ExitStack()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, each worker points ``AGENTLOG_TEST_DSN`` at a database of its own (before any
     test runs, so the processes and shell blocks the tests start inherit it too)."""
-    global _worker_database
     given, worker = os.environ.get("AGENTLOG_TEST_DSN"), os.environ.get("PYTEST_XDIST_WORKER")
     if given and worker:
-        _worker_database = worker_database(given, worker)
-        os.environ["AGENTLOG_TEST_DSN"] = next(_worker_database)
+        os.environ["AGENTLOG_TEST_DSN"] = _worker_database.enter_context(worker_database(given, worker))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _worker_database is not None:
-        next(_worker_database, None)  # drops it
+    _worker_database.close()  # drops the worker's database, if it made one
 
 
 @pytest.fixture(scope="session")
