@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -24,7 +25,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from psycopg import conninfo, sql
+from psycopg import conninfo, pq, sql
 
 import agentlog as al
 from _postgres import drop_schema, keepalive_for, keepalive_of
@@ -449,6 +450,44 @@ def test_a_newer_schema_version_is_refused(pg_backends: Factory, pg_dsn: str, pg
     with pytest.raises(DatabaseSchemaError) as caught:
         pg_backends().load_stored("s")
     assert "version 99" in str(caught.value) and "upgrade agentlog" in str(caught.value)
+
+
+def _step(first: int) -> list[dict[str, Any]]:
+    """One model step as a flush carries it: step/start, twenty streamed chunks, the message, step/end."""
+    chunks = [chunk_event(first + 1 + i, f"part {i} ") for i in range(20)]
+    return [step_start(first), *chunks, assistant_event(first + 21), step_end(first + 22)]
+
+
+def test_each_durable_step_is_one_round_trip_of_one_statement(pg_backends: Factory) -> None:
+    """A flush of an existing session sends one statement and waits for one answer (libpq's own
+    protocol trace: one Sync from the client, one ReadyForQuery back), whatever rows the step packs into."""
+    backend = pg_backends()
+    meta = header("s")
+    lease = backend.lock_writer(meta)
+    try:
+        backend.append_batch(meta, [turn_start(0)], False)
+        first = 1
+        for _ in range(6):  # past psycopg's preparing of the statement (its fifth use)
+            backend.append_batch(meta, _step(first), True)
+            first += 23
+        assert lease.connection is not None
+        pgconn = lease.connection.pgconn
+        with tempfile.TemporaryFile("w+") as trace:
+            pgconn.trace(trace.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            for _ in range(3):
+                backend.append_batch(meta, _step(first), True)
+                first += 23
+            pgconn.untrace()
+            trace.seek(0)
+            messages = [line.split("\t")[0] + " " + line.split("\t")[2].split()[0] for line in trace if line.strip()]
+    finally:
+        lease.release()
+    sent = [m for m in messages if m.startswith("F ")]
+    assert sent == ["F Bind", "F Describe", "F Execute", "F Sync"] * 3
+    assert messages.count("B ReadyForQuery") == 3
+    stored = backend.load_stored("s")
+    assert stored is not None and len(stored.events) == first
 
 
 def test_a_delete_racing_an_append_leaves_no_event_rows_behind(
